@@ -562,6 +562,10 @@ def main(_):
     data = build_task_features(processor, FLAGS.data_dir, FLAGS.output_dir, files,
                                FLAGS.max_seq_length, FLAGS.do_train, FLAGS.do_eval,
                                FLAGS.do_predict)
+    # The head's initial weights and dropout seeds depend on --seed alone, not on how
+    # many random draws building the encoder took: a TF Hub encoder and a checkpoint of
+    # the same weights fine-tune to the same model.
+    keras.utils.set_random_seed(FLAGS.seed)
     model = build_model(strategy, encoder, files.config, data.metadata)
     num_train_steps, num_warmup_steps = (train_schedule(
         data.train.num_examples, FLAGS.train_batch_size, FLAGS.num_train_epochs,

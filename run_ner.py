@@ -453,6 +453,10 @@ def main(_):
             len(train_split.features), FLAGS.train_batch_size, FLAGS.num_train_epochs,
             FLAGS.warmup_proportion)
 
+    # The head's initial weights depend on --seed alone, not on the random draws of
+    # building the encoder: a TF Hub encoder and a checkpoint of the same weights
+    # fine-tune to the same model.
+    keras.utils.set_random_seed(FLAGS.seed)
     model = build_model(strategy, encoder, files.config, len(labels), feature_options)
     trainer = runner_flags.make_trainer(FLAGS, strategy, model, TokenClassificationTask(),
                                         FLAGS.learning_rate, num_train_steps,

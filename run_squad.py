@@ -40,6 +40,7 @@ from absl import app, flags, logging
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
+import keras  # noqa: E402
 import tensorflow as tf  # noqa: E402
 
 from data_prep import squad, tokenization  # noqa: E402
@@ -267,7 +268,7 @@ class ModelFiles:
 
 
 def build_model(strategy: tf.distribute.Strategy, files: ModelFiles | None,
-                dtype: str, hub_module_url: str | None = None
+                dtype: str, hub_module_url: str | None = None, seed: int | None = None
                 ) -> tuple[BertSpanLabeler, ModelFiles]:
     """BertSpanLabeler on our encoder (from `files.config`) or on a TF Hub encoder.
 
@@ -282,6 +283,11 @@ def build_model(strategy: tf.distribute.Strategy, files: ModelFiles | None,
             files = hub_model_files(encoder, hub_module_url)
         else:
             encoder = BertEncoder(files.config, dtype=dtype)
+        if seed is not None:
+            # The head's initial weights depend on the seed alone, not on the random
+            # draws of building the encoder: a TF Hub encoder and a checkpoint of the same
+            # weights fine-tune to the same model.
+            keras.utils.set_random_seed(seed)
         return BertSpanLabeler(encoder, files.config), files
 
 
@@ -446,10 +452,15 @@ def check_flags() -> None:
         export(None, FLAGS.export_dir, None, FLAGS.max_seq_length)  # Fail before training.
 
 
-def run_model(strategy) -> None:
-    """Features, model, training and prediction (--do_train / --do_predict)."""
+def run_model(strategy: tf.distribute.Strategy) -> bool:
+    """Features, model, training and prediction (--do_train / --do_predict).
+
+    Returns False if training stopped early (SIGTERM): nothing is predicted from the
+    unfinished model; a rerun resumes.
+    """
     files = None if FLAGS.hub_module_url else resolve_model_files()
-    model, files = build_model(strategy, files, FLAGS.dtype, FLAGS.hub_module_url)
+    model, files = build_model(strategy, files, FLAGS.dtype, FLAGS.hub_module_url,
+                               FLAGS.seed)
     tokenizer = tokenization.FullTokenizer(files.vocab_file, files.do_lower_case)
     settings = FeatureSettings(FLAGS.max_seq_length, FLAGS.doc_stride,
                                FLAGS.max_query_length, files.do_lower_case,
@@ -476,14 +487,20 @@ def run_model(strategy) -> None:
         lambda: initialize_from(model, FLAGS.init_checkpoint, FLAGS.hub_module_url))
 
     if FLAGS.do_train:
-        train(trainer, train_data, FLAGS.train_batch_size, FLAGS.seed,
-              FLAGS.shuffle_buffer_size)
+        summary = train(trainer, train_data, FLAGS.train_batch_size, FLAGS.seed,
+                        FLAGS.shuffle_buffer_size)
+        if summary["global_step"] < num_train_steps:
+            logging.warning("Training stopped at step %d of %d; rerun with the same "
+                            "--output_dir to resume. Nothing predicted or scored.",
+                            summary["global_step"], num_train_steps)
+            return False
     if FLAGS.do_predict:
         results = predict_logits(trainer, predict_data, FLAGS.max_seq_length,
                                  FLAGS.predict_batch_size)
         write_predictions(predict_data, results, FLAGS.output_dir, files.do_lower_case)
     if FLAGS.export_dir:
         export(model, FLAGS.export_dir, files, FLAGS.max_seq_length)
+    return True
 
 
 def main(_):
@@ -491,8 +508,8 @@ def main(_):
     strategy = runner_flags.setup(FLAGS)
     if FLAGS.do_eval:
         check_gold_file(FLAGS.predict_file, FLAGS.version_2_with_negative)
-    if FLAGS.do_train or FLAGS.do_predict:
-        run_model(strategy)
+    if (FLAGS.do_train or FLAGS.do_predict) and not run_model(strategy):
+        return
     if FLAGS.do_eval:
         evaluate(FLAGS.predict_file, FLAGS.output_dir, FLAGS.version_2_with_negative)
 

@@ -43,6 +43,10 @@ def define_training_flags() -> None:
     flags.DEFINE_enum("optimizer", "adamw", ["adamw", "lamb"], "Optimizer.")
     flags.DEFINE_float("weight_decay_rate", 0.01, "Decoupled weight decay (not on LayerNorm "
                        "and bias).")
+    flags.DEFINE_bool("adam_bias_correction", True, "Bias-correct Adam's moments (as Adam, "
+                      "TF Model Garden and PyTorch do). --noadam_bias_correction is the "
+                      "original release's AdamWeightDecayOptimizer exactly; its larger "
+                      "early updates can destabilise fine-tuning at high learning rates.")
     flags.DEFINE_integer("gradient_accumulation_steps", 1, "Micro-batches per step: the "
                          "per-replica batch is split into this many parts.")
     flags.DEFINE_integer("steps_per_loop", 10, "Training steps per compiled loop (and per "
@@ -90,6 +94,7 @@ def make_trainer(FLAGS, strategy, model, task, learning_rate, num_train_steps,
         strategy, model, task, FLAGS.output_dir, learning_rate=learning_rate,
         num_train_steps=num_train_steps, num_warmup_steps=num_warmup_steps,
         optimizer=FLAGS.optimizer, weight_decay_rate=FLAGS.weight_decay_rate,
+        adam_bias_correction=FLAGS.adam_bias_correction,
         dtype=FLAGS.dtype, steps_per_loop=FLAGS.steps_per_loop,
         save_checkpoints_steps=FLAGS.save_checkpoints_steps,
         gradient_accumulation_steps=FLAGS.gradient_accumulation_steps,

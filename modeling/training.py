@@ -94,7 +94,8 @@ class Trainer:
     def __init__(self, strategy: tf.distribute.Strategy, model: keras.Model, task: Task,
                  output_dir: str, *, learning_rate: float, num_train_steps: int,
                  num_warmup_steps: int = 0, optimizer: str = "adamw",
-                 weight_decay_rate: float = 0.01, clip_norm: float = 1.0,
+                 weight_decay_rate: float = 0.01, adam_bias_correction: bool = True,
+                 clip_norm: float = 1.0,
                  dtype: str = "float32", steps_per_loop: int = 1,
                  save_checkpoints_steps: int = 1000, gradient_accumulation_steps: int = 1,
                  enable_xla: bool = False, max_checkpoints: int = 5,
@@ -114,8 +115,8 @@ class Trainer:
         os.makedirs(output_dir, exist_ok=True)
         with strategy.scope():
             self.variables = list(model.trainable_variables)
-            self.optimizer = optimization.create_optimizer(optimizer, self.variables,
-                                                           weight_decay_rate)
+            self.optimizer = optimization.create_optimizer(
+                optimizer, self.variables, weight_decay_rate, adam_bias_correction)
             self.global_step = tf.Variable(0, dtype=tf.int64, trainable=False,
                                            name="global_step")
             self.loss_scale = DynamicLossScale() if dtype == "float16" else None

@@ -487,3 +487,34 @@ def test_mirrored_on_two_cpus_matches_one_device(root, tmp_path):
                                atol=1e-3)
     assert read_results(mirrored / "eval_results.txt") == pytest.approx(
         read_results(one / "eval_results.txt"))
+
+
+@pytest.mark.slow
+def test_sigterm_stops_with_a_checkpoint_and_predicts_nothing(root, tmp_path):
+    """A preempted run (SIGTERM) saves a checkpoint and exits cleanly, without
+    predictions or scores from the unfinished model."""
+    import signal
+    import time
+    out = tmp_path / "out"
+    argv = [a for a in squad_flags(root, out) if not a.startswith(
+        ("--num_train_epochs", "--save_checkpoints_steps", "--steps_per_loop"))]
+    process = subprocess.Popen(
+        [sys.executable, str(REPO / "run_squad.py"), *argv, "--num_train_epochs=10000",
+         "--steps_per_loop=1", "--save_checkpoints_steps=100000"],
+        stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
+        env=dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2"))
+    deadline = time.time() + 300
+    while not list((out / "train").glob("events*")):
+        assert process.poll() is None, process.stderr.read()[-3000:]
+        assert time.time() < deadline
+        time.sleep(0.2)
+    time.sleep(2)
+    process.send_signal(signal.SIGTERM)
+    _, stderr = process.communicate(timeout=300)
+    assert process.returncode == 0, stderr[-3000:]
+    (log_file,) = out.glob("run_squad.*.INFO.*")
+    assert "Training stopped at step" in log_file.read_text(encoding="utf-8")
+    assert list(out.glob("ckpt-*.index"))
+    for name in ("predictions.json", "nbest_predictions.json", "null_odds.json",
+                 "eval_results.txt"):
+        assert not (out / name).exists(), name

@@ -54,7 +54,8 @@ def test_adamw_matches_the_original_algorithm():
             self.value, self.path = var, path
             self.shape = var.shape
 
-    opt = optimization.AdamWeightDecay([Named(v, n) for v, n in zip(variables, names)])
+    opt = optimization.AdamWeightDecay([Named(v, n) for v, n in zip(variables, names)],
+                                       bias_correction=False)
     grads_seq = [[rng.normal(size=v.shape).astype(np.float32) for v in values]
                  for _ in range(3)]
     for grads in grads_seq:
@@ -68,6 +69,46 @@ def test_adamw_matches_the_original_algorithm():
     opt.apply([tf.constant(g) for g in grads_seq[0]], tf.constant(0.1), tf.constant(False))
     for var, b in zip(variables, before):
         np.testing.assert_array_equal(var.numpy(), b)
+
+
+class _Named:
+    """Stands in for a Keras variable, which carries a .path."""
+
+    def __init__(self, var, path):
+        self.value, self.path, self.shape = var, path, var.shape
+
+
+def test_bias_corrected_adamw_matches_torch_adamw():
+    """With bias correction (the runners' default) the update is PyTorch's AdamW with
+    the same epsilon and decoupled decay, decay off for bias and LayerNorm."""
+    torch = pytest.importorskip("torch")
+    rng = np.random.default_rng(1)
+    shapes = {"layer_0/dense/kernel": (3, 4), "layer_0/dense/bias": (4,),
+              "layer_0/LayerNorm/gamma": (4,)}
+    values = [rng.normal(size=s).astype(np.float32) for s in shapes.values()]
+    variables = [tf.Variable(v) for v in values]
+    opt = optimization.create_optimizer(
+        "adamw", [_Named(v, n) for v, n in zip(variables, shapes)], weight_decay_rate=0.01)
+    assert opt.bias_correction  # the default
+    params = [torch.nn.Parameter(torch.tensor(v)) for v in values]
+    reference = torch.optim.AdamW([{"params": params[:1], "weight_decay": 0.01},
+                                   {"params": params[1:], "weight_decay": 0.0}],
+                                  lr=1e-3, betas=(0.9, 0.999), eps=1e-6)
+    for step in range(5):
+        grads = [rng.normal(size=v.shape).astype(np.float32) * (step + 1) for v in values]
+        opt.apply([tf.constant(g) for g in grads], tf.constant(1e-3))
+        for p, g in zip(params, grads):
+            p.grad = torch.tensor(g)
+        reference.step()
+    for var, p in zip(variables, params):
+        np.testing.assert_allclose(var.numpy(), p.detach().numpy(), rtol=1e-5, atol=1e-7)
+    # The first update is lr * sign(g) (up to epsilon), a third of the original's.
+    fresh = tf.Variable(np.zeros(4, np.float32))
+    for correct, size in ((True, 1e-3), (False, 1e-3 * 0.1 / np.sqrt(0.001))):
+        fresh.assign(np.zeros(4, np.float32))
+        optimization.AdamWeightDecay([_Named(fresh, "x/bias")], bias_correction=correct).apply(
+            [tf.constant([1.0, -2.0, 3.0, -4.0])], tf.constant(1e-3))
+        np.testing.assert_allclose(np.abs(fresh.numpy()), size, rtol=1e-3)
 
 
 def test_lamb_scales_by_trust_ratio():
@@ -101,8 +142,9 @@ def classification_data(n=256, seq=8, seed=0):
             "input_type_ids": np.zeros_like(ids), "label_ids": labels}
 
 
-def train_classifier(tmp_path, name, accumulation=1, steps=6, dtype="float32", lr=1e-3):
-    keras.utils.set_random_seed(7)
+def train_classifier(tmp_path, name, accumulation=1, steps=6, dtype="float32", lr=1e-3,
+                     seed=7, restore=False):
+    keras.utils.set_random_seed(seed)
     config = BertConfig(**TINY)
     strategy = tf.distribute.OneDeviceStrategy("/cpu:0")
     with strategy.scope():
@@ -111,6 +153,8 @@ def train_classifier(tmp_path, name, accumulation=1, steps=6, dtype="float32", l
                                learning_rate=lr, num_train_steps=steps, num_warmup_steps=0,
                                steps_per_loop=2, save_checkpoints_steps=100,
                                gradient_accumulation_steps=accumulation, dtype=dtype)
+    if restore:
+        assert trainer.restore_or_initialize()
     data = classification_data()
 
     def dataset_fn(context=None):
@@ -128,7 +172,7 @@ def test_gradient_accumulation_equals_the_full_batch(tmp_path):
 
 
 def test_training_learns_evaluates_predicts_and_resumes(tmp_path):
-    trainer, model, summary = train_classifier(tmp_path, "run", steps=40, lr=2e-3)
+    trainer, model, summary = train_classifier(tmp_path, "run", steps=40, lr=5e-3)
     assert summary["global_step"] == 40 and summary["replica_max_diff"] == 0.0
     data = classification_data(seed=1)
     dataset = tf.data.Dataset.from_tensor_slices(data).batch(8)
@@ -142,7 +186,9 @@ def test_training_learns_evaluates_predicts_and_resumes(tmp_path):
     assert accuracy == pytest.approx(metrics["eval_accuracy"])
     assert tf.train.latest_checkpoint(str(tmp_path / "run")).endswith("ckpt-40")
     # A new trainer over the same output_dir resumes at step 40 and trains no further.
-    again, model2, summary2 = train_classifier(tmp_path, "run", steps=40, lr=2e-3)
+    # (Another seed: the weights equal only if they were restored.)
+    again, model2, summary2 = train_classifier(tmp_path, "run", steps=40, lr=5e-3, seed=8,
+                                               restore=True)
     assert summary2["global_step"] == 40
     np.testing.assert_array_equal(model2.weights[0].numpy(), model.weights[0].numpy())
 
