@@ -39,9 +39,10 @@ are trained (a higher --learning_rate suits them, e.g. 1e-3).
 
 --hub_module_url takes the encoder from a TF Hub BERT encoder SavedModel (e.g. one
 written by export_tfhub.py; `modeling.hub`) instead of a checkpoint, with its own
-config, vocabulary and do_lower_case. --export_dir needs a token-classification export
-in modeling/export.py (TASK_SIGNATURE_BUILDERS["ner"]); until one exists it fails
-before training. A run restarted with the same output_dir resumes where it stopped.
+config, vocabulary and do_lower_case. --export_dir exports the trained model as a
+SavedModel that tags raw whitespace-separated text with the IOB2 tags --do_predict
+gives (modeling/export.py). A run restarted with the same output_dir resumes where it
+stopped.
 """
 
 from __future__ import annotations
@@ -392,21 +393,28 @@ EXPORT_KIND = "ner"
 
 
 def check_export(export_dir: str) -> None:
-    """Fails before training if the model cannot be exported."""
+    """Fails before training if the model cannot be exported to export_dir."""
     if EXPORT_KIND not in export_lib.TASK_SIGNATURE_BUILDERS:
         raise NotImplementedError(
             f"--export_dir={export_dir}: modeling/export.py has no {EXPORT_KIND} (token "
-            f"classification) export yet; only "
+            f"classification) export; only "
             f"{sorted(export_lib.TASK_SIGNATURE_BUILDERS)} task exports exist.")
+    try:
+        export_lib.check_export_path(export_dir)
+    except (ValueError, FileExistsError) as e:
+        raise type(e)(f"--export_dir={export_dir}: {e}") from None
 
 
 def export(model, export_dir: str, files: ModelFiles, max_seq_length: int,
            labels: list[str]) -> None:
-    """A SavedModel that answers raw text (see export_lib.export_task_model)."""
+    """A SavedModel that tags raw text as --do_predict does: `serving_default(text)`
+    -> `words`, `tags` (IOB2), with this run's --doc_stride windows
+    (modeling/export.py `_ner_signatures`)."""
     check_export(export_dir)
     path = export_lib.export_task_model(model, export_dir, files.vocab_file,
                                         files.do_lower_case, max_seq_length,
-                                        kind=EXPORT_KIND, labels=labels)
+                                        kind=EXPORT_KIND, labels=labels,
+                                        doc_stride=FLAGS.doc_stride)
     logging.info("Exported the model to %s", path)
 
 

@@ -25,6 +25,9 @@ against --predict_file as the official evaluate-v1.1.py / evaluate-v2.0.py (with
 --do_predict) it scores the prediction files already in output_dir.
 For v2.0, rerun --do_predict with --null_score_diff_threshold=<best_f1_thresh>
 to predict with the best threshold, as the original README advises.
+
+--export_dir exports the fine-tuned model as a SavedModel that answers raw questions
+on raw contexts with the answers --do_predict gives (modeling/export.py).
 """
 
 from __future__ import annotations
@@ -406,16 +409,28 @@ def check_gold_file(gold_file: str, version_2_with_negative: bool) -> None:
                          f"says version 2): set --version_2_with_negative")
 
 
-def export(model, export_dir: str, files: ModelFiles | None, max_seq_length: int) -> None:
-    """Exports through modeling/export.py once it has a SQuAD (span) flavour."""
-    if "squad" not in export_lib.TASK_SIGNATURE_BUILDERS:
-        raise NotImplementedError(
-            f"--export_dir={export_dir}: modeling/export.py has no SQuAD (span) export "
-            f"yet; only {sorted(export_lib.TASK_SIGNATURE_BUILDERS)} task exports exist.")
-    if model is None:
-        return
-    path = export_lib.export_task_model(model, export_dir, files.vocab_file,
-                                        files.do_lower_case, max_seq_length, kind="squad")
+def check_export(export_dir: str) -> None:
+    """Fails before training where --export_dir cannot be written."""
+    try:
+        export_lib.check_export_path(export_dir)
+    except (ValueError, FileExistsError) as e:
+        raise type(e)(f"--export_dir={export_dir}: {e}") from None
+
+
+def export(model, export_dir: str, files: ModelFiles, max_seq_length: int) -> None:
+    """A SavedModel that answers raw questions on raw contexts as --do_predict does.
+
+    `serving_default(question, context)` -> answer, score, null_score, start_logits,
+    end_logits (modeling/export.py `_squad_signatures`), with this run's
+    --max_query_length, --doc_stride, --max_answer_length and --n_best_size. For
+    v2.0, the answer is "" where null_score - score > --null_score_diff_threshold.
+    """
+    check_export(export_dir)
+    path = export_lib.export_task_model(
+        model, export_dir, files.vocab_file, files.do_lower_case, max_seq_length,
+        kind="squad", max_query_length=FLAGS.max_query_length,
+        max_answer_length=FLAGS.max_answer_length, n_best_size=FLAGS.n_best_size,
+        doc_stride=FLAGS.doc_stride)
     logging.info("Exported the model to %s", path)
 
 
@@ -449,7 +464,7 @@ def check_flags() -> None:
     if FLAGS.hub_module_url and FLAGS.init_checkpoint:
         raise app.UsageError("Give --hub_module_url or --init_checkpoint, not both.")
     if FLAGS.export_dir:
-        export(None, FLAGS.export_dir, None, FLAGS.max_seq_length)  # Fail before training.
+        check_export(FLAGS.export_dir)
 
 
 def run_model(strategy: tf.distribute.Strategy) -> bool:

@@ -15,13 +15,13 @@ peak learning rate, warmup proportion, epochs, weight decay and seed.
   clipping at 1.0, its own loss (mean of the start and end cross-entropies). Its
   logits go through this project's post-processing (`squad.compute_predictions`)
   and official scoring (`evaluation.squad_eval`), as ours do.
-* hf_bert_adam: the same, but with the original release's optimizer, which this
-  project (and `run_squad.py`) keeps: Adam WITHOUT bias correction and a learning
-  rate that decays linearly from step 0 (init_lr x (1 - step / steps) after the
-  warmup). Without bias correction the early updates are larger (at step t by
-  (1 - 0.9^t) / sqrt(1 - 0.999^t): 6.5x at step 10, 2.4x at step 190), which
-  matters on runs of a few hundred steps; this system separates that from the rest
-  of the implementation.
+* hf_bert_adam: the same, but with the original release's optimizer: Adam WITHOUT bias
+  correction and a learning rate that decays linearly from step 0 (init_lr x (1 - step
+  / steps) after the warmup). Compare it with ours under
+  `--extra_flags=--noadam_bias_correction` (run_squad.py's default AdamW is
+  bias-corrected, like torch's). Without bias correction the early updates are larger
+  (at step t by (1 - 0.9^t) / sqrt(1 - 0.999^t): 6.5x at step 10, 2.4x at step 190),
+  which matters on runs of a few hundred steps.
 
 The number of training steps is int(features / batch size x epochs) for both. The
 answer-nothing baseline (every question predicted unanswerable) is the share of

@@ -234,8 +234,15 @@ def bert_pack_inputs(segments, seq_length, cls_id: int,
             budget = tf.identity(budget)
     segments = [_merge_to_rank_2(s) for s in segments]
     trimmed = tf_text.RoundRobinTrimmer(max_seq_length=budget).trim(segments)
+    return combine_and_pad(trimmed, seq_length, cls_id, sep_id)
+
+
+def combine_and_pad(segments: list, seq_length: int, cls_id: int,
+                    sep_id: int) -> dict[str, tf.Tensor]:
+    """`[CLS] A [SEP] (B [SEP] ...)` of segments already cut to fit (int [N, (T)]
+    RaggedTensors), padded to seq_length: the three int32 [N, seq_length] model inputs."""
     word_ids, type_ids = tf_text.combine_segments(
-        trimmed, start_of_sequence_id=cls_id, end_of_segment_id=sep_id)
+        segments, start_of_sequence_id=cls_id, end_of_segment_id=sep_id)
     word_ids, mask = tf_text.pad_model_inputs(word_ids, seq_length)
     type_ids, _ = tf_text.pad_model_inputs(type_ids, seq_length, pad_value=0)
     return {"input_word_ids": tf.cast(word_ids, tf.int32),

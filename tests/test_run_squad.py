@@ -166,7 +166,7 @@ def runs(root):
     write_json(eval_alone / "predictions.json", predictions)
     write_json(eval_alone / "null_odds.json", null_odds)
     cases = {
-        "v2": flags("v2"),
+        "v2": flags("v2", f"--export_dir={root / 'v2_export'}"),
         "eval_alone": [a for a in flags("eval_alone")
                        if a not in ("--do_train", "--do_predict")],
         "v1": flags("v1", version_2=False),
@@ -184,7 +184,7 @@ def runs(root):
         "missing_file": flags("bad", train_file=root / "missing.json"),
         "long_sequence": flags("bad", "--max_seq_length=512"),
         "nothing_to_do": [a for a in flags("bad") if not a.startswith("--do_")],
-        "export": flags("bad", "--export_dir=/nonexistent/export"),
+        "export": flags("bad", "--export_dir=gs://bucket/export"),
         "hub_module": [a for a in flags("bad", "--hub_module_url=/nonexistent/hub")
                        if not a.startswith(("--bert_config_file", "--vocab_file"))],
     }
@@ -293,6 +293,37 @@ def test_predictions_follow_from_the_final_checkpoint(runs, root):
                                    [e["start_logit"] for e in entries], atol=1e-4)
 
 
+def test_export_answers_raw_text_as_predicted(runs, root):
+    """--export_dir: the SavedModel answers the raw questions and contexts of the predict
+    file as predictions.json, nbest_predictions.json and null_odds.json do, windows
+    included (every context of the file needs several)."""
+    import tensorflow as tf
+    import tensorflow_text  # noqa: F401  (registers the tokenizer ops)
+
+    assert runs["v2"] == ["no error", ""]
+    out = root / "v2"
+    rows = [(qa["id"], qa["question"], paragraph["context"])
+            for paragraph in read_json(root / "v2.json")["data"][0]["paragraphs"]
+            for qa in paragraph["qas"]]
+    model = tf.saved_model.load(str(root / "v2_export"))
+    assert model.max_query_length.numpy() == QUERY and model.doc_stride.numpy() == STRIDE
+    got = model.signatures["serving_default"](
+        question=tf.constant([q for _, q, _ in rows]),
+        context=tf.constant([c for _, _, c in rows]))
+    got = {k: v.numpy() for k, v in got.items()}
+    predictions = read_json(out / "predictions.json")
+    nbest = read_json(out / "nbest_predictions.json")
+    null_odds = read_json(out / "null_odds.json")
+    for i, (qas_id, _, _) in enumerate(rows):
+        answer = got["answer"][i].decode()
+        # The best non-null answer, and the v2.0 choice at --null_score_diff_threshold=0.
+        assert answer == next(e["text"] for e in nbest[qas_id] if e["text"]), qas_id
+        odds = float(got["null_score"][i] - got["score"][i])
+        assert odds == pytest.approx(null_odds[qas_id], abs=1e-4), qas_id
+        assert predictions[qas_id] == ("" if null_odds[qas_id] > 0 else answer), qas_id
+    assert len(set(got["answer"])) > 2
+
+
 def test_v1_mode(runs, root):
     assert runs["v1"] == ["no error", ""]
     from evaluation import squad_eval
@@ -354,7 +385,7 @@ def test_eval_alone_scores_the_prediction_files_in_output_dir(runs, root):
     ("missing_file", "FileNotFoundError", ["--train_file=", "missing.json"]),
     ("long_sequence", "ValueError", ["--max_seq_length=512", "max_position_embeddings=128"]),
     ("nothing_to_do", "UsageError", ["--do_train, --do_predict or --do_eval"]),
-    ("export", "NotImplementedError", ["--export_dir=/nonexistent/export", "SQuAD"]),
+    ("export", "ValueError", ["--export_dir=gs://bucket/export", "only local paths"]),
     ("hub_module", "FileNotFoundError", ["/nonexistent/hub"]),
 ])
 def test_bad_input_is_a_clear_error(runs, case, error, parts):

@@ -1,0 +1,244 @@
+"""Tests of the SQuAD and NER task exports of modeling/export.py against the runners'
+Python pipelines.
+
+A tiny random model (wide initializer, so that logits differ clearly between
+positions) is exported and fed raw text; its answers must equal what the runner's
+post-processing (`squad.compute_predictions`, `conll.predictions_to_tags`) makes of the
+same model's logits on the features the runner's data writer builds, windows included.
+The runners' own --export_dir runs are tested in test_run_squad.py and test_run_ner.py.
+"""
+
+import json
+import os
+import random
+
+import keras
+import numpy as np
+import pytest
+import tensorflow as tf
+import tensorflow_text  # noqa: F401  (registers the ops the exports need)
+
+from data_prep import conll, squad, tf_tokenization, tokenization
+from modeling import export, feature_based, models
+from modeling.config import BertConfig
+from modeling.encoder import BertEncoder
+
+TINY = dict(vocab_size=30522, hidden_size=32, num_hidden_layers=2, num_attention_heads=4,
+            intermediate_size=37, type_vocab_size=2, max_position_embeddings=64,
+            initializer_range=0.2)
+# Short windows, so that a sample paragraph needs several; non-default options, so that
+# they demonstrably reach the export.
+SEQ, QUERY, STRIDE, MAX_ANSWER, N_BEST = 48, 12, 16, 5, 7
+# Text the tokenizers treat specially: accents, case, ligatures and characters whose
+# lower case is longer, punctuation inside words, CJK, a zero-width character (a word
+# without word pieces), narrow no-break spaces (context whitespace), a word longer
+# than the tokenizer's limit, repeats (get_final_text maps the first occurrence).
+ODD_CONTEXT = ("İstanbul ½ café ﬁne Straße (1895-1943). 東京 tototo Papa papa a-a "
+               "ÅNGSTRÖM x\u00a0y e\u0301te Steve Smith's\u202fcar \u200b " + "x" * 250
+               + " end.")
+
+
+@pytest.fixture(scope="module")
+def config():
+    return BertConfig(**TINY)
+
+
+def _model_inputs(features) -> dict:
+    return {"input_word_ids": np.array([f.input_ids for f in features], np.int32),
+            "input_mask": np.array([f.input_mask for f in features], np.int32),
+            "input_type_ids": np.array([f.segment_ids for f in features], np.int32)}
+
+
+def _squad_rows(sample_data) -> list[tuple[str, str]]:
+    """(question, context): questions of the first paragraphs of the sample (long
+    contexts: several windows each), and edge cases."""
+    data = json.loads((sample_data / "squad" / "dev-v2.0-first5articles.json").read_text(
+        encoding="utf-8"))
+    rows = [(qa["question"], paragraph["context"]) for article in data["data"][:2]
+            for paragraph in article["paragraphs"][:2] for qa in paragraph["qas"][:4]]
+    return rows + [
+        ("Who?", ""),  # No words: no answer.
+        ("What?", "\u200b"),  # A word without word pieces: no answer.
+        ("Which city, and when?", ODD_CONTEXT),
+        ("A question far longer than the max query length of twelve word pieces, "
+         "cut as the feature writer cuts it?", "Short context."),
+        ("Where is it?", "  leading and trailing whitespace\t\n "),
+    ]
+
+
+@pytest.fixture(scope="module")
+def squad_export(config, vocab_file, tmp_path_factory):
+    keras.utils.set_random_seed(5)
+    model = models.BertSpanLabeler(BertEncoder(config), config)
+    path = export.export_task_model(
+        model, str(tmp_path_factory.mktemp("squad") / "export"), vocab_file, True, SEQ,
+        kind="squad", max_query_length=QUERY, doc_stride=STRIDE,
+        max_answer_length=MAX_ANSWER, n_best_size=N_BEST)
+    return model, tf.saved_model.load(path)
+
+
+def test_squad_export_answers_as_run_squad_predicts(squad_export, sample_data, vocab_file):
+    model, loaded = squad_export
+    rows = _squad_rows(sample_data)
+    tokenizer = tokenization.FullTokenizer(vocab_file, True)
+    examples = [squad.SquadExample(str(i), question, squad.split_context(context)[0])
+                for i, (question, context) in enumerate(rows)]
+    features = list(squad.convert_examples_to_features(examples, tokenizer, SEQ, STRIDE,
+                                                       QUERY, is_training=False))
+    outputs = model(_model_inputs(features))
+    results = [squad.RawResult(f.unique_id, s, e) for f, s, e in zip(
+        features, outputs["start_logits"].numpy(), outputs["end_logits"].numpy())]
+    want = squad.compute_predictions(examples, features, results, n_best_size=N_BEST,
+                                     max_answer_length=MAX_ANSWER,
+                                     version_2_with_negative=True)
+    got = loaded.signatures["serving_default"](question=tf.constant([q for q, _ in rows]),
+                                               context=tf.constant([c for _, c in rows]))
+    got = {k: v.numpy() for k, v in got.items()}
+    assert set(got) == {"answer", "score", "null_score", "start_logits", "end_logits"}
+    assert got["start_logits"].shape == got["end_logits"].shape == (len(rows), SEQ)
+    answers = [a.decode() for a in got["answer"]]
+    windows = {i: [f for f in features if f.example_index == i] for i in range(len(rows))}
+    assert max(len(w) for w in windows.values()) > 5
+    for i, example in enumerate(examples):
+        entries = want.nbest[example.qas_id]
+        best = next((e for e in entries if e["text"]), None)
+        if best is None:  # No valid span: "" with score -inf.
+            assert answers[i] == "" and got["score"][i] == -np.inf, i
+            continue
+        assert answers[i] == best["text"], i
+        assert got["score"][i] == pytest.approx(best["start_logit"] + best["end_logit"],
+                                                abs=1e-4)
+        # The null odds of null_odds.json, and the v2.0 answer at threshold 0.
+        odds = float(got["null_score"][i] - got["score"][i])
+        assert odds == pytest.approx(want.null_odds[example.qas_id], abs=1e-4), i
+        assert want.predictions[example.qas_id] == ("" if odds > 0 else answers[i]), i
+        if len(windows[i]) == 1:
+            np.testing.assert_allclose(
+                got["start_logits"][i], results[features.index(windows[i][0])].start_logits,
+                atol=1e-5)
+    assert answers[len(rows) - 5:len(rows) - 3] == ["", ""]  # no words, no pieces
+    # The test sees answers that are not whole words, and best spans off window one.
+    assert any(a and a not in c.split() for a, (_, c) in zip(answers, rows))
+    assert any(answers[i] and not np.allclose(
+        got["start_logits"][i], results[features.index(windows[i][0])].start_logits)
+        for i in range(len(rows)))
+    assert loaded.max_query_length.numpy() == QUERY and loaded.doc_stride.numpy() == STRIDE
+    assert loaded.max_answer_length.numpy() == MAX_ANSWER
+    assert loaded.n_best_size.numpy() == N_BEST and loaded.seq_length.numpy() == SEQ
+
+
+def _final_text_cases(sample_data, tokenizer, count, seed=0):
+    """(pred_text, orig_text) of random piece spans, as `squad.candidate_text` builds
+    them."""
+    data = json.loads((sample_data / "squad" / "dev-v2.0-first5articles.json").read_text(
+        encoding="utf-8"))
+    contexts = [p["context"] for a in data["data"][:2] for p in a["paragraphs"][:3]]
+    contexts.append(ODD_CONTEXT)
+    rng = random.Random(seed)
+    cases = []
+    for i in range(count):
+        words = squad.split_context(contexts[i % len(contexts)])[0]
+        pieces, piece_to_word, _ = squad.tokenize_document(tokenizer, words)
+        start = rng.randrange(len(pieces))
+        end = min(len(pieces) - 1, start + rng.randrange(8))
+        pred = " ".join(pieces[start:end + 1]).replace(" ##", "").replace("##", "")
+        cases.append((" ".join(pred.split()),
+                      " ".join(words[piece_to_word[start]:piece_to_word[end] + 1])))
+    return cases + [("", "Anything"), ("papa", "Papa papa"), ("to", "tototo"),
+                    ("a", "a-a"), ("istanbul", "İstanbul"), ("smith", "Smith's"),
+                    ("not there", "Steve Smith's")]
+
+
+@pytest.mark.parametrize("do_lower_case", [True, False])
+def test_final_text_equals_get_final_text(sample_data, vocab_file, do_lower_case):
+    python_tokenizer = tokenization.FullTokenizer(vocab_file, do_lower_case)
+    cases = _final_text_cases(sample_data, python_tokenizer, 400)
+    tokenizer = tf_tokenization.TFBertTokenizer(vocab_file, do_lower_case)
+    project = tf.function(lambda p, o: export.final_text(tokenizer, p, o))
+    got = project(tf.constant([p for p, _ in cases]), tf.constant([o for _, o in cases]))
+    want = [squad.get_final_text(p, o, do_lower_case) for p, o in cases]
+    assert [g.decode() for g in got.numpy()] == want
+    assert sum(w != o for w, (_, o) in zip(want, cases)) > 50  # Not just orig_text.
+
+
+def _ner_sentences(sample_data) -> list[conll.Sentence]:
+    sentences = [s for s in conll.read_conll(str(sample_data / "sciner" / "dev.txt"))
+                 if len(s.words) >= 15][:10]
+    odd = ("\u200b", "ok", "x" * 250, "é", "Straße", "(1895-1943).")
+    return sentences + [conll.Sentence(words=odd, tags=("O",) * len(odd),
+                                       line_numbers=tuple(range(1, len(odd) + 1)))]
+
+
+@pytest.mark.parametrize("kind", ["fine_tuned", "feature_based"])
+def test_ner_export_tags_as_run_ner_predicts(config, vocab_file, sample_data, tmp_path,
+                                             kind):
+    seq_length, doc_stride = 16, 5
+    sentences = _ner_sentences(sample_data)
+    labels = conll.label_list(sentences)
+    keras.utils.set_random_seed(11)
+    if kind == "fine_tuned":
+        model = models.BertTokenClassifier(BertEncoder(config), config, len(labels))
+    else:
+        model = feature_based.BertFeatureBasedTagger(BertEncoder(config), config,
+                                                     len(labels), [1, 0], "concat",
+                                                     lstm_units=6)
+    path = export.export_task_model(model, str(tmp_path / "ner"), vocab_file, True,
+                                    seq_length, kind="ner", labels=labels,
+                                    doc_stride=doc_stride)
+    loaded = tf.saved_model.load(path)
+    features = conll.convert_sentences_to_features(
+        sentences, labels, tokenization.FullTokenizer(vocab_file, True), seq_length,
+        doc_stride)
+    assert len(features) > 3 * len(sentences)  # Many windows per sentence.
+    want = conll.predictions_to_tags(model(_model_inputs(features))["logits"].numpy(),
+                                     features, sentences, labels)
+    texts = [" ".join(s.words) for s in sentences] + ["", "  two\twords\n"]
+    got = loaded.signatures["serving_default"](text=tf.constant(texts))
+    tags = [[t.decode() for t in row if t] for row in got["tags"].numpy()]
+    words = [[w.decode() for w in row if w] for row in got["words"].numpy()]
+    assert tags[:len(sentences)] == want
+    assert words == [list(s.words) for s in sentences] + [[], ["two", "words"]]
+    assert len(tags[-1]) == 2 and all(t in labels for t in tags[-1])
+    assert len({t for row in want for t in row}) > 1  # The test tells labels apart.
+    assert [s.decode() for s in loaded.labels.numpy()] == labels
+    assert loaded.doc_stride.numpy() == doc_stride
+
+
+def _fail_to_save(module, path, signatures=None):
+    with open(os.path.join(path, "saved_model.pb"), "wb") as f:
+        f.write(b"half")
+    raise RuntimeError("killed midway")
+
+
+def test_task_export_errors_leave_nothing_behind(config, vocab_file, tmp_path, monkeypatch):
+    span = models.BertSpanLabeler(BertEncoder(config), config)
+    tagger = models.BertTokenClassifier(BertEncoder(config), config, 3)
+    target = str(tmp_path / "export")
+    with pytest.raises(ValueError, match=r"unknown option\(s\) \['max_query_length'\] of a "
+                                         r"ner export"):
+        export.export_task_model(tagger, target, vocab_file, True, 16, kind="ner",
+                                 labels=["O", "B-X", "I-X"], max_query_length=8)
+    with pytest.raises(ValueError, match="3 labels"):
+        export.export_task_model(models.BertTokenClassifier(BertEncoder(config), config, 5),
+                                 target, vocab_file, True, 16, kind="ner",
+                                 labels=["O", "B-X", "I-X"])
+    with pytest.raises(ValueError, match="needs the label list"):
+        export.export_task_model(tagger, target, vocab_file, True, 16, kind="ner")
+    with pytest.raises(ValueError, match="max_query_length"):
+        export.export_task_model(span, target, vocab_file, True, 16, kind="squad")
+    with pytest.raises(ValueError, match="no labels"):
+        export.export_task_model(span, target, vocab_file, True, 32, kind="squad",
+                                 labels=["a"], max_query_length=8)
+    monkeypatch.setattr(tf.saved_model, "save", _fail_to_save)
+    for kind, model, labels, options in (("squad", span, None, {"max_query_length": 8}),
+                                         ("ner", tagger, ["O", "B-X", "I-X"], {})):
+        with pytest.raises(RuntimeError, match="killed midway"):
+            export.export_task_model(model, target, vocab_file, True, 32, kind=kind,
+                                     labels=labels, **options)
+    assert os.listdir(tmp_path) == []
+    with pytest.raises(ValueError, match="only local paths"):
+        export.check_export_path("gs://bucket/export")
+    (tmp_path / "file").write_text("not a folder")
+    with pytest.raises(FileExistsError, match="is not a folder"):
+        export.check_export_path(str(tmp_path / "file"))
+    export.check_export_path(str(tmp_path / "new" / "export"))
