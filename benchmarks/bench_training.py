@@ -189,10 +189,15 @@ def spawn(impl, shape="", dtype="float32", xla=False, batch=8, steps=10, warmup=
     cmd = [sys.executable, os.path.abspath(__file__), "--worker", f"--impl={impl}",
            f"--shape={shape}", f"--dtype={dtype}", f"--batch={batch}", f"--steps={steps}",
            f"--warmup={warmup}"] + (["--xla"] if xla else [])
+    return run_worker(cmd)
+
+
+def run_worker(cmd):
+    """Runs a worker process; its last JSON line, or {"error": its last stderr line}."""
     result = subprocess.run(cmd, capture_output=True, text=True, cwd=REPO)
     lines = [l for l in result.stdout.splitlines() if l.startswith("{")]
     if result.returncode != 0 or not lines:
-        return {"error": (result.stderr.strip().splitlines() or ["?"])[-1][:120]}
+        return {"error": (result.stderr.strip().splitlines() or ["?"])[-1][:160]}
     return json.loads(lines[-1])
 
 

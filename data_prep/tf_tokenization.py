@@ -70,12 +70,8 @@ class TFBertTokenizer(tf.Module):
         self.sep_id = vocab[tokenization.SEP_TOKEN]
         self.vocab_size = len(vocab)
         self.vocab_file, self.vocab_table = _build_vocab_table(vocab_file, vocab)
-        self._wordpiece = tf_text.WordpieceTokenizer(
-            self.vocab_table,
-            suffix_indicator=tokenization.WORDPIECE_PREFIX,
-            max_bytes_per_word=_MAX_BYTES_PER_CHAR * max_input_chars_per_word,
-            token_out_type=tf.int64,
-            unknown_token=tokenization.UNK_TOKEN)
+        self._wordpiece = _wordpiece_tokenizer(
+            vocab, self.vocab_table, _MAX_BYTES_PER_CHAR * max_input_chars_per_word)
         self._build_patterns()
 
     def _build_patterns(self):
@@ -156,6 +152,31 @@ class TFBertTokenizer(tf.Module):
     def bert_pack_inputs(self, segments, seq_length: int) -> dict[str, tf.Tensor]:
         """Packs segments as `[CLS] A [SEP] (B [SEP])` with `bert_pack_inputs`."""
         return bert_pack_inputs(segments, seq_length, self.cls_id, self.sep_id)
+
+
+def _wordpiece_tokenizer(vocab, vocab_table, max_bytes_per_word):
+    """Greedy longest-match-first WordPiece over words that are already split.
+
+    `FastWordpieceTokenizer` (linear-time matching, about 2x the speed of the whole
+    tokenizer here) gives the same pieces as the classic greedy algorithm; it needs
+    the ids to be the positions 0..n-1 of the vocabulary list, which holds for every
+    released vocabulary. A vocabulary with gaps in its ids (a repeated line) falls
+    back to `WordpieceTokenizer` on the lookup table.
+    """
+    tokens = list(vocab)
+    if sorted(vocab.values()) == list(range(len(tokens))):
+        by_id = sorted(tokens, key=vocab.__getitem__)
+        try:
+            return tf_text.FastWordpieceTokenizer(
+                vocab=by_id, suffix_indicator=tokenization.WORDPIECE_PREFIX,
+                max_bytes_per_word=max_bytes_per_word, token_out_type=tf.int64,
+                unknown_token=tokenization.UNK_TOKEN, no_pretokenization=True)
+        except (RuntimeError, ValueError, tf.errors.OpError):
+            pass  # A token the fast model cannot hold: use the classic algorithm.
+    return tf_text.WordpieceTokenizer(
+        vocab_table, suffix_indicator=tokenization.WORDPIECE_PREFIX,
+        max_bytes_per_word=max_bytes_per_word, token_out_type=tf.int64,
+        unknown_token=tokenization.UNK_TOKEN)
 
 
 def _build_vocab_table(vocab_file, vocab):

@@ -57,6 +57,7 @@ import tensorflow_text as tf_text
 from absl import logging
 
 from data_prep import squad, tf_tokenization, tokenization
+from modeling import layers as bert_layers
 from modeling.encoder import INPUT_KEYS
 
 # Outputs of the encoder's __call__: the names of the official TF Hub BERT encoders.
@@ -120,6 +121,18 @@ def atomic_directory(export_path: str):
     except BaseException:
         shutil.rmtree(temp, ignore_errors=True)
         raise
+
+
+def standard_ops(export):
+    """Decorates an export function: what it traces holds only standard TensorFlow ops
+    (`modeling.layers.plain_ops`; training fuses element-wise chains with XLA)."""
+
+    @functools.wraps(export)
+    def wrapped(*args, **kwargs):
+        with bert_layers.plain_ops():
+            return export(*args, **kwargs)
+
+    return wrapped
 
 
 def save_atomically(module: tf.Module, export_path: str,
@@ -289,6 +302,7 @@ def encoder_signatures(module: EncoderModule) -> dict:
     return signatures
 
 
+@standard_ops
 def export_encoder(encoder, export_path: str, vocab_file: str, do_lower_case: bool,
                    masked_lm=None) -> str:
     """Exports `encoder` (and optionally its masked-LM head) as a TF Hub SavedModel.
@@ -380,6 +394,7 @@ class PreprocessingModule(tf.Module):
         self.__call__ = call
 
 
+@standard_ops
 def export_preprocessing(export_path: str, vocab_file: str, do_lower_case: bool,
                          seq_length: int = 128) -> str:
     """Exports the text -> BERT inputs preprocessing model. Returns the export path."""
@@ -929,6 +944,7 @@ def check_export_path(export_dir: str) -> None:
         raise FileExistsError(f"export path {export_dir} exists and is not a folder")
 
 
+@standard_ops
 def export_task_model(model, export_dir: str, vocab_file: str, do_lower_case: bool,
                       seq_length: int, kind: str = "classifier",
                       labels: Sequence[str] | None = None, **options) -> str:

@@ -142,7 +142,7 @@ class BertFeatureBasedTagger(keras.Model):
         rate = config.hidden_dropout_prob if dropout_rate is None else dropout_rate
         self.combination = LayerCombination(combination, len(self.feature_layers),
                                             name="combination", dtype=policy)
-        self.dropout = keras.layers.Dropout(rate, dtype=policy)
+        self.dropout = layers.Dropout(rate, dtype=policy)
         self.num_lstm_layers = num_lstm_layers
         # One attribute per layer (not a list): tf.train.Checkpoint tracks attributes.
         for i in range(num_lstm_layers):

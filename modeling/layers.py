@@ -9,6 +9,8 @@ Layer and weight names follow the original release's checkpoint names, so that
 
 from __future__ import annotations
 
+import contextlib
+import functools
 import math
 
 import keras
@@ -26,17 +28,67 @@ def gelu(x):
     return 0.5 * x * (1.0 + tf.tanh(math.sqrt(2.0 / math.pi) * (x + 0.044715 * cube)))
 
 
+def _gelu_grad(x, dy):
+    c = math.sqrt(2.0 / math.pi)
+    t = tf.tanh(c * (x + 0.044715 * x * x * x))
+    return dy * (0.5 * (1.0 + t) + 0.5 * x * (1.0 - t * t) * c * (1.0 + 0.134145 * x * x))
+
+
 def gelu_exact(x):
     """GELU with the exact erf (Hugging Face's "gelu")."""
     return 0.5 * x * (1.0 + tf.math.erf(x / math.sqrt(2.0)))
 
 
+def _gelu_exact_grad(x, dy):
+    return dy * (0.5 * (1.0 + tf.math.erf(x / math.sqrt(2.0)))
+                 + x * tf.exp(-0.5 * x * x) / math.sqrt(2.0 * math.pi))
+
+
+# Element-wise chains (GELU, LayerNorm) run as single XLA-compiled kernels while this is
+# True: unfused, each of their dozen ops is a pass over memory, which on CPU costs more
+# than a tenth of a training step. Exports set it to False (`plain_ops`), so that a
+# SavedModel holds only standard ops (TF Serving, TFLite and hub users need no XLA).
+_FUSE = [True]
+
+
+@contextlib.contextmanager
+def plain_ops():
+    """Within this block, layers trace their element-wise chains as plain TF ops."""
+    _FUSE.append(False)
+    try:
+        yield
+    finally:
+        _FUSE.pop()
+
+
+def fusing() -> bool:
+    return _FUSE[-1]
+
+
+def _fused(forward, backward):
+    """`forward` with gradient `backward(x, dy)`, both compiled as one kernel each."""
+    forward_xla = tf.function(forward, jit_compile=True, autograph=False)
+    backward_xla = tf.function(backward, jit_compile=True, autograph=False)
+
+    @tf.custom_gradient
+    def op(x):
+        return forward_xla(x), lambda dy: backward_xla(x, dy)
+
+    def call(x):
+        return op(x) if fusing() else forward(x)
+
+    return call
+
+
+_ACTIVATIONS = {"gelu": _fused(gelu, _gelu_grad),
+                "gelu_exact": _fused(gelu_exact, _gelu_exact_grad),
+                "relu": tf.nn.relu, "tanh": tf.tanh, "linear": tf.identity}
+
+
 def get_activation(name: str):
-    table = {"gelu": gelu, "gelu_exact": gelu_exact, "relu": tf.nn.relu,
-             "tanh": tf.tanh, "linear": tf.identity}
-    if name not in table:
-        raise ValueError(f"unknown activation {name!r}; choose one of {sorted(table)}")
-    return table[name]
+    if name not in _ACTIVATIONS:
+        raise ValueError(f"unknown activation {name!r}; choose one of {sorted(_ACTIVATIONS)}")
+    return _ACTIVATIONS[name]
 
 
 def initializer(config: BertConfig):
@@ -62,14 +114,98 @@ class LayerNorm(keras.layers.Layer):
         self.beta = self.add_weight(name="beta", shape=(width,), initializer="zeros")
 
     def call(self, x):
-        dtype = x.dtype
-        x = tf.cast(x, tf.float32)
-        mean, variance = tf.nn.moments(x, axes=[-1], keepdims=True)
-        x = (x - mean) * tf.math.rsqrt(variance + self.epsilon)
-        return tf.cast(x * self.gamma + self.beta, dtype)
+        if fusing():
+            # Reads, not variables: the custom gradient returns their gradients.
+            return _fused_layer_norm(self.epsilon)(
+                x, tf.convert_to_tensor(self.gamma), tf.convert_to_tensor(self.beta))
+        return _layer_norm(x, self.gamma, self.beta, self.epsilon)
 
     def compute_output_spec(self, x):
         return keras.KerasTensor(x.shape, x.dtype)
+
+
+def _layer_norm(x, gamma, beta, epsilon):
+    """LayerNorm in float32 over the last axis; returns x's dtype."""
+    dtype = x.dtype
+    x = tf.cast(x, tf.float32)
+    mean, variance = tf.nn.moments(x, axes=[-1], keepdims=True)
+    x = (x - mean) * tf.math.rsqrt(variance + epsilon)
+    return tf.cast(x * gamma + beta, dtype)
+
+
+@functools.lru_cache(maxsize=None)
+def _fused_layer_norm(epsilon: float):
+    """`_layer_norm` with its gradient, each one XLA-compiled kernel."""
+
+    def normalized(x):
+        x = tf.cast(x, tf.float32)
+        mean, variance = tf.nn.moments(x, axes=[-1], keepdims=True)
+        inv_std = tf.math.rsqrt(variance + epsilon)
+        return (x - mean) * inv_std, inv_std
+
+    @tf.function(jit_compile=True, autograph=False)
+    def forward(x, gamma, beta):
+        return tf.cast(normalized(x)[0] * gamma + beta, x.dtype)
+
+    @tf.function(jit_compile=True, autograph=False)
+    def backward(x, gamma, dy):
+        x_hat, inv_std = normalized(x)
+        dy32 = tf.cast(dy, tf.float32)
+        axes = list(range(len(x.shape) - 1))
+        d_gamma = tf.reduce_sum(dy32 * x_hat, axis=axes)
+        d_beta = tf.reduce_sum(dy32, axis=axes)
+        d_x_hat = dy32 * gamma
+        d_x = inv_std * (d_x_hat - tf.reduce_mean(d_x_hat, axis=-1, keepdims=True)
+                         - x_hat * tf.reduce_mean(d_x_hat * x_hat, axis=-1, keepdims=True))
+        return tf.cast(d_x, x.dtype), d_gamma, d_beta
+
+    @tf.custom_gradient
+    def op(x, gamma, beta):
+        return forward(x, gamma, beta), lambda dy: backward(x, gamma, dy)
+
+    return op
+
+
+class Dropout(keras.layers.Dropout):
+    """Keras `Dropout` with a mask that costs half as much to draw.
+
+    Each element takes 16 random bits (two per 32-bit Philox word, where Keras draws a
+    float per element) and the mask is applied, and in the backward pass re-applied to
+    the gradient, by one XLA-compiled kernel. Drawing random numbers is the largest
+    element-wise cost of a BERT training step on CPU (the attention-probability mask is
+    [B, N, S, S]), and this halves it. An element is dropped with probability
+    round(rate * 65536) / 65536 (0.1 -> 0.10001). Seeds come from the layer's Keras
+    seed generator, as Keras' own. Under `plain_ops()`, and for a noise shape, this
+    is Keras' dropout.
+    """
+
+    def call(self, inputs, training=False):
+        if (not training or self.rate == 0 or self.noise_shape is not None
+                or not fusing()):
+            return super().call(inputs, training=training)
+        seed = tf.cast(tf.math.floormod(self.seed_generator.next(), tf.int32.max - 1),
+                       tf.int32)
+        words = tf.random.stateless_uniform([(tf.size(inputs) + 1) // 2], seed,
+                                            dtype=tf.uint32, minval=None, maxval=None)
+        bits = tf.reshape(tf.bitcast(words, tf.uint16), [-1])
+        return _dropout_kernel(float(self.rate))(inputs, bits)
+
+
+@functools.lru_cache(maxsize=None)
+def _dropout_kernel(rate: float):
+    threshold = round(rate * 65536)
+    scale = 1.0 / (1.0 - rate)
+
+    @tf.function(jit_compile=True, autograph=False)
+    def apply(x, bits):
+        keep = tf.reshape(bits[:tf.size(x)], tf.shape(x)) >= threshold
+        return tf.where(keep, x * tf.cast(scale, x.dtype), tf.zeros_like(x))
+
+    @tf.custom_gradient
+    def op(x, bits):
+        return apply(x, bits), lambda dy: (apply(dy, bits), None)
+
+    return op
 
 
 def _dense(config: BertConfig, units: int, name: str, policy, activation=None):
@@ -88,7 +224,7 @@ class BertEmbeddings(keras.layers.Layer):
         super().__init__(**kwargs)
         self.config = config
         self.layer_norm = LayerNorm(name="LayerNorm")
-        self.dropout = keras.layers.Dropout(config.hidden_dropout_prob, dtype=self.dtype_policy)
+        self.dropout = Dropout(config.hidden_dropout_prob, dtype=self.dtype_policy)
 
     def build(self, input_shape):
         c = self.config
@@ -129,7 +265,7 @@ class SelfAttention(keras.layers.Layer):
         self.query = _dense(config, config.hidden_size, "query", policy)
         self.key = _dense(config, config.hidden_size, "key", policy)
         self.value = _dense(config, config.hidden_size, "value", policy)
-        self.dropout = keras.layers.Dropout(config.attention_probs_dropout_prob, dtype=policy)
+        self.dropout = Dropout(config.attention_probs_dropout_prob, dtype=policy)
 
     def build(self, input_shape):
         for layer in (self.query, self.key, self.value):
@@ -164,7 +300,7 @@ class DenseResidualNorm(keras.layers.Layer):
     def __init__(self, config: BertConfig, **kwargs):
         super().__init__(**kwargs)
         self.dense = _dense(config, config.hidden_size, "dense", self.dtype_policy)
-        self.dropout = keras.layers.Dropout(config.hidden_dropout_prob, dtype=self.dtype_policy)
+        self.dropout = Dropout(config.hidden_dropout_prob, dtype=self.dtype_policy)
         self.layer_norm = LayerNorm(name="LayerNorm")
 
     def build(self, input_shape):

@@ -108,6 +108,20 @@ def encoder_path(pretrainer, vocab_file, tmp_path_factory):
 # The encoder SavedModel, read back by hub.load, TFSMLayer, saved_model_cli.
 
 
+def test_export_holds_only_standard_ops(encoder_path):
+    # Training fuses element-wise chains with XLA; an export must not (TF Serving,
+    # TFLite and hub users without XLA). The encoder was built and called before export.
+    from tensorflow.core.protobuf import saved_model_pb2
+    proto = saved_model_pb2.SavedModel()
+    with open(os.path.join(encoder_path, "saved_model.pb"), "rb") as f:
+        proto.ParseFromString(f.read())
+    functions = proto.meta_graphs[0].graph_def.library.function
+    assert len(functions) > 5
+    compiled = [f.signature.name for f in functions
+                if f.attr["_XlaMustCompile"].b or "XlaLaunch" in str(f.node_def)]
+    assert not compiled
+
+
 def test_hub_load_matches_in_memory_encoder(encoder_path, encoder, vocab_file):
     loaded = tf.saved_model.load(encoder_path)
     for batch, seq in ((2, 5), (3, 64)):

@@ -1,5 +1,6 @@
 """Tiny-config tests of the encoder, heads and task models (fast, CPU)."""
 
+import contextlib
 import json
 import math
 
@@ -164,6 +165,61 @@ def test_layer_norm_runs_in_float32_and_keeps_input_dtype():
     ref = (ref - tf.reduce_mean(ref, -1, keepdims=True)) / tf.math.reduce_std(
         ref, -1, keepdims=True)
     np.testing.assert_allclose(tf.cast(y, tf.float32), ref, atol=0.02)
+
+
+@pytest.mark.parametrize("dtype, atol", [(tf.float32, 1e-4), (tf.bfloat16, 0.07)])
+def test_fused_kernels_equal_plain_ops_with_gradients(dtype, atol):
+    # Training runs GELU and LayerNorm as XLA-compiled kernels with hand-written
+    # gradients; plain_ops() (used by exports) traces the plain TF ops. Both must agree
+    # in value and in every gradient.
+    rng = np.random.default_rng(5)
+    x = tf.cast(rng.normal(size=(3, 6, 48)) * 3 + 0.5, dtype)
+    norm = layers.LayerNorm()
+    norm.build(x.shape)
+    norm.gamma.assign(rng.normal(size=48).astype(np.float32))
+    norm.beta.assign(rng.normal(size=48).astype(np.float32))
+    weights = tf.constant(rng.normal(size=(3, 6, 48)), tf.float32)
+    functions = {"layer_norm": norm, "gelu": layers.get_activation("gelu"),
+                 "gelu_exact": layers.get_activation("gelu_exact")}
+    for name, fn in functions.items():
+        results = []
+        for fused in (True, False):
+            context = contextlib.nullcontext() if fused else layers.plain_ops()
+            with context, tf.GradientTape() as tape:
+                tape.watch(x)
+                y = fn(x)
+                loss = tf.reduce_sum(tf.cast(y, tf.float32) * weights)
+            assert layers.fusing() is True
+            assert y.dtype == dtype
+            sources = [x] + ([norm.gamma, norm.beta] if name == "layer_norm" else [])
+            results.append([y] + tape.gradient(loss, sources))
+        for got, want in zip(*results):
+            scale = max(1.0, float(tf.reduce_max(tf.abs(tf.cast(want, tf.float32)))))
+            np.testing.assert_allclose(tf.cast(got, tf.float32), tf.cast(want, tf.float32),
+                                       atol=atol * scale, err_msg=name)
+
+
+@pytest.mark.parametrize("dtype", ["float32", "bfloat16"])
+def test_dropout_drops_at_its_rate_and_masks_the_gradient(dtype):
+    dropout = layers.Dropout(0.1, seed=7, dtype=dtype)
+    x = tf.ones([4, 50, 501], dtype)  # odd size: the last 16-bit draw is unused
+    with tf.GradientTape() as tape:
+        tape.watch(x)
+        y = dropout(x, training=True)
+        loss = tf.reduce_sum(tf.cast(y, tf.float32) * 3.0)
+    grad = tape.gradient(loss, x)
+    y = tf.cast(y, tf.float32).numpy()
+    scale = float(tf.cast(1 / 0.9, dtype))
+    assert set(np.unique(y)) == {0.0, scale}
+    assert abs((y == 0).mean() - 0.1) < 0.004  # 100,200 draws: 4 sigma is 0.004
+    # The gradient is the same mask: 3 x scale where kept, 0 where dropped.
+    np.testing.assert_allclose(tf.cast(grad, tf.float32), y * 3.0, rtol=1e-2)
+    # Fresh masks per call; identity when not training; Keras' op under plain_ops().
+    assert (tf.cast(dropout(x, training=True), tf.float32).numpy() != y).any()
+    assert dropout(x, training=False) is x or np.array_equal(dropout(x), x)
+    with layers.plain_ops():
+        z = tf.cast(dropout(x, training=True), tf.float32).numpy()
+    assert abs((z == 0).mean() - 0.1) < 0.004
 
 
 def test_masked_lm_head_is_tied_to_word_embeddings(config, encoder):

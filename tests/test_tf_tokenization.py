@@ -64,6 +64,22 @@ def test_identical_to_python_on_real_text(text_lines, vocab_file, cased_vocab_fi
     assert not mismatches[:3]
 
 
+def test_fast_and_classic_wordpiece_agree_on_real_text(text_lines, vocab_file):
+    # Released vocabularies take FastWordpieceTokenizer; a vocabulary with gaps in
+    # its ids takes the classic WordpieceTokenizer. Both must give the same pieces.
+    tokenizer = tf_tokenization.TFBertTokenizer(vocab_file)
+    assert isinstance(tokenizer._wordpiece, tensorflow_text.FastWordpieceTokenizer)
+    vocab = tokenization.load_vocab(vocab_file)
+    classic = tf_tokenization._wordpiece_tokenizer(
+        dict(vocab, **{"[UNUSED-GAP]": len(vocab) + 5}), tokenizer.vocab_table,
+        4 * tokenization.MAX_INPUT_CHARS_PER_WORD)
+    assert isinstance(classic, tensorflow_text.WordpieceTokenizer)
+    words = tokenizer.split_words(tf.constant(text_lines[:20000]))
+    fast_ids = tokenizer._wordpiece.tokenize(words)
+    assert fast_ids.flat_values.shape[0] > 100_000
+    assert fast_ids.to_list() == classic.tokenize(words).to_list()
+
+
 def test_tiny_vocab_cases(tmp_path):
     path = write_vocab(tmp_path / "tiny.txt", TINY_VOCAB)
     for lower in (True, False):
