@@ -28,7 +28,9 @@ class MaskedLMHead(keras.layers.Layer):
     """
 
     def __init__(self, config: BertConfig, **kwargs):
-        super().__init__(**kwargs)
+        # No input autocast: Keras would cast the float32 embedding table passed to
+        # `call` to the compute dtype (a [V, H] cast each step, and a rounded decoder).
+        super().__init__(autocast=False, **kwargs)
         self.config = config
         self.transform_dense = layers._dense(
             config, config.hidden_size, "transform_dense", self.dtype_policy,
@@ -40,7 +42,8 @@ class MaskedLMHead(keras.layers.Layer):
         self.transform_dense.build(hidden)
         self.transform_layer_norm.build(hidden)
         self.output_bias = self.add_weight(
-            name="output_bias", shape=(self.config.vocab_size,), initializer="zeros")
+            name="output_bias", shape=(self.config.vocab_size,), initializer="zeros",
+            autocast=False)
 
     def call(self, sequence_output, masked_lm_positions, word_embeddings):
         """Returns float32 logits [B, P, V].
@@ -55,11 +58,14 @@ class MaskedLMHead(keras.layers.Layer):
         # A 2-D [B*P, H] x [H, V] product: a batched [B, P, H] x [V, H] one broadcasts
         # the table, and its gradient then builds a [B, V, H] tensor to sum over B
         # (375 MB for BERT-base at batch 8), which cost a third of a CPU training step.
+        # It runs in float32 whatever the policy: the logits feed a 30k-way softmax,
+        # the table is kept in float32 (so nothing casts it), and on CPUs without
+        # bfloat16 units this skinny product is slower in bfloat16.
         batch_shape = tf.shape(x)[:-1]
-        flat = tf.reshape(x, [-1, self.config.hidden_size])
-        logits = tf.matmul(flat, tf.cast(word_embeddings, x.dtype), transpose_b=True)
-        logits = tf.reshape(logits, tf.concat([batch_shape, [self.config.vocab_size]], 0))
-        return tf.cast(logits + self.output_bias, tf.float32)
+        flat = tf.cast(tf.reshape(x, [-1, self.config.hidden_size]), tf.float32)
+        logits = layers.decoder_logits(flat, tf.cast(word_embeddings, tf.float32),
+                                       tf.convert_to_tensor(self.output_bias))
+        return tf.reshape(logits, tf.concat([batch_shape, [self.config.vocab_size]], 0))
 
 
 class PooledClassifierHead(keras.layers.Layer):

@@ -166,6 +166,36 @@ def _fused_layer_norm(epsilon: float):
     return op
 
 
+def _decoder_logits(x, table, bias):
+    return tf.matmul(x, table, transpose_b=True) + bias
+
+
+_decoder_logits_xla = tf.function(_decoder_logits, jit_compile=True, autograph=False)
+
+
+@tf.custom_gradient
+def _fused_decoder_logits(x, table, bias):
+    def backward(dy):
+        return (tf.matmul(dy, table), tf.matmul(dy, x, transpose_a=True),
+                tf.reduce_sum(dy, axis=0))
+
+    return _decoder_logits_xla(x, table, bias), backward
+
+
+def decoder_logits(x, table, bias):
+    """x [M, H] times the transposed table [V, H], plus bias [V]: logits [M, V].
+
+    The masked-LM output layer. A [M, H] x [H, V] product with M small (the masked
+    positions of a batch) and V about 30k is a skinny shape that TensorFlow's own
+    kernel runs at a third of the matrix-multiply rate on CPU; XLA's runs it 1.4-1.8x
+    faster (measured on the forward product and the whole head with its gradient).
+    The gradient products are TensorFlow's, which were the faster ones there.
+    """
+    if fusing():
+        return _fused_decoder_logits(x, table, bias)
+    return _decoder_logits(x, table, bias)
+
+
 class Dropout(keras.layers.Dropout):
     """Keras `Dropout` with a mask that costs half as much to draw.
 
@@ -229,14 +259,19 @@ class BertEmbeddings(keras.layers.Layer):
     def build(self, input_shape):
         c = self.config
         init = initializer(c)
+        # Read in float32 under a mixed policy (no autocast): the lookup gathers rows
+        # of the float32 tables and the sum and LayerNorm run in float32 before the
+        # cast, instead of casting the whole [V, H] table each step. The masked-LM
+        # decoder also uses the word table in float32.
         self.word_embeddings = self.add_weight(
-            name="word_embeddings", shape=(c.vocab_size, c.hidden_size), initializer=init)
+            name="word_embeddings", shape=(c.vocab_size, c.hidden_size), initializer=init,
+            autocast=False)
         self.token_type_embeddings = self.add_weight(
             name="token_type_embeddings", shape=(c.type_vocab_size, c.hidden_size),
-            initializer=init)
+            initializer=init, autocast=False)
         self.position_embeddings = self.add_weight(
             name="position_embeddings", shape=(c.max_position_embeddings, c.hidden_size),
-            initializer=init)
+            initializer=init, autocast=False)
         self.layer_norm.build((None, None, c.hidden_size))
 
     def call(self, input_word_ids, input_type_ids, training=False):

@@ -156,6 +156,20 @@ def test_mixed_precision_dtypes(config, dtype, compute):
                                ref(inputs)["sequence_output"], atol=0.1)
 
 
+def test_mixed_precision_never_casts_the_vocabulary_tables(config):
+    # The embedding lookup gathers float32 rows (casting the [V, H] table would cost a
+    # pass over it each step) and the masked-LM decoder multiplies by the float32 table.
+    pretrainer = models.BertPretrainer(BertEncoder(config, dtype="bfloat16"), config)
+    inputs = dict(make_inputs(), masked_lm_positions=np.array([[1, 2]] * 3, np.int32))
+    graph = tf.function(lambda: pretrainer(inputs, training=True)).get_concrete_function(
+        ).graph
+    casts = [op for op in graph.get_operations() if op.type == "Cast"]
+    assert casts  # the layers do cast their [H, H] kernels and activations
+    vocab_casts = [op.name for op in casts if op.inputs[0].shape.rank is not None
+                   and config.vocab_size in op.inputs[0].shape.as_list()]
+    assert vocab_casts == []
+
+
 def test_layer_norm_runs_in_float32_and_keeps_input_dtype():
     norm = layers.LayerNorm()
     x = tf.constant(np.random.default_rng(0).normal(size=(2, 3, 8)) * 100, tf.bfloat16)
@@ -197,6 +211,28 @@ def test_fused_kernels_equal_plain_ops_with_gradients(dtype, atol):
             scale = max(1.0, float(tf.reduce_max(tf.abs(tf.cast(want, tf.float32)))))
             np.testing.assert_allclose(tf.cast(got, tf.float32), tf.cast(want, tf.float32),
                                        atol=atol * scale, err_msg=name)
+
+
+def test_fused_decoder_equals_plain_ops_with_gradients():
+    # The masked-LM output layer: XLA forward, TensorFlow gradient products; the same
+    # values and gradients (of the hidden states, the table and the bias) as plain ops.
+    rng = np.random.default_rng(6)
+    x = tf.constant(rng.normal(size=(10, 24)), tf.float32)
+    table = tf.constant(rng.normal(size=(77, 24)), tf.float32)
+    bias = tf.constant(rng.normal(size=77), tf.float32)
+    labels = rng.integers(0, 77, size=10)
+    results = []
+    for context in (contextlib.nullcontext(), layers.plain_ops()):
+        with context, tf.GradientTape() as tape:
+            tape.watch([x, table, bias])
+            logits = layers.decoder_logits(x, table, bias)
+            loss = tf.reduce_sum(tf.nn.sparse_softmax_cross_entropy_with_logits(
+                labels, logits))
+        results.append([logits] + tape.gradient(loss, [x, table, bias]))
+    np.testing.assert_allclose(results[0][0], x.numpy() @ table.numpy().T + bias.numpy(),
+                               rtol=1e-5, atol=1e-5)
+    for got, want in zip(*results):
+        np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5)
 
 
 @pytest.mark.parametrize("dtype", ["float32", "bfloat16"])
