@@ -143,7 +143,7 @@ def classification_data(n=256, seq=8, seed=0):
 
 
 def train_classifier(tmp_path, name, accumulation=1, steps=6, dtype="float32", lr=1e-3,
-                     seed=7, restore=False):
+                     seed=7, restore=False, xla=False):
     keras.utils.set_random_seed(seed)
     config = BertConfig(**TINY)
     strategy = tf.distribute.OneDeviceStrategy("/cpu:0")
@@ -152,7 +152,8 @@ def train_classifier(tmp_path, name, accumulation=1, steps=6, dtype="float32", l
     trainer = training.Trainer(strategy, model, ClassificationTask(), str(tmp_path / name),
                                learning_rate=lr, num_train_steps=steps, num_warmup_steps=0,
                                steps_per_loop=2, save_checkpoints_steps=100,
-                               gradient_accumulation_steps=accumulation, dtype=dtype)
+                               gradient_accumulation_steps=accumulation, dtype=dtype,
+                               enable_xla=xla)
     if restore:
         assert trainer.restore_or_initialize()
     data = classification_data()
@@ -169,6 +170,35 @@ def test_gradient_accumulation_equals_the_full_batch(tmp_path):
     _, accumulated, _ = train_classifier(tmp_path, "acc", accumulation=4)
     for a, b in zip(full.weights, accumulated.weights):
         np.testing.assert_allclose(a.numpy(), b.numpy(), atol=2e-5)
+
+
+def test_xla_compiled_step_equals_the_plain_step(tmp_path):
+    # --enable_xla compiles the whole step (forward, gradients, clipping, AdamW) as one
+    # XLA program; it must train the same weights as the op-by-op step.
+    _, plain, plain_summary = train_classifier(tmp_path, "plain")
+    _, compiled, compiled_summary = train_classifier(tmp_path, "xla", xla=True)
+    assert compiled_summary["global_step"] == plain_summary["global_step"] == 6
+    assert compiled_summary["loss"] == pytest.approx(plain_summary["loss"], rel=1e-5)
+    unmoved = []
+    for a, b, initial in zip(plain.weights, compiled.weights, train_classifier_initial()):
+        np.testing.assert_allclose(b.numpy(), a.numpy(), atol=2e-6, err_msg=a.path)
+        if np.allclose(a.numpy(), initial):
+            unmoved.append(a.path)
+    # Every weight trained (so the check has teeth) but the key biases, whose gradient
+    # is zero: a softmax is unchanged by a constant added to all of a query's scores.
+    assert unmoved == [f"layer_{i}/attention_self/key/bias" for i in range(2)]
+    _, mixed, summary = train_classifier(tmp_path, "xla_bf16", dtype="bfloat16", xla=True)
+    assert np.isfinite(summary["loss"])
+    assert all(w.dtype == "float32" for w in mixed.weights)
+
+
+def train_classifier_initial(seed=7):
+    """The initial weights of `train_classifier`'s model (same seed, no training)."""
+    keras.utils.set_random_seed(seed)
+    config = BertConfig(**TINY)
+    model = models.BertClassifier(BertEncoder(config), config, 2)
+    model(classification_data(n=2), training=False)
+    return [w.numpy() for w in model.weights]
 
 
 def test_training_learns_evaluates_predicts_and_resumes(tmp_path):
