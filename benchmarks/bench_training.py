@@ -217,6 +217,10 @@ def main():
     parser.add_argument("--steps", type=int, default=10)
     parser.add_argument("--warmup", type=int, default=3)
     parser.add_argument("--repeats", type=int, default=2)
+    parser.add_argument("--skip", default="",
+                        help="impl:dtype pairs not to run, comma-separated, e.g. "
+                             "hf:bfloat16 (PyTorch's bfloat16 step takes minutes on CPUs "
+                             "without bfloat16 units, AMX or AVX512-BF16).")
     parser.add_argument("--json_out", default=None, help="Also write the rows as JSON.")
     args = parser.parse_args()
     if args.worker:
@@ -224,10 +228,13 @@ def main():
         return
 
     xla_modes = {"off": [False], "on": [True], "both": [False, True]}[args.xla_modes]
+    skip = {tuple(pair.split(":")) for pair in args.skip.split(",") if pair}
     configs = []
     for shape in args.shapes.split(","):
         for dtype in args.dtypes.split(","):
             for impl in args.impls.split(","):
+                if (impl, dtype) in skip:
+                    continue
                 for xla in (xla_modes if impl != "hf" else [False]):
                     configs.append((shape, dtype, impl, xla))
     limits = {d: [] for d in args.dtypes.split(",")}

@@ -79,6 +79,10 @@ def parse_args(argv=None) -> argparse.Namespace:
     parser.add_argument("--num_train_epochs", type=float, default=4.0)
     parser.add_argument("--warmup_proportion", type=float, default=0.1)
     parser.add_argument("--weight_decay", type=float, default=0.01)
+    parser.add_argument("--dtype", default="float32", choices=("float32", "bfloat16"),
+                        help="Compute dtype of both systems: bfloat16 is run_squad.py's "
+                             "--dtype=bfloat16 and torch.autocast(\"cpu\", bfloat16) for "
+                             "Hugging Face (float32 weights and optimizer in both).")
     parser.add_argument("--systems", default="ours,hf",
                         help="Which to run: ours, hf, hf_bert_adam.")
     parser.add_argument("--extra_flags", default="",
@@ -152,6 +156,7 @@ def run_ours(args, train_file: str, eval_file: str, run_dir: str) -> dict:
         f"--num_train_epochs={args.num_train_epochs}",
         f"--warmup_proportion={args.warmup_proportion}",
         f"--weight_decay_rate={args.weight_decay}", f"--seed={args.seed}",
+        f"--dtype={args.dtype}",
         "--save_checkpoints_steps=100000", "--steps_per_loop=4",
         f"--output_dir={run_dir}", *args.extra_flags.split()]
     start = time.time()
@@ -255,6 +260,12 @@ def make_optimizer(model, args, total: int, warmup: int, bert_adam: bool):
     return optimizer, torch.optim.lr_scheduler.LambdaLR(optimizer, rate)
 
 
+def autocast(args):
+    """bfloat16 autocast of the forward pass for --dtype=bfloat16, else a no-op."""
+    import torch
+    return torch.autocast("cpu", dtype=torch.bfloat16, enabled=args.dtype == "bfloat16")
+
+
 def run_hf(args, train_file: str, eval_file: str, run_dir: str,
            bert_adam: bool = False) -> dict:
     import torch
@@ -278,7 +289,8 @@ def run_hf(args, train_file: str, eval_file: str, run_dir: str,
     loss = float("nan")
     for step in range(total):
         index = order[step * args.batch_size:(step + 1) * args.batch_size]
-        output = model(**{k: v[index] for k, v in train.items()})
+        with autocast(args):
+            output = model(**{k: v[index] for k, v in train.items()})
         output.loss.backward()
         torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
         optimizer.step()
@@ -305,9 +317,10 @@ def evaluate_hf(model, args, eval_file: str, run_dir: str) -> dict:
     with torch.no_grad():
         for first in range(0, len(features), args.predict_batch_size):
             batch = slice(first, first + args.predict_batch_size)
-            output = model(**{k: v[batch] for k, v in inputs.items()})
-            for feature, start, end in zip(features[batch], output.start_logits,
-                                           output.end_logits):
+            with autocast(args):
+                output = model(**{k: v[batch] for k, v in inputs.items()})
+            for feature, start, end in zip(features[batch], output.start_logits.float(),
+                                           output.end_logits.float()):
                 results.append(squad.RawResult(feature.unique_id, start.numpy(),
                                                end.numpy()))
     predictions = squad.compute_predictions(examples, features, results,
@@ -334,7 +347,7 @@ def summarize(results: dict, baseline: float, args) -> str:
              f"{args.doc_stride}, batch {args.batch_size}, learning rate "
              f"{args.learning_rate}, {args.num_train_epochs} epochs, warmup "
              f"{args.warmup_proportion}, weight decay {args.weight_decay}, seed "
-             f"{args.seed}; evaluated on article {args.eval_article}.", "",
+             f"{args.seed}, {args.dtype}; evaluated on article {args.eval_article}.", "",
              "| system | " + " | ".join(_COLUMNS) + " | steps | final loss | wall (s) |",
              "|---" * (len(_COLUMNS) + 4) + "|"]
     for system, run in results.items():
