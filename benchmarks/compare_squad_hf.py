@@ -22,6 +22,9 @@ peak learning rate, warmup proportion, epochs, weight decay and seed.
   bias-corrected, like torch's). Without bias correction the early updates are larger
   (at step t by (1 - 0.9^t) / sqrt(1 - 0.999^t): 6.5x at step 10, 2.4x at step 190),
   which matters on runs of a few hundred steps.
+* hf_original_schedule: torch AdamW (bias-corrected, as run_squad.py's default) with the
+  original release's schedule (linear decay measured from step 0, as run_squad.py),
+  instead of Hugging Face's decay from the end of warmup: the same recipe as ours.
 
 The number of training steps is int(features / batch size x epochs) for both. The
 answer-nothing baseline (every question predicted unanswerable) is the share of
@@ -84,7 +87,8 @@ def parse_args(argv=None) -> argparse.Namespace:
                              "--dtype=bfloat16 and torch.autocast(\"cpu\", bfloat16) for "
                              "Hugging Face (float32 weights and optimizer in both).")
     parser.add_argument("--systems", default="ours,hf",
-                        help="Which to run: ours, hf, hf_bert_adam.")
+                        help="Which to run: ours, hf, hf_original_schedule, "
+                             "hf_bert_adam.")
     parser.add_argument("--extra_flags", default="",
                         help="More flags for run_squad.py, space-separated.")
     args = parser.parse_args(argv)
@@ -236,8 +240,9 @@ def bert_adam_class():
     return BertAdam
 
 
-def make_optimizer(model, args, total: int, warmup: int, bert_adam: bool):
-    """(optimizer, scheduler): torch AdamW + HF schedule, or the original release's."""
+def make_optimizer(model, args, total: int, warmup: int, system: str):
+    """(optimizer, scheduler): torch AdamW or the original release's optimizer, with
+    Hugging Face's schedule or the original release's (see the module docstring)."""
     import torch
     from transformers import get_linear_schedule_with_warmup
     no_decay = ("bias", "LayerNorm.weight")
@@ -247,10 +252,12 @@ def make_optimizer(model, args, total: int, warmup: int, bert_adam: bool):
          "weight_decay": args.weight_decay},
         {"params": [p for n, p in model.named_parameters()
                     if any(k in n for k in no_decay)], "weight_decay": 0.0}]
-    if not bert_adam:
+    if system == "hf_bert_adam":
+        optimizer = bert_adam_class()(groups, lr=args.learning_rate)
+    else:
         optimizer = torch.optim.AdamW(groups, lr=args.learning_rate, eps=1e-6)
+    if system == "hf":
         return optimizer, get_linear_schedule_with_warmup(optimizer, warmup, total)
-    optimizer = bert_adam_class()(groups, lr=args.learning_rate)
 
     def rate(step):  # As modeling.optimization.learning_rate_schedule.
         if step < warmup:
@@ -267,7 +274,7 @@ def autocast(args):
 
 
 def run_hf(args, train_file: str, eval_file: str, run_dir: str,
-           bert_adam: bool = False) -> dict:
+           system: str = "hf") -> dict:
     import torch
     from transformers import BertForQuestionAnswering
 
@@ -280,7 +287,7 @@ def run_hf(args, train_file: str, eval_file: str, run_dir: str,
     train = _tensors(train_features, with_labels=True)
     model = BertForQuestionAnswering.from_pretrained(args.checkpoint)
     total, warmup = schedule(len(train_features), args)
-    optimizer, scheduler = make_optimizer(model, args, total, warmup, bert_adam)
+    optimizer, scheduler = make_optimizer(model, args, total, warmup, system)
     generator = torch.Generator().manual_seed(args.seed)
     # Batches run across epoch boundaries, as a repeated, shuffled tf.data stream does.
     order = torch.cat([torch.randperm(len(train_features), generator=generator)
@@ -301,7 +308,7 @@ def run_hf(args, train_file: str, eval_file: str, run_dir: str,
             print(f"hf step {step + 1}/{total} loss {loss:.4f} "
                   f"{time.time() - start:.0f} s", flush=True)
     results = evaluate_hf(model, args, eval_file, run_dir)
-    return {"system": "hf_bert_adam" if bert_adam else "hf",
+    return {"system": system,
             "wall_s": time.time() - start, "results": results,
             "num_train_features": len(train_features), "num_train_steps": total,
             "final_loss": loss}
@@ -381,9 +388,8 @@ def main(argv=None) -> None:
             run_dir = os.path.join(args.output_dir, system)
             if system == "ours":
                 result = run_ours(args, train_file, eval_file, run_dir)
-            elif system in ("hf", "hf_bert_adam"):
-                result = run_hf(args, train_file, eval_file, run_dir,
-                                bert_adam=system == "hf_bert_adam")
+            elif system in ("hf", "hf_original_schedule", "hf_bert_adam"):
+                result = run_hf(args, train_file, eval_file, run_dir, system)
             else:
                 raise ValueError(f"unknown system {system!r}")
             result["settings"] = vars(args)
