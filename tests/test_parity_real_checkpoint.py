@@ -138,3 +138,61 @@ def test_extract_features_output_equals_in_memory_model(models, minilm_dir, tmp_
                 want = out[entry["index"]].numpy()[0, position]
                 np.testing.assert_allclose(entry["values"], want, atol=2e-5)
     assert not (tmp_path / "features.jsonl.tmp").exists()
+
+
+def test_squad_span_loss_and_gradients_equal_hugging_face(minilm_dir):
+    """Our span model (run_squad's BertSpanLabeler + SpanTask) against Hugging Face
+    `BertForQuestionAnswering` with the same head weights, on real SQuAD 2.0 training
+    windows (answerable and unanswerable), dropout off: same loss, same gradients.
+
+    Hugging Face's word embeddings freeze the [PAD] row (padding_idx 0); the original
+    release trains it, so that row alone is left out of the comparison.
+    """
+    import tensorflow as tf
+    from data_prep import squad
+    from modeling.models import BertSpanLabeler
+    from modeling.tasks import SpanTask
+
+    config = BertConfig.from_json_file(minilm_dir + "/config.json")
+    encoder = BertEncoder(config)
+    checkpoints.load_checkpoint(minilm_dir, encoder)
+    ours = BertSpanLabeler(encoder, config)
+    tokenizer = tokenization.FullTokenizer(minilm_dir + "/vocab.txt", do_lower_case=True)
+    examples = squad.read_squad_examples(
+        str(SAMPLE_DATA / "squad" / "dev-v2.0-first5articles.json"), True, True)[:40]
+    features = list(squad.convert_examples_to_features(examples, tokenizer, 256, 128, 64,
+                                                       True))[::4][:8]
+    assert {f.start_position == 0 for f in features} == {True, False}
+    columns = {"input_word_ids": "input_ids", "input_mask": "input_mask",
+               "input_type_ids": "segment_ids", "start_positions": "start_position",
+               "end_positions": "end_position"}
+    batch = {ours_name: np.array([getattr(f, name) for f in features], np.int32)
+             for ours_name, name in columns.items()}
+    with tf.GradientTape() as tape:
+        loss = SpanTask().loss_sums(batch, ours(batch, training=False))["loss"] / len(features)
+    variables = {v.path: v for v in ours.trainable_variables}
+    grads = dict(zip(variables, tape.gradient(loss, list(variables.values()))))
+
+    theirs = transformers.BertForQuestionAnswering.from_pretrained(minilm_dir).eval()
+    with torch.no_grad():
+        theirs.qa_outputs.weight.copy_(torch.tensor(variables["squad/dense/kernel"].numpy().T))
+        theirs.qa_outputs.bias.copy_(torch.tensor(variables["squad/dense/bias"].numpy()))
+    hf_names = {"input_word_ids": "input_ids", "input_mask": "attention_mask",
+                "input_type_ids": "token_type_ids", "start_positions": "start_positions",
+                "end_positions": "end_positions"}
+    output = theirs(**{hf_names[k]: torch.tensor(v, dtype=torch.long) for k, v in batch.items()})
+    output.loss.backward()
+    assert float(loss) == pytest.approx(float(output.loss.detach()), rel=1e-5)
+
+    def close(ours_grad, their_grad):
+        ours_grad = tf.convert_to_tensor(ours_grad).numpy()
+        scale = np.abs(their_grad).max()
+        assert np.abs(ours_grad - their_grad).max() <= 2e-4 * scale
+
+    layer = theirs.bert.encoder.layer[0]
+    close(grads["squad/dense/kernel"], theirs.qa_outputs.weight.grad.numpy().T)
+    close(grads["layer_0/attention_self/query/kernel"],
+          layer.attention.self.query.weight.grad.numpy().T)
+    close(grads["layer_0/output/dense/kernel"], layer.output.dense.weight.grad.numpy().T)
+    close(tf.convert_to_tensor(grads["embeddings/word_embeddings"])[1:],
+          theirs.bert.embeddings.word_embeddings.weight.grad.numpy()[1:])
