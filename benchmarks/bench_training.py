@@ -229,6 +229,10 @@ def main():
 
     xla_modes = {"off": [False], "on": [True], "both": [False, True]}[args.xla_modes]
     skip = {tuple(pair.split(":")) for pair in args.skip.split(",") if pair}
+    for pair in skip:
+        if len(pair) != 2 or pair[0] not in ("ours", "keras_hub", "hf"):
+            parser.error(f"--skip: {':'.join(pair)!r} is not impl:dtype with impl one of "
+                         f"ours, keras_hub, hf (e.g. hf:bfloat16)")
     configs = []
     for shape in args.shapes.split(","):
         for dtype in args.dtypes.split(","):

@@ -92,8 +92,28 @@ def parse_args(argv=None) -> argparse.Namespace:
     parser.add_argument("--extra_flags", default="",
                         help="More flags for run_squad.py, space-separated.")
     args = parser.parse_args(argv)
+    unknown = set(args.systems.split(",")) - set(SYSTEMS)
+    if unknown:
+        parser.error(f"--systems: unknown {sorted(unknown)}; choose from {', '.join(SYSTEMS)}")
     args.checkpoint = args.checkpoint or default_checkpoint()
     return args
+
+
+SYSTEMS = ("ours", "hf", "hf_original_schedule", "hf_bert_adam")
+# Settings that must match for a saved result in output_dir to be reused.
+_RECIPE = ("checkpoint", "squad_file", "eval_article", "seed", "max_seq_length",
+           "doc_stride", "max_query_length", "batch_size", "learning_rate",
+           "num_train_epochs", "warmup_proportion", "weight_decay", "dtype")
+
+
+def check_saved_recipe(result_file: str, saved: dict, args) -> None:
+    """A result saved under other settings must not enter this run's table."""
+    settings = saved.get("settings", {})
+    differ = [f"{key} {settings.get(key)!r} (now {getattr(args, key)!r})" for key in _RECIPE
+              if key in settings and settings[key] != getattr(args, key)]
+    if differ:
+        raise SystemExit(f"{result_file} was made with other settings: {', '.join(differ)}; "
+                         f"use another --output_dir or delete it")
 
 
 def split_articles(squad_file: str, eval_article: int, output_dir: str
@@ -388,10 +408,8 @@ def main(argv=None) -> None:
             run_dir = os.path.join(args.output_dir, system)
             if system == "ours":
                 result = run_ours(args, train_file, eval_file, run_dir)
-            elif system in ("hf", "hf_original_schedule", "hf_bert_adam"):
-                result = run_hf(args, train_file, eval_file, run_dir, system)
             else:
-                raise ValueError(f"unknown system {system!r}")
+                result = run_hf(args, train_file, eval_file, run_dir, system)
             result["settings"] = vars(args)
             with open(result_file + ".tmp", "w", encoding="utf-8") as f:
                 json.dump(result, f, indent=2)
@@ -399,6 +417,7 @@ def main(argv=None) -> None:
             print(f"{system}: {result['results']}, {result['wall_s']:.0f} s", flush=True)
         with open(result_file, encoding="utf-8") as f:
             results[system] = json.load(f)
+        check_saved_recipe(result_file, results[system], args)
         results[system]["results"].update(best_span_scores(
             eval_file, os.path.join(args.output_dir, system, "nbest_predictions.json")))
     table = summarize(results, baseline, args)
