@@ -196,3 +196,111 @@ def test_squad_span_loss_and_gradients_equal_hugging_face(minilm_dir):
     close(grads["layer_0/output/dense/kernel"], layer.output.dense.weight.grad.numpy().T)
     close(tf.convert_to_tensor(grads["embeddings/word_embeddings"])[1:],
           theirs.bert.embeddings.word_embeddings.weight.grad.numpy()[1:])
+
+
+@pytest.mark.slow
+def test_squad_fine_tuning_follows_hugging_face_step_by_step(minilm_dir, tmp_path):
+    """Our Trainer (AdamW with bias correction, the original warmup-and-decay schedule,
+    clipping at 1.0) fine-tuning the span model, against Hugging Face
+    `BertForQuestionAnswering` trained by torch AdamW with the same schedule, on the
+    same batches of real SQuAD 2.0 windows with dropout off: after every step both
+    models score the next batch alike, and the weights end up alike.
+
+    What is left between the two systems is then dropout's random masks and the order
+    of the batches, which a side-by-side comparison must average over seeds.
+    """
+    import shutil
+
+    import tensorflow as tf
+    from data_prep import squad
+    from modeling import training
+    from modeling.models import BertSpanLabeler
+    from modeling.tasks import SpanTask
+
+    steps, batch_size, warmup, lr = 8, 8, 2, 5e-4
+    checkpoint = tmp_path / "checkpoint"  # The same weights with dropout off.
+    shutil.copytree(minilm_dir, checkpoint)
+    config_json = json.loads((checkpoint / "config.json").read_text())
+    config_json.update(hidden_dropout_prob=0.0, attention_probs_dropout_prob=0.0)
+    (checkpoint / "config.json").write_text(json.dumps(config_json))
+
+    tokenizer = tokenization.FullTokenizer(minilm_dir + "/vocab.txt", do_lower_case=True)
+    examples = squad.read_squad_examples(
+        str(SAMPLE_DATA / "squad" / "dev-v2.0-first5articles.json"), True, True)
+    features = list(squad.convert_examples_to_features(examples, tokenizer, 128, 64, 64,
+                                                       True))
+    picks = np.random.RandomState(0).permutation(len(features))[:(steps + 1) * batch_size]
+    columns = {"input_word_ids": "input_ids", "input_mask": "input_mask",
+               "input_type_ids": "segment_ids", "start_positions": "start_position",
+               "end_positions": "end_position"}
+    data = {ours_name: np.array([getattr(features[i], name) for i in picks], np.int32)
+            for ours_name, name in columns.items()}
+    batches = [{k: v[s * batch_size:(s + 1) * batch_size] for k, v in data.items()}
+               for s in range(steps + 1)]
+    assert {int(p) == 0 for p in data["start_positions"]} == {True, False}
+
+    config = BertConfig.from_json_file(str(checkpoint / "config.json"))
+    encoder = BertEncoder(config)
+    checkpoints.load_checkpoint(str(checkpoint), encoder)
+    ours = BertSpanLabeler(encoder, config)
+    task = SpanTask()
+    ours(batches[0], training=False)
+    head = {v.path: v.numpy() for v in ours.trainable_variables if v.path.startswith("squad/")}
+    trainer = training.Trainer(tf.distribute.get_strategy(), ours, task, str(tmp_path / "ours"),
+                               learning_rate=lr, num_train_steps=steps,
+                               num_warmup_steps=warmup, save_checkpoints_steps=1000)
+
+    theirs = transformers.BertForQuestionAnswering.from_pretrained(str(checkpoint))
+    with torch.no_grad():
+        theirs.qa_outputs.weight.copy_(torch.tensor(head["squad/dense/kernel"].T))
+        theirs.qa_outputs.bias.copy_(torch.tensor(head["squad/dense/bias"]))
+    no_decay = ("bias", "LayerNorm.weight")
+    optimizer = torch.optim.AdamW(
+        [{"params": [p for n, p in theirs.named_parameters()
+                     if not any(k in n for k in no_decay)], "weight_decay": 0.01},
+         {"params": [p for n, p in theirs.named_parameters()
+                     if any(k in n for k in no_decay)], "weight_decay": 0.0}],
+        lr=lr, eps=1e-6)
+    scheduler = torch.optim.lr_scheduler.LambdaLR(
+        optimizer, lambda s: s / warmup if s < warmup else max(0.0, 1.0 - s / steps))
+    hf_names = {"input_word_ids": "input_ids", "input_mask": "attention_mask",
+                "input_type_ids": "token_type_ids", "start_positions": "start_positions",
+                "end_positions": "end_positions"}
+
+    def hf_batch(step):
+        return {hf_names[k]: torch.tensor(v, dtype=torch.long)
+                for k, v in batches[step].items()}
+
+    def our_loss(step):
+        batch = batches[step]
+        return float(task.loss_sums(batch, ours(batch, training=False))["loss"]) / batch_size
+
+    their_losses = []
+    theirs.train()
+    for step in range(steps):
+        output = theirs(**hf_batch(step))
+        output.loss.backward()
+        torch.nn.utils.clip_grad_norm_(theirs.parameters(), 1.0)
+        optimizer.step()
+        scheduler.step()
+        optimizer.zero_grad()
+        with torch.no_grad():
+            their_losses.append(float(theirs.eval()(**hf_batch(step + 1)).loss))
+        theirs.train()
+
+    untrained = our_loss(steps)
+    our_losses = []
+    trainer.train(lambda context: tf.data.Dataset.from_tensor_slices(data).batch(
+        batch_size, drop_remainder=True), batch_size,
+        after_loop=lambda step: our_losses.append(our_loss(step)))
+
+    assert our_losses == pytest.approx(their_losses, abs=5e-3)
+    assert their_losses[-1] < untrained - 0.2  # It learned: the comparison is not vacuous.
+    variables = {v.path: v.numpy() for v in ours.trainable_variables}
+    layer = theirs.bert.encoder.layer[5]
+    for name, value in [("squad/dense/kernel", theirs.qa_outputs.weight.T),
+                        ("layer_5/output/dense/kernel", layer.output.dense.weight.T),
+                        ("layer_0/attention_self/query/kernel",
+                         theirs.bert.encoder.layer[0].attention.self.query.weight.T)]:
+        value = value.detach().numpy()
+        assert np.abs(variables[name] - value).max() <= 1e-3 * np.abs(value).max(), name
