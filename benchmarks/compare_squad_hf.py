@@ -30,6 +30,13 @@ The number of training steps is int(features / batch size x epochs) for both. Th
 answer-nothing baseline (every question predicted unanswerable) is the share of
 unanswerable questions in the evaluation article.
 
+--squad_version=1.1 reads the same articles as SQuAD v1.1 does: the unanswerable
+questions are left out of both files, the runs read and predict without the null answer
+(run_squad.py without --version_2_with_negative) and the scores are the official v1.1
+script's (exact match and F1 over the answerable questions; answering nothing scores 0).
+This separates span learning from the null decision, which dominates the v2.0 scores of
+a checkpoint trained on a thousand questions.
+
   nice python benchmarks/compare_squad_hf.py --output_dir=runs/squad_vs_hf
 
 Each system's result is saved as JSON in output_dir (a rerun skips finished ones); the
@@ -72,6 +79,9 @@ def parse_args(argv=None) -> argparse.Namespace:
     parser.add_argument("--squad_file", default=str(SAMPLE))
     parser.add_argument("--eval_article", type=int, default=4,
                         help="Index of the article to evaluate on; the others train.")
+    parser.add_argument("--squad_version", default="2.0", choices=("2.0", "1.1"),
+                        help="2.0: the sample as it is, with its unanswerable questions; "
+                             "1.1: only the answerable questions, v1.1 reading and scores.")
     parser.add_argument("--seed", type=int, default=1)
     parser.add_argument("--max_seq_length", type=int, default=256)
     parser.add_argument("--doc_stride", type=int, default=128)
@@ -101,7 +111,7 @@ def parse_args(argv=None) -> argparse.Namespace:
 
 SYSTEMS = ("ours", "hf", "hf_original_schedule", "hf_bert_adam")
 # Settings that must match for a saved result in output_dir to be reused.
-_RECIPE = ("checkpoint", "squad_file", "eval_article", "seed", "max_seq_length",
+_RECIPE = ("checkpoint", "squad_file", "squad_version", "eval_article", "seed", "max_seq_length",
            "doc_stride", "max_query_length", "batch_size", "learning_rate",
            "num_train_epochs", "warmup_proportion", "weight_decay", "dtype")
 
@@ -116,26 +126,51 @@ def check_saved_recipe(result_file: str, saved: dict, args) -> None:
                          f"use another --output_dir or delete it")
 
 
-def split_articles(squad_file: str, eval_article: int, output_dir: str
-                   ) -> tuple[str, str]:
-    """Writes train.json (all articles but one) and eval.json (that one)."""
+def is_v2(args) -> bool:
+    return args.squad_version == "2.0"
+
+
+def answerable_only(articles: list) -> list:
+    """The articles with their unanswerable questions (and emptied paragraphs) left out."""
+    kept = []
+    for article in articles:
+        paragraphs = []
+        for paragraph in article["paragraphs"]:
+            qas = [qa for qa in paragraph["qas"] if not qa.get("is_impossible", False)]
+            if qas:
+                paragraphs.append(dict(paragraph, qas=qas))
+        kept.append(dict(article, paragraphs=paragraphs))
+    return kept
+
+
+def split_articles(squad_file: str, eval_article: int, output_dir: str,
+                   version_2: bool = True) -> tuple[str, str]:
+    """Writes train.json (all articles but one) and eval.json (that one); without
+    version_2, only their answerable questions."""
     with open(squad_file, encoding="utf-8") as f:
         dataset = json.load(f)
     articles = dataset["data"]
+    if not version_2:
+        articles = answerable_only(articles)
     paths = []
     for name, chosen in (("train", articles[:eval_article] + articles[eval_article + 1:]),
                          ("eval", [articles[eval_article]])):
         path = os.path.join(output_dir, f"{name}.json")
         with open(path, "w", encoding="utf-8") as f:
-            json.dump({"version": dataset.get("version", "v2.0"), "data": chosen}, f)
+            json.dump({"version": dataset.get("version", "v2.0") if version_2 else "1.1",
+                       "data": chosen}, f)
         paths.append(path)
     return paths[0], paths[1]
 
 
-def answer_nothing_baseline(eval_file: str) -> float:
-    """F1 (= exact) of predicting "" everywhere: the share of unanswerable questions."""
+def answer_nothing_baseline(eval_file: str, version_2: bool = True) -> float:
+    """F1 (= exact) of predicting "" everywhere: the share of unanswerable questions
+    (v2.0 rules), 0 by the v1.1 rules."""
     answers = squad_eval.gold_answers(squad_eval.read_dataset(eval_file)["data"])
-    return squad_eval.evaluate_v2(answers, {q: "" for q in answers})["f1"]
+    empty = {q: "" for q in answers}
+    if not version_2:
+        return squad_eval.evaluate_v1(answers, empty)["f1"]
+    return squad_eval.evaluate_v2(answers, empty)["f1"]
 
 
 def best_span_scores(eval_file: str, nbest_file: str) -> dict:
@@ -171,7 +206,8 @@ def run_ours(args, train_file: str, eval_file: str, run_dir: str) -> dict:
     command = [
         sys.executable, str(REPO / "run_squad.py"), f"--init_checkpoint={args.checkpoint}",
         f"--train_file={train_file}", f"--predict_file={eval_file}",
-        "--version_2_with_negative", "--do_train", "--do_predict", "--do_eval",
+        *(["--version_2_with_negative"] if is_v2(args) else []),
+        "--do_train", "--do_predict", "--do_eval",
         f"--max_seq_length={args.max_seq_length}", f"--doc_stride={args.doc_stride}",
         f"--max_query_length={args.max_query_length}",
         f"--train_batch_size={args.batch_size}",
@@ -209,7 +245,7 @@ def run_ours(args, train_file: str, eval_file: str, run_dir: str) -> dict:
 def make_features(args, input_file: str, is_training: bool):
     tokenizer = tokenization.FullTokenizer(os.path.join(args.checkpoint, "vocab.txt"),
                                            do_lower_case=True)
-    examples = squad.read_squad_examples(input_file, is_training, True)
+    examples = squad.read_squad_examples(input_file, is_training, is_v2(args))
     features = list(squad.convert_examples_to_features(
         examples, tokenizer, args.max_seq_length, args.doc_stride, args.max_query_length,
         is_training))
@@ -323,7 +359,7 @@ def run_hf(args, train_file: str, eval_file: str, run_dir: str,
         optimizer.step()
         scheduler.step()
         optimizer.zero_grad()
-        loss = float(output.loss)
+        loss = float(output.loss.detach())
         if (step + 1) % 10 == 0 or step + 1 == total:
             print(f"hf step {step + 1}/{total} loss {loss:.4f} "
                   f"{time.time() - start:.0f} s", flush=True)
@@ -335,7 +371,7 @@ def run_hf(args, train_file: str, eval_file: str, run_dir: str,
 
 
 def evaluate_hf(model, args, eval_file: str, run_dir: str) -> dict:
-    """Official v2.0 scores of the model's logits, post-processed as run_squad does."""
+    """Official scores of the model's logits, post-processed as run_squad does."""
     import torch
     examples, features = make_features(args, eval_file, is_training=False)
     inputs = _tensors(features, with_labels=False)
@@ -352,13 +388,13 @@ def evaluate_hf(model, args, eval_file: str, run_dir: str) -> dict:
                                                end.numpy()))
     predictions = squad.compute_predictions(examples, features, results,
                                             do_lower_case=True,
-                                            version_2_with_negative=True)
+                                            version_2_with_negative=is_v2(args))
     os.makedirs(run_dir, exist_ok=True)
     squad.write_predictions(predictions, os.path.join(run_dir, "predictions.json"),
                             os.path.join(run_dir, "nbest_predictions.json"),
                             os.path.join(run_dir, "null_odds.json"))
     return dict(squad_eval.evaluate_file(eval_file, dict(predictions.predictions),
-                                         dict(predictions.null_odds), True))
+                                         dict(predictions.null_odds), is_v2(args)))
 
 
 # ----------------------------------------------------------------------------
@@ -367,29 +403,33 @@ def evaluate_hf(model, args, eval_file: str, run_dir: str) -> dict:
 
 _COLUMNS = ("f1", "exact", "HasAns_f1", "HasAns_exact", "NoAns_f1", "best_f1",
             "best_f1_thresh", "best_exact", "span_f1", "span_exact")
+# The official v1.1 script reports exact match and F1 only.
+_COLUMNS_V1 = ("f1", "exact_match")
 
 
 def summarize(results: dict, baseline: float, args) -> str:
-    lines = [f"Settings: max_seq_length {args.max_seq_length}, doc_stride "
+    columns = _COLUMNS if is_v2(args) else _COLUMNS_V1
+    compared = ("f1", "exact", "best_f1") if is_v2(args) else _COLUMNS_V1
+    lines = [f"Settings: SQuAD {args.squad_version}, max_seq_length {args.max_seq_length}, doc_stride "
              f"{args.doc_stride}, batch {args.batch_size}, learning rate "
              f"{args.learning_rate}, {args.num_train_epochs} epochs, warmup "
              f"{args.warmup_proportion}, weight decay {args.weight_decay}, seed "
              f"{args.seed}, {args.dtype}; evaluated on article {args.eval_article}.", "",
-             "| system | " + " | ".join(_COLUMNS) + " | steps | final loss | wall (s) |",
-             "|---" * (len(_COLUMNS) + 4) + "|"]
+             "| system | " + " | ".join(columns) + " | steps | final loss | wall (s) |",
+             "|---" * (len(columns) + 4) + "|"]
     for system, run in results.items():
-        cells = [f"{run['results'][key]:.2f}" for key in _COLUMNS]
+        cells = [f"{run['results'][key]:.2f}" for key in columns]
         lines.append(f"| {system} | " + " | ".join(cells) +
                      f" | {run['num_train_steps']} | {run['final_loss']:.3f} "
                      f"| {run['wall_s']:.0f} |")
     lines.append("")
-    lines.append(f"Answer-nothing baseline (share of unanswerable questions): "
+    lines.append(f"Answer-nothing baseline (every question predicted unanswerable): "
                  f"{baseline:.2f}")
     for other in (name for name in results if name != "ours"):
         if "ours" not in results:
             break
         diff = {key: results["ours"]["results"][key] - results[other]["results"][key]
-                for key in ("f1", "exact", "best_f1")}
+                for key in compared}
         lines.append(f"ours - {other}: " + ", ".join(f"{k} {v:+.2f}"
                                                      for k, v in diff.items()))
     return "\n".join(lines) + "\n"
@@ -399,8 +439,8 @@ def main(argv=None) -> None:
     args = parse_args(argv)
     os.makedirs(args.output_dir, exist_ok=True)
     train_file, eval_file = split_articles(args.squad_file, args.eval_article,
-                                           args.output_dir)
-    baseline = answer_nothing_baseline(eval_file)
+                                           args.output_dir, is_v2(args))
+    baseline = answer_nothing_baseline(eval_file, is_v2(args))
     results = {}
     for system in args.systems.split(","):
         result_file = os.path.join(args.output_dir, f"{system}.json")
