@@ -99,6 +99,10 @@ def parse_args(argv=None) -> argparse.Namespace:
     parser.add_argument("--systems", default="ours,hf",
                         help="Which to run: ours, hf, hf_original_schedule, "
                              "hf_bert_adam.")
+    parser.add_argument("--hf_train_pad_row", action="store_true",
+                        help="Let the Hugging Face systems train the [PAD] word embedding, "
+                             "as the original release and run_squad.py do (Hugging Face "
+                             "freezes it through padding_idx).")
     parser.add_argument("--extra_flags", default="",
                         help="More flags for run_squad.py, space-separated.")
     args = parser.parse_args(argv)
@@ -113,7 +117,8 @@ SYSTEMS = ("ours", "hf", "hf_original_schedule", "hf_bert_adam")
 # Settings that must match for a saved result in output_dir to be reused.
 _RECIPE = ("checkpoint", "squad_file", "squad_version", "eval_article", "seed", "max_seq_length",
            "doc_stride", "max_query_length", "batch_size", "learning_rate",
-           "num_train_epochs", "warmup_proportion", "weight_decay", "dtype")
+           "num_train_epochs", "warmup_proportion", "weight_decay", "dtype",
+           "hf_train_pad_row")
 
 
 def check_saved_recipe(result_file: str, saved: dict, args) -> None:
@@ -342,6 +347,8 @@ def run_hf(args, train_file: str, eval_file: str, run_dir: str,
     _, train_features = make_features(args, train_file, is_training=True)
     train = _tensors(train_features, with_labels=True)
     model = BertForQuestionAnswering.from_pretrained(args.checkpoint)
+    if args.hf_train_pad_row:
+        model.bert.embeddings.word_embeddings.padding_idx = None
     total, warmup = schedule(len(train_features), args)
     optimizer, scheduler = make_optimizer(model, args, total, warmup, system)
     generator = torch.Generator().manual_seed(args.seed)
@@ -355,13 +362,13 @@ def run_hf(args, train_file: str, eval_file: str, run_dir: str,
         with autocast(args):
             output = model(**{k: v[index] for k, v in train.items()})
         output.loss.backward()
-        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+        grad_norm = float(torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0))
         optimizer.step()
         scheduler.step()
         optimizer.zero_grad()
         loss = float(output.loss.detach())
         if (step + 1) % 10 == 0 or step + 1 == total:
-            print(f"hf step {step + 1}/{total} loss {loss:.4f} "
+            print(f"hf step {step + 1}/{total} loss {loss:.4f} grad_norm {grad_norm:.3f} "
                   f"{time.time() - start:.0f} s", flush=True)
     results = evaluate_hf(model, args, eval_file, run_dir)
     return {"system": system,
