@@ -115,8 +115,8 @@ def parse_args(argv=None) -> argparse.Namespace:
 
 SYSTEMS = ("ours", "hf", "hf_original_schedule", "hf_bert_adam")
 # Settings that must match for a saved result in output_dir to be reused.
-_RECIPE = ("checkpoint", "squad_file", "squad_version", "eval_article", "seed", "max_seq_length",
-           "doc_stride", "max_query_length", "batch_size", "learning_rate",
+_RECIPE = ("checkpoint", "squad_file", "squad_version", "eval_article", "seed",
+           "max_seq_length", "doc_stride", "max_query_length", "batch_size", "learning_rate",
            "num_train_epochs", "warmup_proportion", "weight_decay", "dtype",
            "hf_train_pad_row")
 
@@ -152,11 +152,16 @@ def split_articles(squad_file: str, eval_article: int, output_dir: str,
                    version_2: bool = True) -> tuple[str, str]:
     """Writes train.json (all articles but one) and eval.json (that one); without
     version_2, only their answerable questions."""
-    with open(squad_file, encoding="utf-8") as f:
-        dataset = json.load(f)
+    dataset = squad_eval.read_dataset(squad_file)
     articles = dataset["data"]
+    if not 0 <= eval_article < len(articles):
+        raise SystemExit(f"--eval_article={eval_article}: {squad_file} has articles 0 to "
+                         f"{len(articles) - 1}")
     if not version_2:
         articles = answerable_only(articles)
+    if not any(p["qas"] for p in articles[eval_article]["paragraphs"]):
+        raise SystemExit(f"--eval_article={eval_article}: article {eval_article} of "
+                         f"{squad_file} has no questions to evaluate")
     paths = []
     for name, chosen in (("train", articles[:eval_article] + articles[eval_article + 1:]),
                          ("eval", [articles[eval_article]])):
@@ -417,8 +422,8 @@ _COLUMNS_V1 = ("f1", "exact_match")
 def summarize(results: dict, baseline: float, args) -> str:
     columns = _COLUMNS if is_v2(args) else _COLUMNS_V1
     compared = ("f1", "exact", "best_f1") if is_v2(args) else _COLUMNS_V1
-    lines = [f"Settings: SQuAD {args.squad_version}, max_seq_length {args.max_seq_length}, doc_stride "
-             f"{args.doc_stride}, batch {args.batch_size}, learning rate "
+    lines = [f"Settings: SQuAD {args.squad_version}, max_seq_length {args.max_seq_length}, "
+             f"doc_stride {args.doc_stride}, batch {args.batch_size}, learning rate "
              f"{args.learning_rate}, {args.num_train_epochs} epochs, warmup "
              f"{args.warmup_proportion}, weight decay {args.weight_decay}, seed "
              f"{args.seed}, {args.dtype}; evaluated on article {args.eval_article}.", "",
