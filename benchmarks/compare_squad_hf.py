@@ -25,6 +25,13 @@ peak learning rate, warmup proportion, epochs, weight decay and seed.
 * hf_original_schedule: torch AdamW (bias-corrected, as run_squad.py's default) with the
   original release's schedule (linear decay measured from step 0, as run_squad.py),
   instead of Hugging Face's decay from the end of warmup: the same recipe as ours.
+* hf_same_batches: hf_original_schedule on exactly the batches that ours drew, in its
+  order (run_squad.py's tf.data pipeline rebuilt on its train.tf_record with the same
+  seed), from ours' initial span-head weights (run_squad.py's build_model with the same
+  seed). Run it after ours, with --no_dropout and --hf_train_pad_row: then nothing
+  random is left between the two, and the per-step losses (printed side by side, the
+  first window checking that batches and head agree) show whether and where the two
+  trainings part.
 
 The number of training steps is int(features / batch size x epochs) for both. The
 answer-nothing baseline (every question predicted unanswerable) is the share of
@@ -51,6 +58,8 @@ import json
 import os
 import pathlib
 import random
+import re
+import shutil
 import subprocess
 import sys
 import time
@@ -97,12 +106,15 @@ def parse_args(argv=None) -> argparse.Namespace:
                              "--dtype=bfloat16 and torch.autocast(\"cpu\", bfloat16) for "
                              "Hugging Face (float32 weights and optimizer in both).")
     parser.add_argument("--systems", default="ours,hf",
-                        help="Which to run: ours, hf, hf_original_schedule, "
-                             "hf_bert_adam.")
+                        help="Which to run, in order: " + ", ".join(SYSTEMS) +
+                             " (hf_same_batches after ours).")
     parser.add_argument("--hf_train_pad_row", action="store_true",
                         help="Let the Hugging Face systems train the [PAD] word embedding, "
                              "as the original release and run_squad.py do (Hugging Face "
                              "freezes it through padding_idx).")
+    parser.add_argument("--no_dropout", action="store_true",
+                        help="Both systems fine-tune a copy of the checkpoint (written to "
+                             "output_dir) whose config sets both dropout rates to 0.")
     parser.add_argument("--extra_flags", default="",
                         help="More flags for run_squad.py, space-separated.")
     args = parser.parse_args(argv)
@@ -113,18 +125,36 @@ def parse_args(argv=None) -> argparse.Namespace:
     return args
 
 
-SYSTEMS = ("ours", "hf", "hf_original_schedule", "hf_bert_adam")
+SYSTEMS = ("ours", "hf", "hf_original_schedule", "hf_bert_adam", "hf_same_batches")
 # Settings that must match for a saved result in output_dir to be reused.
 _RECIPE = ("checkpoint", "squad_file", "squad_version", "eval_article", "seed",
            "max_seq_length", "doc_stride", "max_query_length", "batch_size", "learning_rate",
            "num_train_epochs", "warmup_proportion", "weight_decay", "dtype",
-           "hf_train_pad_row")
+           "hf_train_pad_row", "no_dropout")
+# Settings that change only the Hugging Face systems' runs.
+_HF_ONLY = ("hf_train_pad_row",)
 
 
-def check_saved_recipe(result_file: str, saved: dict, args) -> None:
+def checkpoint_without_dropout(checkpoint: str, output_dir: str) -> str:
+    """A copy of the Hugging Face checkpoint directory whose config has no dropout."""
+    copy = os.path.join(output_dir, "checkpoint_no_dropout")
+    if not os.path.isfile(os.path.join(copy, "config.json")):
+        shutil.copytree(checkpoint, copy + ".tmp", dirs_exist_ok=True)
+        config_file = os.path.join(copy + ".tmp", "config.json")
+        with open(config_file, encoding="utf-8") as f:
+            config = json.load(f)
+        config.update(hidden_dropout_prob=0.0, attention_probs_dropout_prob=0.0)
+        with open(config_file, "w", encoding="utf-8") as f:
+            json.dump(config, f, indent=2)
+        os.replace(copy + ".tmp", copy)
+    return copy
+
+
+def check_saved_recipe(result_file: str, saved: dict, args, system: str) -> None:
     """A result saved under other settings must not enter this run's table."""
     settings = saved.get("settings", {})
-    differ = [f"{key} {settings.get(key)!r} (now {getattr(args, key)!r})" for key in _RECIPE
+    keys = [key for key in _RECIPE if not (system == "ours" and key in _HF_ONLY)]
+    differ = [f"{key} {settings.get(key)!r} (now {getattr(args, key)!r})" for key in keys
               if key in settings and settings[key] != getattr(args, key)]
     if differ:
         raise SystemExit(f"{result_file} was made with other settings: {', '.join(differ)}; "
@@ -356,22 +386,38 @@ def run_hf(args, train_file: str, eval_file: str, run_dir: str,
         model.bert.embeddings.word_embeddings.padding_idx = None
     total, warmup = schedule(len(train_features), args)
     optimizer, scheduler = make_optimizer(model, args, total, warmup, system)
-    generator = torch.Generator().manual_seed(args.seed)
-    # Batches run across epoch boundaries, as a repeated, shuffled tf.data stream does.
-    order = torch.cat([torch.randperm(len(train_features), generator=generator)
-                       for _ in range(int(np.ceil(args.num_train_epochs)) + 1)])
+    if system == "hf_same_batches":
+        ours_dir = os.path.join(args.output_dir, "ours")
+        batches = ours_batches(args, ours_dir, total)
+        kernel, bias = ours_initial_head(args)
+        with torch.no_grad():
+            model.qa_outputs.weight.copy_(torch.tensor(kernel.T))
+            model.qa_outputs.bias.copy_(torch.tensor(bias))
+
+        def batch_at(step):
+            return batches[step]
+    else:
+        generator = torch.Generator().manual_seed(args.seed)
+        # Batches run across epoch boundaries, as a repeated, shuffled tf.data stream does.
+        order = torch.cat([torch.randperm(len(train_features), generator=generator)
+                           for _ in range(int(np.ceil(args.num_train_epochs)) + 1)])
+
+        def batch_at(step):
+            index = order[step * args.batch_size:(step + 1) * args.batch_size]
+            return {k: v[index] for k, v in train.items()}
     model.train()
     loss = float("nan")
+    losses = []
     for step in range(total):
-        index = order[step * args.batch_size:(step + 1) * args.batch_size]
         with autocast(args):
-            output = model(**{k: v[index] for k, v in train.items()})
+            output = model(**batch_at(step))
         output.loss.backward()
         grad_norm = float(torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0))
         optimizer.step()
         scheduler.step()
         optimizer.zero_grad()
         loss = float(output.loss.detach())
+        losses.append(loss)
         if (step + 1) % 10 == 0 or step + 1 == total:
             print(f"hf step {step + 1}/{total} loss {loss:.4f} grad_norm {grad_norm:.3f} "
                   f"{time.time() - start:.0f} s", flush=True)
@@ -379,7 +425,86 @@ def run_hf(args, train_file: str, eval_file: str, run_dir: str,
     return {"system": system,
             "wall_s": time.time() - start, "results": results,
             "num_train_features": len(train_features), "num_train_steps": total,
-            "final_loss": loss}
+            "final_loss": loss, "losses": losses}
+
+
+def ours_batches(args, ours_dir: str, total: int) -> list:
+    """The first `total` training batches of ours, in its order, as torch tensors:
+    run_squad.py's pipeline rebuilt on its train.tf_record with its seeds."""
+    import keras
+    import torch
+
+    import run_squad
+    record = os.path.join(ours_dir, run_squad.TRAIN_RECORD)
+    config_file = os.path.join(ours_dir, "run_config.json")
+    if not (os.path.isfile(record) and os.path.isfile(config_file)):
+        raise SystemExit(f"hf_same_batches follows ours' batches, but {ours_dir} has no "
+                         f"finished run of ours: run --systems=ours,hf_same_batches")
+    with open(config_file, encoding="utf-8") as f:
+        run_config = json.load(f)
+    keras.utils.set_random_seed(args.seed)  # As runner_flags.setup: the global seed.
+    dataset = run_squad.build_dataset(
+        record, args.max_seq_length, args.batch_size, is_training=True, seed=args.seed,
+        shuffle_buffer_size=max(1, min(run_config["shuffle_buffer_size"],
+                                       run_config["num_train_features"])))
+    names = {"input_word_ids": "input_ids", "input_mask": "attention_mask",
+             "input_type_ids": "token_type_ids", "start_positions": "start_positions",
+             "end_positions": "end_positions"}
+    return [{hf: torch.tensor(batch[ours].numpy(), dtype=torch.long)
+             for ours, hf in names.items()} for batch in dataset.take(total)]
+
+
+def ours_initial_head(args) -> tuple[np.ndarray, np.ndarray]:
+    """Ours' initial span-head kernel [H, 2] and bias [2] (build_model, same seed)."""
+    import tensorflow as tf
+
+    import run_squad
+    from modeling import checkpoints
+    config, vocab_file = checkpoints.resolve_config_and_vocab(None, None, args.checkpoint)
+    files = run_squad.ModelFiles(config, vocab_file, True)
+    model, _ = run_squad.build_model(tf.distribute.get_strategy(), files, args.dtype,
+                                     seed=args.seed)
+    return model.span.dense.kernel.numpy(), model.span.dense.bias.numpy()
+
+
+def ours_losses(ours_dir: str) -> list[tuple[int, float]]:
+    """(step, mean loss of the loop ending there) from run_squad.py's progress log."""
+    found = []
+    with open(os.path.join(ours_dir, "run_squad.INFO"), encoding="utf-8") as f:
+        for line in f:
+            match = re.search(r"\bstep (\d+)/\d+  loss ([0-9.eE+-]+|nan)", line)
+            if match:
+                found.append((int(match.group(1)), float(match.group(2))))
+    return found
+
+
+def loss_comparison(ours: list[tuple[int, float]], theirs: list[float],
+                    window: int = 20) -> str:
+    """Mean training loss of both systems over windows of steps, on the same batches."""
+    lines = ["| steps | ours | hf_same_batches | ours - hf |", "|---|---|---|---|"]
+    first, previous = 1, 0
+    sums = []  # (first step, last step, ours' mean)
+    pending = []
+    for step, loss in ours:
+        pending.append((step - previous, loss))
+        previous = step
+        if step - first + 1 >= window or step == ours[-1][0]:
+            count = sum(n for n, _ in pending)
+            sums.append((first, step, sum(n * value for n, value in pending) / count))
+            first, pending = step + 1, []
+    # The first loop's losses are of the initial weights (the first update has
+    # learning rate 0) and tiny steps: equal values check the batches and the head.
+    if ours:
+        step, loss = ours[0]
+        lines.insert(0, f"First loop (steps 1-{step}): ours {loss:.5f}, hf_same_batches "
+                        f"{np.mean(theirs[:step]):.5f}\n")
+    for low, high, mean in sums:
+        if high > len(theirs):
+            break
+        their_mean = float(np.mean(theirs[low - 1:high]))
+        lines.append(f"| {low}-{high} | {mean:.4f} | {their_mean:.4f} "
+                     f"| {mean - their_mean:+.4f} |")
+    return "\n".join(lines) + "\n"
 
 
 def evaluate_hf(model, args, eval_file: str, run_dir: str) -> dict:
@@ -450,6 +575,8 @@ def summarize(results: dict, baseline: float, args) -> str:
 def main(argv=None) -> None:
     args = parse_args(argv)
     os.makedirs(args.output_dir, exist_ok=True)
+    if args.no_dropout:
+        args.checkpoint = checkpoint_without_dropout(args.checkpoint, args.output_dir)
     train_file, eval_file = split_articles(args.squad_file, args.eval_article,
                                            args.output_dir, is_v2(args))
     baseline = answer_nothing_baseline(eval_file, is_v2(args))
@@ -469,10 +596,14 @@ def main(argv=None) -> None:
             print(f"{system}: {result['results']}, {result['wall_s']:.0f} s", flush=True)
         with open(result_file, encoding="utf-8") as f:
             results[system] = json.load(f)
-        check_saved_recipe(result_file, results[system], args)
+        check_saved_recipe(result_file, results[system], args, system)
         results[system]["results"].update(best_span_scores(
             eval_file, os.path.join(args.output_dir, system, "nbest_predictions.json")))
     table = summarize(results, baseline, args)
+    if "ours" in results and "hf_same_batches" in results:
+        table += "\nTraining loss on the same batches:\n\n" + loss_comparison(
+            ours_losses(os.path.join(args.output_dir, "ours")),
+            results["hf_same_batches"]["losses"])
     with open(os.path.join(args.output_dir, "results.md"), "w", encoding="utf-8") as f:
         f.write(table)
     print(table)
