@@ -112,6 +112,9 @@ def parse_args(argv=None) -> argparse.Namespace:
                         help="Let the Hugging Face systems train the [PAD] word embedding, "
                              "as the original release and run_squad.py do (Hugging Face "
                              "freezes it through padding_idx).")
+    parser.add_argument("--same_batches_head", default="ours", choices=("ours", "hf"),
+                        help="hf_same_batches' initial span head: ours' (default) or "
+                             "Hugging Face's own draw (to tell the head from the order).")
     parser.add_argument("--no_dropout", action="store_true",
                         help="Both systems fine-tune a copy of the checkpoint (written to "
                              "output_dir) whose config sets both dropout rates to 0.")
@@ -130,9 +133,9 @@ SYSTEMS = ("ours", "hf", "hf_original_schedule", "hf_bert_adam", "hf_same_batche
 _RECIPE = ("checkpoint", "squad_file", "squad_version", "eval_article", "seed",
            "max_seq_length", "doc_stride", "max_query_length", "batch_size", "learning_rate",
            "num_train_epochs", "warmup_proportion", "weight_decay", "dtype",
-           "hf_train_pad_row", "no_dropout")
+           "hf_train_pad_row", "no_dropout", "same_batches_head")
 # Settings that change only the Hugging Face systems' runs.
-_HF_ONLY = ("hf_train_pad_row",)
+_HF_ONLY = ("hf_train_pad_row", "same_batches_head")
 
 
 def checkpoint_without_dropout(checkpoint: str, output_dir: str) -> str:
@@ -389,10 +392,11 @@ def run_hf(args, train_file: str, eval_file: str, run_dir: str,
     if system == "hf_same_batches":
         ours_dir = os.path.join(args.output_dir, "ours")
         batches = ours_batches(args, ours_dir, total)
-        kernel, bias = ours_initial_head(args)
-        with torch.no_grad():
-            model.qa_outputs.weight.copy_(torch.tensor(kernel.T))
-            model.qa_outputs.bias.copy_(torch.tensor(bias))
+        if args.same_batches_head == "ours":
+            kernel, bias = ours_initial_head(args)
+            with torch.no_grad():
+                model.qa_outputs.weight.copy_(torch.tensor(kernel.T))
+                model.qa_outputs.bias.copy_(torch.tensor(bias))
 
         def batch_at(step):
             return batches[step]
