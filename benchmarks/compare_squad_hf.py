@@ -33,6 +33,12 @@ peak learning rate, warmup proportion, epochs, weight decay and seed.
   first window checking that batches and head agree) show whether and where the two
   trainings part.
 
+The span head is the only part not in the checkpoint. Ours draws it as the original
+release does (truncated normal: values beyond two stddev redrawn), Hugging Face from a
+plain normal with the same stddev; --ours_head_init and --hf_head_init give either
+system the other's distribution. On runs this short the distribution moves F1 by
+several points, so compare the two systems from the same one.
+
 The number of training steps is int(features / batch size x epochs) for both. The
 answer-nothing baseline (every question predicted unanswerable) is the share of
 unanswerable questions in the evaluation article.
@@ -115,6 +121,18 @@ def parse_args(argv=None) -> argparse.Namespace:
     parser.add_argument("--same_batches_head", default="ours", choices=("ours", "hf"),
                         help="hf_same_batches' initial span head: ours' (default) or "
                              "Hugging Face's own draw (to tell the head from the order).")
+    parser.add_argument("--hf_head_init", default="normal",
+                        choices=("normal", "truncated_normal"),
+                        help="How the Hugging Face systems draw their own span head: "
+                             "normal (Hugging Face's, stddev initializer_range) or "
+                             "truncated_normal (the original release's and ours: redrawn "
+                             "beyond 2 stddev). Not for hf_same_batches from ours' head.")
+    parser.add_argument("--ours_head_init", default="truncated_normal",
+                        choices=("truncated_normal", "normal"),
+                        help="How ours draws its span head: truncated_normal "
+                             "(run_squad.py's, the original release's) or normal "
+                             "(Hugging Face's; run_squad.py with its initializer patched). "
+                             "hf_same_batches starts from the same head.")
     parser.add_argument("--no_dropout", action="store_true",
                         help="Both systems fine-tune a copy of the checkpoint (written to "
                              "output_dir) whose config sets both dropout rates to 0.")
@@ -133,9 +151,10 @@ SYSTEMS = ("ours", "hf", "hf_original_schedule", "hf_bert_adam", "hf_same_batche
 _RECIPE = ("checkpoint", "squad_file", "squad_version", "eval_article", "seed",
            "max_seq_length", "doc_stride", "max_query_length", "batch_size", "learning_rate",
            "num_train_epochs", "warmup_proportion", "weight_decay", "dtype",
-           "hf_train_pad_row", "no_dropout", "same_batches_head")
+           "hf_train_pad_row", "no_dropout", "same_batches_head", "hf_head_init",
+           "ours_head_init")
 # Settings that change only the Hugging Face systems' runs.
-_HF_ONLY = ("hf_train_pad_row", "same_batches_head")
+_HF_ONLY = ("hf_train_pad_row", "same_batches_head", "hf_head_init")
 
 
 def checkpoint_without_dropout(checkpoint: str, output_dir: str) -> str:
@@ -157,8 +176,11 @@ def check_saved_recipe(result_file: str, saved: dict, args, system: str) -> None
     """A result saved under other settings must not enter this run's table."""
     settings = saved.get("settings", {})
     keys = [key for key in _RECIPE if not (system == "ours" and key in _HF_ONLY)]
-    differ = [f"{key} {settings.get(key)!r} (now {getattr(args, key)!r})" for key in keys
-              if key in settings and settings[key] != getattr(args, key)]
+    # Results saved before a setting existed were made with its default.
+    defaults = {"hf_head_init": "normal", "ours_head_init": "truncated_normal"}
+    differ = [f"{key} {settings.get(key, defaults.get(key))!r} (now {getattr(args, key)!r})"
+              for key in keys if (key in settings or key in defaults)
+              and settings.get(key, defaults.get(key)) != getattr(args, key)]
     if differ:
         raise SystemExit(f"{result_file} was made with other settings: {', '.join(differ)}; "
                          f"use another --output_dir or delete it")
@@ -245,9 +267,35 @@ def schedule(num_features: int, args) -> tuple[int, int]:
 # ----------------------------------------------------------------------------
 
 
+def draw_heads_from_normal():
+    """Make this project's task heads draw their kernels from a plain normal with stddev
+    initializer_range, as Hugging Face does, instead of the truncated normal. The encoder
+    draws from it too, but its weights all come from the checkpoint."""
+    import keras
+
+    from modeling import layers
+    layers.initializer = lambda config: keras.initializers.RandomNormal(
+        stddev=config.initializer_range)
+
+
+# run_squad.py after draw_heads_from_normal().
+_NORMAL_HEAD_RUN_SQUAD = """
+import sys
+from absl import app, flags
+import compare_squad_hf
+compare_squad_hf.draw_heads_from_normal()
+import run_squad
+flags.mark_flags_as_required(["output_dir"])
+sys.argv[0] = "run_squad.py"  # Its log file's name.
+app.run(run_squad.main)
+"""
+
+
 def run_ours(args, train_file: str, eval_file: str, run_dir: str) -> dict:
+    runner = ([str(REPO / "run_squad.py")] if args.ours_head_init == "truncated_normal"
+              else ["-c", _NORMAL_HEAD_RUN_SQUAD])
     command = [
-        sys.executable, str(REPO / "run_squad.py"), f"--init_checkpoint={args.checkpoint}",
+        sys.executable, *runner, f"--init_checkpoint={args.checkpoint}",
         f"--train_file={train_file}", f"--predict_file={eval_file}",
         *(["--version_2_with_negative"] if is_v2(args) else []),
         "--do_train", "--do_predict", "--do_eval",
@@ -263,7 +311,10 @@ def run_ours(args, train_file: str, eval_file: str, run_dir: str) -> dict:
         "--save_checkpoints_steps=100000", "--steps_per_loop=4",
         f"--output_dir={run_dir}", *args.extra_flags.split()]
     start = time.time()
-    subprocess.run(command, check=True, env=dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2"))
+    python_path = os.pathsep.join(filter(None, [str(REPO), str(REPO / "benchmarks"),
+                                                os.environ.get("PYTHONPATH")]))
+    subprocess.run(command, check=True, env=dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2",
+                                                 PYTHONPATH=python_path))
     wall = time.time() - start
     with open(os.path.join(run_dir, "run_config.json"), encoding="utf-8") as f:
         run_config = json.load(f)
@@ -385,6 +436,13 @@ def run_hf(args, train_file: str, eval_file: str, run_dir: str,
     _, train_features = make_features(args, train_file, is_training=True)
     train = _tensors(train_features, with_labels=True)
     model = BertForQuestionAnswering.from_pretrained(args.checkpoint)
+    if args.hf_head_init == "truncated_normal":
+        # As the original release and ours: normal, redrawn beyond two stddev.
+        stddev = model.config.initializer_range
+        with torch.no_grad():
+            torch.nn.init.trunc_normal_(model.qa_outputs.weight, std=stddev,
+                                        a=-2 * stddev, b=2 * stddev)
+            model.qa_outputs.bias.zero_()
     if args.hf_train_pad_row:
         model.bert.embeddings.word_embeddings.padding_idx = None
     total, warmup = schedule(len(train_features), args)
@@ -463,11 +521,17 @@ def ours_initial_head(args) -> tuple[np.ndarray, np.ndarray]:
     import tensorflow as tf
 
     import run_squad
-    from modeling import checkpoints
+    from modeling import checkpoints, layers
     config, vocab_file = checkpoints.resolve_config_and_vocab(None, None, args.checkpoint)
     files = run_squad.ModelFiles(config, vocab_file, True)
-    model, _ = run_squad.build_model(tf.distribute.get_strategy(), files, args.dtype,
-                                     seed=args.seed)
+    truncated_normal = layers.initializer
+    if args.ours_head_init == "normal":
+        draw_heads_from_normal()
+    try:
+        model, _ = run_squad.build_model(tf.distribute.get_strategy(), files, args.dtype,
+                                         seed=args.seed)
+    finally:
+        layers.initializer = truncated_normal
     return model.span.dense.kernel.numpy(), model.span.dense.bias.numpy()
 
 
