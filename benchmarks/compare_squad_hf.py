@@ -50,6 +50,12 @@ script's (exact match and F1 over the answerable questions; answering nothing sc
 This separates span learning from the null decision, which dominates the v2.0 scores of
 a checkpoint trained on a thousand questions.
 
+For v2.0 the table also gives the null AUC: the chance that an unanswerable question's
+null odds (null_odds.json) exceed an answerable one's, in percent: 50 for a null decision at chance
+whatever the threshold. --eval_every_epochs=N scores both systems every N epochs along
+the same training (ours from its saved checkpoints, Hugging Face in its loop), so that a
+long run also shows where longer training stops paying.
+
   nice python benchmarks/compare_squad_hf.py --output_dir=runs/squad_vs_hf
 
 Each system's result is saved as JSON in output_dir (a rerun skips finished ones); the
@@ -136,9 +142,16 @@ def parse_args(argv=None) -> argparse.Namespace:
     parser.add_argument("--no_dropout", action="store_true",
                         help="Both systems fine-tune a copy of the checkpoint (written to "
                              "output_dir) whose config sets both dropout rates to 0.")
+    parser.add_argument("--eval_every_epochs", type=float, default=0.0,
+                        help="Also score both systems every this many epochs along "
+                             "training (ours: its checkpoints, each predicted by "
+                             "run_squad.py; Hugging Face: in the loop), to show where "
+                             "longer training stops paying. Does not change the training.")
     parser.add_argument("--extra_flags", default="",
                         help="More flags for run_squad.py, space-separated.")
     args = parser.parse_args(argv)
+    if args.eval_every_epochs < 0:
+        parser.error(f"--eval_every_epochs={args.eval_every_epochs}: must be >= 0")
     unknown = set(args.systems.split(",")) - set(SYSTEMS)
     if unknown:
         parser.error(f"--systems: unknown {sorted(unknown)}; choose from {', '.join(SYSTEMS)}")
@@ -257,9 +270,49 @@ def best_span_scores(eval_file: str, nbest_file: str) -> dict:
     return {"span_f1": 100.0 * np.mean(f1), "span_exact": 100.0 * np.mean(exact)}
 
 
+def null_auc(eval_file: str, null_odds_file: str) -> float:
+    """The chance that an unanswerable question's null odds exceed an answerable one's
+    (ties count half), in percent: 50 where the null decision is at chance, whatever
+    --null_score_diff_threshold is."""
+    with open(null_odds_file, encoding="utf-8") as f:
+        odds = json.load(f)
+    answers = squad_eval.gold_answers(squad_eval.read_dataset(eval_file)["data"])
+    no_answer = np.array([odds[q] for q, golds in answers.items() if not golds])
+    has_answer = np.array([odds[q] for q, golds in answers.items() if golds])
+    if not (len(no_answer) and len(has_answer)):
+        return float("nan")
+    above = (no_answer[:, None] > has_answer[None, :]).mean()
+    tied = (no_answer[:, None] == has_answer[None, :]).mean()
+    return 100.0 * float(above + 0.5 * tied)
+
+
+def diagnostics(eval_file: str, prediction_dir: str, version_2: bool) -> dict:
+    """best_span_scores and, for v2.0, null_auc of the prediction files in a folder."""
+    found = best_span_scores(eval_file, os.path.join(prediction_dir,
+                                                     "nbest_predictions.json"))
+    if version_2:
+        found["null_auc"] = null_auc(eval_file, os.path.join(prediction_dir,
+                                                             "null_odds.json"))
+    return found
+
+
 def schedule(num_features: int, args) -> tuple[int, int]:
     total = int(num_features / args.batch_size * args.num_train_epochs)
     return total, int(total * args.warmup_proportion)
+
+
+def eval_interval(args, train_file: str) -> int:
+    """Training steps between the scores along training (0: none), from
+    --eval_every_epochs and the number of training features."""
+    if not args.eval_every_epochs:
+        return 0
+    _, features = make_features(args, train_file, is_training=True)
+    return max(1, int(len(features) / args.batch_size * args.eval_every_epochs))
+
+
+def curve_dir(run_dir: str, step: int) -> str:
+    """Where the predictions of the model at `step` go."""
+    return os.path.join(run_dir, f"at_step_{step}")
 
 
 # ----------------------------------------------------------------------------
@@ -291,44 +344,85 @@ app.run(run_squad.main)
 """
 
 
-def run_ours(args, train_file: str, eval_file: str, run_dir: str) -> dict:
-    runner = ([str(REPO / "run_squad.py")] if args.ours_head_init == "truncated_normal"
-              else ["-c", _NORMAL_HEAD_RUN_SQUAD])
-    command = [
-        sys.executable, *runner, f"--init_checkpoint={args.checkpoint}",
-        f"--train_file={train_file}", f"--predict_file={eval_file}",
-        *(["--version_2_with_negative"] if is_v2(args) else []),
-        "--do_train", "--do_predict", "--do_eval",
-        f"--max_seq_length={args.max_seq_length}", f"--doc_stride={args.doc_stride}",
-        f"--max_query_length={args.max_query_length}",
-        f"--train_batch_size={args.batch_size}",
-        f"--predict_batch_size={args.predict_batch_size}",
-        f"--learning_rate={args.learning_rate}",
-        f"--num_train_epochs={args.num_train_epochs}",
-        f"--warmup_proportion={args.warmup_proportion}",
-        f"--weight_decay_rate={args.weight_decay}", f"--seed={args.seed}",
-        f"--dtype={args.dtype}",
-        "--save_checkpoints_steps=100000", "--steps_per_loop=4",
-        f"--output_dir={run_dir}", *args.extra_flags.split()]
-    start = time.time()
+def _run_squad(command: list) -> None:
     python_path = os.pathsep.join(filter(None, [str(REPO), str(REPO / "benchmarks"),
                                                 os.environ.get("PYTHONPATH")]))
     subprocess.run(command, check=True, env=dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2",
                                                  PYTHONPATH=python_path))
-    wall = time.time() - start
-    with open(os.path.join(run_dir, "run_config.json"), encoding="utf-8") as f:
-        run_config = json.load(f)
-    with open(os.path.join(run_dir, "train_summary.json"), encoding="utf-8") as f:
-        summary = json.load(f)
+
+
+def _eval_results(run_dir: str) -> dict:
     results = {}
     with open(os.path.join(run_dir, "eval_results.txt"), encoding="utf-8") as f:
         for line in f:
             key, value = line.strip().split(" = ")
             results[key] = float(value)
-    return {"system": "ours", "wall_s": wall, "results": results,
+    return results
+
+
+def _predict_flags(args, eval_file: str) -> list:
+    return [f"--init_checkpoint={args.checkpoint}", f"--predict_file={eval_file}",
+            *(["--version_2_with_negative"] if is_v2(args) else []),
+            "--do_predict", "--do_eval",
+            f"--max_seq_length={args.max_seq_length}", f"--doc_stride={args.doc_stride}",
+            f"--max_query_length={args.max_query_length}",
+            f"--predict_batch_size={args.predict_batch_size}", f"--dtype={args.dtype}"]
+
+
+def run_ours(args, train_file: str, eval_file: str, run_dir: str,
+             interval: int = 0) -> dict:
+    runner = ([str(REPO / "run_squad.py")] if args.ours_head_init == "truncated_normal"
+              else ["-c", _NORMAL_HEAD_RUN_SQUAD])
+    # With an interval, every checkpoint along the way is kept for ours_curve.
+    saving = ([f"--save_checkpoints_steps={interval}", "--keep_checkpoint_max=100000"]
+              if interval else ["--save_checkpoints_steps=100000"])
+    command = [
+        sys.executable, *runner, *_predict_flags(args, eval_file),
+        f"--train_file={train_file}", "--do_train",
+        f"--train_batch_size={args.batch_size}",
+        f"--learning_rate={args.learning_rate}",
+        f"--num_train_epochs={args.num_train_epochs}",
+        f"--warmup_proportion={args.warmup_proportion}",
+        f"--weight_decay_rate={args.weight_decay}", f"--seed={args.seed}",
+        *saving, "--steps_per_loop=4",
+        f"--output_dir={run_dir}", *args.extra_flags.split()]
+    start = time.time()
+    _run_squad(command)
+    wall = time.time() - start
+    with open(os.path.join(run_dir, "run_config.json"), encoding="utf-8") as f:
+        run_config = json.load(f)
+    with open(os.path.join(run_dir, "train_summary.json"), encoding="utf-8") as f:
+        summary = json.load(f)
+    total = run_config["num_train_steps"]
+    return {"system": "ours", "wall_s": wall, "results": _eval_results(run_dir),
             "num_train_features": run_config["num_train_features"],
-            "num_train_steps": run_config["num_train_steps"],
-            "final_loss": summary["loss"], "command": " ".join(command)}
+            "num_train_steps": total, "final_loss": summary["loss"],
+            "curve": ours_curve(args, eval_file, run_dir, interval, total),
+            "command": " ".join(command)}
+
+
+def ours_curve(args, eval_file: str, run_dir: str, interval: int, total: int) -> list:
+    """Scores of ours' checkpoints at every `interval` steps before the last: each is
+    copied into curve_dir(run_dir, step), where run_squad.py resumes from it and only
+    predicts and scores."""
+    curve = []
+    for step in range(interval, total, interval) if interval else ():
+        prefix = os.path.join(run_dir, f"ckpt-{step}")
+        if not os.path.isfile(prefix + ".index"):
+            raise SystemExit(f"{prefix}.index is missing: ours did not keep the checkpoint "
+                             f"of step {step} (run it again in a new --output_dir)")
+        step_dir = curve_dir(run_dir, step)
+        if not os.path.isfile(os.path.join(step_dir, "eval_results.txt")):
+            os.makedirs(step_dir, exist_ok=True)
+            for name in os.listdir(run_dir):
+                if name.startswith(f"ckpt-{step}."):
+                    shutil.copy(os.path.join(run_dir, name), step_dir)
+            with open(os.path.join(step_dir, "checkpoint"), "w", encoding="utf-8") as f:
+                f.write(f'model_checkpoint_path: "ckpt-{step}"\n')
+            _run_squad([sys.executable, str(REPO / "run_squad.py"),
+                        *_predict_flags(args, eval_file), f"--output_dir={step_dir}"])
+        curve.append({"step": step, "results": _eval_results(step_dir)})
+    return curve
 
 
 # ----------------------------------------------------------------------------
@@ -424,7 +518,7 @@ def autocast(args):
 
 
 def run_hf(args, train_file: str, eval_file: str, run_dir: str,
-           system: str = "hf") -> dict:
+           system: str = "hf", interval: int = 0) -> dict:
     import torch
     from transformers import BertForQuestionAnswering
 
@@ -470,6 +564,7 @@ def run_hf(args, train_file: str, eval_file: str, run_dir: str,
     model.train()
     loss = float("nan")
     losses = []
+    curve = []
     for step in range(total):
         with autocast(args):
             output = model(**batch_at(step))
@@ -483,11 +578,16 @@ def run_hf(args, train_file: str, eval_file: str, run_dir: str,
         if (step + 1) % 10 == 0 or step + 1 == total:
             print(f"hf step {step + 1}/{total} loss {loss:.4f} grad_norm {grad_norm:.3f} "
                   f"{time.time() - start:.0f} s", flush=True)
+        if interval and (step + 1) % interval == 0 and step + 1 < total:
+            # Evaluation draws no random numbers: the training goes on unchanged.
+            curve.append({"step": step + 1, "results": evaluate_hf(
+                model, args, eval_file, curve_dir(run_dir, step + 1))})
+            model.train()
     results = evaluate_hf(model, args, eval_file, run_dir)
     return {"system": system,
             "wall_s": time.time() - start, "results": results,
             "num_train_features": len(train_features), "num_train_steps": total,
-            "final_loss": loss, "losses": losses}
+            "final_loss": loss, "losses": losses, "curve": curve}
 
 
 def ours_batches(args, ours_dir: str, total: int) -> list:
@@ -607,7 +707,9 @@ def evaluate_hf(model, args, eval_file: str, run_dir: str) -> dict:
 # ----------------------------------------------------------------------------
 
 _COLUMNS = ("f1", "exact", "HasAns_f1", "HasAns_exact", "NoAns_f1", "best_f1",
-            "best_f1_thresh", "best_exact", "span_f1", "span_exact")
+            "best_f1_thresh", "best_exact", "null_auc", "span_f1", "span_exact")
+_CURVE_COLUMNS = ("f1", "HasAns_f1", "NoAns_f1", "best_f1", "null_auc", "span_f1")
+_CURVE_COLUMNS_V1 = ("f1", "exact_match", "span_f1")
 # The official v1.1 script reports exact match and F1 only.
 _COLUMNS_V1 = ("f1", "exact_match")
 
@@ -640,6 +742,24 @@ def summarize(results: dict, baseline: float, args) -> str:
     return "\n".join(lines) + "\n"
 
 
+def curve_table(results: dict, args) -> str:
+    """The scores along training of every system that has them, the final one last."""
+    columns = _CURVE_COLUMNS if is_v2(args) else _CURVE_COLUMNS_V1
+    lines = ["| system | step | epoch | " + " | ".join(columns) + " |",
+             "|---" * (len(columns) + 3) + "|"]
+    for system, run in results.items():
+        if not run.get("curve"):
+            continue
+        steps_per_epoch = run["num_train_features"] / args.batch_size
+        points = run["curve"] + [{"step": run["num_train_steps"],
+                                  "results": run["results"]}]
+        for point in points:
+            cells = [f"{point['results'][key]:.2f}" for key in columns]
+            lines.append(f"| {system} | {point['step']} | "
+                         f"{point['step'] / steps_per_epoch:.1f} | " + " | ".join(cells) + " |")
+    return "\n".join(lines) + "\n"
+
+
 def main(argv=None) -> None:
     args = parse_args(argv)
     os.makedirs(args.output_dir, exist_ok=True)
@@ -649,14 +769,17 @@ def main(argv=None) -> None:
                                            args.output_dir, is_v2(args))
     baseline = answer_nothing_baseline(eval_file, is_v2(args))
     results = {}
+    interval = None
     for system in args.systems.split(","):
         result_file = os.path.join(args.output_dir, f"{system}.json")
+        run_dir = os.path.join(args.output_dir, system)
         if not os.path.isfile(result_file):
-            run_dir = os.path.join(args.output_dir, system)
+            if interval is None:
+                interval = eval_interval(args, train_file)
             if system == "ours":
-                result = run_ours(args, train_file, eval_file, run_dir)
+                result = run_ours(args, train_file, eval_file, run_dir, interval)
             else:
-                result = run_hf(args, train_file, eval_file, run_dir, system)
+                result = run_hf(args, train_file, eval_file, run_dir, system, interval)
             result["settings"] = vars(args)
             with open(result_file + ".tmp", "w", encoding="utf-8") as f:
                 json.dump(result, f, indent=2)
@@ -665,9 +788,13 @@ def main(argv=None) -> None:
         with open(result_file, encoding="utf-8") as f:
             results[system] = json.load(f)
         check_saved_recipe(result_file, results[system], args, system)
-        results[system]["results"].update(best_span_scores(
-            eval_file, os.path.join(args.output_dir, system, "nbest_predictions.json")))
+        results[system]["results"].update(diagnostics(eval_file, run_dir, is_v2(args)))
+        for point in results[system].get("curve", []):
+            point["results"].update(diagnostics(
+                eval_file, curve_dir(run_dir, point["step"]), is_v2(args)))
     table = summarize(results, baseline, args)
+    if any(run.get("curve") for run in results.values()):
+        table += "\nAlong training:\n\n" + curve_table(results, args)
     if "ours" in results and "hf_same_batches" in results:
         table += "\nTraining loss on the same batches:\n\n" + loss_comparison(
             ours_losses(os.path.join(args.output_dir, "ours")),
