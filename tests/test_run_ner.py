@@ -511,7 +511,8 @@ def _run_on_sciner(tmp_path, minilm_dir, sample_data, *flags) -> dict:
     command = [sys.executable, RUN_NER, f"--data_dir={sample_data / 'sciner'}",
                f"--init_checkpoint={minilm_dir}", "--do_train", "--do_eval",
                "--max_seq_length=64", "--doc_stride=32", "--train_batch_size=16",
-               "--eval_batch_size=32", "--save_checkpoints_steps=100000", f"--output_dir={output_dir}", *flags]
+               "--eval_batch_size=32", "--save_checkpoints_steps=100000",
+               f"--output_dir={output_dir}", *flags]
     result = subprocess.run(command, env=ENV, capture_output=True, text=True)
     assert result.returncode == 0, result.stderr[-3000:]
     results = _read_results(output_dir / "eval_results.txt")
