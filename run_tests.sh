@@ -7,7 +7,7 @@ PYTHON=${PYTHON:-python3.11}
 [ -d .venv ] || "$PYTHON" -m venv .venv
 . .venv/bin/activate
 pip install -q --upgrade pip
-pip install -q -r requirements-test.txt
+pip install -q -r requirements-test.txt -e .
 export TF_CPP_MIN_LOG_LEVEL=2
 python -m pytest -q -m "not slow" "$@"
 # Exit code 5 means no slow test was collected, which is fine.

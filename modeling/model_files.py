@@ -1,0 +1,247 @@
+"""The files that go with a model: its config, its vocabulary and its case, and the
+self-contained output directories that carry them.
+
+A run's output_dir holds what a later run needs to use the model it trained with no
+other flag (`--init_checkpoint=<output_dir>`):
+
+  bert_config.json   the config the model was really built with
+  vocab.txt          a copy of the vocabulary
+  model_info.json    {"model_kind", "do_lower_case", "labels", ...}
+
+`resolve` finds a model's files from the flags and what sits beside the checkpoint,
+and checks them against each other before any work: the case (`--do_lower_case`)
+against every statement of it the checkpoint makes, and the vocabulary against the
+config's vocab_size.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import re
+
+import tensorflow as tf
+from absl import logging
+
+from data_prep import records, tokenization
+from modeling.config import BertConfig
+
+MODEL_INFO = "model_info.json"
+CONFIG_FILE = "bert_config.json"
+VOCAB_FILE = "vocab.txt"
+_HF_TOKENIZER_CONFIG = "tokenizer_config.json"
+# Special entries such as [UNK] or [unused0] do not tell the case of a vocabulary.
+_SPECIAL = re.compile(r"^\[[^\]]*\]$")
+
+
+@dataclasses.dataclass(frozen=True)
+class ModelFiles:
+    """A model's config and the tokenizer settings that go with it.
+
+    Attributes:
+      config: the BertConfig the model is built with.
+      vocab_file: path of its WordPiece vocabulary.
+      do_lower_case: whether its tokenizer lower-cases the input.
+      config_is_complete: False when some config values were not read from the model
+        (e.g. a TF Hub encoder without bert_config.json); such a config is not written
+        to an output_dir as the model's.
+    """
+    config: BertConfig
+    vocab_file: str
+    do_lower_case: bool
+    config_is_complete: bool = True
+
+
+@dataclasses.dataclass(frozen=True)
+class CaseStatement:
+    """What a checkpoint says about its case, and where it says it."""
+    do_lower_case: bool
+    source: str
+
+
+def checkpoint_directory(init_checkpoint: str | None) -> str | None:
+    """The folder a checkpoint path (a folder or a file prefix) lives in."""
+    if not init_checkpoint:
+        return None
+    if tf.io.gfile.isdir(init_checkpoint):
+        return init_checkpoint
+    return os.path.dirname(init_checkpoint) or "."
+
+
+def read_model_info(init_checkpoint: str | None) -> dict | None:
+    """model_info.json beside the checkpoint (or in its run folder), else None."""
+    directory = checkpoint_directory(init_checkpoint)
+    if directory is None:
+        return None
+    for candidate in (directory, os.path.dirname(os.path.normpath(directory))):
+        path = os.path.join(candidate, MODEL_INFO)
+        if candidate and tf.io.gfile.exists(path):
+            return records.read_json(path)
+    return None
+
+
+def vocab_case(vocab_file: str) -> CaseStatement | None:
+    """An uncased vocabulary has no upper-case entry; a cased one has many."""
+    vocab = tokenization.load_vocab(vocab_file)
+    words = [t for t in vocab if not _SPECIAL.match(t)]
+    upper = sum(1 for t in words if t != t.lower())
+    if words and upper == 0:
+        return CaseStatement(True, f"{vocab_file} has no upper-case entry (an uncased "
+                                   f"vocabulary)")
+    if upper > 0.01 * len(words):
+        return CaseStatement(False, f"{vocab_file} has {upper} entries with upper-case "
+                                    f"letters (a cased vocabulary)")
+    return None
+
+
+def checkpoint_case_statements(init_checkpoint: str | None,
+                               vocab_file: str | None) -> list[CaseStatement]:
+    """Every statement of the model's case: our model_info.json, a Hugging Face
+    tokenizer_config.json, the original release's checkpoint names, the vocabulary."""
+    statements = []
+    info = read_model_info(init_checkpoint)
+    if info is not None and "do_lower_case" in info:
+        statements.append(CaseStatement(bool(info["do_lower_case"]),
+                                        f"{MODEL_INFO} of {init_checkpoint}"))
+    directory = checkpoint_directory(init_checkpoint)
+    if directory:
+        path = os.path.join(directory, _HF_TOKENIZER_CONFIG)
+        if tf.io.gfile.exists(path):
+            value = records.read_json(path).get("do_lower_case")
+            if value is not None:
+                statements.append(CaseStatement(bool(value), path))
+    if init_checkpoint:
+        for lower in (True, False):
+            try:
+                tokenization.validate_case_matches_checkpoint(lower, init_checkpoint)
+            except ValueError:
+                statements.append(CaseStatement(not lower, f"the original release's "
+                                                           f"checkpoint name {init_checkpoint}"))
+    if vocab_file:
+        statement = vocab_case(vocab_file)
+        if statement is not None:
+            statements.append(statement)
+    return statements
+
+
+def resolve_case(do_lower_case: bool | None, init_checkpoint: str | None,
+                 vocab_file: str | None) -> bool:
+    """`--do_lower_case` checked against the checkpoint.
+
+    Args:
+      do_lower_case: the flag's value when the user gave it, else None.
+
+    Returns:
+      The flag's value; when not given, what the checkpoint states (else True, the
+      original default).
+
+    Raises:
+      ValueError naming both sides when the flag contradicts the checkpoint, or when
+      the checkpoint contradicts itself.
+    """
+    statements = checkpoint_case_statements(init_checkpoint, vocab_file)
+    if do_lower_case is not None:
+        for statement in statements:
+            if statement.do_lower_case != do_lower_case:
+                raise ValueError(
+                    f"--do_lower_case={do_lower_case} does not match the model: "
+                    f"{statement.source} says do_lower_case={statement.do_lower_case}. "
+                    f"Pass --do_lower_case={statement.do_lower_case} (an uncased model "
+                    f"turns every capitalised word it was not trained on into [UNK] or "
+                    f"other pieces).")
+        return do_lower_case
+    values = {s.do_lower_case for s in statements}
+    if len(values) > 1:
+        raise ValueError("the model's files disagree on its case: " + "; ".join(
+            f"{s.source}: do_lower_case={s.do_lower_case}" for s in statements) +
+            ". Pass --do_lower_case explicitly.")
+    if statements:
+        logging.info("do_lower_case=%s, from %s", statements[0].do_lower_case,
+                     statements[0].source)
+        return statements[0].do_lower_case
+    return True
+
+
+def check_vocab_fits_config(vocab_file: str, config: BertConfig) -> int:
+    """Fails when the vocabulary has ids the model's embedding table cannot hold.
+
+    Returns the vocabulary's size. Fewer entries than vocab_size only warns: the
+    released multilingual and Chinese models pad their tables.
+    """
+    size = len(tokenization.load_vocab(vocab_file))
+    if size > config.vocab_size:
+        raise ValueError(f"the vocabulary {vocab_file} has {size} entries but the model's "
+                         f"config has vocab_size={config.vocab_size}: ids from "
+                         f"{config.vocab_size} up would index past the embedding table. "
+                         f"Use the vocabulary the model was trained with.")
+    if size < config.vocab_size:
+        logging.warning("The vocabulary %s has %d entries, fewer than vocab_size=%d of "
+                        "the config: %d embedding rows are never used.", vocab_file, size,
+                        config.vocab_size, config.vocab_size - size)
+    return size
+
+
+def resolve(bert_config_file: str | None, vocab_file: str | None,
+            init_checkpoint: str | None, do_lower_case: bool | None) -> ModelFiles:
+    """The model's files from the flags, else from beside the checkpoint, checked.
+
+    `--bert_config_file` and `--vocab_file` win; when omitted, they are taken from the
+    checkpoint's folder (bert_config.json or a Hugging Face config.json, and vocab.txt;
+    for a run's output_dir, the files it wrote).
+    """
+    directory = checkpoint_directory(init_checkpoint)
+    if bert_config_file:
+        config = BertConfig.from_json_file(bert_config_file)
+    else:
+        config = _config_beside(directory)
+        if config is None:
+            raise ValueError("--bert_config_file is required: "
+                             + (f"the checkpoint folder {directory} has no "
+                                f"{CONFIG_FILE} or config.json" if directory else
+                                "no --init_checkpoint to take it from"))
+    if vocab_file is None and directory:
+        candidate = os.path.join(directory, VOCAB_FILE)
+        vocab_file = candidate if tf.io.gfile.exists(candidate) else None
+    if vocab_file is None:
+        raise ValueError("--vocab_file is required: "
+                         + (f"the checkpoint folder {directory} has no {VOCAB_FILE}"
+                            if directory else "no --init_checkpoint to take it from"))
+    if not tf.io.gfile.exists(vocab_file):
+        raise FileNotFoundError(f"--vocab_file not found: {vocab_file}")
+    check_vocab_fits_config(vocab_file, config)
+    lower = resolve_case(do_lower_case, init_checkpoint, vocab_file)
+    return ModelFiles(config, vocab_file, lower)
+
+
+def _config_beside(directory: str | None) -> BertConfig | None:
+    if not directory:
+        return None
+    for name in (CONFIG_FILE, "config.json"):
+        path = os.path.join(directory, name)
+        if tf.io.gfile.exists(path):
+            return BertConfig.from_json_file(path)
+    return None
+
+
+def write_model_files(output_dir: str, files: ModelFiles, model_kind: str,
+                      **info) -> None:
+    """Makes output_dir self-contained: bert_config.json (when the config was read,
+    not inferred), vocab.txt and model_info.json with the kind, the case and `info`
+    (labels, max_seq_length, task settings...)."""
+    tf.io.gfile.makedirs(output_dir)
+    if files.config_is_complete:
+        records.write_text(os.path.join(output_dir, CONFIG_FILE),
+                           files.config.to_json_string())
+    else:
+        logging.warning("Not writing %s to %s: the TF Hub encoder's config was partly "
+                        "inferred, not read. Load the fine-tuned model with the same "
+                        "--hub_module_url.", CONFIG_FILE, output_dir)
+    vocab_copy = os.path.join(output_dir, VOCAB_FILE)
+    if os.path.abspath(files.vocab_file) != os.path.abspath(vocab_copy):
+        with tf.io.gfile.GFile(files.vocab_file, "rb") as f:
+            content = f.read()
+        with records.atomic_open(vocab_copy, "wb") as f:
+            f.write(content)
+    records.write_json(os.path.join(output_dir, MODEL_INFO),
+                       dict(info, model_kind=model_kind, do_lower_case=files.do_lower_case))
+

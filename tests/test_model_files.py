@@ -1,0 +1,88 @@
+"""modeling.model_files: a model's config, vocabulary and case, found and checked before
+any work; output folders that carry them."""
+
+import json
+import shutil
+
+import pytest
+
+from modeling import model_files
+from modeling.config import BertConfig
+from tests.conftest import SAMPLE_DATA
+
+VOCAB = str(SAMPLE_DATA / "vocab" / "uncased_vocab.txt")
+
+
+def _config(path, vocab_size=30522):
+    path.write_text(BertConfig(vocab_size=vocab_size, hidden_size=32, num_hidden_layers=2,
+                               num_attention_heads=4, intermediate_size=37).to_json_string())
+    return str(path)
+
+
+def test_an_uncased_hugging_face_directory_refuses_do_lower_case_false(minilm_dir):
+    with pytest.raises(ValueError, match=r"--do_lower_case=False does not match the model: "
+                                         r".*tokenizer_config.json says do_lower_case=True"):
+        model_files.resolve(None, None, minilm_dir, do_lower_case=False)
+    files = model_files.resolve(None, None, minilm_dir, do_lower_case=None)
+    assert files.do_lower_case is True and files.vocab_file.endswith("vocab.txt")
+    assert files.config.hidden_size == 384
+
+
+def test_case_from_the_original_checkpoint_names_and_the_vocabulary(tmp_path):
+    uncased = tmp_path / "uncased_L-12_H-768_A-12"
+    uncased.mkdir()
+    config = _config(uncased / "bert_config.json")
+    shutil.copy(VOCAB, uncased / "vocab.txt")
+    checkpoint = str(uncased / "bert_model.ckpt")
+    with pytest.raises(ValueError, match="checkpoint name"):
+        model_files.resolve(config, None, checkpoint, do_lower_case=False)
+    # A folder named otherwise: the vocabulary alone says uncased.
+    other = tmp_path / "my_model"
+    shutil.copytree(uncased, other)
+    with pytest.raises(ValueError, match="has no upper-case entry"):
+        model_files.resolve(None, None, str(other / "bert_model.ckpt"), do_lower_case=False)
+    cased_vocab = tmp_path / "cased_vocab.txt"
+    cased_vocab.write_text("[PAD]\n[UNK]\n[CLS]\n[SEP]\n[MASK]\nThe\nthe\nParis\n##s\n")
+    with pytest.raises(ValueError, match="cased vocabulary"):
+        model_files.resolve(config, str(cased_vocab), None, do_lower_case=True)
+    assert not model_files.resolve(config, str(cased_vocab), None, None).do_lower_case
+
+
+def test_vocabulary_larger_than_the_config_fails_before_any_work(tmp_path, caplog):
+    small = _config(tmp_path / "small.json", vocab_size=1000)
+    with pytest.raises(ValueError, match=r"has 30522 entries but the model's config has "
+                                         r"vocab_size=1000"):
+        model_files.resolve(small, VOCAB, None, None)
+    large = _config(tmp_path / "large.json", vocab_size=30600)
+    files = model_files.resolve(large, VOCAB, None, None)
+    assert files.config.vocab_size == 30600
+
+
+def test_missing_files_are_named(tmp_path):
+    with pytest.raises(ValueError, match="--bert_config_file is required: the checkpoint "
+                                         "folder .* has no bert_config.json"):
+        model_files.resolve(None, None, str(tmp_path / "model.ckpt"), None)
+    config = _config(tmp_path / "bert_config.json")
+    with pytest.raises(ValueError, match="--vocab_file is required"):
+        model_files.resolve(config, None, None, None)
+    with pytest.raises(FileNotFoundError, match="--vocab_file not found"):
+        model_files.resolve(config, str(tmp_path / "nope.txt"), None, None)
+
+
+def test_an_output_folder_is_self_contained(tmp_path):
+    files = model_files.ModelFiles(BertConfig.from_json_file(_config(tmp_path / "c.json")),
+                                   VOCAB, do_lower_case=True)
+    out = tmp_path / "run"
+    model_files.write_model_files(str(out), files, "classifier", labels=["0", "1"])
+    assert sorted(p.name for p in out.iterdir()) == [
+        "bert_config.json", "model_info.json", "vocab.txt"]
+    info = json.loads((out / "model_info.json").read_text())
+    assert info == {"model_kind": "classifier", "do_lower_case": True, "labels": ["0", "1"]}
+    again = model_files.resolve(None, None, str(out), None)
+    assert again.config == files.config and again.do_lower_case
+    assert (out / "vocab.txt").read_bytes() == open(VOCAB, "rb").read()
+    # A checkpoint prefix inside the folder, or in its best/ sub-folder, finds it too.
+    (out / "best").mkdir()
+    assert model_files.read_model_info(str(out / "best" / "best-3"))["labels"] == ["0", "1"]
+    with pytest.raises(ValueError, match="model_info.json .* says do_lower_case=True"):
+        model_files.resolve(None, None, str(out / "ckpt-5"), do_lower_case=False)
