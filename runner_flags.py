@@ -37,6 +37,75 @@ def define_common_flags(max_seq_length: int) -> None:
     flags.DEFINE_integer("seed", 12345, "Random seed of initialisation, dropout and shuffling.")
     flags.DEFINE_bool("deterministic", False, "Enable TensorFlow op determinism (bitwise "
                       "reproducible runs, slower).")
+    define_original_tpu_flags()
+
+
+def apply_original_flags(FLAGS) -> None:
+    """Maps the original release's TPU-era flags given on the command line to their
+    current meaning, and says so in one warning line."""
+    said = []
+
+    def given(name):
+        return name in FLAGS and FLAGS[name].present
+
+    if given("tpu_name"):
+        FLAGS.tpu = FLAGS.tpu or FLAGS.tpu_name
+        said.append(f"--tpu_name={FLAGS.tpu_name} -> --tpu={FLAGS.tpu}")
+    if given("use_tpu"):
+        wanted = "tpu" if FLAGS.use_tpu else FLAGS.distribution_strategy
+        if FLAGS.use_tpu and given("distribution_strategy") and \
+                FLAGS.distribution_strategy != "tpu":
+            raise ValueError(f"--use_tpu contradicts --distribution_strategy="
+                             f"{FLAGS.distribution_strategy}")
+        FLAGS.distribution_strategy = wanted
+        if FLAGS.use_tpu and not FLAGS.tpu and FLAGS.master:
+            FLAGS.tpu = FLAGS.master
+        said.append(f"--use_tpu={FLAGS.use_tpu} -> --distribution_strategy={wanted}")
+    for name in ("tpu_zone", "gcp_project"):
+        if given(name):
+            said.append(f"--{name}={FLAGS[name].value} -> the TPU cluster resolver")
+    if given("master") and not (FLAGS.use_tpu and FLAGS.tpu == FLAGS.master):
+        said.append(f"--master={FLAGS.master} is not used (no TPU)")
+    if given("num_tpu_cores"):
+        said.append(f"--num_tpu_cores={FLAGS.num_tpu_cores} is not needed "
+                    f"(TPUStrategy uses every core)")
+    if given("iterations_per_loop"):
+        if not given("steps_per_loop"):
+            FLAGS.steps_per_loop = FLAGS.iterations_per_loop
+        said.append(f"--iterations_per_loop={FLAGS.iterations_per_loop} -> "
+                    f"--steps_per_loop={FLAGS.steps_per_loop}")
+    if given("verbose_logging"):
+        if FLAGS.verbose_logging:
+            logging.set_verbosity(logging.DEBUG)
+        said.append(f"--verbose_logging={FLAGS.verbose_logging} -> "
+                    f"{'debug' if FLAGS.verbose_logging else 'info'} logging")
+    if given("bert_hub_module_handle"):
+        if given("hub_module_url") and FLAGS.hub_module_url != FLAGS.bert_hub_module_handle:
+            raise ValueError("--bert_hub_module_handle contradicts --hub_module_url")
+        FLAGS.hub_module_url = FLAGS.bert_hub_module_handle
+        said.append(f"--bert_hub_module_handle -> --hub_module_url="
+                    f"{FLAGS.bert_hub_module_handle}")
+    if given("use_one_hot_embeddings"):
+        said.append("--use_one_hot_embeddings is not needed (the embedding lookup is "
+                    "the same on every device)")
+    if said:
+        logging.warning("Original release flags: %s.", "; ".join(said))
+
+
+def define_original_tpu_flags() -> None:
+    """The original release's TPU-era flags, accepted so that its command lines run
+    unchanged; `apply_original_flags` maps each to its current meaning."""
+    flags.DEFINE_bool("use_tpu", False, "Original flag: --use_tpu is "
+                      "--distribution_strategy=tpu.")
+    flags.DEFINE_string("tpu_name", None, "Original flag: the TPU, as --tpu.")
+    flags.DEFINE_string("tpu_zone", None, "Original flag: GCE zone of the TPU (for the TPU "
+                        "cluster resolver).")
+    flags.DEFINE_string("gcp_project", None, "Original flag: GCP project of the TPU (for "
+                        "the TPU cluster resolver).")
+    flags.DEFINE_string("master", None, "Original flag: TensorFlow master address; with "
+                        "--use_tpu and no --tpu_name, the TPU's address.")
+    flags.DEFINE_integer("num_tpu_cores", 8, "Original flag: TPUStrategy uses every core "
+                         "of the TPU, so this is not needed.")
 
 
 def define_training_flags() -> None:
@@ -51,6 +120,7 @@ def define_training_flags() -> None:
                          "per-replica batch is split into this many parts.")
     flags.DEFINE_integer("steps_per_loop", 10, "Training steps per compiled loop (and per "
                          "progress line).")
+    flags.DEFINE_integer("iterations_per_loop", 1000, "Original flag: --steps_per_loop.")
     flags.DEFINE_integer("save_checkpoints_steps", 1000, "Checkpoint every this many steps.")
     flags.DEFINE_integer("keep_checkpoint_max", 5, "Checkpoints kept in --output_dir.")
     flags.DEFINE_list("profile_steps", None, "FIRST,LAST: write a TensorBoard profile of "
@@ -64,9 +134,11 @@ def setup(FLAGS) -> tf.distribute.Strategy:
     The strategy is created first: MultiWorkerMirroredStrategy must configure its
     collective ops before TensorFlow runs anything.
     """
+    apply_original_flags(FLAGS)
     if FLAGS.num_cpu_devices > 1:
         distribution.split_cpu(FLAGS.num_cpu_devices)
-    strategy = distribution.create_strategy(FLAGS.distribution_strategy, FLAGS.tpu)
+    strategy = distribution.create_strategy(FLAGS.distribution_strategy, FLAGS.tpu,
+                                             zone=FLAGS.tpu_zone, project=FLAGS.gcp_project)
     keras.utils.set_random_seed(FLAGS.seed)
     if FLAGS.deterministic:
         tf.config.experimental.enable_op_determinism()

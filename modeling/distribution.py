@@ -19,19 +19,21 @@ def split_cpu(num_devices: int) -> None:
 
 
 def create_strategy(name: str = "one_device", tpu: str | None = None,
-                    num_gpus: int | None = None) -> tf.distribute.Strategy:
+                    num_gpus: int | None = None, zone: str | None = None,
+                    project: str | None = None) -> tf.distribute.Strategy:
     """Builds the strategy named by `--distribution_strategy`.
 
     one_device: the first GPU if there is one, else the CPU. mirrored: all local GPUs, or
     all logical CPUs when there is no GPU. multi_worker_mirrored: the cluster in
-    `TF_CONFIG`. tpu: the TPU named by `--tpu` ("" or "local" for a local TPU VM).
+    `TF_CONFIG`. tpu: the TPU named by `--tpu` ("" or "local" for a local TPU VM), in
+    GCE `zone` and GCP `project` when given.
     """
     if name not in STRATEGIES:
         raise ValueError(f"unknown --distribution_strategy {name!r}; choose one of "
                          f"{', '.join(STRATEGIES)}")
     if name == "tpu":
         resolver = tf.distribute.cluster_resolver.TPUClusterResolver(
-            tpu="" if tpu in (None, "local") else tpu)
+            tpu="" if tpu in (None, "local") else tpu, zone=zone, project=project)
         tf.config.experimental_connect_to_cluster(resolver)
         tf.tpu.experimental.initialize_tpu_system(resolver)
         return tf.distribute.TPUStrategy(resolver)

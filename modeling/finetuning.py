@@ -1,0 +1,320 @@
+"""The one fine-tuning core: what run_classifier, run_squad and run_ner share.
+
+A runner reads its task's data and hands this module a `FineTuningTask` (its model,
+loss, datasets, metrics and outputs) with the run's `Settings`; `run` does the rest,
+the same way for every task:
+
+  1. builds the model on the encoder and a `training.Trainer` for it;
+  2. makes output_dir self-contained (bert_config.json, vocab.txt, model_info.json,
+     run_config.json);
+  3. resumes from output_dir's latest checkpoint, or restores --init_checkpoint: the
+     encoder always, and the task head too when the checkpoint holds one for this
+     kind of model (a fine-tuned checkpoint predicts with its own head);
+  4. trains, evaluating at the end of every epoch (with --do_eval) and keeping the
+     best model by the task's score in output_dir/best/;
+  5. evaluates, predicts and exports the best model (or the last one without
+     per-epoch evaluation).
+
+A run stopped by SIGTERM saves a checkpoint and ends before step 5; the same command
+resumes it.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+from typing import Protocol
+
+import keras
+import numpy as np
+import tensorflow as tf
+from absl import logging
+
+from data_prep import records
+from modeling import checkpoints, model_files, training
+from modeling.config import BertConfig
+
+BEST_DIR = "best"
+EVAL_HISTORY = "eval_history.json"
+RUN_CONFIG = "run_config.json"
+
+
+@dataclasses.dataclass(frozen=True)
+class Settings:
+    """What a fine-tuning run does, from the runner's flags.
+
+    `trainer_options` are keyword arguments of `training.Trainer` (optimizer,
+    weight_decay_rate, dtype, steps_per_loop, save_checkpoints_steps, ...).
+    """
+    output_dir: str
+    init_checkpoint: str | None = None
+    hub_module_url: str | None = None
+    reinit_head: bool = False
+    do_train: bool = False
+    do_eval: bool = False
+    do_predict: bool = False
+    train_batch_size: int = 32
+    eval_batch_size: int = 8
+    predict_batch_size: int = 8
+    learning_rate: float = 5e-5
+    num_train_epochs: float = 3.0
+    warmup_proportion: float = 0.1
+    seed: int = 12345
+    evaluate_every_epoch: bool = True
+    export_dir: str | None = None
+    overwrite_export: bool = False
+    trainer_options: dict = dataclasses.field(default_factory=dict)
+    flag_values: dict = dataclasses.field(default_factory=dict)
+
+
+class FineTuningTask(Protocol):
+    """A task's part of a fine-tuning run. Its data is read before `run` starts, so
+    bad input fails before any model is built.
+
+    Attributes:
+      model_kind: the kind of model (`modeling.models` MODEL_KIND).
+      objective: the loss and evaluation sums (`training.Task`).
+      num_train_examples: training examples (windows, features) per epoch.
+    """
+    model_kind: str
+    objective: training.Task
+    num_train_examples: int
+
+    def build_model(self, encoder, config: BertConfig) -> keras.Model: ...
+
+    def train_dataset(self, batch_size: int, seed: int,
+                      input_context: tf.distribute.InputContext | None
+                      ) -> tf.data.Dataset: ...
+
+    def evaluate(self, trainer: training.Trainer, output_dir: str, global_step: int
+                 ) -> dict:
+        """Metrics of the dev data, written to output_dir (eval_results.txt and the
+        task's files); `global_step` is the step of the weights evaluated."""
+
+    def score(self, metrics: dict) -> float:
+        """The number the best model is chosen by (higher is better)."""
+
+    def predict(self, trainer: training.Trainer, output_dir: str) -> None: ...
+
+    def export(self, model: keras.Model, export_dir: str, files: model_files.ModelFiles,
+               overwrite: bool) -> None: ...
+
+    def model_info(self) -> dict:
+        """What a later run needs besides the weights (labels, settings)."""
+
+
+# ---------------------------------------------------------------------------------
+# The schedule.
+
+
+def train_schedule(num_examples: int, batch_size: int, num_epochs: float,
+                   warmup_proportion: float) -> tuple[int, int]:
+    """(num_train_steps, num_warmup_steps), computed as the original release does."""
+    num_train_steps = int(num_examples / batch_size * num_epochs)
+    if num_train_steps < 1:
+        raise ValueError(
+            f"{num_examples} training examples at --train_batch_size={batch_size} for "
+            f"--num_train_epochs={num_epochs} make no training step")
+    return num_train_steps, int(num_train_steps * warmup_proportion)
+
+
+def epoch_end_steps(num_examples: int, batch_size: int, num_train_steps: int
+                    ) -> list[int]:
+    """The global step at which each epoch ends; the last is always num_train_steps."""
+    ends, epoch = [], 1
+    while (step := int(num_examples * epoch / batch_size)) < num_train_steps:
+        if not ends or step > ends[-1]:
+            ends.append(step)
+        epoch += 1
+    return ends + [num_train_steps]
+
+
+# ---------------------------------------------------------------------------------
+# The best model.
+
+
+class BestCheckpoint:
+    """The best model so far, with its step and score, in `directory`.
+
+    One TF checkpoint holds the model and two scalars (step, score), so the score
+    always describes the weights saved with it; the CheckpointManager writes it under
+    temporary names and then updates its `checkpoint` state file.
+    """
+
+    def __init__(self, directory: str, model):
+        self.directory = directory
+        self.step = tf.Variable(-1, dtype=tf.int64, trainable=False, name="step")
+        self.score = tf.Variable(-np.inf, dtype=tf.float64, trainable=False, name="score")
+        self.checkpoint = tf.train.Checkpoint(model=model, step=self.step,
+                                              score=self.score)
+        self.manager = tf.train.CheckpointManager(self.checkpoint, directory,
+                                                  max_to_keep=1, checkpoint_name="best")
+        if self.manager.latest_checkpoint:
+            scalars = tf.train.Checkpoint(step=self.step, score=self.score)
+            scalars.read(self.manager.latest_checkpoint).expect_partial()
+
+    @property
+    def exists(self) -> bool:
+        return self.manager.latest_checkpoint is not None
+
+    def update(self, step: int, score: float) -> bool:
+        """Saves the model if `score` beats the best so far; returns whether it did."""
+        if self.exists and score <= float(self.score.numpy()):
+            return False
+        self.step.assign(step)
+        self.score.assign(score)
+        self.manager.save(checkpoint_number=step)
+        logging.info("New best model at step %d (score %.4f) in %s", step, score,
+                     self.directory)
+        return True
+
+    def restore(self) -> int:
+        """Loads the best weights into the model; returns their step."""
+        self.checkpoint.read(self.manager.latest_checkpoint).assert_existing_objects_matched()
+        logging.info("Using the best model: step %d, score %.4f",
+                     int(self.step.numpy()), float(self.score.numpy()))
+        return int(self.step.numpy())
+
+
+def write_eval_summaries(output_dir: str, metrics: dict, step: int) -> None:
+    writer = tf.summary.create_file_writer(os.path.join(output_dir, "eval"))
+    with writer.as_default(step=step):
+        for key, value in metrics.items():
+            if key != "global_step" and isinstance(value, (int, float)):
+                tf.summary.scalar(key, value)
+    writer.close()
+
+
+class EpochEvaluator:
+    """`after_loop` of a training run: at each epoch's end, evaluates, logs the
+    history (eval_history.json, TensorBoard eval/) and keeps the best model."""
+
+    def __init__(self, task: FineTuningTask, trainer: training.Trainer,
+                 best: BestCheckpoint, output_dir: str):
+        self.task, self.trainer, self.best, self.output_dir = task, trainer, best, output_dir
+        self.history_path = os.path.join(output_dir, EVAL_HISTORY)
+        self.history = (records.read_json(self.history_path)
+                        if tf.io.gfile.exists(self.history_path) else [])
+
+    def __call__(self, step: int) -> None:
+        metrics = self.task.evaluate(self.trainer, self.output_dir, step)
+        score = self.task.score(metrics)
+        logging.info("Evaluation at step %d: score %.4f, %s", step, score, metrics)
+        write_eval_summaries(self.output_dir, metrics, step)
+        self.history.append(dict(metrics, global_step=step, score=score))
+        records.write_json(self.history_path, self.history)
+        self.best.update(step, score)
+
+
+def train(task: FineTuningTask, trainer: training.Trainer, settings: Settings,
+          on_epoch_end=None) -> bool:
+    """Trains to num_train_steps, calling on_epoch_end(step) at each epoch's end.
+
+    The Trainer runs --steps_per_loop steps per compiled loop; loops are shortened so
+    that one ends exactly at every epoch's end.
+
+    Returns:
+      Whether training is complete (False: stopped early by SIGTERM, checkpointed).
+    """
+    def dataset_fn(context=None):
+        return task.train_dataset(settings.train_batch_size, settings.seed, context)
+
+    ends = epoch_end_steps(task.num_train_examples, settings.train_batch_size,
+                           trainer.num_train_steps)
+    steps_per_loop = trainer.steps_per_loop
+    pending = [end for end in ends if end > int(trainer.global_step.numpy())]
+
+    def limit_loop(step: int) -> None:
+        while pending and pending[0] <= step:
+            pending.pop(0)
+        if pending:
+            trainer.steps_per_loop = min(steps_per_loop, pending[0] - step)
+
+    def after_loop(step: int) -> None:
+        if on_epoch_end is not None and step in ends:
+            on_epoch_end(step)
+        limit_loop(step)
+
+    limit_loop(int(trainer.global_step.numpy()))
+    try:
+        summary = trainer.train(dataset_fn, settings.train_batch_size, after_loop=after_loop)
+    finally:
+        trainer.steps_per_loop = steps_per_loop
+    return summary["global_step"] >= trainer.num_train_steps
+
+
+# ---------------------------------------------------------------------------------
+# The run.
+
+
+def restore_initial_weights(model, settings: Settings) -> None:
+    """--init_checkpoint into a new model: the encoder, and the head when the
+    checkpoint has this model's head. A TF Hub encoder comes with its weights."""
+    if settings.hub_module_url:
+        return
+    if not settings.init_checkpoint:
+        logging.warning("No --init_checkpoint: the encoder starts from random weights.")
+        return
+    checkpoints.restore_model(settings.init_checkpoint, model,
+                              reinit_head=settings.reinit_head)
+
+
+def build_trainer(task: FineTuningTask, model, strategy, settings: Settings
+                  ) -> training.Trainer:
+    num_train_steps, num_warmup_steps = (train_schedule(
+        task.num_train_examples, settings.train_batch_size, settings.num_train_epochs,
+        settings.warmup_proportion) if settings.do_train else (0, 0))
+    return training.Trainer(strategy, model, task.objective, settings.output_dir,
+                            learning_rate=settings.learning_rate,
+                            num_train_steps=num_train_steps,
+                            num_warmup_steps=num_warmup_steps, **settings.trainer_options)
+
+
+def write_run_files(task: FineTuningTask, trainer: training.Trainer,
+                    files: model_files.ModelFiles, settings: Settings) -> None:
+    """The self-contained output_dir, and every setting of the run (run_config.json)."""
+    info = task.model_info()
+    model_files.write_model_files(settings.output_dir, files, task.model_kind, **info)
+    records.write_json(os.path.join(settings.output_dir, RUN_CONFIG), dict(
+        settings.flag_values, resolved_vocab_file=files.vocab_file,
+        resolved_do_lower_case=files.do_lower_case, model_kind=task.model_kind,
+        num_train_steps=trainer.num_train_steps,
+        num_warmup_steps=trainer.num_warmup_steps, **info))
+
+
+def run(task: FineTuningTask, settings: Settings, strategy: tf.distribute.Strategy,
+        encoder, files: model_files.ModelFiles) -> bool:
+    """Trains, evaluates, predicts and exports as `settings` ask.
+
+    Returns:
+      False when training stopped early (SIGTERM): nothing was evaluated, predicted
+      or exported from the unfinished model; a rerun resumes.
+    """
+    # The head's initial weights and dropout seeds depend on --seed alone, not on how
+    # many random draws building the encoder took: a TF Hub encoder and a checkpoint
+    # of the same weights fine-tune to the same model.
+    keras.utils.set_random_seed(settings.seed)
+    with strategy.scope():
+        model = task.build_model(encoder, files.config)
+    trainer = build_trainer(task, model, strategy, settings)
+    write_run_files(task, trainer, files, settings)
+    trainer.restore_or_initialize(lambda: restore_initial_weights(model, settings))
+    best = BestCheckpoint(os.path.join(settings.output_dir, BEST_DIR), model)
+
+    if settings.do_train:
+        on_epoch_end = None
+        if settings.do_eval and settings.evaluate_every_epoch:
+            on_epoch_end = EpochEvaluator(task, trainer, best, settings.output_dir)
+        if not train(task, trainer, settings, on_epoch_end):
+            logging.warning("Training stopped at step %d of %d; run again with the same "
+                            "--output_dir to resume it. Nothing evaluated or predicted.",
+                            int(trainer.global_step.numpy()), trainer.num_train_steps)
+            return False
+    step = best.restore() if best.exists else int(trainer.global_step.numpy())
+    if settings.do_eval:
+        task.evaluate(trainer, settings.output_dir, step)
+    if settings.do_predict:
+        task.predict(trainer, settings.output_dir)
+    if settings.export_dir:
+        task.export(model, settings.export_dir, files, settings.overwrite_export)
+    return True
