@@ -55,8 +55,9 @@ def build_encoder(config: BertConfig, init_checkpoint: str, with_mlm: bool):
     """A float32 encoder (and pre-trainer, for the MLM head) loaded from the checkpoint."""
     encoder = BertEncoder(config, dtype="float32")
     pretrainer = BertPretrainer(encoder, config) if with_mlm else None
-    loaded = checkpoints.load_checkpoint(init_checkpoint, encoder, pretrainer)
-    if with_mlm and not loaded["heads"]:
+    restored = checkpoints.restore_model(init_checkpoint,
+                                         pretrainer if with_mlm else encoder)["restored"]
+    if with_mlm and "masked_lm" not in restored:
         raise ValueError(f"--export_type=encoder_with_mlm: checkpoint {init_checkpoint} has "
                          f"no masked-LM head (cls/predictions); export --export_type=encoder")
     return encoder, pretrainer

@@ -180,7 +180,7 @@ def main(_):
     tokenizer = tokenization.FullTokenizer(vocab_file, do_lower_case=FLAGS.do_lower_case)
     encoder = BertEncoder(config)
     if FLAGS.init_checkpoint:
-        checkpoints.load_checkpoint(FLAGS.init_checkpoint, encoder)
+        checkpoints.restore_model(FLAGS.init_checkpoint, encoder)
     else:
         logging.warning("No --init_checkpoint: features come from random weights.")
     layer_indexes = [int(x) for x in FLAGS.layers.split(",")]

@@ -82,8 +82,8 @@ def main(_):
     runner_flags.write_resolved_config(FLAGS, config, extra={"input_files": files})
 
     def initialize():
-        if FLAGS.init_checkpoint:
-            checkpoints.load_checkpoint(FLAGS.init_checkpoint, model.encoder, model)
+        if FLAGS.init_checkpoint:  # The encoder, and the heads when the checkpoint has them.
+            checkpoints.restore_model(FLAGS.init_checkpoint, model)
 
     trainer.restore_or_initialize(initialize)
     if FLAGS.do_train:

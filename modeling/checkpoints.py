@@ -1,354 +1,359 @@
-"""Loading the checkpoints BERT users have: original TF1, Hugging Face, and our TF2.
+"""Restoring a model from the checkpoints BERT users have, and writing them back.
 
 `--init_checkpoint` accepts:
   1. the original release's TF1 checkpoint (`.../bert_model.ckpt`, variable names
-     `bert/...` and `cls/...`); Adam slots and `global_step` are ignored;
+     `bert/...` and `cls/...`, and a fine-tuned model's head); Adam slots and
+     `global_step` are ignored;
   2. a Hugging Face BERT directory (`config.json` + `model.safetensors`, or a sharded
      `model.safetensors.index.json`), read without PyTorch;
-  3. a TF2 object-based checkpoint written by this project (a file prefix, or a
-     directory whose `checkpoint` file names the latest one).
+  3. a TF2 checkpoint of this project (a file prefix, or a directory: a run's
+     output_dir resolves to its `best/` model when it kept one, else to its latest
+     checkpoint; see `checkpoint_readers.resolve_checkpoint`).
 
-The mapping from original names to our variables is one table
-(`original_variable_table`); Hugging Face names are derived from the original ones.
+`restore_model` restores the encoder always, and the model's head when the checkpoint
+holds one for this kind of model. The names of every format are declarative tables
+(`checkpoint_names`); readers and writers live in `checkpoint_readers` and
+`checkpoint_writers`, re-exported here.
 """
 
 from __future__ import annotations
 
-import glob
-import json
+import dataclasses
 import os
-import re
-import struct
 
 import numpy as np
-import tensorflow as tf
 from absl import logging
 
+from data_prep import records
+from modeling import checkpoint_names as names
+from modeling.checkpoint_names import hf_name, original_variable_table  # noqa: F401
+from modeling.checkpoint_readers import (  # noqa: F401
+    CheckpointMismatchError, checkpoint_side_dirs, find_side_file, is_hf_directory,
+    open_checkpoint, read_model_info, read_safetensors, resolve_checkpoint)
+from modeling.checkpoint_writers import (  # noqa: F401
+    write_hf_directory, write_original_checkpoint, write_original_directory,
+    write_tf2_directory)
 from modeling.config import BertConfig
 
-_HF_WEIGHTS = "model.safetensors"
-_HF_INDEX = "model.safetensors.index.json"
-_IGNORED_TF1 = re.compile(r"(adam_[mv]|global_step|good_steps|loss_scale)")
+_SHOWN_UNUSED = 6
+# Kinds whose outputs do not depend on the pooler.
+_POOLER_UNUSED = (names.ENCODER, names.SPAN, names.TOKEN_CLASSIFIER, names.FEATURE_BASED)
 
 
-class CheckpointMismatchError(ValueError):
-    """A checkpoint does not fit the model: a variable is missing or has another shape."""
+@dataclasses.dataclass
+class _Group:
+    """Variables restored together or not at all: the encoder, or one head."""
+    parts: list  # model attribute names, e.g. ["classifier"]
+    entries: list  # (checkpoint name, variable, transposed)
 
 
-def _dense_entries(prefix: str, dense) -> list:
-    return [(f"{prefix}/kernel", dense.kernel, False), (f"{prefix}/bias", dense.bias, False)]
+def _groups(reader, model) -> tuple[_Group, list, list]:
+    """(encoder group, head groups the checkpoint format can hold, every head part of
+    the model)."""
+    tf2 = names.tf2_entries(model)
+    head_parts = [part for part in tf2 if part != "encoder"]
+    if reader.kind == "tf2":
+        heads = [_Group(head_parts, [e for p in head_parts for e in tf2[p]])]
+        return _Group(["encoder"], tf2["encoder"]), heads if head_parts else [], head_parts
+    encoder = _Group(["encoder"], _in_format(
+        reader, original_variable_table(names.encoder_of(model))))
+    heads = [_Group([part], _in_format(reader, table))
+             for part, table in names.head_tables(model).items()]
+    return encoder, heads, head_parts
 
 
-def _layer_norm_entries(prefix: str, norm) -> list:
-    return [(f"{prefix}/gamma", norm.gamma, False), (f"{prefix}/beta", norm.beta, False)]
+def _in_format(reader, table: list) -> list:
+    """A table of original names -> (the reader's name, variable, transposed)."""
+    entries = []
+    for original, variable, transposed in table:
+        name, format_transpose = reader.name_of(original)
+        entries.append((name, variable, transposed or format_transpose))
+    return entries
 
 
-def original_variable_table(encoder, pretrainer=None) -> list:
-    """(original TF1 name, our variable, transposed) for every variable.
-
-    `transposed` marks the one variable whose original layout is the transpose of
-    ours: `cls/seq_relationship/output_weights` [2, H] against a Dense kernel [H, 2].
-    """
-    e = encoder.embeddings
-    table = [("bert/embeddings/word_embeddings", e.word_embeddings, False),
-             ("bert/embeddings/token_type_embeddings", e.token_type_embeddings, False),
-             ("bert/embeddings/position_embeddings", e.position_embeddings, False)]
-    table += _layer_norm_entries("bert/embeddings/LayerNorm", e.layer_norm)
-    for i, layer in enumerate(encoder.encoder_layers):
-        p = f"bert/encoder/layer_{i}"
-        attention = layer.attention_self
-        for part in ("query", "key", "value"):
-            table += _dense_entries(f"{p}/attention/self/{part}", getattr(attention, part))
-        table += _dense_entries(f"{p}/attention/output/dense", layer.attention_output.dense)
-        table += _layer_norm_entries(f"{p}/attention/output/LayerNorm",
-                                     layer.attention_output.layer_norm)
-        table += _dense_entries(f"{p}/intermediate/dense", layer.intermediate)
-        table += _dense_entries(f"{p}/output/dense", layer.output_block.dense)
-        table += _layer_norm_entries(f"{p}/output/LayerNorm", layer.output_block.layer_norm)
-    table += _dense_entries("bert/pooler/dense", encoder.pooler)
-    if pretrainer is not None:
-        table += pretraining_head_table(pretrainer)
-    return table
+def _stored_shape(variable, transposed: bool) -> tuple:
+    shape = tuple(variable.shape)
+    return shape[::-1] if transposed else shape
 
 
-def pretraining_head_table(pretrainer) -> list:
-    mlm, nsp = pretrainer.masked_lm, pretrainer.next_sentence
-    return (_dense_entries("cls/predictions/transform/dense", mlm.transform_dense)
-            + _layer_norm_entries("cls/predictions/transform/LayerNorm",
-                                  mlm.transform_layer_norm)
-            + [("cls/predictions/output_bias", mlm.output_bias, False),
-               ("cls/seq_relationship/output_weights", nsp.dense.kernel, True),
-               ("cls/seq_relationship/output_bias", nsp.dense.bias, False)])
-
-
-def hf_name(original: str, prefix: str) -> tuple[str, bool]:
-    """Original TF1 name -> (Hugging Face PyTorch name, transpose needed).
-
-    PyTorch Linear weights are [out, in], the transpose of TF kernels.
-    """
-    special = {"cls/predictions/output_bias": "cls.predictions.bias",
-               "cls/seq_relationship/output_weights": "cls.seq_relationship.weight"}
-    if original in special:
-        return special[original], False
-    name = re.sub(r"layer_(\d+)", r"layer.\1", original)
-    transpose = name.endswith("/kernel")
-    name = re.sub(r"/kernel$", "/weight", name)
-    name = re.sub(r"LayerNorm/gamma$", "LayerNorm/weight", name)
-    name = re.sub(r"LayerNorm/beta$", "LayerNorm/bias", name)
-    if name.endswith("_embeddings"):
-        name += "/weight"
-    name = name.replace("/", ".")
-    if name.startswith("bert."):
-        name = prefix + name[len("bert."):]
-    return name, transpose
-
-
-# ---------------------------------------------------------------------------------
-# Readers: each gives {name: shape} and a getter name -> np.ndarray.
-
-
-class _TF1Reader:
-    def __init__(self, prefix: str):
-        self.path = prefix
-        self._reader = tf.train.load_checkpoint(prefix)
-        self.shapes = {k: tuple(v) for k, v in
-                       self._reader.get_variable_to_shape_map().items()
-                       if not _IGNORED_TF1.search(k)}
-
-    def get(self, name: str) -> np.ndarray:
-        return self._reader.get_tensor(name)
-
-
-_SAFETENSORS_DTYPES = {"F64": np.float64, "F32": np.float32, "F16": np.float16,
-                       "I64": np.int64, "I32": np.int32, "U8": np.uint8}
-
-
-def read_safetensors(path: str) -> dict:
-    """Reads a safetensors file into {name: float32/int ndarray}, without PyTorch.
-
-    Handles BF16 through ml_dtypes (numpy has no bfloat16 of its own).
-    """
-    import ml_dtypes  # shipped with TensorFlow
-
-    with open(path, "rb") as f:
-        (header_size,) = struct.unpack("<Q", f.read(8))
-        header = json.loads(f.read(header_size))
-        data = f.read()
-    tensors = {}
-    for name, info in header.items():
-        if name == "__metadata__":
-            continue
-        dtype = info["dtype"]
-        np_dtype = ml_dtypes.bfloat16 if dtype == "BF16" else _SAFETENSORS_DTYPES.get(dtype)
-        if np_dtype is None:
-            raise ValueError(f"{path}: tensor {name} has unsupported dtype {dtype}")
-        start, end = info["data_offsets"]
-        array = np.frombuffer(data[start:end], dtype=np_dtype).reshape(info["shape"])
-        if dtype in ("BF16", "F16"):
-            array = array.astype(np.float32)
-        tensors[name] = array
-    return tensors
-
-
-class _HFReader:
-    def __init__(self, directory: str):
-        self.path = directory
-        index = os.path.join(directory, _HF_INDEX)
-        if os.path.isfile(index):
-            with open(index, encoding="utf-8") as f:
-                files = sorted(set(json.load(f)["weight_map"].values()))
-        else:
-            files = [_HF_WEIGHTS]
-        self._tensors = {}
-        for name in files:
-            self._tensors.update(read_safetensors(os.path.join(directory, name)))
-        self.shapes = {k: tuple(v.shape) for k, v in self._tensors.items()}
-        self.prefix = "bert." if any(k.startswith("bert.") for k in self._tensors) else ""
-        # Older Hugging Face checkpoints name LayerNorm weights gamma / beta.
-        for key in list(self._tensors):
-            new = re.sub(r"LayerNorm\.gamma$", "LayerNorm.weight",
-                         re.sub(r"LayerNorm\.beta$", "LayerNorm.bias", key))
-            if new != key:
-                self._tensors[new] = self._tensors.pop(key)
-                self.shapes[new] = self.shapes.pop(key)
-
-    def get(self, name: str) -> np.ndarray:
-        return self._tensors[name]
-
-
-def is_hf_directory(path: str) -> bool:
-    return os.path.isdir(path) and (os.path.isfile(os.path.join(path, _HF_WEIGHTS)) or
-                                    os.path.isfile(os.path.join(path, _HF_INDEX)))
-
-
-def resolve_checkpoint(path: str) -> tuple[str, str]:
-    """Returns (kind, path): kind is 'hf', 'tf1' or 'tf2'; path a directory or prefix."""
-    if not path:
-        raise ValueError("no checkpoint path given")
-    if is_hf_directory(path):
-        return "hf", path
-    if os.path.isdir(path):
-        if os.path.isdir(path) and os.path.isfile(os.path.join(path, "pytorch_model.bin")):
-            raise ValueError(f"{path} holds only pytorch_model.bin; reading it needs PyTorch. "
-                             f"Save the model as model.safetensors first.")
-        prefix = tf.train.latest_checkpoint(path)
-        if prefix is None:
-            indexes = sorted(glob.glob(os.path.join(path, "*.index")))
-            if len(indexes) != 1:
-                raise FileNotFoundError(
-                    f"no checkpoint found in directory {path} (expected config.json + "
-                    f"model.safetensors, a 'checkpoint' file, or one *.index file)")
-            prefix = indexes[0][:-len(".index")]
-        path = prefix
-    if not os.path.isfile(path + ".index"):
-        raise FileNotFoundError(f"checkpoint not found: {path} (no {path}.index)")
-    names = tf.train.list_variables(path)
-    if any(name.startswith(("bert/", "cls/")) for name, _ in names):
-        return "tf1", path
-    return "tf2", path
-
-
-def read_checkpoint_config(path: str):
-    """The BertConfig stored beside a checkpoint (HF config.json or bert_config.json)."""
-    directory = path if os.path.isdir(path) else os.path.dirname(path)
-    for name in ("bert_config.json", "config.json"):
-        candidate = os.path.join(directory, name)
-        if os.path.isfile(candidate):
-            return BertConfig.from_json_file(candidate)
+def _shape_problem(reader, group: _Group) -> str | None:
+    for name, variable, transposed in group.entries:
+        want, have = _stored_shape(variable, transposed), reader.shapes[name]
+        if have != want:
+            return (f"checkpoint {reader.path}: variable {name!r} has shape {list(have)}, "
+                    f"the model's {variable.path} needs {list(want)}")
     return None
 
 
-def _assign_from_reader(reader, table, name_of, what: str) -> None:
-    """Checks every (name, variable) of `table` against the reader, then assigns."""
-    values = []
-    for original, variable, transposed in table:
-        name, hf_transpose = name_of(original)
+def _check_encoder(reader, group: _Group) -> None:
+    for name, variable, transposed in group.entries:
         if name not in reader.shapes:
             raise CheckpointMismatchError(
-                f"checkpoint {reader.path} has no variable {name!r} (needed for {what} "
+                f"checkpoint {reader.path} has no variable {name!r} (needed for encoder "
                 f"variable {variable.path}, shape {list(variable.shape)})")
-        want = tuple(variable.shape)
-        if transposed or hf_transpose:
-            want = want[::-1]
-        have = reader.shapes[name]
-        if have != want:
-            raise CheckpointMismatchError(
-                f"checkpoint {reader.path}: variable {name!r} has shape {list(have)}, the "
-                f"model's {variable.path} needs {list(want)} (check --bert_config_file: "
-                f"vocab_size, hidden_size, layers and max_position_embeddings must match)")
-        value = reader.get(name)
-        values.append((variable, value.T if (transposed or hf_transpose) else value))
-    for variable, value in values:
-        variable.assign(value.astype(np.float32))
-
-
-def _load_tf2(prefix: str, encoder, pretrainer) -> bool:
-    """Restores our object-based checkpoint; returns whether the heads were loaded."""
-    keys = {name for name, _ in tf.train.list_variables(prefix)}
-    if not any(k.startswith("model/encoder/") for k in keys):
+    problem = _shape_problem(reader, group)
+    if problem:
         raise CheckpointMismatchError(
-            f"checkpoint {prefix} is a TF2 checkpoint without a 'model/encoder' (it was not "
-            f"written by this project's training loop)")
-    objects = {"encoder": encoder}
-    with_heads = pretrainer is not None and any(k.startswith("model/masked_lm/") for k in keys)
-    if with_heads:
-        objects.update(masked_lm=pretrainer.masked_lm, next_sentence=pretrainer.next_sentence)
-    checkpoint = tf.train.Checkpoint(model=tf.train.Checkpoint(**objects))
-    try:
-        status = checkpoint.read(prefix)
-        status.assert_existing_objects_matched()
-    except (ValueError, AssertionError) as e:
-        raise CheckpointMismatchError(f"checkpoint {prefix} does not fit the model: {e}") from e
-    status.expect_partial()
-    return with_heads
+            f"{problem} (check --bert_config_file: vocab_size, hidden_size, layers and "
+            f"max_position_embeddings must match)")
+
+
+def _drop_missing_pooler(reader, group: _Group, kind: str) -> bool:
+    """Hugging Face's token-classification and question-answering models have no
+    pooler. A model that does not use the pooled output keeps its pooler's
+    initializer then (a bare encoder with a warning: its `pooled_output` is
+    untrained); returns whether the pooler was left out of `group`."""
+    if reader.kind == "tf2" or kind not in _POOLER_UNUSED:
+        return False
+    pooler = {reader.name_of(f"bert/pooler/dense/{v}")[0] for v in ("kernel", "bias")}
+    if any(name in reader.shapes for name in pooler):
+        return False
+    group.entries = [e for e in group.entries if e[0] not in pooler]
+    if kind == names.ENCODER:
+        logging.warning("Checkpoint %s has no pooler: the encoder's pooled_output comes "
+                        "from an untrained pooler.", reader.path)
+    return True
+
+
+def _head_problem(reader, group: _Group, kind: str) -> str | None:
+    """Why the checkpoint's head cannot be restored into this model, or None."""
+    missing = [name for name, _, _ in group.entries if name not in reader.shapes]
+    parts = ", ".join(group.parts)
+    if missing:
+        return (f"checkpoint {reader.path} has only part of the {parts} head: no "
+                f"{missing[0]!r}")
+    if reader.stored_kind not in (None, kind):
+        source = (f"config.json architectures {reader.architecture}" if reader.kind == "hf"
+                  else "model_info.json")
+        return (f"checkpoint {reader.path} holds a {reader.stored_kind} model ({source}), "
+                f"not a {kind}: its {parts} head is another model's")
+    return _shape_problem(reader, group)
+
+
+def _plan_head(reader, group: _Group, kind: str, reinit_head: bool) -> bool:
+    """Whether to restore a head group; raises when it cannot be and was not asked
+    to be re-initialised."""
+    if not any(name in reader.shapes for name, _, _ in group.entries):
+        return False
+    problem = _head_problem(reader, group, kind)
+    parts = ", ".join(group.parts)
+    if reinit_head:
+        logging.warning("The %s head starts from its initializer (reinit_head), not from "
+                        "checkpoint %s%s", parts, reader.path,
+                        f": {problem}" if problem else "")
+        return False
+    if problem:
+        raise CheckpointMismatchError(
+            f"{problem}. To train this head from its initializer instead, ask for a "
+            f"re-initialised head (reinit_head).")
+    return True
+
+
+def _warn_untied_decoder(reader, restored: list) -> None:
+    if reader.kind != "hf" or "masked_lm" not in restored:
+        return
+    if names.HF_TIED_DECODER not in reader.shapes:
+        return
+    embeddings = reader.name_of("bert/embeddings/word_embeddings")[0]
+    if not np.array_equal(reader.get(names.HF_TIED_DECODER), reader.get(embeddings)):
+        logging.warning("Checkpoint %s has a masked-LM decoder that differs from the word "
+                        "embeddings; this model ties them and uses the embeddings.",
+                        reader.path)
+
+
+def _unused(reader, used: set) -> list:
+    return sorted(name for name in reader.shapes if name not in used and not (
+        reader.kind == "hf" and names.HF_NOT_READ.search(name)))
+
+
+def _summary_line(reader, restored: list, fresh: list, unused: list) -> str:
+    line = (f"Restored {', '.join(restored)} from {reader.kind} checkpoint {reader.path}; "
+            f"starting fresh: {', '.join(fresh) or 'nothing'}")
+    if unused:
+        shown = ", ".join(name.replace(names.TF2_SUFFIX, "") for name in unused[:_SHOWN_UNUSED])
+        more = f" and {len(unused) - _SHOWN_UNUSED} more" if len(unused) > _SHOWN_UNUSED else ""
+        line += f"; not used: {shown}{more}"
+    return line
+
+
+def restore_model(path: str, model, *, reinit_head: bool = False) -> dict:
+    """Restores what the checkpoint at `path` holds for `model`.
+
+    The encoder is always restored. A head (task head, or the masked-LM and
+    next-sentence heads) is restored when the checkpoint has it; a checkpoint without
+    it leaves it at its initializer. Nothing is assigned unless everything to restore
+    fits. One INFO line says what was restored, what starts fresh and which checkpoint
+    variables were not used.
+
+    Args:
+      path: a TF1 checkpoint prefix, a Hugging Face directory, or a TF2 checkpoint
+        prefix or directory (see `resolve_checkpoint`).
+      model: a BertEncoder, or a task model of modeling/models.py or
+        modeling/feature_based.py (its `MODEL_KIND` says which head it has).
+      reinit_head: start every head from its initializer, whatever the checkpoint
+        holds (a warning says what was left out).
+
+    Returns:
+      {"kind": 'tf1' | 'hf' | 'tf2', "path": the resolved checkpoint,
+       "restored": parts restored, "fresh": parts left at their initializers}; parts are
+      the model's attribute names ("encoder", "classifier", "masked_lm", ...), and
+      "pooler" when a Hugging Face token-classification or question-answering
+      directory (which has none) fills a model that does not use it.
+
+    Raises:
+      CheckpointMismatchError naming the variable and both shapes when the encoder or a
+      head does not fit, or when the head is another kind of model's (a sequence
+      classifier's head into a token classifier, as the checkpoint's model_info.json or
+      Hugging Face architecture says), unless `reinit_head`.
+    """
+    reader = open_checkpoint(path)
+    kind = names.model_kind(model)
+    encoder, heads, optional_parts = _groups(reader, model)
+    if _drop_missing_pooler(reader, encoder, kind):
+        optional_parts = ["pooler"] + optional_parts
+    _check_encoder(reader, encoder)
+    chosen = [encoder] + [g for g in heads if _plan_head(reader, g, kind, reinit_head)]
+    for group in chosen:
+        for name, variable, transposed in group.entries:
+            value = reader.get(name)
+            variable.assign(np.asarray(value.T if transposed else value, np.float32))
+    restored = [part for group in chosen for part in group.parts]
+    fresh = [part for part in optional_parts if part not in restored]
+    _warn_untied_decoder(reader, restored)
+    unused = _unused(reader, {name for g in chosen for name, _, _ in g.entries})
+    logging.info("%s", _summary_line(reader, restored, fresh, unused))
+    return {"kind": reader.kind, "path": reader.path, "restored": restored, "fresh": fresh}
 
 
 def load_checkpoint(path: str, encoder, pretrainer=None) -> dict:
-    """Loads encoder (and, when present, pre-training head) weights from `path`.
+    """Loads the encoder (and, when present, the pre-training heads) from `path`.
 
-    Args:
-      path: a TF1 checkpoint prefix, a Hugging Face directory, or a TF2 checkpoint prefix
-        or directory.
-      encoder: a built `BertEncoder`.
-      pretrainer: optional `BertPretrainer` whose heads load when the checkpoint has them.
+    The older entry point: `restore_model` for `pretrainer`, else for `encoder`.
+    Returns {"kind", "path", "heads": whether a pre-training head was restored}.
+    """
+    info = restore_model(path, pretrainer if pretrainer is not None else encoder)
+    return {"kind": info["kind"], "path": info["path"],
+            "heads": any(part != "encoder" for part in info["restored"])}
+
+
+# ---------------------------------------------------------------------------------
+# What a checkpoint holds, for converters: model kind, labels, case, config, vocab.
+
+# Names whose presence tells which kinds of model a checkpoint can hold.
+_TF2_MARKERS = (("masked_lm", (names.PRETRAINER,)), ("next_sentence", (names.PRETRAINER,)),
+                ("span", (names.SPAN,)), ("scorer", (names.MULTIPLE_CHOICE,)),
+                ("bilstm_0", (names.FEATURE_BASED,)),
+                ("classifier", (names.CLASSIFIER, names.TOKEN_CLASSIFIER)))
+_ORIGINAL_MARKERS = (("cls/predictions/output_bias", (names.PRETRAINER,)),
+                     ("cls/seq_relationship/output_weights", (names.PRETRAINER,)),
+                     ("cls/squad/output_weights", (names.SPAN,)),
+                     ("output_weights", (names.CLASSIFIER, names.TOKEN_CLASSIFIER,
+                                         names.MULTIPLE_CHOICE)))
+# Where the number of labels is read: (name, axis).
+_LABEL_COUNT = {"tf1": ("output_weights", 0), "hf": ("classifier.weight", 0),
+                "tf2": ("model/classifier/dense/_kernel" + names.TF2_SUFFIX, 1)}
+
+
+def _candidate_kinds(reader) -> list[str]:
+    if reader.kind == "tf2":
+        parts = {name.split("/")[1] for name in reader.shapes}
+        found = [kinds for part, kinds in _TF2_MARKERS if part in parts]
+    else:
+        found = []
+        for original, kinds in _ORIGINAL_MARKERS:
+            name = reader.name_of(original)[0]
+            if name in reader.shapes:
+                one_output = reader.shapes[name][0] == 1
+                found.append([k for k in kinds
+                              if one_output or k != names.MULTIPLE_CHOICE])
+    return list(found[0]) if found else [names.ENCODER]
+
+
+def _labels(reader, info: dict) -> list | None:
+    if info.get("labels") is not None:
+        return list(info["labels"])
+    id2label = getattr(reader, "config", {}).get("id2label")
+    if not id2label:
+        return None
+    labels = [id2label[key] for key in sorted(id2label, key=int)]
+    # Hugging Face's default names say nothing.
+    return None if labels == [f"LABEL_{i}" for i in range(len(labels))] else labels
+
+
+def _do_lower_case(side_dirs, info: dict) -> bool | None:
+    if info.get("do_lower_case") is not None:
+        return bool(info["do_lower_case"])
+    tokenizer_config = find_side_file(side_dirs, "tokenizer_config.json")
+    if tokenizer_config:
+        value = records.read_json(tokenizer_config).get("do_lower_case")
+        return None if value is None else bool(value)
+    return None
+
+
+def inspect_checkpoint(path: str) -> dict:
+    """What the checkpoint at `path` holds, as far as it and the files beside it say.
 
     Returns:
-      {"kind": 'tf1' | 'hf' | 'tf2', "path": resolved path, "heads": bool}.
-
-    Raises:
-      CheckpointMismatchError naming the variable and both shapes when the checkpoint
-      does not fit the config.
+      {"kind": 'tf1' | 'hf' | 'tf2', "path": resolved,
+       "model_kind": the model kind, or None when the names fit several ("candidates"),
+       "candidates": the kinds the variable names fit,
+       "num_labels": outputs of a head on `output_weights` / `classifier.weight` /
+         `model/classifier/dense` (classifier, token classifier, or the one score of
+         multiple choice in TF1 and Hugging Face), else None,
+       "labels": label names (model_info.json, Hugging Face id2label) or None,
+       "do_lower_case": from model_info.json or tokenizer_config.json, or None,
+       "config_file", "vocab_file": bert_config.json / config.json and vocab.txt
+         beside it, or None}.
     """
-    kind, resolved = resolve_checkpoint(path)
-    if kind == "tf2":
-        heads = _load_tf2(resolved, encoder, pretrainer)
-        logging.info("Restored TF2 checkpoint %s (pre-training heads: %s)", resolved, heads)
-        return {"kind": kind, "path": resolved, "heads": heads}
-    if kind == "tf1":
-        reader = _TF1Reader(resolved)
-        name_of = lambda n: (n, False)  # noqa: E731
+    reader = open_checkpoint(path)
+    info = read_model_info(reader.side_dirs)
+    candidates = _candidate_kinds(reader)
+    if reader.stored_kind in candidates:
+        kind = reader.stored_kind
     else:
-        reader = _HFReader(resolved)
-        name_of = lambda n: hf_name(n, reader.prefix)  # noqa: E731
-    table = original_variable_table(encoder)
-    _assign_from_reader(reader, table, name_of, "encoder")
-    used = {name_of(n)[0] for n, _, _ in table}
-    heads = False
-    if pretrainer is not None:
-        head_table = pretraining_head_table(pretrainer)
-        present = [name_of(n)[0] in reader.shapes for n, _, _ in head_table]
-        if all(present):
-            _assign_from_reader(reader, head_table, name_of, "pre-training head")
-            used |= {name_of(n)[0] for n, _, _ in head_table}
-            heads = True
-        elif any(present):
-            missing = [name_of(n)[0] for (n, _, _), p in zip(head_table, present) if not p]
-            raise CheckpointMismatchError(
-                f"checkpoint {resolved} has only part of the pre-training heads; "
-                f"missing {missing}")
-        else:
-            logging.info("Checkpoint %s has no pre-training heads; they start from "
-                         "their initializers.", resolved)
-    unused = sorted(set(reader.shapes) - used - {"cls.predictions.decoder.weight",
-                                                 "cls.predictions.decoder.bias"})
-    if unused:
-        logging.info("Checkpoint variables not used by this model: %s", ", ".join(unused))
-    logging.info("Loaded %s checkpoint %s (pre-training heads: %s)", kind, resolved, heads)
-    return {"kind": kind, "path": resolved, "heads": heads}
+        kind = candidates[0] if len(candidates) == 1 else None
+    name, axis = _LABEL_COUNT[reader.kind]
+    num_labels = reader.shapes[name][axis] if name in reader.shapes else None
+    return {"kind": reader.kind, "path": reader.path, "model_kind": kind,
+            "candidates": candidates, "stored_kind": reader.stored_kind,
+            "num_labels": num_labels, "labels": _labels(reader, info),
+            "do_lower_case": _do_lower_case(reader.side_dirs, info),
+            "config_file": (find_side_file(reader.side_dirs, "bert_config.json")
+                            or find_side_file(reader.side_dirs, "config.json")),
+            "vocab_file": find_side_file(reader.side_dirs, "vocab.txt")}
 
 
-def write_original_checkpoint(prefix: str, encoder, pretrainer=None) -> str:
-    """Writes the weights under the original release's TF1 names (a `bert_model.ckpt`).
+# ---------------------------------------------------------------------------------
+# Config and vocab beside a checkpoint.
 
-    Useful to hand weights to TF1 tooling, and for tests of the TF1 reader.
-    """
-    table = original_variable_table(encoder, pretrainer)
-    variables = {name: tf.Variable(var.numpy().T if transposed else var.numpy(), name=name)
-                 for name, var, transposed in table}
-    # tf.compat.v1.train.Saver writes name-based checkpoints with exactly these names.
-    saver = tf.compat.v1.train.Saver(var_list=variables)
-    return saver.save(None, prefix, write_meta_graph=False, write_state=False)
+
+def read_checkpoint_config(path: str):
+    """The BertConfig stored beside a checkpoint (bert_config.json or HF config.json),
+    or None."""
+    for name in ("bert_config.json", "config.json"):
+        candidate = find_side_file(checkpoint_side_dirs(path), name)
+        if candidate:
+            return BertConfig.from_json_file(candidate)
+    return None
 
 
 def resolve_config_and_vocab(bert_config_file: str | None, vocab_file: str | None,
                              init_checkpoint: str | None) -> tuple[BertConfig, str | None]:
     """The config and vocab a runner should use.
 
-    `--bert_config_file` and `--vocab_file` win; when omitted, they are taken from the
-    checkpoint's directory (a Hugging Face directory carries config.json and vocab.txt;
-    an original release directory carries bert_config.json and vocab.txt).
+    `--bert_config_file` and `--vocab_file` win; when omitted, they are taken from
+    beside the checkpoint (a Hugging Face directory carries config.json and vocab.txt;
+    an original release directory and a run's output_dir carry bert_config.json and
+    vocab.txt; a prefix in a run's best/ folder is described by the run's output_dir).
     """
     config = BertConfig.from_json_file(bert_config_file) if bert_config_file else None
-    directory = None
-    if init_checkpoint:
-        directory = (init_checkpoint if os.path.isdir(init_checkpoint)
-                     else os.path.dirname(init_checkpoint))
     if config is None:
         config = read_checkpoint_config(init_checkpoint) if init_checkpoint else None
         if config is None:
+            directory = (init_checkpoint if init_checkpoint and os.path.isdir(init_checkpoint)
+                         else os.path.dirname(init_checkpoint or ""))
             raise ValueError("--bert_config_file is required: the checkpoint directory "
                              f"{directory!r} has no bert_config.json or config.json")
-    if vocab_file is None and directory:
-        candidate = os.path.join(directory, "vocab.txt")
-        vocab_file = candidate if os.path.isfile(candidate) else None
+    if vocab_file is None and init_checkpoint:
+        vocab_file = find_side_file(checkpoint_side_dirs(init_checkpoint), "vocab.txt")
     return config, vocab_file

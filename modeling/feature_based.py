@@ -126,6 +126,8 @@ class BertFeatureBasedTagger(keras.Model):
     (Bidirectional LSTMs of U units each way), `classifier` (Dense 2U -> L).
     """
 
+    MODEL_KIND = "feature_based_token_classifier"
+
     def __init__(self, encoder, config: BertConfig, num_labels: int,
                  feature_layers: Sequence[int], combination: str = "concat",
                  lstm_units: int = 256, num_lstm_layers: int = 2,

@@ -4,6 +4,9 @@ Each model takes the encoder's input dict (int32 [B, S] `input_word_ids`, `input
 `input_type_ids`; multiple choice takes [B, C, S]) and returns a dict of float32 logits.
 The encoder may be a `BertEncoder` or any layer with the same dict contract (a TF Hub
 encoder loaded with `modeling.hub`).
+
+Each class names its kind in `MODEL_KIND`; checkpoints use it to tell which head a
+checkpoint holds for it (modeling/checkpoints.py).
 """
 
 from __future__ import annotations
@@ -28,6 +31,8 @@ class BertPretrainer(keras.Model):
     and `next_sentence_logits` [B, 2].
     """
 
+    MODEL_KIND = "pretrainer"
+
     def __init__(self, encoder, config: BertConfig, **kwargs):
         super().__init__(dtype=encoder.dtype_policy, **kwargs)
         self.encoder = encoder
@@ -51,6 +56,8 @@ class BertClassifier(keras.Model):
     """Sequence classification (num_labels > 1) or regression (num_labels == 1) on the
     pooled output. Returns `logits` [B, num_labels]."""
 
+    MODEL_KIND = "classifier"
+
     def __init__(self, encoder, config: BertConfig, num_labels: int, **kwargs):
         super().__init__(dtype=encoder.dtype_policy, **kwargs)
         self.encoder = encoder
@@ -69,6 +76,8 @@ class BertMultipleChoice(keras.Model):
     """Multiple choice (SWAG): each choice is its own `[CLS] context [SEP] ending [SEP]`
     sequence, scored from its pooled output. Inputs are [B, C, S]; returns `logits`
     [B, C] (softmax over the choices)."""
+
+    MODEL_KIND = "multiple_choice"
 
     def __init__(self, encoder, config: BertConfig, **kwargs):
         super().__init__(dtype=encoder.dtype_policy, **kwargs)
@@ -91,6 +100,8 @@ class BertSpanLabeler(keras.Model):
     """SQuAD span prediction (`cls/squad`). Returns `start_logits` and `end_logits`
     [B, S]."""
 
+    MODEL_KIND = "span"
+
     def __init__(self, encoder, config: BertConfig, **kwargs):
         super().__init__(dtype=encoder.dtype_policy, **kwargs)
         self.encoder = encoder
@@ -107,6 +118,8 @@ class BertSpanLabeler(keras.Model):
 
 class BertTokenClassifier(keras.Model):
     """Token classification (NER) on the sequence output. Returns `logits` [B, S, L]."""
+
+    MODEL_KIND = "token_classifier"
 
     def __init__(self, encoder, config: BertConfig, num_labels: int, **kwargs):
         super().__init__(dtype=encoder.dtype_policy, **kwargs)

@@ -1,0 +1,164 @@
+"""Converts a BERT checkpoint between the original TF1, Hugging Face and our TF2 formats.
+
+  python convert_checkpoint.py --input_checkpoint=uncased_L-12_H-768_A-12/bert_model.ckpt \
+      --output_format=hf --output_dir=bert-base-uncased-hf
+
+Reads any format --init_checkpoint accepts (an original TF1 checkpoint, a Hugging Face
+directory, a TF2 checkpoint or output_dir of this project) and writes a folder in one of:
+  tf1  bert_model.ckpt under the original release's names, bert_config.json, vocab.txt;
+  hf   config.json, model.safetensors, vocab.txt, tokenizer_config.json, which
+       `transformers` loads with AutoModel and the task class;
+  tf2  our TF2 checkpoint (ckpt-0, as the training loop writes it), bert_config.json,
+       vocab.txt.
+Each folder also gets model_info.json (model kind, labels, case).
+
+The task head travels too: its kind and label count are read from the checkpoint
+(model_info.json, Hugging Face's architectures, the variable names and shapes). An
+original-format head named `output_weights` is written by run_classifier.py and by TF1
+NER code alike: without a model_info.json beside it, say which with --model_kind.
+--bert_config_file, --vocab_file and --do_lower_case default to what sits beside the
+input.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+
+from absl import app, flags, logging
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+
+from data_prep import tokenization  # noqa: E402
+from modeling import checkpoint_names as names, checkpoints  # noqa: E402
+from modeling.config import BertConfig  # noqa: E402
+from modeling.encoder import BertEncoder  # noqa: E402
+from modeling import models  # noqa: E402
+
+FORMATS = ("tf1", "hf", "tf2")
+CONVERTIBLE_KINDS = tuple(k for k in names.MODEL_KINDS if k != names.FEATURE_BASED)
+
+FLAGS = flags.FLAGS
+
+flags.DEFINE_string("input_checkpoint", None, "The checkpoint to convert: an original TF1 "
+                    "checkpoint prefix, a Hugging Face directory, or a TF2 checkpoint "
+                    "(prefix or output_dir) of this project.")
+flags.DEFINE_string("output_dir", None, "The folder to write. It must not exist, be empty, "
+                    "or hold an earlier conversion (replaced with --overwrite).")
+flags.DEFINE_enum("output_format", None, list(FORMATS), "tf1: the original release's "
+                  "names; hf: a Hugging Face directory; tf2: this project's checkpoint.")
+flags.DEFINE_string("bert_config_file", None, "The config of the model (default: "
+                    "bert_config.json or config.json beside the input).")
+flags.DEFINE_string("vocab_file", None, "The WordPiece vocabulary (default: vocab.txt beside "
+                    "the input).")
+flags.DEFINE_bool("do_lower_case", None, "Whether the model is uncased (default: what "
+                  "model_info.json or tokenizer_config.json beside the input says, else "
+                  "True as in the original release).")
+flags.DEFINE_enum("model_kind", None, list(CONVERTIBLE_KINDS), "The model the checkpoint "
+                  "holds (default: detected). 'encoder' converts the encoder alone.")
+flags.DEFINE_bool("overwrite", False, "Replace an earlier conversion in --output_dir.")
+
+WRITERS = {"tf1": checkpoints.write_original_directory,
+           "hf": checkpoints.write_hf_directory,
+           "tf2": checkpoints.write_tf2_directory}
+
+
+def build_model(kind: str, config: BertConfig, num_labels: int | None):
+    """A float32 model of `kind` (checkpoint_names.MODEL_KINDS) on a new encoder."""
+    if kind not in CONVERTIBLE_KINDS:
+        raise ValueError(f"cannot convert a {kind} model: the feature-based tagger's BiLSTM "
+                         f"head exists only in this project's TF2 format "
+                         f"(--model_kind=encoder converts its encoder)")
+    encoder = BertEncoder(config, dtype="float32")
+    builders = {
+        names.ENCODER: lambda: encoder,
+        names.PRETRAINER: lambda: models.BertPretrainer(encoder, config),
+        names.CLASSIFIER: lambda: models.BertClassifier(encoder, config, num_labels),
+        names.MULTIPLE_CHOICE: lambda: models.BertMultipleChoice(encoder, config),
+        names.SPAN: lambda: models.BertSpanLabeler(encoder, config),
+        names.TOKEN_CLASSIFIER: lambda: models.BertTokenClassifier(encoder, config,
+                                                                   num_labels),
+    }
+    return builders[kind]()
+
+
+def choose_kind(info: dict, model_kind: str | None) -> str:
+    """The model kind to convert: `model_kind` if given (and the checkpoint holds that
+    head), else the detected one."""
+    if model_kind is None:
+        if info["model_kind"] is None:
+            raise ValueError(
+                f"checkpoint {info['path']} has a head that fits several kinds of model "
+                f"({', '.join(info['candidates'])}) and no model_info.json says which: pass "
+                f"--model_kind")
+        return info["model_kind"]
+    if model_kind != names.ENCODER and model_kind not in info["candidates"]:
+        raise ValueError(f"--model_kind={model_kind}: checkpoint {info['path']} has no "
+                         f"{model_kind} head (its variables fit: "
+                         f"{', '.join(info['candidates'])})")
+    return model_kind
+
+
+def choose_case(info: dict, do_lower_case: bool | None, path: str) -> bool:
+    """--do_lower_case, checked against what the checkpoint says; else what it says."""
+    stored = info["do_lower_case"]
+    if do_lower_case is not None and stored is not None and do_lower_case != stored:
+        raise ValueError(f"--do_lower_case={do_lower_case} contradicts checkpoint {path}, "
+                         f"whose files beside it say do_lower_case={stored}")
+    value = do_lower_case if do_lower_case is not None else (
+        stored if stored is not None else True)
+    tokenization.validate_case_matches_checkpoint(value, path)
+    return value
+
+
+def convert(input_checkpoint: str, output_dir: str, output_format: str, *,
+            bert_config_file: str | None = None, vocab_file: str | None = None,
+            do_lower_case: bool | None = None, model_kind: str | None = None,
+            overwrite: bool = False) -> str:
+    """Reads `input_checkpoint` and writes it to `output_dir` in `output_format`.
+
+    Returns what the writer returns (the checkpoint prefix, or the Hugging Face folder).
+    Raises FileNotFoundError for a missing input, CheckpointMismatchError (naming the
+    variable and both shapes) for a config that does not fit, ValueError when the
+    model kind or the case is ambiguous or contradicted.
+    """
+    info = checkpoints.inspect_checkpoint(input_checkpoint)
+    kind = choose_kind(info, model_kind)
+    config_file = bert_config_file or info["config_file"]
+    if config_file is None:
+        raise ValueError(f"no --bert_config_file and no bert_config.json or config.json "
+                         f"beside {input_checkpoint}")
+    vocab_file = vocab_file or info["vocab_file"]
+    if vocab_file is None:
+        raise ValueError(f"no --vocab_file and no vocab.txt beside {input_checkpoint}")
+    case = choose_case(info, do_lower_case, input_checkpoint)
+    model = build_model(kind, BertConfig.from_json_file(config_file), info["num_labels"])
+    restored = checkpoints.restore_model(input_checkpoint, model)
+    if "pooler" in restored["fresh"]:
+        logging.warning("Checkpoint %s has no pooler (a %s does not use it): the output's "
+                        "pooler is untrained.", input_checkpoint, kind)
+    missing = [part for part in restored["fresh"] if part != "pooler"]
+    if missing:
+        raise ValueError(f"checkpoint {input_checkpoint} has no {', '.join(missing)} for a "
+                         f"{kind} model: nothing to convert there (--model_kind=encoder "
+                         f"converts the encoder alone)")
+    labels = info["labels"]
+    if labels is not None and len(labels) != (info["num_labels"] or 0):
+        labels = None
+    return WRITERS[output_format](output_dir, model, vocab_file, case,
+                                  labels if kind in (names.CLASSIFIER,
+                                                     names.TOKEN_CLASSIFIER) else None,
+                                  overwrite=overwrite)
+
+
+def main(_):
+    path = convert(FLAGS.input_checkpoint, FLAGS.output_dir, FLAGS.output_format,
+                   bert_config_file=FLAGS.bert_config_file, vocab_file=FLAGS.vocab_file,
+                   do_lower_case=FLAGS.do_lower_case, model_kind=FLAGS.model_kind,
+                   overwrite=FLAGS.overwrite)
+    logging.info("Wrote %s (%s)", path, FLAGS.output_format)
+
+
+if __name__ == "__main__":
+    flags.mark_flags_as_required(["input_checkpoint", "output_dir", "output_format"])
+    app.run(main)

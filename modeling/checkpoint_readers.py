@@ -1,0 +1,220 @@
+"""Reading the checkpoints BERT users have: original TF1, Hugging Face, and our TF2.
+
+`open_checkpoint(path)` resolves a path (see `resolve_checkpoint` for the rules) and
+gives a reader with `kind` ('tf1' | 'hf' | 'tf2'), `path` (resolved), `shapes`
+{name: shape}, `get(name)` -> np.ndarray, `stored_kind` (the model kind the checkpoint
+says it holds, or None) and `side_dirs` (the folders whose bert_config.json,
+config.json, vocab.txt, model_info.json and tokenizer_config.json describe it).
+"""
+
+from __future__ import annotations
+
+import glob
+import json
+import os
+import re
+import struct
+
+import numpy as np
+import tensorflow as tf
+
+from data_prep import records
+from modeling import checkpoint_names as names
+
+HF_WEIGHTS = "model.safetensors"
+HF_INDEX = "model.safetensors.index.json"
+MODEL_INFO = "model_info.json"
+BEST_DIR = "best"
+_IGNORED_TF1 = re.compile(r"(adam_[mv]|global_step|good_steps|loss_scale)")
+
+
+class CheckpointMismatchError(ValueError):
+    """A checkpoint does not fit the model: a variable is missing or has another shape,
+    or it holds another kind of model."""
+
+
+_SAFETENSORS_DTYPES = {"F64": np.float64, "F32": np.float32, "F16": np.float16,
+                       "I64": np.int64, "I32": np.int32, "U8": np.uint8}
+
+
+def read_safetensors(path: str) -> dict:
+    """Reads a safetensors file into {name: float32/int ndarray}, without PyTorch.
+
+    Handles BF16 through ml_dtypes (numpy has no bfloat16 of its own).
+    """
+    import ml_dtypes  # shipped with TensorFlow
+
+    with open(path, "rb") as f:
+        (header_size,) = struct.unpack("<Q", f.read(8))
+        header = json.loads(f.read(header_size))
+        data = f.read()
+    tensors = {}
+    for name, info in header.items():
+        if name == "__metadata__":
+            continue
+        dtype = info["dtype"]
+        np_dtype = ml_dtypes.bfloat16 if dtype == "BF16" else _SAFETENSORS_DTYPES.get(dtype)
+        if np_dtype is None:
+            raise ValueError(f"{path}: tensor {name} has unsupported dtype {dtype}")
+        start, end = info["data_offsets"]
+        array = np.frombuffer(data[start:end], dtype=np_dtype).reshape(info["shape"])
+        if dtype in ("BF16", "F16"):
+            array = array.astype(np.float32)
+        tensors[name] = array
+    return tensors
+
+
+def find_side_file(side_dirs, name: str) -> str | None:
+    """The first `name` found in `side_dirs`, or None."""
+    for directory in side_dirs:
+        candidate = os.path.join(directory, name)
+        if os.path.isfile(candidate):
+            return candidate
+    return None
+
+
+def read_model_info(side_dirs) -> dict:
+    """The `model_info.json` beside a checkpoint ({} when there is none): `model_kind`,
+    `labels` and `do_lower_case` of the model it holds."""
+    path = find_side_file(side_dirs, MODEL_INFO)
+    return records.read_json(path) if path else {}
+
+
+class _TF1Reader:
+    kind = "tf1"
+
+    def __init__(self, prefix: str, side_dirs):
+        self.path, self.side_dirs = prefix, side_dirs
+        self._reader = tf.train.load_checkpoint(prefix)
+        self.shapes = {k: tuple(v) for k, v in
+                       self._reader.get_variable_to_shape_map().items()
+                       if not _IGNORED_TF1.search(k)}
+        self.stored_kind = read_model_info(side_dirs).get("model_kind")
+
+    def get(self, name: str) -> np.ndarray:
+        return self._reader.get_tensor(name)
+
+    def name_of(self, original: str) -> tuple[str, bool]:
+        return original, False
+
+
+class _TF2Reader(_TF1Reader):
+    """Our object-based checkpoints, read by key (see checkpoint_names.tf2_entries)."""
+    kind = "tf2"
+
+    def __init__(self, prefix: str, side_dirs):
+        super().__init__(prefix, side_dirs)
+        self.shapes = {k: v for k, v in self.shapes.items() if k.startswith("model/")}
+        if not any(k.startswith("model/encoder/") for k in self.shapes):
+            raise CheckpointMismatchError(
+                f"checkpoint {prefix} is a TF2 checkpoint without a 'model/encoder' (it "
+                f"was not written by this project's training loop or writers)")
+
+
+class _HFReader:
+    kind = "hf"
+
+    def __init__(self, directory: str):
+        self.path, self.side_dirs = directory, [directory]
+        index = os.path.join(directory, HF_INDEX)
+        if os.path.isfile(index):
+            files = sorted(set(records.read_json(index)["weight_map"].values()))
+        else:
+            files = [HF_WEIGHTS]
+        self._tensors = {}
+        for name in files:
+            for key, value in read_safetensors(os.path.join(directory, name)).items():
+                canonical = names.canonical_hf_name(key)
+                if canonical != key and canonical in self._tensors:
+                    continue  # Both spellings saved: keep the canonical one.
+                self._tensors[canonical] = value
+        self.shapes = {k: tuple(v.shape) for k, v in self._tensors.items()}
+        self.prefix = "bert." if any(k.startswith("bert.") for k in self._tensors) else ""
+        config = os.path.join(directory, "config.json")
+        self.config = records.read_json(config) if os.path.isfile(config) else {}
+        self.architecture = (self.config.get("architectures") or [None])[0]
+        self.stored_kind = names.HF_ARCHITECTURES.get(self.architecture)
+
+    def get(self, name: str) -> np.ndarray:
+        return self._tensors[name]
+
+    def name_of(self, original: str) -> tuple[str, bool]:
+        return names.hf_name(original, self.prefix)
+
+
+def is_hf_directory(path: str) -> bool:
+    return os.path.isdir(path) and (os.path.isfile(os.path.join(path, HF_WEIGHTS)) or
+                                    os.path.isfile(os.path.join(path, HF_INDEX)))
+
+
+def _directory_prefix(path: str) -> str:
+    """The checkpoint prefix a directory stands for (see `resolve_checkpoint`)."""
+    best = os.path.join(path, BEST_DIR)
+    prefix = tf.train.latest_checkpoint(best) if os.path.isdir(best) else None
+    if prefix is None:
+        prefix = tf.train.latest_checkpoint(path)
+    if prefix is None:
+        indexes = sorted(glob.glob(os.path.join(path, "*.index")))
+        if len(indexes) != 1:
+            raise FileNotFoundError(
+                f"no checkpoint found in directory {path} (expected config.json + "
+                f"model.safetensors, a 'checkpoint' file, a best/ folder with one, or one "
+                f"*.index file)")
+        prefix = indexes[0][:-len(".index")]
+    return prefix
+
+
+def side_dirs_of(prefix: str) -> list[str]:
+    """The folders describing a checkpoint prefix: its own, and the run's output_dir
+    when the prefix lies in the run's best/ folder."""
+    directory = os.path.dirname(prefix) or "."
+    dirs = [directory]
+    if os.path.basename(os.path.normpath(directory)) == BEST_DIR:
+        dirs.append(os.path.dirname(os.path.normpath(directory)) or ".")
+    return dirs
+
+
+def resolve_checkpoint(path: str) -> tuple[str, str]:
+    """Returns (kind, path): kind 'hf', 'tf1' or 'tf2'; path a directory or prefix.
+
+    A directory resolves, in this order, to: a Hugging Face directory (config.json +
+    model.safetensors); the latest checkpoint of its `best/` sub-folder (a run's
+    output_dir that kept its best model: the one its evaluation and predictions came
+    from); the latest checkpoint its `checkpoint` file names; its one `*.index` file.
+    A prefix is taken as is. TF1 and TF2 are told apart by the variable names.
+    """
+    if not path:
+        raise ValueError("no checkpoint path given")
+    if is_hf_directory(path):
+        return "hf", path
+    if os.path.isdir(path):
+        if os.path.isfile(os.path.join(path, "pytorch_model.bin")):
+            raise ValueError(f"{path} holds only pytorch_model.bin; reading it needs PyTorch. "
+                             f"Save the model as model.safetensors first.")
+        path = _directory_prefix(path)
+    if not os.path.isfile(path + ".index"):
+        raise FileNotFoundError(f"checkpoint not found: {path} (no {path}.index)")
+    variables = tf.train.list_variables(path)
+    if any(name.startswith(("bert/", "cls/")) for name, _ in variables):
+        return "tf1", path
+    return "tf2", path
+
+
+def open_checkpoint(path: str):
+    """A reader of the checkpoint at `path` (see the module docstring)."""
+    kind, resolved = resolve_checkpoint(path)
+    if kind == "hf":
+        return _HFReader(resolved)
+    side_dirs = side_dirs_of(resolved)
+    return _TF1Reader(resolved, side_dirs) if kind == "tf1" else _TF2Reader(resolved,
+                                                                             side_dirs)
+
+
+def checkpoint_side_dirs(path: str) -> list[str]:
+    """The folders describing the checkpoint at `path`, without reading it: the
+    directory given (and, when it holds a run's best/ model, that folder too), or
+    those of a prefix."""
+    if os.path.isdir(path):
+        best = os.path.join(path, BEST_DIR)
+        return [path, best] if os.path.isdir(best) else [path]
+    return side_dirs_of(path)
