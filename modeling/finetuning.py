@@ -31,10 +31,10 @@ import tensorflow as tf
 from absl import logging
 
 from data_prep import records
-from modeling import checkpoints, model_files, training
+from modeling import checkpoint_readers, checkpoints, model_files, training
 from modeling.config import BertConfig
 
-BEST_DIR = "best"
+BEST_DIR = checkpoint_readers.BEST_DIR
 EVAL_HISTORY = "eval_history.json"
 RUN_CONFIG = "run_config.json"
 

@@ -24,9 +24,10 @@ import tensorflow as tf
 from absl import logging
 
 from data_prep import records, tokenization
+from modeling import checkpoint_readers
 from modeling.config import BertConfig
 
-MODEL_INFO = "model_info.json"
+MODEL_INFO = checkpoint_readers.MODEL_INFO
 CONFIG_FILE = "bert_config.json"
 VOCAB_FILE = "vocab.txt"
 _HF_TOKENIZER_CONFIG = "tokenizer_config.json"
@@ -59,25 +60,14 @@ class CaseStatement:
     source: str
 
 
-def checkpoint_directory(init_checkpoint: str | None) -> str | None:
-    """The folder a checkpoint path (a folder or a file prefix) lives in."""
-    if not init_checkpoint:
-        return None
-    if tf.io.gfile.isdir(init_checkpoint):
-        return init_checkpoint
-    return os.path.dirname(init_checkpoint) or "."
+def side_dirs(init_checkpoint: str | None) -> list[str]:
+    """The folders that describe a checkpoint (`checkpoints.checkpoint_side_dirs`)."""
+    return checkpoint_readers.checkpoint_side_dirs(init_checkpoint) if init_checkpoint else []
 
 
-def read_model_info(init_checkpoint: str | None) -> dict | None:
-    """model_info.json beside the checkpoint (or in its run folder), else None."""
-    directory = checkpoint_directory(init_checkpoint)
-    if directory is None:
-        return None
-    for candidate in (directory, os.path.dirname(os.path.normpath(directory))):
-        path = os.path.join(candidate, MODEL_INFO)
-        if candidate and tf.io.gfile.exists(path):
-            return records.read_json(path)
-    return None
+def read_model_info(init_checkpoint: str | None) -> dict:
+    """model_info.json beside the checkpoint (or in its run folder); {} if none."""
+    return checkpoint_readers.read_model_info(side_dirs(init_checkpoint))
 
 
 def vocab_case(vocab_file: str) -> CaseStatement | None:
@@ -100,16 +90,15 @@ def checkpoint_case_statements(init_checkpoint: str | None,
     tokenizer_config.json, the original release's checkpoint names, the vocabulary."""
     statements = []
     info = read_model_info(init_checkpoint)
-    if info is not None and "do_lower_case" in info:
+    if info.get("do_lower_case") is not None:
         statements.append(CaseStatement(bool(info["do_lower_case"]),
                                         f"{MODEL_INFO} of {init_checkpoint}"))
-    directory = checkpoint_directory(init_checkpoint)
-    if directory:
-        path = os.path.join(directory, _HF_TOKENIZER_CONFIG)
-        if tf.io.gfile.exists(path):
-            value = records.read_json(path).get("do_lower_case")
-            if value is not None:
-                statements.append(CaseStatement(bool(value), path))
+    path = checkpoint_readers.find_side_file(side_dirs(init_checkpoint),
+                                             _HF_TOKENIZER_CONFIG)
+    if path:
+        value = records.read_json(path).get("do_lower_case")
+        if value is not None:
+            statements.append(CaseStatement(bool(value), path))
     if init_checkpoint:
         for lower in (True, False):
             try:
@@ -189,38 +178,26 @@ def resolve(bert_config_file: str | None, vocab_file: str | None,
     checkpoint's folder (bert_config.json or a Hugging Face config.json, and vocab.txt;
     for a run's output_dir, the files it wrote).
     """
-    directory = checkpoint_directory(init_checkpoint)
+    dirs = side_dirs(init_checkpoint)
+    where = (f"the checkpoint folder {' or '.join(dirs)} has no" if dirs else
+             "there is no --init_checkpoint folder with a")
     if bert_config_file:
         config = BertConfig.from_json_file(bert_config_file)
     else:
-        config = _config_beside(directory)
-        if config is None:
-            raise ValueError("--bert_config_file is required: "
-                             + (f"the checkpoint folder {directory} has no "
-                                f"{CONFIG_FILE} or config.json" if directory else
-                                "no --init_checkpoint to take it from"))
-    if vocab_file is None and directory:
-        candidate = os.path.join(directory, VOCAB_FILE)
-        vocab_file = candidate if tf.io.gfile.exists(candidate) else None
+        path = (checkpoint_readers.find_side_file(dirs, CONFIG_FILE) or
+                checkpoint_readers.find_side_file(dirs, "config.json"))
+        if path is None:
+            raise ValueError(f"--bert_config_file is required: {where} {CONFIG_FILE} or "
+                             f"config.json")
+        config = BertConfig.from_json_file(path)
+    vocab_file = vocab_file or checkpoint_readers.find_side_file(dirs, VOCAB_FILE)
     if vocab_file is None:
-        raise ValueError("--vocab_file is required: "
-                         + (f"the checkpoint folder {directory} has no {VOCAB_FILE}"
-                            if directory else "no --init_checkpoint to take it from"))
+        raise ValueError(f"--vocab_file is required: {where} {VOCAB_FILE}")
     if not tf.io.gfile.exists(vocab_file):
         raise FileNotFoundError(f"--vocab_file not found: {vocab_file}")
     check_vocab_fits_config(vocab_file, config)
     lower = resolve_case(do_lower_case, init_checkpoint, vocab_file)
     return ModelFiles(config, vocab_file, lower)
-
-
-def _config_beside(directory: str | None) -> BertConfig | None:
-    if not directory:
-        return None
-    for name in (CONFIG_FILE, "config.json"):
-        path = os.path.join(directory, name)
-        if tf.io.gfile.exists(path):
-            return BertConfig.from_json_file(path)
-    return None
 
 
 def write_model_files(output_dir: str, files: ModelFiles, model_kind: str,
