@@ -187,7 +187,8 @@ def test_hub_module_gives_the_same_metrics_as_the_checkpoint(mrpc_dir, vocab_fil
     """--hub_module_url with an encoder exported by this project fine-tunes to the same
     model as --init_checkpoint with the same weights (no dropout, so both runs compute
     the same steps): the same eval metrics and test probabilities."""
-    from modeling import checkpoints, export
+    from modeling import checkpoints
+    from serving import encoder as serving_encoder
     from modeling.config import BertConfig
     from modeling.encoder import BertEncoder
 
@@ -195,7 +196,8 @@ def test_hub_module_gives_the_same_metrics_as_the_checkpoint(mrpc_dir, vocab_fil
     encoder = BertEncoder(BertConfig.from_json_file(config_file))
     checkpoint = checkpoints.write_original_checkpoint(str(tmp_path / "bert_model.ckpt"),
                                                        encoder)
-    export.export_encoder(encoder, str(tmp_path / "hub"), vocab_file, do_lower_case=True)
+    serving_encoder.export_encoder(encoder, str(tmp_path / "hub"), vocab_file,
+                                   do_lower_case=True)
     runs = {"checkpoint": ["--task_name=MRPC", f"--data_dir={mrpc_dir}",
                            f"--bert_config_file={config_file}",
                            f"--init_checkpoint={checkpoint}"],
@@ -360,12 +362,12 @@ _DRIVER = textwrap.dedent("""
     import json, sys
     sys.path.insert(0, sys.argv[1])
     import run_classifier
-    from modeling import export
+    from serving import encoder as serving_encoder
     from modeling.config import BertConfig
     from modeling.encoder import BertEncoder
     hub_path, config_file, vocab_file = sys.argv[3:6]
-    export.export_encoder(BertEncoder(BertConfig.from_json_file(config_file)), hub_path,
-                          vocab_file, do_lower_case=True)
+    serving_encoder.export_encoder(BertEncoder(BertConfig.from_json_file(config_file)),
+                                   hub_path, vocab_file, do_lower_case=True)
     results = {}
     for name, argv in json.loads(sys.argv[2]).items():
         run_classifier.FLAGS.unparse_flags()

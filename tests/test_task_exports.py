@@ -1,4 +1,4 @@
-"""Tests of the SQuAD and NER task exports of modeling/export.py against the runners'
+"""Tests of the SQuAD, NER and multiple-choice task exports of serving/ against the runners'
 Python pipelines.
 
 A tiny random model (wide initializer, so that logits differ clearly between
@@ -19,9 +19,11 @@ import tensorflow as tf
 import tensorflow_text  # noqa: F401  (registers the ops the exports need)
 
 from data_prep import conll, squad, tf_tokenization, tokenization
-from modeling import export, feature_based, models
+from modeling import feature_based, models
 from modeling.config import BertConfig
 from modeling.encoder import BertEncoder
+from serving import savedmodel, tasks
+from serving import squad as serving_squad
 
 TINY = dict(vocab_size=30522, hidden_size=32, num_hidden_layers=2, num_attention_heads=4,
             intermediate_size=37, type_vocab_size=2, max_position_embeddings=64,
@@ -70,7 +72,7 @@ def _squad_rows(sample_data) -> list[tuple[str, str]]:
 def squad_export(config, vocab_file, tmp_path_factory):
     keras.utils.set_random_seed(5)
     model = models.BertSpanLabeler(BertEncoder(config), config)
-    path = export.export_task_model(
+    path = tasks.export_task_model(
         model, str(tmp_path_factory.mktemp("squad") / "export"), vocab_file, True, SEQ,
         kind="squad", max_query_length=QUERY, doc_stride=STRIDE,
         max_answer_length=MAX_ANSWER, n_best_size=N_BEST)
@@ -154,7 +156,7 @@ def test_final_text_equals_get_final_text(sample_data, vocab_file, do_lower_case
     python_tokenizer = tokenization.FullTokenizer(vocab_file, do_lower_case)
     cases = _final_text_cases(sample_data, python_tokenizer, 400)
     tokenizer = tf_tokenization.TFBertTokenizer(vocab_file, do_lower_case)
-    project = tf.function(lambda p, o: export.final_text(tokenizer, p, o))
+    project = tf.function(lambda p, o: serving_squad.final_text(tokenizer, p, o))
     got = project(tf.constant([p for p, _ in cases]), tf.constant([o for _, o in cases]))
     want = [squad.get_final_text(p, o, do_lower_case) for p, o in cases]
     assert [g.decode() for g in got.numpy()] == want
@@ -182,9 +184,9 @@ def test_ner_export_tags_as_run_ner_predicts(config, vocab_file, sample_data, tm
         model = feature_based.BertFeatureBasedTagger(BertEncoder(config), config,
                                                      len(labels), [1, 0], "concat",
                                                      lstm_units=6)
-    path = export.export_task_model(model, str(tmp_path / "ner"), vocab_file, True,
-                                    seq_length, kind="ner", labels=labels,
-                                    doc_stride=doc_stride)
+    path = tasks.export_task_model(model, str(tmp_path / "ner"), vocab_file, True,
+                                   seq_length, kind="ner", labels=labels,
+                                   doc_stride=doc_stride)
     loaded = tf.saved_model.load(path)
     features = conll.convert_sentences_to_features(
         sentences, labels, tokenization.FullTokenizer(vocab_file, True), seq_length,
@@ -216,29 +218,29 @@ def test_task_export_errors_leave_nothing_behind(config, vocab_file, tmp_path, m
     target = str(tmp_path / "export")
     with pytest.raises(ValueError, match=r"unknown option\(s\) \['max_query_length'\] of a "
                                          r"ner export"):
-        export.export_task_model(tagger, target, vocab_file, True, 16, kind="ner",
-                                 labels=["O", "B-X", "I-X"], max_query_length=8)
+        tasks.export_task_model(tagger, target, vocab_file, True, 16, kind="ner",
+                                labels=["O", "B-X", "I-X"], max_query_length=8)
     with pytest.raises(ValueError, match="3 labels"):
-        export.export_task_model(models.BertTokenClassifier(BertEncoder(config), config, 5),
-                                 target, vocab_file, True, 16, kind="ner",
-                                 labels=["O", "B-X", "I-X"])
+        tasks.export_task_model(models.BertTokenClassifier(BertEncoder(config), config, 5),
+                                target, vocab_file, True, 16, kind="ner",
+                                labels=["O", "B-X", "I-X"])
     with pytest.raises(ValueError, match="needs the label list"):
-        export.export_task_model(tagger, target, vocab_file, True, 16, kind="ner")
+        tasks.export_task_model(tagger, target, vocab_file, True, 16, kind="ner")
     with pytest.raises(ValueError, match="max_query_length"):
-        export.export_task_model(span, target, vocab_file, True, 16, kind="squad")
+        tasks.export_task_model(span, target, vocab_file, True, 16, kind="squad")
     with pytest.raises(ValueError, match="no labels"):
-        export.export_task_model(span, target, vocab_file, True, 32, kind="squad",
-                                 labels=["a"], max_query_length=8)
+        tasks.export_task_model(span, target, vocab_file, True, 32, kind="squad",
+                                labels=["a"], max_query_length=8)
     monkeypatch.setattr(tf.saved_model, "save", _fail_to_save)
     for kind, model, labels, options in (("squad", span, None, {"max_query_length": 8}),
                                          ("ner", tagger, ["O", "B-X", "I-X"], {})):
         with pytest.raises(RuntimeError, match="killed midway"):
-            export.export_task_model(model, target, vocab_file, True, 32, kind=kind,
-                                     labels=labels, **options)
+            tasks.export_task_model(model, target, vocab_file, True, 32, kind=kind,
+                                    labels=labels, **options)
     assert os.listdir(tmp_path) == []
     with pytest.raises(ValueError, match="only local paths"):
-        export.check_export_path("gs://bucket/export")
+        savedmodel.check_export_path("gs://bucket/export")
     (tmp_path / "file").write_text("not a folder")
     with pytest.raises(FileExistsError, match="is not a folder"):
-        export.check_export_path(str(tmp_path / "file"))
-    export.check_export_path(str(tmp_path / "new" / "export"))
+        savedmodel.check_export_path(str(tmp_path / "file"))
+    savedmodel.check_export_path(str(tmp_path / "new" / "export"))
