@@ -13,7 +13,8 @@ Every export goes through `save_atomically`:
 * The SavedModel is written to a hidden temporary folder beside the destination,
   `.NAME.tmp-<pid>-<random>` (`data_prep.records.atomic_directory`: no output glob
   matches it, and the next export to the same path clears what a killed run left), and
-  renamed onto it once complete. Folders are created with the user's umask.
+  renamed onto it once complete. Folders get the permissions TensorFlow's file system
+  gives the SavedModel's own subfolders (0755 less the umask), not a private 0700.
 """
 
 from __future__ import annotations
