@@ -9,7 +9,7 @@ runners, `export_tfhub.py` and `extract_features.py` import `serving`.
   preprocessing.py  the TF Hub preprocessing model (`tokenize`, `bert_pack_inputs`)
   inputs.py         raw-text signature inputs: specs, tokenizing words, packing text
   windows.py        windows over long inputs and their max-context choice, in-graph
-  classifier.py     classification and regression signatures
+  classifier.py     classification, regression and multiple-choice signatures
   squad.py          SQuAD span answers in-graph (the runner's post-processing)
   ner.py            one IOB2 tag per word in-graph
   tasks.py          the registry of task exports and `export_task_model`

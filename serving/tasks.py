@@ -5,6 +5,9 @@ predict the same for the same checkpoint:
   classifier:      serving_default(text_a, text_b), serving_text_a(text_a) ->
                    probabilities, labels (regression: predictions)
                    (`classifier.classifier_signatures`);
+  multiple_choice: serving_default(context, start, endings), serving_choices(context,
+                   choices) -> probabilities, best_choice
+                   (`classifier.multiple_choice_signatures`);
   squad:           serving_default(question, context) -> answer, score, null_score,
                    start_logits, end_logits (`squad.squad_signatures`);
   ner:             serving_default(text) -> tags, words (`ner.ner_signatures`).
@@ -29,10 +32,12 @@ from serving.savedmodel import check_export_path  # noqa: F401
 # tf.function}. A new task adds its builder here (and its options to TASK_OPTIONS); the
 # rest of the export is shared.
 TASK_SIGNATURE_BUILDERS = {"classifier": classifier.classifier_signatures,
+                           "multiple_choice": classifier.multiple_choice_signatures,
                            "squad": squad.squad_signatures,
                            "ner": ner.ner_signatures}
 # kind -> the options of its builder and their defaults (those of the runner's flags).
 TASK_OPTIONS = {"classifier": {},
+                "multiple_choice": {},
                 "squad": {"max_query_length": 64, "max_answer_length": 30,
                           "n_best_size": 20, "doc_stride": 128},
                 "ner": {"doc_stride": 64}}
@@ -79,15 +84,16 @@ def export_task_model(model, export_dir: str, vocab_file: str, do_lower_case: bo
     """Exports a fine-tuned task model with a raw-text serving signature.
 
     Args:
-      model: the task model (classifier: a `BertClassifier`; squad: a
-        `BertSpanLabeler`; ner: a `BertTokenClassifier` or `BertFeatureBasedTagger`).
+      model: the task model (classifier: a `BertClassifier`; multiple_choice: a
+        `BertMultipleChoice`; squad: a `BertSpanLabeler`; ner: a `BertTokenClassifier`
+        or `BertFeatureBasedTagger`).
       export_dir: destination folder (`savedmodel.check_export_path`; written only when
         the export is complete).
       vocab_file, do_lower_case: the tokenizer the model was trained with.
       seq_length: the --max_seq_length the model was trained with.
       kind: one of TASK_SIGNATURE_BUILDERS.
-      labels: label names in label-id order (classification, ner), None for
-        regression and squad.
+      labels: label names in label-id order (classification, multiple choice, ner),
+        None for regression and squad.
       overwrite: whether a previous export at `export_dir` may be replaced.
       **options: the kind's settings (TASK_OPTIONS, e.g. squad's max_query_length);
         pass the runner's flags so that the export predicts as the runner does.

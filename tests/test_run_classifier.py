@@ -335,7 +335,8 @@ def test_swag_multiple_choice_learns_and_accuracy_matches(tmp_path, vocab_file):
     _run(["--task_name=swag", f"--data_dir={data_dir}", f"--bert_config_file={config_file}",
           "--do_train", "--do_eval", "--do_predict", "--max_seq_length=16",
           "--train_batch_size=8", "--num_train_epochs=3", "--learning_rate=2e-3",
-          "--steps_per_loop=5", f"--output_dir={output_dir}"], vocab_file)
+          "--steps_per_loop=5", f"--output_dir={output_dir}",
+          f"--export_dir={tmp_path / 'export'}"], vocab_file)
 
     history = json.loads((output_dir / "eval_history.json").read_text())
     losses = [h["eval_loss"] for h in history]
@@ -352,6 +353,16 @@ def test_swag_multiple_choice_learns_and_accuracy_matches(tmp_path, vocab_file):
     assert results["eval_loss"] == pytest.approx(loss, rel=1e-5)
     assert accuracy >= 0.75
     assert not (output_dir / "SWAG.tsv").exists()  # not a GLUE task
+
+    # The export answers the CSV's fields with the probabilities --do_predict wrote.
+    import tensorflow as tf
+    import tensorflow_text  # noqa: F401  (registers the tokenizer ops)
+    rows = _swag_rows(16, 1)
+    got = tf.saved_model.load(str(tmp_path / "export")).signatures["serving_default"](
+        context=tf.constant([r[0] for r in rows]), start=tf.constant([r[1] for r in rows]),
+        endings=tf.constant([r[2] for r in rows]))
+    np.testing.assert_allclose(got["probabilities"].numpy(), probabilities, atol=1e-5)
+    np.testing.assert_array_equal(got["best_choice"].numpy(), probabilities.argmax(axis=1))
 
 
 # ----------------------------------------------------------------------------
@@ -484,7 +495,9 @@ def driver(tmp_path_factory, mrpc_dir, vocab_file):
     add("missing_hub_module", good, "--hub_module_url=/nonexistent/hub", model=())
     add("hub_module", good, f"--hub_module_url={root / 'hub'}", "--num_train_epochs=1",
         "--train_batch_size=16", model=())
-    add("export_swag", root / "swag", "--export_dir=/nonexistent/export", task="swag")
+    (root / "user_files").mkdir()
+    (root / "user_files" / "notes.txt").write_text("mine")
+    add("export_over_user_files", good, f"--export_dir={root / 'user_files'}")
     add("missing_test", good, do=("--do_predict",))
     for name, write in (("mnli", _write_mnli), ("xnli", _write_xnli),
                         ("generic", _write_generic), ("cola", _write_cola),
@@ -520,14 +533,20 @@ def driver(tmp_path_factory, mrpc_dir, vocab_file):
     ("long_sequence", "ValueError", ["--max_seq_length=128", "max_position_embeddings=64"]),
     ("nothing_to_do", "UsageError", ["--do_train, --do_eval or --do_predict"]),
     ("missing_hub_module", "FileNotFoundError", ["/nonexistent/hub is not a folder"]),
-    ("export_swag", "NotImplementedError", ["--export_dir=/nonexistent/export",
-                                            "no multiple_choice export"]),
+    ("export_over_user_files", "FileExistsError", ["--export_dir=", "user_files",
+                                                   "not an export of this project"]),
 ])
 def test_bad_input_is_a_clear_error(driver, case, error, parts):
     got_error, message = driver[case]
     assert got_error == error, message
     for part in parts:
         assert part in message
+
+
+def test_export_dir_of_user_files_is_refused_before_training(driver):
+    assert os.listdir(driver["root"] / "user_files") == ["notes.txt"]
+    assert (driver["root"] / "user_files" / "notes.txt").read_text() == "mine"
+    assert not list((driver["root"] / "out_export_over_user_files").glob("*.tf_record"))
 
 
 def test_schedule_epochs_and_scores(driver):
