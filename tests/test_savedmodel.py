@@ -105,16 +105,21 @@ def test_a_killed_export_leaves_a_hidden_folder_that_the_next_export_clears(tmp_
 
 
 def test_export_tfhub_refuses_user_files_and_needs_overwrite(tmp_path, monkeypatch):
+    """The command line checks --export_path before any work and passes --overwrite on
+    (its real exports are the slow tests of test_export.py)."""
     import export_tfhub
     from absl import app
 
     vocab_file = tmp_path / "vocab.txt"
     vocab_file.write_text("[PAD]\n[UNK]\n[CLS]\n[SEP]\n[MASK]\nhello\n")
+    calls = []
+    monkeypatch.setattr(export_tfhub.preprocessing, "export_preprocessing",
+                        lambda *args, **kwargs: calls.append(kwargs))
 
     def run(*argv):
         export_tfhub.FLAGS.unparse_flags()
         export_tfhub.FLAGS(["export_tfhub.py", "--export_type=preprocessing",
-                            f"--vocab_file={vocab_file}", "--seq_length=16", *argv])
+                            f"--vocab_file={vocab_file}", *argv])
         export_tfhub.main([])
 
     user = tmp_path / "user"
@@ -123,15 +128,11 @@ def test_export_tfhub_refuses_user_files_and_needs_overwrite(tmp_path, monkeypat
     with pytest.raises(app.UsageError, match=f"--export_path={user}: .*not an export"):
         run(f"--export_path={user}")
     assert os.listdir(user) == ["data.csv"]
-    target = tmp_path / "preprocess"
-    run(f"--export_path={target}")
-    assert savedmodel.read_marker(str(target))["kind"] == "preprocessing"
+    previous = str(tmp_path / "previous")
+    savedmodel.save_atomically(_module(), previous, kind="preprocessing")
     with pytest.raises(app.UsageError, match="--overwrite"):
-        run(f"--export_path={target}")
-    # --overwrite reaches the library (the replacement itself is tested above).
-    calls = []
-    monkeypatch.setattr(export_tfhub.preprocessing, "export_preprocessing",
-                        lambda *args, **kwargs: calls.append(kwargs))
-    run(f"--export_path={target}", "--overwrite")
-    assert calls == [{"overwrite": True}]
-    assert sorted(os.listdir(tmp_path)) == ["preprocess", "user", "vocab.txt"]
+        run(f"--export_path={previous}")
+    assert calls == []
+    run(f"--export_path={previous}", "--overwrite")
+    run(f"--export_path={tmp_path / 'new'}")
+    assert calls == [{"overwrite": True}, {"overwrite": False}]
