@@ -10,8 +10,10 @@ or the text preprocessing model.
 
 --init_checkpoint is an original TF1 checkpoint, a Hugging Face directory or a TF2
 checkpoint of this project; --bert_config_file and --vocab_file default to the files
-beside it. The SavedModel is written to a temporary folder beside --export_path and
-renamed onto it when complete.
+beside it. The SavedModel is written to a hidden temporary folder beside --export_path
+and renamed onto it when complete. An existing --export_path must be an empty folder or
+a previous export (which --overwrite replaces); anything else is refused and left as it
+is (serving/savedmodel.py).
 
 Use the encoder with `hub.KerasLayer(path, trainable=True)` (tf_keras), `hub.load`, or
 `modeling.hub.HubEncoder` in this project's Keras 3 models; the preprocessing model
@@ -28,10 +30,12 @@ from absl import app, flags, logging
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
 from data_prep import tokenization  # noqa: E402
-from modeling import checkpoints, export  # noqa: E402
+from modeling import checkpoints  # noqa: E402
 from modeling.config import BertConfig  # noqa: E402
 from modeling.encoder import BertEncoder  # noqa: E402
 from modeling.models import BertPretrainer  # noqa: E402
+from serving import encoder as encoder_export  # noqa: E402
+from serving import preprocessing, savedmodel  # noqa: E402
 
 FLAGS = flags.FLAGS
 
@@ -45,7 +49,9 @@ flags.DEFINE_string("vocab_file", None, "WordPiece vocabulary (default: vocab.tx
                     "--init_checkpoint).")
 flags.DEFINE_bool("do_lower_case", True, "Whether the model is uncased (lower-cases the "
                   "input).")
-flags.DEFINE_string("export_path", None, "Destination folder of the SavedModel.")
+flags.DEFINE_string("export_path", None, "Destination folder of the SavedModel: new, "
+                    "empty, or a previous export (with --overwrite).")
+flags.DEFINE_bool("overwrite", False, "Replace a previous export at --export_path.")
 flags.DEFINE_enum("export_type", "encoder", list(EXPORT_TYPES), "What to export.")
 flags.DEFINE_integer("seq_length", 128, "Sequence length of the preprocessing model's "
                      "default call (bert_pack_inputs takes any).")
@@ -74,8 +80,9 @@ def export_encoder(with_mlm: bool) -> str:
     tokenization.validate_case_matches_checkpoint(FLAGS.do_lower_case, FLAGS.init_checkpoint)
     encoder, pretrainer = build_encoder(config, FLAGS.init_checkpoint, with_mlm)
     masked_lm = pretrainer.masked_lm if pretrainer is not None else None
-    return export.export_encoder(encoder, FLAGS.export_path, vocab_file, FLAGS.do_lower_case,
-                                 masked_lm=masked_lm)
+    return encoder_export.export_encoder(encoder, FLAGS.export_path, vocab_file,
+                                         FLAGS.do_lower_case, masked_lm=masked_lm,
+                                         overwrite=FLAGS.overwrite)
 
 
 def export_preprocessing() -> str:
@@ -89,11 +96,16 @@ def export_preprocessing() -> str:
     if vocab_file is None:
         raise app.UsageError("--vocab_file (or an --init_checkpoint folder with vocab.txt) "
                              "is required for --export_type=preprocessing")
-    return export.export_preprocessing(FLAGS.export_path, vocab_file, FLAGS.do_lower_case,
-                                       FLAGS.seq_length)
+    return preprocessing.export_preprocessing(FLAGS.export_path, vocab_file,
+                                              FLAGS.do_lower_case, FLAGS.seq_length,
+                                              overwrite=FLAGS.overwrite)
 
 
 def main(_):
+    try:  # Before any work: refuse a path holding the user's files.
+        savedmodel.check_export_path(FLAGS.export_path, FLAGS.overwrite)
+    except (ValueError, FileExistsError) as e:
+        raise app.UsageError(f"--export_path={FLAGS.export_path}: {e}") from None
     if FLAGS.export_type == "preprocessing":
         path = export_preprocessing()
     else:

@@ -21,7 +21,7 @@ A run restarted with the same output_dir resumes where it stopped.
 
 --hub_module_url fine-tunes a TF Hub BERT encoder (a SavedModel folder, e.g. one
 written by export_tfhub.py) instead of a checkpoint; --export_dir exports the
-fine-tuned model as a SavedModel that classifies raw text (modeling/export.py).
+fine-tuned model as a SavedModel that classifies raw text (serving/tasks.py).
 
 A user's task: --task_name=generic with {train,dev,test}.tsv or .csv in --data_dir and
 --text_a_column, --label_column (--text_b_column, --has_header, --delimiter,
@@ -46,13 +46,14 @@ import tensorflow as tf  # noqa: E402
 
 from data_prep import classifier_data  # noqa: E402
 from evaluation import glue_metrics  # noqa: E402
-from modeling import checkpoints, export as export_lib, training  # noqa: E402
+from modeling import checkpoints, training  # noqa: E402
 from modeling.config import BertConfig  # noqa: E402
 from modeling.encoder import BertEncoder  # noqa: E402
 from modeling.models import BertClassifier, BertMultipleChoice  # noqa: E402
 from modeling.tasks import ClassificationTask  # noqa: E402
 import runner_flags  # noqa: E402
 from runner_flags import initialize_from, train_schedule  # noqa: E402
+from serving import tasks as export_lib  # noqa: E402
 
 FLAGS = flags.FLAGS
 
@@ -516,16 +517,20 @@ def predict(trainer: training.Trainer, processor, test_features: dict[str, Featu
 
 
 def export_kind(num_choices: int | None) -> str:
-    """The modeling/export.py task kind of a task's model."""
+    """The serving/tasks.py task kind of a task's model."""
     return "multiple_choice" if num_choices else "classifier"
 
 
 def check_export(kind: str, export_dir: str) -> None:
-    """Fails before training if the model cannot be exported."""
+    """Fails before training if the model cannot be exported to export_dir."""
     if kind not in export_lib.TASK_SIGNATURE_BUILDERS:
         raise NotImplementedError(
-            f"--export_dir={export_dir}: modeling/export.py has no {kind} export yet; "
+            f"--export_dir={export_dir}: serving/tasks.py has no {kind} export yet; "
             f"only {sorted(export_lib.TASK_SIGNATURE_BUILDERS)} task exports exist.")
+    try:
+        export_lib.check_export_path(export_dir)
+    except (ValueError, FileExistsError) as e:
+        raise type(e)(f"--export_dir={export_dir}: {e}") from None
 
 
 def export(model, export_dir: str, files: ModelFiles, max_seq_length: int,

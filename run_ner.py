@@ -41,7 +41,7 @@ are trained (a higher --learning_rate suits them, e.g. 1e-3).
 written by export_tfhub.py; `modeling.hub`) instead of a checkpoint, with its own
 config, vocabulary and do_lower_case. --export_dir exports the trained model as a
 SavedModel that tags raw whitespace-separated text with the IOB2 tags --do_predict
-gives (modeling/export.py). A run restarted with the same output_dir resumes where it
+gives (serving/ner.py). A run restarted with the same output_dir resumes where it
 stopped.
 """
 
@@ -62,13 +62,13 @@ import tensorflow as tf  # noqa: E402
 from data_prep import conll, tokenization  # noqa: E402
 from evaluation import conlleval  # noqa: E402
 from modeling import checkpoints, feature_based, training  # noqa: E402
-from modeling import export as export_lib  # noqa: E402
 from modeling.config import BertConfig  # noqa: E402
 from modeling.encoder import BertEncoder  # noqa: E402
 from modeling.models import BertTokenClassifier  # noqa: E402
 from modeling.tasks import TokenClassificationTask  # noqa: E402
 import runner_flags  # noqa: E402
 from runner_flags import initialize_from, train_schedule  # noqa: E402
+from serving import tasks as export_lib  # noqa: E402
 
 FLAGS = flags.FLAGS
 
@@ -396,7 +396,7 @@ def check_export(export_dir: str) -> None:
     """Fails before training if the model cannot be exported to export_dir."""
     if EXPORT_KIND not in export_lib.TASK_SIGNATURE_BUILDERS:
         raise NotImplementedError(
-            f"--export_dir={export_dir}: modeling/export.py has no {EXPORT_KIND} (token "
+            f"--export_dir={export_dir}: serving/tasks.py has no {EXPORT_KIND} (token "
             f"classification) export; only "
             f"{sorted(export_lib.TASK_SIGNATURE_BUILDERS)} task exports exist.")
     try:
@@ -409,7 +409,7 @@ def export(model, export_dir: str, files: ModelFiles, max_seq_length: int,
            labels: list[str]) -> None:
     """A SavedModel that tags raw text as --do_predict does: `serving_default(text)`
     -> `words`, `tags` (IOB2), with this run's --doc_stride windows
-    (modeling/export.py `_ner_signatures`)."""
+    (serving/ner.py `ner_signatures`)."""
     check_export(export_dir)
     path = export_lib.export_task_model(model, export_dir, files.vocab_file,
                                         files.do_lower_case, max_seq_length,

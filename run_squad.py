@@ -27,7 +27,7 @@ For v2.0, rerun --do_predict with --null_score_diff_threshold=<best_f1_thresh>
 to predict with the best threshold, as the original README advises.
 
 --export_dir exports the fine-tuned model as a SavedModel that answers raw questions
-on raw contexts with the answers --do_predict gives (modeling/export.py).
+on raw contexts with the answers --do_predict gives (serving/squad.py).
 """
 
 from __future__ import annotations
@@ -48,13 +48,14 @@ import tensorflow as tf  # noqa: E402
 
 from data_prep import squad, tokenization  # noqa: E402
 from evaluation import squad_eval  # noqa: E402
-from modeling import checkpoints, export as export_lib, training  # noqa: E402
+from modeling import checkpoints, training  # noqa: E402
 from modeling.config import BertConfig  # noqa: E402
 from modeling.encoder import BertEncoder  # noqa: E402
 from modeling.models import BertSpanLabeler  # noqa: E402
 from modeling.tasks import SpanTask  # noqa: E402
 import runner_flags  # noqa: E402
 from runner_flags import initialize_from, train_schedule  # noqa: E402
+from serving import tasks as export_lib  # noqa: E402
 
 FLAGS = flags.FLAGS
 
@@ -421,7 +422,7 @@ def export(model, export_dir: str, files: ModelFiles, max_seq_length: int) -> No
     """A SavedModel that answers raw questions on raw contexts as --do_predict does.
 
     `serving_default(question, context)` -> answer, score, null_score, start_logits,
-    end_logits (modeling/export.py `_squad_signatures`), with this run's
+    end_logits (serving/squad.py `squad_signatures`), with this run's
     --max_query_length, --doc_stride, --max_answer_length and --n_best_size. For
     v2.0, the answer is "" where null_score - score > --null_score_diff_threshold.
     """

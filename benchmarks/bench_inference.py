@@ -15,7 +15,7 @@ token: 2 x (encoder weights) + 4 x layers x hidden x seq.
 
 Implementations:
   ours             BertEncoder(training=False) in a tf.function (--xla: jit_compile).
-  ours_savedmodel  the same weights exported by modeling.export.export_encoder (the TF Hub
+  ours_savedmodel  the same weights exported by serving.encoder.export_encoder (the TF Hub
                    encoder format) and called through `tf.saved_model.load`.
   keras_hub        keras_hub.models.BertBackbone in a tf.function (mixed_bfloat16 policy
                    for bfloat16).
@@ -111,11 +111,12 @@ def run_ours(shape, dtype, xla, batches):
 
 def run_ours_savedmodel(shape, dtype, xla, batches):
     import tensorflow as tf
-    from modeling import export
+    from serving import encoder as serving_encoder
     encoder = _our_encoder(shape, dtype)
     vocab = os.path.join(REPO, "sample_data", "vocab", "uncased_vocab.txt")
     with tempfile.TemporaryDirectory() as scratch:
-        path = export.export_encoder(encoder, os.path.join(scratch, "encoder"), vocab, True)
+        path = serving_encoder.export_encoder(encoder, os.path.join(scratch, "encoder"),
+                                              vocab, True)
         del encoder
         loaded = tf.saved_model.load(path)
         tensors = [{k: tf.constant(v) for k, v in b.items()} for b in batches]

@@ -55,7 +55,7 @@ from typing import Callable, Sequence
 import numpy as np
 import tensorflow as tf
 
-from data_prep import tokenization
+from data_prep import context_windows, tokenization
 from evaluation import conlleval
 
 LABEL_IGNORE_ID = -1
@@ -317,14 +317,9 @@ def tokenize_words(words: Sequence[str], tokenizer: tokenization.FullTokenizer
 
 def make_windows(num_pieces: int, max_pieces: int, doc_stride: int
                  ) -> list[tuple[int, int]]:
-    """(start, length) of the windows covering `num_pieces` pieces, as SQuAD doc spans."""
-    windows, start = [], 0
-    while True:
-        length = min(num_pieces - start, max_pieces)
-        windows.append((start, length))
-        if start + length >= num_pieces:
-            return windows
-        start += min(length, doc_stride)
+    """(start, length) of the windows covering `num_pieces` pieces, as SQuAD doc spans
+    (`context_windows.windows`); an empty sentence gets one empty window."""
+    return context_windows.windows(num_pieces, max_pieces, doc_stride)
 
 
 def max_context_windows(positions: Sequence[int], windows: Sequence[tuple[int, int]]
@@ -332,20 +327,15 @@ def max_context_windows(positions: Sequence[int], windows: Sequence[tuple[int, i
     """For each piece position, the window that gives it the most context.
 
     Score of a window holding the position: min(pieces to its left, pieces to its
-    right) + 0.01 * window length; the first window with the highest score wins.
+    right) + 0.01 * window length; the first window with the highest score wins
+    (`context_windows.max_context_window`).
     """
     best = []
     for position in positions:
-        best_index, best_score = -1, -1.0
-        for index, (start, length) in enumerate(windows):
-            end = start + length - 1
-            if start <= position <= end:
-                score = min(position - start, end - position) + 0.01 * length
-                if score > best_score:
-                    best_index, best_score = index, score
-        if best_index < 0:
+        index = context_windows.max_context_window(position, windows)
+        if index is None:
             raise ValueError(f"piece position {position} is in no window")
-        best.append(best_index)
+        best.append(index)
     return best
 
 

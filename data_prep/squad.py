@@ -34,7 +34,7 @@ from typing import Any, Iterable, Iterator, Mapping, NamedTuple, Sequence
 
 from absl import logging
 
-from data_prep import tokenization
+from data_prep import context_windows, tokenization
 
 # First unique id of a feature, as in the original release.
 FIRST_UNIQUE_ID = 1000000000
@@ -45,7 +45,7 @@ NO_SPAN_NULL_ODDS = 1e6
 
 # Characters that separate words of a context, as in the original reader
 # (U+202F NARROW NO-BREAK SPACE occurs in SQuAD).
-_CONTEXT_WHITESPACE = frozenset(" \t\r\n\u202f")
+CONTEXT_WHITESPACE = frozenset(" \t\r\n\u202f")
 
 
 # ----------------------------------------------------------------------------
@@ -272,7 +272,7 @@ def split_context(context: str) -> tuple[list[str], list[int]]:
     char_to_word_offset = []
     word_start = None
     for i, char in enumerate(context):
-        if char in _CONTEXT_WHITESPACE:
+        if char in CONTEXT_WHITESPACE:
             if word_start is not None:
                 doc_tokens.append(context[word_start:i])
                 word_start = None
@@ -528,16 +528,12 @@ def doc_spans(num_pieces: int, max_pieces: int, doc_stride: int
     """Windows of at most `max_pieces` pieces, starts `doc_stride` apart.
 
     The last window ends at the document's end; an empty document has none.
+    (`context_windows.windows`, the formula the in-graph export shares.)
     """
-    spans = []
-    start = 0
-    while start < num_pieces:
-        length = min(num_pieces - start, max_pieces)
-        spans.append(DocSpan(start, length))
-        if start + length == num_pieces:
-            break
-        start += min(length, doc_stride)
-    return spans
+    if num_pieces == 0:
+        return []
+    spans = context_windows.windows(num_pieces, max_pieces, doc_stride)
+    return [DocSpan(start, length) for start, length in spans]
 
 
 def is_max_context(spans: Sequence[DocSpan], span_index: int,
@@ -546,23 +542,13 @@ def is_max_context(spans: Sequence[DocSpan], span_index: int,
 
     A piece in several windows is scored in each by the smaller of its left
     and right context (plus 0.01 x window length to break ties towards longer
-    windows); the first window with the best score wins. E.g. in "the man went
-    to the store and bought a gallon of milk" with windows "to the store and
-    bought" and "and bought a gallon of", "bought" has context (4, 0) in the
-    first and (1, 3) in the second, which wins.
+    windows); the first window with the best score wins
+    (`context_windows.max_context_window`). E.g. in "the man went to the
+    store and bought a gallon of milk" with windows "to the store and bought"
+    and "and bought a gallon of", "bought" has context (4, 0) in the first and
+    (1, 3) in the second, which wins.
     """
-    best_score = None
-    best_index = None
-    for index, span in enumerate(spans):
-        end = span.start + span.length - 1
-        if not span.start <= position <= end:
-            continue
-        score = (min(position - span.start, end - position)
-                 + 0.01 * span.length)
-        if best_score is None or score > best_score:
-            best_score = score
-            best_index = index
-    return span_index == best_index
+    return span_index == context_windows.max_context_window(position, spans)
 
 
 def _window_feature(example: SquadExample, example_index: int, unique_id: int,

@@ -1,23 +1,37 @@
 """A TF Hub BERT encoder SavedModel as a Keras 3 layer (`--hub_module_url`).
 
-`HubEncoder(handle)` loads a reusable SavedModel with `tf.saved_model.load` (ours from
-`export_tfhub.py`, or an official `bert_en_*` / `small_bert` encoder) and keeps the
-encoder contract of `BertEncoder`, so the task models of `modeling.models` take it in
-place of one:
+`HubEncoder(handle)` loads a reusable SavedModel and keeps the encoder contract of
+`BertEncoder`, so the task models of `modeling.models` take it in place of one:
 
     encoder = hub.HubEncoder(FLAGS.hub_module_url)          # under strategy.scope()
     model = models.BertClassifier(encoder, encoder.config, num_labels)
 
+Handles (`resolve`): a local folder; or a URL that tensorflow_hub resolves with its own
+resolver and cache (`tensorflow_hub.resolve`): a tfhub.dev handle
+(https://tfhub.dev/tensorflow/bert_en_uncased_L-12_H-768_A-12/4), a Kaggle model URL
+(https://www.kaggle.com/models/tensorflow/bert/tensorFlow2/en-uncased-l-12-h-768-a-12/4),
+a .tar.gz URL, a gs:// folder. A downloaded module is kept in $TFHUB_CACHE_DIR (default
+<temp>/tfhub_modules) in the folder named by the SHA-1 of the handle, and read from there
+without network afterwards.
+
+Modules: ours (export_tfhub.py; the `bert_config_file` asset gives the exact config) and
+the official TF Hub BERT encoders made by the TF Model Garden (a `vocab_file` asset, a
+`do_lower_case` variable, no config). For those the config is read from the module
+(`read_config`): see `ConfigFromModule` for what is read and what is not.
+
 Its variables are the SavedModel's own (wrapped, not copied), trainable unless
-`trainable=False`, so fine-tuning with `model.trainable_variables` updates the
-weights the loaded functions compute with. The SavedModel computes in the dtype it was
-exported in (float32 for ours).
+`trainable=False`, so fine-tuning with `model.trainable_variables` updates the weights
+the loaded functions compute with. The SavedModel computes in the dtype it was exported
+in (float32 for ours).
 """
 
 from __future__ import annotations
 
 import dataclasses
+import hashlib
+import json
 import os
+import re
 
 import keras
 import tensorflow as tf
@@ -26,23 +40,52 @@ from absl import logging
 from modeling.config import BertConfig
 from modeling.encoder import INPUT_KEYS, check_inputs
 
-# BERT's head size; used to fill num_attention_heads when a foreign encoder has no
-# bert_config.json (task heads never read it).
-_HEAD_SIZE = 64
+# The config fields that decide what the encoder computes; a config is complete (may be
+# written out as the model's) when all of them were read from the module.
+ARCHITECTURE_FIELDS = ("vocab_size", "hidden_size", "num_hidden_layers",
+                       "num_attention_heads", "intermediate_size", "hidden_act",
+                       "max_position_embeddings", "type_vocab_size")
+# Model Garden activation names (Keras serialization) -> ours. Its "gelu" ("Text>gelu")
+# is the tanh approximation, the original release's; Keras' own "gelu" is exact.
+_KERAS_ACTIVATIONS = {"Text>gelu": "gelu", "gelu": "gelu_exact", "relu": "relu",
+                      "tanh": "tanh", "linear": "linear"}
+_ENCODER_CLASSES = ("BertEncoder", "BertEncoderV2")
+_LAYER = re.compile(r"(?:^|/)transformer/layer_(\d+)/")
 
 
-def load_module(handle: str):
-    """`tf.saved_model.load(handle)` with a clear error for what is not an encoder.
+def resolve(handle: str) -> str:
+    """The local path of the module at `handle` (see the module docstring)."""
+    if "://" not in handle:
+        if not os.path.isdir(handle):
+            raise FileNotFoundError(f"TF Hub encoder not found: {handle} is not a folder")
+        return handle
+    import tensorflow_hub  # pylint: disable=g-import-not-at-top (tf_keras: only here)
+    try:
+        return tensorflow_hub.resolve(handle)
+    except (OSError, ValueError, tf.errors.OpError) as e:
+        raise OSError(
+            f"TF Hub handle {handle}: not in the cache ({cache_folder(handle)}) and it "
+            f"could not be downloaded: {e}") from e
+
+
+def cache_folder(handle: str) -> str:
+    """Where tensorflow_hub keeps the download of `handle`:
+    $TFHUB_CACHE_DIR (default <temp>/tfhub_modules) / SHA-1 of the handle."""
+    from tensorflow_hub import resolver  # pylint: disable=g-import-not-at-top
+    return os.path.join(resolver.tfhub_cache_dir(use_temp=True),
+                        hashlib.sha1(handle.encode("utf8")).hexdigest())
+
+
+def load_module(path: str):
+    """`tf.saved_model.load(path)` with a clear error for what is not an encoder.
 
     A SavedModel that uses tensorflow_text ops (preprocessing models) needs
     `import tensorflow_text` before loading; encoders do not.
     """
-    if "://" not in handle and not os.path.isdir(handle):
-        raise FileNotFoundError(f"TF Hub encoder not found: {handle} is not a folder")
-    module = tf.saved_model.load(handle)
+    module = tf.saved_model.load(path)
     missing = [a for a in ("variables", "trainable_variables") if not hasattr(module, a)]
     if not callable(module) or missing:
-        raise ValueError(f"{handle} is not a reusable TF Hub SavedModel (callable with "
+        raise ValueError(f"{path} is not a reusable TF Hub SavedModel (callable with "
                          f"variables and trainable_variables); missing: "
                          f"{missing or ['__call__']}")
     return module
@@ -67,19 +110,24 @@ class HubEncoder(keras.layers.Layer):
     [B, S, H], `pooled_output` [B, H], `encoder_outputs` (list of L [B, S, H]).
 
     Attributes:
-      handle: the SavedModel path.
-      config: a BertConfig: the exported `bert_config.json` when the SavedModel carries
-        one (ours do), else one inferred from the outputs and embedding shapes (see
-        `infer_config`).
-      vocab_file: path of the SavedModel's vocabulary asset, or None.
-      do_lower_case: the SavedModel's `do_lower_case`, or None.
+      handle: the handle as given; module_path: the local folder it resolved to.
+      config: a BertConfig: the module's `bert_config.json` (ours), else read from the
+        module (`read_config`).
+      config_is_complete: whether every field that decides what the encoder computes
+        was read (always for ours). If not, `config` must not be written out as the
+        model's config: `inferred_fields` holds defaults, not facts.
+      inferred_fields: config fields not read from the module (BERT's defaults).
+      config_sources: field -> where in the module it was read.
+      vocab_file: path of the module's vocabulary asset, or None.
+      do_lower_case: the module's `do_lower_case`, or None.
     """
 
     def __init__(self, handle: str, trainable: bool = True, name: str = "hub_encoder",
                  **kwargs):
         super().__init__(trainable=trainable, name=name, **kwargs)
         self.handle = handle
-        self._module = load_module(handle)
+        self.module_path = resolve(handle)
+        self._module = load_module(self.module_path)
         trainable_ids = {id(v) for v in self._module.trainable_variables}
         # keras.Variable(initializer=tf.Variable) wraps that very variable, so gradients
         # and optimizer updates reach what the loaded functions read.
@@ -90,9 +138,10 @@ class HubEncoder(keras.layers.Layer):
         self.vocab_file = _asset_path(self._module, "vocab_file")
         lower = getattr(self._module, "do_lower_case", None)
         self.do_lower_case = None if lower is None else bool(lower.numpy())
-        config_file = _asset_path(self._module, "bert_config_file")
-        self.config = (BertConfig.from_json_file(config_file) if config_file
-                       else infer_config(self._module))
+        read = read_config(self._module, self.module_path)
+        self.config, self.config_sources = read.config, read.sources
+        self.inferred_fields = read.inferred
+        self.config_is_complete = read.is_complete
         self.built = True
 
     def call(self, inputs, training=False):
@@ -107,33 +156,173 @@ class HubEncoder(keras.layers.Layer):
         return {**super().get_config(), "handle": self.handle}
 
 
-def infer_config(module) -> BertConfig:
-    """A BertConfig for a SavedModel without `bert_config.json`.
+@dataclasses.dataclass(frozen=True)
+class ConfigFromModule:
+    """A module's BertConfig and where each field came from.
 
-    hidden_size and num_hidden_layers come from a call on a [1, 2] input; vocab_size,
-    type_vocab_size and max_position_embeddings from embedding variables named as in
-    our exports or the official encoders, when found. The rest (num_attention_heads,
-    intermediate_size, dropout, initializer_range) are BERT's defaults: the task heads
-    use only hidden_size, hidden_dropout_prob and initializer_range.
+    For an official (Model Garden) encoder, from its variables:
+      vocab_size, hidden_size: word_embeddings/embeddings [V, H];
+      type_vocab_size: type_embeddings/embeddings [T, H];
+      max_position_embeddings: position_embedding/embeddings [P, H];
+      num_hidden_layers: the transformer/layer_N variables;
+      num_attention_heads: transformer/layer_0/self_attention/query/kernel [H, N, H/N];
+      intermediate_size: transformer/layer_0/intermediate/kernel [H, I];
+    and, when the module carries its Keras metadata (keras_metadata.pb, as the official
+    encoders saved by Keras do), from the encoder's saved config: hidden_act,
+    hidden_dropout_prob, attention_probs_dropout_prob, initializer_range. What is not
+    read is BERT's default and listed in `inferred`.
+
+    Attributes:
+      config: the BertConfig.
+      sources: field -> where it was read.
+      inferred: fields given BERT's defaults.
     """
+    config: BertConfig
+    sources: dict
+    inferred: tuple
+
+    @property
+    def is_complete(self) -> bool:
+        return not set(self.inferred) & set(ARCHITECTURE_FIELDS)
+
+
+def read_config(module, path: str | None = None) -> ConfigFromModule:
+    """The config of a loaded module: its `bert_config_file` asset, else what its
+    variables and Keras metadata show (`ConfigFromModule`). `path`: its folder, where
+    keras_metadata.pb is looked for."""
+    config_file = _asset_path(module, "bert_config_file")
+    if config_file:
+        config = BertConfig.from_json_file(config_file)
+        return ConfigFromModule(config, {k: "bert_config_file" for k in
+                                         dataclasses.asdict(config)}, ())
+    values, sources = _shapes_from_variables(module)
+    if "hidden_size" not in values:  # Not the Model Garden layout: call it.
+        values, sources = _shapes_from_a_call(module)
+    metadata = _encoder_metadata(path) if path else None
+    if metadata:
+        for key, (value, source) in _settings_from_metadata(metadata).items():
+            values[key], sources[key] = value, source
+    defaults = dataclasses.asdict(BertConfig(vocab_size=1))
+    inferred = tuple(k for k in defaults if k not in values)
+    if "num_attention_heads" not in values:
+        # Unknown: a value the config accepts, flagged as inferred.
+        hidden = values["hidden_size"]
+        values["num_attention_heads"] = hidden // 64 if hidden % 64 == 0 else 1
+    if "intermediate_size" not in values:
+        values["intermediate_size"] = 4 * values["hidden_size"]
+    config = BertConfig(**{**defaults, **values})
+    logging.info("TF Hub encoder without bert_config.json: read %s from %s; not read "
+                 "(BERT's defaults): %s", sorted(sources), path or "the module",
+                 list(inferred))
+    return ConfigFromModule(config, sources, inferred)
+
+
+def infer_config(module) -> BertConfig:
+    """`read_config(module).config`, for a module without its folder."""
+    return read_config(module).config
+
+
+def _variable_shapes(module) -> dict[str, list[int]]:
+    return {v.name.split(":")[0]: v.shape.as_list() for v in module.variables}
+
+
+def _find(shapes: dict, suffix: str, rank: int) -> tuple[str, list[int]] | None:
+    """The variable named `suffix` (after any prefix) with `rank` dimensions."""
+    for name, shape in shapes.items():
+        if (name == suffix or name.endswith("/" + suffix)) and len(shape) == rank:
+            return name, shape
+    return None
+
+
+def _shapes_from_variables(module) -> tuple[dict, dict]:
+    """Config fields from the variables of a Model Garden encoder (see
+    `ConfigFromModule`); ({}, {}) for another layout."""
+    shapes = _variable_shapes(module)
+    words = _find(shapes, "word_embeddings/embeddings", 2)
+    if words is None:
+        return {}, {}
+    values = {"vocab_size": words[1][0], "hidden_size": words[1][1]}
+    sources = {"vocab_size": f"{words[0]} {words[1]}", "hidden_size": f"{words[0]} {words[1]}"}
+    layers = {int(m.group(1)) for name in shapes for m in [_LAYER.search(name)] if m}
+    if layers:
+        values["num_hidden_layers"] = max(layers) + 1
+        sources["num_hidden_layers"] = f"transformer/layer_0..{max(layers)}"
+    for key, suffix, rank, axis in (
+            ("type_vocab_size", "type_embeddings/embeddings", 2, 0),
+            ("max_position_embeddings", "position_embedding/embeddings", 2, 0),
+            ("num_attention_heads", "transformer/layer_0/self_attention/query/kernel", 3, 1),
+            ("intermediate_size", "transformer/layer_0/intermediate/kernel", 2, 1)):
+        found = _find(shapes, suffix, rank)
+        if found is not None:
+            values[key], sources[key] = found[1][axis], f"{found[0]} {found[1]}"
+    return values, sources
+
+
+def _shapes_from_a_call(module) -> tuple[dict, dict]:
+    """hidden_size and num_hidden_layers from a call on a [1, 2] input; the embedding
+    sizes from variables named word_/token_type_/type_/position_embedding(s)."""
     ones = tf.ones([1, 2], tf.int32)
     outputs = module({"input_word_ids": ones, "input_mask": ones,
                       "input_type_ids": tf.zeros_like(ones)}, training=False)
-    hidden = int(outputs["pooled_output"].shape[-1])
-    sizes = {"vocab_size": ("word_embeddings",),
+    values = {"hidden_size": int(outputs["pooled_output"].shape[-1]),
+              "num_hidden_layers": len(outputs["encoder_outputs"])}
+    sources = {k: "the outputs of a call" for k in values}
+    names = {"vocab_size": ("word_embeddings",),
              "type_vocab_size": ("token_type_embeddings", "type_embeddings"),
              "max_position_embeddings": ("position_embedding",)}
-    found = {}
-    for key, names in sizes.items():
-        for variable in module.variables:
-            if variable.shape.rank == 2 and any(n in variable.name for n in names):
-                found[key] = int(variable.shape[0])
+    for key, parts in names.items():
+        for name, shape in _variable_shapes(module).items():
+            if len(shape) == 2 and any(p in name for p in parts):
+                values[key], sources[key] = shape[0], f"{name} {shape}"
                 break
-    heads = hidden // _HEAD_SIZE if hidden % _HEAD_SIZE == 0 else 1
-    config = BertConfig(vocab_size=found.get("vocab_size", 1), hidden_size=hidden,
-                        num_hidden_layers=len(outputs["encoder_outputs"]),
-                        num_attention_heads=heads, intermediate_size=4 * hidden,
-                        **{k: v for k, v in found.items() if k != "vocab_size"})
-    logging.info("TF Hub encoder has no bert_config.json; inferred %s",
-                 dataclasses.asdict(config))
-    return config
+    return values, sources
+
+
+def _encoder_metadata(path: str) -> dict | None:
+    """The saved Keras config of the module's BertEncoder, from keras_metadata.pb."""
+    metadata_file = os.path.join(path, "keras_metadata.pb")
+    if not tf.io.gfile.exists(metadata_file):
+        return None
+    try:
+        from tf_keras.protobuf import saved_metadata_pb2  # pylint: disable=g-import-not-at-top
+    except ImportError:
+        logging.warning("tf_keras is not installed: %s is not read", metadata_file)
+        return None
+    saved = saved_metadata_pb2.SavedMetadata()
+    with tf.io.gfile.GFile(metadata_file, "rb") as f:
+        saved.ParseFromString(f.read())
+    for node in saved.nodes:
+        try:
+            layer = json.loads(node.metadata) if node.metadata else {}
+        except ValueError:
+            continue
+        if str(layer.get("class_name", "")).split(">")[-1] in _ENCODER_CLASSES:
+            return layer.get("config") or None
+    return None
+
+
+def _settings_from_metadata(config: dict) -> dict[str, tuple]:
+    """field -> (value, source) from a Model Garden BertEncoder's saved config (the
+    current names, or the older ones)."""
+    found = {}
+
+    def first(*keys):
+        return next(((k, config[k]) for k in keys if config.get(k) is not None), None)
+
+    activation = first("inner_activation", "activation")
+    if activation is not None:
+        key, name = activation
+        if isinstance(name, dict):  # {"class_name": "function", "config": "gelu", ...}
+            name = name.get("registered_name") or name.get("config")
+        if name in _KERAS_ACTIVATIONS:
+            found["hidden_act"] = (_KERAS_ACTIVATIONS[name], f"keras_metadata {key}={name!r}")
+    for field, keys in (("hidden_dropout_prob", ("output_dropout", "dropout_rate")),
+                        ("attention_probs_dropout_prob",
+                         ("attention_dropout", "attention_dropout_rate"))):
+        value = first(*keys)
+        if value is not None:
+            found[field] = (float(value[1]), f"keras_metadata {value[0]}")
+    stddev = (config.get("initializer") or {}).get("config", {}).get("stddev")
+    if stddev is not None:
+        found["initializer_range"] = (float(stddev), "keras_metadata initializer.stddev")
+    return found

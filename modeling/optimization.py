@@ -78,6 +78,12 @@ class _SlotOptimizer(tf.Module):
         self.v = [tf.Variable(tf.zeros(v.shape, tf.float32), trainable=False, name="v")
                   for v in self._refs.items]
         self.iterations = tf.Variable(0, dtype=tf.int64, trainable=False, name="iterations")
+        # Compiled steps per optimizer, not per process: a step function shared with an
+        # earlier optimizer keeps traces made for that one's variables, and once those
+        # are gone (a TF Hub encoder's restored variables, its model deleted) a call
+        # from a new training loop fails with "referencing variables which have been
+        # deleted".
+        self._fused_update = functools.lru_cache(maxsize=None)(_fused_update)
 
     def apply(self, grads, learning_rate, apply_update=True):
         """Applies all-reduced gradients; call from a replica context (or none).
@@ -132,9 +138,9 @@ class AdamWeightDecay(_SlotOptimizer):
 
     def _update(self, var, grad, m, v, excluded, learning_rate, apply_update):
         decay = 0.0 if excluded else float(self.weight_decay_rate)
-        update = _fused_update("adamw", self.beta_1, self.beta_2, self.epsilon, decay,
-                               self.bias_correction, apply_update is not None,
-                               self._compiled())
+        update = self._fused_update("adamw", self.beta_1, self.beta_2, self.epsilon,
+                                    decay, self.bias_correction, apply_update is not None,
+                                    self._compiled())
         return update(var, m, v, *_update_args(grad, learning_rate, self.iterations,
                                                apply_update))
 
@@ -151,8 +157,8 @@ class Lamb(_SlotOptimizer):
 
     def _update(self, var, grad, m, v, excluded, learning_rate, apply_update):
         decay = None if excluded else float(self.weight_decay_rate)
-        update = _fused_update("lamb", self.beta_1, self.beta_2, self.epsilon, decay, True,
-                               apply_update is not None, self._compiled())
+        update = self._fused_update("lamb", self.beta_1, self.beta_2, self.epsilon, decay,
+                                    True, apply_update is not None, self._compiled())
         return update(var, m, v, *_update_args(grad, learning_rate, self.iterations,
                                                apply_update))
 
@@ -166,7 +172,6 @@ def _update_args(grad, learning_rate, iterations, apply_update):
     return args if apply_update is None else args + (apply_update,)
 
 
-@functools.lru_cache(maxsize=None)
 def _fused_update(kind: str, beta_1: float, beta_2: float, epsilon: float, decay,
                   bias_correction: bool, skippable: bool, compiled: bool = True):
     """One variable's optimizer step as a single XLA-compiled function.

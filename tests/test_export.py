@@ -1,4 +1,5 @@
-"""Tests of modeling/export.py, modeling/hub.py and export_tfhub.py.
+"""Tests of serving/ (encoder, preprocessing, classifier exports, atomic SavedModel
+writing), modeling/hub.py and export_tfhub.py.
 
 A tiny random encoder is exported once per module and then read back the ways TF Hub
 users read it: `hub.KerasLayer` in a tf_keras model (fine-tuned), `hub.load`,
@@ -22,10 +23,12 @@ import tensorflow as tf
 import tensorflow_text  # noqa: F401  (registers the ops the preprocessing model needs)
 
 from data_prep import tokenization
-from modeling import checkpoints, export, hub, models, training
+from modeling import checkpoints, hub, models, training
 from modeling.config import BertConfig
-from modeling.encoder import BertEncoder
+from modeling.encoder import INPUT_KEYS, BertEncoder
 from modeling.tasks import ClassificationTask
+from serving import encoder as serving_encoder
+from serving import preprocessing, savedmodel, tasks
 from tests.conftest import REPO_ROOT
 
 # Odd sizes catch transposes; the real vocabulary so that text tokenizes into range; a
@@ -101,8 +104,8 @@ def encoder(pretrainer):
 @pytest.fixture(scope="module")
 def encoder_path(pretrainer, vocab_file, tmp_path_factory):
     path = str(tmp_path_factory.mktemp("hub") / "encoder")
-    assert export.export_encoder(pretrainer.encoder, path, vocab_file, True,
-                                 masked_lm=pretrainer.masked_lm) == path
+    assert serving_encoder.export_encoder(pretrainer.encoder, path, vocab_file, True,
+                                          masked_lm=pretrainer.masked_lm) == path
     return path
 
 
@@ -129,7 +132,7 @@ def test_hub_load_matches_in_memory_encoder(encoder_path, encoder, vocab_file):
     for batch, seq in ((2, 5), (3, 64)):
         inputs = random_inputs(batch, seq, seed=seq)
         got, want = loaded(inputs, training=False), encoder(inputs, training=False)
-        assert set(got) == set(export.ENCODER_OUTPUT_KEYS)
+        assert set(got) == set(serving_encoder.ENCODER_OUTPUT_KEYS)
         assert_encoder_outputs_equal(got, want, num_layers=2)
         np.testing.assert_array_equal(got["default"], got["pooled_output"])
         assert got["pooled_output"].dtype == tf.float32
@@ -347,7 +350,7 @@ def test_hub_encoder_fine_tunes_with_trainer_and_resumes(encoder_path, encoder, 
 @pytest.fixture(scope="module")
 def preprocess_path(vocab_file, tmp_path_factory):
     path = str(tmp_path_factory.mktemp("hub") / "preprocess")
-    return export.export_preprocessing(path, vocab_file, do_lower_case=True, seq_length=24)
+    return preprocessing.export_preprocessing(path, vocab_file, do_lower_case=True, seq_length=24)
 
 
 @pytest.fixture(scope="module")
@@ -453,8 +456,8 @@ def test_classifier_export_answers_raw_text(encoder, config, vocab_file, python_
     packed = python_pack(python_tokenizer, pairs, 32)
     classifier = centered_classifier(encoder, config, packed, 3)
     labels = ["not_paraphrase", "paraphrase", "other"]
-    path = export.export_task_model(classifier, str(tmp_path / "clf"), vocab_file, True,
-                                    seq_length=32, kind="classifier", labels=labels)
+    path = tasks.export_task_model(classifier, str(tmp_path / "clf"), vocab_file, True,
+                                   seq_length=32, kind="classifier", labels=labels)
     loaded = tf.saved_model.load(path)
     assert set(loaded.signatures) == {"serving_default", "serving_text_a"}
     got = loaded.signatures["serving_default"](
@@ -476,18 +479,18 @@ def test_classifier_export_answers_raw_text(encoder, config, vocab_file, python_
 def test_regression_export_and_errors(encoder, config, vocab_file, python_tokenizer,
                                       tmp_path):
     regressor = models.BertClassifier(encoder, config, num_labels=1)
-    path = export.export_task_model(regressor, str(tmp_path / "reg"), vocab_file, True,
-                                    seq_length=16, labels=None)
+    path = tasks.export_task_model(regressor, str(tmp_path / "reg"), vocab_file, True,
+                                   seq_length=16, labels=None)
     texts = ["The cat sat.", "A dog ran away from the house"]
     got = tf.saved_model.load(path).signatures["serving_text_a"](text_a=tf.constant(texts))
     want = regressor(python_pack(python_tokenizer, [(t, None) for t in texts], 16))
     np.testing.assert_allclose(got["predictions"], want["logits"][:, 0], atol=1e-6)
     with pytest.raises(ValueError, match="2 labels"):
-        export.export_task_model(models.BertClassifier(encoder, config, 3), str(tmp_path / "x"),
-                                 vocab_file, True, 16, labels=["a", "b"])
+        tasks.export_task_model(models.BertClassifier(encoder, config, 3), str(tmp_path / "x"),
+                                vocab_file, True, 16, labels=["a", "b"])
     with pytest.raises(ValueError, match="unknown export kind 'swag'"):
-        export.export_task_model(regressor, str(tmp_path / "x"), vocab_file, True, 16,
-                                 kind="swag")
+        tasks.export_task_model(regressor, str(tmp_path / "x"), vocab_file, True, 16,
+                                kind="swag")
     assert not (tmp_path / "x").exists()
 
 
@@ -505,48 +508,54 @@ def test_failed_export_leaves_nothing_behind(tmp_path, monkeypatch):
     monkeypatch.setattr(tf.saved_model, "save", _half_write_then_fail)
     target = tmp_path / "export"
     with pytest.raises(RuntimeError, match="killed midway"):
-        export.save_atomically(tf.Module(), str(target))
+        savedmodel.save_atomically(tf.Module(), str(target))
     assert not target.exists()
     assert os.listdir(tmp_path) == []
 
 
+def _previous_export(target, content: bytes):
+    """A folder that counts as a previous export: saved_model.pb and our marker."""
+    target.mkdir()
+    (target / "saved_model.pb").write_bytes(content)
+    savedmodel.write_marker(str(target), "encoder")
+
+
 def test_failed_export_keeps_existing_export(tmp_path, monkeypatch):
     target = tmp_path / "export"
-    target.mkdir()
-    (target / "saved_model.pb").write_bytes(b"the previous export")
+    _previous_export(target, b"the previous export")
     monkeypatch.setattr(tf.saved_model, "save", _half_write_then_fail)
     with pytest.raises(RuntimeError):
-        export.save_atomically(tf.Module(), str(target))
-    assert os.listdir(target) == ["saved_model.pb"]
+        savedmodel.save_atomically(tf.Module(), str(target), overwrite=True)
+    assert sorted(os.listdir(target)) == ["assets.extra", "saved_model.pb"]
     assert (target / "saved_model.pb").read_bytes() == b"the previous export"
     assert os.listdir(tmp_path) == ["export"]
 
 
 def test_successful_export_replaces_existing_export(tmp_path):
     target = tmp_path / "export"
-    target.mkdir()
+    _previous_export(target, b"the previous export")
     (target / "stale.txt").write_text("old")
     module = tf.Module()
     module.v = tf.Variable(3.0)
-    export.save_atomically(module, str(target))
+    savedmodel.save_atomically(module, str(target), overwrite=True)
     assert not (target / "stale.txt").exists()
     assert float(tf.saved_model.load(str(target)).v.numpy()) == 3.0
     assert os.listdir(tmp_path) == ["export"]
     with pytest.raises(ValueError, match="only local paths"):
-        export.save_atomically(module, "gs://bucket/export")
+        savedmodel.save_atomically(module, "gs://bucket/export")
 
 
 _KILL_SCRIPT = textwrap.dedent("""
     import os, signal, sys
     import tensorflow as tf
-    from modeling import export
+    from serving import savedmodel
 
     def save_then_die(module, path, signatures=None):
         open(os.path.join(path, "saved_model.pb"), "wb").write(b"half")
         os.kill(os.getpid(), signal.SIGKILL)
 
     tf.saved_model.save = save_then_die
-    export.save_atomically(tf.Module(), sys.argv[1])
+    savedmodel.save_atomically(tf.Module(), sys.argv[1], overwrite=True)
 """)
 
 
@@ -555,8 +564,7 @@ def test_killed_export_is_never_at_export_path(tmp_path):
     for existing in (False, True):
         target = tmp_path / f"export_{existing}"
         if existing:
-            target.mkdir()
-            (target / "saved_model.pb").write_bytes(b"previous")
+            _previous_export(target, b"previous")
         result = subprocess.run([sys.executable, "-c", _KILL_SCRIPT, str(target)],
                                 cwd=REPO_ROOT, capture_output=True, timeout=120,
                                 env=dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3"))
@@ -655,6 +663,6 @@ def test_export_tfhub_tf1_checkpoint_with_mlm(pretrainer, config, vocab_file, tm
     inputs["masked_lm_positions"] = np.array([[0, 5, 12], [1, 2, 3]], np.int32)
     got = loaded.mlm(inputs, training=False)
     np.testing.assert_allclose(got["mlm_logits"], pretrainer(inputs)["mlm_logits"], atol=1e-4)
-    encoder_inputs = {k: inputs[k] for k in export.INPUT_KEYS}
+    encoder_inputs = {k: inputs[k] for k in INPUT_KEYS}
     assert_encoder_outputs_equal(loaded(encoder_inputs), pretrainer.encoder(inputs),
                                  num_layers=2)

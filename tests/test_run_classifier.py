@@ -187,7 +187,8 @@ def test_hub_module_gives_the_same_metrics_as_the_checkpoint(mrpc_dir, vocab_fil
     """--hub_module_url with an encoder exported by this project fine-tunes to the same
     model as --init_checkpoint with the same weights (no dropout, so both runs compute
     the same steps): the same eval metrics and test probabilities."""
-    from modeling import checkpoints, export
+    from modeling import checkpoints
+    from serving import encoder as serving_encoder
     from modeling.config import BertConfig
     from modeling.encoder import BertEncoder
 
@@ -195,7 +196,8 @@ def test_hub_module_gives_the_same_metrics_as_the_checkpoint(mrpc_dir, vocab_fil
     encoder = BertEncoder(BertConfig.from_json_file(config_file))
     checkpoint = checkpoints.write_original_checkpoint(str(tmp_path / "bert_model.ckpt"),
                                                        encoder)
-    export.export_encoder(encoder, str(tmp_path / "hub"), vocab_file, do_lower_case=True)
+    serving_encoder.export_encoder(encoder, str(tmp_path / "hub"), vocab_file,
+                                   do_lower_case=True)
     runs = {"checkpoint": ["--task_name=MRPC", f"--data_dir={mrpc_dir}",
                            f"--bert_config_file={config_file}",
                            f"--init_checkpoint={checkpoint}"],
@@ -333,7 +335,8 @@ def test_swag_multiple_choice_learns_and_accuracy_matches(tmp_path, vocab_file):
     _run(["--task_name=swag", f"--data_dir={data_dir}", f"--bert_config_file={config_file}",
           "--do_train", "--do_eval", "--do_predict", "--max_seq_length=16",
           "--train_batch_size=8", "--num_train_epochs=3", "--learning_rate=2e-3",
-          "--steps_per_loop=5", f"--output_dir={output_dir}"], vocab_file)
+          "--steps_per_loop=5", f"--output_dir={output_dir}",
+          f"--export_dir={tmp_path / 'export'}"], vocab_file)
 
     history = json.loads((output_dir / "eval_history.json").read_text())
     losses = [h["eval_loss"] for h in history]
@@ -351,6 +354,16 @@ def test_swag_multiple_choice_learns_and_accuracy_matches(tmp_path, vocab_file):
     assert accuracy >= 0.75
     assert not (output_dir / "SWAG.tsv").exists()  # not a GLUE task
 
+    # The export answers the CSV's fields with the probabilities --do_predict wrote.
+    import tensorflow as tf
+    import tensorflow_text  # noqa: F401  (registers the tokenizer ops)
+    rows = _swag_rows(16, 1)
+    got = tf.saved_model.load(str(tmp_path / "export")).signatures["serving_default"](
+        context=tf.constant([r[0] for r in rows]), start=tf.constant([r[1] for r in rows]),
+        endings=tf.constant([r[2] for r in rows]))
+    np.testing.assert_allclose(got["probabilities"].numpy(), probabilities, atol=1e-5)
+    np.testing.assert_array_equal(got["best_choice"].numpy(), probabilities.argmax(axis=1))
+
 
 # ----------------------------------------------------------------------------
 # More tasks and bad input: every case in one process (one TensorFlow start-up).
@@ -360,12 +373,12 @@ _DRIVER = textwrap.dedent("""
     import json, sys
     sys.path.insert(0, sys.argv[1])
     import run_classifier
-    from modeling import export
+    from serving import encoder as serving_encoder
     from modeling.config import BertConfig
     from modeling.encoder import BertEncoder
     hub_path, config_file, vocab_file = sys.argv[3:6]
-    export.export_encoder(BertEncoder(BertConfig.from_json_file(config_file)), hub_path,
-                          vocab_file, do_lower_case=True)
+    serving_encoder.export_encoder(BertEncoder(BertConfig.from_json_file(config_file)),
+                                   hub_path, vocab_file, do_lower_case=True)
     results = {}
     for name, argv in json.loads(sys.argv[2]).items():
         run_classifier.FLAGS.unparse_flags()
@@ -482,7 +495,9 @@ def driver(tmp_path_factory, mrpc_dir, vocab_file):
     add("missing_hub_module", good, "--hub_module_url=/nonexistent/hub", model=())
     add("hub_module", good, f"--hub_module_url={root / 'hub'}", "--num_train_epochs=1",
         "--train_batch_size=16", model=())
-    add("export_swag", root / "swag", "--export_dir=/nonexistent/export", task="swag")
+    (root / "user_files").mkdir()
+    (root / "user_files" / "notes.txt").write_text("mine")
+    add("export_over_user_files", good, f"--export_dir={root / 'user_files'}")
     add("missing_test", good, do=("--do_predict",))
     for name, write in (("mnli", _write_mnli), ("xnli", _write_xnli),
                         ("generic", _write_generic), ("cola", _write_cola),
@@ -518,14 +533,20 @@ def driver(tmp_path_factory, mrpc_dir, vocab_file):
     ("long_sequence", "ValueError", ["--max_seq_length=128", "max_position_embeddings=64"]),
     ("nothing_to_do", "UsageError", ["--do_train, --do_eval or --do_predict"]),
     ("missing_hub_module", "FileNotFoundError", ["/nonexistent/hub is not a folder"]),
-    ("export_swag", "NotImplementedError", ["--export_dir=/nonexistent/export",
-                                            "no multiple_choice export"]),
+    ("export_over_user_files", "FileExistsError", ["--export_dir=", "user_files",
+                                                   "not an export of this project"]),
 ])
 def test_bad_input_is_a_clear_error(driver, case, error, parts):
     got_error, message = driver[case]
     assert got_error == error, message
     for part in parts:
         assert part in message
+
+
+def test_export_dir_of_user_files_is_refused_before_training(driver):
+    assert os.listdir(driver["root"] / "user_files") == ["notes.txt"]
+    assert (driver["root"] / "user_files" / "notes.txt").read_text() == "mine"
+    assert not list((driver["root"] / "out_export_over_user_files").glob("*.tf_record"))
 
 
 def test_schedule_epochs_and_scores(driver):

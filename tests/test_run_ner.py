@@ -20,12 +20,13 @@ import tensorflow as tf
 
 from data_prep import conll
 from evaluation import conlleval
-from modeling import checkpoints, export
+from modeling import checkpoints
 from modeling.config import BertConfig
 from modeling.encoder import BertEncoder
 from modeling.feature_based import (BertFeatureBasedTagger, LayerCombination,
                                     parse_feature_layers)
 from modeling.models import BertTokenClassifier
+from serving import encoder as serving_encoder
 
 REPO_ROOT = pathlib.Path(__file__).resolve().parent.parent
 RUN_NER = str(REPO_ROOT / "run_ner.py")
@@ -69,8 +70,8 @@ def inputs(tmp_path_factory, sample_data):
     encoder = BertEncoder(config)
     init_checkpoint = checkpoints.write_original_checkpoint(str(root / "bert_model.ckpt"),
                                                             encoder)
-    hub_module = export.export_encoder(encoder, str(root / "hub"), VOCAB_FILE,
-                                       do_lower_case=True)
+    hub_module = serving_encoder.export_encoder(encoder, str(root / "hub"), VOCAB_FILE,
+                                                do_lower_case=True)
     train = conll.read_conll(str(sample_data / "sciner" / "train.txt"))[:48]
     # Dev sentences with entities of the types in the training slice, and two without.
     labels = set(conll.label_list(train))

@@ -476,13 +476,13 @@ def test_tf_hub_encoder(root, tmp_path, vocab_file):
     """--hub_module_url: a TF Hub encoder (our export) fine-tuned in place of the
     checkpoint; its vocabulary and config come from the SavedModel."""
     import keras
-    from modeling import export
+    from serving import encoder as serving_encoder
     from modeling.config import BertConfig
     from modeling.encoder import BertEncoder
     keras.utils.set_random_seed(3)
     config = BertConfig.from_json_file(str(root / "bert_config.json"))
     hub_dir = str(tmp_path / "hub")
-    export.export_encoder(BertEncoder(config), hub_dir, vocab_file, True)
+    serving_encoder.export_encoder(BertEncoder(config), hub_dir, vocab_file, True)
     out = tmp_path / "out"
     argv = [a for a in squad_flags(root, out) if not a.startswith(
         ("--bert_config_file", "--vocab_file"))]

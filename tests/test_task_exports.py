@@ -1,4 +1,4 @@
-"""Tests of the SQuAD and NER task exports of modeling/export.py against the runners'
+"""Tests of the SQuAD, NER and multiple-choice task exports of serving/ against the runners'
 Python pipelines.
 
 A tiny random model (wide initializer, so that logits differ clearly between
@@ -8,6 +8,7 @@ same model's logits on the features the runner's data writer builds, windows inc
 The runners' own --export_dir runs are tested in test_run_squad.py and test_run_ner.py.
 """
 
+import csv
 import json
 import os
 import random
@@ -18,10 +19,12 @@ import pytest
 import tensorflow as tf
 import tensorflow_text  # noqa: F401  (registers the ops the exports need)
 
-from data_prep import conll, squad, tf_tokenization, tokenization
-from modeling import export, feature_based, models
+from data_prep import classifier_data, conll, squad, tf_tokenization, tokenization
+from modeling import feature_based, models
 from modeling.config import BertConfig
 from modeling.encoder import BertEncoder
+from serving import savedmodel, tasks
+from serving import squad as serving_squad
 
 TINY = dict(vocab_size=30522, hidden_size=32, num_hidden_layers=2, num_attention_heads=4,
             intermediate_size=37, type_vocab_size=2, max_position_embeddings=64,
@@ -70,7 +73,7 @@ def _squad_rows(sample_data) -> list[tuple[str, str]]:
 def squad_export(config, vocab_file, tmp_path_factory):
     keras.utils.set_random_seed(5)
     model = models.BertSpanLabeler(BertEncoder(config), config)
-    path = export.export_task_model(
+    path = tasks.export_task_model(
         model, str(tmp_path_factory.mktemp("squad") / "export"), vocab_file, True, SEQ,
         kind="squad", max_query_length=QUERY, doc_stride=STRIDE,
         max_answer_length=MAX_ANSWER, n_best_size=N_BEST)
@@ -154,7 +157,7 @@ def test_final_text_equals_get_final_text(sample_data, vocab_file, do_lower_case
     python_tokenizer = tokenization.FullTokenizer(vocab_file, do_lower_case)
     cases = _final_text_cases(sample_data, python_tokenizer, 400)
     tokenizer = tf_tokenization.TFBertTokenizer(vocab_file, do_lower_case)
-    project = tf.function(lambda p, o: export.final_text(tokenizer, p, o))
+    project = tf.function(lambda p, o: serving_squad.final_text(tokenizer, p, o))
     got = project(tf.constant([p for p, _ in cases]), tf.constant([o for _, o in cases]))
     want = [squad.get_final_text(p, o, do_lower_case) for p, o in cases]
     assert [g.decode() for g in got.numpy()] == want
@@ -182,9 +185,9 @@ def test_ner_export_tags_as_run_ner_predicts(config, vocab_file, sample_data, tm
         model = feature_based.BertFeatureBasedTagger(BertEncoder(config), config,
                                                      len(labels), [1, 0], "concat",
                                                      lstm_units=6)
-    path = export.export_task_model(model, str(tmp_path / "ner"), vocab_file, True,
-                                    seq_length, kind="ner", labels=labels,
-                                    doc_stride=doc_stride)
+    path = tasks.export_task_model(model, str(tmp_path / "ner"), vocab_file, True,
+                                   seq_length, kind="ner", labels=labels,
+                                   doc_stride=doc_stride)
     loaded = tf.saved_model.load(path)
     features = conll.convert_sentences_to_features(
         sentences, labels, tokenization.FullTokenizer(vocab_file, True), seq_length,
@@ -204,6 +207,80 @@ def test_ner_export_tags_as_run_ner_predicts(config, vocab_file, sample_data, tm
     assert loaded.doc_stride.numpy() == doc_stride
 
 
+# SWAG rows (sent1, sent2, endings): a blank and a padded start (the reader strips it),
+# case, accents and punctuation, and contexts long enough to be truncated at SEQ_MC.
+SEQ_MC = 20
+SWAG_ROWS = [
+    ("A man is sitting on a roof.", "He", ["starts pulling up roofing.", "is ripping level "
+     "tiles.", "is holding a rubik's cube.", "starts pulling up roofing on a roof."]),
+    ("Café owners in Zürich argue about the ½-price menu for a very long time indeed, "
+     "while the rain keeps falling on the old square.", "",
+     ["They agree.", "NOBODY LISTENS!", "the cat (1895-1943) sleeps", "x"]),
+    ("Someone runs.", "  then she  ", ["stops.", "falls over the hurdle and keeps "
+     "running until the end of the very long race track", "waves", "Straße."]),
+]
+
+
+def _write_swag_test(directory) -> None:
+    """test.csv in the official SWAG layout (no label column)."""
+    header = ["", "video-id", "fold-ind", "startphrase", "sent1", "sent2", "gold-source",
+              "ending0", "ending1", "ending2", "ending3"]
+    with open(directory / "test.csv", "w", encoding="utf-8", newline="") as f:
+        writer = csv.writer(f)
+        writer.writerow(header)
+        for i, (sent1, sent2, endings) in enumerate(SWAG_ROWS):
+            writer.writerow([i, f"v{i}", i, f"{sent1} {sent2}", sent1, sent2, "gold",
+                             *endings])
+
+
+def test_multiple_choice_export_scores_as_run_classifier_predicts(config, vocab_file,
+                                                                  tmp_path):
+    """The SWAG export on the CSV's fields gives the probabilities that run_classifier
+    --do_predict writes for the same rows: SwagProcessor's choices, convert_example's
+    packing (truncation included), the model's softmax over the choices."""
+    _write_swag_test(tmp_path)
+    processor = classifier_data.get_processor("swag")
+    examples = processor.get_examples(str(tmp_path), "test")
+    tokenizer = tokenization.FullTokenizer(vocab_file, True)
+    features = [classifier_data.convert_example(e, processor.labels, SEQ_MC, tokenizer)
+                for e in examples]
+    assert any(f.truncated for f in features)
+    keras.utils.set_random_seed(3)
+    model = models.BertMultipleChoice(BertEncoder(config), config)
+    # A wide scorer, so that the choices' probabilities differ clearly.
+    model.scorer.dense.kernel.assign(np.random.default_rng(0).normal(
+        scale=3.0, size=[config.hidden_size, 1]).astype("f4"))
+    want = tf.nn.softmax(model({
+        "input_word_ids": np.array([f.input_ids for f in features], np.int32),
+        "input_mask": np.array([f.input_mask for f in features], np.int32),
+        "input_type_ids": np.array([f.segment_ids for f in features], np.int32)},
+        training=False)["logits"]).numpy()  # [B, C]
+    path = tasks.export_task_model(model, str(tmp_path / "swag"), vocab_file, True,
+                                   SEQ_MC, kind="multiple_choice",
+                                   labels=list(processor.labels))
+    loaded = tf.saved_model.load(path)
+    assert set(loaded.signatures) == {"serving_default", "serving_choices"}
+    got = loaded.signatures["serving_default"](
+        context=tf.constant([r[0] for r in SWAG_ROWS]),
+        start=tf.constant([r[1] for r in SWAG_ROWS]),
+        endings=tf.constant([r[2] for r in SWAG_ROWS]))
+    np.testing.assert_allclose(got["probabilities"], want, atol=1e-5)
+    np.testing.assert_array_equal(got["best_choice"], want.argmax(1))
+    assert len(set(want.argmax(1))) > 1 and want.std() > 0.1  # choices told apart
+    whole = loaded.signatures["serving_choices"](
+        context=tf.constant([e.context for e in examples]),
+        choices=tf.constant([list(e.choices) for e in examples]))
+    np.testing.assert_allclose(whole["probabilities"], want, atol=1e-5)
+    assert [s.decode() for s in loaded.labels.numpy()] == ["0", "1", "2", "3"]
+    assert savedmodel.read_marker(path)["kind"] == "multiple_choice"
+    # Four endings per row, as SWAG's labels say.
+    assert loaded.signatures["serving_default"].structured_input_signature[1][
+        "endings"].shape.as_list() == [None, 4]
+    with pytest.raises(ValueError, match="choice indices"):
+        tasks.export_task_model(model, str(tmp_path / "x"), vocab_file, True, SEQ_MC,
+                                kind="multiple_choice", labels=["a", "b", "c", "d"])
+
+
 def _fail_to_save(module, path, signatures=None):
     with open(os.path.join(path, "saved_model.pb"), "wb") as f:
         f.write(b"half")
@@ -216,29 +293,29 @@ def test_task_export_errors_leave_nothing_behind(config, vocab_file, tmp_path, m
     target = str(tmp_path / "export")
     with pytest.raises(ValueError, match=r"unknown option\(s\) \['max_query_length'\] of a "
                                          r"ner export"):
-        export.export_task_model(tagger, target, vocab_file, True, 16, kind="ner",
-                                 labels=["O", "B-X", "I-X"], max_query_length=8)
+        tasks.export_task_model(tagger, target, vocab_file, True, 16, kind="ner",
+                                labels=["O", "B-X", "I-X"], max_query_length=8)
     with pytest.raises(ValueError, match="3 labels"):
-        export.export_task_model(models.BertTokenClassifier(BertEncoder(config), config, 5),
-                                 target, vocab_file, True, 16, kind="ner",
-                                 labels=["O", "B-X", "I-X"])
+        tasks.export_task_model(models.BertTokenClassifier(BertEncoder(config), config, 5),
+                                target, vocab_file, True, 16, kind="ner",
+                                labels=["O", "B-X", "I-X"])
     with pytest.raises(ValueError, match="needs the label list"):
-        export.export_task_model(tagger, target, vocab_file, True, 16, kind="ner")
+        tasks.export_task_model(tagger, target, vocab_file, True, 16, kind="ner")
     with pytest.raises(ValueError, match="max_query_length"):
-        export.export_task_model(span, target, vocab_file, True, 16, kind="squad")
+        tasks.export_task_model(span, target, vocab_file, True, 16, kind="squad")
     with pytest.raises(ValueError, match="no labels"):
-        export.export_task_model(span, target, vocab_file, True, 32, kind="squad",
-                                 labels=["a"], max_query_length=8)
+        tasks.export_task_model(span, target, vocab_file, True, 32, kind="squad",
+                                labels=["a"], max_query_length=8)
     monkeypatch.setattr(tf.saved_model, "save", _fail_to_save)
     for kind, model, labels, options in (("squad", span, None, {"max_query_length": 8}),
                                          ("ner", tagger, ["O", "B-X", "I-X"], {})):
         with pytest.raises(RuntimeError, match="killed midway"):
-            export.export_task_model(model, target, vocab_file, True, 32, kind=kind,
-                                     labels=labels, **options)
+            tasks.export_task_model(model, target, vocab_file, True, 32, kind=kind,
+                                    labels=labels, **options)
     assert os.listdir(tmp_path) == []
     with pytest.raises(ValueError, match="only local paths"):
-        export.check_export_path("gs://bucket/export")
+        savedmodel.check_export_path("gs://bucket/export")
     (tmp_path / "file").write_text("not a folder")
     with pytest.raises(FileExistsError, match="is not a folder"):
-        export.check_export_path(str(tmp_path / "file"))
-    export.check_export_path(str(tmp_path / "new" / "export"))
+        savedmodel.check_export_path(str(tmp_path / "file"))
+    savedmodel.check_export_path(str(tmp_path / "new" / "export"))

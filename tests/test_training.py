@@ -124,6 +124,27 @@ def test_lamb_scales_by_trust_ratio():
     np.testing.assert_allclose(w.numpy(), 3.0 - 0.1 * 3.0 * 1.0, atol=1e-5)
 
 
+def test_optimizer_after_one_over_restored_variables_is_gone(tmp_path):
+    """A TF Hub encoder's variables are restored from a SavedModel; once that model is
+    deleted, a new optimizer over ordinary variables of the same shapes still steps
+    (a compiled step shared between optimizers kept traces of the deleted ones)."""
+    import gc
+    module = tf.Module()
+    module.w = tf.Variable(tf.ones([3]))
+    tf.saved_model.save(module, str(tmp_path / "saved"))
+
+    def step_once(variable):
+        optimizer = optimization.create_optimizer("adamw", [variable])
+        tf.function(lambda: optimizer.apply([tf.ones([3])], 0.1))()
+        return variable.numpy()
+
+    restored = tf.saved_model.load(str(tmp_path / "saved"))
+    first = step_once(restored.w)
+    del restored
+    gc.collect()
+    np.testing.assert_allclose(step_once(tf.Variable(tf.ones([3]))), first)
+
+
 def test_dynamic_loss_scale():
     scale = training.DynamicLossScale(initial=8.0, growth_interval=2)
     scale.update(tf.constant(False))

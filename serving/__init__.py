@@ -1,0 +1,16 @@
+"""SavedModel exports: the TF Hub encoder and preprocessing models, and the task models
+that answer raw text with each task's pre- and post-processing in-graph.
+
+Floors: `serving` imports `modeling`, `evaluation` and `data_prep`, never a runner;
+runners, `export_tfhub.py` and `extract_features.py` import `serving`.
+
+  savedmodel.py     writing: export-path rules, the marker of our exports, atomic save
+  encoder.py        the TF Hub encoder (reusable SavedModel, optional `mlm`)
+  preprocessing.py  the TF Hub preprocessing model (`tokenize`, `bert_pack_inputs`)
+  inputs.py         raw-text signature inputs: specs, tokenizing words, packing text
+  windows.py        windows over long inputs and their max-context choice, in-graph
+  classifier.py     classification, regression and multiple-choice signatures
+  squad.py          SQuAD span answers in-graph (the runner's post-processing)
+  ner.py            one IOB2 tag per word in-graph
+  tasks.py          the registry of task exports and `export_task_model`
+"""

@@ -1,0 +1,118 @@
+"""Sentence (pair) classification, regression and multiple-choice signatures: raw text
+in, the probabilities run_classifier.py's --do_predict writes (`test_results.tsv`) out,
+tokenized and packed in-graph as `data_prep.classifier_data.convert_example` does.
+
+Loading the export needs `import tensorflow_text` first.
+
+Shape legend: B batch, C choices, S sequence.
+"""
+
+from __future__ import annotations
+
+from typing import Sequence
+
+import tensorflow as tf
+
+from serving.inputs import pack_text, text_spec
+
+
+def classifier_signatures(model, tokenizer, seq_length: int, labels) -> dict:
+    """Signatures of a `BertClassifier` export.
+
+    serving_default(text_a, text_b) and serving_text_a(text_a), each tf.string [B] ->
+      classification: `probabilities` float32 [B, num_labels], `labels` tf.string [B]
+        (the most probable label);
+      regression (labels None and one output): `predictions` float32 [B].
+    """
+    is_regression = labels is None
+    if is_regression and model.num_labels != 1:
+        raise ValueError(f"labels are required for a classifier with {model.num_labels} "
+                         f"outputs (labels=None means regression, one output)")
+    if not is_regression and len(labels) != model.num_labels:
+        raise ValueError(f"{len(labels)} labels {list(labels)} for a classifier with "
+                         f"{model.num_labels} outputs")
+    label_names = None if is_regression else tf.constant([str(l) for l in labels])
+
+    def predict(text_a, text_b):
+        logits = model(pack_text(tokenizer, seq_length, text_a, text_b),
+                       training=False)["logits"]
+        if is_regression:
+            return {"predictions": logits[:, 0]}
+        probabilities = tf.nn.softmax(logits, axis=-1)
+        return {"probabilities": probabilities,
+                "labels": tf.gather(label_names, tf.argmax(probabilities, axis=-1))}
+
+    pair = tf.function(predict, input_signature=[text_spec("text_a"), text_spec("text_b")])
+    single = tf.function(lambda text_a: predict(text_a, None),
+                         input_signature=[text_spec("text_a")])
+    return {"serving_default": pair, "serving_text_a": single}
+
+
+def join_start_and_ending(start: tf.Tensor, endings: tf.Tensor) -> tf.Tensor:
+    """tf.string [B, C]: each choice as `SwagProcessor` makes it from the CSV's `sent2`
+    (the start of the continuation) and `ending{i}`: "start ending", or the ending
+    alone where the start is blank.
+
+    Args:
+      start: tf.string [B].
+      endings: tf.string [B, C].
+    """
+    start = tf.strings.strip(start)[:, tf.newaxis]  # [B, 1]
+    joined = tf.strings.join([tf.broadcast_to(start, tf.shape(endings)), endings],
+                             separator=" ")
+    return tf.where(tf.strings.length(start) > 0, joined, endings)
+
+
+def multiple_choice_signatures(model, tokenizer, seq_length: int,
+                               labels: Sequence[str] | None) -> dict:
+    """Signatures of a `BertMultipleChoice` export (SWAG), scoring as run_classifier.py
+    does.
+
+    serving_default(context: [B], start: [B], endings: [B, C]), tf.string, the SWAG
+      CSV's `sent1`, `sent2` and `ending0`..`ending{C-1}` (`join_start_and_ending`);
+    serving_choices(context: [B], choices: [B, C]), each choice's whole text;
+    each ->
+      probabilities: float32 [B, C], the softmax over the choices (the runner's
+        test_results.tsv row);
+      best_choice: int64 [B], the index of the most probable choice (the label).
+
+    Every choice is packed with the context as `[CLS] context [SEP] choice [SEP]`
+    (an empty choice too), the longer segment truncated first.
+
+    Args:
+      model: a `BertMultipleChoice` (logits [B, C] from inputs [B, C, S]).
+      tokenizer: the `TFBertTokenizer` it was trained with.
+      seq_length: --max_seq_length.
+      labels: the choice labels "0".."C-1" of the task (fixing C), or None (any C).
+    """
+    num_choices = None
+    if labels is not None:
+        num_choices = len(labels)
+        if list(labels) != [str(i) for i in range(num_choices)]:
+            raise ValueError(f"multiple-choice labels must be the choice indices "
+                             f"{[str(i) for i in range(num_choices)]}, got {list(labels)}")
+
+    def predict(context, choices):
+        shape = tf.shape(choices, out_type=tf.int64)  # [B, C]
+        contexts = tf.repeat(context, shape[1])  # [B * C]: each row C times, as choices
+        packed = tokenizer.bert_pack_inputs(
+            [tokenizer.tokenize(contexts), tokenizer.tokenize(tf.reshape(choices, [-1]))],
+            seq_length)
+        inputs = {k: tf.reshape(v, [-1, shape[1], seq_length])  # [B, C, S]
+                  for k, v in packed.items()}
+        probabilities = tf.nn.softmax(
+            tf.cast(model(inputs, training=False)["logits"], tf.float32), axis=-1)
+        return {"probabilities": probabilities,
+                "best_choice": tf.argmax(probabilities, axis=-1)}
+
+    def predict_parts(context, start, endings):
+        return predict(context, join_start_and_ending(start, endings))
+
+    def choices_spec(name):
+        return tf.TensorSpec([None, num_choices], tf.string, name=name)
+
+    by_parts = tf.function(predict_parts, input_signature=[
+        text_spec("context"), text_spec("start"), choices_spec("endings")])
+    whole = tf.function(predict, input_signature=[text_spec("context"),
+                                                  choices_spec("choices")])
+    return {"serving_default": by_parts, "serving_choices": whole}

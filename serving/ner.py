@@ -1,0 +1,88 @@
+"""NER tags in-graph: the task export of a token classifier tags raw text as run_ner.py's
+--do_predict does (`data_prep.conll`): the same word pieces (`tokenize_words`), windows
+(`serving.windows`, the formula of `conll.make_windows` / `max_context_windows`) and one
+tag per word from the window where its first piece has the most context
+(`predictions_to_tags`).
+
+Loading the export needs `import tensorflow_text` first.
+
+Shape legend: B batch, S sequence, N windows (of every row of the batch together), W
+words, L labels.
+"""
+
+from __future__ import annotations
+
+import tensorflow as tf
+import tensorflow_text as tf_text
+
+from data_prep import tf_tokenization, tokenization
+from serving import inputs as text_inputs
+from serving import windows as serving_windows
+
+# Characters that separate the words of an NER input (a CoNLL word never holds one).
+NER_WORD_SEPARATORS = "[ \t\r\n]+"
+
+
+def ner_signatures(model, tokenizer, seq_length: int, labels, *, doc_stride: int) -> dict:
+    """Signatures of a token-classification export, tagging as run_ner.py does.
+
+    serving_default(text: tf.string [B]) -> each text's words (split on spaces, tabs
+    and newlines) and one IOB2 tag per word:
+      words: tf.string [B, W], padded with "";
+      tags: tf.string [B, W], the label of the word's first piece, padded with "".
+
+    The features are those of `conll.convert_sentences_to_features`: each word tokenized
+    on its own ([UNK] if it has no piece), `[CLS] pieces [SEP]` windows of
+    seq_length - 2 pieces every doc_stride pieces, each word tagged from the window
+    where its first piece has the most context; so every word gets a tag.
+
+    Args:
+      model: a `BertTokenClassifier` or `BertFeatureBasedTagger` (logits [N, S, L]).
+      tokenizer: the `TFBertTokenizer` it was trained with.
+      seq_length: --max_seq_length.
+      labels: the label names, in label-id order (the training label list).
+      doc_stride: run_ner's --doc_stride.
+    """
+    if labels is None:
+        raise ValueError("a token-classification export needs the label list")
+    num_labels = getattr(model, "num_labels", len(labels))
+    if len(labels) != num_labels:
+        raise ValueError(f"{len(labels)} labels {list(labels)} for a tagger with "
+                         f"{num_labels} outputs")
+    if seq_length < 3:
+        raise ValueError(f"seq_length must be at least 3, got {seq_length}")
+    if doc_stride < 1:
+        raise ValueError(f"doc_stride must be at least 1, got {doc_stride}")
+    label_names = tf.constant([str(l) for l in labels])
+    unk_id = int(tokenizer.vocab_table.lookup(tf.constant(tokenization.UNK_TOKEN)))
+    cls_id, sep_id = tokenizer.cls_id, tokenizer.sep_id
+
+    def tag(text):
+        words = tf_text.regex_split(text, NER_WORD_SEPARATORS)  # [B, (W)]
+        word_pieces = text_inputs.word_pieces(tokenizer, words)  # [sum W, (P)]
+        no_piece = tf.cast(word_pieces.row_lengths() == 0, tf.int64)
+        word_pieces = tf.concat([word_pieces, tf.RaggedTensor.from_row_lengths(
+            tf.fill([tf.reduce_sum(no_piece)], unk_id), no_piece)], axis=1)
+        first_piece = word_pieces.row_splits[:-1]  # [sum W], over the batch's pieces
+        pieces = tf.RaggedTensor.from_row_splits(word_pieces,
+                                                 words.row_splits).merge_dims(1, 2)
+        num_pieces = pieces.row_lengths()
+        max_pieces = tf.fill(tf.shape(num_pieces), tf.cast(seq_length - 2, tf.int64))
+        windows = serving_windows.make_windows(num_pieces, max_pieces, doc_stride)
+        window_pieces = serving_windows.window_pieces(windows, pieces)
+        _, best = serving_windows.max_context(
+            windows, window_pieces, tf.shape(pieces.flat_values, out_type=tf.int64)[0])
+        inputs = tf_tokenization.combine_and_pad(
+            [tf.gather(pieces.flat_values, window_pieces)], seq_length, cls_id, sep_id)
+        logits = model(inputs, training=False)["logits"]  # [N, S, L]
+        label_ids = tf.argmax(logits, axis=-1, output_type=tf.int32)
+        window = tf.gather(best, first_piece)  # [sum W]
+        window_first = (tf.gather(pieces.row_splits, tf.gather(windows.row, window))
+                        + tf.gather(windows.start, window))  # its first piece
+        position = 1 + first_piece - window_first  # after [CLS]
+        word_labels = tf.gather_nd(label_ids, tf.stack([window, position], axis=1))
+        tags = words.with_flat_values(tf.gather(label_names, word_labels))
+        return {"tags": tags.to_tensor(""), "words": words.to_tensor("")}
+
+    serve = tf.function(tag, input_signature=[text_inputs.text_spec("text")])
+    return {"serving_default": serve}

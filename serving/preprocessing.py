@@ -1,0 +1,100 @@
+"""The TF Hub preprocessing SavedModel, as `bert_en_uncased_preprocess`:
+
+  obj(strings [B]) -> the three int32 [B, seq_length] id tensors;
+  obj.tokenize(strings [B]) -> int32 RaggedTensor [B, (words), (pieces)];
+  obj.bert_pack_inputs(segments, seq_length=...) -> the three id tensors, one or two
+    segments (ragged [B, (T)] or [B, (W), (P)]) packed as `[CLS] A [SEP] (B [SEP])`.
+
+Loading it needs `import tensorflow_text` first (it registers the ops).
+"""
+
+from __future__ import annotations
+
+import itertools
+
+import tensorflow as tf
+
+from data_prep import tf_tokenization
+from serving import savedmodel
+
+# bert_pack_inputs is traced for these many segments.
+PACK_SEGMENT_COUNTS = (1, 2)
+
+
+def pack_inputs(segments, seq_length, cls_id: int, sep_id: int) -> dict[str, tf.Tensor]:
+    """`tf_tokenization.bert_pack_inputs`, with the segment count checked here."""
+    if len(segments) not in PACK_SEGMENT_COUNTS:
+        raise ValueError(f"bert_pack_inputs takes 1 or 2 segments, got {len(segments)}")
+    return tf_tokenization.bert_pack_inputs(segments, seq_length, cls_id, sep_id)
+
+
+class PackInputsModule(tf.Module):
+    """`bert_pack_inputs(segments, seq_length=default)` as a saved callable.
+
+    Traced for a list of 1 or 2 segments, each an int32 RaggedTensor [B, (T)] or
+    [B, (W), (P)], with `seq_length` a scalar int32 (a Python int works too after
+    loading).
+    """
+
+    def __init__(self, cls_id: int, sep_id: int, default_seq_length: int):
+        super().__init__(name="bert_pack_inputs")
+        self.default_seq_length = default_seq_length
+
+        @tf.function
+        def pack(segments, seq_length=default_seq_length):
+            return pack_inputs(list(segments), seq_length, cls_id, sep_id)
+
+        seq_length = tf.TensorSpec([], tf.int32, name="seq_length")
+        by_rank = [tf.RaggedTensorSpec([None] * rank, tf.int32, ragged_rank=rank - 1)
+                   for rank in (2, 3)]
+        for num_segments in PACK_SEGMENT_COUNTS:
+            for segments in itertools.product(by_rank, repeat=num_segments):
+                pack.get_concrete_function(list(segments), seq_length=seq_length)
+        self.__call__ = pack
+
+
+class PreprocessingModule(tf.Module):
+    """The preprocessing SavedModel object (see the module docstring).
+
+    Attributes:
+      tokenizer: the `TFBertTokenizer` (vocabulary table and asset).
+      vocab_file: tf.saved_model.Asset of the vocabulary.
+      do_lower_case: bool tf.Variable.
+      tokenize: tf.function strings [B] -> int32 RaggedTensor [B, (W), (P)].
+      bert_pack_inputs: a `PackInputsModule`.
+      seq_length: the sequence length of __call__.
+    """
+
+    def __init__(self, vocab_file: str, do_lower_case: bool, seq_length: int = 128):
+        super().__init__(name="bert_preprocess")
+        if seq_length < 2:
+            raise ValueError(f"seq_length={seq_length} leaves no room for [CLS] and [SEP]")
+        tokenizer = tf_tokenization.TFBertTokenizer(vocab_file, do_lower_case)
+        self.tokenizer = tokenizer
+        self.vocab_file = tokenizer.vocab_file or tf.saved_model.Asset(vocab_file)
+        self.do_lower_case = tf.Variable(bool(do_lower_case), trainable=False,
+                                         name="do_lower_case")
+        self.seq_length = seq_length
+        self.bert_pack_inputs = PackInputsModule(tokenizer.cls_id, tokenizer.sep_id,
+                                                 seq_length)
+        text = tf.TensorSpec([None], tf.string, name="inputs")
+        self.tokenize = tf.function(tokenizer.tokenize_words, input_signature=[text])
+
+        @tf.function(input_signature=[text])
+        def call(inputs):
+            return tokenizer.bert_pack_inputs([tokenizer.tokenize_words(inputs)], seq_length)
+
+        self.__call__ = call
+
+
+@savedmodel.standard_ops
+def export_preprocessing(export_path: str, vocab_file: str, do_lower_case: bool,
+                         seq_length: int = 128, overwrite: bool = False) -> str:
+    """Exports the text -> BERT inputs preprocessing model. Returns the export path.
+
+    `export_path` and `overwrite`: as `savedmodel.save_atomically`.
+    """
+    savedmodel.check_export_path(export_path, overwrite)
+    module = PreprocessingModule(vocab_file, do_lower_case, seq_length)
+    return savedmodel.save_atomically(module, export_path, {"serving_default": module.__call__},
+                                      kind="preprocessing", overwrite=overwrite)

@@ -1,0 +1,107 @@
+"""Floors: no import in the library runs up a floor, and no import runs in a circle.
+
+Floors, bottom to top (DESIGN.md, issue 22):
+  0 data_prep/                  tokenization, readers, features, records
+  1 modeling/, evaluation/      side by side: each may import data_prep, not the other
+  2 serving/                    exports: may import the floors below
+  3 the scripts at the top      runners, runner_flags.py, export_tfhub.py, extract_features.py
+Every import counts, also one inside a function. Imports are read with `ast`, so
+nothing is imported to check them.
+"""
+
+import ast
+import pathlib
+
+from tests.conftest import REPO_ROOT
+
+FLOORS = {"data_prep": 0, "modeling": 1, "evaluation": 1, "serving": 2}
+SCRIPTS = {p.stem for p in REPO_ROOT.glob("*.py")}
+TOP = 3
+# (importing module, imported module) -> why it is allowed for now. Remove an entry
+# when its import is gone.
+KNOWN_VIOLATIONS = {
+    ("data_prep.conll", "evaluation.conlleval"):
+        "conll takes OUTSIDE and the chunk rules from conlleval; being moved on another "
+        "branch (issue 22)",
+}
+
+
+def _floor(module: str) -> int | None:
+    """The floor of a project module name, None for third-party modules."""
+    top = module.split(".")[0]
+    if top in FLOORS:
+        return FLOORS[top]
+    return TOP if top in SCRIPTS else None
+
+
+def _library_modules() -> dict[str, pathlib.Path]:
+    return {f"{package}.{path.stem}": path for package in FLOORS
+            for path in sorted((REPO_ROOT / package).glob("*.py"))}
+
+
+def _imports(module: str, path: pathlib.Path, modules) -> set[str]:
+    """Project modules that `module` imports: `from a import b` is a.b where that is a
+    module, else a; a package stands for its `__init__`."""
+    package = module.rsplit(".", 1)[0]
+    found = set()
+    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+        if isinstance(node, ast.Import):
+            found.update(alias.name for alias in node.names)
+        elif isinstance(node, ast.ImportFrom):
+            base = node.module or ""
+            if node.level:  # relative: from the package of `module`
+                base = ".".join([package] + ([base] if base else []))
+            found.update(f"{base}.{alias.name}" if f"{base}.{alias.name}" in modules
+                         else base for alias in node.names)
+    found = {f"{name}.__init__" if name in FLOORS else name for name in found}
+    return {name for name in found if name in modules or name.split(".")[0] in SCRIPTS}
+
+
+def _graph() -> dict[str, set[str]]:
+    """Library module -> the project modules it imports."""
+    modules = _library_modules()
+    return {module: _imports(module, path, modules) for module, path in modules.items()}
+
+
+def test_no_import_runs_up_a_floor():
+    violations = set()
+    for module, imported in _graph().items():
+        own = module.split(".")[0]
+        for name in imported:
+            other = name.split(".")[0]
+            if other == own:
+                continue
+            if _floor(name) >= FLOORS[own]:  # up, or across to a side-by-side package
+                violations.add((module, name))
+    new = sorted(violations - set(KNOWN_VIOLATIONS))
+    assert not new, f"imports that run up (or across) a floor: {new}"
+
+
+def test_no_import_runs_in_a_circle():
+    graph = _graph()
+    state, path, circles = {}, [], []
+
+    def visit(module):
+        state[module] = "open"
+        path.append(module)
+        for name in sorted(graph.get(module, ())):
+            if state.get(name) == "open":
+                circles.append(path[path.index(name):] + [name])
+            elif name in graph and name not in state:
+                visit(name)
+        path.pop()
+        state[module] = "done"
+
+    for module in sorted(graph):
+        if module not in state:
+            visit(module)
+    assert not circles, f"import circles: {circles}"
+
+
+def test_the_checker_sees_what_it_checks():
+    graph = _graph()
+    assert "data_prep.context_windows" in graph["serving.windows"]
+    assert "serving.savedmodel" in graph["serving.tasks"]
+    assert ("data_prep.conll", "evaluation.conlleval") in {
+        (m, n) for m, names in graph.items() for n in names}
+    assert _floor("run_classifier") == TOP and _floor("numpy") is None
