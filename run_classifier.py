@@ -44,7 +44,7 @@ import keras  # noqa: E402
 import numpy as np  # noqa: E402
 import tensorflow as tf  # noqa: E402
 
-from data_prep import classifier_data  # noqa: E402
+from data_prep import classifier_data, records  # noqa: E402
 from evaluation import glue_metrics  # noqa: E402
 from modeling import checkpoints, export as export_lib, training  # noqa: E402
 from modeling.config import BertConfig  # noqa: E402
@@ -402,8 +402,7 @@ class BestCheckpoint:
         self.step.assign(step)
         self.score.assign(score)
         self.manager.save(checkpoint_number=step)
-        glue_metrics.write_eval_results(os.path.join(self.directory, EVAL_RESULTS),
-                                        metrics)
+        records.write_results(os.path.join(self.directory, EVAL_RESULTS), metrics)
         logging.info("New best model at step %d (score %.4f) in %s", step, score,
                      self.directory)
         return True
@@ -474,7 +473,7 @@ def epoch_evaluator(trainer, processor, eval_features, batch_size, best, output_
         logging.info("Evaluation at step %d: %s (score %.4f)", step, metrics, score)
         write_eval_summaries(output_dir, metrics)
         history.append(dict(metrics, score=score))
-        training.write_json(history_path, history)
+        records.write_json(history_path, history)
         best.update(step, score, metrics)
 
     return on_epoch_end
@@ -482,8 +481,8 @@ def epoch_evaluator(trainer, processor, eval_features, batch_size, best, output_
 
 def write_eval_results(output_dir: str, metrics: dict) -> None:
     path = os.path.join(output_dir, EVAL_RESULTS)
-    glue_metrics.write_eval_results(path, metrics)
-    logging.info("Eval results (%s):\n%s", path, glue_metrics.format_eval_results(metrics))
+    records.write_results(path, metrics)
+    logging.info("Eval results (%s):\n%s", path, records.format_results(metrics))
 
 
 def results_file_name(split: str, test_splits: tuple[str, ...]) -> str:

@@ -59,7 +59,7 @@ import keras  # noqa: E402
 import numpy as np  # noqa: E402
 import tensorflow as tf  # noqa: E402
 
-from data_prep import conll, tokenization  # noqa: E402
+from data_prep import conll, records, tokenization  # noqa: E402
 from evaluation import conlleval  # noqa: E402
 from modeling import checkpoints, feature_based, training  # noqa: E402
 from modeling import export as export_lib  # noqa: E402
@@ -354,14 +354,6 @@ def write_predictions(split: Split, tags: list[list[str]], output_dir: str) -> s
     return path
 
 
-def write_text(path: str, text: str) -> None:
-    """Writes a UTF-8 text file under a temporary name, then renames it."""
-    temp_path = f"{path}.tmp-{os.getpid()}"
-    with open(temp_path, "w", encoding="utf-8") as f:
-        f.write(text)
-    os.replace(temp_path, path)
-
-
 def evaluate(trainer: training.Trainer, split: Split, labels: list[str],
              batch_size: int, output_dir: str) -> dict:
     """Tags the eval file, writes its predictions, and scores that file as conlleval.
@@ -373,7 +365,7 @@ def evaluate(trainer: training.Trainer, split: Split, labels: list[str],
                              output_dir)
     counts = conlleval.evaluate_file(path)
     report = counts.report()
-    write_text(os.path.join(output_dir, EVAL_REPORT), report)
+    records.write_text(os.path.join(output_dir, EVAL_REPORT), report)
     loss = trainer.evaluate(inference_dataset(split.features, batch_size))
     extra = {"eval_loss": loss["eval_loss"], "global_step": loss["global_step"]}
     conlleval.write_eval_results(os.path.join(output_dir, EVAL_RESULTS), counts, extra)

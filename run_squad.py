@@ -46,7 +46,7 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import keras  # noqa: E402
 import tensorflow as tf  # noqa: E402
 
-from data_prep import squad, tokenization  # noqa: E402
+from data_prep import records, squad, tokenization  # noqa: E402
 from evaluation import squad_eval  # noqa: E402
 from modeling import checkpoints, export as export_lib, training  # noqa: E402
 from modeling.config import BertConfig  # noqa: E402
@@ -395,7 +395,7 @@ def evaluate(gold_file: str, output_dir: str, version_2_with_negative: bool) -> 
     results = squad_eval.evaluate_file(gold_file, predictions, null_odds,
                                        version_2_with_negative)
     path = os.path.join(output_dir, EVAL_RESULTS)
-    squad_eval.write_eval_results(path, results)
+    records.write_results(path, results)
     logging.info("Eval results (%s):\n%s", path, "".join(
         f"  {key} = {results[key]}\n" for key in sorted(results)))
     return results

@@ -49,7 +49,7 @@ import dataclasses
 import re
 from typing import Iterable, Mapping, Sequence
 
-from evaluation import glue_metrics
+from data_prep import records
 
 BOUNDARY = "-X-"
 OUTSIDE = "O"
@@ -376,4 +376,4 @@ def write_eval_results(path: str, counts: ChunkCounts,
         counts: the scores.
         extra: more entries, e.g. {"eval_loss": ..., "global_step": ...}.
     """
-    glue_metrics.write_eval_results(path, {**eval_results(counts), **(extra or {})})
+    records.write_results(path, {**eval_results(counts), **(extra or {})})

@@ -23,7 +23,6 @@ ValueError naming the question.
 
 import collections
 import json
-import os
 import re
 import string
 from typing import Mapping, Sequence
@@ -308,13 +307,3 @@ def evaluate_file(dataset_file: str, predictions: Mapping[str, str],
         return evaluate_v2(answers, predictions, null_odds, na_prob_thresh)
     except ValueError as e:
         raise ValueError("%s: %s" % (dataset_file, e)) from e
-
-
-def write_eval_results(output_file: str, results: Mapping) -> None:
-    """Writes "key = value" lines, keys sorted, as the original's
-    eval_results.txt; to a temporary name, then renamed."""
-    lines = ["%s = %s\n" % (key, results[key]) for key in sorted(results)]
-    temp_file = output_file + ".tmp"
-    with open(temp_file, "w", encoding="utf-8") as f:
-        f.writelines(lines)
-    os.replace(temp_file, output_file)

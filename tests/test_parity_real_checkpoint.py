@@ -138,6 +138,7 @@ def test_extract_features_output_equals_in_memory_model(models, minilm_dir, tmp_
                 want = out[entry["index"]].numpy()[0, position]
                 np.testing.assert_allclose(entry["values"], want, atol=2e-5)
     assert not (tmp_path / "features.jsonl.tmp").exists()
+    assert not list(tmp_path.glob(".features.jsonl.tmp-*"))  # records.atomic_open's
 
 
 def test_squad_span_loss_and_gradients_equal_hugging_face(minilm_dir):

@@ -1,6 +1,7 @@
 """data_prep.records: atomic writes leave nothing that looks complete; globs skip the
 leftovers of unfinished writes."""
 
+import collections
 import os
 
 import pytest
@@ -149,3 +150,24 @@ def test_tfrecord_dataset_shards_by_input_pipeline(tmp_path):
     assert len(list(records.tfrecord_dataset([path]))) == 5
     assert records.per_replica_batch_size(8, context) == 4
     assert records.per_replica_batch_size(8, None) == 8
+
+
+def test_eval_results_sorted_key_value_lines(tmp_path):
+    """eval_results.txt of the GLUE runs (moved from test_glue_metrics)."""
+    path = tmp_path / "eval_results.txt"
+    path.write_text("stale\n")
+    records.write_results(str(path), {"global_step": 343, "eval_loss": 0.5,
+                                      "eval_accuracy": 0.75, "eval_f1": 0.8})
+    assert path.read_text() == (
+        "eval_accuracy = 0.75\neval_f1 = 0.8\neval_loss = 0.5\n"
+        "global_step = 343\n")
+    assert [name for name in os.listdir(tmp_path) if ".tmp" in name] == []
+
+
+def test_eval_results_file(tmp_path):
+    """eval_results.txt of the SQuAD runs (moved from test_squad_eval)."""
+    output = tmp_path / "eval_results.txt"
+    records.write_results(str(output), collections.OrderedDict(
+        f1=95.0, exact=75.0, total=4))
+    assert output.read_text() == "exact = 75.0\nf1 = 95.0\ntotal = 4\n"
+    assert [p.name for p in tmp_path.iterdir()] == ["eval_results.txt"]
