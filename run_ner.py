@@ -59,7 +59,7 @@ import keras  # noqa: E402
 import numpy as np  # noqa: E402
 import tensorflow as tf  # noqa: E402
 
-from data_prep import conll, records, tokenization  # noqa: E402
+from data_prep import conll, records, tag_schemes, tokenization  # noqa: E402
 from evaluation import conlleval  # noqa: E402
 from modeling import checkpoints, feature_based, training  # noqa: E402
 from modeling import export as export_lib  # noqa: E402
@@ -76,7 +76,7 @@ flags.DEFINE_string("data_dir", None, "Folder with train.txt, dev.txt and test.t
 flags.DEFINE_string("train_file", None, "Training file (default: data_dir/train.txt).")
 flags.DEFINE_string("eval_file", None, "Evaluation file (default: data_dir/dev.txt).")
 flags.DEFINE_string("predict_file", None, "Prediction file (default: data_dir/test.txt).")
-flags.DEFINE_enum("tag_scheme", "auto", ["auto", *conll.TAG_SCHEMES],
+flags.DEFINE_enum("tag_scheme", "auto", ["auto", *tag_schemes.TAG_SCHEMES],
                   "Tag scheme of the files; auto guesses it for each file. Predictions "
                   "are written in the scheme of the file they are made for.")
 flags.DEFINE_integer("doc_stride", 64, "Word pieces between the starts of the windows of "

@@ -5,13 +5,11 @@ last field: `token TAG`, or CoNLL-2003's `token POS chunk TAG`. A blank line end
 a sentence; `-DOCSTART-` lines are skipped. UTF-8 (a leading BOM is ignored),
 LF or CRLF line ends.
 
-Tag schemes. "iob1" (CoNLL-2003's own: I- may start a chunk, B- only starts a
-chunk right after one of the same type), "iob2" (BIO: B- starts every chunk) and
-"iobes" (B-, I-, E- ending a chunk, S- a one-token chunk); `detect_file_tag_scheme`
-guesses it. Sentences hold IOB2 tags whatever the file's scheme: the
-chunks are those that conlleval reads in the tags (`conlleval.get_chunks`), so
-an I- that starts a chunk in an "iob2" file becomes B-. `from_iob2` converts
-back for writing.
+Tag schemes. "iob1", "iob2" or "iobes" (`data_prep.tag_schemes`);
+`detect_file_tag_scheme` guesses a file's. Sentences hold IOB2 tags whatever the
+file's scheme: the chunks are those that conlleval reads in the tags
+(`tag_schemes.get_chunks`), so an I- that starts a chunk in an "iob2" file becomes
+B-. `write_predictions` converts back (`tag_schemes.from_iob2`).
 
 Labels. `label_list`: "O", then B-<type> and I-<type> for every entity type of
 the training sentences, types sorted by code point; I-<type> is listed even if
@@ -45,7 +43,6 @@ Shape legend: F features, S max_seq_length, L labels.
 
 from __future__ import annotations
 
-import collections
 import dataclasses
 import json
 import os
@@ -55,100 +52,11 @@ from typing import Callable, Sequence
 import numpy as np
 import tensorflow as tf
 
-from data_prep import tokenization
-from evaluation import conlleval
+from data_prep import tag_schemes, tokenization
 
 LABEL_IGNORE_ID = -1
-OUTSIDE = conlleval.OUTSIDE
 DOCSTART = "-DOCSTART-"
-TAG_SCHEMES = ("iob1", "iob2", "iobes")
-_SCHEME_PREFIXES = {"iob1": ("B", "I"), "iob2": ("B", "I"), "iobes": ("B", "I", "E", "S")}
 _FIELD_SEPARATOR = re.compile(r"[ \t]+")
-
-
-# ----------------------------------------------------------------------------
-# Tag schemes.
-# ----------------------------------------------------------------------------
-
-
-def _check_scheme(tag_scheme: str) -> None:
-    if tag_scheme not in TAG_SCHEMES:
-        raise ValueError(f"tag_scheme must be one of {TAG_SCHEMES}, got {tag_scheme!r}")
-
-
-def tag_error(tag: str, tag_scheme: str) -> str | None:
-    """Why `tag` is not a tag of `tag_scheme`, or None if it is.
-
-    A tag is "O" or <prefix>-<type> with a non-empty type (which may contain "-")
-    and a prefix of the scheme: B or I for IOB1/IOB2, B, I, E or S for IOBES. The
-    type "0" is refused too: conlleval reads it as no type.
-    """
-    if tag == OUTSIDE:
-        return None
-    prefixes = _SCHEME_PREFIXES[tag_scheme]
-    prefix, separator, chunk_type = tag.partition("-")
-    if separator and chunk_type not in ("", "0") and prefix in prefixes:
-        return None
-    allowed = ", ".join(f"{p}-<type>" for p in prefixes)
-    return f"tag {tag!r} is not an {tag_scheme} tag (expected O, {allowed})"
-
-
-def detect_tag_scheme(tag_sequences: Sequence[Sequence[str]]) -> str:
-    """Guesses the scheme of tag sequences: "iobes", "iob1" or "iob2".
-
-    "iobes" if any tag has an E- or S- prefix; otherwise "iob1" if more chunks
-    start with I- than with B- (in IOB1, B- starts only the rare chunk that
-    follows one of the same type; counting, rather than looking for one I- start,
-    keeps a stray annotation error in an IOB2 file from deciding); otherwise
-    "iob2" (also for sequences without entities).
-    """
-    prefixes = {conlleval.split_tag(tag)[0] for tags in tag_sequences for tag in tags}
-    if prefixes & {"E", "S"}:
-        return "iobes"
-    starts = collections.Counter(
-        conlleval.split_tag(tags[start])[0] for tags in tag_sequences
-        for _, start, _ in conlleval.get_chunks(tags))
-    return "iob1" if starts["I"] > starts["B"] else "iob2"
-
-
-def to_iob2(tags: Sequence[str]) -> list[str]:
-    """Rewrites IOB1, IOB2 or IOBES tags as IOB2, keeping the chunks conlleval reads.
-
-    >>> to_iob2(["I-PER", "I-PER", "B-PER", "O", "I-LOC"])
-    ['B-PER', 'I-PER', 'B-PER', 'O', 'B-LOC']
-    >>> to_iob2(["S-PER", "B-LOC", "E-LOC"])
-    ['B-PER', 'B-LOC', 'I-LOC']
-    """
-    iob2 = [OUTSIDE] * len(tags)
-    for chunk_type, start, end in conlleval.get_chunks(tags):
-        iob2[start] = f"B-{chunk_type}"
-        iob2[start + 1:end] = [f"I-{chunk_type}"] * (end - start - 1)
-    return iob2
-
-
-def from_iob2(tags: Sequence[str], tag_scheme: str) -> list[str]:
-    """Rewrites the chunks of IOB2 tags in `tag_scheme` ("iob1", "iob2" or "iobes").
-
-    IOB1 output is canonical: B- only where a chunk directly follows one of the
-    same type.
-    """
-    _check_scheme(tag_scheme)
-    out = [OUTSIDE] * len(tags)
-    previous_end, previous_type = None, None
-    for chunk_type, start, end in conlleval.get_chunks(tags):
-        inside = [f"I-{chunk_type}"] * (end - start)
-        if tag_scheme == "iob2":
-            inside[0] = f"B-{chunk_type}"
-        elif tag_scheme == "iob1":
-            if previous_end == start and previous_type == chunk_type:
-                inside[0] = f"B-{chunk_type}"
-        elif end - start == 1:
-            inside[0] = f"S-{chunk_type}"
-        else:
-            inside[0], inside[-1] = f"B-{chunk_type}", f"E-{chunk_type}"
-        out[start:end] = inside
-        previous_end, previous_type = end, chunk_type
-    return out
 
 
 # ----------------------------------------------------------------------------
@@ -200,7 +108,8 @@ def detect_file_tag_scheme(path: str, missing_tag: str | None = None) -> str:
         ValueError: as `read_conll`, for a tag that is in none of the schemes.
     """
     groups = _split_sentences(_read_text(path), str(path), "iobes", missing_tag)
-    return detect_tag_scheme([[tag for _, tag, _ in group] for group in groups])
+    return tag_schemes.detect_tag_scheme([[tag for _, tag, _ in group]
+                                          for group in groups])
 
 
 def _read_text(path: str) -> str:
@@ -235,7 +144,7 @@ def _split_sentences(text: str, path: str, tag_scheme: str, missing_tag: str | N
                 raise ValueError(f"{path}:{line_number}: missing tag: expected "
                                  f"'token ... TAG', got only {line!r}")
             fields.append(missing_tag)
-        error = tag_error(fields[-1], tag_scheme)
+        error = tag_schemes.tag_error(fields[-1], tag_scheme)
         if error:
             raise ValueError(f"{path}:{line_number}: {error}")
         current.append((fields[0], fields[-1], line_number))
@@ -250,21 +159,22 @@ def _split_sentences(text: str, path: str, tag_scheme: str, missing_tag: str | N
 def parse_conll(text: str, path: str = "<string>", tag_scheme: str = "iob2",
                 missing_tag: str | None = None) -> list[Sentence]:
     """Parses the text of a CoNLL file; see `read_conll`. `path` names it in errors."""
-    _check_scheme(tag_scheme)
+    tag_schemes.check_scheme(tag_scheme)
     groups = _split_sentences(text, path, tag_scheme, missing_tag)
     sentences = []
     for group in groups:
         words, tags, line_numbers = zip(*group)
-        sentences.append(Sentence(words=words, tags=tuple(to_iob2(tags)),
+        sentences.append(Sentence(words=words,
+                                  tags=tuple(tag_schemes.to_iob2(tags)),
                                   line_numbers=line_numbers, path=path))
     return sentences
 
 
 def label_list(sentences: Sequence[Sentence]) -> list[str]:
     """The label list of training sentences: "O", then B-<type>, I-<type> per sorted type."""
-    types = sorted({conlleval.split_tag(tag)[1] for sentence in sentences
-                    for tag in sentence.tags if tag != OUTSIDE})
-    return [OUTSIDE] + [f"{prefix}-{chunk_type}" for chunk_type in types
+    types = sorted({tag_schemes.split_tag(tag)[1] for sentence in sentences
+                    for tag in sentence.tags if tag != tag_schemes.OUTSIDE})
+    return [tag_schemes.OUTSIDE] + [f"{prefix}-{chunk_type}" for chunk_type in types
                         for prefix in ("B", "I")]
 
 
@@ -619,7 +529,7 @@ def write_predictions(path: str, sentences: Sequence[Sentence],
         tag_scheme: scheme of the written tags. "iob2" writes the tags as they are;
             "iob1" and "iobes" rewrite the chunks of both columns with `from_iob2`.
     """
-    _check_scheme(tag_scheme)
+    tag_schemes.check_scheme(tag_scheme)
     if len(sentences) != len(predicted_tags):
         raise ValueError(f"{len(sentences)} sentences but {len(predicted_tags)} "
                          "predicted tag lists")
@@ -630,7 +540,8 @@ def write_predictions(path: str, sentences: Sequence[Sentence],
                              f"{len(guessed)} predicted tags")
         gold = sentence.tags
         if tag_scheme != "iob2":
-            gold, guessed = from_iob2(gold, tag_scheme), from_iob2(guessed, tag_scheme)
+            gold = tag_schemes.from_iob2(gold, tag_scheme)
+            guessed = tag_schemes.from_iob2(guessed, tag_scheme)
         lines.extend(f"{word} {gold_tag} {guessed_tag}\n"
                      for word, gold_tag, guessed_tag in zip(sentence.words, gold, guessed))
         lines.append("\n")

@@ -7,6 +7,7 @@ import numpy as np
 import pytest
 
 from data_prep import conll
+from data_prep import tag_schemes
 from data_prep import tokenization
 from evaluation import conlleval
 
@@ -89,38 +90,6 @@ def test_read_iobes_file(tmp_path):
     assert sentence.tags == ("B-PER", "I-PER", "B-PER", "O", "B-LOC", "I-LOC", "I-LOC")
 
 
-def test_tag_scheme_conversions():
-    iob1 = ["I-PER", "I-PER", "B-PER", "O", "I-LOC", "I-ORG", "I-ORG", "O", "I-ORG"]
-    iob2 = ["B-PER", "I-PER", "B-PER", "O", "B-LOC", "B-ORG", "I-ORG", "O", "B-ORG"]
-    iobes = ["B-PER", "E-PER", "S-PER", "O", "S-LOC", "B-ORG", "E-ORG", "O", "S-ORG"]
-    assert conll.to_iob2(iob1) == iob2
-    assert conll.to_iob2(iobes) == iob2
-    assert conll.to_iob2(iob2) == iob2
-    assert conll.from_iob2(iob2, "iob1") == iob1
-    assert conll.from_iob2(iob2, "iobes") == iobes
-    assert conll.from_iob2(iob2, "iob2") == iob2
-    # IOB1 written canonically: B- only right after a chunk of the same type.
-    assert conll.to_iob2(["O", "B-LOC"]) == ["O", "B-LOC"]
-    assert conll.from_iob2(["O", "B-LOC"], "iob1") == ["O", "I-LOC"]
-    # A chunk that starts with I- in IOB2 is read as conlleval reads it.
-    assert conll.to_iob2(["O", "I-PER", "I-PER", "I-LOC"]) == [
-        "O", "B-PER", "I-PER", "B-LOC"]
-    assert conll.to_iob2(["B-A", "I-A", "I-A", "E-A", "S-B"]) == [
-        "B-A", "I-A", "I-A", "I-A", "B-B"]
-    with pytest.raises(ValueError, match="tag_scheme"):
-        conll.from_iob2(iob2, "bio")
-
-
-def test_detect_tag_scheme():
-    assert conll.detect_tag_scheme([["I-PER", "O", "I-LOC", "B-LOC"]]) == "iob1"
-    assert conll.detect_tag_scheme([["B-PER", "O", "B-LOC", "I-LOC"]]) == "iob2"
-    assert conll.detect_tag_scheme([["B-PER", "E-PER"], ["O"]]) == "iobes"
-    assert conll.detect_tag_scheme([["O", "O"]]) == "iob2"
-    # One stray I- start (an annotation error) does not make a BIO file IOB1.
-    assert conll.detect_tag_scheme(
-        [["B-A", "O"], ["B-A", "I-B"], ["B-B", "I-B"]]) == "iob2"
-
-
 BAD_INPUTS = {
     "missing tag": ("Jim B-PER\nHenson\n", "iob2", 2, "missing tag"),
     "unknown prefix": ("Jim X-PER\n", "iob2", 1, "not an iob2 tag"),
@@ -186,7 +155,7 @@ def test_sciner_files(sample_data, tokenizer):
     assert len(labels) == 15
     assert train[0].words[:4] == ("BERT", ":", "Pre", "-")
     assert train[0].tags[:4] == ("B-MethodName", "O", "B-MethodName", "I-MethodName")
-    assert sum(len(conlleval.get_chunks(s.tags)) for s in dev) == 134
+    assert sum(len(tag_schemes.get_chunks(s.tags)) for s in dev) == 134
     # No sentence needs windows at 128; every dev tag is a training label.
     features = conll.convert_sentences_to_features(dev, labels, tokenizer, 128, 64)
     assert len(features) == len(dev)
