@@ -19,7 +19,6 @@ updates each variable once through `strategy.extended.update`.
 
 from __future__ import annotations
 
-import functools
 import re
 
 import tensorflow as tf
@@ -61,6 +60,23 @@ class _Untracked:
         self.items = list(items)
 
 
+class _CompiledUpdates:
+    """The compiled update functions of one optimizer, by their settings.
+
+    Not shared between optimizers: a compiled function kept across trainings in one
+    process referred to the variables of a model since deleted, and the next training
+    failed ("Called a function referencing variables which have been deleted").
+    """
+
+    def __init__(self):
+        self._functions = {}
+
+    def get(self, *settings):
+        if settings not in self._functions:
+            self._functions[settings] = _fused_update(*settings)
+        return self._functions[settings]
+
+
 class _SlotOptimizer(tf.Module):
     """Shared structure: slot creation, weight-decay exclusion, distributed apply."""
 
@@ -78,6 +94,7 @@ class _SlotOptimizer(tf.Module):
         self.v = [tf.Variable(tf.zeros(v.shape, tf.float32), trainable=False, name="v")
                   for v in self._refs.items]
         self.iterations = tf.Variable(0, dtype=tf.int64, trainable=False, name="iterations")
+        self._compiled_updates = _CompiledUpdates()  # A plain object: not checkpointed.
 
     def apply(self, grads, learning_rate, apply_update=True):
         """Applies all-reduced gradients; call from a replica context (or none).
@@ -132,9 +149,9 @@ class AdamWeightDecay(_SlotOptimizer):
 
     def _update(self, var, grad, m, v, excluded, learning_rate, apply_update):
         decay = 0.0 if excluded else float(self.weight_decay_rate)
-        update = _fused_update("adamw", self.beta_1, self.beta_2, self.epsilon, decay,
-                               self.bias_correction, apply_update is not None,
-                               self._compiled())
+        update = self._compiled_updates.get(
+            "adamw", self.beta_1, self.beta_2, self.epsilon, decay, self.bias_correction,
+            apply_update is not None, self._compiled())
         return update(var, m, v, *_update_args(grad, learning_rate, self.iterations,
                                                apply_update))
 
@@ -151,8 +168,9 @@ class Lamb(_SlotOptimizer):
 
     def _update(self, var, grad, m, v, excluded, learning_rate, apply_update):
         decay = None if excluded else float(self.weight_decay_rate)
-        update = _fused_update("lamb", self.beta_1, self.beta_2, self.epsilon, decay, True,
-                               apply_update is not None, self._compiled())
+        update = self._compiled_updates.get(
+            "lamb", self.beta_1, self.beta_2, self.epsilon, decay, True,
+            apply_update is not None, self._compiled())
         return update(var, m, v, *_update_args(grad, learning_rate, self.iterations,
                                                apply_update))
 
@@ -166,7 +184,6 @@ def _update_args(grad, learning_rate, iterations, apply_update):
     return args if apply_update is None else args + (apply_update,)
 
 
-@functools.lru_cache(maxsize=None)
 def _fused_update(kind: str, beta_1: float, beta_2: float, epsilon: float, decay,
                   bias_correction: bool, skippable: bool, compiled: bool = True):
     """One variable's optimizer step as a single XLA-compiled function.
