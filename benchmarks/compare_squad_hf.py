@@ -13,7 +13,7 @@ peak learning rate, warmup proportion, epochs, weight decay and seed.
   features per epoch, `torch.optim.AdamW` (epsilon 1e-6, no decay on biases and
   LayerNorm), linear warmup and decay (`get_linear_schedule_with_warmup`), gradient
   clipping at 1.0, its own loss (mean of the start and end cross-entropies). Its
-  logits go through this project's post-processing (`squad.compute_predictions`)
+  logits go through this project's post-processing (`squad_postprocess.compute_predictions`)
   and official scoring (`evaluation.squad_eval`), as ours do.
 * hf_bert_adam: the same, but with the original release's optimizer: Adam WITHOUT bias
   correction and a learning rate that decays linearly from step 0 (init_lr x (1 - step
@@ -81,7 +81,8 @@ import numpy as np
 REPO = pathlib.Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
-from data_prep import squad, tokenization  # noqa: E402
+from data_prep import squad_features, squad_postprocess, squad_reader  # noqa: E402
+from data_prep import records, squad_records, tokenization  # noqa: E402
 from evaluation import squad_eval  # noqa: E402
 
 SAMPLE = REPO / "sample_data" / "squad" / "dev-v2.0-first5articles.json"
@@ -433,8 +434,8 @@ def ours_curve(args, eval_file: str, run_dir: str, interval: int, total: int) ->
 def make_features(args, input_file: str, is_training: bool):
     tokenizer = tokenization.FullTokenizer(os.path.join(args.checkpoint, "vocab.txt"),
                                            do_lower_case=True)
-    examples = squad.read_squad_examples(input_file, is_training, is_v2(args))
-    features = list(squad.convert_examples_to_features(
+    examples = squad_reader.read_squad_examples(input_file, is_training, is_v2(args))
+    features = list(squad_features.convert_examples_to_features(
         examples, tokenizer, args.max_seq_length, args.doc_stride, args.max_query_length,
         is_training))
     return examples, features
@@ -605,10 +606,10 @@ def ours_batches(args, ours_dir: str, total: int) -> list:
     with open(config_file, encoding="utf-8") as f:
         run_config = json.load(f)
     keras.utils.set_random_seed(args.seed)  # As runner_flags.setup: the global seed.
-    dataset = run_squad.build_dataset(
-        record, args.max_seq_length, args.batch_size, is_training=True, seed=args.seed,
-        shuffle_buffer_size=max(1, min(run_config["shuffle_buffer_size"],
-                                       run_config["num_train_features"])))
+    dataset = squad_records.build_dataset(
+        record, records.read_metadata(record, squad_records.RECORD_FORMAT),
+        args.batch_size, is_training=True, seed=args.seed,
+        shuffle_buffer_size=run_config["shuffle_buffer_size"])
     names = {"input_word_ids": "input_ids", "input_mask": "attention_mask",
              "input_type_ids": "token_type_ids", "start_positions": "start_positions",
              "end_positions": "end_positions"}
@@ -689,15 +690,15 @@ def evaluate_hf(model, args, eval_file: str, run_dir: str) -> dict:
                 output = model(**{k: v[batch] for k, v in inputs.items()})
             for feature, start, end in zip(features[batch], output.start_logits.float(),
                                            output.end_logits.float()):
-                results.append(squad.RawResult(feature.unique_id, start.numpy(),
-                                               end.numpy()))
-    predictions = squad.compute_predictions(examples, features, results,
-                                            do_lower_case=True,
-                                            version_2_with_negative=is_v2(args))
+                results.append(squad_postprocess.RawResult(feature.unique_id, start.numpy(),
+                                                           end.numpy()))
+    predictions = squad_postprocess.compute_predictions(examples, features, results,
+                                                        do_lower_case=True,
+                                                        version_2_with_negative=is_v2(args))
     os.makedirs(run_dir, exist_ok=True)
-    squad.write_predictions(predictions, os.path.join(run_dir, "predictions.json"),
-                            os.path.join(run_dir, "nbest_predictions.json"),
-                            os.path.join(run_dir, "null_odds.json"))
+    squad_postprocess.write_predictions(predictions, os.path.join(run_dir, "predictions.json"),
+                                        os.path.join(run_dir, "nbest_predictions.json"),
+                                        os.path.join(run_dir, "null_odds.json"))
     return dict(squad_eval.evaluate_file(eval_file, dict(predictions.predictions),
                                          dict(predictions.null_odds), is_v2(args)))
 

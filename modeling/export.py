@@ -56,7 +56,7 @@ import tensorflow as tf
 import tensorflow_text as tf_text
 from absl import logging
 
-from data_prep import squad, tf_tokenization, tokenization
+from data_prep import squad_features, squad_reader, tf_tokenization, tokenization
 from modeling import layers as bert_layers
 from modeling.encoder import INPUT_KEYS
 
@@ -580,7 +580,7 @@ def _python_whitespace_class() -> str:
 
 # Characters that separate the words of a context (`squad.split_context`).
 # pylint: disable-next=protected-access
-SQUAD_CONTEXT_WHITESPACE = _regex_class(squad._CONTEXT_WHITESPACE)
+SQUAD_CONTEXT_WHITESPACE = _regex_class(squad_reader.CONTEXT_WHITESPACE)
 
 
 def _basic_tokens(tokenizer, text: tf.Tensor) -> tf.RaggedTensor:
@@ -803,7 +803,7 @@ def _squad_signatures(model, tokenizer, seq_length: int, labels, *, max_query_le
     """
     if labels is not None:
         raise ValueError(f"a SQuAD export has no labels, got {list(labels)}")
-    squad.check_lengths(seq_length, doc_stride, max_query_length)
+    squad_features.check_lengths(seq_length, doc_stride, max_query_length)
     for name, value in (("max_answer_length", max_answer_length),
                         ("n_best_size", n_best_size)):
         if value < 1:
