@@ -18,7 +18,7 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from data_prep import conll, tag_schemes
+from data_prep import conll, ner_features, tag_schemes
 from evaluation import conlleval
 from modeling import checkpoints, export
 from modeling.config import BertConfig
@@ -263,8 +263,7 @@ def test_fine_tune_end_to_end(runs, inputs):
 
     # The label list of the training file, in the metadata JSON and run_config.json.
     labels = conll.label_list(inputs["train"])
-    metadata = conll.NerMetadata.from_json_file(
-        str(output_dir / "train.tf_record.metadata.json"))
+    metadata = ner_features.NerMetadata.read(str(output_dir / "train.tf_record"))
     assert list(metadata.labels) == labels
     assert metadata.num_sentences == 48 and metadata.tag_scheme == "iob2"
     assert metadata.num_features > 48  # Some sentences need two windows of 30 pieces.
@@ -333,8 +332,7 @@ def test_feature_based_trains_only_the_lstm_head(runs, inputs):
                                        "concat", lstm_units=8)
         return _restore_model(model, output_dir, step)
 
-    metadata = conll.NerMetadata.from_json_file(
-        str(output_dir / "train.tf_record.metadata.json"))
+    metadata = ner_features.NerMetadata.read(str(output_dir / "train.tf_record"))
     num_steps = int(metadata.num_features / 8 * 0.5)
     assert num_steps >= 2
     first, last = restored(1), restored(num_steps)

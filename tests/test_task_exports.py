@@ -3,7 +3,7 @@ Python pipelines.
 
 A tiny random model (wide initializer, so that logits differ clearly between
 positions) is exported and fed raw text; its answers must equal what the runner's
-post-processing (`squad_postprocess.compute_predictions`, `conll.predictions_to_tags`)
+post-processing (`squad_postprocess.compute_predictions`, `ner_features.predictions_to_tags`)
 makes of the same model's logits on the features the runner's data writer builds,
 windows included.
 The runners' own --export_dir runs are tested in test_run_squad.py and test_run_ner.py.
@@ -19,7 +19,7 @@ import pytest
 import tensorflow as tf
 import tensorflow_text  # noqa: F401  (registers the ops the exports need)
 
-from data_prep import conll, squad_features, squad_postprocess, squad_reader
+from data_prep import conll, ner_features, squad_features, squad_postprocess, squad_reader
 from data_prep import tf_tokenization, tokenization
 from modeling import export, feature_based, models
 from modeling.config import BertConfig
@@ -190,12 +190,12 @@ def test_ner_export_tags_as_run_ner_predicts(config, vocab_file, sample_data, tm
                                     seq_length, kind="ner", labels=labels,
                                     doc_stride=doc_stride)
     loaded = tf.saved_model.load(path)
-    features = conll.convert_sentences_to_features(
+    features = ner_features.convert_sentences_to_features(
         sentences, labels, tokenization.FullTokenizer(vocab_file, True), seq_length,
         doc_stride)
     assert len(features) > 3 * len(sentences)  # Many windows per sentence.
-    want = conll.predictions_to_tags(model(_model_inputs(features))["logits"].numpy(),
-                                     features, sentences, labels)
+    want = ner_features.predictions_to_tags(model(_model_inputs(features))["logits"].numpy(),
+                                            features, sentences, labels)
     texts = [" ".join(s.words) for s in sentences] + ["", "  two\twords\n"]
     got = loaded.signatures["serving_default"](text=tf.constant(texts))
     tags = [[t.decode() for t in row if t] for row in got["tags"].numpy()]
