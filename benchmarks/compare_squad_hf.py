@@ -175,14 +175,12 @@ def checkpoint_without_dropout(checkpoint: str, output_dir: str) -> str:
     """A copy of the Hugging Face checkpoint directory whose config has no dropout."""
     copy = os.path.join(output_dir, "checkpoint_no_dropout")
     if not os.path.isfile(os.path.join(copy, "config.json")):
-        shutil.copytree(checkpoint, copy + ".tmp", dirs_exist_ok=True)
-        config_file = os.path.join(copy + ".tmp", "config.json")
-        with open(config_file, encoding="utf-8") as f:
-            config = json.load(f)
-        config.update(hidden_dropout_prob=0.0, attention_probs_dropout_prob=0.0)
-        with open(config_file, "w", encoding="utf-8") as f:
-            json.dump(config, f, indent=2)
-        os.replace(copy + ".tmp", copy)
+        with records.atomic_directory(copy) as temp:
+            shutil.copytree(checkpoint, temp, dirs_exist_ok=True)
+            config_file = os.path.join(temp, "config.json")
+            config = records.read_json(config_file)
+            config.update(hidden_dropout_prob=0.0, attention_probs_dropout_prob=0.0)
+            records.write_json(config_file, config, sort_keys=False)
     return copy
 
 
@@ -221,7 +219,7 @@ def split_articles(squad_file: str, eval_article: int, output_dir: str,
                    version_2: bool = True) -> tuple[str, str]:
     """Writes train.json (all articles but one) and eval.json (that one); without
     version_2, only their answerable questions."""
-    dataset = squad_eval.read_dataset(squad_file)
+    dataset = squad_reader.read_squad_json(squad_file)
     articles = dataset["data"]
     if not 0 <= eval_article < len(articles):
         raise SystemExit(f"--eval_article={eval_article}: {squad_file} has articles 0 to "
@@ -235,9 +233,8 @@ def split_articles(squad_file: str, eval_article: int, output_dir: str,
     for name, chosen in (("train", articles[:eval_article] + articles[eval_article + 1:]),
                          ("eval", [articles[eval_article]])):
         path = os.path.join(output_dir, f"{name}.json")
-        with open(path, "w", encoding="utf-8") as f:
-            json.dump({"version": dataset.get("version", "v2.0") if version_2 else "1.1",
-                       "data": chosen}, f)
+        records.write_json(path, {"version": dataset.get("version", "v2.0") if version_2
+                                  else "1.1", "data": chosen}, indent=None, sort_keys=False)
         paths.append(path)
     return paths[0], paths[1]
 
@@ -245,7 +242,7 @@ def split_articles(squad_file: str, eval_article: int, output_dir: str,
 def answer_nothing_baseline(eval_file: str, version_2: bool = True) -> float:
     """F1 (= exact) of predicting "" everywhere: the share of unanswerable questions
     (v2.0 rules), 0 by the v1.1 rules."""
-    answers = squad_eval.gold_answers(squad_eval.read_dataset(eval_file)["data"])
+    answers = squad_eval.gold_answers(squad_reader.read_squad_json(eval_file)["data"])
     empty = {q: "" for q in answers}
     if not version_2:
         return squad_eval.evaluate_v1(answers, empty)["f1"]
@@ -260,7 +257,7 @@ def best_span_scores(eval_file: str, nbest_file: str) -> dict:
     """
     with open(nbest_file, encoding="utf-8") as f:
         nbest = json.load(f)
-    answers = squad_eval.gold_answers(squad_eval.read_dataset(eval_file)["data"])
+    answers = squad_eval.gold_answers(squad_reader.read_squad_json(eval_file)["data"])
     f1, exact = [], []
     for qas_id, golds in answers.items():
         if not golds:
@@ -277,7 +274,7 @@ def null_auc(eval_file: str, null_odds_file: str) -> float:
     --null_score_diff_threshold is."""
     with open(null_odds_file, encoding="utf-8") as f:
         odds = json.load(f)
-    answers = squad_eval.gold_answers(squad_eval.read_dataset(eval_file)["data"])
+    answers = squad_eval.gold_answers(squad_reader.read_squad_json(eval_file)["data"])
     no_answer = np.array([odds[q] for q, golds in answers.items() if not golds])
     has_answer = np.array([odds[q] for q, golds in answers.items() if golds])
     if not (len(no_answer) and len(has_answer)):
@@ -782,9 +779,7 @@ def main(argv=None) -> None:
             else:
                 result = run_hf(args, train_file, eval_file, run_dir, system, interval)
             result["settings"] = vars(args)
-            with open(result_file + ".tmp", "w", encoding="utf-8") as f:
-                json.dump(result, f, indent=2)
-            os.replace(result_file + ".tmp", result_file)
+            records.write_json(result_file, result, sort_keys=False)
             print(f"{system}: {result['results']}, {result['wall_s']:.0f} s", flush=True)
         with open(result_file, encoding="utf-8") as f:
             results[system] = json.load(f)
