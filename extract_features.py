@@ -29,7 +29,7 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import numpy as np  # noqa: E402
 import tensorflow as tf  # noqa: E402
 
-from data_prep import tokenization  # noqa: E402
+from data_prep import records, tokenization  # noqa: E402
 from modeling import checkpoints  # noqa: E402
 from modeling.encoder import BertEncoder  # noqa: E402
 
@@ -135,29 +135,22 @@ def extract(encoder, tokenizer, input_file: str, output_file: str, layer_indexes
         raise ValueError(f"--max_seq_length={max_seq_length} exceeds max_position_embeddings="
                          f"{encoder.config.max_position_embeddings} of the BERT config")
     feature_fn = make_feature_fn(encoder, layer_indexes)
-    tmp = output_file + ".tmp"
     count, start = 0, time.time()
-    try:
-        with open(tmp, "w", encoding="utf-8") as out:
-            batch = []
-            for example in read_examples(input_file):
-                batch.append(example)
-                if len(batch) == batch_size:
-                    count += _write_batch(out, batch, encoder, tokenizer, feature_fn,
-                                          layer_indexes, max_seq_length)
-                    batch = []
-                    logging.log_every_n_seconds(
-                        logging.INFO, "%d examples, %.1f examples/s", 10, count,
-                        count / (time.time() - start))
-            if batch:
+    # Nothing half-written survives: the output appears only when complete.
+    with records.atomic_open(output_file) as out:
+        batch = []
+        for example in read_examples(input_file):
+            batch.append(example)
+            if len(batch) == batch_size:
                 count += _write_batch(out, batch, encoder, tokenizer, feature_fn,
                                       layer_indexes, max_seq_length)
-    except BaseException:
-        # Nothing half-written survives: the output appears only when complete.
-        if os.path.exists(tmp):
-            os.remove(tmp)
-        raise
-    os.replace(tmp, output_file)
+                batch = []
+                logging.log_every_n_seconds(
+                    logging.INFO, "%d examples, %.1f examples/s", 10, count,
+                    count / (time.time() - start))
+        if batch:
+            count += _write_batch(out, batch, encoder, tokenizer, feature_fn,
+                                  layer_indexes, max_seq_length)
     logging.info("Wrote %d examples to %s in %.1fs", count, output_file, time.time() - start)
     return count
 

@@ -44,7 +44,8 @@ import keras  # noqa: E402
 import numpy as np  # noqa: E402
 import tensorflow as tf  # noqa: E402
 
-from data_prep import classifier_data  # noqa: E402
+from data_prep import classifier_features, classifier_reader  # noqa: E402
+from data_prep import classifier_tasks, records  # noqa: E402
 from evaluation import glue_metrics  # noqa: E402
 from modeling import checkpoints, training  # noqa: E402
 from modeling.config import BertConfig  # noqa: E402
@@ -57,7 +58,7 @@ from serving import tasks as export_lib  # noqa: E402
 
 FLAGS = flags.FLAGS
 
-flags.DEFINE_string("task_name", None, "The task: " + ", ".join(classifier_data.PROCESSORS)
+flags.DEFINE_string("task_name", None, "The task: " + ", ".join(classifier_tasks.PROCESSORS)
                     + " (any case).")
 flags.DEFINE_string("data_dir", None, "The task's files, in the layout of its download.")
 flags.DEFINE_bool("do_train", False, "Run training.")
@@ -116,7 +117,7 @@ class ModelFiles:
 
 @dataclasses.dataclass(frozen=True)
 class Features:
-    """One split's TFRecord file and its metadata (see classifier_data)."""
+    """One split's TFRecord file and its metadata (see classifier_features)."""
     split: str
     file: str
     metadata: dict
@@ -152,7 +153,7 @@ def processor_options() -> dict:
                 labels=FLAGS.label_list, is_regression=FLAGS.is_regression)
 
 
-def build_features(processor: classifier_data.DataProcessor, data_dir: str,
+def build_features(processor: classifier_reader.DataProcessor, data_dir: str,
                    splits: Iterable[str], output_dir: str, files: ModelFiles,
                    max_seq_length: int) -> dict[str, Features]:
     """Writes (or reuses) `output_dir/<split>.tf_record` for each split."""
@@ -160,7 +161,7 @@ def build_features(processor: classifier_data.DataProcessor, data_dir: str,
     for split in splits:
         split = processor.split_name(split)
         file = os.path.join(output_dir, f"{split}.tf_record")
-        metadata = classifier_data.get_or_create_features(
+        metadata = classifier_features.get_or_create_features(
             processor, data_dir, split, file, files.vocab_file, files.do_lower_case,
             max_seq_length)
         if metadata["num_examples"] == 0:
@@ -184,24 +185,6 @@ def build_task_features(processor, data_dir: str, output_dir: str, files: ModelF
     if do_eval and not task.eval:
         raise ValueError(f"Task {processor.name!r} has no labelled dev split to evaluate")
     return task
-
-
-def build_dataset(features: Features, batch_size: int, is_training: bool,
-                  seed: int | None = None, shuffle_buffer_size: int = 100,
-                  input_context: tf.distribute.InputContext | None = None
-                  ) -> tf.data.Dataset:
-    """Batches of flat feature dicts, as the Trainer takes them.
-
-    Each element: int32 `input_word_ids`, `input_mask`, `input_type_ids` [B, S]
-    ([B, C, S] for multiple choice) and `label_ids` [B] (int32 class ids, float32
-    scores for regression). Training repeats and shuffles; evaluation reads the file
-    once, in order, keeping the last partial batch.
-    """
-    dataset = classifier_data.build_dataset(
-        features.file, features.metadata, batch_size, is_training,
-        shuffle_buffer_size=max(1, min(shuffle_buffer_size, features.num_examples)),
-        seed=seed, input_context=input_context)
-    return dataset.map(lambda inputs, labels: dict(inputs, label_ids=labels))
 
 
 # ----------------------------------------------------------------------------
@@ -349,7 +332,8 @@ def evaluate(trainer: training.Trainer, processor, eval_features: dict[str, Feat
     metrics = {}
     for split, features in eval_features.items():
         logits, labels = predict_logits(
-            trainer, build_dataset(features, batch_size, is_training=False))
+            trainer, classifier_features.build_dataset(features.file, features.metadata,
+                                                       batch_size, is_training=False))
         metrics.update(score_split(
             processor.name, logits, labels, features.metadata["is_regression"],
             split_prefix(split, tuple(eval_features))))
@@ -403,8 +387,7 @@ class BestCheckpoint:
         self.step.assign(step)
         self.score.assign(score)
         self.manager.save(checkpoint_number=step)
-        glue_metrics.write_eval_results(os.path.join(self.directory, EVAL_RESULTS),
-                                        metrics)
+        records.write_results(os.path.join(self.directory, EVAL_RESULTS), metrics)
         logging.info("New best model at step %d (score %.4f) in %s", step, score,
                      self.directory)
         return True
@@ -433,9 +416,9 @@ def train(trainer: training.Trainer, train_features: Features, batch_size: int,
       Whether training is complete (False: stopped early by SIGTERM, checkpointed).
     """
     def dataset_fn(context=None):
-        return build_dataset(train_features, batch_size, is_training=True, seed=seed,
-                             shuffle_buffer_size=shuffle_buffer_size,
-                             input_context=context)
+        return classifier_features.build_dataset(
+            train_features.file, train_features.metadata, batch_size, is_training=True,
+            seed=seed, shuffle_buffer_size=shuffle_buffer_size, input_context=context)
 
     ends = epoch_end_steps(train_features.num_examples, batch_size,
                            trainer.num_train_steps)
@@ -475,7 +458,7 @@ def epoch_evaluator(trainer, processor, eval_features, batch_size, best, output_
         logging.info("Evaluation at step %d: %s (score %.4f)", step, metrics, score)
         write_eval_summaries(output_dir, metrics)
         history.append(dict(metrics, score=score))
-        training.write_json(history_path, history)
+        records.write_json(history_path, history)
         best.update(step, score, metrics)
 
     return on_epoch_end
@@ -483,8 +466,8 @@ def epoch_evaluator(trainer, processor, eval_features, batch_size, best, output_
 
 def write_eval_results(output_dir: str, metrics: dict) -> None:
     path = os.path.join(output_dir, EVAL_RESULTS)
-    glue_metrics.write_eval_results(path, metrics)
-    logging.info("Eval results (%s):\n%s", path, glue_metrics.format_eval_results(metrics))
+    records.write_results(path, metrics)
+    logging.info("Eval results (%s):\n%s", path, records.format_results(metrics))
 
 
 def results_file_name(split: str, test_splits: tuple[str, ...]) -> str:
@@ -499,7 +482,8 @@ def predict(trainer: training.Trainer, processor, test_features: dict[str, Featu
     row per example) and the GLUE submission file of every test split."""
     for split, features in test_features.items():
         logits, _ = predict_logits(
-            trainer, build_dataset(features, batch_size, is_training=False))
+            trainer, classifier_features.build_dataset(features.file, features.metadata,
+                                                       batch_size, is_training=False))
         regression = features.metadata["is_regression"]
         values = logits[:, 0] if regression else probabilities(logits)
         path = os.path.join(output_dir, results_file_name(split, tuple(test_features)))
@@ -559,7 +543,7 @@ def check_flags() -> None:
 def main(_):
     check_flags()
     strategy = runner_flags.setup(FLAGS)
-    processor = classifier_data.get_processor(FLAGS.task_name, **processor_options())
+    processor = classifier_tasks.get_processor(FLAGS.task_name, **processor_options())
     if FLAGS.export_dir:
         check_export(export_kind(processor.num_choices), FLAGS.export_dir)
     files = None if FLAGS.hub_module_url else resolve_model_files()

@@ -13,12 +13,12 @@ each file's scheme). A Hugging Face directory or the original release's checkpoi
 --init_checkpoint brings its config and vocab.txt.
 
 Words are split into word pieces; the first piece of each word carries its label
-(`data_prep.conll`). Sentences longer than --max_seq_length are cut into overlapping
+(`data_prep.ner_features`). Sentences longer than --max_seq_length are cut into overlapping
 windows every --doc_stride pieces and each word is predicted from the window that
 gives it the most context, so every word of every sentence gets exactly one tag.
 
 The label list ("O", then B-/I- of every entity type of the training file) is stored
-with the training features (`train.tf_record.metadata.json` in output_dir); later
+with the training features (`train.tf_record.meta.json` in output_dir); later
 runs on the same output_dir read it, and a tag outside it in an evaluation file is an
 error naming the file and the line.
 
@@ -59,7 +59,7 @@ import keras  # noqa: E402
 import numpy as np  # noqa: E402
 import tensorflow as tf  # noqa: E402
 
-from data_prep import conll, tokenization  # noqa: E402
+from data_prep import conll, ner_features, records, tag_schemes, tokenization  # noqa: E402
 from evaluation import conlleval  # noqa: E402
 from modeling import checkpoints, feature_based, training  # noqa: E402
 from modeling.config import BertConfig  # noqa: E402
@@ -76,7 +76,7 @@ flags.DEFINE_string("data_dir", None, "Folder with train.txt, dev.txt and test.t
 flags.DEFINE_string("train_file", None, "Training file (default: data_dir/train.txt).")
 flags.DEFINE_string("eval_file", None, "Evaluation file (default: data_dir/dev.txt).")
 flags.DEFINE_string("predict_file", None, "Prediction file (default: data_dir/test.txt).")
-flags.DEFINE_enum("tag_scheme", "auto", ["auto", *conll.TAG_SCHEMES],
+flags.DEFINE_enum("tag_scheme", "auto", ["auto", *tag_schemes.TAG_SCHEMES],
                   "Tag scheme of the files; auto guesses it for each file. Predictions "
                   "are written in the scheme of the file they are made for.")
 flags.DEFINE_integer("doc_stride", 64, "Word pieces between the starts of the windows of "
@@ -135,7 +135,7 @@ class Split:
     path: str
     tag_scheme: str
     sentences: list[conll.Sentence]
-    features: list[conll.InputFeatures]
+    features: list[ner_features.InputFeatures]
 
 
 def input_file(split: str, explicit: str | None, data_dir: str | None) -> str:
@@ -164,8 +164,8 @@ def prepare_split(name: str, path: str, tag_scheme: str, labels: list[str] | Non
     scheme, sentences = read_split(name, path, tag_scheme)
     if labels is None:
         labels = conll.label_list(sentences)
-    features = conll.convert_sentences_to_features(sentences, labels, tokenizer,
-                                                   max_seq_length, doc_stride)
+    features = ner_features.convert_sentences_to_features(sentences, labels, tokenizer,
+                                                          max_seq_length, doc_stride)
     logging.info("%s: %d sentences, %d words, %d windows", path, len(sentences),
                  sum(len(s.words) for s in sentences), len(features))
     return Split(name, path, scheme, sentences, features)
@@ -173,64 +173,26 @@ def prepare_split(name: str, path: str, tag_scheme: str, labels: list[str] | Non
 
 def write_training_features(split: Split, labels: list[str], output_dir: str,
                             tokenizer: tokenization.FullTokenizer, max_seq_length: int,
-                            doc_stride: int) -> conll.NerMetadata:
+                            doc_stride: int) -> ner_features.NerMetadata:
     """Writes train.tf_record and its metadata JSON (with the label list)."""
     record = os.path.join(output_dir, TRAIN_RECORD)
-    conll.write_tfrecord(split.features, record)
-    metadata = conll.NerMetadata.describe(
+    ner_features.write_tfrecord(split.features, record)
+    metadata = ner_features.NerMetadata.describe(
         split.sentences, split.features, labels, split.tag_scheme, max_seq_length,
         doc_stride, tokenizer.do_lower_case, len(tokenizer.vocab))
-    metadata.to_json_file(metadata_path(output_dir))
+    metadata.write(record)
     return metadata
-
-
-def metadata_path(output_dir: str) -> str:
-    return os.path.join(output_dir, TRAIN_RECORD + ".metadata.json")
 
 
 def read_training_labels(output_dir: str) -> list[str]:
     """The label list of an earlier training run in output_dir."""
-    path = metadata_path(output_dir)
-    if not tf.io.gfile.exists(path):
+    record = os.path.join(output_dir, TRAIN_RECORD)
+    if not tf.io.gfile.exists(records.metadata_path(record)):
         raise FileNotFoundError(
-            f"{path} does not exist: the label list comes from the training file. Run "
-            "with --do_train first (or together), in the same --output_dir.")
-    return list(conll.NerMetadata.from_json_file(path).labels)
-
-
-def train_dataset(record: str, max_seq_length: int, batch_size: int, seed: int,
-                  shuffle_buffer_size: int,
-                  input_context: tf.distribute.InputContext | None = None
-                  ) -> tf.data.Dataset:
-    """Shuffled, repeated batches of the training windows, as the Trainer takes them.
-
-    Each element: int32 `input_word_ids`, `input_mask`, `input_type_ids` and
-    `label_ids` [B, S] (-1 where a position carries no label), B the per-replica batch.
-    """
-    dataset = tf.data.TFRecordDataset(record)
-    if input_context is not None and input_context.num_input_pipelines > 1:
-        dataset = dataset.shard(input_context.num_input_pipelines,
-                                input_context.input_pipeline_id)
-    dataset = dataset.map(lambda r: conll.parse_example(r, max_seq_length),
-                          num_parallel_calls=tf.data.AUTOTUNE, deterministic=True)
-    dataset = dataset.map(lambda inputs, labels: dict(inputs, label_ids=labels))
-    dataset = dataset.shuffle(shuffle_buffer_size, seed=seed,
-                              reshuffle_each_iteration=True).repeat()
-    per_replica = (input_context.get_per_replica_batch_size(batch_size) if input_context
-                   else batch_size)
-    return dataset.batch(per_replica, drop_remainder=True).prefetch(tf.data.AUTOTUNE)
-
-
-def inference_dataset(features: list[conll.InputFeatures], batch_size: int
-                      ) -> tf.data.Dataset:
-    """All windows once, in order, the last batch partial; adds int32 `unique_ids` [B]."""
-    columns = {"input_word_ids": [f.input_ids for f in features],
-               "input_mask": [f.input_mask for f in features],
-               "input_type_ids": [f.segment_ids for f in features],
-               "label_ids": [f.label_ids for f in features],
-               "unique_ids": [f.unique_id for f in features]}
-    tensors = {k: np.asarray(v, dtype=np.int32) for k, v in columns.items()}
-    return tf.data.Dataset.from_tensor_slices(tensors).batch(batch_size)
+            f"{records.metadata_path(record)} does not exist: the label list comes from "
+            "the training file. Run with --do_train first (or together), in the same "
+            "--output_dir.")
+    return list(ner_features.NerMetadata.read(record).labels)
 
 
 # ----------------------------------------------------------------------------
@@ -321,13 +283,14 @@ def build_model(strategy: tf.distribute.Strategy, encoder, config: BertConfig,
 # ----------------------------------------------------------------------------
 
 
-def train(trainer: training.Trainer, record: str, max_seq_length: int, batch_size: int,
-          seed: int, shuffle_buffer_size: int) -> bool:
+def train(trainer: training.Trainer, record: str, metadata: ner_features.NerMetadata,
+          batch_size: int, seed: int, shuffle_buffer_size: int) -> bool:
     """Trains to num_train_steps; returns whether training is complete (False: stopped
     early by SIGTERM, checkpointed)."""
     def dataset_fn(context=None):
-        return train_dataset(record, max_seq_length, batch_size, seed,
-                             shuffle_buffer_size, context)
+        return ner_features.build_dataset(record, metadata, batch_size, True, seed=seed,
+                                          shuffle_buffer_size=shuffle_buffer_size,
+                                          input_context=context)
     summary = trainer.train(dataset_fn, batch_size)
     return summary["global_step"] >= trainer.num_train_steps
 
@@ -336,14 +299,15 @@ def predict_tags(trainer: training.Trainer, split: Split, labels: list[str],
                  batch_size: int) -> list[list[str]]:
     """One predicted IOB2 tag per word of every sentence of the split."""
     outputs = trainer.predict(
-        inference_dataset(split.features, batch_size), lambda features, outputs: {
+        ner_features.inference_dataset(split.features, batch_size),
+        lambda features, outputs: {
             "label_ids": tf.argmax(outputs["logits"], axis=-1, output_type=tf.int32),
             "unique_ids": features["unique_ids"]})
     order = np.argsort(outputs["unique_ids"], kind="stable")
     if not np.array_equal(outputs["unique_ids"][order], np.arange(len(split.features))):
         raise RuntimeError(f"{split.path}: predictions do not cover every window once")
-    return conll.predictions_to_tags(outputs["label_ids"][order], split.features,
-                                     split.sentences, labels)
+    return ner_features.predictions_to_tags(outputs["label_ids"][order], split.features,
+                                            split.sentences, labels)
 
 
 def write_predictions(split: Split, tags: list[list[str]], output_dir: str) -> str:
@@ -352,14 +316,6 @@ def write_predictions(split: Split, tags: list[list[str]], output_dir: str) -> s
     conll.write_predictions(path, split.sentences, tags, tag_scheme=split.tag_scheme)
     logging.info("Wrote the predictions of %s to %s", split.path, path)
     return path
-
-
-def write_text(path: str, text: str) -> None:
-    """Writes a UTF-8 text file under a temporary name, then renames it."""
-    temp_path = f"{path}.tmp-{os.getpid()}"
-    with open(temp_path, "w", encoding="utf-8") as f:
-        f.write(text)
-    os.replace(temp_path, path)
 
 
 def evaluate(trainer: training.Trainer, split: Split, labels: list[str],
@@ -373,8 +329,8 @@ def evaluate(trainer: training.Trainer, split: Split, labels: list[str],
                              output_dir)
     counts = conlleval.evaluate_file(path)
     report = counts.report()
-    write_text(os.path.join(output_dir, EVAL_REPORT), report)
-    loss = trainer.evaluate(inference_dataset(split.features, batch_size))
+    records.write_text(os.path.join(output_dir, EVAL_REPORT), report)
+    loss = trainer.evaluate(ner_features.inference_dataset(split.features, batch_size))
     extra = {"eval_loss": loss["eval_loss"], "global_step": loss["global_step"]}
     conlleval.write_eval_results(os.path.join(output_dir, EVAL_RESULTS), counts, extra)
     logging.info("conlleval on %s:\n%s", path, report)
@@ -453,10 +409,11 @@ def main(_):
     eval_split = prepare("eval", FLAGS.eval_file, labels) if FLAGS.do_eval else None
     predict_split = (prepare("predict", FLAGS.predict_file, labels) if FLAGS.do_predict
                      else None)
-    num_train_steps, num_warmup_steps = 0, 0
+    num_train_steps, num_warmup_steps, train_metadata = 0, 0, None
     if train_split:
-        write_training_features(train_split, labels, FLAGS.output_dir, tokenizer,
-                                FLAGS.max_seq_length, FLAGS.doc_stride)
+        train_metadata = write_training_features(train_split, labels, FLAGS.output_dir,
+                                                 tokenizer, FLAGS.max_seq_length,
+                                                 FLAGS.doc_stride)
         num_train_steps, num_warmup_steps = train_schedule(
             len(train_split.features), FLAGS.train_batch_size, FLAGS.num_train_epochs,
             FLAGS.warmup_proportion)
@@ -476,9 +433,8 @@ def main(_):
         lambda: initialize_from(model, FLAGS.init_checkpoint, FLAGS.hub_module_url))
 
     if FLAGS.do_train and not train(
-            trainer, os.path.join(FLAGS.output_dir, TRAIN_RECORD), FLAGS.max_seq_length,
-            FLAGS.train_batch_size, FLAGS.seed,
-            max(1, min(FLAGS.shuffle_buffer_size, len(train_split.features)))):
+            trainer, os.path.join(FLAGS.output_dir, TRAIN_RECORD), train_metadata,
+            FLAGS.train_batch_size, FLAGS.seed, FLAGS.shuffle_buffer_size):
         logging.warning("Training stopped early; run again to resume it.")
         return
     if FLAGS.do_eval:

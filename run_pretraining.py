@@ -20,8 +20,8 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
 import tensorflow as tf  # noqa: E402
 
-from data_prep import pretraining_data  # noqa: E402
-from modeling import checkpoints, training  # noqa: E402
+from data_prep import pretraining_data, records  # noqa: E402
+from modeling import checkpoints  # noqa: E402
 from modeling.config import BertConfig  # noqa: E402
 from modeling.encoder import BertEncoder  # noqa: E402
 from modeling.models import BertPretrainer  # noqa: E402
@@ -95,7 +95,7 @@ def main(_):
         dataset = make_dataset_fn(eval_files, FLAGS.eval_batch_size, False, FLAGS.seed)()
         results = trainer.evaluate(dataset, max_steps=FLAGS.max_eval_steps)
         output = os.path.join(FLAGS.output_dir, "eval_results.txt")
-        training.write_results(output, results)
+        records.write_results(output, results)
         logging.info("Eval results (%s): %s", output, results)
 
 

@@ -33,10 +33,7 @@ on raw contexts with the answers --do_predict gives (serving/squad.py).
 from __future__ import annotations
 
 import dataclasses
-import hashlib
-import json
 import os
-import random
 import sys
 
 from absl import app, flags, logging
@@ -46,7 +43,8 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import keras  # noqa: E402
 import tensorflow as tf  # noqa: E402
 
-from data_prep import squad, tokenization  # noqa: E402
+from data_prep import records, squad_features, squad_postprocess, squad_reader  # noqa: E402
+from data_prep import squad_records, tokenization  # noqa: E402
 from evaluation import squad_eval  # noqa: E402
 from modeling import checkpoints, training  # noqa: E402
 from modeling.config import BertConfig  # noqa: E402
@@ -98,164 +96,6 @@ PREDICTIONS = "predictions.json"
 NBEST_PREDICTIONS = "nbest_predictions.json"
 NULL_ODDS = "null_odds.json"
 EVAL_RESULTS = "eval_results.txt"
-# Increase when the records written for the same inputs change.
-FEATURES_FORMAT_VERSION = 1
-
-
-# ----------------------------------------------------------------------------
-# Features.
-# ----------------------------------------------------------------------------
-
-
-@dataclasses.dataclass(frozen=True)
-class FeatureSettings:
-    """What, besides the input file, determines the features."""
-    max_seq_length: int
-    doc_stride: int
-    max_query_length: int
-    do_lower_case: bool
-    version_2_with_negative: bool
-
-
-@dataclasses.dataclass(frozen=True)
-class TrainData:
-    """The training TFRecord file and its metadata."""
-    file: str
-    metadata: dict
-
-    @property
-    def num_features(self) -> int:
-        return self.metadata["num_features"]
-
-
-@dataclasses.dataclass(frozen=True)
-class PredictData:
-    """What post-processing needs: the examples and features, and their records."""
-    file: str
-    examples: list
-    features: list
-
-
-def metadata_path(record_file: str) -> str:
-    return record_file + ".metadata.json"
-
-
-def file_sha256(path: str) -> str:
-    digest = hashlib.sha256()
-    with tf.io.gfile.GFile(path, "rb") as f:
-        for chunk in iter(lambda: f.read(1 << 22), b""):
-            digest.update(chunk)
-    return digest.hexdigest()
-
-
-def read_examples(input_file: str, is_training: bool, version_2_with_negative: bool
-                  ) -> squad.SquadReadResult:
-    """The examples of a SQuAD file; a ValueError if there are none."""
-    result = squad.read_squad_file(input_file, is_training, version_2_with_negative)
-    if not result.examples:
-        raise ValueError(f"{input_file}: no usable question ({result.num_questions} "
-                         f"questions, {len(result.skipped_qas_ids)} skipped)")
-    if result.skipped_qas_ids:
-        logging.warning("Skipped %d of %d training questions of %s (answer text not found "
-                        "at its offset); see num_skipped in the metadata.",
-                        len(result.skipped_qas_ids), result.num_questions, input_file)
-    return result
-
-
-def _source_record(train_file: str, vocab_file: str, settings: FeatureSettings,
-                   seed: int) -> dict:
-    """Everything that determines the training records (compared on reuse)."""
-    return {"format_version": FEATURES_FORMAT_VERSION,
-            "train_file_sha256": file_sha256(train_file),
-            "vocab_sha256": file_sha256(vocab_file),
-            "shuffle_seed": seed, **dataclasses.asdict(settings)}
-
-
-def _reusable_metadata(record_file: str, source: dict) -> dict | None:
-    """The metadata of an existing record file made from `source`, else None."""
-    if not (tf.io.gfile.exists(record_file) and tf.io.gfile.exists(metadata_path(record_file))):
-        return None
-    try:
-        metadata = squad.read_metadata(metadata_path(record_file))
-    except ValueError:
-        return None
-    if metadata.get("source") != source:
-        return None
-    return metadata
-
-
-def build_train_features(train_file: str, output_dir: str, tokenizer, vocab_file: str,
-                         settings: FeatureSettings, seed: int) -> TrainData:
-    """Writes (or reuses) output_dir/train.tf_record; features are streamed to it.
-
-    The questions are shuffled (random.Random(seed)) before windowing, as the original
-    does, so the windows of one context do not all sit in one shuffle buffer.
-    """
-    record_file = os.path.join(output_dir, TRAIN_RECORD)
-    source = _source_record(train_file, vocab_file, settings, seed)
-    metadata = _reusable_metadata(record_file, source)
-    if metadata is not None:
-        logging.info("Reusing %s (%d features).", record_file, metadata["num_features"])
-        return TrainData(record_file, metadata)
-    if tf.io.gfile.exists(metadata_path(record_file)):  # Stale: never pair it with
-        tf.io.gfile.remove(metadata_path(record_file))  # the records about to be written.
-    read = read_examples(train_file, True, settings.version_2_with_negative)
-    examples = list(read.examples)
-    random.Random(seed).shuffle(examples)
-    features = squad.convert_examples_to_features(
-        examples, tokenizer, settings.max_seq_length, settings.doc_stride,
-        settings.max_query_length, is_training=True)
-    num_features = squad.write_features(features, record_file, is_training=True)
-    metadata = squad.write_metadata(
-        metadata_path(record_file), **dataclasses.asdict(settings), is_training=True,
-        num_questions=read.num_questions, num_examples=len(examples),
-        num_features=num_features, num_skipped=len(read.skipped_qas_ids),
-        vocab_file=vocab_file, extra={"source": source, "train_file": train_file})
-    return TrainData(record_file, metadata)
-
-
-def build_predict_features(predict_file: str, output_dir: str, tokenizer,
-                           vocab_file: str, settings: FeatureSettings) -> PredictData:
-    """Reads --predict_file, keeps its examples and features, writes eval.tf_record."""
-    read = read_examples(predict_file, False, settings.version_2_with_negative)
-    features = list(squad.convert_examples_to_features(
-        read.examples, tokenizer, settings.max_seq_length, settings.doc_stride,
-        settings.max_query_length, is_training=False))
-    record_file = os.path.join(output_dir, PREDICT_RECORD)
-    squad.write_features(features, record_file, is_training=False)
-    squad.write_metadata(
-        metadata_path(record_file), **dataclasses.asdict(settings), is_training=False,
-        num_questions=read.num_questions, num_examples=len(read.examples),
-        num_features=len(features), vocab_file=vocab_file,
-        extra={"predict_file": predict_file})
-    return PredictData(record_file, read.examples, features)
-
-
-def build_dataset(record_file: str, max_seq_length: int, batch_size: int,
-                  is_training: bool, seed: int | None = None,
-                  shuffle_buffer_size: int = 10000,
-                  input_context: tf.distribute.InputContext | None = None
-                  ) -> tf.data.Dataset:
-    """Batches of flat feature dicts, as the Trainer takes them.
-
-    Each element: int32 `unique_ids` [B], `input_word_ids`, `input_mask`,
-    `input_type_ids` [B, S] and, for training, `start_positions`, `end_positions`,
-    `is_impossible` [B]. Training shuffles (a new, seeded order every epoch), repeats
-    and drops the last partial batch; prediction reads the file once, in order.
-    """
-    if input_context is not None:
-        batch_size = input_context.get_per_replica_batch_size(batch_size)
-    dataset = tf.data.TFRecordDataset(record_file)
-    if input_context is not None and input_context.num_input_pipelines > 1:
-        dataset = dataset.shard(input_context.num_input_pipelines,
-                                input_context.input_pipeline_id)
-    if is_training:
-        dataset = dataset.shuffle(shuffle_buffer_size, seed=seed,
-                                  reshuffle_each_iteration=True).repeat()
-    dataset = dataset.map(squad.make_decoder(max_seq_length, is_training),
-                          num_parallel_calls=tf.data.AUTOTUNE)
-    dataset = dataset.batch(batch_size, drop_remainder=is_training)
-    return dataset.prefetch(tf.data.AUTOTUNE)
 
 
 # ----------------------------------------------------------------------------
@@ -328,14 +168,12 @@ def hub_model_files(encoder, hub_module_url: str) -> ModelFiles:
 # ----------------------------------------------------------------------------
 
 
-def train(trainer: training.Trainer, data: TrainData, batch_size: int, seed: int,
-          shuffle_buffer_size: int) -> dict:
+def train(trainer: training.Trainer, data: squad_records.TrainData, batch_size: int,
+          seed: int, shuffle_buffer_size: int) -> dict:
     def dataset_fn(context=None):
-        return build_dataset(data.file, data.metadata["max_seq_length"], batch_size, True,
-                             seed=seed,
-                             shuffle_buffer_size=max(1, min(shuffle_buffer_size,
-                                                            data.num_features)),
-                             input_context=context)
+        return squad_records.build_dataset(data.file, data.metadata, batch_size, True,
+                                           seed=seed, shuffle_buffer_size=shuffle_buffer_size,
+                                           input_context=context)
     return trainer.train(dataset_fn, batch_size)
 
 
@@ -346,39 +184,33 @@ def _span_outputs(features: dict, outputs: dict) -> dict:
             "end_logits": tf.cast(outputs["end_logits"], tf.float32)}
 
 
-def predict_logits(trainer: training.Trainer, data: PredictData, max_seq_length: int,
-                   batch_size: int) -> list[squad.RawResult]:
+def predict_logits(trainer: training.Trainer, data: squad_records.PredictData,
+                   batch_size: int) -> list[squad_postprocess.RawResult]:
     """The model's start and end logits of every feature."""
-    dataset = build_dataset(data.file, max_seq_length, batch_size, is_training=False)
+    dataset = squad_records.build_dataset(data.file, data.metadata, batch_size,
+                                          is_training=False)
     outputs = trainer.predict(dataset, _span_outputs)
     if len(outputs.get("unique_ids", [])) != len(data.features):
         raise RuntimeError(f"predicted {len(outputs.get('unique_ids', []))} of "
                            f"{len(data.features)} features of {data.file}")
-    return [squad.RawResult(int(uid), start, end) for uid, start, end in zip(
+    return [squad_postprocess.RawResult(int(uid), start, end) for uid, start, end in zip(
         outputs["unique_ids"], outputs["start_logits"], outputs["end_logits"])]
 
 
-def write_predictions(data: PredictData, results: list[squad.RawResult],
-                      output_dir: str, do_lower_case: bool) -> squad.SquadPredictions:
+def write_predictions(data: squad_records.PredictData,
+                      results: list[squad_postprocess.RawResult], output_dir: str,
+                      do_lower_case: bool) -> squad_postprocess.SquadPredictions:
     """predictions.json, nbest_predictions.json and, for v2.0, null_odds.json."""
-    predictions = squad.compute_predictions(
+    predictions = squad_postprocess.compute_predictions(
         data.examples, data.features, results, n_best_size=FLAGS.n_best_size,
         max_answer_length=FLAGS.max_answer_length, do_lower_case=do_lower_case,
         version_2_with_negative=FLAGS.version_2_with_negative,
         null_score_diff_threshold=FLAGS.null_score_diff_threshold)
-    squad.write_predictions(
+    squad_postprocess.write_predictions(
         predictions, os.path.join(output_dir, PREDICTIONS),
         os.path.join(output_dir, NBEST_PREDICTIONS),
         os.path.join(output_dir, NULL_ODDS) if FLAGS.version_2_with_negative else None)
     return predictions
-
-
-def _read_json(path: str):
-    try:
-        with open(path, encoding="utf-8") as f:
-            return json.load(f)
-    except json.JSONDecodeError as e:
-        raise ValueError(f"{path} is not valid JSON: {e}") from e
 
 
 def evaluate(gold_file: str, output_dir: str, version_2_with_negative: bool) -> dict:
@@ -388,15 +220,15 @@ def evaluate(gold_file: str, output_dir: str, version_2_with_negative: bool) -> 
     null_odds.json` (exact, f1, HasAns_*, NoAns_*, best_exact, best_f1 and their
     thresholds); written to output_dir/eval_results.txt.
     """
-    predictions = _read_json(os.path.join(output_dir, PREDICTIONS))
+    predictions = records.read_json(os.path.join(output_dir, PREDICTIONS))
     null_odds = None
     null_odds_file = os.path.join(output_dir, NULL_ODDS)
     if version_2_with_negative and os.path.isfile(null_odds_file):
-        null_odds = _read_json(null_odds_file)
+        null_odds = records.read_json(null_odds_file)
     results = squad_eval.evaluate_file(gold_file, predictions, null_odds,
                                        version_2_with_negative)
     path = os.path.join(output_dir, EVAL_RESULTS)
-    squad_eval.write_eval_results(path, results)
+    records.write_results(path, results)
     logging.info("Eval results (%s):\n%s", path, "".join(
         f"  {key} = {results[key]}\n" for key in sorted(results)))
     return results
@@ -404,7 +236,7 @@ def evaluate(gold_file: str, output_dir: str, version_2_with_negative: bool) -> 
 
 def check_gold_file(gold_file: str, version_2_with_negative: bool) -> None:
     """Fails early (not after training) if the gold file cannot be scored as asked."""
-    dataset = squad_eval.read_dataset(gold_file)
+    dataset = squad_reader.read_squad_json(gold_file)
     if not version_2_with_negative and squad_eval.is_version_2(dataset):
         raise ValueError(f"{gold_file} is SQuAD 2.0 (it has unanswerable questions or "
                          f"says version 2): set --version_2_with_negative")
@@ -461,7 +293,8 @@ def check_flags() -> None:
         if not os.path.isfile(predictions):
             raise FileNotFoundError(f"--do_eval without --do_predict scores {predictions}, "
                                     f"which does not exist")
-    squad.check_lengths(FLAGS.max_seq_length, FLAGS.doc_stride, FLAGS.max_query_length)
+    squad_features.check_lengths(FLAGS.max_seq_length, FLAGS.doc_stride,
+                                 FLAGS.max_query_length)
     if FLAGS.hub_module_url and FLAGS.init_checkpoint:
         raise app.UsageError("Give --hub_module_url or --init_checkpoint, not both.")
     if FLAGS.export_dir:
@@ -478,16 +311,16 @@ def run_model(strategy: tf.distribute.Strategy) -> bool:
     model, files = build_model(strategy, files, FLAGS.dtype, FLAGS.hub_module_url,
                                FLAGS.seed)
     tokenizer = tokenization.FullTokenizer(files.vocab_file, files.do_lower_case)
-    settings = FeatureSettings(FLAGS.max_seq_length, FLAGS.doc_stride,
-                               FLAGS.max_query_length, files.do_lower_case,
-                               FLAGS.version_2_with_negative)
+    settings = squad_records.FeatureSettings(
+        FLAGS.max_seq_length, FLAGS.doc_stride, FLAGS.max_query_length,
+        files.do_lower_case, FLAGS.version_2_with_negative)
     # Both files are read before training, so bad input fails early.
-    predict_data = (build_predict_features(FLAGS.predict_file, FLAGS.output_dir, tokenizer,
-                                           files.vocab_file, settings)
-                    if FLAGS.do_predict else None)
-    train_data = (build_train_features(FLAGS.train_file, FLAGS.output_dir, tokenizer,
-                                       files.vocab_file, settings, FLAGS.seed)
-                  if FLAGS.do_train else None)
+    predict_data = (squad_records.build_predict_features(
+        FLAGS.predict_file, os.path.join(FLAGS.output_dir, PREDICT_RECORD), tokenizer,
+        files.vocab_file, settings) if FLAGS.do_predict else None)
+    train_data = (squad_records.build_train_features(
+        FLAGS.train_file, os.path.join(FLAGS.output_dir, TRAIN_RECORD), tokenizer,
+        files.vocab_file, settings, FLAGS.seed) if FLAGS.do_train else None)
 
     num_train_steps, num_warmup_steps = (train_schedule(
         train_data.num_features, FLAGS.train_batch_size, FLAGS.num_train_epochs,
@@ -511,8 +344,7 @@ def run_model(strategy: tf.distribute.Strategy) -> bool:
                             summary["global_step"], num_train_steps)
             return False
     if FLAGS.do_predict:
-        results = predict_logits(trainer, predict_data, FLAGS.max_seq_length,
-                                 FLAGS.predict_batch_size)
+        results = predict_logits(trainer, predict_data, FLAGS.predict_batch_size)
         write_predictions(predict_data, results, FLAGS.output_dir, files.do_lower_case)
     if FLAGS.export_dir:
         export(model, FLAGS.export_dir, files, FLAGS.max_seq_length)

@@ -11,6 +11,7 @@ import keras
 import tensorflow as tf
 from absl import flags, logging
 
+from data_prep import records
 from modeling import checkpoints, distribution, training
 from modeling.config import BertConfig
 
@@ -184,7 +185,7 @@ def write_resolved_config(FLAGS, config: BertConfig, extra: dict | None = None) 
         for flag in module_flags:
             values[flag.name] = flag.value
     values.update(extra or {})
-    training.write_json(os.path.join(FLAGS.output_dir, "run_config.json"), values)
+    records.write_json(os.path.join(FLAGS.output_dir, "run_config.json"), values)
 
 
 def initialize_from(model, init_checkpoint: str | None, hub_module_url: str | None) -> None:

@@ -36,6 +36,7 @@ import numpy as np
 REPO = pathlib.Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
+from data_prep import records  # noqa: E402
 from evaluation import glue_metrics  # noqa: E402
 
 
@@ -280,9 +281,7 @@ def main(argv=None) -> None:
             else:
                 raise ValueError(f"unknown system {system!r}")
             result["settings"] = {k: v for k, v in vars(args).items()}
-            with open(result_file + ".tmp", "w", encoding="utf-8") as f:
-                json.dump(result, f, indent=2)
-            os.replace(result_file + ".tmp", result_file)
+            records.write_json(result_file, result, sort_keys=False)
             print(f"{system} seed {seed}: {result['epochs'][-1]}, {result['wall_s']:.0f} s",
                   flush=True)
     results = []

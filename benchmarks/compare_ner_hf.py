@@ -47,6 +47,7 @@ import numpy as np
 REPO = pathlib.Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
+from data_prep import records  # noqa: E402
 from evaluation import conlleval  # noqa: E402
 
 SYSTEMS = ("ours", "hf", "ours_fb", "ours_orig")
@@ -344,9 +345,7 @@ def main(argv=None) -> None:
             else:
                 result = run_ours(args, seed, run_dir, system)
             result["settings"] = dict(vars(args))
-            with open(result_file + ".tmp", "w", encoding="utf-8") as f:
-                json.dump(result, f, indent=2)
-            os.replace(result_file + ".tmp", result_file)
+            records.write_json(result_file, result, sort_keys=False)
             print(f"{system} seed {seed}: F1 {100 * result['f1']:.2f} "
                   f"({result['steps']} steps, {result['wall_s']:.0f} s)\n{result['report']}",
                   flush=True)

@@ -8,12 +8,12 @@ peak learning rate, warmup proportion, epochs, weight decay and seed.
 
 * ours: `run_squad.py --do_train --do_predict --do_eval` in a subprocess.
 * hf: `BertForQuestionAnswering` on PyTorch (CPU) with a plain training loop over the
-  SAME features (this project's `data_prep.squad` windows and start/end positions, so
+  SAME features (this project's `data_prep.squad_features` windows and start/end positions, so
   that only the model and the training differ): a fresh random permutation of the
   features per epoch, `torch.optim.AdamW` (epsilon 1e-6, no decay on biases and
   LayerNorm), linear warmup and decay (`get_linear_schedule_with_warmup`), gradient
   clipping at 1.0, its own loss (mean of the start and end cross-entropies). Its
-  logits go through this project's post-processing (`squad.compute_predictions`)
+  logits go through this project's post-processing (`squad_postprocess.compute_predictions`)
   and official scoring (`evaluation.squad_eval`), as ours do.
 * hf_bert_adam: the same, but with the original release's optimizer: Adam WITHOUT bias
   correction and a learning rate that decays linearly from step 0 (init_lr x (1 - step
@@ -81,7 +81,8 @@ import numpy as np
 REPO = pathlib.Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
-from data_prep import squad, tokenization  # noqa: E402
+from data_prep import squad_features, squad_postprocess, squad_reader  # noqa: E402
+from data_prep import records, squad_records, tokenization  # noqa: E402
 from evaluation import squad_eval  # noqa: E402
 
 SAMPLE = REPO / "sample_data" / "squad" / "dev-v2.0-first5articles.json"
@@ -174,14 +175,12 @@ def checkpoint_without_dropout(checkpoint: str, output_dir: str) -> str:
     """A copy of the Hugging Face checkpoint directory whose config has no dropout."""
     copy = os.path.join(output_dir, "checkpoint_no_dropout")
     if not os.path.isfile(os.path.join(copy, "config.json")):
-        shutil.copytree(checkpoint, copy + ".tmp", dirs_exist_ok=True)
-        config_file = os.path.join(copy + ".tmp", "config.json")
-        with open(config_file, encoding="utf-8") as f:
-            config = json.load(f)
-        config.update(hidden_dropout_prob=0.0, attention_probs_dropout_prob=0.0)
-        with open(config_file, "w", encoding="utf-8") as f:
-            json.dump(config, f, indent=2)
-        os.replace(copy + ".tmp", copy)
+        with records.atomic_directory(copy) as temp:
+            shutil.copytree(checkpoint, temp, dirs_exist_ok=True)
+            config_file = os.path.join(temp, "config.json")
+            config = records.read_json(config_file)
+            config.update(hidden_dropout_prob=0.0, attention_probs_dropout_prob=0.0)
+            records.write_json(config_file, config, sort_keys=False)
     return copy
 
 
@@ -220,7 +219,7 @@ def split_articles(squad_file: str, eval_article: int, output_dir: str,
                    version_2: bool = True) -> tuple[str, str]:
     """Writes train.json (all articles but one) and eval.json (that one); without
     version_2, only their answerable questions."""
-    dataset = squad_eval.read_dataset(squad_file)
+    dataset = squad_reader.read_squad_json(squad_file)
     articles = dataset["data"]
     if not 0 <= eval_article < len(articles):
         raise SystemExit(f"--eval_article={eval_article}: {squad_file} has articles 0 to "
@@ -234,9 +233,8 @@ def split_articles(squad_file: str, eval_article: int, output_dir: str,
     for name, chosen in (("train", articles[:eval_article] + articles[eval_article + 1:]),
                          ("eval", [articles[eval_article]])):
         path = os.path.join(output_dir, f"{name}.json")
-        with open(path, "w", encoding="utf-8") as f:
-            json.dump({"version": dataset.get("version", "v2.0") if version_2 else "1.1",
-                       "data": chosen}, f)
+        records.write_json(path, {"version": dataset.get("version", "v2.0") if version_2
+                                  else "1.1", "data": chosen}, indent=None, sort_keys=False)
         paths.append(path)
     return paths[0], paths[1]
 
@@ -244,7 +242,7 @@ def split_articles(squad_file: str, eval_article: int, output_dir: str,
 def answer_nothing_baseline(eval_file: str, version_2: bool = True) -> float:
     """F1 (= exact) of predicting "" everywhere: the share of unanswerable questions
     (v2.0 rules), 0 by the v1.1 rules."""
-    answers = squad_eval.gold_answers(squad_eval.read_dataset(eval_file)["data"])
+    answers = squad_eval.gold_answers(squad_reader.read_squad_json(eval_file)["data"])
     empty = {q: "" for q in answers}
     if not version_2:
         return squad_eval.evaluate_v1(answers, empty)["f1"]
@@ -259,7 +257,7 @@ def best_span_scores(eval_file: str, nbest_file: str) -> dict:
     """
     with open(nbest_file, encoding="utf-8") as f:
         nbest = json.load(f)
-    answers = squad_eval.gold_answers(squad_eval.read_dataset(eval_file)["data"])
+    answers = squad_eval.gold_answers(squad_reader.read_squad_json(eval_file)["data"])
     f1, exact = [], []
     for qas_id, golds in answers.items():
         if not golds:
@@ -276,7 +274,7 @@ def null_auc(eval_file: str, null_odds_file: str) -> float:
     --null_score_diff_threshold is."""
     with open(null_odds_file, encoding="utf-8") as f:
         odds = json.load(f)
-    answers = squad_eval.gold_answers(squad_eval.read_dataset(eval_file)["data"])
+    answers = squad_eval.gold_answers(squad_reader.read_squad_json(eval_file)["data"])
     no_answer = np.array([odds[q] for q, golds in answers.items() if not golds])
     has_answer = np.array([odds[q] for q, golds in answers.items() if golds])
     if not (len(no_answer) and len(has_answer)):
@@ -433,8 +431,8 @@ def ours_curve(args, eval_file: str, run_dir: str, interval: int, total: int) ->
 def make_features(args, input_file: str, is_training: bool):
     tokenizer = tokenization.FullTokenizer(os.path.join(args.checkpoint, "vocab.txt"),
                                            do_lower_case=True)
-    examples = squad.read_squad_examples(input_file, is_training, is_v2(args))
-    features = list(squad.convert_examples_to_features(
+    examples = squad_reader.read_squad_examples(input_file, is_training, is_v2(args))
+    features = list(squad_features.convert_examples_to_features(
         examples, tokenizer, args.max_seq_length, args.doc_stride, args.max_query_length,
         is_training))
     return examples, features
@@ -605,10 +603,10 @@ def ours_batches(args, ours_dir: str, total: int) -> list:
     with open(config_file, encoding="utf-8") as f:
         run_config = json.load(f)
     keras.utils.set_random_seed(args.seed)  # As runner_flags.setup: the global seed.
-    dataset = run_squad.build_dataset(
-        record, args.max_seq_length, args.batch_size, is_training=True, seed=args.seed,
-        shuffle_buffer_size=max(1, min(run_config["shuffle_buffer_size"],
-                                       run_config["num_train_features"])))
+    dataset = squad_records.build_dataset(
+        record, records.read_metadata(record, squad_records.RECORD_FORMAT),
+        args.batch_size, is_training=True, seed=args.seed,
+        shuffle_buffer_size=run_config["shuffle_buffer_size"])
     names = {"input_word_ids": "input_ids", "input_mask": "attention_mask",
              "input_type_ids": "token_type_ids", "start_positions": "start_positions",
              "end_positions": "end_positions"}
@@ -689,15 +687,15 @@ def evaluate_hf(model, args, eval_file: str, run_dir: str) -> dict:
                 output = model(**{k: v[batch] for k, v in inputs.items()})
             for feature, start, end in zip(features[batch], output.start_logits.float(),
                                            output.end_logits.float()):
-                results.append(squad.RawResult(feature.unique_id, start.numpy(),
-                                               end.numpy()))
-    predictions = squad.compute_predictions(examples, features, results,
-                                            do_lower_case=True,
-                                            version_2_with_negative=is_v2(args))
+                results.append(squad_postprocess.RawResult(feature.unique_id, start.numpy(),
+                                                           end.numpy()))
+    predictions = squad_postprocess.compute_predictions(examples, features, results,
+                                                        do_lower_case=True,
+                                                        version_2_with_negative=is_v2(args))
     os.makedirs(run_dir, exist_ok=True)
-    squad.write_predictions(predictions, os.path.join(run_dir, "predictions.json"),
-                            os.path.join(run_dir, "nbest_predictions.json"),
-                            os.path.join(run_dir, "null_odds.json"))
+    squad_postprocess.write_predictions(predictions, os.path.join(run_dir, "predictions.json"),
+                                        os.path.join(run_dir, "nbest_predictions.json"),
+                                        os.path.join(run_dir, "null_odds.json"))
     return dict(squad_eval.evaluate_file(eval_file, dict(predictions.predictions),
                                          dict(predictions.null_odds), is_v2(args)))
 
@@ -781,9 +779,7 @@ def main(argv=None) -> None:
             else:
                 result = run_hf(args, train_file, eval_file, run_dir, system, interval)
             result["settings"] = vars(args)
-            with open(result_file + ".tmp", "w", encoding="utf-8") as f:
-                json.dump(result, f, indent=2)
-            os.replace(result_file + ".tmp", result_file)
+            records.write_json(result_file, result, sort_keys=False)
             print(f"{system}: {result['results']}, {result['wall_s']:.0f} s", flush=True)
         with open(result_file, encoding="utf-8") as f:
             results[system] = json.load(f)

@@ -1,5 +1,6 @@
-"""Files that never look complete before they are: atomic writes, TFRecord writing and
-input globs, shared by every writer and reader of the project.
+"""Files that never look complete before they are: atomic writes, TFRecord files and
+their metadata, input fingerprints, input globs; shared by every writer and reader of
+the project.
 
 A file (or folder) is written under a hidden temporary name beside its destination,
 `.NAME.tmp-<pid>-<random>`, and renamed onto it once complete: a killed or failed run
@@ -9,20 +10,40 @@ run that writes the same destination removes the leftovers of earlier runs.
 
 Paths go through `tf.io.gfile`, so `gs://` and the other file systems TensorFlow reads
 work too (rename is a copy there, but the destination still appears only when complete).
+
+Record files. `write_tfrecord` writes one; `write_metadata` writes the JSON that
+describes it, `<file>.meta.json`, with the record format ("<kind>/<version>", e.g.
+"bert_classifier_tfrecord/2": a reader expecting another refuses it), the record
+file's size and a fingerprint of every input file; `read_metadata` reads it back and
+`reusable_metadata` says whether the records still match their inputs and settings,
+so that a feature cache is rebuilt exactly when something that made it changed.
+Writing a record file removes its old metadata first: metadata never describes
+records other than those it was written for.
+
+Shape legend: B batch.
 """
 
 from __future__ import annotations
 
 import contextlib
+import hashlib
 import json
 import os
 import posixpath
 import uuid
-from typing import Iterable, Iterator
+from typing import Iterable, Iterator, Mapping, Sequence
 
 import tensorflow as tf
 
 _TEMP_MARK = ".tmp-"
+
+METADATA_SUFFIX = ".meta.json"
+# The keys `write_metadata` adds to those of a task.
+METADATA_KEYS = ("format", "input_files", "record_bytes")
+
+# Names of the encoder inputs in the original release's records -> the encoder's.
+ENCODER_INPUT_NAMES = {"input_ids": "input_word_ids", "input_mask": "input_mask",
+                       "segment_ids": "input_type_ids"}
 
 
 def _split(path: str) -> tuple[str, str]:
@@ -116,13 +137,31 @@ def write_json(path: str, value, **kwargs) -> None:
 
 
 def read_json(path: str):
-    """The JSON value of `path`; a ValueError naming the file for malformed JSON."""
+    """The JSON value of `path`.
+
+    Raises:
+      FileNotFoundError: `path` does not exist (naming it).
+      ValueError: the file is not valid JSON (naming it and the position).
+    """
+    if not tf.io.gfile.exists(path):
+        raise FileNotFoundError(f"{path} does not exist")
     with tf.io.gfile.GFile(path, "r") as f:
         text = f.read()
     try:
         return json.loads(text)
     except json.JSONDecodeError as e:
-        raise ValueError(f"{path}: not valid JSON ({e})") from e
+        raise ValueError(f"{path} is not valid JSON: {e}") from e
+
+
+def format_results(results: Mapping[str, object]) -> str:
+    """`key = value` lines, keys sorted, values by `str`: the original release's
+    eval_results.txt."""
+    return "".join(f"{key} = {results[key]}\n" for key in sorted(results))
+
+
+def write_results(path: str, results: Mapping[str, object]) -> None:
+    """Writes `format_results(results)` atomically (eval_results.txt and the like)."""
+    write_text(path, format_results(results))
 
 
 @contextlib.contextmanager
@@ -134,6 +173,21 @@ def atomic_tfrecord_writer(path: str, options: str | None = None) -> Iterator:
             yield writer
         finally:
             writer.close()
+
+
+def write_tfrecord(path: str, serialized: Iterable[bytes]) -> int:
+    """Writes serialized records to `path` atomically; returns how many.
+
+    The metadata of an earlier file at `path` is removed before anything is written,
+    so a failed or interrupted write leaves no metadata that claims the records.
+    """
+    remove_metadata(path)
+    count = 0
+    with atomic_tfrecord_writer(path) as writer:
+        for record in serialized:
+            writer.write(record)
+            count += 1
+    return count
 
 
 @contextlib.contextmanager
@@ -205,3 +259,171 @@ def expand_globs(patterns: str | Iterable[str], what: str = "--input_file",
     if not files:
         raise ValueError(f"{what} is empty")
     return files
+
+
+# ----------------------------------------------------------------------------
+# Record metadata and input fingerprints.
+# ----------------------------------------------------------------------------
+
+
+def metadata_path(record_file: str) -> str:
+    """Where the metadata of a record file lives: `<record_file>.meta.json`."""
+    return record_file + METADATA_SUFFIX
+
+
+def file_sha256(path: str) -> str:
+    """Hex SHA-256 of a file's content, read in 4 MiB chunks."""
+    digest = hashlib.sha256()
+    with tf.io.gfile.GFile(path, "rb") as f:
+        for chunk in iter(lambda: f.read(1 << 22), b""):
+            digest.update(chunk)
+    return digest.hexdigest()
+
+
+def _size_and_mtime(path: str) -> tuple[int, int]:
+    """(bytes, mtime in ns); local mtimes at the file system's own resolution
+    (`tf.io.gfile.stat` rounds them to seconds)."""
+    if "://" not in path:
+        stat = os.stat(path)
+        return stat.st_size, stat.st_mtime_ns
+    stat = tf.io.gfile.stat(path)
+    return stat.length, stat.mtime_nsec
+
+
+def file_fingerprint(path: str) -> dict:
+    """{"name", "path", "size", "mtime_ns", "sha256"} of a file, for `same_file`."""
+    size, mtime_ns = _size_and_mtime(path)
+    return {"name": _split(path)[1], "path": path, "size": size, "mtime_ns": mtime_ns,
+            "sha256": file_sha256(path)}
+
+
+def same_file(recorded: Mapping, path: str) -> bool:
+    """Whether `path` is the file `recorded` (a `file_fingerprint`) describes.
+
+    Same name and size, and then the same path and mtime, or else the same content
+    hash. The mtime alone does not vouch for a file at another path: files written
+    within one tick of the file system's clock, or unpacked from archives, share
+    mtimes and sizes.
+    """
+    size, mtime_ns = _size_and_mtime(path)
+    if (recorded.get("name"), recorded.get("size")) != (_split(path)[1], size):
+        return False
+    if recorded.get("path") == path and recorded.get("mtime_ns") == mtime_ns:
+        return True
+    return recorded.get("sha256") == file_sha256(path)
+
+
+def write_metadata(record_file: str, record_format: str, values: Mapping,
+                   input_files: Sequence[str] = ()) -> dict:
+    """Writes `<record_file>.meta.json` atomically; returns what it wrote.
+
+    Args:
+      record_file: the (complete) record file described.
+      record_format: "<kind>/<version>", e.g. "bert_squad_tfrecord/2". Raise the
+        version whenever the records written for the same inputs change.
+      values: the task's own entries (settings, counts, labels...), JSON-serializable.
+      input_files: the files the records were made from; each one's
+        `file_fingerprint` is stored, for `reusable_metadata`.
+
+    Returns:
+      `values` with `format`, `record_bytes` (the record file's size) and, with
+      input files, `input_files`, as read back by `read_metadata`.
+    """
+    clash = sorted(set(values) & set(METADATA_KEYS))
+    if clash:
+        raise ValueError(f"{metadata_path(record_file)}: {clash} are written by "
+                         f"write_metadata itself")
+    metadata = dict(values, format=record_format,
+                    record_bytes=tf.io.gfile.stat(record_file).length)
+    if input_files:
+        metadata["input_files"] = [file_fingerprint(path) for path in input_files]
+    metadata = json.loads(json.dumps(metadata))  # As read back: tuples become lists.
+    write_json(metadata_path(record_file), metadata, ensure_ascii=False)
+    return metadata
+
+
+def read_metadata(record_file: str, record_format: str | None = None) -> dict:
+    """The metadata written by `write_metadata` beside `record_file`.
+
+    Raises:
+      FileNotFoundError: there is none (naming the file).
+      ValueError: it is not a JSON object, or (when `record_format` is given) its
+        format is another: records of another kind or version, to be rebuilt.
+    """
+    path = metadata_path(record_file)
+    metadata = read_json(path)
+    if not isinstance(metadata, dict):
+        raise ValueError(f"{path}: record metadata must be a JSON object")
+    if record_format is not None and metadata.get("format") != record_format:
+        raise ValueError(
+            f"{path}: the records have format {metadata.get('format')!r}, not "
+            f"{record_format!r} (written by another version: write them again)")
+    return metadata
+
+
+def remove_metadata(record_file: str) -> None:
+    """Removes the metadata of `record_file`, if there is any."""
+    path = metadata_path(record_file)
+    if tf.io.gfile.exists(path):
+        tf.io.gfile.remove(path)
+
+
+def reusable_metadata(record_file: str, record_format: str, settings: Mapping,
+                      input_files: Sequence[str]) -> dict | None:
+    """The metadata of `record_file` if its records can be reused, else None.
+
+    Reusable: the record file and its metadata exist, the metadata has
+    `record_format`, holds every entry of `settings` with the same (JSON) value, was
+    written from the same `input_files` (`same_file`, in order), and the record file
+    has the size recorded. A damaged metadata file counts as not reusable.
+    """
+    if not (tf.io.gfile.exists(record_file)
+            and tf.io.gfile.exists(metadata_path(record_file))):
+        return None
+    try:
+        metadata = read_metadata(record_file, record_format)
+    except ValueError:
+        return None
+    settings = json.loads(json.dumps(settings))  # Compared as JSON gives them back.
+    if any(metadata.get(key) != value for key, value in settings.items()):
+        return None
+    recorded = metadata.get("input_files", [])
+    if len(recorded) != len(input_files) or not all(
+            same_file(entry, path) for entry, path in zip(recorded, input_files)):
+        return None
+    if metadata.get("record_bytes") != tf.io.gfile.stat(record_file).length:
+        return None
+    return metadata
+
+
+# ----------------------------------------------------------------------------
+# Reading records.
+# ----------------------------------------------------------------------------
+
+
+def int64_feature(values: Iterable[int]) -> tf.train.Feature:
+    """A `tf.train.Feature` of int64 values."""
+    return tf.train.Feature(int64_list=tf.train.Int64List(value=list(values)))
+
+
+def tfrecord_dataset(files: str | Sequence[str],
+                     input_context: tf.distribute.InputContext | None = None
+                     ) -> tf.data.Dataset:
+    """The serialized records of `files`, in file order.
+
+    Under a distribution strategy with several input pipelines, each pipeline reads
+    every `num_input_pipelines`-th record from its `input_pipeline_id` on.
+    """
+    dataset = tf.data.TFRecordDataset(files)
+    if input_context is not None and input_context.num_input_pipelines > 1:
+        dataset = dataset.shard(input_context.num_input_pipelines,
+                                input_context.input_pipeline_id)
+    return dataset
+
+
+def per_replica_batch_size(batch_size: int,
+                           input_context: tf.distribute.InputContext | None) -> int:
+    """The B of one replica for a global batch size (itself without a strategy)."""
+    if input_context is None:
+        return batch_size
+    return input_context.get_per_replica_batch_size(batch_size)

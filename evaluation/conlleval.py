@@ -4,34 +4,20 @@
 2004-01-26) is the reference scorer of NER and chunking results. It never builds a
 list of entities: it walks the tag sequence once and decides, between each pair of
 neighbouring tags, whether a chunk ends and whether one starts. This module
-applies the same rules to the raw tags, so its counts are those of the script,
-including on tag sequences that are not valid IOB2:
-
-  * a chunk may start with I- (after O, after another type, or at a sentence
-    start): that is how IOB1, CoNLL-2003's own scheme, marks chunks;
-  * B- always starts a new chunk after B- or I-, so "I-PER I-PER B-PER" holds
-    two PER chunks;
-  * a change of type ends a chunk ("B-PER I-LOC" holds two chunks), except
-    after O or ".";
-  * "[" and "]" (the open/close bracket representations) are one-token
-    chunks, and "." never starts a chunk;
-  * a tag is split at its first "-" (types may contain "-"); a tag without
-    "-" has the empty type, and, as in Perl, so does the type "0";
-  * a sentence boundary (blank line, or a line whose first field is "-X-")
-    reads as an O tag (ending the chunks of B-, I-, E- and S- tags) and is not
-    counted as a token.
+applies the same rules to the raw tags (`data_prep.tag_schemes`, where `get_chunks`
+reads chunks by them), so its counts are those of the script, including on tag
+sequences that are not valid IOB2 (a chunk may start with I-, B- always starts a new
+chunk, a change of type ends one...). A sentence boundary (blank line, or a line whose
+first field is "-X-") reads as an O tag (ending the chunks of B-, I-, E- and S- tags)
+and is not counted as a token.
 
 A chunk counts as correct when gold and guess start it on the same token with
 the same type, keep the same type, and end it on the same token.
 
-E- and S- tags. The Perl script knows E- only from the IOE schemes (E- ends a
-chunk) and has no rule for S-; on IOBES tags it therefore merges neighbouring
-chunks of the same type ("S-PER S-PER" and "B-PER E-PER B-PER E-PER" are one
-chunk each for it). With `iobes=True` (the default) two rules are added: S- is a
-single-token chunk, and B- after E- starts a new chunk. They change nothing on
-sequences without S- tags and without an E- followed by a B- (IOB1, IOB2, IOE1,
-IOE2), and make IOBES count correctly, as `seqeval` and the widely used Python
-ports of conlleval do. `iobes=False` gives the script's rules verbatim.
+IOBES. With `iobes=True` (the default) S- is a one-token chunk and B- after E- starts
+a new chunk, as `seqeval` and the Python ports of conlleval count them; `iobes=False`
+gives the script's rules verbatim, which merge neighbouring IOBES chunks of one type
+(see `data_prep.tag_schemes`).
 
 Reading files differs from the script only where it cannot matter for well-formed
 files: fields are separated by runs of spaces or tabs (the script splits on
@@ -49,83 +35,11 @@ import dataclasses
 import re
 from typing import Iterable, Mapping, Sequence
 
-from evaluation import glue_metrics
+from data_prep import records, tag_schemes
 
 BOUNDARY = "-X-"
-OUTSIDE = "O"
-
-# (previous prefix, current prefix) pairs at which the script ends / starts a chunk.
-_END_PAIRS = frozenset({("B", "B"), ("B", "O"), ("I", "B"), ("I", "O"),
-                        ("E", "E"), ("E", "I"), ("E", "O")})
-_START_PAIRS = frozenset({("B", "B"), ("I", "B"), ("O", "B"), ("O", "I"),
-                          ("E", "E"), ("E", "I"), ("O", "E")})
-# Pairs added for IOBES (besides "S- always ends and starts a chunk").
-_IOBES_END_PAIRS = frozenset({("B", "S"), ("I", "S"), ("E", "S"), ("E", "B")})
-_IOBES_START_PAIRS = frozenset({("E", "B"), ("S", "B"), ("S", "I"), ("S", "E")})
-# Prefixes after which a change of type does not end a chunk.
-_NO_CHUNK_PREFIXES = ("O", ".")
-# Open/close bracket representations: every such tag is a one-token chunk.
-_BRACKETS = ("[", "]")
 
 _FIELD_SEPARATOR = re.compile(r"[ \t]+")
-
-
-def split_tag(tag: str) -> tuple[str, str]:
-    """Splits a tag into (prefix, type) at its first "-": "B-PER" -> ("B", "PER").
-
-    "O" -> ("O", ""); "B-Hyper-Param" -> ("B", "Hyper-Param"). Perl's truth
-    test turns the type "0" into "", and so does this function.
-    """
-    prefix, separator, chunk_type = tag.partition("-")
-    if not separator or chunk_type == "0":
-        return prefix, ""
-    return prefix, chunk_type
-
-
-def end_of_chunk(prev_prefix: str, prefix: str, prev_type: str, chunk_type: str,
-                 iobes: bool = True) -> bool:
-    """Whether a chunk ends between the previous and the current token."""
-    if (prev_prefix, prefix) in _END_PAIRS or prev_prefix in _BRACKETS:
-        return True
-    if prev_prefix not in _NO_CHUNK_PREFIXES and prev_type != chunk_type:
-        return True
-    if iobes:
-        return prev_prefix == "S" or (prev_prefix, prefix) in _IOBES_END_PAIRS
-    return False
-
-
-def start_of_chunk(prev_prefix: str, prefix: str, prev_type: str, chunk_type: str,
-                   iobes: bool = True) -> bool:
-    """Whether a chunk starts at the current token."""
-    if (prev_prefix, prefix) in _START_PAIRS or prefix in _BRACKETS:
-        return True
-    if prefix not in _NO_CHUNK_PREFIXES and prev_type != chunk_type:
-        return True
-    if iobes:
-        return prefix == "S" or (prev_prefix, prefix) in _IOBES_START_PAIRS
-    return False
-
-
-def get_chunks(tags: Sequence[str], iobes: bool = True) -> list[tuple[str, int, int]]:
-    """The chunks of one sentence's tags, as (type, start, end) with `end` exclusive.
-
-    Uses the same start/end rules as the scorer, so it reads IOB1, IOB2 and IOBES
-    tags (prefixes B, I, E, S, O), valid or not, the way conlleval does.
-    """
-    chunks = []
-    prev_prefix, prev_type = OUTSIDE, ""
-    chunk_start = None
-    for index, tag in enumerate(list(tags) + [OUTSIDE]):
-        prefix, chunk_type = split_tag(tag)
-        if chunk_start is not None and end_of_chunk(
-                prev_prefix, prefix, prev_type, chunk_type, iobes):
-            chunks.append((prev_type, chunk_start, index))
-            chunk_start = None
-        if index < len(tags) and start_of_chunk(
-                prev_prefix, prefix, prev_type, chunk_type, iobes):
-            chunk_start = index
-        prev_prefix, prev_type = prefix, chunk_type
-    return chunks
 
 
 def _percent(numerator: int, denominator: int) -> float:
@@ -219,21 +133,22 @@ class _Scorer:
     def __init__(self, iobes: bool):
         self.iobes = iobes
         self.counts = ChunkCounts()
-        self._last_correct = (OUTSIDE, "")
-        self._last_guessed = (OUTSIDE, "")
+        self._last_correct = (tag_schemes.OUTSIDE, "")
+        self._last_guessed = (tag_schemes.OUTSIDE, "")
         self._in_correct = False  # inside a chunk that is correct so far
 
     def _chunk_edges(self, last, current) -> tuple[bool, bool]:
         args = (last[0], current[0], last[1], current[1], self.iobes)
-        return end_of_chunk(*args), start_of_chunk(*args)
+        return tag_schemes.end_of_chunk(*args), tag_schemes.start_of_chunk(*args)
 
     def step(self, correct_tag: str, guessed_tag: str) -> None:
         """Scores one token."""
-        self._advance(split_tag(correct_tag), split_tag(guessed_tag), is_token=True)
+        self._advance(tag_schemes.split_tag(correct_tag),
+                      tag_schemes.split_tag(guessed_tag), is_token=True)
 
     def boundary(self) -> None:
         """A sentence break: both tags read as "O", not counted as a token."""
-        self._advance((OUTSIDE, ""), (OUTSIDE, ""), is_token=False)
+        self._advance((tag_schemes.OUTSIDE, ""), (tag_schemes.OUTSIDE, ""), is_token=False)
 
     def _advance(self, correct, guessed, is_token: bool) -> None:
         counts = self.counts
@@ -376,4 +291,4 @@ def write_eval_results(path: str, counts: ChunkCounts,
         counts: the scores.
         extra: more entries, e.g. {"eval_loss": ..., "global_step": ...}.
     """
-    glue_metrics.write_eval_results(path, {**eval_results(counts), **(extra or {})})
+    records.write_results(path, {**eval_results(counts), **(extra or {})})

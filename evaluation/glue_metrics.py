@@ -1,6 +1,6 @@
 """GLUE metrics and the files a classifier run writes.
 
-Metrics (NumPy only, no TensorFlow):
+Metrics (NumPy):
   accuracy                              every classification task
   F1 of the positive class "1"          MRPC, QQP (with accuracy)
   Matthews correlation                  CoLA (with accuracy); its multi-class form
@@ -9,8 +9,8 @@ Metrics (NumPy only, no TensorFlow):
 MNLI is scored once per evaluation split (matched, mismatched): the caller runs
 `compute_metrics` on each split with its own key prefix.
 
-Output files, written atomically (temporary name, then rename):
-  eval_results.txt   "key = value" lines sorted by key, as the original release
+Output files, written atomically (`data_prep.records`, which also writes
+eval_results.txt: `records.write_results`):
   test_results.tsv   one row per example: tab-separated class probabilities (or the
                      predicted score for a regression task), as the original release
   <Task>.tsv         the GLUE server's submission file: header "index<TAB>prediction"
@@ -22,10 +22,11 @@ Shape legend: N examples, K classes.
 from __future__ import annotations
 
 import os
-import tempfile
-from typing import Mapping, Sequence
+from typing import Sequence
 
 import numpy as np
+
+from data_prep import records
 
 # Label "1" is the positive class of MRPC and QQP; it has id 1 in their label
 # list ["0", "1"].
@@ -237,43 +238,6 @@ def compute_metrics(task_name: str, predictions, labels,
             for metric in metric_names}
 
 
-def _atomic_write_text(path: str, text: str) -> None:
-    """Writes `text` to a temporary file beside `path`, then renames it."""
-    path = os.fspath(path)
-    if "://" in path:  # gs://...: only TensorFlow's file system reaches it.
-        import tensorflow as tf  # pylint: disable=g-import-not-at-top
-        temp_path = f"{path}.tmp-{os.getpid()}"
-        with tf.io.gfile.GFile(temp_path, "w") as f:
-            f.write(text)
-        tf.io.gfile.rename(temp_path, path, overwrite=True)
-        return
-    directory = os.path.dirname(os.path.abspath(path))
-    os.makedirs(directory, exist_ok=True)
-    fd, temp_path = tempfile.mkstemp(
-        dir=directory, prefix=os.path.basename(path) + ".", suffix=".tmp")
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8", newline="\n") as f:
-            f.write(text)
-        os.replace(temp_path, path)
-    except BaseException:
-        if os.path.exists(temp_path):
-            os.remove(temp_path)
-        raise
-
-
-def format_eval_results(results: Mapping[str, object]) -> str:
-    """The text of eval_results.txt: "key = value" lines, keys sorted."""
-    return "".join(f"{key} = {results[key]}\n" for key in sorted(results))
-
-
-def write_eval_results(path: str, results: Mapping[str, object]) -> None:
-    """Writes eval_results.txt, e.g. eval_accuracy, eval_f1, eval_loss, global_step.
-
-    Values are written with `str`, as the original release does.
-    """
-    _atomic_write_text(path, format_eval_results(results))
-
-
 def write_test_results(path: str, probabilities) -> None:
     """Writes test_results.tsv: one line per example.
 
@@ -290,7 +254,7 @@ def write_test_results(path: str, probabilities) -> None:
         raise ValueError(
             f"`probabilities` must be [N, K] or [N], got shape {values.shape}")
     lines = ["\t".join(str(value) for value in row) + "\n" for row in values]
-    _atomic_write_text(path, "".join(lines))
+    records.write_text(path, "".join(lines))
 
 
 def submission_file_name(task_name: str, split: str = "test") -> str:
@@ -338,5 +302,5 @@ def write_glue_submission(output_dir: str, task_name: str, indices: Sequence,
         values = [label_list[int(class_id)] for class_id in predictions]
     lines = ["index\tprediction\n"]
     lines += [f"{index}\t{value}\n" for index, value in zip(indices, values)]
-    _atomic_write_text(path, "".join(lines))
+    records.write_text(path, "".join(lines))
     return path

@@ -22,13 +22,13 @@ ValueError naming the question.
 """
 
 import collections
-import json
-import os
 import re
 import string
 from typing import Mapping, Sequence
 
 from absl import logging
+
+from data_prep import squad_reader
 
 _ARTICLES = re.compile(r"\b(a|an|the)\b", re.UNICODE)
 _PUNCTUATION = frozenset(string.punctuation)
@@ -84,23 +84,6 @@ def _token_f1(gold_tokens: Sequence[str], pred_tokens: Sequence[str]) -> float:
 # ----------------------------------------------------------------------------
 # Data sets.
 # ----------------------------------------------------------------------------
-
-
-def read_dataset(dataset_file: str) -> dict:
-    """The parsed SQuAD JSON, with a clear error if it is not one."""
-    try:
-        with open(dataset_file, encoding="utf-8") as f:
-            dataset = json.load(f)
-    except FileNotFoundError:
-        raise ValueError("SQuAD file %s does not exist."
-                         % dataset_file) from None
-    except json.JSONDecodeError as e:
-        raise ValueError("%s is not valid JSON: %s" % (dataset_file, e)) from e
-    if (not isinstance(dataset, dict)
-            or not isinstance(dataset.get("data"), list)):
-        raise ValueError("%s is not a SQuAD file: it has no top-level \"data\" "
-                         "list." % dataset_file)
-    return dataset
 
 
 def gold_answers(articles: Sequence[dict]) -> "collections.OrderedDict":
@@ -298,7 +281,7 @@ def evaluate_file(dataset_file: str, predictions: Mapping[str, str],
         ValueError: naming the file, if it is not a SQuAD file or a question
             lacks a prediction (v2.0 rules) or null odds.
     """
-    dataset = read_dataset(dataset_file)
+    dataset = squad_reader.read_squad_json(dataset_file)
     answers = gold_answers(dataset["data"])
     if version_2_with_negative is None:
         version_2_with_negative = is_version_2(dataset)
@@ -308,13 +291,3 @@ def evaluate_file(dataset_file: str, predictions: Mapping[str, str],
         return evaluate_v2(answers, predictions, null_odds, na_prob_thresh)
     except ValueError as e:
         raise ValueError("%s: %s" % (dataset_file, e)) from e
-
-
-def write_eval_results(output_file: str, results: Mapping) -> None:
-    """Writes "key = value" lines, keys sorted, as the original's
-    eval_results.txt; to a temporary name, then renamed."""
-    lines = ["%s = %s\n" % (key, results[key]) for key in sorted(results)]
-    temp_file = output_file + ".tmp"
-    with open(temp_file, "w", encoding="utf-8") as f:
-        f.writelines(lines)
-    os.replace(temp_file, output_file)

@@ -5,8 +5,8 @@ from __future__ import annotations
 import dataclasses
 import difflib
 import json
-import os
-import tempfile
+
+from data_prep import records
 
 # Activations this project computes. "gelu" is the tanh approximation the original
 # release computes; "gelu_exact" is the erf form (Hugging Face calls it "gelu").
@@ -98,13 +98,10 @@ class BertConfig:
 
     @classmethod
     def from_json_file(cls, path: str) -> "BertConfig":
-        if not os.path.isfile(path):
-            raise FileNotFoundError(f"BERT config file not found: {path}")
-        with open(path, encoding="utf-8") as f:
-            try:
-                values = json.load(f)
-            except json.JSONDecodeError as e:
-                raise ValueError(f"{path}: not valid JSON ({e})") from e
+        try:
+            values = records.read_json(path)
+        except FileNotFoundError:
+            raise FileNotFoundError(f"BERT config file not found: {path}") from None
         if not isinstance(values, dict):
             raise ValueError(f"{path}: expected a JSON object")
         if "model_type" in values or "layer_norm_eps" in values:
@@ -137,9 +134,5 @@ class BertConfig:
         return json.dumps(self.to_dict(), indent=2, sort_keys=True) + "\n"
 
     def to_json_file(self, path: str) -> None:
-        """Writes the config atomically (temporary file, then rename)."""
-        directory = os.path.dirname(os.path.abspath(path))
-        fd, tmp = tempfile.mkstemp(prefix=".bert_config.", dir=directory)
-        with os.fdopen(fd, "w", encoding="utf-8") as f:
-            f.write(self.to_json_string())
-        os.replace(tmp, path)
+        """Writes the config atomically (`data_prep.records`)."""
+        records.write_text(path, self.to_json_string())

@@ -20,7 +20,6 @@ latest one, skipping the batches it had already consumed.
 
 from __future__ import annotations
 
-import json
 import os
 import signal
 import time
@@ -31,6 +30,7 @@ import numpy as np
 import tensorflow as tf
 from absl import logging
 
+from data_prep import records
 from modeling import optimization
 
 
@@ -300,7 +300,7 @@ class Trainer:
         name = "train_summary.json"
         if not self._is_chief():
             name = f"train_summary_worker_{self.strategy.cluster_resolver.task_id}.json"
-        write_json(os.path.join(self.output_dir, name), summary)
+        records.write_json(os.path.join(self.output_dir, name), summary)
         return summary
 
     def replica_report(self) -> dict:
@@ -389,19 +389,3 @@ class Trainer:
         if not pieces:
             return {}
         return {k: np.concatenate([p[k] for p in pieces]) for k in pieces[0]}
-
-
-def write_results(path: str, results: dict) -> None:
-    """`key = value` lines, as the original eval_results.txt; written atomically."""
-    tmp = path + ".tmp"
-    with open(tmp, "w", encoding="utf-8") as f:
-        for key in sorted(results):
-            f.write(f"{key} = {results[key]}\n")
-    os.replace(tmp, path)
-
-
-def write_json(path: str, values) -> None:
-    tmp = path + ".tmp"
-    with open(tmp, "w", encoding="utf-8") as f:
-        json.dump(values, f, indent=2, sort_keys=True)
-    os.replace(tmp, path)

@@ -1,6 +1,6 @@
 """NER tags in-graph: the task export of a token classifier tags raw text as run_ner.py's
---do_predict does (`data_prep.conll`): the same word pieces (`tokenize_words`), windows
-(`serving.windows`, the formula of `conll.make_windows` / `max_context_windows`) and one
+--do_predict does (`data_prep.ner_features`): the same word pieces (`tokenize_words`), windows
+(`serving.windows`, the formula of `ner_features.make_windows` / `max_context_windows`) and one
 tag per word from the window where its first piece has the most context
 (`predictions_to_tags`).
 
@@ -31,7 +31,7 @@ def ner_signatures(model, tokenizer, seq_length: int, labels, *, doc_stride: int
       words: tf.string [B, W], padded with "";
       tags: tf.string [B, W], the label of the word's first piece, padded with "".
 
-    The features are those of `conll.convert_sentences_to_features`: each word tokenized
+    The features are those of `ner_features.convert_sentences_to_features`: each word tokenized
     on its own ([UNK] if it has no piece), `[CLS] pieces [SEP]` windows of
     seq_length - 2 pieces every doc_stride pieces, each word tagged from the window
     where its first piece has the most context; so every word gets a tag.

@@ -1,7 +1,7 @@
 """SQuAD answers in-graph: the task export of a `BertSpanLabeler` answers a raw question
-on a raw context as run_squad.py's --do_predict does (`data_prep.squad`): the same
+on a raw context as run_squad.py's --do_predict does (`data_prep.squad_features`, `squad_postprocess`): the same
 features (`convert_examples_to_features`), windows (`serving.windows`, the formula of
-`squad.doc_spans` / `is_max_context`), span rules (`predict_example`) and answer text
+`squad_features.doc_spans` / `is_max_context`), span rules (`predict_example`) and answer text
 (`candidate_text`, `get_final_text`).
 
 Loading the export needs `import tensorflow_text` first.
@@ -18,7 +18,7 @@ from typing import NamedTuple
 import tensorflow as tf
 import tensorflow_text as tf_text
 
-from data_prep import squad, tf_tokenization, tokenization
+from data_prep import squad_features, squad_reader, tf_tokenization, tokenization
 from serving import inputs as text_inputs
 from serving import windows as serving_windows
 
@@ -45,7 +45,7 @@ def _python_whitespace_class() -> str:
 
 
 # Characters that separate the words of a context (`squad.split_context`).
-CONTEXT_WHITESPACE = _regex_class(squad.CONTEXT_WHITESPACE)
+CONTEXT_WHITESPACE = _regex_class(squad_reader.CONTEXT_WHITESPACE)
 
 
 def _basic_tokens(tokenizer, text: tf.Tensor) -> tf.RaggedTensor:
@@ -58,7 +58,7 @@ def _basic_tokens(tokenizer, text: tf.Tensor) -> tf.RaggedTensor:
 
 
 def final_text(tokenizer, pred_text: tf.Tensor, orig_text: tf.Tensor) -> tf.Tensor:
-    """`squad.get_final_text` in-graph: the predicted text projected onto the original.
+    """`squad_postprocess.get_final_text` in-graph: the predicted text projected onto the original.
 
     `orig_text` is basic-tokenized and joined with spaces (tok_text); the first
     occurrence of `pred_text` in it is mapped back, character by character, onto
@@ -127,7 +127,7 @@ class _SpanFeatures(NamedTuple):
 
 def _span_features(tokenizer, question: tf.Tensor, context: tf.Tensor, seq_length: int,
                    max_query_length: int, doc_stride: int) -> _SpanFeatures:
-    """`squad.convert_examples_to_features` (prediction) in-graph, on tf.string [B]."""
+    """`squad_features.convert_examples_to_features` (prediction) in-graph, on tf.string [B]."""
     words = tf_text.regex_split(context, CONTEXT_WHITESPACE)
     word_pieces = text_inputs.word_pieces(tokenizer, words)  # [sum W, (P)]
     pieces = tf.RaggedTensor.from_row_splits(word_pieces, words.row_splits).merge_dims(1, 2)
@@ -160,7 +160,7 @@ def _span_features(tokenizer, question: tf.Tensor, context: tf.Tensor, seq_lengt
 
 def _best_spans(features: _SpanFeatures, start_logits: tf.Tensor, end_logits: tf.Tensor,
                 n_best_size: int, max_answer_length: int) -> dict[str, tf.Tensor]:
-    """run_squad's best non-null span of every question (`squad.predict_example`).
+    """run_squad's best non-null span of every question (`squad_postprocess.predict_example`).
 
     Candidates are the n_best_size highest start logits x the n_best_size highest end
     logits of every window, in run_squad's order (window, start rank, end rank); valid
@@ -209,7 +209,7 @@ def _best_spans(features: _SpanFeatures, start_logits: tf.Tensor, end_logits: tf
 
 def _span_text(tokenizer, features: _SpanFeatures, spans: dict,
                vocab_tokens: tf.Tensor) -> tf.Tensor:
-    """tf.string [B]: the text of each best span, as `squad.candidate_text` makes it
+    """tf.string [B]: the text of each best span, as `squad_postprocess.candidate_text` makes it
     (the pieces joined and de-"##"-ed, projected onto the whole words holding them),
     "" where there is no span."""
     window, start, end = spans["window"], spans["start"], spans["end"]
@@ -251,12 +251,12 @@ def squad_signatures(model, tokenizer, seq_length: int, labels, *, max_query_len
       start_logits, end_logits: float32 [B, S] of the window holding the answer (the
         first window if there is none).
 
-    The features are those of `squad.convert_examples_to_features`: the context split
+    The features are those of `squad_features.convert_examples_to_features`: the context split
     on whitespace into words, each word tokenized on its own; `[CLS] question [SEP]
     window [SEP]` with the question cut to max_query_length pieces and a long context
     cut into windows every doc_stride pieces; the best span is chosen over all windows
     (`_best_spans`). A context without word pieces has no answer (run_squad: "" with
-    null odds `squad.NO_SPAN_NULL_ODDS`).
+    null odds `squad_postprocess.NO_SPAN_NULL_ODDS`).
 
     Args:
       model: a `BertSpanLabeler` (start_logits, end_logits [N, S]).
@@ -268,7 +268,7 @@ def squad_signatures(model, tokenizer, seq_length: int, labels, *, max_query_len
     """
     if labels is not None:
         raise ValueError(f"a SQuAD export has no labels, got {list(labels)}")
-    squad.check_lengths(seq_length, doc_stride, max_query_length)
+    squad_features.check_lengths(seq_length, doc_stride, max_query_length)
     for name, value in (("max_answer_length", max_answer_length),
                         ("n_best_size", n_best_size)):
         if value < 1:

@@ -2,7 +2,7 @@
 each piece the most context, in-graph for every row of a batch at once.
 
 The arithmetic is `data_prep.context_windows`, the formula the Python feature writers
-use (`squad.doc_spans` / `is_max_context`, `conll.make_windows` /
+use (`squad_features.doc_spans` / `is_max_context`, `ner_features.make_windows` /
 `max_context_windows`), evaluated here on int64 tensors with `TENSOR_OPS`.
 
 Shape legend: B batch, N windows (of every row of the batch together).
@@ -38,7 +38,7 @@ class Windows(NamedTuple):
 def make_windows(num_pieces: tf.Tensor, max_pieces: tf.Tensor, doc_stride: int) -> Windows:
     """The windows of `context_windows.windows` for every row at once.
 
-    A row without pieces gets one empty window (where `squad.doc_spans` has none), so
+    A row without pieces gets one empty window (where `squad_features.doc_spans` has none), so
     that every row has a model input.
 
     Args:

@@ -1,4 +1,5 @@
-"""Tests of data_prep/classifier_data.py: task readers, packing, TFRecords, cache.
+"""Tests of data_prep/classifier_{reader,tasks,features}.py: task readers, packing,
+TFRecords, cache.
 
 The original release's `run_classifier` readers and `convert_single_example`
 serve as an oracle where it has the task (CoLA, MNLI, MRPC, XNLI).
@@ -11,7 +12,10 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from data_prep import classifier_data as cd
+from data_prep import classifier_features as cf
+from data_prep import classifier_reader
+from data_prep import classifier_tasks as ct
+from data_prep import records
 from data_prep import tokenization
 
 MRPC_HEADER = "Quality\t#1 ID\t#2 ID\t#1 String\t#2 String"
@@ -95,7 +99,7 @@ def test_cola_no_header_train_and_header_test(tmp_path, original):
     _write(tmp_path, "dev.tsv", ["clc95\t1\t\tHarry coughed himself into a fit."])
     _write(tmp_path, "test.tsv", ["index\tsentence",
                                   "0\tBill whistled past the house."])
-    processor = cd.get_processor("CoLA")
+    processor = ct.get_processor("CoLA")
     train = processor.get_train_examples(str(tmp_path))
     assert _fields(train) == [
         ("The sailors rode the breeze clear of the rocks.", None, "1", "0"),
@@ -114,7 +118,7 @@ def test_sst2(tmp_path):
     _write(tmp_path, "train.tsv", ["sentence\tlabel",
                                    "hide new secretions from the parental units \t0"])
     _write(tmp_path, "test.tsv", ["index\tsentence", "0\tuneasy mishmash of styles"])
-    processor = cd.get_processor("sst2")
+    processor = ct.get_processor("sst2")
     assert _fields(processor.get_train_examples(str(tmp_path))) == [
         ("hide new secretions from the parental units ", None, "0", "0")]
     assert _fields(processor.get_test_examples(str(tmp_path))) == [
@@ -129,7 +133,7 @@ def test_mrpc_bom_header_and_quotes(tmp_path, original):
     _write(tmp_path, "test.tsv", [
         "index\t#1 ID\t#2 ID\t#1 String\t#2 String",
         "17\t1089874\t1089925\tPCCW's chief.\tThe chief."])
-    processor = cd.get_processor("mrpc")
+    processor = ct.get_processor("mrpc")
     train = processor.get_train_examples(str(tmp_path))
     assert _fields(train) == [('He said "the witness" lied.',
                                '"The witness lied, he said.', "1", "0")]
@@ -154,7 +158,7 @@ def test_stsb_float_labels(tmp_path):
     _write(tmp_path, "test.tsv", [
         header, "0\tmain-captions\tMSRvid\t2012test\t0024\tnone\tnone\tA girl is "
         "styling her hair.\tA girl is brushing her hair."])
-    processor = cd.get_processor("STS-B")
+    processor = ct.get_processor("STS-B")
     assert processor.is_regression and processor.get_labels() == []
     assert _fields(processor.get_train_examples(str(tmp_path))) == [
         ("A plane is taking off.", "An air plane is taking off.", 5.0, "0"),
@@ -171,7 +175,7 @@ def test_qqp(tmp_path):
     _write(tmp_path, "test.tsv", [
         "id\tquestion1\tquestion2",
         "5\tWhy do rockets look white?\tWhy are rockets white?"])
-    processor = cd.get_processor("qqp")
+    processor = ct.get_processor("qqp")
     assert _fields(processor.get_train_examples(str(tmp_path))) == [
         ("How is the life of a math student?",
          "Which level of prepration is enough?", "0", "133273")]
@@ -196,7 +200,7 @@ def test_mnli_splits_and_original(tmp_path, original):
         "\tcontradiction"])
     _write(tmp_path, "test_mismatched.tsv", [
         MNLI_COLUMNS, f"9\t1\t1n\tletters\t{parses}\tA premise.\tA hypothesis."])
-    processor = cd.get_processor("mnli")
+    processor = ct.get_processor("mnli")
     assert processor.eval_splits == ("dev_matched", "dev_mismatched")
     assert _fields(processor.get_dev_examples(str(tmp_path))) == [
         ("The new rights.", "Everyone loves.", "neutral", "0")]
@@ -224,7 +228,7 @@ def test_index_pair_label_tasks(tmp_path, task, question_column, labels):
                                    f"0\tFirst text.\tSecond text.\t{labels[1]}",
                                    f"1\tThird text.\tFourth text.\t{labels[0]}"])
     _write(tmp_path, "test.tsv", [f"index\t{question_column}", "4\tA.\tB."])
-    processor = cd.get_processor(task)
+    processor = ct.get_processor(task)
     assert processor.get_labels() == list(labels)
     assert _fields(processor.get_train_examples(str(tmp_path))) == [
         ("First text.", "Second text.", labels[1], "0"),
@@ -236,7 +240,7 @@ def test_index_pair_label_tasks(tmp_path, task, question_column, labels):
 def test_ax_diagnostic(tmp_path):
     _write(tmp_path, "diagnostic.tsv", ["index\tsentence1\tsentence2",
                                         "0\tThe cat sat.\tThe cat did not sit."])
-    processor = cd.get_processor("AX")
+    processor = ct.get_processor("AX")
     assert processor.get_labels() == ["contradiction", "entailment", "neutral"]
     assert _fields(processor.get_test_examples(str(tmp_path))) == [
         ("The cat sat.", "The cat did not sit.", None, "0")]
@@ -253,7 +257,7 @@ def test_xnli_language_filter_and_train(tmp_path, original):
     _write(tmp_path, "multinli/multinli.train.de.tsv", [
         "premise\thypo\tlabel", "Ein Satz .\tZwei Sätze .\tcontradictory",
         "Drei .\tVier .\tentailment"])
-    processor = cd.get_processor("xnli", xnli_language="de")
+    processor = ct.get_processor("xnli", xnli_language="de")
     assert _fields(processor.get_dev_examples(str(tmp_path))) == [
         ("Er sagte.", "Er ging.", "neutral", "0"),
         ("Ja.", "Nein.", "contradiction", "1")]
@@ -267,7 +271,7 @@ def test_xnli_language_filter_and_train(tmp_path, original):
         assert [(e.text_a, e.text_b, e.label) for e in ours] == [
             (e.text_a, e.text_b, e.label) for e in expected]
     with pytest.raises(ValueError, match="xnli_language='xx'.*zh"):
-        cd.get_processor("xnli", xnli_language="xx")
+        ct.get_processor("xnli", xnli_language="xx")
 
 
 # ----------------------------------------------------------------------------
@@ -277,7 +281,7 @@ def test_xnli_language_filter_and_train(tmp_path, original):
 
 def test_real_mrpc_counts_labels_and_original(sample_data, original):
     data_dir = str(sample_data / "glue" / "MRPC")
-    processor = cd.get_processor("MRPC")
+    processor = ct.get_processor("MRPC")
     assert processor.get_labels() == ["0", "1"]
     examples = {split: processor.get_examples(data_dir, split)
                 for split in ("train", "dev", "test")}
@@ -298,12 +302,12 @@ def test_real_mrpc_counts_labels_and_original(sample_data, original):
 def test_real_mrpc_features_match_original(sample_data, original, tokenizer,
                                            vocab_file):
     data_dir = str(sample_data / "glue" / "MRPC")
-    examples = cd.get_processor("mrpc").get_dev_examples(data_dir)[:120]
+    examples = ct.get_processor("mrpc").get_dev_examples(data_dir)[:120]
     theirs = original.run_classifier.MrpcProcessor().get_dev_examples(data_dir)
     their_tokenizer = original.tokenization.FullTokenizer(vocab_file, True)
     num_truncated = 0
     for ours, expected_example in zip(examples, theirs):
-        features = cd.convert_example(ours, ["0", "1"], 40, tokenizer)
+        features = cf.convert_example(ours, ["0", "1"], 40, tokenizer)
         expected = original.run_classifier.convert_single_example(
             10, expected_example, ["0", "1"], 40, their_tokenizer)
         assert features.input_ids == expected.input_ids
@@ -324,9 +328,9 @@ def _tokens(tokenizer, ids):
 
 
 def test_pair_packing_with_truncation(tokenizer):
-    example = cd.InputExample("t-1", "The quick brown fox jumps",
+    example = classifier_reader.InputExample("t-1", "The quick brown fox jumps",
                               "over the lazy dog", "1")
-    features = cd.convert_example(example, ["0", "1"], 10, tokenizer)
+    features = cf.convert_example(example, ["0", "1"], 10, tokenizer)
     # 5 + 4 tokens into 10 - 3 = 7: A loses "jumps" (longer), then B loses "dog"
     # (a tie pops from B).
     assert _tokens(tokenizer, features.input_ids) == [
@@ -338,8 +342,8 @@ def test_pair_packing_with_truncation(tokenizer):
 
 
 def test_single_packing_with_padding(tokenizer):
-    example = cd.InputExample("t-1", "The dog is hairy.", None, "0")
-    features = cd.convert_example(example, ["0", "1"], 10, tokenizer)
+    example = classifier_reader.InputExample("t-1", "The dog is hairy.", None, "0")
+    features = cf.convert_example(example, ["0", "1"], 10, tokenizer)
     assert _tokens(tokenizer, features.input_ids[:7]) == [
         "[CLS]", "the", "dog", "is", "hairy", ".", "[SEP]"]
     assert features.input_ids[7:] == [0, 0, 0]
@@ -349,10 +353,10 @@ def test_single_packing_with_padding(tokenizer):
 
 
 def test_unlabelled_and_regression_label_ids(tokenizer):
-    unlabelled = cd.InputExample("test-1", "a", "b", None)
-    assert cd.convert_example(unlabelled, ["0", "1"], 8, tokenizer).label_id == 0
-    score = cd.InputExample("dev-1", "a", "b", 3.8)
-    assert cd.convert_example(score, [], 8, tokenizer,
+    unlabelled = classifier_reader.InputExample("test-1", "a", "b", None)
+    assert cf.convert_example(unlabelled, ["0", "1"], 8, tokenizer).label_id == 0
+    score = classifier_reader.InputExample("dev-1", "a", "b", 3.8)
+    assert cf.convert_example(score, [], 8, tokenizer,
                               is_regression=True).label_id == 3.8
 
 
@@ -376,7 +380,7 @@ def _write_swag(directory):
 
 def test_swag_reader_and_features(tmp_path, tokenizer):
     _write_swag(tmp_path)
-    processor = cd.get_processor("swag")
+    processor = ct.get_processor("swag")
     (example,) = processor.get_train_examples(str(tmp_path))
     assert example.context == "A man sits down."
     assert example.choices == ("He eats.", "He runs away, fast", "He sleeps.",
@@ -385,7 +389,7 @@ def test_swag_reader_and_features(tmp_path, tokenizer):
     (test,) = processor.get_test_examples(str(tmp_path))
     assert test.label is None and test.choices[0] == "It purrs."
 
-    features = cd.convert_example(example, processor.get_labels(), 12, tokenizer)
+    features = cf.convert_example(example, processor.get_labels(), 12, tokenizer)
     assert len(features.input_ids) == 4
     assert _tokens(tokenizer, features.input_ids[0]) == [
         "[CLS]", "a", "man", "sits", "down", ".", "[SEP]", "he", "eats", ".",
@@ -409,7 +413,7 @@ def test_generic_tsv_with_header(tmp_path):
                                    '1\tIs it "so"?\tYes.\tyes',
                                    "2\tIs it?\tNo.\tno", "3\tMaybe?\tPerhaps.\tmaybe"])
     _write(tmp_path, "dev.tsv", ["id\tquestion\tanswer\tlabel", "4\tQ?\tA.\tno"])
-    processor = cd.get_processor("generic", text_a_column="question",
+    processor = ct.get_processor("generic", text_a_column="question",
                                  text_b_column="answer", label_column="label")
     assert processor.get_labels(str(tmp_path)) == ["maybe", "no", "yes"]
     assert _fields(processor.get_train_examples(str(tmp_path)))[0] == (
@@ -424,7 +428,7 @@ def test_generic_csv_with_quotes_no_header(tmp_path):
     _write(tmp_path, "train.csv", ['pos,"Great, really great."',
                                    'neg,"Bad ""very"" bad."'])
     _write(tmp_path, "test.csv", ['?,"Fine, I guess."'])
-    processor = cd.get_processor("generic", text_a_column="1", label_column="0",
+    processor = ct.get_processor("generic", text_a_column="1", label_column="0",
                                  has_header=False)
     assert processor.get_labels(str(tmp_path)) == ["neg", "pos"]
     assert _fields(processor.get_train_examples(str(tmp_path))) == [
@@ -436,7 +440,7 @@ def test_generic_csv_with_quotes_no_header(tmp_path):
 
 def test_generic_regression_tsv_no_header(tmp_path):
     _write(tmp_path, "train.tsv", ["0.5\tOne.\tTwo.", "4\tThree.\tFour."])
-    processor = cd.get_processor("generic", text_a_column=1, text_b_column=2,
+    processor = ct.get_processor("generic", text_a_column=1, text_b_column=2,
                                  label_column=0, has_header=False,
                                  is_regression=True)
     assert processor.get_labels(str(tmp_path)) == []
@@ -447,23 +451,23 @@ def test_generic_regression_tsv_no_header(tmp_path):
 def test_generic_errors(tmp_path):
     _write(tmp_path, "train.tsv", ["text\tlabel", "a\tx", "b\ty"])
     _write(tmp_path, "train.csv", ["text,label", "a,x"])
-    processor = cd.get_processor("generic", text_a_column="text",
+    processor = ct.get_processor("generic", text_a_column="text",
                                  label_column="label")
     with pytest.raises(ValueError, match="Both train.tsv and train.csv"):
         processor.get_train_examples(str(tmp_path))
     os.remove(tmp_path / "train.csv")
-    processor = cd.get_processor("generic", text_a_column="sentence",
+    processor = ct.get_processor("generic", text_a_column="sentence",
                                  label_column="label")
     with pytest.raises(ValueError, match=r"train.tsv:1: the header has no column "
                                          r"'sentence'"):
         processor.get_train_examples(str(tmp_path))
     with pytest.raises(ValueError, match="needs text_a_column and label_column"):
-        cd.get_processor("generic", text_a_column="text", label_column=None)
+        ct.get_processor("generic", text_a_column="text", label_column=None)
     with pytest.raises(ValueError, match="0-based positions"):
-        cd.get_processor("generic", text_a_column="text", label_column=0,
+        ct.get_processor("generic", text_a_column="text", label_column=0,
                          has_header=False)
     with pytest.raises(FileNotFoundError, match="dev.tsv or .*dev.csv"):
-        cd.get_processor("generic", text_a_column="text",
+        ct.get_processor("generic", text_a_column="text",
                          label_column="label").get_dev_examples(str(tmp_path))
 
 
@@ -474,16 +478,16 @@ def test_generic_errors(tmp_path):
 
 def test_unknown_task_lists_known_ones():
     with pytest.raises(ValueError, match="Unknown task 'mrcp'.*cola, sst-2, mrpc"):
-        cd.get_processor("mrcp")
+        ct.get_processor("mrcp")
     with pytest.raises(ValueError, match="does not take xnli_language"):
-        cd.get_processor("rte", xnli_language="de")
-    assert isinstance(cd.get_processor("rte", xnli_language=None), cd.RteProcessor)
+        ct.get_processor("rte", xnli_language="de")
+    assert isinstance(ct.get_processor("rte", xnli_language=None), ct.RteProcessor)
 
 
 def test_missing_dev_file_names_path(tmp_path):
     _write(tmp_path, "train.tsv", ["index\tsentence1\tsentence2\tlabel"])
     with pytest.raises(FileNotFoundError, match=str(tmp_path / "dev.tsv")):
-        cd.get_processor("rte").get_dev_examples(str(tmp_path))
+        ct.get_processor("rte").get_dev_examples(str(tmp_path))
 
 
 def test_too_few_columns_names_file_and_line(tmp_path):
@@ -491,7 +495,7 @@ def test_too_few_columns_names_file_and_line(tmp_path):
                                    "0\t3\t4\tOnly one sentence."])
     with pytest.raises(ValueError, match=r"train.tsv:3: expected at least 5 "
                                          r"columns .* got 4"):
-        cd.get_processor("mrpc").get_train_examples(str(tmp_path))
+        ct.get_processor("mrpc").get_train_examples(str(tmp_path))
 
 
 def test_label_not_in_list(tmp_path):
@@ -500,7 +504,7 @@ def test_label_not_in_list(tmp_path):
     with pytest.raises(ValueError, match=r"train.tsv:3: label 'neutral' is not "
                                          r"one of \['entailment', "
                                          r"'not_entailment'\]"):
-        cd.get_processor("rte").get_train_examples(str(tmp_path))
+        ct.get_processor("rte").get_train_examples(str(tmp_path))
 
 
 @pytest.mark.parametrize("score,message", [
@@ -512,24 +516,28 @@ def test_malformed_stsb_score(tmp_path, score, message):
         "index\tgenre\tfilename\tyear\told_index\tsource1\tsource2\tsentence1\t"
         "sentence2\tscore", f"0\tg\tf\ty\t1\tnone\tnone\tA.\tB.\t{score}"])
     with pytest.raises(ValueError, match=f"dev.tsv:2: {message}"):
-        cd.get_processor("stsb").get_dev_examples(str(tmp_path))
+        ct.get_processor("stsb").get_dev_examples(str(tmp_path))
 
 
 def test_empty_text(tmp_path):
     _write(tmp_path, "train.tsv", ["sentence\tlabel", "Good.\t1", " \t0"])
     with pytest.raises(ValueError, match=r"train.tsv:3: empty text_a"):
-        cd.get_processor("sst-2").get_train_examples(str(tmp_path))
+        ct.get_processor("sst-2").get_train_examples(str(tmp_path))
 
 
 def test_short_max_seq_length(tmp_path, vocab_file):
     with pytest.raises(ValueError, match="max_seq_length=2"):
-        cd.create_features(cd.get_processor("rte"), str(tmp_path), "train",
+        cf.create_features(ct.get_processor("rte"), str(tmp_path), "train",
                            str(tmp_path / "x.tf_record"), vocab_file, True, 2)
 
 
 # ----------------------------------------------------------------------------
 # TFRecords and the cache.
 # ----------------------------------------------------------------------------
+
+
+def _labels(batches):
+    return [batch["label_ids"] for batch in batches]
 
 
 def _small_mrpc(directory):
@@ -541,22 +549,25 @@ def _small_mrpc(directory):
 
 def test_tfrecord_round_trip(tmp_path, vocab_file, tokenizer):
     _small_mrpc(tmp_path)
-    processor = cd.get_processor("mrpc")
+    processor = ct.get_processor("mrpc")
     output_file = str(tmp_path / "out" / "train.tf_record")
-    metadata = cd.get_or_create_features(processor, str(tmp_path), "train",
+    metadata = cf.get_or_create_features(processor, str(tmp_path), "train",
                                          output_file, vocab_file, True, 12)
     # Only the third pair (5 + 5 tokens) does not fit 12.
     assert metadata["num_examples"] == 3 and metadata["num_truncated"] == 1
     assert metadata["labels"] == ["0", "1"] and metadata["max_seq_length"] == 12
     assert metadata["vocab_file"] == "uncased_vocab.txt"
     assert metadata["do_lower_case"] is True and metadata["num_choices"] is None
-    assert metadata == cd.read_metadata(output_file)
+    assert metadata == records.read_metadata(output_file, cf.RECORD_FORMAT)
     assert sorted(os.listdir(tmp_path / "out")) == [
-        "train.tf_record", "train.tf_record.metadata.json"]
+        "train.tf_record", "train.tf_record.meta.json"]
 
-    features, labels = next(iter(cd.build_dataset(
+    features = next(iter(cf.build_dataset(
         output_file, metadata, batch_size=8, is_training=False)))
-    expected = [cd.convert_example(e, ["0", "1"], 12, tokenizer)
+    labels = features["label_ids"]
+    assert sorted(features) == ["input_mask", "input_type_ids", "input_word_ids",
+                                "label_ids"]
+    expected = [cf.convert_example(e, ["0", "1"], 12, tokenizer)
                 for e in processor.get_train_examples(str(tmp_path))]
     assert features["input_word_ids"].dtype == tf.int32
     np.testing.assert_array_equal(features["input_word_ids"],
@@ -577,24 +588,24 @@ def test_tfrecord_round_trip(tmp_path, vocab_file, tokenizer):
 def test_training_dataset_repeats_and_drops_remainder(tmp_path, vocab_file):
     _small_mrpc(tmp_path)
     output_file = str(tmp_path / "train.tf_record")
-    metadata = cd.get_or_create_features(cd.get_processor("mrpc"), str(tmp_path),
+    metadata = cf.get_or_create_features(ct.get_processor("mrpc"), str(tmp_path),
                                          "train", output_file, vocab_file, True, 10)
     # A shuffle buffer of one keeps file order: labels 1 0 1, 1 0 1, ...
-    batches = list(cd.build_dataset(output_file, metadata, batch_size=2,
+    batches = list(cf.build_dataset(output_file, metadata, batch_size=2,
                                     is_training=True, shuffle_buffer_size=1
                                     ).take(4))
-    assert [labels.numpy().tolist() for _, labels in batches] == [
+    assert [labels.numpy().tolist() for labels in _labels(batches)] == [
         [1, 0], [1, 1], [0, 1], [1, 0]]
     # Evaluation keeps the partial last batch and stops after one pass.
-    batches = list(cd.build_dataset(output_file, metadata, batch_size=2,
+    batches = list(cf.build_dataset(output_file, metadata, batch_size=2,
                                     is_training=False))
-    assert [labels.numpy().tolist() for _, labels in batches] == [[1, 0], [1]]
+    assert [labels.numpy().tolist() for labels in _labels(batches)] == [[1, 0], [1]]
 
     def shuffled(seed):
-        dataset = cd.build_dataset(output_file, metadata, batch_size=3,
+        dataset = cf.build_dataset(output_file, metadata, batch_size=3,
                                    is_training=True, seed=seed)
         return [features["input_word_ids"].numpy().tolist()
-                for features, _ in dataset.take(3)]
+                for features in dataset.take(3)]
 
     assert shuffled(seed=1) == shuffled(seed=1)
 
@@ -602,27 +613,28 @@ def test_training_dataset_repeats_and_drops_remainder(tmp_path, vocab_file):
 def test_dataset_sharded_by_input_context(tmp_path, vocab_file):
     _small_mrpc(tmp_path)
     output_file = str(tmp_path / "train.tf_record")
-    metadata = cd.get_or_create_features(cd.get_processor("mrpc"), str(tmp_path),
+    metadata = cf.get_or_create_features(ct.get_processor("mrpc"), str(tmp_path),
                                          "train", output_file, vocab_file, True, 10)
     context = tf.distribute.InputContext(
         num_input_pipelines=2, input_pipeline_id=1, num_replicas_in_sync=2)
     # Global batch 4 -> 2 per replica; pipeline 1 of 2 reads record 1 (label 0).
-    batches = list(cd.build_dataset(output_file, metadata, batch_size=4,
+    batches = list(cf.build_dataset(output_file, metadata, batch_size=4,
                                     is_training=False, input_context=context))
-    assert [labels.numpy().tolist() for _, labels in batches] == [[0]]
+    assert [labels.numpy().tolist() for labels in _labels(batches)] == [[0]]
 
 
 def test_multiple_choice_round_trip(tmp_path, vocab_file, tokenizer):
     _write_swag(tmp_path)
-    processor = cd.get_processor("swag")
+    processor = ct.get_processor("swag")
     output_file = str(tmp_path / "dev.tf_record")
-    metadata = cd.get_or_create_features(processor, str(tmp_path), "dev",
+    metadata = cf.get_or_create_features(processor, str(tmp_path), "dev",
                                          output_file, vocab_file, True, 9)
     assert metadata["num_choices"] == 4
-    features, labels = next(iter(cd.build_dataset(output_file, metadata, 4,
-                                                  is_training=False)))
+    features = next(iter(cf.build_dataset(output_file, metadata, 4,
+                                          is_training=False)))
+    labels = features["label_ids"]
     (example,) = processor.get_dev_examples(str(tmp_path))
-    expected = cd.convert_example(example, processor.get_labels(), 9, tokenizer)
+    expected = cf.convert_example(example, processor.get_labels(), 9, tokenizer)
     assert features["input_word_ids"].shape == (1, 4, 9)
     np.testing.assert_array_equal(features["input_word_ids"][0], expected.input_ids)
     np.testing.assert_array_equal(features["input_type_ids"][0],
@@ -638,29 +650,29 @@ def test_regression_round_trip(tmp_path, vocab_file):
         "sentence2\tscore", "0\tg\tf\ty\t1\tnone\tnone\tA.\tB.\t3.800",
         "1\tg\tf\ty\t1\tnone\tnone\tC.\tD.\t0.25"])
     output_file = str(tmp_path / "dev.tf_record")
-    metadata = cd.get_or_create_features(cd.get_processor("sts-b"), str(tmp_path),
+    metadata = cf.get_or_create_features(ct.get_processor("sts-b"), str(tmp_path),
                                          "dev", output_file, vocab_file, True, 8)
     assert metadata["is_regression"] and metadata["labels"] == []
-    _, labels = next(iter(cd.build_dataset(output_file, metadata, 2, False)))
+    labels = next(iter(cf.build_dataset(output_file, metadata, 2, False)))["label_ids"]
     assert labels.dtype == tf.float32
     np.testing.assert_allclose(labels, [3.8, 0.25], rtol=1e-6)
 
 
 def test_cache_reuse_and_rebuild(tmp_path, vocab_file, monkeypatch):
     _small_mrpc(tmp_path)
-    processor = cd.get_processor("mrpc")
+    processor = ct.get_processor("mrpc")
     output_file = str(tmp_path / "train.tf_record")
-    build = cd.create_features
+    build = cf.create_features
     builds = []
 
     def counting_build(*args, **kwargs):
         builds.append(args[6] if len(args) > 6 else kwargs["max_seq_length"])
         return build(*args, **kwargs)
 
-    monkeypatch.setattr(cd, "create_features", counting_build)
+    monkeypatch.setattr(cf, "create_features", counting_build)
 
     def get(max_seq_length=10, do_lower_case=True):
-        return cd.get_or_create_features(processor, str(tmp_path), "train",
+        return cf.get_or_create_features(processor, str(tmp_path), "train",
                                          output_file, vocab_file, do_lower_case,
                                          max_seq_length)
 
@@ -686,7 +698,7 @@ def test_cache_reuse_and_rebuild(tmp_path, vocab_file, monkeypatch):
     get(max_seq_length=12, do_lower_case=False)
     assert len(builds) == 5
 
-    os.remove(cd.metadata_path(output_file))
+    os.remove(records.metadata_path(output_file))
     get(max_seq_length=12, do_lower_case=False)
     assert len(builds) == 6
     assert [name for name in os.listdir(tmp_path) if ".tmp" in name] == []

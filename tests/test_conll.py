@@ -1,16 +1,22 @@
-"""Tests of data_prep/conll.py: reading CoNLL files, tag schemes, features, windows."""
+"""Tests of data_prep/conll.py and ner_features.py: reading CoNLL files, features,
+windows, records."""
 
 import itertools
 import json
+import os
 
 import numpy as np
 import pytest
+import tensorflow as tf
 
 from data_prep import conll
+from data_prep import ner_features
+from data_prep import records
+from data_prep import tag_schemes
 from data_prep import tokenization
 from evaluation import conlleval
 
-IGNORE = conll.LABEL_IGNORE_ID
+IGNORE = ner_features.LABEL_IGNORE_ID
 
 
 @pytest.fixture(scope="module")
@@ -89,38 +95,6 @@ def test_read_iobes_file(tmp_path):
     assert sentence.tags == ("B-PER", "I-PER", "B-PER", "O", "B-LOC", "I-LOC", "I-LOC")
 
 
-def test_tag_scheme_conversions():
-    iob1 = ["I-PER", "I-PER", "B-PER", "O", "I-LOC", "I-ORG", "I-ORG", "O", "I-ORG"]
-    iob2 = ["B-PER", "I-PER", "B-PER", "O", "B-LOC", "B-ORG", "I-ORG", "O", "B-ORG"]
-    iobes = ["B-PER", "E-PER", "S-PER", "O", "S-LOC", "B-ORG", "E-ORG", "O", "S-ORG"]
-    assert conll.to_iob2(iob1) == iob2
-    assert conll.to_iob2(iobes) == iob2
-    assert conll.to_iob2(iob2) == iob2
-    assert conll.from_iob2(iob2, "iob1") == iob1
-    assert conll.from_iob2(iob2, "iobes") == iobes
-    assert conll.from_iob2(iob2, "iob2") == iob2
-    # IOB1 written canonically: B- only right after a chunk of the same type.
-    assert conll.to_iob2(["O", "B-LOC"]) == ["O", "B-LOC"]
-    assert conll.from_iob2(["O", "B-LOC"], "iob1") == ["O", "I-LOC"]
-    # A chunk that starts with I- in IOB2 is read as conlleval reads it.
-    assert conll.to_iob2(["O", "I-PER", "I-PER", "I-LOC"]) == [
-        "O", "B-PER", "I-PER", "B-LOC"]
-    assert conll.to_iob2(["B-A", "I-A", "I-A", "E-A", "S-B"]) == [
-        "B-A", "I-A", "I-A", "I-A", "B-B"]
-    with pytest.raises(ValueError, match="tag_scheme"):
-        conll.from_iob2(iob2, "bio")
-
-
-def test_detect_tag_scheme():
-    assert conll.detect_tag_scheme([["I-PER", "O", "I-LOC", "B-LOC"]]) == "iob1"
-    assert conll.detect_tag_scheme([["B-PER", "O", "B-LOC", "I-LOC"]]) == "iob2"
-    assert conll.detect_tag_scheme([["B-PER", "E-PER"], ["O"]]) == "iobes"
-    assert conll.detect_tag_scheme([["O", "O"]]) == "iob2"
-    # One stray I- start (an annotation error) does not make a BIO file IOB1.
-    assert conll.detect_tag_scheme(
-        [["B-A", "O"], ["B-A", "I-B"], ["B-B", "I-B"]]) == "iob2"
-
-
 BAD_INPUTS = {
     "missing tag": ("Jim B-PER\nHenson\n", "iob2", 2, "missing tag"),
     "unknown prefix": ("Jim X-PER\n", "iob2", 1, "not an iob2 tag"),
@@ -166,7 +140,7 @@ def test_unknown_tag_at_eval_time_names_file_and_line(tmp_path, tokenizer):
     path = _write(tmp_path, "dev.txt", "Jim B-PER\n\nin O\nParis B-LOC\n")
     dev = conll.read_conll(path)
     with pytest.raises(ValueError) as error:
-        conll.convert_sentences_to_features(dev, labels, tokenizer, 16, 8)
+        ner_features.convert_sentences_to_features(dev, labels, tokenizer, 16, 8)
     assert f"{path}:4: tag 'B-LOC'" in str(error.value)
     assert "not in the training label list" in str(error.value)
 
@@ -186,9 +160,9 @@ def test_sciner_files(sample_data, tokenizer):
     assert len(labels) == 15
     assert train[0].words[:4] == ("BERT", ":", "Pre", "-")
     assert train[0].tags[:4] == ("B-MethodName", "O", "B-MethodName", "I-MethodName")
-    assert sum(len(conlleval.get_chunks(s.tags)) for s in dev) == 134
+    assert sum(len(tag_schemes.get_chunks(s.tags)) for s in dev) == 134
     # No sentence needs windows at 128; every dev tag is a training label.
-    features = conll.convert_sentences_to_features(dev, labels, tokenizer, 128, 64)
+    features = ner_features.convert_sentences_to_features(dev, labels, tokenizer, 128, 64)
     assert len(features) == len(dev)
 
 
@@ -212,12 +186,12 @@ def hand_sentences(tmp_path):
 def test_alignment_of_a_hand_made_sentence(hand_sentences, tokenizer):
     labels = conll.label_list(hand_sentences)
     assert labels == ["O", "B-LOC", "I-LOC", "B-PER", "I-PER"]
-    pieces, starts = conll.tokenize_words(hand_sentences[0].words, tokenizer)
+    pieces, starts = ner_features.tokenize_words(hand_sentences[0].words, tokenizer)
     assert pieces == ["jim", "henson", "was", "a", "puppet", "##eer", "in", "ga", "##v",
                       "##le", "[UNK]"]
     assert starts == [0, 1, 2, 3, 4, 6, 7, 10]
-    [feature] = conll.convert_sentences_to_features(hand_sentences, labels, tokenizer,
-                                                    max_seq_length=16, doc_stride=8)
+    [feature] = ner_features.convert_sentences_to_features(hand_sentences, labels, tokenizer,
+                                                           max_seq_length=16, doc_stride=8)
     assert feature.input_ids == [CLS] + HAND_IDS + [SEP, 0, 0, 0]
     assert feature.input_mask == [1] * 13 + [0] * 3
     assert feature.segment_ids == [0] * 16
@@ -230,31 +204,31 @@ def test_alignment_of_a_hand_made_sentence(hand_sentences, tokenizer):
 
 
 def test_windows_and_max_context_by_hand():
-    assert conll.make_windows(10, 6, 2) == [(0, 6), (2, 6), (4, 6)]
-    assert conll.max_context_windows(range(10), [(0, 6), (2, 6), (4, 6)]) == [
+    assert ner_features.make_windows(10, 6, 2) == [(0, 6), (2, 6), (4, 6)]
+    assert ner_features.max_context_windows(range(10), [(0, 6), (2, 6), (4, 6)]) == [
         0, 0, 0, 0, 1, 1, 2, 2, 2, 2]
     # Position 3 scores min(3, 1) + 0.05 in both windows: the first one wins.
-    assert conll.make_windows(7, 5, 2) == [(0, 5), (2, 5)]
-    assert conll.max_context_windows(range(7), [(0, 5), (2, 5)]) == [0, 0, 0, 0, 1, 1, 1]
+    assert ner_features.make_windows(7, 5, 2) == [(0, 5), (2, 5)]
+    assert ner_features.max_context_windows(range(7), [(0, 5), (2, 5)]) == [0, 0, 0, 0, 1, 1, 1]
     # Position 4: min(4, 1) + 0.06 against min(1, 3) + 0.05: the longer window wins.
-    assert conll.make_windows(8, 6, 3) == [(0, 6), (3, 5)]
-    assert conll.max_context_windows(range(8), [(0, 6), (3, 5)]) == [
+    assert ner_features.make_windows(8, 6, 3) == [(0, 6), (3, 5)]
+    assert ner_features.max_context_windows(range(8), [(0, 6), (3, 5)]) == [
         0, 0, 0, 0, 0, 1, 1, 1]
     # Position 299: min(299, 0) + 3.00 in window 0 beats min(1, 148) + 1.50 in the
     # short last window: the length term matters when lengths differ by > 100.
-    windows = conll.make_windows(448, 300, 298)
+    windows = ner_features.make_windows(448, 300, 298)
     assert windows == [(0, 300), (298, 150)]
-    assert conll.max_context_windows([297, 298, 299, 300], windows) == [0, 0, 0, 1]
+    assert ner_features.max_context_windows([297, 298, 299, 300], windows) == [0, 0, 0, 1]
     # A stride longer than a window leaves no gap; a short input is one window.
-    assert conll.make_windows(10, 4, 7) == [(0, 4), (4, 4), (8, 2)]
-    assert conll.make_windows(3, 6, 2) == [(0, 3)]
+    assert ner_features.make_windows(10, 4, 7) == [(0, 4), (4, 4), (8, 2)]
+    assert ner_features.make_windows(3, 6, 2) == [(0, 3)]
 
 
 def test_windows_of_a_hand_made_sentence(hand_sentences, tokenizer):
     labels = conll.label_list(hand_sentences)
     # 11 pieces, 6 per window, stride 2: windows at pieces 0, 2, 4 and 6.
-    features = conll.convert_sentences_to_features(hand_sentences, labels, tokenizer,
-                                                   max_seq_length=8, doc_stride=2)
+    features = ner_features.convert_sentences_to_features(hand_sentences, labels, tokenizer,
+                                                          max_seq_length=8, doc_stride=2)
     assert [f.window_index for f in features] == [0, 1, 2, 3]
     assert [f.unique_id for f in features] == [0, 1, 2, 3]
     assert [f.input_ids for f in features] == [
@@ -271,8 +245,8 @@ def test_windows_of_a_hand_made_sentence(hand_sentences, tokenizer):
     assert [[i for i, m in enumerate(f.token_is_max_context) if m] for f in features] == [
         [1, 2, 3, 4], [3], [3, 4], [5]]
     # Stride 5: the second window starts with "##eer", which carries no label.
-    features = conll.convert_sentences_to_features(hand_sentences, labels, tokenizer,
-                                                   max_seq_length=8, doc_stride=5)
+    features = ner_features.convert_sentences_to_features(hand_sentences, labels, tokenizer,
+                                                          max_seq_length=8, doc_stride=5)
     assert features[1].input_ids == [CLS] + HAND_IDS[5:11] + [SEP]
     assert features[1].token_to_word == [-1, -1, 5, 6, -1, -1, 7, -1]
     assert features[1].label_ids == [IGNORE, IGNORE, 0, 1, IGNORE, IGNORE, 0, IGNORE]
@@ -286,8 +260,8 @@ def test_600_word_sentence_every_word_predicted_once_from_max_context(tokenizer)
     sentence = conll.Sentence(words=words, tags=("O",) * 600,
                               line_numbers=tuple(range(1, 601)))
     max_seq_length, doc_stride = 64, 24
-    features = conll.convert_sentences_to_features([sentence], ["O"], tokenizer,
-                                                   max_seq_length, doc_stride)
+    features = ner_features.convert_sentences_to_features([sentence], ["O"], tokenizer,
+                                                          max_seq_length, doc_stride)
     # Expected windows and max-context windows, by brute force.
     lengths = [len(tokenizer.tokenize(w)) or 1 for w in words]
     first_piece = np.cumsum([0] + lengths[:-1])
@@ -315,7 +289,7 @@ def test_600_word_sentence_every_word_predicted_once_from_max_context(tokenizer)
         for position, word in enumerate(feature.token_to_word):
             if word >= 0:
                 predictions[f, position] = word * num_features + f
-    [tags] = conll.predictions_to_tags(predictions, features, [sentence], labels)
+    [tags] = ner_features.predictions_to_tags(predictions, features, [sentence], labels)
     decoded = [divmod(int(tag), num_features) for tag in tags]
     assert [word for word, _ in decoded] == list(range(600))
     assert [window for _, window in decoded] == expected_window
@@ -329,33 +303,33 @@ def test_600_word_sentence_every_word_predicted_once_from_max_context(tokenizer)
 def test_gold_labels_reassemble_to_gold_tags_on_sciner(sample_data, tokenizer):
     train = conll.read_conll(str(sample_data / "sciner" / "train.txt"))
     labels = conll.label_list(train)
-    features = conll.convert_sentences_to_features(train, labels, tokenizer,
-                                                   max_seq_length=32, doc_stride=8)
+    features = ner_features.convert_sentences_to_features(train, labels, tokenizer,
+                                                          max_seq_length=32, doc_stride=8)
     assert sum(f.window_index > 0 for f in features) > 300  # many long sentences
     label_ids = np.array([f.label_ids for f in features])
     # Logits that put all weight on the gold label (label 0 where there is none).
     logits = np.eye(len(labels))[np.maximum(label_ids, 0)]
-    tags = conll.predictions_to_tags(logits, features, train, labels)
+    tags = ner_features.predictions_to_tags(logits, features, train, labels)
     assert tags == [list(s.tags) for s in train]
 
 
 def test_predictions_to_tags_errors(hand_sentences, tokenizer):
     labels = conll.label_list(hand_sentences)
-    features = conll.convert_sentences_to_features(hand_sentences, labels, tokenizer,
-                                                   max_seq_length=8, doc_stride=2)
+    features = ner_features.convert_sentences_to_features(hand_sentences, labels, tokenizer,
+                                                          max_seq_length=8, doc_stride=2)
     with pytest.raises(ValueError, match=r"must be \[F=4, S\]"):
-        conll.predictions_to_tags(np.zeros([3, 8]), features, hand_sentences, labels)
+        ner_features.predictions_to_tags(np.zeros([3, 8]), features, hand_sentences, labels)
     with pytest.raises(ValueError, match="label id 5 is not in"):
-        conll.predictions_to_tags(np.full([4, 8], 5), features, hand_sentences, labels)
+        ner_features.predictions_to_tags(np.full([4, 8], 5), features, hand_sentences, labels)
     with pytest.raises(ValueError, match="word 4: no prediction"):
-        conll.predictions_to_tags(np.zeros([1, 8]), features[:1], hand_sentences, labels)
+        ner_features.predictions_to_tags(np.zeros([1, 8]), features[:1], hand_sentences, labels)
 
 
 def test_bad_lengths(hand_sentences, tokenizer):
     with pytest.raises(ValueError, match="max_seq_length"):
-        conll.convert_sentences_to_features(hand_sentences, ["O"], tokenizer, 2, 1)
+        ner_features.convert_sentences_to_features(hand_sentences, ["O"], tokenizer, 2, 1)
     with pytest.raises(ValueError, match="doc_stride"):
-        conll.convert_sentences_to_features(hand_sentences, ["O"], tokenizer, 8, 0)
+        ner_features.convert_sentences_to_features(hand_sentences, ["O"], tokenizer, 8, 0)
 
 
 # ----------------------------------------------------------------------------
@@ -365,13 +339,13 @@ def test_bad_lengths(hand_sentences, tokenizer):
 
 def test_tfrecord_round_trip_and_metadata(tmp_path, hand_sentences, tokenizer):
     labels = conll.label_list(hand_sentences)
-    features = conll.convert_sentences_to_features(hand_sentences * 2, labels,
-                                                   tokenizer, 8, 2)
+    features = ner_features.convert_sentences_to_features(hand_sentences * 2, labels,
+                                                          tokenizer, 8, 2)
     path = str(tmp_path / "out" / "train.tf_record")
-    conll.write_tfrecord(features, path)
-    records = list(conll.load_dataset(path, 8).as_numpy_iterator())
-    assert len(records) == len(features) == 8
-    for (inputs, label_ids), feature in zip(records, features):
+    ner_features.write_tfrecord(features, path)
+    decoded = list(ner_features.load_dataset(path, 8).as_numpy_iterator())
+    assert len(decoded) == len(features) == 8
+    for (inputs, label_ids), feature in zip(decoded, features):
         assert sorted(inputs) == ["input_mask", "input_type_ids", "input_word_ids"]
         assert inputs["input_word_ids"].dtype == np.int32 and label_ids.dtype == np.int32
         assert inputs["input_word_ids"].tolist() == feature.input_ids
@@ -380,23 +354,61 @@ def test_tfrecord_round_trip_and_metadata(tmp_path, hand_sentences, tokenizer):
         assert label_ids.tolist() == feature.label_ids
     assert features[4].sentence_index == 1 and features[4].unique_id == 4
 
-    metadata = conll.NerMetadata.describe(
+    metadata = ner_features.NerMetadata.describe(
         hand_sentences * 2, features, labels, tag_scheme="iob2", max_seq_length=8,
         doc_stride=2, do_lower_case=True, vocab_size=len(tokenizer.vocab))
-    metadata_path = str(tmp_path / "out" / "train.metadata.json")
-    metadata.to_json_file(metadata_path)
+    metadata.write(path)
     assert sorted(p.name for p in (tmp_path / "out").iterdir()) == [
-        "train.metadata.json", "train.tf_record"]
-    data = json.loads((tmp_path / "out" / "train.metadata.json").read_text("utf-8"))
+        "train.tf_record", "train.tf_record.meta.json"]
+    data = json.loads((tmp_path / "out" / "train.tf_record.meta.json").read_text("utf-8"))
     assert data == {"labels": labels, "tag_scheme": "iob2", "max_seq_length": 8,
                     "doc_stride": 2, "do_lower_case": True, "vocab_size": 30522,
                     "num_sentences": 2, "num_words": 16, "num_features": 8,
-                    "label_ignore_id": -1}
-    assert conll.NerMetadata.from_json_file(metadata_path) == metadata
+                    "label_ignore_id": -1, "format": "bert_ner_tfrecord/1",
+                    "record_bytes": os.path.getsize(path)}
+    assert ner_features.NerMetadata.read(path) == metadata
     data["max_seq_lenght"] = data.pop("max_seq_length")
-    (tmp_path / "bad.json").write_text(json.dumps(data), encoding="utf-8")
-    with pytest.raises(ValueError, match=r"bad\.json.*max_seq_lenght.*max_seq_length"):
-        conll.NerMetadata.from_json_file(str(tmp_path / "bad.json"))
+    bad = str(tmp_path / "bad.tf_record")
+    (tmp_path / "bad.tf_record.meta.json").write_text(json.dumps(data), encoding="utf-8")
+    with pytest.raises(ValueError, match=r"bad\.tf_record\.meta\.json.*max_seq_lenght.*"
+                                         r"max_seq_length"):
+        ner_features.NerMetadata.read(bad)
+    records.write_json(records.metadata_path(bad), dict(data, format="bert_ner_tfrecord/0"))
+    with pytest.raises(ValueError, match=r"'bert_ner_tfrecord/0', not 'bert_ner_tfrecord/1'"):
+        ner_features.NerMetadata.read(bad)
+
+
+def test_build_dataset_batches_for_the_trainer(tmp_path, hand_sentences, tokenizer):
+    labels = conll.label_list(hand_sentences)
+    features = ner_features.convert_sentences_to_features(hand_sentences * 2, labels,
+                                                          tokenizer, 8, 2)
+    path = str(tmp_path / "train.tf_record")
+    ner_features.write_tfrecord(features, path)
+    metadata = ner_features.NerMetadata.describe(
+        hand_sentences * 2, features, labels, tag_scheme="iob2", max_seq_length=8,
+        doc_stride=2, do_lower_case=True, vocab_size=len(tokenizer.vocab))
+
+    def ids(batches, name="input_word_ids"):
+        return np.concatenate([batch[name] for batch in batches]).tolist()
+
+    once = list(ner_features.build_dataset(path, metadata, 3, is_training=False))
+    assert sorted(once[0]) == ["input_mask", "input_type_ids", "input_word_ids",
+                               "label_ids"]
+    assert [len(batch["label_ids"]) for batch in once] == [3, 3, 2]
+    assert ids(once) == [f.input_ids for f in features]
+    assert ids(once, "label_ids") == [f.label_ids for f in features]
+    # A shuffle buffer of one keeps file order; training repeats and drops no record.
+    train = list(ner_features.build_dataset(path, metadata, 3, is_training=True,
+                                            shuffle_buffer_size=1).take(4))
+    assert ids(train) == [f.input_ids for f in (features * 2)[:12]]
+    context = tf.distribute.InputContext(num_input_pipelines=2, input_pipeline_id=1,
+                                         num_replicas_in_sync=2)
+    shard = list(ner_features.build_dataset(path, metadata, 4, is_training=False,
+                                            input_context=context))
+    assert ids(shard) == [f.input_ids for f in features[1::2]]
+    assert [len(batch["label_ids"]) for batch in shard] == [2, 2]
+    inference = list(ner_features.inference_dataset(features, 5))
+    assert ids(inference) == ids(once) and ids(inference, "unique_ids") == list(range(8))
 
 
 def test_write_predictions_for_conlleval(tmp_path, hand_sentences):

@@ -31,7 +31,7 @@ import pytest
 from seqeval import metrics as seqeval_metrics
 from seqeval.metrics import sequence_labeling as seqeval_labeling
 
-from data_prep import conll
+from data_prep import conll, tag_schemes
 from evaluation import conlleval
 
 
@@ -172,7 +172,7 @@ def test_iobes_rules_and_the_verbatim_script_rules():
     for tags, with_iobes, verbatim in cases:
         assert _evaluate([tags], [tags]).found_correct == with_iobes, tags
         assert _evaluate([tags], [tags], iobes=False).found_correct == verbatim, tags
-        assert conlleval.get_chunks(tags, iobes=False) == [("PER", 0, len(tags))]
+        assert tag_schemes.get_chunks(tags, iobes=False) == [("PER", 0, len(tags))]
     # Without S- and without E- before B-, both rule sets agree.
     for tags in (["I-NP", "E-NP", "I-NP"], ["B-A", "I-A", "B-A", "O", "I-B"]):
         assert (_counts(_evaluate([tags], [tags]))
@@ -194,17 +194,9 @@ def test_untyped_bracket_and_zero_type_tags():
     counts = _evaluate([["B-A", "I-A", "I-A"]], [["B-A", ".-A", "B-B"]], iobes=False)
     assert _counts(counts) == (3, 1, 1, 2, 0)
     # Perl's truth test turns the type "0" into the empty type.
-    assert conlleval.split_tag("B-0") == ("B", "")
-    assert conlleval.split_tag("B-Hyper-Param") == ("B", "Hyper-Param")
-    assert conlleval.split_tag("O") == ("O", "")
-
-
-def test_get_chunks():
-    assert conlleval.get_chunks(["I-PER", "I-PER", "B-PER", "O", "I-LOC", "I-ORG"]) == [
-        ("PER", 0, 2), ("PER", 2, 3), ("LOC", 4, 5), ("ORG", 5, 6)]
-    assert conlleval.get_chunks(["S-A", "B-A", "I-A", "E-A", "O"]) == [
-        ("A", 0, 1), ("A", 1, 4)]
-    assert conlleval.get_chunks(["O", "O"]) == []
+    assert tag_schemes.split_tag("B-0") == ("B", "")
+    assert tag_schemes.split_tag("B-Hyper-Param") == ("B", "Hyper-Param")
+    assert tag_schemes.split_tag("O") == ("O", "")
 
 
 def test_mismatched_lengths_are_errors():
@@ -353,7 +345,7 @@ def _corrupt(tags, types, rng):
     """Realistic tagging errors on one sentence of IOB2 tags."""
     n = len(tags)
     chunks = []
-    for chunk_type, start, end in conlleval.get_chunks(tags):
+    for chunk_type, start, end in tag_schemes.get_chunks(tags):
         draw = rng.random()
         if draw < 0.1:  # missed entity
             continue

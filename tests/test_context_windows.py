@@ -5,7 +5,7 @@ loops, written out here as the reference."""
 import numpy as np
 import tensorflow as tf
 
-from data_prep import conll, context_windows, squad
+from data_prep import context_windows, ner_features, squad_features
 from serving import windows as serving_windows
 
 SIZES = range(0, 31)  # pieces
@@ -42,12 +42,12 @@ def test_python_windows_equal_the_original_loops():
         for max_pieces in MAX_PIECES:
             for stride in STRIDES:
                 want = reference_spans(n, max_pieces, stride)
-                assert squad.doc_spans(n, max_pieces, stride) == want
-                assert conll.make_windows(n, max_pieces, stride) == (want or [(0, 0)])
+                assert squad_features.doc_spans(n, max_pieces, stride) == want
+                assert ner_features.make_windows(n, max_pieces, stride) == (want or [(0, 0)])
                 for position in range(n):
                     best = reference_max_context(want, position)
                     assert context_windows.max_context_window(position, want) == best
-                    assert [squad.is_max_context(want, i, position)
+                    assert [squad_features.is_max_context(want, i, position)
                             for i in range(len(want))] == [i == best
                                                            for i in range(len(want))]
     assert context_windows.max_context_window(5, [(0, 3)]) is None
@@ -69,7 +69,7 @@ def test_in_graph_windows_equal_the_python_windows():
         starts, lengths = windows.start.numpy(), windows.length.numpy()
         best_of_piece = np.split(best.numpy(), pieces.row_splits.numpy()[1:-1])
         for row, (n, m) in enumerate(rows):
-            want = conll.make_windows(n, m, stride)
+            want = ner_features.make_windows(n, m, stride)
             got = slice(splits[row], splits[row + 1])
             assert list(zip(starts[got], lengths[got])) == want, (n, m, stride)
             assert list(best_of_piece[row] - splits[row]) == [

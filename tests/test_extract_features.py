@@ -79,3 +79,4 @@ def test_bad_input(setup, tmp_path):
     with pytest.raises(ValueError, match="max_position_embeddings=32"):
         extract_features.extract(encoder, tokenizer, str(src), str(out), [-1], 64, 2)
     assert not out.exists() and not (tmp_path / "out.jsonl.tmp").exists()
+    assert not list(tmp_path.glob(".out.jsonl.tmp-*"))  # records.atomic_open's

@@ -168,17 +168,6 @@ def _no_temp_files(directory):
     return [name for name in os.listdir(directory) if ".tmp" in name] == []
 
 
-def test_eval_results_sorted_key_value_lines(tmp_path):
-    path = tmp_path / "eval_results.txt"
-    path.write_text("stale\n")
-    gm.write_eval_results(str(path), {"global_step": 343, "eval_loss": 0.5,
-                                      "eval_accuracy": 0.75, "eval_f1": 0.8})
-    assert path.read_text() == (
-        "eval_accuracy = 0.75\neval_f1 = 0.8\neval_loss = 0.5\n"
-        "global_step = 343\n")
-    assert _no_temp_files(tmp_path)
-
-
 def test_test_results_probabilities_and_scores(tmp_path):
     path = tmp_path / "test_results.tsv"
     gm.write_test_results(str(path), np.array([[0.25, 0.75], [0.5, 0.5]],

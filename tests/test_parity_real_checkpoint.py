@@ -138,6 +138,7 @@ def test_extract_features_output_equals_in_memory_model(models, minilm_dir, tmp_
                 want = out[entry["index"]].numpy()[0, position]
                 np.testing.assert_allclose(entry["values"], want, atol=2e-5)
     assert not (tmp_path / "features.jsonl.tmp").exists()
+    assert not list(tmp_path.glob(".features.jsonl.tmp-*"))  # records.atomic_open's
 
 
 def test_squad_span_loss_and_gradients_equal_hugging_face(minilm_dir):
@@ -149,7 +150,7 @@ def test_squad_span_loss_and_gradients_equal_hugging_face(minilm_dir):
     release trains it, so that row alone is left out of the comparison.
     """
     import tensorflow as tf
-    from data_prep import squad
+    from data_prep import squad_features, squad_reader
     from modeling.models import BertSpanLabeler
     from modeling.tasks import SpanTask
 
@@ -158,10 +159,10 @@ def test_squad_span_loss_and_gradients_equal_hugging_face(minilm_dir):
     checkpoints.load_checkpoint(minilm_dir, encoder)
     ours = BertSpanLabeler(encoder, config)
     tokenizer = tokenization.FullTokenizer(minilm_dir + "/vocab.txt", do_lower_case=True)
-    examples = squad.read_squad_examples(
+    examples = squad_reader.read_squad_examples(
         str(SAMPLE_DATA / "squad" / "dev-v2.0-first5articles.json"), True, True)[:40]
-    features = list(squad.convert_examples_to_features(examples, tokenizer, 256, 128, 64,
-                                                       True))[::4][:8]
+    features = list(squad_features.convert_examples_to_features(
+        examples, tokenizer, 256, 128, 64, True))[::4][:8]
     assert {f.start_position == 0 for f in features} == {True, False}
     columns = {"input_word_ids": "input_ids", "input_mask": "input_mask",
                "input_type_ids": "segment_ids", "start_positions": "start_position",
@@ -212,7 +213,7 @@ def test_squad_fine_tuning_follows_hugging_face_step_by_step(minilm_dir, tmp_pat
     import shutil
 
     import tensorflow as tf
-    from data_prep import squad
+    from data_prep import squad_features, squad_reader
     from modeling import training
     from modeling.models import BertSpanLabeler
     from modeling.tasks import SpanTask
@@ -225,10 +226,10 @@ def test_squad_fine_tuning_follows_hugging_face_step_by_step(minilm_dir, tmp_pat
     (checkpoint / "config.json").write_text(json.dumps(config_json))
 
     tokenizer = tokenization.FullTokenizer(minilm_dir + "/vocab.txt", do_lower_case=True)
-    examples = squad.read_squad_examples(
+    examples = squad_reader.read_squad_examples(
         str(SAMPLE_DATA / "squad" / "dev-v2.0-first5articles.json"), True, True)
-    features = list(squad.convert_examples_to_features(examples, tokenizer, 128, 64, 64,
-                                                       True))
+    features = list(squad_features.convert_examples_to_features(
+        examples, tokenizer, 128, 64, 64, True))
     picks = np.random.RandomState(0).permutation(len(features))[:(steps + 1) * batch_size]
     columns = {"input_word_ids": "input_ids", "input_mask": "input_mask",
                "input_type_ids": "segment_ids", "start_positions": "start_position",

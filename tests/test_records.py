@@ -1,6 +1,7 @@
 """data_prep.records: atomic writes leave nothing that looks complete; globs skip the
 leftovers of unfinished writes."""
 
+import collections
 import os
 
 import pytest
@@ -66,3 +67,107 @@ def test_atomic_directory_replaces_only_when_complete(tmp_path):
         open(os.path.join(temp, "v2"), "w").write("2")
     assert os.listdir(target) == ["v2"]
     assert sorted(os.listdir(tmp_path)) == ["export"]
+
+
+def test_write_tfrecord_removes_the_old_metadata_first(tmp_path):
+    path = str(tmp_path / "train.tf_record")
+    assert records.write_tfrecord(path, [b"a", b"b"]) == 2
+    records.write_metadata(path, "test_tfrecord/1", {"n": 2})
+    assert records.metadata_path(path) == path + ".meta.json"
+    with pytest.raises(RuntimeError):
+        records.write_tfrecord(path, _failing([b"c"]))
+    assert not os.path.exists(records.metadata_path(path))  # Never claims other records.
+    assert [r.numpy() for r in tf.data.TFRecordDataset(path)] == [b"a", b"b"]
+    assert sorted(os.listdir(tmp_path)) == ["train.tf_record"]
+
+
+def _failing(values):
+    yield from values
+    raise RuntimeError("reader failed")
+
+
+def test_metadata_format_fingerprints_and_reuse(tmp_path):
+    source = tmp_path / "train.tsv"
+    source.write_text("a\tb\n", encoding="utf-8")
+    path = str(tmp_path / "train.tf_record")
+    records.write_tfrecord(path, [b"x"])
+    settings = {"max_seq_length": 8, "labels": ("0", "1")}
+    written = records.write_metadata(path, "test_tfrecord/1", dict(settings, count=1),
+                                     input_files=[str(source)])
+    assert written == records.read_metadata(path, "test_tfrecord/1")
+    assert written["format"] == "test_tfrecord/1" and written["labels"] == ["0", "1"]
+    assert written["record_bytes"] == os.path.getsize(path)
+    (fingerprint,) = written["input_files"]
+    assert fingerprint["name"] == "train.tsv" and fingerprint["size"] == 4
+    assert fingerprint["sha256"] == records.file_sha256(str(source))
+
+    def reused(**changes):
+        return records.reusable_metadata(path, changes.pop("record_format",
+                                                           "test_tfrecord/1"),
+                                         dict(settings, **changes), [str(source)])
+
+    assert reused() == written
+    assert reused(max_seq_length=9) is None
+    assert reused(record_format="test_tfrecord/2") is None
+    with pytest.raises(ValueError, match=r"meta\.json.*'test_tfrecord/1', not "
+                                         r"'test_tfrecord/2'"):
+        records.read_metadata(path, "test_tfrecord/2")
+    os.utime(source, ns=(1, 1))  # Another mtime, the same content: still the same file.
+    assert reused() == written
+    source.write_text("a\tc\n", encoding="utf-8")  # The same size, another content.
+    assert reused() is None
+    source.write_text("a\tb\n", encoding="utf-8")
+    with open(path, "ab") as f:  # A damaged record file.
+        f.write(b"x")
+    assert reused() is None
+    with pytest.raises(ValueError, match="write_metadata itself"):
+        records.write_metadata(path, "test_tfrecord/1", {"format": "mine"})
+    records.remove_metadata(path)
+    assert reused() is None
+    with pytest.raises(FileNotFoundError, match=r"train\.tf_record\.meta\.json"):
+        records.read_metadata(path)
+
+
+def test_read_json_and_results_name_the_file(tmp_path):
+    bad = tmp_path / "bad.json"
+    bad.write_text("{", encoding="utf-8")
+    with pytest.raises(ValueError, match=r"bad\.json is not valid JSON"):
+        records.read_json(str(bad))
+    with pytest.raises(FileNotFoundError, match=r"absent\.json does not exist"):
+        records.read_json(str(tmp_path / "absent.json"))
+    path = tmp_path / "eval_results.txt"
+    records.write_results(str(path), {"global_step": 3, "eval_accuracy": 0.5})
+    assert path.read_text(encoding="utf-8") == "eval_accuracy = 0.5\nglobal_step = 3\n"
+
+
+def test_tfrecord_dataset_shards_by_input_pipeline(tmp_path):
+    path = str(tmp_path / "r.tf_record")
+    records.write_tfrecord(path, [bytes([i]) for i in range(5)])
+    context = tf.distribute.InputContext(num_input_pipelines=2, input_pipeline_id=1,
+                                         num_replicas_in_sync=2)
+    assert [r.numpy() for r in records.tfrecord_dataset(path, context)] == [
+        b"\x01", b"\x03"]
+    assert len(list(records.tfrecord_dataset([path]))) == 5
+    assert records.per_replica_batch_size(8, context) == 4
+    assert records.per_replica_batch_size(8, None) == 8
+
+
+def test_eval_results_sorted_key_value_lines(tmp_path):
+    """eval_results.txt of the GLUE runs (moved from test_glue_metrics)."""
+    path = tmp_path / "eval_results.txt"
+    path.write_text("stale\n")
+    records.write_results(str(path), {"global_step": 343, "eval_loss": 0.5,
+                                      "eval_accuracy": 0.75, "eval_f1": 0.8})
+    assert path.read_text() == (
+        "eval_accuracy = 0.75\neval_f1 = 0.8\neval_loss = 0.5\n"
+        "global_step = 343\n")
+    assert [name for name in os.listdir(tmp_path) if ".tmp" in name] == []
+
+
+def test_eval_results_file(tmp_path):
+    """eval_results.txt of the SQuAD runs (moved from test_squad_eval)."""
+    output = tmp_path / "eval_results.txt"
+    records.write_results(str(output), collections.OrderedDict(
+        f1=95.0, exact=75.0, total=4))
+    assert output.read_text() == "exact = 75.0\nf1 = 95.0\ntotal = 4\n"
+    assert [p.name for p in tmp_path.iterdir()] == ["eval_results.txt"]

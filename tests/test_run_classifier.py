@@ -135,7 +135,7 @@ def test_mrpc_end_to_end(mrpc_run, mrpc_dir):
     config = json.loads((output_dir / "run_config.json").read_text())
     assert config["task_name"] == "MRPC" and config["num_train_steps"] == 16
     assert config["num_warmup_steps"] == 1 and config["labels"] == ["0", "1"]
-    metadata = json.loads((output_dir / "train.tf_record.metadata.json").read_text())
+    metadata = json.loads((output_dir / "train.tf_record.meta.json").read_text())
     assert metadata["num_examples"] == MRPC_TRAIN and metadata["max_seq_length"] == 32
 
 
@@ -585,8 +585,8 @@ def test_mnli_matched_and_mismatched(driver):
 def test_xnli_reads_only_its_language(driver):
     assert driver["xnli"] == ["no error", ""]
     output_dir = driver["root"] / "out_xnli"
-    dev = json.loads((output_dir / "dev.tf_record.metadata.json").read_text())
-    train = json.loads((output_dir / "train.tf_record.metadata.json").read_text())
+    dev = json.loads((output_dir / "dev.tf_record.meta.json").read_text())
+    train = json.loads((output_dir / "train.tf_record.meta.json").read_text())
     assert dev["num_examples"] == 6 and train["num_examples"] == 12
     assert dev["processor_options"] == {"xnli_language": "de"}
     results = _read_results(output_dir / "eval_results.txt")
@@ -642,7 +642,7 @@ def test_feature_cache_is_not_fooled_by_another_data_dir(tmp_path, mrpc_dir, voc
     """Two data dirs whose train.tsv have the same size and mtime (files unpacked from
     archives, or written within one clock tick) but different labels: switching
     --data_dir rebuilds the features."""
-    from data_prep import classifier_data
+    from data_prep import classifier_features, classifier_tasks
 
     lines = (mrpc_dir / "train.tsv").read_text(encoding="utf-8").splitlines()
     flipped = [lines[0]] + [("1" if line[0] == "0" else "0") + line[1:]
@@ -651,14 +651,14 @@ def test_feature_cache_is_not_fooled_by_another_data_dir(tmp_path, mrpc_dir, voc
     second = _write_lines(tmp_path / "b" / "train.tsv", flipped)
     os.utime(first, ns=(10**18, 10**18))
     os.utime(second, ns=(10**18, 10**18))
-    processor = classifier_data.get_processor("mrpc")
+    processor = classifier_tasks.get_processor("mrpc")
     output_file = str(tmp_path / "train.tf_record")
 
     def labels(data_dir):
-        metadata = classifier_data.get_or_create_features(
+        metadata = classifier_features.get_or_create_features(
             processor, str(data_dir), "train", output_file, vocab_file, True, 16)
-        dataset = classifier_data.build_dataset(output_file, metadata, 64, False)
-        return np.concatenate([batch_labels.numpy() for _, batch_labels in dataset])
+        dataset = classifier_features.build_dataset(output_file, metadata, 64, False)
+        return np.concatenate([batch["label_ids"].numpy() for batch in dataset])
 
     a, b = labels(tmp_path / "a"), labels(tmp_path / "b")
     np.testing.assert_array_equal(a, 1 - b)

@@ -18,7 +18,7 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from data_prep import conll
+from data_prep import conll, ner_features, tag_schemes
 from evaluation import conlleval
 from modeling import checkpoints
 from modeling.config import BertConfig
@@ -55,7 +55,7 @@ def _long_sentence(sentences, num_words: int) -> conll.Sentence:
     pairs = [(w, t) for s in sentences for w, t in zip(s.words, s.tags)]
     pairs = [pairs[i % len(pairs)] for i in range(num_words)]
     return conll.Sentence(words=tuple(w for w, _ in pairs),
-                          tags=tuple(conll.to_iob2([t for _, t in pairs])),
+                          tags=tuple(tag_schemes.to_iob2([t for _, t in pairs])),
                           line_numbers=tuple(range(1, num_words + 1)))
 
 
@@ -82,7 +82,7 @@ def inputs(tmp_path_factory, sample_data):
     (root / "dev.txt").write_text(_conll_text(dev[:6] + [long] + dev[6:]),
                                   encoding="utf-8")
     (root / "test_iobes.txt").write_text(
-        _conll_text(dev, lambda s: conll.from_iob2(s.tags, "iobes")), encoding="utf-8")
+        _conll_text(dev, lambda s: tag_schemes.from_iob2(s.tags, "iobes")), encoding="utf-8")
     return dict(root=root, config_file=str(config_file), config=config,
                 init_checkpoint=init_checkpoint, hub_module=hub_module, train=train,
                 dev=dev, long=long,
@@ -241,13 +241,13 @@ def test_fine_tune_end_to_end(runs, inputs):
     results = _read_results(output_dir / "eval_results.txt")
     expected = conlleval.eval_results(counts)
     assert {k: results[k] for k in expected} == expected
-    gold_types = {conlleval.split_tag(t)[1] for s in inputs["dev"] for t in s.tags} - {""}
+    gold_types = {tag_schemes.split_tag(t)[1] for s in inputs["dev"] for t in s.tags} - {""}
     assert len(gold_types) >= 2
     for chunk_type in gold_types:
         for metric in ("precision", "recall", "f1"):
             assert f"eval_{metric}_{chunk_type}" in results
     assert results["eval_found_correct"] == sum(
-        len(conlleval.get_chunks(s.tags)) for s in inputs["dev"] + [inputs["long"]])
+        len(tag_schemes.get_chunks(s.tags)) for s in inputs["dev"] + [inputs["long"]])
     assert np.isfinite(results["eval_loss"]) and results["eval_loss"] > 0
     assert (output_dir / "eval_report.txt").read_text(encoding="utf-8") == counts.report()
 
@@ -264,8 +264,7 @@ def test_fine_tune_end_to_end(runs, inputs):
 
     # The label list of the training file, in the metadata JSON and run_config.json.
     labels = conll.label_list(inputs["train"])
-    metadata = conll.NerMetadata.from_json_file(
-        str(output_dir / "train.tf_record.metadata.json"))
+    metadata = ner_features.NerMetadata.read(str(output_dir / "train.tf_record"))
     assert list(metadata.labels) == labels
     assert metadata.num_sentences == 48 and metadata.tag_scheme == "iob2"
     assert metadata.num_features > 48  # Some sentences need two windows of 30 pieces.
@@ -278,8 +277,8 @@ def test_fine_tune_end_to_end(runs, inputs):
     # test_predictions.txt is in the IOBES scheme of its input file.
     test = _read_prediction_file(output_dir / "test_predictions.txt")
     assert [[f[1] for f in lines] for lines in test] == [
-        conll.from_iob2(s.tags, "iobes") for s in dev]
-    assert all(conll.tag_error(f[2], "iobes") is None for lines in test for f in lines)
+        tag_schemes.from_iob2(s.tags, "iobes") for s in dev]
+    assert all(tag_schemes.tag_error(f[2], "iobes") is None for lines in test for f in lines)
 
     # Fine-tuning changes the encoder (the contrast of the feature-based test).
     config = inputs["config"]
@@ -315,7 +314,7 @@ def test_export_tags_raw_text_as_predicted(runs, inputs):
         tags = [[t.decode() for t in row if t] for row in got["tags"].numpy()]
         assert words == [list(s.words) for s in sentences]
         assert all(tag in labels for row in tags for tag in row)
-        assert [conll.from_iob2(row, scheme) for row in tags] == [
+        assert [tag_schemes.from_iob2(row, scheme) for row in tags] == [
             [fields[2] for fields in lines] for lines in written], split
 
 
@@ -334,8 +333,7 @@ def test_feature_based_trains_only_the_lstm_head(runs, inputs):
                                        "concat", lstm_units=8)
         return _restore_model(model, output_dir, step)
 
-    metadata = conll.NerMetadata.from_json_file(
-        str(output_dir / "train.tf_record.metadata.json"))
+    metadata = ner_features.NerMetadata.read(str(output_dir / "train.tf_record"))
     num_steps = int(metadata.num_features / 8 * 0.5)
     assert num_steps >= 2
     first, last = restored(1), restored(num_steps)

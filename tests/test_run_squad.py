@@ -229,14 +229,14 @@ def test_v2_eval_results_equal_official_scoring_of_the_written_files(runs, root)
 
 def test_v2_trains_over_the_features(runs, root):
     """Steps = training features / batch size x epochs (features, not questions)."""
-    from data_prep import squad, tokenization
+    from data_prep import squad_features, squad_reader, tokenization
     out = root / "v2"
     tokenizer = tokenization.FullTokenizer(
         str(REPO / "sample_data" / "vocab" / "uncased_vocab.txt"))
-    examples = squad.read_squad_examples(str(root / "v2.json"), True, True)
-    features = list(squad.convert_examples_to_features(
+    examples = squad_reader.read_squad_examples(str(root / "v2.json"), True, True)
+    features = list(squad_features.convert_examples_to_features(
         examples, tokenizer, SEQ, STRIDE, QUERY, is_training=True))
-    metadata = read_json(out / "train.tf_record.metadata.json")
+    metadata = read_json(out / "train.tf_record.meta.json")
     assert metadata["num_features"] == len(features) > 3 * len(examples)
     assert metadata["num_examples"] == 17 and metadata["num_skipped"] == 0
     steps = int(len(features) / TRAIN_BATCH * 2)
@@ -261,7 +261,7 @@ def test_predictions_follow_from_the_final_checkpoint(runs, root):
     """The written files equal post-processing of the checkpoint's logits computed
     here, so no window's logits reach another window or question."""
     import tensorflow as tf
-    from data_prep import squad, tokenization
+    from data_prep import squad_features, squad_postprocess, squad_reader, tokenization
     from modeling.config import BertConfig
     from modeling.encoder import BertEncoder
     from modeling.models import BertSpanLabeler
@@ -272,16 +272,16 @@ def test_predictions_follow_from_the_final_checkpoint(runs, root):
         tf.train.latest_checkpoint(str(out))).expect_partial().assert_existing_objects_matched()
     tokenizer = tokenization.FullTokenizer(
         str(REPO / "sample_data" / "vocab" / "uncased_vocab.txt"))
-    examples = squad.read_squad_examples(str(root / "v2.json"), False, True)
-    features = list(squad.convert_examples_to_features(
+    examples = squad_reader.read_squad_examples(str(root / "v2.json"), False, True)
+    features = list(squad_features.convert_examples_to_features(
         examples, tokenizer, SEQ, STRIDE, QUERY, is_training=False))
     outputs = model({"input_word_ids": np.array([f.input_ids for f in features]),
                      "input_mask": np.array([f.input_mask for f in features]),
                      "input_type_ids": np.array([f.segment_ids for f in features])})
-    results = [squad.RawResult(f.unique_id, s, e) for f, s, e in zip(
+    results = [squad_postprocess.RawResult(f.unique_id, s, e) for f, s, e in zip(
         features, outputs["start_logits"].numpy(), outputs["end_logits"].numpy())]
-    want = squad.compute_predictions(examples, features, results,
-                                     version_2_with_negative=True)
+    want = squad_postprocess.compute_predictions(examples, features, results,
+                                                 version_2_with_negative=True)
     assert read_json(out / "predictions.json") == dict(want.predictions)
     null_odds = read_json(out / "null_odds.json")
     np.testing.assert_allclose([null_odds[q] for q in want.null_odds],
@@ -336,7 +336,7 @@ def test_v1_mode(runs, root):
     assert set(got) == {"exact_match", "f1"}
     assert got == pytest.approx(dict(squad_eval.evaluate_file(
         str(root / "v1.json"), predictions, version_2_with_negative=False)), rel=1e-12)
-    metadata = read_json(out / "train.tf_record.metadata.json")
+    metadata = read_json(out / "train.tf_record.meta.json")
     assert metadata["num_examples"] == 8 and not metadata["version_2_with_negative"]
 
 
@@ -401,7 +401,7 @@ def test_bad_predict_file_fails_before_training(runs, root):
 
 def test_unrecoverable_answer_is_a_counted_skip(runs, root):
     assert runs["unrecoverable"] == ["no error", ""]
-    metadata = read_json(root / "unrecoverable" / "train.tf_record.metadata.json")
+    metadata = read_json(root / "unrecoverable" / "train.tf_record.meta.json")
     assert metadata["num_questions"] == 17
     assert metadata["num_skipped"] == 1 and metadata["num_examples"] == 16
 

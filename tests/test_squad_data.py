@@ -1,4 +1,5 @@
-"""Tests of data_prep/squad.py, against the original release's run_squad.py.
+"""Tests of data_prep/squad_{reader,features,records,postprocess}.py, against the
+original release's run_squad.py.
 
 The original (`bert.run_squad` from bert-tensorflow 1.0.4) is the oracle: the
 examples, the features of every window and the prediction files must equal its
@@ -18,7 +19,11 @@ import types
 import numpy as np
 import pytest
 
-from data_prep import squad
+from data_prep import records
+from data_prep import squad_features
+from data_prep import squad_postprocess
+from data_prep import squad_reader
+from data_prep import squad_records
 from data_prep import tokenization
 
 SAMPLE_FILE = (pathlib.Path(__file__).resolve().parent.parent / "sample_data"
@@ -181,7 +186,7 @@ def check_examples(orig, tmp_path, version_2_with_negative, is_training,
                        max_questions)
     with orig_version(orig, version_2_with_negative):
         theirs = orig.read_squad_examples(path, is_training)
-    result = squad.read_squad_file(path, is_training, version_2_with_negative)
+    result = squad_reader.read_squad_file(path, is_training, version_2_with_negative)
     assert_same_fields(result.examples, theirs, EXAMPLE_FIELDS, "example")
     assert result.skipped_qas_ids == []
     assert result.num_questions == len(theirs)
@@ -196,7 +201,7 @@ def check_features(orig, tokenizer, orig_tokenizer, tmp_path,
     max_seq_length, doc_stride = window
     theirs = orig_features(orig, their_examples, orig_tokenizer,
                            max_seq_length, doc_stride, is_training)
-    ours = list(squad.convert_examples_to_features(
+    ours = list(squad_features.convert_examples_to_features(
         ours_examples, tokenizer, max_seq_length, doc_stride,
         MAX_QUERY_LENGTH, is_training))
     assert_same_fields(ours, theirs, FEATURE_FIELDS, "feature")
@@ -242,10 +247,10 @@ def test_sample_feature_values(tokenizer, tmp_path):
     """Fixed values, independent of the oracle: the first question of the
     sample packed into windows of 64 word pieces."""
     path = write_variant(tmp_path, 1, first_answer_only=True)
-    (example,) = squad.read_squad_examples(path, True, True)
+    (example,) = squad_reader.read_squad_examples(path, True, True)
     assert example.question_text == "In what country is Normandy located?"
     assert example.doc_tokens[example.start_position] == "France."
-    features = list(squad.convert_examples_to_features(
+    features = list(squad_features.convert_examples_to_features(
         [example], tokenizer, 64, 32, 16, True))
     first = features[0]
     assert first.tokens[:11] == ["[CLS]", "in", "what", "country", "is",
@@ -261,7 +266,7 @@ def test_sample_feature_values(tokenizer, tmp_path):
     assert first.tokens[first.start_position] == "france"
     assert first.start_position == first.end_position
     assert [f.unique_id for f in features] == [
-        squad.FIRST_UNIQUE_ID + i for i in range(len(features))]
+        squad_features.FIRST_UNIQUE_ID + i for i in range(len(features))]
 
 
 # ----------------------------------------------------------------------------
@@ -285,7 +290,7 @@ def question(qas_id, text, start, is_impossible=False):
 
 
 def test_split_context_offsets():
-    tokens, offsets = squad.split_context(" ab\tc\u202fd  e")
+    tokens, offsets = squad_reader.split_context(" ab\tc\u202fd  e")
     assert tokens == ["ab", "c", "d", "e"]
     assert offsets == [-1, 0, 0, 0, 1, 1, 2, 2, 2, 3]
 
@@ -294,7 +299,7 @@ def test_training_reads_first_answer_and_impossible(tmp_path):
     qa = question("q1", "mat", 19)
     qa["answers"].append({"text": "the mat", "answer_start": 15})
     path = squad_json(tmp_path, [qa, question("q2", "", 0, True)])
-    first, impossible = squad.read_squad_examples(path, True, True)
+    first, impossible = squad_reader.read_squad_examples(path, True, True)
     assert (first.orig_answer_text, first.start_position,
             first.end_position) == ("mat", 5, 5)
     assert (impossible.is_impossible, impossible.start_position,
@@ -305,13 +310,13 @@ def test_unrecoverable_answer_is_counted_and_logged(tmp_path, caplog):
     path = squad_json(tmp_path, [question("good", "cat", 4),
                                  question("bad", "dog", 4)])
     with caplog.at_level(logging.WARNING, logger="absl"):
-        result = squad.read_squad_file(path, True, True)
+        result = squad_reader.read_squad_file(path, True, True)
     assert [e.qas_id for e in result.examples] == ["good"]
     assert result.skipped_qas_ids == ["bad"]
     assert result.num_questions == 2
     assert "bad" in caplog.text and "'dog'" in caplog.text
     # At prediction time answers are not read: nothing is skipped.
-    assert len(squad.read_squad_examples(path, False, True)) == 2
+    assert len(squad_reader.read_squad_examples(path, False, True)) == 2
 
 
 @pytest.mark.parametrize("content, message", [
@@ -326,7 +331,7 @@ def test_malformed_file_is_a_clear_error(tmp_path, content, message):
     path = tmp_path / "bad.json"
     path.write_text(json.dumps(content), encoding="utf-8")
     with pytest.raises(ValueError, match=message) as info:
-        squad.read_squad_examples(str(path), False)
+        squad_reader.read_squad_examples(str(path), False)
     assert str(path) in str(info.value)
 
 
@@ -334,16 +339,16 @@ def test_not_json_and_missing_file(tmp_path):
     path = tmp_path / "broken.json"
     path.write_text("{\"data\": [", encoding="utf-8")
     with pytest.raises(ValueError, match="broken.json is not valid JSON"):
-        squad.read_squad_examples(str(path), False)
+        squad_reader.read_squad_examples(str(path), False)
     with pytest.raises(ValueError, match="absent.json does not exist"):
-        squad.read_squad_examples(str(tmp_path / "absent.json"), False)
+        squad_reader.read_squad_examples(str(tmp_path / "absent.json"), False)
 
 
 def test_answer_offset_past_context(tmp_path):
     path = squad_json(tmp_path, [question("q9", "mat.", 21)])
     with pytest.raises(ValueError, match="question q9: answer 'mat.' at "
                        "character 21 runs outside its context") as info:
-        squad.read_squad_examples(path, True, True)
+        squad_reader.read_squad_examples(path, True, True)
     assert path in str(info.value)
 
 
@@ -352,7 +357,7 @@ def test_training_question_without_answer(tmp_path):
     # v1.1 mode does not read is_impossible, as in the original.
     with pytest.raises(ValueError, match="question q3 has no answer .*"
                        "version_2_with_negative"):
-        squad.read_squad_examples(path, True, False)
+        squad_reader.read_squad_examples(path, True, False)
 
 
 # ----------------------------------------------------------------------------
@@ -363,43 +368,43 @@ def test_training_question_without_answer(tmp_path):
 def test_length_check_at_call(tokenizer):
     with pytest.raises(ValueError, match=r"max_seq_length \(67\) must be "
                        r"greater than max_query_length \(64\) \+ 3"):
-        squad.convert_examples_to_features([], tokenizer, 67, 128, 64, False)
-    assert list(squad.convert_examples_to_features(
+        squad_features.convert_examples_to_features([], tokenizer, 67, 128, 64, False)
+    assert list(squad_features.convert_examples_to_features(
         [], tokenizer, 68, 128, 64, False)) == []
 
 
 def test_improve_answer_span(tokenizer):
     words = "The leader was John Smith (1895-1943).".split()
-    pieces, _, word_to_piece = squad.tokenize_document(tokenizer, words)
+    pieces, _, word_to_piece = squad_features.tokenize_document(tokenizer, words)
     assert pieces[word_to_piece[5]:] == ["(", "1895", "-", "1943", ")", "."]
-    start, end = squad.improve_answer_span(
+    start, end = squad_features.improve_answer_span(
         pieces, word_to_piece[5], len(pieces) - 1, tokenizer, "1895")
     assert (start, end) == (word_to_piece[5] + 1, word_to_piece[5] + 1)
     # "Japan" is inside the piece "japanese": the word span stays.
-    pieces, _, _ = squad.tokenize_document(tokenizer, ["Japanese", "cars"])
-    assert squad.improve_answer_span(pieces, 0, 0, tokenizer, "Japan") == (0, 0)
+    pieces, _, _ = squad_features.tokenize_document(tokenizer, ["Japanese", "cars"])
+    assert squad_features.improve_answer_span(pieces, 0, 0, tokenizer, "Japan") == (0, 0)
 
 
 def test_doc_spans_and_max_context():
-    spans = squad.doc_spans(12, 5, 3)
+    spans = squad_features.doc_spans(12, 5, 3)
     assert spans == [(0, 5), (3, 5), (6, 5), (9, 3)]
     # "bought" (position 7) has context (1, 2) in span 2, (4, 0) in span 1.
-    assert [squad.is_max_context(spans, i, 7) for i in range(4)] == [
+    assert [squad_features.is_max_context(spans, i, 7) for i in range(4)] == [
         False, False, True, False]
     # Ties go to the longer window: position 9 is (3, 1) in span 2, (0, 2) in 3.
-    assert squad.is_max_context(spans, 2, 9)
-    assert squad.doc_spans(0, 5, 3) == []
-    assert squad.doc_spans(4, 5, 3) == [(0, 4)]
+    assert squad_features.is_max_context(spans, 2, 9)
+    assert squad_features.doc_spans(0, 5, 3) == []
+    assert squad_features.doc_spans(4, 5, 3) == [(0, 4)]
 
 
 def test_features_are_generated_lazily_with_progress(tokenizer, tmp_path,
                                                      caplog):
     path = write_variant(tmp_path, 6)
-    examples = squad.read_squad_examples(path, False, True)
-    generator = squad.convert_examples_to_features(
+    examples = squad_reader.read_squad_examples(path, False, True)
+    generator = squad_features.convert_examples_to_features(
         examples, tokenizer, 384, 128, 64, False, log_every=2)
     first = next(generator)
-    assert first.unique_id == squad.FIRST_UNIQUE_ID
+    assert first.unique_id == squad_features.FIRST_UNIQUE_ID
     with caplog.at_level(logging.INFO, logger="absl"):
         rest = list(generator)
     assert len(rest) == 5
@@ -423,11 +428,11 @@ def test_tfrecords_equal_original_and_decode(orig, tokenizer, orig_tokenizer,
         writer.process_feature(feature)
     writer.close()
 
-    examples = squad.read_squad_examples(path, True, True)
-    features = list(squad.convert_examples_to_features(
+    examples = squad_reader.read_squad_examples(path, True, True)
+    features = list(squad_features.convert_examples_to_features(
         examples, tokenizer, 128, 64, 64, True))
     output = str(tmp_path / "train.tf_record")
-    assert squad.write_features(iter(features), output, True) == len(theirs)
+    assert squad_records.write_features(iter(features), output, True) == len(theirs)
     assert sorted(p.name for p in tmp_path.iterdir()
                   if "tf_record" in p.name) == ["orig.tf_record",
                                                 "train.tf_record"]
@@ -438,7 +443,7 @@ def test_tfrecords_equal_original_and_decode(orig, tokenizer, orig_tokenizer,
 
     assert parsed(output) == parsed(str(tmp_path / "orig.tf_record"))
 
-    decoded = list(squad.load_dataset(output, 128, True))
+    decoded = list(squad_records.load_dataset(output, 128, True))
     assert len(decoded) == len(features)
     assert sorted(decoded[0]) == sorted([
         "unique_ids", "input_word_ids", "input_mask", "input_type_ids",
@@ -456,16 +461,16 @@ def test_tfrecords_equal_original_and_decode(orig, tokenizer, orig_tokenizer,
 
 def test_predict_records_have_no_labels(tokenizer, tmp_path):
     path = write_variant(tmp_path, 3)
-    features = list(squad.convert_examples_to_features(
-        squad.read_squad_examples(path, False, True), tokenizer, 384, 128, 64,
+    features = list(squad_features.convert_examples_to_features(
+        squad_reader.read_squad_examples(path, False, True), tokenizer, 384, 128, 64,
         False))
     output = str(tmp_path / "eval.tf_record")
-    squad.write_features(features, output, False)
-    (record,) = list(squad.load_dataset(output, 384, False).take(1))
+    squad_records.write_features(features, output, False)
+    (record,) = list(squad_records.load_dataset(output, 384, False).take(1))
     assert sorted(record) == ["input_mask", "input_type_ids", "input_word_ids",
                               "unique_ids"]
     with pytest.raises(Exception, match="_positions .* is required"):
-        list(squad.load_dataset(output, 384, True))
+        list(squad_records.load_dataset(output, 384, True))
 
 
 def test_failed_write_leaves_no_file(tmp_path):
@@ -475,25 +480,27 @@ def test_failed_write_leaves_no_file(tmp_path):
 
     output = tmp_path / "train.tf_record"
     with pytest.raises(RuntimeError, match="reader failed"):
-        squad.write_features(broken(), str(output), True)
+        squad_records.write_features(broken(), str(output), True)
     assert list(tmp_path.iterdir()) == []
 
 
 def test_metadata_round_trip(tmp_path):
-    path = str(tmp_path / "train.tf_record.metadata.json")
-    written = squad.write_metadata(
+    path = str(tmp_path / "train.tf_record")
+    squad_records.write_features([], path, True)
+    written = squad_records.write_metadata(
         path, max_seq_length=384, doc_stride=128, max_query_length=64,
         do_lower_case=True, is_training=True, version_2_with_negative=True,
         num_questions=10, num_examples=9, num_features=12, num_skipped=1,
         vocab_file="vocab.txt")
-    assert squad.read_metadata(path) == written
+    assert records.read_metadata(path, squad_records.RECORD_FORMAT) == written
     assert written == {
         "task": "squad", "is_training": True, "version_2_with_negative": True,
         "max_seq_length": 384, "doc_stride": 128, "max_query_length": 64,
         "do_lower_case": True, "num_questions": 10, "num_examples": 9,
-        "num_features": 12, "num_skipped": 1, "vocab_file": "vocab.txt"}
-    assert [p.name for p in tmp_path.iterdir()] == [
-        "train.tf_record.metadata.json"]
+        "num_features": 12, "num_skipped": 1, "vocab_file": "vocab.txt",
+        "format": "bert_squad_tfrecord/2", "record_bytes": 0}
+    assert sorted(p.name for p in tmp_path.iterdir()) == [
+        "train.tf_record", "train.tf_record.meta.json"]
 
 
 # ----------------------------------------------------------------------------
@@ -511,8 +518,8 @@ def random_results(features, seed, max_seq_length):
             np.float32)
         if feature.example_index % 3 == 0:
             logits[:, 0] += 6.0
-        results.append(squad.RawResult(feature.unique_id, logits[0],
-                                       logits[1]))
+        results.append(squad_postprocess.RawResult(feature.unique_id, logits[0],
+                                                   logits[1]))
     return results
 
 
@@ -539,11 +546,11 @@ def our_prediction_files(examples, features, results, directory,
     directory.mkdir()
     files = [str(directory / name) for name in (
         "predictions.json", "nbest_predictions.json", "null_odds.json")]
-    predictions = squad.compute_predictions(
+    predictions = squad_postprocess.compute_predictions(
         examples, features, results, n_best_size=20, max_answer_length=30,
         do_lower_case=True, version_2_with_negative=version_2_with_negative,
         null_score_diff_threshold=threshold)
-    squad.write_predictions(predictions, *files)
+    squad_postprocess.write_predictions(predictions, *files)
     assert sorted(p.name for p in directory.iterdir()) == sorted(
         pathlib.Path(f).name for f in files[:3 if version_2_with_negative
                                             else 2])
@@ -572,8 +579,8 @@ def check_predictions(orig, tokenizer, orig_tokenizer, tmp_path,
     their_examples = orig.read_squad_examples(path, False)
     theirs = orig_features(orig, their_examples, orig_tokenizer, 128, 64,
                            False)
-    examples = squad.read_squad_examples(path, False, True)
-    features = list(squad.convert_examples_to_features(
+    examples = squad_reader.read_squad_examples(path, False, True)
+    features = list(squad_features.convert_examples_to_features(
         examples, tokenizer, 128, 64, 64, False))
     results = random_results(features, seed=1234, max_seq_length=128)
     their_results = as_orig_results(orig, results)
@@ -610,7 +617,7 @@ def check_predictions(orig, tokenizer, orig_tokenizer, tmp_path,
             tmp_path / ("orig_" + name), True, threshold)
         for qas_id in no_span:
             assert ours_v2[0].pop(qas_id) == ""
-            assert ours_v2[2].pop(qas_id) == squad.NO_SPAN_NULL_ODDS
+            assert ours_v2[2].pop(qas_id) == squad_postprocess.NO_SPAN_NULL_ODDS
             (entry,) = ours_v2[1].pop(qas_id)
             assert (entry["text"], entry["probability"]) == ("", 1.0)
         assert ours_v2 == their_v2
@@ -637,28 +644,28 @@ def test_predictions_equal_original_full_sample(orig, tokenizer,
 
 def test_predictions_accept_numpy_lists_and_dicts(tokenizer, tmp_path):
     path = write_variant(tmp_path, 8)
-    examples = squad.read_squad_examples(path, False, True)
-    features = list(squad.convert_examples_to_features(
+    examples = squad_reader.read_squad_examples(path, False, True)
+    features = list(squad_features.convert_examples_to_features(
         examples, tokenizer, 384, 128, 64, False))
     results = random_results(features, seed=5, max_seq_length=384)
-    as_lists = [squad.RawResult(r.unique_id, r.start_logits.tolist(),
-                                r.end_logits.tolist()) for r in results]
+    as_lists = [squad_postprocess.RawResult(r.unique_id, r.start_logits.tolist(),
+                                            r.end_logits.tolist()) for r in results]
     as_dict = {r.unique_id: r for r in results}
-    outputs = [squad.compute_predictions(examples, features, r,
-                                         version_2_with_negative=True)
+    outputs = [squad_postprocess.compute_predictions(examples, features, r,
+                                                     version_2_with_negative=True)
                for r in (results, as_lists, as_dict)]
     assert outputs[0] == outputs[1] == outputs[2]
     with pytest.raises(ValueError, match="No result for feature 1000000003 "
                        r"\(window 0 of question .*\)"):
-        squad.compute_predictions(examples, features, results[:3])
+        squad_postprocess.compute_predictions(examples, features, results[:3])
 
 
 def test_all_null_candidates_do_not_crash(orig, tokenizer, orig_tokenizer,
                                           tmp_path):
     """Logits that peak on the question only: no valid non-null span."""
     path = write_variant(tmp_path, 2)
-    examples = squad.read_squad_examples(path, False, True)
-    features = list(squad.convert_examples_to_features(
+    examples = squad_reader.read_squad_examples(path, False, True)
+    features = list(squad_features.convert_examples_to_features(
         examples, tokenizer, 384, 128, 64, False))
     results = []
     for feature in features:
@@ -667,21 +674,21 @@ def test_all_null_candidates_do_not_crash(orig, tokenizer, orig_tokenizer,
         logits[:len(feature.tokens)] = -20.0
         logits[:feature.tokens.index("[SEP]")] = 5.0
         assert 384 - len(feature.tokens) > 20
-        results.append(squad.RawResult(feature.unique_id, logits, logits))
+        results.append(squad_postprocess.RawResult(feature.unique_id, logits, logits))
     with orig_version(orig, True), pytest.raises(AttributeError):
         orig.write_predictions(
             orig.read_squad_examples(path, False), features,
             as_orig_results(orig, results), 20, 30, True,
             *[str(tmp_path / n) for n in ("p.json", "n.json", "o.json")])
 
-    predictions = squad.compute_predictions(examples, features, results,
-                                            version_2_with_negative=True)
+    predictions = squad_postprocess.compute_predictions(examples, features, results,
+                                                        version_2_with_negative=True)
     assert list(predictions.predictions.values()) == ["", ""]
-    assert list(predictions.null_odds.values()) == [squad.NO_SPAN_NULL_ODDS] * 2
+    assert list(predictions.null_odds.values()) == [squad_postprocess.NO_SPAN_NULL_ODDS] * 2
     for entries in predictions.nbest.values():
         assert entries == [{"text": "", "probability": 1.0,
                             "start_logit": 5.0, "end_logit": 5.0}]
-    v1 = squad.compute_predictions(examples, features, results)
+    v1 = squad_postprocess.compute_predictions(examples, features, results)
     assert list(v1.predictions.values()) == ["", ""]
     assert v1.null_odds == {}
 
@@ -689,25 +696,25 @@ def test_all_null_candidates_do_not_crash(orig, tokenizer, orig_tokenizer,
 def test_question_without_features_predicts_empty(tokenizer, tmp_path):
     path = squad_json(tmp_path, [{"id": "q", "question": "Why?",
                                   "answers": []}], context=" \n ")
-    (example,) = squad.read_squad_examples(path, False, True)
-    assert list(squad.convert_examples_to_features(
+    (example,) = squad_reader.read_squad_examples(path, False, True)
+    assert list(squad_features.convert_examples_to_features(
         [example], tokenizer, 384, 128, 64, False)) == []
-    predictions = squad.compute_predictions([example], [], [],
-                                            version_2_with_negative=True)
+    predictions = squad_postprocess.compute_predictions([example], [], [],
+                                                        version_2_with_negative=True)
     assert predictions.predictions == {"q": ""}
     assert predictions.nbest["q"][0]["text"] == ""
 
 
 def test_null_threshold(tokenizer, tmp_path):
     path = write_variant(tmp_path, 4)
-    examples = squad.read_squad_examples(path, False, True)
-    features = list(squad.convert_examples_to_features(
+    examples = squad_reader.read_squad_examples(path, False, True)
+    features = list(squad_features.convert_examples_to_features(
         examples, tokenizer, 384, 128, 64, False))
     results = random_results(features, seed=7, max_seq_length=384)
-    base = squad.compute_predictions(examples, features, results,
-                                     version_2_with_negative=True)
+    base = squad_postprocess.compute_predictions(examples, features, results,
+                                                 version_2_with_negative=True)
     for threshold in (-1e9, 1e9):
-        shifted = squad.compute_predictions(
+        shifted = squad_postprocess.compute_predictions(
             examples, features, results, version_2_with_negative=True,
             null_score_diff_threshold=threshold)
         assert shifted.null_odds == base.null_odds
@@ -728,17 +735,17 @@ def test_null_threshold(tokenizer, tmp_path):
 def test_get_final_text_equals_original(orig, pred_text, orig_text,
                                         do_lower_case):
     expected = orig.get_final_text(pred_text, orig_text, do_lower_case)
-    assert squad.get_final_text(pred_text, orig_text, do_lower_case) == expected
+    assert squad_postprocess.get_final_text(pred_text, orig_text, do_lower_case) == expected
 
 
 def test_get_final_text_values():
-    assert squad.get_final_text("steve smith", "Steve Smith's",
-                                True) == "Steve Smith"
-    assert squad.get_final_text("munchen", "München,", True) == "München"
-    assert squad.get_final_text("xyz", "Steve", True) == "Steve"
+    assert squad_postprocess.get_final_text("steve smith", "Steve Smith's",
+                                            True) == "Steve Smith"
+    assert squad_postprocess.get_final_text("munchen", "München,", True) == "München"
+    assert squad_postprocess.get_final_text("xyz", "Steve", True) == "Steve"
 
 
 def test_softmax():
-    assert squad.softmax([]) == []
-    probabilities = squad.softmax([1000.0, 1000.0 + np.log(3.0)])
+    assert squad_postprocess.softmax([]) == []
+    probabilities = squad_postprocess.softmax([1000.0, 1000.0 + np.log(3.0)])
     assert probabilities == pytest.approx([0.25, 0.75])

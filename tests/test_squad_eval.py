@@ -329,14 +329,6 @@ def test_toy_v2_by_hand(tmp_path):
     assert "best_f1" not in plain
 
 
-def test_eval_results_file(tmp_path):
-    output = tmp_path / "eval_results.txt"
-    squad_eval.write_eval_results(str(output), collections.OrderedDict(
-        f1=95.0, exact=75.0, total=4))
-    assert output.read_text() == "exact = 75.0\nf1 = 95.0\ntotal = 4\n"
-    assert [p.name for p in tmp_path.iterdir()] == ["eval_results.txt"]
-
-
 def test_bad_inputs(tmp_path):
     path = tmp_path / "toy.json"
     path.write_text(json.dumps(TOY), encoding="utf-8")

@@ -3,8 +3,9 @@ Python pipelines.
 
 A tiny random model (wide initializer, so that logits differ clearly between
 positions) is exported and fed raw text; its answers must equal what the runner's
-post-processing (`squad.compute_predictions`, `conll.predictions_to_tags`) makes of the
-same model's logits on the features the runner's data writer builds, windows included.
+post-processing (`squad_postprocess.compute_predictions`, `ner_features.predictions_to_tags`)
+makes of the same model's logits on the features the runner's data writer builds,
+windows included.
 The runners' own --export_dir runs are tested in test_run_squad.py and test_run_ner.py.
 """
 
@@ -19,7 +20,8 @@ import pytest
 import tensorflow as tf
 import tensorflow_text  # noqa: F401  (registers the ops the exports need)
 
-from data_prep import classifier_data, conll, squad, tf_tokenization, tokenization
+from data_prep import conll, ner_features, squad_features, squad_postprocess, squad_reader
+from data_prep import classifier_features, classifier_tasks, tf_tokenization, tokenization
 from modeling import feature_based, models
 from modeling.config import BertConfig
 from modeling.encoder import BertEncoder
@@ -84,16 +86,18 @@ def test_squad_export_answers_as_run_squad_predicts(squad_export, sample_data, v
     model, loaded = squad_export
     rows = _squad_rows(sample_data)
     tokenizer = tokenization.FullTokenizer(vocab_file, True)
-    examples = [squad.SquadExample(str(i), question, squad.split_context(context)[0])
+    examples = [squad_reader.SquadExample(str(i), question,
+                                          squad_reader.split_context(context)[0])
                 for i, (question, context) in enumerate(rows)]
-    features = list(squad.convert_examples_to_features(examples, tokenizer, SEQ, STRIDE,
-                                                       QUERY, is_training=False))
+    features = list(squad_features.convert_examples_to_features(
+        examples, tokenizer, SEQ, STRIDE, QUERY, is_training=False))
     outputs = model(_model_inputs(features))
-    results = [squad.RawResult(f.unique_id, s, e) for f, s, e in zip(
+    results = [squad_postprocess.RawResult(f.unique_id, s, e) for f, s, e in zip(
         features, outputs["start_logits"].numpy(), outputs["end_logits"].numpy())]
-    want = squad.compute_predictions(examples, features, results, n_best_size=N_BEST,
-                                     max_answer_length=MAX_ANSWER,
-                                     version_2_with_negative=True)
+    want = squad_postprocess.compute_predictions(examples, features, results,
+                                                 n_best_size=N_BEST,
+                                                 max_answer_length=MAX_ANSWER,
+                                                 version_2_with_negative=True)
     got = loaded.signatures["serving_default"](question=tf.constant([q for q, _ in rows]),
                                                context=tf.constant([c for _, c in rows]))
     got = {k: v.numpy() for k, v in got.items()}
@@ -131,8 +135,8 @@ def test_squad_export_answers_as_run_squad_predicts(squad_export, sample_data, v
 
 
 def _final_text_cases(sample_data, tokenizer, count, seed=0):
-    """(pred_text, orig_text) of random piece spans, as `squad.candidate_text` builds
-    them."""
+    """(pred_text, orig_text) of random piece spans, as
+    `squad_postprocess.candidate_text` builds them."""
     data = json.loads((sample_data / "squad" / "dev-v2.0-first5articles.json").read_text(
         encoding="utf-8"))
     contexts = [p["context"] for a in data["data"][:2] for p in a["paragraphs"][:3]]
@@ -140,8 +144,8 @@ def _final_text_cases(sample_data, tokenizer, count, seed=0):
     rng = random.Random(seed)
     cases = []
     for i in range(count):
-        words = squad.split_context(contexts[i % len(contexts)])[0]
-        pieces, piece_to_word, _ = squad.tokenize_document(tokenizer, words)
+        words = squad_reader.split_context(contexts[i % len(contexts)])[0]
+        pieces, piece_to_word, _ = squad_features.tokenize_document(tokenizer, words)
         start = rng.randrange(len(pieces))
         end = min(len(pieces) - 1, start + rng.randrange(8))
         pred = " ".join(pieces[start:end + 1]).replace(" ##", "").replace("##", "")
@@ -159,7 +163,7 @@ def test_final_text_equals_get_final_text(sample_data, vocab_file, do_lower_case
     tokenizer = tf_tokenization.TFBertTokenizer(vocab_file, do_lower_case)
     project = tf.function(lambda p, o: serving_squad.final_text(tokenizer, p, o))
     got = project(tf.constant([p for p, _ in cases]), tf.constant([o for _, o in cases]))
-    want = [squad.get_final_text(p, o, do_lower_case) for p, o in cases]
+    want = [squad_postprocess.get_final_text(p, o, do_lower_case) for p, o in cases]
     assert [g.decode() for g in got.numpy()] == want
     assert sum(w != o for w, (_, o) in zip(want, cases)) > 50  # Not just orig_text.
 
@@ -189,12 +193,12 @@ def test_ner_export_tags_as_run_ner_predicts(config, vocab_file, sample_data, tm
                                    seq_length, kind="ner", labels=labels,
                                    doc_stride=doc_stride)
     loaded = tf.saved_model.load(path)
-    features = conll.convert_sentences_to_features(
+    features = ner_features.convert_sentences_to_features(
         sentences, labels, tokenization.FullTokenizer(vocab_file, True), seq_length,
         doc_stride)
     assert len(features) > 3 * len(sentences)  # Many windows per sentence.
-    want = conll.predictions_to_tags(model(_model_inputs(features))["logits"].numpy(),
-                                     features, sentences, labels)
+    want = ner_features.predictions_to_tags(model(_model_inputs(features))["logits"].numpy(),
+                                            features, sentences, labels)
     texts = [" ".join(s.words) for s in sentences] + ["", "  two\twords\n"]
     got = loaded.signatures["serving_default"](text=tf.constant(texts))
     tags = [[t.decode() for t in row if t] for row in got["tags"].numpy()]
@@ -239,10 +243,10 @@ def test_multiple_choice_export_scores_as_run_classifier_predicts(config, vocab_
     --do_predict writes for the same rows: SwagProcessor's choices, convert_example's
     packing (truncation included), the model's softmax over the choices."""
     _write_swag_test(tmp_path)
-    processor = classifier_data.get_processor("swag")
+    processor = classifier_tasks.get_processor("swag")
     examples = processor.get_examples(str(tmp_path), "test")
     tokenizer = tokenization.FullTokenizer(vocab_file, True)
-    features = [classifier_data.convert_example(e, processor.labels, SEQ_MC, tokenizer)
+    features = [classifier_features.convert_example(e, processor.labels, SEQ_MC, tokenizer)
                 for e in examples]
     assert any(f.truncated for f in features)
     keras.utils.set_random_seed(3)

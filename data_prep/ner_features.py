@@ -1,0 +1,397 @@
+"""CoNLL sentences -> BERT token-classification features, TFRecords and tf.data, and
+the model's predictions back to one tag per word.
+
+Features. Every word is split into word pieces by `tokenization.FullTokenizer`;
+a word left without pieces (one the tokenizer drops whole, such as a control
+character) becomes [UNK], so that every word gets a prediction. A sequence is
+`[CLS] pieces [SEP]` with segment ids 0, zero padded. The first piece of a word
+carries the word's label id; every other position ([CLS], [SEP], the following
+pieces of a word, padding) carries LABEL_IGNORE_ID (-1), which the loss and
+the metrics mask out (`label_ids >= 0`).
+
+Long sentences. A sentence of more than max_seq_length - 2 pieces is cut into
+overlapping windows, as SQuAD cuts documents: windows of max_seq_length - 2
+pieces starting every doc_stride pieces, the last one ending at the last piece.
+A word is labelled in every window holding its first piece (all of them train)
+and predicted from one: the window where min(left context, right context) +
+0.01 * window length, taken at the first piece, is highest (the first one on
+ties). `InputFeatures.token_is_max_context` marks it and `predictions_to_tags`
+reassembles one tag per word from those positions.
+
+Records. `write_tfrecord`: int64 input_ids, input_mask, segment_ids, label_ids
+[max_seq_length] and unique_ids [1], written atomically; beside them
+`<file>.meta.json` (`NerMetadata`, format `RECORD_FORMAT`) with the label list.
+`build_dataset` reads them back as the Trainer takes them; `inference_dataset`
+batches features held in memory.
+
+Shape legend: B batch, F features, S max_seq_length, L labels.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Sequence
+
+import numpy as np
+import tensorflow as tf
+
+from data_prep import context_windows, records, tokenization
+from data_prep.conll import Sentence
+
+LABEL_IGNORE_ID = -1
+# Raise the version when the records written for the same inputs change.
+RECORD_FORMAT = "bert_ner_tfrecord/1"
+
+
+# ----------------------------------------------------------------------------
+# Word pieces and windows.
+# ----------------------------------------------------------------------------
+
+
+@dataclasses.dataclass
+class InputFeatures:
+    """One window of one sentence, ready for the model.
+
+    Attributes:
+        unique_id: index of this feature among all features written together.
+        sentence_index: index of its sentence.
+        window_index: index of this window among its sentence's windows.
+        input_ids: int [S] `[CLS] pieces [SEP]`, zero padded.
+        input_mask: int [S] 1 for real tokens, 0 for padding.
+        segment_ids: int [S] all 0.
+        label_ids: int [S] label id at the first piece of each word,
+            LABEL_IGNORE_ID elsewhere.
+        token_to_word: int [S] index of the word whose first piece is at this
+            position, -1 elsewhere.
+        token_is_max_context: bool [S] True where `token_to_word` >= 0 and this
+            window is the one the word is predicted from.
+    """
+    unique_id: int
+    sentence_index: int
+    window_index: int
+    input_ids: list[int]
+    input_mask: list[int]
+    segment_ids: list[int]
+    label_ids: list[int]
+    token_to_word: list[int]
+    token_is_max_context: list[bool]
+
+
+def tokenize_words(words: Sequence[str], tokenizer: tokenization.FullTokenizer
+                   ) -> tuple[list[str], list[int]]:
+    """Word pieces of the words, and the index of each word's first piece.
+
+    A word without pieces becomes [UNK].
+    """
+    pieces, word_starts = [], []
+    for word in words:
+        word_starts.append(len(pieces))
+        pieces.extend(tokenizer.tokenize(word) or [tokenization.UNK_TOKEN])
+    return pieces, word_starts
+
+
+def make_windows(num_pieces: int, max_pieces: int, doc_stride: int
+                 ) -> list[tuple[int, int]]:
+    """(start, length) of the windows covering `num_pieces` pieces, as SQuAD doc spans
+    (`context_windows.windows`); an empty sentence gets one empty window."""
+    return context_windows.windows(num_pieces, max_pieces, doc_stride)
+
+
+def max_context_windows(positions: Sequence[int], windows: Sequence[tuple[int, int]]
+                        ) -> list[int]:
+    """For each piece position, the window that gives it the most context.
+
+    Score of a window holding the position: min(pieces to its left, pieces to its
+    right) + 0.01 * window length; the first window with the highest score wins
+    (`context_windows.max_context_window`).
+    """
+    best = []
+    for position in positions:
+        index = context_windows.max_context_window(position, windows)
+        if index is None:
+            raise ValueError(f"piece position {position} is in no window")
+        best.append(index)
+    return best
+
+
+def _label_ids(sentence: Sentence, label_map: dict[str, int]) -> list[int]:
+    ids = []
+    for tag, line_number in zip(sentence.tags, sentence.line_numbers):
+        if tag not in label_map:
+            raise ValueError(
+                f"{sentence.path}:{line_number}: tag {tag!r} (IOB2 form) is not in "
+                f"the training label list {list(label_map)}")
+        ids.append(label_map[tag])
+    return ids
+
+
+def _pad(values: list, length: int, value) -> list:
+    return values + [value] * (length - len(values))
+
+
+def convert_sentences_to_features(sentences: Sequence[Sentence], labels: Sequence[str],
+                                  tokenizer: tokenization.FullTokenizer,
+                                  max_seq_length: int, doc_stride: int
+                                  ) -> list[InputFeatures]:
+    """Tokenizes sentences and cuts them into windows of `max_seq_length` tokens.
+
+    Args:
+        sentences: sentences with IOB2 tags.
+        labels: the label list of the training sentences (`label_list`).
+        tokenizer: the WordPiece tokenizer.
+        max_seq_length: S, length of every sequence ([CLS] and [SEP] included).
+        doc_stride: pieces between the starts of consecutive windows of a long
+            sentence.
+
+    Returns:
+        The features, sentence by sentence, window by window.
+
+    Raises:
+        ValueError: bad lengths, or a tag missing from `labels` (naming the file
+            and line of the word).
+    """
+    if max_seq_length < 3:
+        raise ValueError(f"max_seq_length must be at least 3, got {max_seq_length}")
+    if doc_stride < 1:
+        raise ValueError(f"doc_stride must be at least 1, got {doc_stride}")
+    label_map = {label: index for index, label in enumerate(labels)}
+    cls_id, sep_id = tokenizer.convert_tokens_to_ids(
+        [tokenization.CLS_TOKEN, tokenization.SEP_TOKEN])
+    features = []
+    for sentence_index, sentence in enumerate(sentences):
+        word_labels = _label_ids(sentence, label_map)
+        pieces, word_starts = tokenize_words(sentence.words, tokenizer)
+        piece_ids = tokenizer.convert_tokens_to_ids(pieces)
+        piece_word = [-1] * len(pieces)
+        for word, start in enumerate(word_starts):
+            piece_word[start] = word
+        windows = make_windows(len(pieces), max_seq_length - 2, doc_stride)
+        best_window = max_context_windows(word_starts, windows)
+        for window_index, (start, length) in enumerate(windows):
+            token_to_word = [-1] + piece_word[start:start + length] + [-1]
+            input_ids = [cls_id] + piece_ids[start:start + length] + [sep_id]
+            features.append(InputFeatures(
+                unique_id=len(features),
+                sentence_index=sentence_index,
+                window_index=window_index,
+                input_ids=_pad(input_ids, max_seq_length, 0),
+                input_mask=_pad([1] * len(input_ids), max_seq_length, 0),
+                segment_ids=[0] * max_seq_length,
+                label_ids=_pad([word_labels[w] if w >= 0 else LABEL_IGNORE_ID
+                                for w in token_to_word], max_seq_length,
+                               LABEL_IGNORE_ID),
+                token_to_word=_pad(token_to_word, max_seq_length, -1),
+                token_is_max_context=_pad([w >= 0 and best_window[w] == window_index
+                                           for w in token_to_word], max_seq_length,
+                                          False)))
+    return features
+
+
+def predictions_to_tags(predictions, features: Sequence[InputFeatures],
+                        sentences: Sequence[Sentence], labels: Sequence[str]
+                        ) -> list[list[str]]:
+    """One predicted tag per word, each taken from the word's max-context window.
+
+    Args:
+        predictions: int [F, S] label ids, or float [F, S, L] logits (or
+            probabilities), one row per feature in `features` order.
+        features: the features the predictions were made for.
+        sentences: the sentences the features were made from.
+        labels: the label list.
+
+    Returns:
+        For every sentence, one tag per word.
+
+    Raises:
+        ValueError: shapes that do not match, a label id outside [0, L), or a word
+            with no prediction or more than one (features from other sentences).
+    """
+    predictions = np.asarray(predictions)
+    if predictions.ndim == 3:
+        predictions = np.argmax(predictions, axis=-1)
+    if predictions.ndim != 2 or predictions.shape[0] != len(features):
+        raise ValueError(f"predictions must be [F={len(features)}, S] or [F, S, L], "
+                         f"got shape {np.shape(predictions)}")
+    tags = [[None] * len(sentence.words) for sentence in sentences]
+    for row, feature in zip(predictions, features):
+        if len(row) != len(feature.token_to_word):
+            raise ValueError(f"predictions have {len(row)} positions per feature, "
+                             f"features {len(feature.token_to_word)}")
+        sentence_tags = tags[feature.sentence_index]
+        for position, word in enumerate(feature.token_to_word):
+            if not feature.token_is_max_context[position]:
+                continue
+            label_id = int(row[position])
+            if not 0 <= label_id < len(labels):
+                raise ValueError(f"feature {feature.unique_id}, position {position}: "
+                                 f"label id {label_id} is not in [0, {len(labels)})")
+            if sentence_tags[word] is not None:
+                raise ValueError(f"sentence {feature.sentence_index}, word {word}: "
+                                 "predicted by more than one window")
+            sentence_tags[word] = labels[label_id]
+    for sentence_index, sentence_tags in enumerate(tags):
+        if None in sentence_tags:
+            word = sentence_tags.index(None)
+            raise ValueError(f"sentence {sentence_index}, word {word}: no prediction "
+                             "(the features do not cover it)")
+    return tags
+
+
+# ----------------------------------------------------------------------------
+# Records.
+# ----------------------------------------------------------------------------
+
+
+def write_tfrecord(features: Sequence[InputFeatures], path: str) -> None:
+    """Writes the features as tf.train.Examples (fields in the module docstring)."""
+    ints = records.int64_feature
+    records.write_tfrecord(path, (tf.train.Example(features=tf.train.Features(feature={
+        "input_ids": ints(feature.input_ids),
+        "input_mask": ints(feature.input_mask),
+        "segment_ids": ints(feature.segment_ids),
+        "label_ids": ints(feature.label_ids),
+        "unique_ids": ints([feature.unique_id]),
+    })).SerializeToString() for feature in features))
+
+
+@dataclasses.dataclass(frozen=True)
+class NerMetadata:
+    """What a runner needs to know about features, stored beside their records.
+
+    Attributes:
+        labels: the label list; label id i is labels[i].
+        tag_scheme: the scheme of the source files (sentences are IOB2).
+        max_seq_length, doc_stride, do_lower_case: how the features were made.
+        vocab_size: size of the WordPiece vocabulary used.
+        num_sentences, num_words, num_features: counts.
+        label_ignore_id: label id of positions without a label.
+    """
+    labels: tuple[str, ...]
+    tag_scheme: str
+    max_seq_length: int
+    doc_stride: int
+    do_lower_case: bool
+    vocab_size: int
+    num_sentences: int
+    num_words: int
+    num_features: int
+    label_ignore_id: int = LABEL_IGNORE_ID
+
+    @classmethod
+    def describe(cls, sentences: Sequence[Sentence], features: Sequence[InputFeatures],
+                 labels: Sequence[str], tag_scheme: str, max_seq_length: int,
+                 doc_stride: int, do_lower_case: bool, vocab_size: int) -> NerMetadata:
+        """The metadata of `features`, made from `sentences`."""
+        return cls(labels=tuple(labels), tag_scheme=tag_scheme,
+                   max_seq_length=max_seq_length, doc_stride=doc_stride,
+                   do_lower_case=do_lower_case, vocab_size=vocab_size,
+                   num_sentences=len(sentences),
+                   num_words=sum(len(s.words) for s in sentences),
+                   num_features=len(features))
+
+    def write(self, record_file: str) -> None:
+        """Writes `<record_file>.meta.json` (`records.write_metadata`)."""
+        records.write_metadata(record_file, RECORD_FORMAT, dataclasses.asdict(self))
+
+    @classmethod
+    def read(cls, record_file: str) -> NerMetadata:
+        """The metadata of `record_file`.
+
+        Raises:
+            FileNotFoundError: there is none.
+            ValueError: naming the file, for another format, or a missing or
+                unknown key.
+        """
+        data = records.read_metadata(record_file, RECORD_FORMAT)
+        for key in records.METADATA_KEYS:
+            data.pop(key, None)
+        names = {field.name for field in dataclasses.fields(cls)}
+        unknown = sorted(set(data) - names)
+        required = {field.name for field in dataclasses.fields(cls)
+                    if field.default is dataclasses.MISSING}
+        missing = sorted(required - set(data))
+        if unknown or missing:
+            raise ValueError(f"{records.metadata_path(record_file)}: bad NER metadata: "
+                             f"unknown keys {unknown}, missing keys {missing}")
+        data["labels"] = tuple(data["labels"])
+        return cls(**data)
+
+
+# ----------------------------------------------------------------------------
+# tf.data.
+# ----------------------------------------------------------------------------
+
+
+def parse_example(serialized: tf.Tensor, max_seq_length: int):
+    """Parses one serialized example written by `write_tfrecord`.
+
+    Args:
+        serialized: string scalar.
+        max_seq_length: S.
+
+    Returns:
+        (inputs, label_ids): inputs is a dict of int32 [S] tensors
+        `input_word_ids`, `input_mask`, `input_type_ids`; label_ids is int32 [S]
+        with LABEL_IGNORE_ID at positions that carry no label.
+    """
+    spec = {name: tf.io.FixedLenFeature([max_seq_length], tf.int64)
+            for name in (*records.ENCODER_INPUT_NAMES, "label_ids")}
+    example = tf.io.parse_single_example(serialized, spec)
+    inputs = {new: tf.cast(example[old], tf.int32)
+              for old, new in records.ENCODER_INPUT_NAMES.items()}
+    return inputs, tf.cast(example["label_ids"], tf.int32)
+
+
+def load_dataset(path: str, max_seq_length: int) -> tf.data.Dataset:
+    """The (inputs, label_ids) pairs of a TFRecord file, in file order, unbatched."""
+    return tf.data.TFRecordDataset(path).map(
+        lambda record: parse_example(record, max_seq_length),
+        num_parallel_calls=tf.data.AUTOTUNE, deterministic=True)
+
+
+def build_dataset(record_file: str, metadata: NerMetadata, batch_size: int,
+                  is_training: bool, seed: int | None = None,
+                  shuffle_buffer_size: int = 10000,
+                  input_context: tf.distribute.InputContext | None = None
+                  ) -> tf.data.Dataset:
+    """Batches of a file's windows, as the Trainer takes them.
+
+    Each element: int32 `input_word_ids`, `input_mask`, `input_type_ids` and
+    `label_ids` [B, S] (LABEL_IGNORE_ID where a position carries no label).
+    Training shuffles (a new, seeded order every epoch; a buffer of at most the
+    file's features), repeats and drops the last partial batch; otherwise the file
+    is read once, in order.
+
+    Args:
+        record_file: a file written by `write_tfrecord`.
+        metadata: its `NerMetadata`, for S and the number of features.
+        batch_size: the global batch size; under `input_context` the per-replica
+            size is used and each input pipeline reads its share of the records.
+    """
+    dataset = records.tfrecord_dataset(record_file, input_context)
+    dataset = dataset.map(lambda r: parse_example(r, metadata.max_seq_length),
+                          num_parallel_calls=tf.data.AUTOTUNE, deterministic=True)
+    dataset = dataset.map(lambda inputs, labels: dict(inputs, label_ids=labels))
+    if is_training:
+        buffer_size = max(1, min(shuffle_buffer_size, metadata.num_features))
+        dataset = dataset.shuffle(buffer_size, seed=seed,
+                                  reshuffle_each_iteration=True).repeat()
+    dataset = dataset.batch(records.per_replica_batch_size(batch_size, input_context),
+                            drop_remainder=is_training)
+    return dataset.prefetch(tf.data.AUTOTUNE)
+
+
+def inference_dataset(features: Sequence[InputFeatures], batch_size: int
+                      ) -> tf.data.Dataset:
+    """Features held in memory, once, in order, the last batch partial.
+
+    Each element: int32 `input_word_ids`, `input_mask`, `input_type_ids`,
+    `label_ids` [B, S] and `unique_ids` [B].
+    """
+    columns = {"input_word_ids": [f.input_ids for f in features],
+               "input_mask": [f.input_mask for f in features],
+               "input_type_ids": [f.segment_ids for f in features],
+               "label_ids": [f.label_ids for f in features],
+               "unique_ids": [f.unique_id for f in features]}
+    tensors = {k: np.asarray(v, dtype=np.int32) for k, v in columns.items()}
+    return tf.data.Dataset.from_tensor_slices(tensors).batch(batch_size)
