@@ -22,18 +22,12 @@ input.
 
 from __future__ import annotations
 
-import os
-import sys
-
 from absl import app, flags, logging
 
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-
-from data_prep import tokenization  # noqa: E402
-from modeling import checkpoint_names as names, checkpoints  # noqa: E402
-from modeling.config import BertConfig  # noqa: E402
-from modeling.encoder import BertEncoder  # noqa: E402
-from modeling import models  # noqa: E402
+from modeling import checkpoint_names as names
+from modeling import checkpoints, model_files, models
+from modeling.config import BertConfig
+from modeling.encoder import BertEncoder
 
 FORMATS = ("tf1", "hf", "tf2")
 CONVERTIBLE_KINDS = tuple(k for k in names.MODEL_KINDS if k != names.FEATURE_BASED)
@@ -99,18 +93,6 @@ def choose_kind(info: dict, model_kind: str | None) -> str:
     return model_kind
 
 
-def choose_case(info: dict, do_lower_case: bool | None, path: str) -> bool:
-    """--do_lower_case, checked against what the checkpoint says; else what it says."""
-    stored = info["do_lower_case"]
-    if do_lower_case is not None and stored is not None and do_lower_case != stored:
-        raise ValueError(f"--do_lower_case={do_lower_case} contradicts checkpoint {path}, "
-                         f"whose files beside it say do_lower_case={stored}")
-    value = do_lower_case if do_lower_case is not None else (
-        stored if stored is not None else True)
-    tokenization.validate_case_matches_checkpoint(value, path)
-    return value
-
-
 def convert(input_checkpoint: str, output_dir: str, output_format: str, *,
             bert_config_file: str | None = None, vocab_file: str | None = None,
             do_lower_case: bool | None = None, model_kind: str | None = None,
@@ -124,15 +106,9 @@ def convert(input_checkpoint: str, output_dir: str, output_format: str, *,
     """
     info = checkpoints.inspect_checkpoint(input_checkpoint)
     kind = choose_kind(info, model_kind)
-    config_file = bert_config_file or info["config_file"]
-    if config_file is None:
-        raise ValueError(f"no --bert_config_file and no bert_config.json or config.json "
-                         f"beside {input_checkpoint}")
-    vocab_file = vocab_file or info["vocab_file"]
-    if vocab_file is None:
-        raise ValueError(f"no --vocab_file and no vocab.txt beside {input_checkpoint}")
-    case = choose_case(info, do_lower_case, input_checkpoint)
-    model = build_model(kind, BertConfig.from_json_file(config_file), info["num_labels"])
+    files = model_files.resolve(bert_config_file, vocab_file, input_checkpoint,
+                                do_lower_case)
+    model = build_model(kind, files.config, info["num_labels"])
     restored = checkpoints.restore_model(input_checkpoint, model)
     if "pooler" in restored["fresh"]:
         logging.warning("Checkpoint %s has no pooler (a %s does not use it): the output's "
@@ -145,7 +121,7 @@ def convert(input_checkpoint: str, output_dir: str, output_format: str, *,
     labels = info["labels"]
     if labels is not None and len(labels) != (info["num_labels"] or 0):
         labels = None
-    return WRITERS[output_format](output_dir, model, vocab_file, case,
+    return WRITERS[output_format](output_dir, model, files.vocab_file, files.do_lower_case,
                                   labels if kind in (names.CLASSIFIER,
                                                      names.TOKEN_CLASSIFIER) else None,
                                   overwrite=overwrite)
@@ -159,6 +135,10 @@ def main(_):
     logging.info("Wrote %s (%s)", path, FLAGS.output_format)
 
 
-if __name__ == "__main__":
+def cli():
     flags.mark_flags_as_required(["input_checkpoint", "output_dir", "output_format"])
     app.run(main)
+
+
+if __name__ == "__main__":
+    cli()

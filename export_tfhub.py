@@ -22,33 +22,21 @@ after `import tensorflow_text`.
 
 from __future__ import annotations
 
-import os
-import sys
-
 from absl import app, flags, logging
 
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-
-from data_prep import tokenization  # noqa: E402
-from modeling import checkpoints  # noqa: E402
-from modeling.config import BertConfig  # noqa: E402
-from modeling.encoder import BertEncoder  # noqa: E402
-from modeling.models import BertPretrainer  # noqa: E402
-from serving import encoder as encoder_export  # noqa: E402
-from serving import preprocessing, savedmodel  # noqa: E402
+import runner_flags
+from modeling import checkpoint_readers, checkpoints, model_files
+from modeling.config import BertConfig
+from modeling.encoder import BertEncoder
+from modeling.models import BertPretrainer
+from serving import encoder as encoder_export
+from serving import preprocessing, savedmodel
 
 FLAGS = flags.FLAGS
 
 EXPORT_TYPES = ("encoder", "encoder_with_mlm", "preprocessing")
 
-flags.DEFINE_string("bert_config_file", None, "bert_config.json of the model (default: "
-                    "the one beside --init_checkpoint).")
-flags.DEFINE_string("init_checkpoint", None, "Original TF1 checkpoint, Hugging Face "
-                    "directory, or TF2 checkpoint of this project.")
-flags.DEFINE_string("vocab_file", None, "WordPiece vocabulary (default: vocab.txt beside "
-                    "--init_checkpoint).")
-flags.DEFINE_bool("do_lower_case", True, "Whether the model is uncased (lower-cases the "
-                  "input).")
+runner_flags.define_model_flags(max_seq_length=None)
 flags.DEFINE_string("export_path", None, "Destination folder of the SavedModel: new, "
                     "empty, or a previous export (with --overwrite).")
 flags.DEFINE_bool("overwrite", False, "Replace a previous export at --export_path.")
@@ -72,32 +60,26 @@ def build_encoder(config: BertConfig, init_checkpoint: str, with_mlm: bool):
 def export_encoder(with_mlm: bool) -> str:
     if not FLAGS.init_checkpoint:
         raise app.UsageError("--init_checkpoint is required to export an encoder")
-    config, vocab_file = checkpoints.resolve_config_and_vocab(
-        FLAGS.bert_config_file, FLAGS.vocab_file, FLAGS.init_checkpoint)
-    if vocab_file is None:
-        raise app.UsageError("--vocab_file is required: the checkpoint directory has no "
-                             "vocab.txt")
-    tokenization.validate_case_matches_checkpoint(FLAGS.do_lower_case, FLAGS.init_checkpoint)
-    encoder, pretrainer = build_encoder(config, FLAGS.init_checkpoint, with_mlm)
+    runner_flags.check_init_checkpoint(FLAGS)
+    files = model_files.resolve(FLAGS.bert_config_file, FLAGS.vocab_file,
+                                FLAGS.init_checkpoint, runner_flags.do_lower_case_flag(FLAGS))
+    encoder, pretrainer = build_encoder(files.config, FLAGS.init_checkpoint, with_mlm)
     masked_lm = pretrainer.masked_lm if pretrainer is not None else None
-    return encoder_export.export_encoder(encoder, FLAGS.export_path, vocab_file,
-                                         FLAGS.do_lower_case, masked_lm=masked_lm,
+    return encoder_export.export_encoder(encoder, FLAGS.export_path, files.vocab_file,
+                                         files.do_lower_case, masked_lm=masked_lm,
                                          overwrite=FLAGS.overwrite)
 
 
 def export_preprocessing() -> str:
-    vocab_file = FLAGS.vocab_file
-    if vocab_file is None and FLAGS.init_checkpoint:
-        directory = (FLAGS.init_checkpoint if os.path.isdir(FLAGS.init_checkpoint)
-                     else os.path.dirname(FLAGS.init_checkpoint))
-        candidate = os.path.join(directory, "vocab.txt")
-        vocab_file = candidate if os.path.isfile(candidate) else None
-    tokenization.validate_case_matches_checkpoint(FLAGS.do_lower_case, FLAGS.init_checkpoint)
+    vocab_file = FLAGS.vocab_file or checkpoint_readers.find_side_file(
+        model_files.side_dirs(FLAGS.init_checkpoint), model_files.VOCAB_FILE)
     if vocab_file is None:
         raise app.UsageError("--vocab_file (or an --init_checkpoint folder with vocab.txt) "
                              "is required for --export_type=preprocessing")
+    do_lower_case = model_files.resolve_case(runner_flags.do_lower_case_flag(FLAGS),
+                                             FLAGS.init_checkpoint, vocab_file)
     return preprocessing.export_preprocessing(FLAGS.export_path, vocab_file,
-                                              FLAGS.do_lower_case, FLAGS.seq_length,
+                                              do_lower_case, FLAGS.seq_length,
                                               overwrite=FLAGS.overwrite)
 
 
@@ -113,6 +95,10 @@ def main(_):
     logging.info("Exported %s to %s", FLAGS.export_type, path)
 
 
-if __name__ == "__main__":
+def cli():
     flags.mark_flags_as_required(["export_path"])
     app.run(main)
+
+
+if __name__ == "__main__":
+    cli()

@@ -18,20 +18,17 @@ from __future__ import annotations
 import json
 import os
 import re
-import sys
 import time
 from typing import Iterator
 
+import numpy as np
+import tensorflow as tf
 from absl import app, flags, logging
 
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-
-import numpy as np  # noqa: E402
-import tensorflow as tf  # noqa: E402
-
-from data_prep import records, tokenization  # noqa: E402
-from modeling import checkpoints  # noqa: E402
-from modeling.encoder import BertEncoder  # noqa: E402
+import runner_flags
+from data_prep import records, tokenization
+from modeling import checkpoints
+from modeling.encoder import BertEncoder
 
 FLAGS = flags.FLAGS
 
@@ -40,15 +37,11 @@ flags.DEFINE_string("input_file", None, "Text file, one example per line: "
 flags.DEFINE_string("output_file", None, "JSON-lines output file.")
 flags.DEFINE_string("layers", "-1,-2,-3,-4", "Comma list of layer indexes (negative "
                     "counts from the last layer).")
-flags.DEFINE_string("bert_config_file", None, "bert_config.json; defaults to the one in "
-                    "the checkpoint directory.")
-flags.DEFINE_string("init_checkpoint", None, "Original TF1 checkpoint, Hugging Face "
-                    "directory or TF2 checkpoint of this project.")
-flags.DEFINE_string("vocab_file", None, "WordPiece vocabulary; defaults to vocab.txt in "
-                    "the checkpoint directory.")
-flags.DEFINE_bool("do_lower_case", True, "Lower-case the input (uncased models).")
-flags.DEFINE_integer("max_seq_length", 128, "Longer examples are truncated.")
 flags.DEFINE_integer("batch_size", 32, "Examples per batch.")
+flags.DEFINE_bool("use_one_hot_embeddings", False, "Original flag: not needed (the "
+                  "embedding lookup is the same on every device).")
+runner_flags.define_model_flags(max_seq_length=128)
+runner_flags.define_original_flags()
 
 _PAIR = re.compile(r"^(.*) \|\|\| (.*)$")
 
@@ -165,13 +158,10 @@ def _write_batch(out, batch, encoder, tokenizer, feature_fn, layer_indexes, max_
 
 
 def main(_):
-    config, vocab_file = checkpoints.resolve_config_and_vocab(
-        FLAGS.bert_config_file, FLAGS.vocab_file, FLAGS.init_checkpoint)
-    if vocab_file is None:
-        raise app.UsageError("--vocab_file is required (the checkpoint directory has no "
-                             "vocab.txt)")
-    tokenizer = tokenization.FullTokenizer(vocab_file, do_lower_case=FLAGS.do_lower_case)
-    encoder = BertEncoder(config)
+    runner_flags.apply_original_flags(FLAGS)
+    files = runner_flags.resolve_model_files(FLAGS)
+    tokenizer = tokenization.FullTokenizer(files.vocab_file, files.do_lower_case)
+    encoder = BertEncoder(files.config)
     if FLAGS.init_checkpoint:
         checkpoints.restore_model(FLAGS.init_checkpoint, encoder)
     else:
@@ -181,6 +171,10 @@ def main(_):
             FLAGS.max_seq_length, FLAGS.batch_size)
 
 
-if __name__ == "__main__":
+def cli():
     flags.mark_flags_as_required(["input_file", "output_file"])
     app.run(main)
+
+
+if __name__ == "__main__":
+    cli()

@@ -12,21 +12,16 @@ Phase 2 (sequence length 512) starts from a phase-1 checkpoint with
 from __future__ import annotations
 
 import os
-import sys
 
 from absl import app, flags, logging
 
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-
-import tensorflow as tf  # noqa: E402
-
-from data_prep import pretraining_data, records  # noqa: E402
-from modeling import checkpoints  # noqa: E402
-from modeling.config import BertConfig  # noqa: E402
-from modeling.encoder import BertEncoder  # noqa: E402
-from modeling.models import BertPretrainer  # noqa: E402
-from modeling.tasks import PretrainingTask  # noqa: E402
-import runner_flags  # noqa: E402
+import runner_flags
+from data_prep import pretraining_data, records
+from modeling import checkpoint_readers, checkpoints, model_files, training
+from modeling.config import BertConfig
+from modeling.encoder import BertEncoder
+from modeling.models import BertPretrainer
+from modeling.tasks import PretrainingTask
 
 FLAGS = flags.FLAGS
 
@@ -35,11 +30,6 @@ flags.DEFINE_string("eval_input_file", None, "Shards for --do_eval (default: --i
                     "as the original).")
 flags.DEFINE_integer("max_predictions_per_seq", 20, "Masked positions per sequence; must "
                      "match the shards.")
-flags.DEFINE_bool("do_train", False, "Run training.")
-flags.DEFINE_bool("do_eval", False, "Run evaluation.")
-flags.DEFINE_integer("train_batch_size", 32, "Global training batch size.")
-flags.DEFINE_integer("eval_batch_size", 8, "Global evaluation batch size.")
-flags.DEFINE_float("learning_rate", 5e-5, "Peak learning rate.")
 flags.DEFINE_integer("num_train_steps", 100000, "Training steps.")
 flags.DEFINE_integer("num_warmup_steps", 10000, "Linear warmup steps.")
 flags.DEFINE_integer("max_eval_steps", 100, "Maximum evaluation batches.")
@@ -47,6 +37,8 @@ flags.DEFINE_bool("use_next_sentence_loss", True, "Train the next-sentence head 
                   "the paper's No-NSP ablation).")
 runner_flags.define_common_flags(max_seq_length=128)
 runner_flags.define_training_flags()
+
+EVAL_RESULTS = "eval_results.txt"
 
 
 def build_model(config: BertConfig, dtype: str) -> BertPretrainer:
@@ -64,22 +56,51 @@ def make_dataset_fn(files, batch_size, is_training, seed):
     return dataset_fn
 
 
+def resolve_model_files() -> model_files.ModelFiles:
+    """The config (flag or beside --init_checkpoint) and, when known, the vocabulary
+    the shards were made with: the output_dir then carries both."""
+    runner_flags.check_init_checkpoint(FLAGS)
+    config = model_files.resolve_config(FLAGS.bert_config_file, FLAGS.init_checkpoint)
+    runner_flags.check_max_seq_length(FLAGS.max_seq_length, config)
+    vocab_file = FLAGS.vocab_file or checkpoint_readers.find_side_file(
+        model_files.side_dirs(FLAGS.init_checkpoint), model_files.VOCAB_FILE)
+    do_lower_case = runner_flags.do_lower_case_flag(FLAGS)
+    if vocab_file:
+        model_files.check_vocab_fits_config(vocab_file, config)
+        do_lower_case = model_files.resolve_case(do_lower_case, FLAGS.init_checkpoint,
+                                                 vocab_file)
+    return model_files.ModelFiles(config, vocab_file, bool(
+        FLAGS.do_lower_case if do_lower_case is None else do_lower_case))
+
+
+def evaluate(trainer: training.Trainer, files: list[str]) -> dict:
+    dataset = make_dataset_fn(files, FLAGS.eval_batch_size, False, FLAGS.seed)()
+    results = trainer.evaluate(dataset, max_steps=FLAGS.max_eval_steps)
+    output = os.path.join(FLAGS.output_dir, EVAL_RESULTS)
+    records.write_results(output, results)
+    logging.info("Eval results (%s): %s", output, results)
+    return results
+
+
 def main(_):
     if not FLAGS.do_train and not FLAGS.do_eval:
         raise app.UsageError("At least one of --do_train or --do_eval must be set.")
     strategy = runner_flags.setup(FLAGS)
-    config = BertConfig.from_json_file(FLAGS.bert_config_file) if FLAGS.bert_config_file \
-        else checkpoints.resolve_config_and_vocab(None, None, FLAGS.init_checkpoint)[0]
-    runner_flags.check_max_seq_length(FLAGS.max_seq_length, config)
-    files = pretraining_data.expand_input_files(FLAGS.input_file)
-    pretraining_data.check_shard_shapes(files, FLAGS.max_seq_length,
+    files = resolve_model_files()
+    shards = pretraining_data.expand_input_files(FLAGS.input_file)
+    pretraining_data.check_shard_shapes(shards, FLAGS.max_seq_length,
                                         FLAGS.max_predictions_per_seq)
+    eval_shards = (pretraining_data.expand_input_files(FLAGS.eval_input_file)
+                   if FLAGS.eval_input_file else shards)
     with strategy.scope():
-        model = build_model(config, FLAGS.dtype)
-    trainer = runner_flags.make_trainer(FLAGS, strategy, model, PretrainingTask(
-        FLAGS.use_next_sentence_loss), FLAGS.learning_rate, FLAGS.num_train_steps,
-        FLAGS.num_warmup_steps)
-    runner_flags.write_resolved_config(FLAGS, config, extra={"input_files": files})
+        model = build_model(files.config, FLAGS.dtype)
+    trainer = training.Trainer(
+        strategy, model, PretrainingTask(FLAGS.use_next_sentence_loss), FLAGS.output_dir,
+        learning_rate=FLAGS.learning_rate, num_train_steps=FLAGS.num_train_steps,
+        num_warmup_steps=FLAGS.num_warmup_steps, **runner_flags.trainer_options(FLAGS))
+    model_files.write_model_files(FLAGS.output_dir, files, BertPretrainer.MODEL_KIND)
+    records.write_json(os.path.join(FLAGS.output_dir, "run_config.json"), dict(
+        runner_flags.flag_values(FLAGS), input_files=shards))
 
     def initialize():
         if FLAGS.init_checkpoint:  # The encoder, and the heads when the checkpoint has them.
@@ -87,18 +108,16 @@ def main(_):
 
     trainer.restore_or_initialize(initialize)
     if FLAGS.do_train:
-        trainer.train(make_dataset_fn(files, FLAGS.train_batch_size, True, FLAGS.seed),
+        trainer.train(make_dataset_fn(shards, FLAGS.train_batch_size, True, FLAGS.seed),
                       FLAGS.train_batch_size)
     if FLAGS.do_eval:
-        eval_files = (pretraining_data.expand_input_files(FLAGS.eval_input_file)
-                      if FLAGS.eval_input_file else files)
-        dataset = make_dataset_fn(eval_files, FLAGS.eval_batch_size, False, FLAGS.seed)()
-        results = trainer.evaluate(dataset, max_steps=FLAGS.max_eval_steps)
-        output = os.path.join(FLAGS.output_dir, "eval_results.txt")
-        records.write_results(output, results)
-        logging.info("Eval results (%s): %s", output, results)
+        evaluate(trainer, eval_shards)
+
+
+def cli():
+    flags.mark_flags_as_required(["input_file", "output_dir"])
+    app.run(main)
 
 
 if __name__ == "__main__":
-    flags.mark_flags_as_required(["input_file", "output_dir"])
-    app.run(main)
+    cli()

@@ -19,7 +19,6 @@ holds one for this kind of model. The names of every format are declarative tabl
 from __future__ import annotations
 
 import dataclasses
-import os
 
 import numpy as np
 from absl import logging
@@ -33,7 +32,6 @@ from modeling.checkpoint_readers import (  # noqa: F401
 from modeling.checkpoint_writers import (  # noqa: F401
     write_hf_directory, write_original_checkpoint, write_original_directory,
     write_tf2_directory)
-from modeling.config import BertConfig
 
 _SHOWN_UNUSED = 6
 # Kinds whose outputs do not depend on the pooler.
@@ -321,39 +319,3 @@ def inspect_checkpoint(path: str) -> dict:
             "config_file": (find_side_file(reader.side_dirs, "bert_config.json")
                             or find_side_file(reader.side_dirs, "config.json")),
             "vocab_file": find_side_file(reader.side_dirs, "vocab.txt")}
-
-
-# ---------------------------------------------------------------------------------
-# Config and vocab beside a checkpoint.
-
-
-def read_checkpoint_config(path: str):
-    """The BertConfig stored beside a checkpoint (bert_config.json or HF config.json),
-    or None."""
-    for name in ("bert_config.json", "config.json"):
-        candidate = find_side_file(checkpoint_side_dirs(path), name)
-        if candidate:
-            return BertConfig.from_json_file(candidate)
-    return None
-
-
-def resolve_config_and_vocab(bert_config_file: str | None, vocab_file: str | None,
-                             init_checkpoint: str | None) -> tuple[BertConfig, str | None]:
-    """The config and vocab a runner should use.
-
-    `--bert_config_file` and `--vocab_file` win; when omitted, they are taken from
-    beside the checkpoint (a Hugging Face directory carries config.json and vocab.txt;
-    an original release directory and a run's output_dir carry bert_config.json and
-    vocab.txt; a prefix in a run's best/ folder is described by the run's output_dir).
-    """
-    config = BertConfig.from_json_file(bert_config_file) if bert_config_file else None
-    if config is None:
-        config = read_checkpoint_config(init_checkpoint) if init_checkpoint else None
-        if config is None:
-            directory = (init_checkpoint if init_checkpoint and os.path.isdir(init_checkpoint)
-                         else os.path.dirname(init_checkpoint or ""))
-            raise ValueError("--bert_config_file is required: the checkpoint directory "
-                             f"{directory!r} has no bert_config.json or config.json")
-    if vocab_file is None and init_checkpoint:
-        vocab_file = find_side_file(checkpoint_side_dirs(init_checkpoint), "vocab.txt")
-    return config, vocab_file

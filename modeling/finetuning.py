@@ -60,6 +60,7 @@ class Settings:
     num_train_epochs: float = 3.0
     warmup_proportion: float = 0.1
     seed: int = 12345
+    shuffle_buffer_size: int = 10000
     evaluate_every_epoch: bool = True
     export_dir: str | None = None
     overwrite_export: bool = False
@@ -94,7 +95,9 @@ class FineTuningTask(Protocol):
     def score(self, metrics: dict) -> float:
         """The number the best model is chosen by (higher is better)."""
 
-    def predict(self, trainer: training.Trainer, output_dir: str) -> None: ...
+    def predict(self, trainer: training.Trainer, output_dir: str, global_step: int
+                ) -> None:
+        """Predictions of the test data, written to output_dir."""
 
     def export(self, model: keras.Model, export_dir: str, files: model_files.ModelFiles,
                overwrite: bool) -> None: ...
@@ -259,6 +262,22 @@ def restore_initial_weights(model, settings: Settings) -> None:
                               reinit_head=settings.reinit_head)
 
 
+def check_labels(task: FineTuningTask, settings: Settings) -> None:
+    """A fine-tuned --init_checkpoint of this kind must have this run's labels, in
+    this order: its head's outputs mean those labels (unless --reinit_head)."""
+    if settings.reinit_head or settings.hub_module_url or not settings.init_checkpoint:
+        return
+    info = model_files.read_model_info(settings.init_checkpoint)
+    wanted = task.model_info().get("labels")
+    if (info.get("model_kind") == task.model_kind and info.get("labels") is not None
+            and wanted is not None and list(info["labels"]) != list(wanted)):
+        raise ValueError(
+            f"--init_checkpoint={settings.init_checkpoint} was fine-tuned on the labels "
+            f"{list(info['labels'])}, this run has {list(wanted)}: its head's outputs "
+            f"would mean other labels. Give the same labels, or --reinit_head to train "
+            f"a new head.")
+
+
 def build_trainer(task: FineTuningTask, model, strategy, settings: Settings
                   ) -> training.Trainer:
     num_train_steps, num_warmup_steps = (train_schedule(
@@ -275,11 +294,12 @@ def write_run_files(task: FineTuningTask, trainer: training.Trainer,
     """The self-contained output_dir, and every setting of the run (run_config.json)."""
     info = task.model_info()
     model_files.write_model_files(settings.output_dir, files, task.model_kind, **info)
-    records.write_json(os.path.join(settings.output_dir, RUN_CONFIG), dict(
-        settings.flag_values, resolved_vocab_file=files.vocab_file,
-        resolved_do_lower_case=files.do_lower_case, model_kind=task.model_kind,
-        num_train_steps=trainer.num_train_steps,
-        num_warmup_steps=trainer.num_warmup_steps, **info))
+    values = dict(info, **settings.flag_values)  # A flag's value as given wins.
+    values.update(resolved_vocab_file=files.vocab_file,
+                  resolved_do_lower_case=files.do_lower_case, model_kind=task.model_kind,
+                  num_train_steps=trainer.num_train_steps,
+                  num_warmup_steps=trainer.num_warmup_steps)
+    records.write_json(os.path.join(settings.output_dir, RUN_CONFIG), values)
 
 
 def run(task: FineTuningTask, settings: Settings, strategy: tf.distribute.Strategy,
@@ -293,6 +313,7 @@ def run(task: FineTuningTask, settings: Settings, strategy: tf.distribute.Strate
     # The head's initial weights and dropout seeds depend on --seed alone, not on how
     # many random draws building the encoder took: a TF Hub encoder and a checkpoint
     # of the same weights fine-tune to the same model.
+    check_labels(task, settings)
     keras.utils.set_random_seed(settings.seed)
     with strategy.scope():
         model = task.build_model(encoder, files.config)
@@ -314,7 +335,7 @@ def run(task: FineTuningTask, settings: Settings, strategy: tf.distribute.Strate
     if settings.do_eval:
         task.evaluate(trainer, settings.output_dir, step)
     if settings.do_predict:
-        task.predict(trainer, settings.output_dir)
+        task.predict(trainer, settings.output_dir, step)
     if settings.export_dir:
         task.export(model, settings.export_dir, files, settings.overwrite_export)
     return True

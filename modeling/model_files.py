@@ -41,14 +41,15 @@ class ModelFiles:
 
     Attributes:
       config: the BertConfig the model is built with.
-      vocab_file: path of its WordPiece vocabulary.
+      vocab_file: path of its WordPiece vocabulary (None for pre-training from shards
+        when no vocabulary is given: the shards hold ids).
       do_lower_case: whether its tokenizer lower-cases the input.
       config_is_complete: False when some config values were not read from the model
         (e.g. a TF Hub encoder without bert_config.json); such a config is not written
         to an output_dir as the model's.
     """
     config: BertConfig
-    vocab_file: str
+    vocab_file: str | None
     do_lower_case: bool
     config_is_complete: bool = True
 
@@ -87,7 +88,8 @@ def vocab_case(vocab_file: str) -> CaseStatement | None:
 def checkpoint_case_statements(init_checkpoint: str | None,
                                vocab_file: str | None) -> list[CaseStatement]:
     """Every statement of the model's case: our model_info.json, a Hugging Face
-    tokenizer_config.json, the original release's checkpoint names, the vocabulary."""
+    tokenizer_config.json, the original release's checkpoint names; when none of them
+    says, the vocabulary (no upper-case entry: uncased; many: cased)."""
     statements = []
     info = read_model_info(init_checkpoint)
     if info.get("do_lower_case") is not None:
@@ -106,7 +108,7 @@ def checkpoint_case_statements(init_checkpoint: str | None,
             except ValueError:
                 statements.append(CaseStatement(not lower, f"the original release's "
                                                            f"checkpoint name {init_checkpoint}"))
-    if vocab_file:
+    if vocab_file and not statements:  # The vocabulary's evidence is the weakest.
         statement = vocab_case(vocab_file)
         if statement is not None:
             statements.append(statement)
@@ -114,11 +116,14 @@ def checkpoint_case_statements(init_checkpoint: str | None,
 
 
 def resolve_case(do_lower_case: bool | None, init_checkpoint: str | None,
-                 vocab_file: str | None) -> bool:
+                 vocab_file: str | None, stated: CaseStatement | None = None) -> bool:
     """`--do_lower_case` checked against the checkpoint.
 
     Args:
       do_lower_case: the flag's value when the user gave it, else None.
+      init_checkpoint, vocab_file: what the case is read from (see
+        `checkpoint_case_statements`).
+      stated: one more statement, e.g. a TF Hub encoder's own do_lower_case.
 
     Returns:
       The flag's value; when not given, what the checkpoint states (else True, the
@@ -128,7 +133,10 @@ def resolve_case(do_lower_case: bool | None, init_checkpoint: str | None,
       ValueError naming both sides when the flag contradicts the checkpoint, or when
       the checkpoint contradicts itself.
     """
-    statements = checkpoint_case_statements(init_checkpoint, vocab_file)
+    statements = checkpoint_case_statements(init_checkpoint,
+                                            None if stated is not None else vocab_file)
+    if stated is not None:
+        statements.insert(0, stated)
     if do_lower_case is not None:
         for statement in statements:
             if statement.do_lower_case != do_lower_case:
@@ -170,6 +178,26 @@ def check_vocab_fits_config(vocab_file: str, config: BertConfig) -> int:
     return size
 
 
+def _where(dirs: list[str]) -> str:
+    return (f"the checkpoint folder {' or '.join(dirs)} has no" if dirs else
+            "there is no --init_checkpoint folder with a")
+
+
+def resolve_config(bert_config_file: str | None, init_checkpoint: str | None
+                   ) -> BertConfig:
+    """--bert_config_file, else bert_config.json or a Hugging Face config.json beside
+    the checkpoint."""
+    if bert_config_file:
+        return BertConfig.from_json_file(bert_config_file)
+    dirs = side_dirs(init_checkpoint)
+    path = (checkpoint_readers.find_side_file(dirs, CONFIG_FILE) or
+            checkpoint_readers.find_side_file(dirs, "config.json"))
+    if path is None:
+        raise ValueError(f"--bert_config_file is required: {_where(dirs)} {CONFIG_FILE} or "
+                         f"config.json")
+    return BertConfig.from_json_file(path)
+
+
 def resolve(bert_config_file: str | None, vocab_file: str | None,
             init_checkpoint: str | None, do_lower_case: bool | None) -> ModelFiles:
     """The model's files from the flags, else from beside the checkpoint, checked.
@@ -178,21 +206,11 @@ def resolve(bert_config_file: str | None, vocab_file: str | None,
     checkpoint's folder (bert_config.json or a Hugging Face config.json, and vocab.txt;
     for a run's output_dir, the files it wrote).
     """
+    config = resolve_config(bert_config_file, init_checkpoint)
     dirs = side_dirs(init_checkpoint)
-    where = (f"the checkpoint folder {' or '.join(dirs)} has no" if dirs else
-             "there is no --init_checkpoint folder with a")
-    if bert_config_file:
-        config = BertConfig.from_json_file(bert_config_file)
-    else:
-        path = (checkpoint_readers.find_side_file(dirs, CONFIG_FILE) or
-                checkpoint_readers.find_side_file(dirs, "config.json"))
-        if path is None:
-            raise ValueError(f"--bert_config_file is required: {where} {CONFIG_FILE} or "
-                             f"config.json")
-        config = BertConfig.from_json_file(path)
     vocab_file = vocab_file or checkpoint_readers.find_side_file(dirs, VOCAB_FILE)
     if vocab_file is None:
-        raise ValueError(f"--vocab_file is required: {where} {VOCAB_FILE}")
+        raise ValueError(f"--vocab_file is required: {_where(dirs)} {VOCAB_FILE}")
     if not tf.io.gfile.exists(vocab_file):
         raise FileNotFoundError(f"--vocab_file not found: {vocab_file}")
     check_vocab_fits_config(vocab_file, config)
@@ -214,7 +232,7 @@ def write_model_files(output_dir: str, files: ModelFiles, model_kind: str,
                         "inferred, not read. Load the fine-tuned model with the same "
                         "--hub_module_url.", CONFIG_FILE, output_dir)
     vocab_copy = os.path.join(output_dir, VOCAB_FILE)
-    if os.path.abspath(files.vocab_file) != os.path.abspath(vocab_copy):
+    if files.vocab_file and os.path.abspath(files.vocab_file) != os.path.abspath(vocab_copy):
         with tf.io.gfile.GFile(files.vocab_file, "rb") as f:
             content = f.read()
         with records.atomic_open(vocab_copy, "wb") as f:

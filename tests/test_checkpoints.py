@@ -10,7 +10,8 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from modeling import checkpoint_names as names, checkpoints, feature_based, models
+from modeling import checkpoint_names as names
+from modeling import checkpoints, feature_based, model_files, models
 from modeling.checkpoint_writers import hf_config, hf_tensors
 from modeling.config import ACTIVATIONS, BertConfig
 from modeling.encoder import BertEncoder
@@ -329,8 +330,7 @@ def test_run_output_dir_resolves_to_its_best_model(tmp_path):
     info = checkpoints.restore_model(str(tmp_path / "ckpt-5"), build("classifier"))
     assert info["restored"] == ["encoder", "classifier"]
     (tmp_path / "bert_config.json").write_text(CONFIG.to_json_string())
-    config, _ = checkpoints.resolve_config_and_vocab(None, None, info["path"].replace(
-        "ckpt-5", "best/best-3"))
+    config = model_files.resolve_config(None, info["path"].replace("ckpt-5", "best/best-3"))
     assert config == CONFIG
 
 

@@ -236,10 +236,9 @@ def test_every_kind_goes_round_all_formats_unchanged(tmp_path):
 
 _DRIVER = r"""
 import json, sys
-sys.path.insert(0, sys.argv[1])
 import convert_checkpoint
 results = {}
-for name, argv in json.loads(sys.argv[2]).items():
+for name, argv in json.loads(sys.argv[1]).items():
     convert_checkpoint.FLAGS.unparse_flags()
     convert_checkpoint.FLAGS(["convert_checkpoint.py", *argv])
     try:
@@ -284,9 +283,10 @@ def test_command_line_reads_beside_the_input_and_says_what_is_wrong(tmp_path):
         "users": [f"--input_checkpoint={tmp_path / 'hf'}",
                   f"--output_dir={tmp_path / 'users'}", "--output_format=tf1"],
     }
-    process = subprocess.run([sys.executable, "-c", _DRIVER, str(REPO_ROOT), json.dumps(runs)],
+    process = subprocess.run([sys.executable, "-c", _DRIVER, json.dumps(runs)],
                              capture_output=True, text=True, cwd=tmp_path,
-                             env=dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2"))
+                             env=dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2",
+                                      PYTHONPATH=str(REPO_ROOT)))
     assert process.returncode == 0, process.stderr[-3000:]
     results = json.loads(process.stdout.strip().splitlines()[-1])
     assert results["classifier"] == ["no error", ""]
@@ -361,7 +361,8 @@ def test_run_pretraining_starts_from_hugging_face_heads(real, hf_pretraining_dir
          "--max_seq_length=32", "--max_predictions_per_seq=4", "--train_batch_size=2",
          "--num_train_steps=1", "--num_warmup_steps=0", "--learning_rate=0",
          "--steps_per_loop=1", "--alsologtostderr"],
-        capture_output=True, text=True, env=dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2"))
+        capture_output=True, text=True, env=dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2",
+                                      PYTHONPATH=str(REPO_ROOT)))
     assert result.returncode == 0, result.stderr[-3000:]
     assert (f"Restored encoder, masked_lm, next_sentence from hf checkpoint {directory}; "
             f"starting fresh: nothing") in result.stderr

@@ -371,16 +371,16 @@ def test_swag_multiple_choice_learns_and_accuracy_matches(tmp_path, vocab_file):
 
 _DRIVER = textwrap.dedent("""
     import json, sys
-    sys.path.insert(0, sys.argv[1])
     import run_classifier
+    from modeling import finetuning
     from serving import encoder as serving_encoder
     from modeling.config import BertConfig
     from modeling.encoder import BertEncoder
-    hub_path, config_file, vocab_file = sys.argv[3:6]
+    hub_path, config_file, vocab_file = sys.argv[2:5]
     serving_encoder.export_encoder(BertEncoder(BertConfig.from_json_file(config_file)),
                                    hub_path, vocab_file, do_lower_case=True)
     results = {}
-    for name, argv in json.loads(sys.argv[2]).items():
+    for name, argv in json.loads(sys.argv[1]).items():
         run_classifier.FLAGS.unparse_flags()
         run_classifier.FLAGS(["run_classifier.py", *argv])
         try:
@@ -390,9 +390,9 @@ _DRIVER = textwrap.dedent("""
             results[name] = [type(e).__name__, str(e)]
     rc = run_classifier
     results["functions"] = {
-        "train_schedule": rc.train_schedule(3668, 32, 3.0, 0.1),
-        "epoch_ends_mrpc": rc.epoch_end_steps(3668, 32, 343),
-        "epoch_ends_fractional": rc.epoch_end_steps(10, 4, 6),
+        "train_schedule": finetuning.train_schedule(3668, 32, 3.0, 0.1),
+        "epoch_ends_mrpc": finetuning.epoch_end_steps(3668, 32, 343),
+        "epoch_ends_fractional": finetuning.epoch_end_steps(10, 4, 6),
         "score_cola": rc.glue_score("CoLA", {"eval_accuracy": 0.9, "eval_mcc": 0.5}),
         "score_stsb": rc.glue_score("sts-b", {"eval_pearson": 0.8, "eval_spearman": 0.6}),
         "score_mnli": rc.glue_score("mnli", {"eval_accuracy": 0.7,
@@ -512,7 +512,7 @@ def driver(tmp_path_factory, mrpc_dir, vocab_file):
         task="generic", do=("--do_train", "--do_eval", "--do_predict"))
     add("cola", root / "cola", task="CoLA", do=("--do_eval",))
     process = subprocess.run(
-        [sys.executable, "-c", _DRIVER, str(REPO), json.dumps(
+        [sys.executable, "-c", _DRIVER, json.dumps(
             {name: [str(a) for a in argv] for name, argv in cases.items()}),
          str(root / "hub"), config_file, vocab_file],
         capture_output=True, text=True, cwd=REPO, timeout=600,

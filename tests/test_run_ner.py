@@ -30,7 +30,7 @@ from serving import encoder as serving_encoder
 
 REPO_ROOT = pathlib.Path(__file__).resolve().parent.parent
 RUN_NER = str(REPO_ROOT / "run_ner.py")
-ENV = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2")
+ENV = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2", PYTHONPATH=str(REPO_ROOT))
 LONG_SENTENCE_WORDS = 600
 VOCAB_FILE = str(REPO_ROOT / "sample_data" / "vocab" / "uncased_vocab.txt")
 
@@ -155,7 +155,7 @@ def runs(inputs):
     for name, flags in BAD_FLAGS.items():
         bad_inputs[name] = _command(root / name, inputs, f"--train_file={inputs['train_file']}",
                                     f"--eval_file={inputs['dev_file']}", *flags)[2:]
-    commands["bad_inputs"] = [sys.executable, "-c", _BAD_INPUT_DRIVER, str(REPO_ROOT),
+    commands["bad_inputs"] = [sys.executable, "-c", _BAD_INPUT_DRIVER,
                               json.dumps(bad_inputs)]
     started = {}
     for name, command in commands.items():
@@ -173,10 +173,9 @@ def runs(inputs):
 # name -> "ErrorType: message" (None if no error) as JSON on its last line.
 _BAD_INPUT_DRIVER = textwrap.dedent("""
     import json, sys
-    sys.path.insert(0, sys.argv[1])
     import run_ner
     results = {}
-    for name, argv in json.loads(sys.argv[2]).items():
+    for name, argv in json.loads(sys.argv[1]).items():
         run_ner.FLAGS.unparse_flags()
         run_ner.FLAGS(["run_ner.py", *argv])
         try:
@@ -398,7 +397,7 @@ def test_bad_input_names_file_and_line(bad_input_errors, inputs, case):
 
 def test_bad_flags(bad_input_errors, inputs):
     assert bad_input_errors["eval_without_training"].startswith("FileNotFoundError: ")
-    assert "the label list comes from the training file" in bad_input_errors[
+    assert "The label list comes from the training file" in bad_input_errors[
         "eval_without_training"]
     assert bad_input_errors["export_dir"].startswith(
         "ValueError: --export_dir=gs://bucket/unused: ")

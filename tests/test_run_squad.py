@@ -25,11 +25,10 @@ TRAIN_BATCH = 16
 
 _DRIVER = textwrap.dedent("""
     import json, sys, traceback
-    sys.path.insert(0, sys.argv[1])
     from absl import logging
     import run_squad
     results = {}
-    for name, argv in json.loads(sys.argv[2]).items():
+    for name, argv in json.loads(sys.argv[1]).items():
         run_squad.FLAGS.unparse_flags()
         run_squad.FLAGS(["run_squad.py", *argv])
         logging.use_absl_handler()  # As app.run does: the log file in output_dir.
@@ -47,7 +46,7 @@ _DRIVER = textwrap.dedent("""
 def run_driver(runs: dict) -> dict:
     """Runs run_squad.main once per {name: argv}; {name: [error type, message]}."""
     process = subprocess.run(
-        [sys.executable, "-c", _DRIVER, str(REPO),
+        [sys.executable, "-c", _DRIVER,
          json.dumps({name: [str(a) for a in argv] for name, argv in runs.items()})],
         capture_output=True, text=True, cwd=REPO, timeout=900,
         env=dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2"))
@@ -384,7 +383,7 @@ def test_eval_alone_scores_the_prediction_files_in_output_dir(runs, root):
                                             "--version_2_with_negative"]),
     ("missing_file", "FileNotFoundError", ["--train_file=", "missing.json"]),
     ("long_sequence", "ValueError", ["--max_seq_length=512", "max_position_embeddings=128"]),
-    ("nothing_to_do", "UsageError", ["--do_train, --do_predict or --do_eval"]),
+    ("nothing_to_do", "UsageError", ["At least one of --do_train, --do_eval or --do_predict"]),
     ("export", "ValueError", ["--export_dir=gs://bucket/export", "only local paths"]),
     ("hub_module", "FileNotFoundError", ["/nonexistent/hub"]),
 ])
