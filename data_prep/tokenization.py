@@ -347,6 +347,8 @@ class BasicTokenizer:
         """Steps 1-3 of the pipeline: cleaning, CJK spacing, lower-casing."""
         patterns = _patterns()
         text = convert_to_unicode(text).translate(patterns.clean_table)
+        if text.isascii():  # No CJK, no accents: the common case, shortened.
+            return text.lower() if self.do_lower_case else text
         text = patterns.cjk.sub(r" \g<0> ", text)
         if self.do_lower_case:
             text = text.lower()
@@ -415,6 +417,8 @@ class WordpieceTokenizer:
 class FullTokenizer:
     """End-to-end tokenization: `BasicTokenizer`, then `WordpieceTokenizer`."""
 
+    WORD_CACHE_SIZE = 1 << 18  # Words whose ids `tokenize_to_ids` remembers.
+
     def __init__(self, vocab_file: str, do_lower_case: bool = True):
         """Constructs a FullTokenizer.
 
@@ -433,6 +437,7 @@ class FullTokenizer:
         self.inv_vocab = {v: k for k, v in self.vocab.items()}
         self.basic_tokenizer = BasicTokenizer(do_lower_case=do_lower_case)
         self.wordpiece_tokenizer = WordpieceTokenizer(vocab=self.vocab)
+        self._word_ids = {}
 
     def tokenize(self, text) -> list[str]:
         """Word pieces of `text` (str or UTF-8 bytes)."""
@@ -440,6 +445,26 @@ class FullTokenizer:
         for word in self.basic_tokenizer.tokenize(text):
             pieces.extend(self.wordpiece_tokenizer.tokenize_word(word))
         return pieces
+
+    def tokenize_to_ids(self, text) -> list[int]:
+        """`convert_tokens_to_ids(tokenize(text))`, faster on running text.
+
+        The ids of each distinct word are remembered (words repeat: a few
+        thousand make up most of any text), up to `WORD_CACHE_SIZE` words; the
+        memory is then cleared and refilled.
+        """
+        cache = self._word_ids
+        ids = []
+        for word in self.basic_tokenizer.tokenize(text):
+            word_ids = cache.get(word)
+            if word_ids is None:
+                if len(cache) >= self.WORD_CACHE_SIZE:
+                    cache.clear()
+                word_ids = cache[word] = [
+                    self.vocab[piece]
+                    for piece in self.wordpiece_tokenizer.tokenize_word(word)]
+            ids += word_ids
+        return ids
 
     def convert_tokens_to_ids(self, tokens) -> list[int]:
         return convert_by_vocab(self.vocab, tokens)
