@@ -503,19 +503,7 @@ def write_summary(totals: dict, settings: PipelineSettings, vocab_file: str) -> 
 
 def build_pipeline(pipeline: beam.Pipeline, settings: PipelineSettings) -> None:
     """Adds the stages of `settings` to `pipeline`."""
-    sizes = dict(settings.input_files)
-    windows = [(path, size, index) for path, size in settings.input_files
-               for index in range(corpus.num_windows(size, settings.shard_bytes))]
-    scans = (pipeline
-             | "Windows" >> beam.Create(windows)
-             | "Scan" >> beam.ParDo(ScanWindow(settings)).with_outputs(
-                 "stats", main="scans"))
-    shards = (scans.scans
-              | "ByFile" >> beam.Map(lambda scan: (scan.path, scan))
-              | "GroupByFile" >> beam.GroupByKey()
-              | "Plan" >> beam.FlatMap(plan_file, sizes)
-              | "Spread" >> beam.Reshuffle())
-    stats = [scans.stats]
+    shards, stats = _document_shards(pipeline, settings)
     words = None
     if settings.raw:
         split = shards | "SplitSentences" >> beam.ParDo(
@@ -532,6 +520,40 @@ def build_pipeline(pipeline: beam.Pipeline, settings: PipelineSettings) -> None:
      | "AllStats" >> beam.Flatten()
      | "AddUp" >> beam.CombineGlobally(MergeStats())
      | "Summary" >> beam.Map(write_summary, settings, vocab_file))
+
+
+def _document_shards(pipeline, settings: PipelineSettings):
+    """(PCollection of `corpus.DocumentShard`, [PCollection of statistics]).
+
+    A file of one window is one shard, known without reading it; the windows of
+    larger files are scanned in parallel, then grouped by file to plan its shards.
+    """
+    whole, windows = [], []
+    for path, size in settings.input_files:
+        count = corpus.num_windows(size, settings.shard_bytes)
+        if count == 1:
+            whole.append(corpus.DocumentShard(path=path, index=0, start=0, end=size,
+                                              first_line=1,
+                                              name=corpus.shard_name(path, 0, 1)))
+        else:
+            windows += [(path, size, index) for index in range(count)]
+    parts, stats = [], []
+    if whole:
+        parts.append(pipeline | "WholeFiles" >> beam.Create(whole))
+    if windows:
+        scans = (pipeline
+                 | "Windows" >> beam.Create(windows)
+                 | "Scan" >> beam.ParDo(ScanWindow(settings)).with_outputs(
+                     "stats", main="scans"))
+        parts.append(scans.scans
+                     | "ByFile" >> beam.Map(lambda scan: (scan.path, scan))
+                     | "GroupByFile" >> beam.GroupByKey()
+                     | "Plan" >> beam.FlatMap(plan_file, dict(settings.input_files))
+                     | "Spread" >> beam.Reshuffle())
+        stats.append(scans.stats)
+    if len(parts) == 1:
+        return parts[0], stats
+    return tuple(parts) | "AllShards" >> beam.Flatten(), stats
 
 
 def _vocab(pipeline, settings: PipelineSettings, shards, words):
@@ -559,12 +581,33 @@ def run(settings: PipelineSettings, beam_options: PipelineOptions) -> dict:
     if FileSystems.exists(summary_path):
         FileSystems.delete([summary_path])  # A stale summary must not look current.
     start = time.monotonic()
-    with beam.Pipeline(options=beam_options) as pipeline:
+    with beam.Pipeline(runner=local_runner(beam_options),
+                       options=beam_options) as pipeline:
         build_pipeline(pipeline, settings)
     elapsed = time.monotonic() - start
     summary = records.read_json(summary_path)
     _log_summary(summary, elapsed)
     return summary
+
+
+def local_runner(beam_options: PipelineOptions):
+    """The engine of the DirectRunner (the default runner) for this batch
+    pipeline, or None to let Beam resolve any other `--runner`.
+
+    Beam's DirectRunner first tries its Prism runner, a binary it downloads at
+    run time, then falls back to the FnApiRunner; this goes to the FnApiRunner
+    directly, set up as the DirectRunner sets it up (it honours
+    --direct_num_workers and --direct_running_mode).
+    """
+    from apache_beam.options.pipeline_options import StandardOptions
+    from apache_beam.portability.api import beam_provision_api_pb2
+    from apache_beam.runners.portability.fn_api_runner import fn_runner
+    from apache_beam.runners.portability.portable_runner import JobServiceHandle
+    if beam_options.view_as(StandardOptions).runner not in (None, "DirectRunner"):
+        return None
+    encoded = JobServiceHandle.encode_pipeline_options(beam_options.get_all_options())
+    return fn_runner.FnApiRunner(provision_info=fn_runner.ExtendedProvisionInfo(
+        beam_provision_api_pb2.ProvisionInfo(pipeline_options=encoded)))
 
 
 def _log_summary(summary: dict, elapsed: float) -> None:
