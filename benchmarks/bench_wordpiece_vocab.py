@@ -109,7 +109,7 @@ def evaluate(vocab_file: str, held_out: list[str], check_graph: bool) -> dict:
             words += 1
             pieces += len(word_pieces)
             unknown += word_pieces == [tokenization.UNK_TOKEN]
-    result = {"size": len(tokenizer.vocab), "words": words,
+    result = {"size": len(tokenizer.vocab), "words": words, "unknown": unknown,
               "unk_rate": unknown / words, "pieces_per_word": pieces / words}
     if check_graph:
         import tensorflow as tf
@@ -146,12 +146,14 @@ def main() -> None:
         original = str(SAMPLE / "vocab" / "uncased_vocab.txt")
         rows.append(dict(evaluate(original, held_out, False), name="original",
                          seconds=0.0, learned=30522 - 999))
-    print("| vocabulary | entries | learned tokens | learning s | held-out [UNK] rate "
+    print("held-out words: %d" % rows[0]["words"])
+    print("| vocabulary | entries | learned tokens | learning s | held-out [UNK] words "
           "| pieces per word | Python = in-graph ids |")
     print("|---|---|---|---|---|---|---|")
     for r in rows:
-        print("| %s | %d | %d | %.1f | %.2f%% | %.3f | %s |" % (
-            r["name"], r["size"], r["learned"], r["seconds"], 100 * r["unk_rate"],
+        print("| %s | %d | %d | %.1f | %d (%.3f%%) | %.3f | %s |" % (
+            r["name"], r["size"], r["learned"], r["seconds"], r["unknown"],
+            100 * r["unk_rate"],
             r["pieces_per_word"], "-" if "graph_mismatches" not in r else
             ("every line" if not r["graph_mismatches"] else
              "%d lines differ" % r["graph_mismatches"])))

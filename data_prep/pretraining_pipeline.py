@@ -517,7 +517,7 @@ def build_pipeline(pipeline: beam.Pipeline, settings: PipelineSettings) -> None:
             stats.append(shards | "BuildShards" >> beam.ParDo(
                 BuildShard(settings), beam.pvalue.AsSingleton(vocab)))
     (stats
-     | "AllStats" >> beam.Flatten()
+     | "AllStats" >> beam.Flatten(pipeline=pipeline)
      | "AddUp" >> beam.CombineGlobally(MergeStats())
      | "Summary" >> beam.Map(write_summary, settings, vocab_file))
 

@@ -207,12 +207,15 @@ def test_failed_run_stops_naming_file_and_line_and_leaves_nothing_complete(
 
 
 def test_learned_vocab_reads_in_both_tokenizers(tmp_path):
-    """Learned from the bundled corpus; on held-out MRPC sentences our Python
-    and in-graph tokenizers give the same ids on every line."""
+    """Learned by the pipeline (vocabulary only) from the bundled corpus; on
+    held-out MRPC sentences our Python and in-graph tokenizers give the same
+    ids on every line."""
     from data_prep import tf_tokenization
-    lines = [line for path in CORPUS for line in
-             path.read_text(encoding="utf-8").split("\n")]
-    vocab = wordpiece_vocab.learn_vocab(wordpiece_vocab.count_words(lines, True), 3000)
+    path = tmp_path / "vocab.txt"
+    run_in_process(settings(tmp_path, CORPUS, str(path), learn_vocab_size=3000,
+                            stop_after="vocab"))
+    assert not list((tmp_path / "shards").glob("*.tfrecord"))
+    vocab = path.read_text(encoding="utf-8").split("\n")[:-1]
     assert len(vocab) == 3000 and len(set(vocab)) == 3000
     assert vocab[:5] == ["[PAD]", "[unused0]", "[unused1]", "[unused2]", "[unused3]"]
     assert vocab[100:104] == ["[UNK]", "[CLS]", "[SEP]", "[MASK]"]
@@ -220,8 +223,6 @@ def test_learned_vocab_reads_in_both_tokenizers(tmp_path):
     characters = [token for token in vocab[999:] if len(token) == 1]
     assert characters == sorted(characters) == vocab[999:999 + len(characters)]
     assert all("##" + c in vocab for c in characters)
-    path = tmp_path / "vocab.txt"
-    wordpiece_vocab.write_vocab(str(path), vocab)
     held_out = []
     with open(REPO_ROOT / "sample_data" / "glue" / "MRPC" / "dev.tsv",
               encoding="utf-8-sig") as f:
