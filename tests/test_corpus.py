@@ -136,3 +136,15 @@ def test_bad_input_policy():
     assert bad.counts == {"empty_document": 30, "unreadable_file": 1}
     assert len(bad.examples) == corpus.NUM_LOGGED_PER_KIND + 1
     assert bad.examples[-1] == "gone.txt: cannot be read (unreadable_file)"
+
+
+def test_split_sentences_cleans_as_the_tokenizer_and_splits():
+    from data_prep import sentences
+    assert sentences.clean_text(" a\x00b\tc\u2028d\u3000 e\x1c f\u200b ") == "ab c d e f"
+    assert sentences.split_sentences(
+        "Dr. Smith met\x00 Mr. Jones at 5 p.m. in the U.S. Army base.  Then\n they "
+        "left; the meeting (see Fig. 2) ended. Why?  \"Nobody knows.\"") == [
+        "Dr. Smith met Mr. Jones at 5 p.m. in the U.S. Army base.",
+        "Then they left; the meeting (see Fig. 2) ended.", "Why?",
+        "\"Nobody knows.\""]
+    assert sentences.split_sentences(" \x00\u200b \n") == []
