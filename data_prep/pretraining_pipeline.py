@@ -43,6 +43,7 @@ import dataclasses
 import os
 import pathlib
 import sys
+import threading
 import time
 
 if __package__ in (None, ""):
@@ -98,7 +99,7 @@ class PipelineSettings:
     run: cpd.RunOptions
     learn_vocab_size: int = 0
     max_input_words: int = 5_000_000
-    shard_bytes: int = 16 << 20
+    shard_bytes: int = 16_000_000
     bad_input: str = "fail"
     stop_after: str = "shards"
 
@@ -246,6 +247,7 @@ def summarize(totals: dict, settings: PipelineSettings, vocab_file: str) -> dict
         "raw_documents": totals.get("raw_documents", 0),
         "sentences_written": totals.get("sentences_written", 0),
         "lines": totals.get("lines", 0),
+        "sentences": totals.get("sentences", 0),
         "documents": totals.get("documents", 0),
         "one_sentence_documents": totals.get("one_sentence_documents", 0),
         "long_lines": totals.get("long_lines", 0),
@@ -275,21 +277,35 @@ def summarize(totals: dict, settings: PipelineSettings, vocab_file: str) -> dict
 
 
 class _Progress:
-    """A worker's running totals, logged after each shard with their rates."""
+    """Running totals of a worker process, logged after each shard with rates.
+
+    One per process and kind of work (`progress`), shared by the DoFn instances
+    that the process runs in several threads.
+    """
+
+    _lock = threading.Lock()
+    _by_kind = {}
 
     def __init__(self, what: str):
         self.what = what
         self.start = time.monotonic()
         self.totals = collections.Counter()
 
+    @classmethod
+    def of(cls, what: str) -> "_Progress":
+        with cls._lock:
+            return cls._by_kind.setdefault(what, cls(what))
+
     def add(self, label: str, **counts) -> None:
-        self.totals.update(counts)
         for name, count in counts.items():
             Metrics.counter(_METRICS, name).inc(count)
-        elapsed = max(time.monotonic() - self.start, 1e-9)
-        logging.info("%s %s; this worker so far: %s", self.what, label, ", ".join(
-            "%d %s (%.0f/s)" % (self.totals[name], name, self.totals[name] / elapsed)
-            for name in sorted(self.totals)))
+        with self._lock:
+            self.totals.update(counts)
+            elapsed = max(time.monotonic() - self.start, 1e-9)
+            rates = ", ".join("%d %s (%.0f/s)" % (self.totals[name], name,
+                                                  self.totals[name] / elapsed)
+                              for name in sorted(self.totals))
+        logging.info("%s %s; this worker process so far: %s", self.what, label, rates)
 
 
 # ----------------------------------------------------------------------------
@@ -339,7 +355,7 @@ class SplitSentences(beam.DoFn):
         self.settings = settings
 
     def setup(self):
-        self.progress = _Progress("Sentences of")
+        self.progress = _Progress.of("Sentences of")
         self.basic_tokenizer = tokenization.BasicTokenizer(
             do_lower_case=self.settings.run.do_lower_case)
 
@@ -441,7 +457,7 @@ class BuildShard(beam.DoFn):
         self.settings = settings
 
     def setup(self):
-        self.progress = _Progress("Instances of")
+        self.progress = _Progress.of("Instances of")
         self.tokenizers = {}
 
     def _tokenizer(self, vocab_file: str):
@@ -472,7 +488,7 @@ class BuildShard(beam.DoFn):
         except (OSError, IOError) as e:
             bad.report("unreadable_file", shard.path, None, "cannot be read (%s)" % e)
             documents = []
-        written = 0
+        written, num_sentences = 0, sum(map(len, documents))
         if documents:
             cpd.write_instances(documents, len(tokenizer.vocab), [shard.path],
                                 [output], options, vocab, stats,
@@ -483,9 +499,10 @@ class BuildShard(beam.DoFn):
             logging.warning("%s: no document with a token; no shard %s.",
                             shard.path, output)
         self.progress.add("%s (%.1f s)" % (shard.name, time.monotonic() - start),
-                          documents=stats.documents, sentences=stats.lines,
+                          documents=stats.documents, sentences=num_sentences,
                           instances=stats.instances, tokens=stats.tokens)
-        yield shard_stats(stats, bad, document_shards=1, shards_written=written)
+        yield shard_stats(stats, bad, document_shards=1, shards_written=written,
+                          sentences=num_sentences)
 
 
 def write_summary(totals: dict, settings: PipelineSettings, vocab_file: str) -> str:
@@ -613,10 +630,10 @@ def local_runner(beam_options: PipelineOptions):
 def _log_summary(summary: dict, elapsed: float) -> None:
     logging.info(
         "Done in %.1f s: %d input files, %d document shards, %d shards written; "
-        "%d documents, %d lines, %d instances (%.0f/s), %d tokens (%.0f/s), masked "
+        "%d documents, %d sentences, %d instances (%.0f/s), %d tokens (%.0f/s), masked "
         "fraction %.4f, random next %.3f; bad input %s.", elapsed,
         summary["input_files"], summary["document_shards"],
-        summary["shards_written"], summary["documents"], summary["lines"],
+        summary["shards_written"], summary["documents"], summary["sentences"],
         summary["instances"], summary["instances"] / max(elapsed, 1e-9),
         summary["tokens"], summary["tokens"] / max(elapsed, 1e-9),
         summary["masked_fraction"], summary["random_next_fraction"],

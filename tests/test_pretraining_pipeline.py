@@ -87,6 +87,9 @@ def test_each_file_equals_the_original_and_num_workers(tmp_path, vocab_file):
     assert cpd_tests.read_records(shards / "bert_paper_v2.tfrecord") == \
         cpd_tests.canonical(cpd_tests.read_records(tmp_path / "original.tfrecord"))
     assert summary["instances"] == counted
+    non_blank = sum(1 for path in CORPUS
+                    for line in path.read_text(encoding="utf-8").split("\n") if line.strip())
+    assert summary["sentences"] == non_blank and summary["documents"] == 41
     assert summary["shards_written"] == summary["document_shards"] == 2
     assert sum(summary["length_histogram"].values()) == counted
     assert 0.14 < summary["masked_fraction"] < 0.16
