@@ -16,10 +16,12 @@ Settings, each its own process tree, one after the other:
   pipeline     python -m data_prep.pretraining_pipeline, DirectRunner,
                --direct_num_workers=2 --direct_running_mode=multi_processing,
                --shard_size_mb=--file_mb (each file is one document shard);
+  in_memory    (in --settings) the same in the DirectRunner's default mode: one
+               process, no worker start-up;
   one_file     (--one_file) the pipeline on the same corpus as one file, which it
                cuts into document shards of --file_mb MB (memory only: other
                records, since the pieces differ).
-The records of the first three are checked equal file by file (the original's
+The records of all but one_file are checked equal file by file (the original's
 after re-serializing with sorted feature keys).
 
 Reported: wall time (start-up included), instances per second of wall time, the
@@ -201,6 +203,11 @@ def commands(files, out: pathlib.Path, args) -> dict:
                      "--shard_size_mb=%s" % args.file_mb, "--runner=DirectRunner",
                      "--direct_num_workers=%d" % args.workers,
                      "--direct_running_mode=multi_processing"] + common,
+        "in_memory": [sys.executable, "-m", "data_prep.pretraining_pipeline",
+                      "--input_file=%s" % ",".join(files),
+                      "--output_dir=%s" % (out / "in_memory"),
+                      "--shard_size_mb=%s" % args.file_mb,
+                      "--runner=DirectRunner"] + common,
     }
 
 

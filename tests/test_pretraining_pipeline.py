@@ -152,6 +152,28 @@ def test_raw_documents_to_sentences_vocab_and_shards(tmp_path):
     assert summary["instances"] > 300
 
 
+def test_raw_text_documents_keep_their_words(tmp_path, vocab_file):
+    """Raw text (lines wrapped anywhere, a blank line between documents): the
+    sentences of each document hold exactly its text, in order (whitespace
+    aside: a boundary may fall between a period and a quote)."""
+    import textwrap
+    documents = [" ".join(block.split("\n")) for block in
+                 CORPUS[1].read_text(encoding="utf-8").split("\n\n") if block.strip()]
+    raw = tmp_path / "paper.txt"
+    raw.write_text("\n\n".join(textwrap.fill(d, 70, break_on_hyphens=False,
+                                                    break_long_words=False)
+                                      for d in documents) + "\n")
+    summary = run_in_process(settings(tmp_path, [raw], vocab_file, input_format="text"))
+    sentences_file = tmp_path / "shards" / "sentences" / "paper.txt"
+    written = sentences_file.read_text(encoding="utf-8").rstrip("\n").split("\n\n")
+    assert len(written) == len(documents) == summary["raw_documents"]
+    for document, sentences in zip(documents, written):
+        assert "".join(sentences.split()) == "".join(document.split())
+    assert summary["sentences_written"] > len(documents) * 5
+    assert cpd_tests.read_records(tmp_path / "shards" / "paper.tfrecord") == alone(
+        tmp_path, sentences_file, vocab_file, 12345, "paper")
+
+
 def test_bad_input_is_named_counted_and_skipped(tmp_path, vocab_file):
     inputs = tmp_path / "in"
     inputs.mkdir()
