@@ -11,8 +11,10 @@ import dataclasses
 import json
 import os
 import pathlib
+import signal
 import subprocess
 import sys
+import time
 
 import pytest
 import tensorflow as tf
@@ -291,10 +293,41 @@ def test_flags_give_settings_and_leave_beam_its_options(tmp_path, vocab_file):
         pp.match_input_files(str(tmp_path / "nothing*.txt"))
 
 
+def check_killed_run_leaves_only_complete_shards(tmp_path, command, env):
+    """The pipeline on a small file and a large one (seconds of work), killed
+    (SIGKILL, every process) once the small file's shard is there: no summary,
+    no other shard, nothing but hidden temporary files besides."""
+    inputs = tmp_path / "kill_corpus"
+    inputs.mkdir()
+    (inputs / "small.txt").write_bytes(CORPUS[1].read_bytes())
+    (inputs / "large.txt").write_bytes(b"\n\n".join([CORPUS[0].read_bytes()] * 40))
+    out = tmp_path / "killed"
+    command = [arg for arg in command if not arg.startswith(("--input_file=",
+                                                             "--output_dir="))]
+    process = subprocess.Popen(
+        command + ["--input_file=%s/*.txt" % inputs, "--output_dir=%s" % out],
+        cwd=tmp_path, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+        start_new_session=True)
+    deadline = time.monotonic() + 300
+    try:
+        while not (out / "small.tfrecord").exists():
+            assert process.poll() is None and time.monotonic() < deadline
+            time.sleep(0.01)
+    finally:
+        os.killpg(process.pid, signal.SIGKILL)
+        process.wait()
+    names = sorted(path.name for path in out.iterdir())
+    assert [name for name in names if not name.startswith(".")] == [
+        "small.tfrecord", "small.tfrecord.meta.json"]
+    assert len(cpd_tests.read_records(out / "small.tfrecord")) == \
+        cpd.load_metadata(str(out / "small.tfrecord"))["num_instances"]
+
+
 @pytest.mark.slow
 def test_command_line_with_two_worker_processes(tmp_path, vocab_file):
     """The issue's command line (DirectRunner, 2 processes, whole-word masking):
-    each file's shard equals --num_workers' and the original's on that file."""
+    each file's shard equals --num_workers' and the original's on that file.
+    Killed midway, the same command leaves only complete shards."""
     corpus_dir = tmp_path / "corpus"
     corpus_dir.mkdir()
     for path in CORPUS:
@@ -310,6 +343,7 @@ def test_command_line_with_two_worker_processes(tmp_path, vocab_file):
                "--do_whole_word_mask", "--runner=DirectRunner",
                "--direct_num_workers=2", "--direct_running_mode=multi_processing"]
     env = dict(cpd_tests.ENV, PYTHONPATH=str(REPO_ROOT))
+    check_killed_run_leaves_only_complete_shards(tmp_path, command, env)
     result = subprocess.run(command, cwd=tmp_path, env=env, capture_output=True,
                             text=True, timeout=600)
     assert result.returncode == 0, result.stderr[-3000:]
