@@ -67,17 +67,17 @@ def pipeline_vocab(lines, size: int, directory: pathlib.Path) -> str:
     """The pipeline's vocabulary of `size` learned from `lines`; its path."""
     from apache_beam.options.pipeline_options import PipelineOptions
     from data_prep import create_pretraining_data as cpd
-    from data_prep import pretraining_pipeline as pp
+    from data_prep import corpus_pipeline as cp
     text = directory / "learning.txt"
     text.write_text("\n".join(lines) + "\n", encoding="utf-8")
     vocab = str(directory / ("pipeline_%d.txt" % size))
-    settings = pp.PipelineSettings(
-        input_files=tuple(pp.match_input_files(str(text))), input_format="sentences",
+    settings = cp.PipelineSettings(
+        input_files=tuple(cp.match_input_files(str(text))), input_format="sentences",
         output_dir=str(directory / ("out_%d" % size)),
         sentences_dir=str(directory / "sentences"), vocab_file=vocab,
         run=cpd.RunOptions(input_files=(), output_files=(), vocab_file=vocab),
         learn_vocab_size=size, stop_after="vocab")
-    pp.run(settings, PipelineOptions(["--runner=DirectRunner"]))
+    cp.run(settings, PipelineOptions(["--runner=DirectRunner"]))
     return vocab
 
 

@@ -1,4 +1,5 @@
-"""Tests of data_prep/pretraining_pipeline.py (the Beam pipeline).
+"""Tests of data_prep/corpus_pipeline.py (the Beam pipeline) and its command line,
+data_prep/pretraining_pipeline.py.
 
 Most runs are in-process (the DirectRunner's in-memory mode, a few seconds
 each); the slow test runs the command line of the issue with two worker
@@ -22,6 +23,7 @@ from absl import flags
 from apache_beam.options.pipeline_options import PipelineOptions
 
 from data_prep import corpus
+from data_prep import corpus_pipeline as cp
 from data_prep import create_pretraining_data as cpd
 from data_prep import pretraining_pipeline as pp
 from data_prep import records
@@ -35,21 +37,21 @@ SQUAD_JSONL = REPO_ROOT / "sample_data" / "raw" / "squad_dev_articles.jsonl"
 
 
 def settings(tmp_path, inputs, vocab_file, input_format="sentences", dupe_factor=2,
-             **kwargs) -> pp.PipelineSettings:
+             **kwargs) -> cp.PipelineSettings:
     masking = cpd.MaskingOptions(do_whole_word_mask=kwargs.pop("do_whole_word_mask",
                                                                False))
     run = cpd.RunOptions(input_files=(), output_files=(), vocab_file=vocab_file,
                          dupe_factor=dupe_factor, masking=masking,
                          random_seed=kwargs.pop("random_seed", 12345))
-    return pp.PipelineSettings(
-        input_files=tuple(pp.match_input_files(",".join(map(str, inputs)))),
+    return cp.PipelineSettings(
+        input_files=tuple(cp.match_input_files(",".join(map(str, inputs)))),
         input_format=input_format, output_dir=str(tmp_path / "shards"),
         sentences_dir=str(tmp_path / "shards" / "sentences"),
         vocab_file=vocab_file, run=run, **kwargs)
 
 
 def run_in_process(pipeline_settings) -> dict:
-    return pp.run(pipeline_settings, PipelineOptions(["--runner=DirectRunner"]))
+    return cp.run(pipeline_settings, PipelineOptions(["--runner=DirectRunner"]))
 
 
 def alone(tmp_path, text_file, vocab_file, seed, name, **kwargs) -> list:
@@ -221,7 +223,7 @@ def test_failed_run_stops_naming_file_and_line_and_leaves_nothing_complete(
         CORPUS[1].read_bytes()[:5000] + b"\nbad \xff byte\n")
     shards = tmp_path / "shards"
     shards.mkdir()
-    (shards / pp.SUMMARY_NAME).write_text("{}")  # From an earlier run.
+    (shards / cp.SUMMARY_NAME).write_text("{}")  # From an earlier run.
     with pytest.raises(corpus.BadInputError, match=r"b_bad.txt:\d+: not valid UTF-8"):
         run_in_process(settings(tmp_path, [inputs / "*.txt"], vocab_file))
     names = sorted(p.name for p in shards.iterdir())
@@ -288,9 +290,9 @@ def test_flags_give_settings_and_leave_beam_its_options(tmp_path, vocab_file):
     with pytest.raises(ValueError, match="needs --learn_vocab_size"):
         dataclasses.replace(s, stop_after="vocab")
     with pytest.raises(ValueError, match="would both write shards named x"):
-        pp.check_output_names([("a/x.txt", 10), ("b/x.json", 10)], 100)
+        cp.check_output_names([("a/x.txt", 10), ("b/x.json", 10)], 100)
     with pytest.raises(ValueError, match="matches no file"):
-        pp.match_input_files(str(tmp_path / "nothing*.txt"))
+        cp.match_input_files(str(tmp_path / "nothing*.txt"))
 
 
 def check_killed_run_leaves_only_complete_shards(tmp_path, command, env):
@@ -355,7 +357,7 @@ def test_command_line_with_two_worker_processes(tmp_path, vocab_file):
     for process in originals:
         cpd_tests.finish(process)
     assert sorted(os.listdir(tmp_path / "shards")) == sorted(
-        ["sentences"] * 0 + [pp.SUMMARY_NAME] +
+        [cp.SUMMARY_NAME] +
         [p.stem + suffix for p in CORPUS for suffix in (".tfrecord",
                                                         ".tfrecord.meta.json")])
     for path in CORPUS:
@@ -364,6 +366,6 @@ def test_command_line_with_two_worker_processes(tmp_path, vocab_file):
         assert ours == cpd_tests.read_records(workers / (path.stem + ".tfrecord"))
         assert ours == cpd_tests.canonical(cpd_tests.read_records(
             tmp_path / ("original_%s.tfrecord" % path.stem)))
-    summary = json.loads((tmp_path / "shards" / pp.SUMMARY_NAME).read_text())
+    summary = json.loads((tmp_path / "shards" / cp.SUMMARY_NAME).read_text())
     assert summary["shards_written"] == 2 and summary["settings"]["do_whole_word_mask"]
     assert "Done in" in result.stderr and "instances (" in result.stderr
