@@ -26,7 +26,6 @@ from data_prep import corpus
 from data_prep import corpus_pipeline as cp
 from data_prep import create_pretraining_data as cpd
 from data_prep import pretraining_pipeline as pp
-from data_prep import records
 from data_prep import tokenization
 from data_prep import wordpiece_vocab
 import test_create_pretraining_data as cpd_tests
