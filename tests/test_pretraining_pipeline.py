@@ -125,33 +125,37 @@ def test_cut_file_pieces_equal_runs_on_each_piece(tmp_path, vocab_file):
 
 
 def test_raw_documents_to_sentences_vocab_and_shards(tmp_path):
-    """JSON lines -> sentence files (the original format) -> a learned
-    vocabulary -> shards equal to the original run on each sentence file."""
+    """JSON lines, cut into document shards -> sentence files (the original
+    format) -> a learned vocabulary -> shards equal to the original run on each
+    sentence file with the seed + its window."""
     size = 2000
     pipeline_settings = settings(tmp_path, [SQUAD_JSONL], str(tmp_path / "vocab.txt"),
                                  input_format="jsonl", learn_vocab_size=size,
-                                 max_input_words=400)
+                                 max_input_words=400, shard_bytes=30_000)
     summary = run_in_process(pipeline_settings)
-    sentences_file = tmp_path / "shards" / "sentences" / "squad_dev_articles.txt"
-    text = sentences_file.read_text(encoding="utf-8")
-    documents = text.split("\n\n")
-    assert len(documents) == 5 == summary["raw_documents"]
-    assert documents[0].startswith(
+    # 5 articles of 15-27 KB: windows 0, 1 and 2 hold 2, 1 and 2 of them.
+    names = ["squad_dev_articles-%05d" % k for k in range(3)]
+    sentence_files = [tmp_path / "shards" / "sentences" / (name + ".txt")
+                      for name in names]
+    texts = [path.read_text(encoding="utf-8") for path in sentence_files]
+    assert [len(text.split("\n\n")) for text in texts] == [2, 1, 2]
+    assert summary["raw_documents"] == 5 and summary["shards_written"] == 3
+    assert texts[0].startswith(
         "The Normans (Norman: Nourmands; French: Normands; Latin: Normanni) were "
         "the people who in the 10th and 11th centuries gave their name to "
         "Normandy, a region in France.\nThey were descended from Norse")
-    assert all(line.strip() == line and line for line in text.rstrip("\n").split("\n")
-               if line)
+    lines = [line for text in texts for line in text.split("\n") if line]
+    assert all(line.strip() == line for line in lines)
     # The vocabulary: that of the word counts of all sentences, in the layout.
-    lines = [line for line in text.split("\n") if line]
     expected = wordpiece_vocab.learn_vocab(
         wordpiece_vocab.count_words(lines, do_lower_case=True), size,
         max_input_words=400)
     vocab = (tmp_path / "vocab.txt").read_text(encoding="utf-8").split("\n")[:-1]
     assert vocab == expected and len(vocab) == size
-    # The shard: the original run on the sentence file with the learned vocabulary.
-    assert cpd_tests.read_records(tmp_path / "shards" / "squad_dev_articles.tfrecord") \
-        == alone(tmp_path, sentences_file, str(tmp_path / "vocab.txt"), 12345, "squad")
+    # Each shard: the original run on its sentence file, learned vocabulary, seed + k.
+    for k, (name, path) in enumerate(zip(names, sentence_files)):
+        assert cpd_tests.read_records(tmp_path / "shards" / (name + ".tfrecord")) == \
+            alone(tmp_path, path, str(tmp_path / "vocab.txt"), 12345 + k, name)
     assert summary["instances"] > 300
 
 
