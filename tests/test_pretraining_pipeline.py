@@ -299,13 +299,15 @@ def test_flags_give_settings_and_leave_beam_its_options(tmp_path, vocab_file):
 
 
 def check_killed_run_leaves_only_complete_shards(tmp_path, command, env):
-    """The pipeline on a small file and a large one (seconds of work), killed
-    (SIGKILL, every process) once the small file's shard is there: no summary,
-    no other shard, nothing but hidden temporary files besides."""
+    """The pipeline on three files of 0.02, 1 and 2 MB, killed (SIGKILL, every
+    process) as soon as one shard is there, while at least one other is still
+    being built: no summary, and every shard that is there is whole, with its
+    metadata; nothing else but hidden temporary files."""
     inputs = tmp_path / "kill_corpus"
     inputs.mkdir()
-    (inputs / "small.txt").write_bytes(CORPUS[1].read_bytes())
-    (inputs / "large.txt").write_bytes(b"\n\n".join([CORPUS[0].read_bytes()] * 40))
+    for name, copies in (("small", 0), ("medium", 18), ("large", 36)):
+        (inputs / (name + ".txt")).write_bytes(b"\n\n".join(
+            [CORPUS[1].read_bytes()] + [CORPUS[0].read_bytes()] * copies))
     out = tmp_path / "killed"
     command = [arg for arg in command if not arg.startswith(("--input_file=",
                                                              "--output_dir="))]
@@ -315,17 +317,20 @@ def check_killed_run_leaves_only_complete_shards(tmp_path, command, env):
         start_new_session=True)
     deadline = time.monotonic() + 300
     try:
-        while not (out / "small.tfrecord").exists():
+        while not (out.is_dir() and list(out.glob("*.tfrecord"))):
             assert process.poll() is None and time.monotonic() < deadline
-            time.sleep(0.01)
+            time.sleep(0.005)
     finally:
         os.killpg(process.pid, signal.SIGKILL)
         process.wait()
-    names = sorted(path.name for path in out.iterdir())
-    assert [name for name in names if not name.startswith(".")] == [
-        "small.tfrecord", "small.tfrecord.meta.json"]
-    assert len(cpd_tests.read_records(out / "small.tfrecord")) == \
-        cpd.load_metadata(str(out / "small.tfrecord"))["num_instances"]
+    visible = sorted(path.name for path in out.iterdir()
+                     if not path.name.startswith("."))
+    shards = [name for name in visible if name.endswith(".tfrecord")]
+    assert 1 <= len(shards) < 3
+    assert visible == sorted(shards + [name + ".meta.json" for name in shards])
+    for name in shards:
+        assert len(cpd_tests.read_records(out / name)) == \
+            cpd.load_metadata(str(out / name))["num_instances"]
 
 
 @pytest.mark.slow
