@@ -20,7 +20,9 @@ window k:
 Shard k runs from its first document to the next shard's first document (or the
 end of the file), so shards cover the file, hold whole documents, and a window in
 which no document starts gives no shard. A file no larger than `shard_bytes` is
-one shard, the whole file. Finding the cuts reads each window once (`scan_window`,
+one shard, the whole file, and so is a compressed file (its name ends in .gz, .bz2,
+.zst, .xz, ...: it is read whole through its decompressor). Finding the cuts reads each
+window once (`scan_window`,
 which also counts its lines, so that every message names the file's own line
 numbers); the windows of a file can be scanned in parallel.
 
@@ -114,7 +116,8 @@ class DocumentShard:
     Attributes:
         path: the input file.
         index: the window k; it offsets the run's random seed (see the pipeline).
-        start, end: byte range.
+        start, end: byte range; `end` None: to the end of the file (a
+            compressed file, read whole through its decompressor).
         first_line: line number (from 1) of the line at `start`.
         name: output name: the file's name without its extension, with
             "-<k, 5 digits>" when the file spans more than one window.
@@ -123,7 +126,7 @@ class DocumentShard:
     path: str
     index: int
     start: int
-    end: int
+    end: int | None
     first_line: int
     name: str
     origin: "DocumentShard | None" = None
@@ -143,9 +146,19 @@ def num_windows(size: int, shard_bytes: int) -> int:
     return max(1, -(-size // shard_bytes))
 
 
+COMPRESSION_SUFFIXES = (".bz2", ".deflate", ".gz", ".zst", ".zstd", ".xz", ".lzma")
+
+
+def is_compressed(path: str) -> bool:
+    """Whether the name says the file is compressed (read whole, never cut)."""
+    return path.lower().endswith(COMPRESSION_SUFFIXES)
+
+
 def file_stem(path: str) -> str:
-    """The file's name without directory and extension."""
+    """The file's name without directory, compression suffix and extension."""
     name = posixpath.basename(path) if "://" in path else os.path.basename(path)
+    if is_compressed(name):
+        name = os.path.splitext(name)[0]
     return os.path.splitext(name)[0]
 
 
@@ -253,8 +266,9 @@ def read_lines(reader: BinaryIO, shard: DocumentShard, bad_input: BadInputLog
     reader.seek(shard.start)
     position = shard.start
     line_number = shard.first_line
-    while position < shard.end:
-        raw = reader.readline(shard.end - position)
+    while shard.end is None or position < shard.end:
+        raw = reader.readline() if shard.end is None else reader.readline(
+            shard.end - position)
         if not raw:
             return
         position += len(raw)

@@ -148,7 +148,7 @@ def check_output_names(input_files, shard_bytes: int) -> None:
     """Raises ValueError if two document shards would get the same name."""
     owners = {}
     for path, size in input_files:
-        windows = corpus.num_windows(size, shard_bytes)
+        windows = _windows(path, size, shard_bytes)
         for index in range(windows):
             name = corpus.shard_name(path, index, windows)
             if name in owners:
@@ -164,8 +164,16 @@ def join_path(directory: str, name: str) -> str:
         os.path.join(directory, name)
 
 
+def _windows(path: str, size: int, shard_bytes: int) -> int:
+    """Windows of an input file: a compressed one is read whole."""
+    return 1 if corpus.is_compressed(path) else corpus.num_windows(size, shard_bytes)
+
+
 def _open(path: str):
-    return FileSystems.open(path, compression_type=CompressionTypes.UNCOMPRESSED)
+    """The file for binary reading, decompressed if its name says so."""
+    compression = (CompressionTypes.detect_compression_type(path)
+                   if corpus.is_compressed(path) else CompressionTypes.UNCOMPRESSED)
+    return FileSystems.open(path, compression_type=compression)
 
 
 # ----------------------------------------------------------------------------
@@ -533,9 +541,10 @@ def _document_shards(pipeline, settings: PipelineSettings):
     """
     whole, windows = [], []
     for path, size in settings.input_files:
-        count = corpus.num_windows(size, settings.shard_bytes)
+        count = _windows(path, size, settings.shard_bytes)
         if count == 1:
-            whole.append(corpus.DocumentShard(path=path, index=0, start=0, end=size,
+            end = None if corpus.is_compressed(path) else size
+            whole.append(corpus.DocumentShard(path=path, index=0, start=0, end=end,
                                               first_line=1,
                                               name=corpus.shard_name(path, 0, 1)))
         else:

@@ -124,6 +124,26 @@ def test_cut_file_pieces_equal_runs_on_each_piece(tmp_path, vocab_file):
     assert all(a[1] == b[0] for a, b in zip(starts, starts[1:]))
 
 
+def test_compressed_file_is_one_shard_read_through_its_decompressor(tmp_path, vocab_file):
+    import gzip
+    compressed = tmp_path / "in" / "paper.txt.gz"
+    compressed.parent.mkdir()
+    data = b"\n\n".join(path.read_bytes() for path in CORPUS)
+    compressed.write_bytes(gzip.compress(data))
+    plain = tmp_path / "paper.txt"
+    plain.write_bytes(data)
+    # Below the compressed size: an uncompressed file would be cut.
+    summary = run_in_process(settings(tmp_path, [compressed], vocab_file,
+                                      shard_bytes=10_000))
+    assert sorted(p.name for p in (tmp_path / "shards").glob("*.tfrecord")) == [
+        "paper.tfrecord"]
+    assert cpd_tests.read_records(tmp_path / "shards" / "paper.tfrecord") == alone(
+        tmp_path, plain, vocab_file, 12345, "paper")
+    assert cpd.load_metadata(str(tmp_path / "shards" / "paper.tfrecord"))[
+        "document_shard"]["end_byte"] is None
+    assert summary["shards_written"] == 1
+
+
 def test_raw_documents_to_sentences_vocab_and_shards(tmp_path):
     """JSON lines, cut into document shards -> sentence files (the original
     format) -> a learned vocabulary -> shards equal to the original run on each
