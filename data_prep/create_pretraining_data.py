@@ -40,6 +40,8 @@ Usage:
 """
 
 import array
+import collections
+import contextlib
 import dataclasses
 import fractions
 import functools
@@ -52,7 +54,7 @@ import random
 import sys
 import tempfile
 import time
-from typing import Callable, Iterator, Sequence
+from typing import Callable, Iterable, Iterator, Sequence
 
 if __package__ in (None, ""):
     # Run as a script: make the repository root importable.
@@ -63,6 +65,7 @@ from absl import flags
 from absl import logging
 import tensorflow as tf
 
+from data_prep import records
 from data_prep import tokenization
 
 REQUIRED_TOKENS = (tokenization.CLS_TOKEN, tokenization.SEP_TOKEN,
@@ -244,14 +247,21 @@ class Stats:
     tokens: int = 0
     masked: int = 0
     random_next: int = 0
+    # Instance length (tokens, special ones included) -> number of instances.
+    lengths: dict = dataclasses.field(default_factory=dict)
 
     def add(self, other: "Stats") -> None:
         for field in dataclasses.fields(self):
-            setattr(self, field.name,
-                    getattr(self, field.name) + getattr(other, field.name))
+            if field.name != "lengths":
+                setattr(self, field.name,
+                        getattr(self, field.name) + getattr(other, field.name))
+        for length, count in other.lengths.items():
+            self.lengths[length] = self.lengths.get(length, 0) + count
 
     def summary(self) -> dict:
         return dict(dataclasses.asdict(self),
+                    lengths={str(length): self.lengths[length]
+                             for length in sorted(self.lengths)},
                     masked_fraction=self.masked / max(self.tokens, 1),
                     random_next_fraction=self.random_next / max(self.instances, 1))
 
@@ -329,11 +339,10 @@ def _read_lines(path: str) -> Iterator[tuple[int, str]]:
 def read_documents(input_files: Sequence[str], tokenizer, max_num_tokens: int,
                    stats: Stats, progress_interval_s: float = 30.0
                    ) -> list[list[list[int]]]:
-    """Reads and tokenizes documents, as the original does.
+    """Reads and tokenizes the documents of text files, as the original does.
 
-    A line that is empty after stripping whitespace starts a new document (the
-    current one continues across files); a line with no token is skipped;
-    empty documents are dropped.
+    The files are read one after the other as one text (a document continues
+    across files); see `documents_from_lines`.
 
     Args:
         input_files: text files, one sentence per line.
@@ -346,31 +355,66 @@ def read_documents(input_files: Sequence[str], tokenizer, max_num_tokens: int,
     Returns:
         Documents, each a list of sentences, each a list of token ids.
     """
-    vocab = tokenizer.vocab
+    lines = ((path, line_number, line) for path in input_files
+             for line_number, line in _read_lines(path))
+    return documents_from_lines(lines, tokenizer, max_num_tokens, stats,
+                                progress_interval_s)
+
+
+def documents_from_lines(
+        lines: Iterable[tuple[str, int, str]], tokenizer, max_num_tokens: int,
+        stats: Stats, progress_interval_s: float = 30.0,
+        empty_document: Callable[[str, int], None] | None = None
+) -> list[list[list[int]]]:
+    """Tokenizes lines of text into documents, as the original does.
+
+    A line that is empty after stripping whitespace starts a new document; a
+    line with no token is skipped; empty documents are dropped.
+
+    Args:
+        lines: (file name, line number, text) of each line, in order; the name
+            and number only label warnings and progress.
+        tokenizer: a `tokenization.FullTokenizer`.
+        max_num_tokens: lines with more tokens are counted (they are truncated).
+        stats: receives lines, documents and the counts of one-sentence
+            documents and long lines.
+        progress_interval_s: seconds between lines logging the lines read.
+        empty_document: called with the file name and first line of each
+            document that has lines but no token.
+
+    Returns:
+        Documents, each a list of sentences, each a list of token ids.
+    """
     documents = [[]]
+    start = None  # (file name, line number) of the current document's first line.
     last_log = time.monotonic()
-    for path in input_files:
-        for line_number, line in _read_lines(path):
-            stats.lines += 1
-            if not stats.lines % 10000 and (time.monotonic() - last_log >=
-                                            progress_interval_s):
-                last_log = time.monotonic()
-                logging.info("%s: read %d lines, %d documents", path,
-                             line_number, len(documents))
-            line = line.strip()
-            if not line:
-                documents.append([])
-                continue
-            ids = [vocab[token] for token in tokenizer.tokenize(line)]
-            if not ids:
-                continue
-            if len(ids) > max_num_tokens:
-                stats.long_lines += 1
-                if stats.long_lines <= NUM_LOGGED_WARNINGS:
-                    logging.warning("%s:%d has %d tokens, more than the %d an "
-                                    "instance holds: it will be truncated.",
-                                    path, line_number, len(ids), max_num_tokens)
-            documents[-1].append(ids)
+    for path, line_number, line in lines:
+        stats.lines += 1
+        if not stats.lines % 10000 and (time.monotonic() - last_log >=
+                                        progress_interval_s):
+            last_log = time.monotonic()
+            logging.info("%s: read %d lines, %d documents", path,
+                         line_number, len(documents))
+        line = line.strip()
+        if not line:
+            if start and not documents[-1] and empty_document:
+                empty_document(*start)
+            start = None
+            documents.append([])
+            continue
+        start = start or (path, line_number)
+        ids = tokenizer.tokenize_to_ids(line)
+        if not ids:
+            continue
+        if len(ids) > max_num_tokens:
+            stats.long_lines += 1
+            if stats.long_lines <= NUM_LOGGED_WARNINGS:
+                logging.warning("%s:%d has %d tokens, more than the %d an "
+                                "instance holds: it will be truncated.",
+                                path, line_number, len(ids), max_num_tokens)
+        documents[-1].append(ids)
+    if start and not documents[-1] and empty_document:
+        empty_document(*start)
     documents = [document for document in documents if document]
     stats.documents += len(documents)
     stats.one_sentence_documents += sum(len(d) == 1 for d in documents)
@@ -722,62 +766,35 @@ class RecordSpill:
         self._file.close()
 
 
-def _temporary_name(path: str) -> str:
-    return "%s.tmp-%d" % (path, os.getpid())
-
-
-def _remove_quietly(path: str) -> None:
-    try:
-        tf.io.gfile.remove(path)
-    except (tf.errors.NotFoundError, OSError):
-        pass
-
-
-def write_shards(spill: RecordSpill, order: Sequence[int],
-                 output_files: Sequence[str]) -> list[dict]:
-    """Writes `spill[order[k]]` to `output_files[k % len(output_files)]`.
-
-    Each file is written under a temporary name and renamed only when every
-    file is complete; on an error the temporary files are removed.
-
-    Returns:
-        Per file: {"instances", "tokens", "masked"}.
-    """
-    temporaries = [_temporary_name(path) for path in output_files]
-    counts = [{"instances": 0, "tokens": 0, "masked": 0} for _ in output_files]
-    writers = []
-    try:
-        for path in temporaries:
-            writers.append(tf.io.TFRecordWriter(path))
-        for k, index in enumerate(order):
-            shard = k % len(writers)
-            writers[shard].write(spill[index])
-            counts[shard]["instances"] += 1
-            counts[shard]["tokens"] += spill.num_tokens[index]
-            counts[shard]["masked"] += spill.num_masked[index]
-        for writer in writers:
-            writer.close()
-        for temporary, path in zip(temporaries, output_files):
-            tf.io.gfile.rename(temporary, path, overwrite=True)
-    except BaseException:
-        for writer in writers:
-            writer.close()
-        for temporary in temporaries:
-            _remove_quietly(temporary)
-        raise
+def shard_counts(spill: RecordSpill, order: Sequence[int],
+                 num_files: int) -> list[dict]:
+    """Per output file: {"instances", "tokens", "masked"} of `write_shards`."""
+    counts = [{"instances": 0, "tokens": 0, "masked": 0} for _ in range(num_files)]
+    for k, index in enumerate(order):
+        shard = counts[k % num_files]
+        shard["instances"] += 1
+        shard["tokens"] += spill.num_tokens[index]
+        shard["masked"] += spill.num_masked[index]
     return counts
 
 
-def write_text_atomically(path: str, text: str) -> None:
-    """Writes `text` to `path` through a temporary file and a rename."""
-    temporary = _temporary_name(path)
-    try:
-        with tf.io.gfile.GFile(temporary, "w") as f:
-            f.write(text)
-        tf.io.gfile.rename(temporary, path, overwrite=True)
-    except BaseException:
-        _remove_quietly(temporary)
-        raise
+def write_shards(spill: RecordSpill, order: Sequence[int],
+                 output_files: Sequence[str], metadata: Sequence[dict]) -> None:
+    """Writes `spill[order[k]]` to `output_files[k % len(output_files)]`.
+
+    Each file is written under a hidden temporary name (`records`); when all
+    are complete, `metadata[i]` is written to `<output_files[i]>.meta.json`,
+    then the files are renamed. A shard never appears without its metadata;
+    on an error the temporary files are removed.
+    """
+    with contextlib.ExitStack() as stack:
+        writers = [stack.enter_context(records.atomic_tfrecord_writer(path))
+                   for path in output_files]
+        for k, index in enumerate(order):
+            writers[k % len(writers)].write(spill[index])
+        for path, shard_metadata_ in zip(output_files, metadata):
+            records.write_json(metadata_path(path), shard_metadata_,
+                               sort_keys=False)
 
 
 def metadata_path(tfrecord_path: str) -> str:
@@ -872,6 +889,8 @@ def generate_instances(documents, options: RunOptions, vocab: VocabIds,
     stats.instances += len(spill)
     stats.tokens += sum(spill.num_tokens)
     stats.masked += sum(spill.num_masked)
+    for length, count in collections.Counter(spill.num_tokens).items():
+        stats.lengths[length] = stats.lengths.get(length, 0) + count
 
 
 def build_shards(input_files: Sequence[str], output_files: Sequence[str],
@@ -892,10 +911,38 @@ def build_shards(input_files: Sequence[str], output_files: Sequence[str],
     tokenizer = tokenization.FullTokenizer(options.vocab_file, options.do_lower_case)
     vocab = VocabIds.from_vocab(tokenizer.vocab, options.vocab_file)
     stats = Stats()
-    label = input_files[0] if len(input_files) == 1 else "corpus"
     documents = read_documents(input_files, tokenizer,
                                options.instance.max_num_tokens, stats,
                                options.progress_interval_s)
+    return write_instances(documents, len(tokenizer.vocab), input_files,
+                           output_files, options, vocab, stats)
+
+
+def write_instances(documents: list, vocab_size: int, input_files: Sequence[str],
+                    output_files: Sequence[str], options: RunOptions,
+                    vocab: VocabIds, stats: Stats,
+                    extra_metadata: dict | None = None) -> Stats:
+    """The original's run from its documents on: shuffle, generate, shuffle, write.
+
+    Args:
+        documents: as `read_documents` returns them; emptied once the
+            instances are generated, to free their memory.
+        vocab_size: entries of the vocabulary (for the metadata).
+        input_files: where the documents come from (for messages and metadata).
+        output_files: TFRecord files, filled round-robin; `<file>.meta.json`
+            is written beside each.
+        options: the run's settings (`options.random_seed` seeds the run).
+        vocab: special and vocabulary ids.
+        stats: the counts of reading; receives those of the instances.
+        extra_metadata: more entries for every metadata file.
+
+    Returns:
+        `stats`.
+
+    Raises:
+        ValueError: there is no document.
+    """
+    label = input_files[0] if len(input_files) == 1 else "corpus"
     if not documents:
         raise ValueError("The corpus is empty: no line of %s has a token." %
                          ", ".join(input_files))
@@ -904,16 +951,17 @@ def build_shards(input_files: Sequence[str], output_files: Sequence[str],
     spill = RecordSpill(_spill_directory(output_files[0]))
     try:
         generate_instances(documents, options, vocab, rng, spill, stats, label)
-        del documents
+        documents.clear()
         order = array.array("q", range(len(spill)))
         shuffle(order, rng)
-        counts = write_shards(spill, order, output_files)
+        counts = shard_counts(spill, order, len(output_files))
+        metadata = [dict(shard_metadata(options, vocab_size, input_files,
+                                        output_files, index, counts[index], stats),
+                         **(extra_metadata or {}))
+                    for index in range(len(output_files))]
+        write_shards(spill, order, output_files, metadata)
     finally:
         spill.close()
-    for index, path in enumerate(output_files):
-        metadata = shard_metadata(options, len(tokenizer.vocab), input_files,
-                                  output_files, index, counts[index], stats)
-        write_text_atomically(metadata_path(path), json.dumps(metadata, indent=2))
     _log_summary(label, stats)
     return stats
 
@@ -1026,6 +1074,20 @@ def define_flags(flag_values: flags.FlagValues = flags.FLAGS) -> None:
     flags.DEFINE_string("vocab_file", None,
                         "The vocabulary file that the BERT model was trained on.",
                         **define)
+    define_instance_flags(flag_values)
+    flags.DEFINE_integer(
+        "num_workers", 1,
+        "1: the original (all inputs pooled into one corpus). N > 1: one shard "
+        "per input file, built by N processes, each byte-identical to a run on "
+        "that file alone; memory is bounded by the largest file.", **define)
+    for name in ("input_file", "output_file", "vocab_file"):
+        flags.mark_flag_as_required(name, flag_values=flag_values)
+
+
+def define_instance_flags(flag_values: flags.FlagValues = flags.FLAGS) -> None:
+    """The flags of tokenization, instances and masking (read by
+    `run_options_from_flags`), shared with the Beam pipeline."""
+    define = dict(flag_values=flag_values)
     flags.DEFINE_bool(
         "do_lower_case", True,
         "Whether to lower case the input text. Should be True for uncased "
@@ -1063,15 +1125,8 @@ def define_flags(flag_values: flags.FlagValues = flags.FLAGS) -> None:
         "Pairs [CLS] A [SEP] B [SEP] with a random B half of the time (the "
         "original). If false: single segments [CLS] A [SEP] filling "
         "max_seq_length, segment_ids 0, next_sentence_labels always 0.", **define)
-    flags.DEFINE_integer(
-        "num_workers", 1,
-        "1: the original (all inputs pooled into one corpus). N > 1: one shard "
-        "per input file, built by N processes, each byte-identical to a run on "
-        "that file alone; memory is bounded by the largest file.", **define)
     flags.DEFINE_float("progress_interval_s", 30.0,
                        "Seconds between progress log lines.", **define)
-    for name in ("input_file", "output_file", "vocab_file"):
-        flags.mark_flag_as_required(name, flag_values=flag_values)
 
 
 def options_from_flags(flag_values: flags.FlagValues) -> RunOptions:
@@ -1081,11 +1136,18 @@ def options_from_flags(flag_values: flags.FlagValues) -> RunOptions:
         raise ValueError("--num_workers=%d must be at least 1." % fv.num_workers)
     per_input_file = fv.num_workers > 1
     input_files = expand_input_patterns(fv.input_file)
-    return RunOptions(
-        input_files=tuple(input_files),
+    return run_options_from_flags(
+        fv, input_files=tuple(input_files),
         output_files=tuple(resolve_output_files(fv.output_file, input_files,
                                                 per_input_file)),
-        vocab_file=fv.vocab_file,
+        vocab_file=fv.vocab_file, per_input_file=per_input_file,
+        num_workers=fv.num_workers)
+
+
+def run_options_from_flags(flag_values: flags.FlagValues, **fields) -> RunOptions:
+    """`RunOptions` from the flags of `define_instance_flags` and `fields`."""
+    fv = flag_values
+    return RunOptions(
         do_lower_case=fv.do_lower_case,
         dupe_factor=fv.dupe_factor,
         random_seed=fv.random_seed,
@@ -1099,9 +1161,8 @@ def options_from_flags(flag_values: flags.FlagValues) -> RunOptions:
             mask_token_prob=fv.mask_token_prob,
             random_token_prob=fv.random_token_prob,
             do_whole_word_mask=fv.do_whole_word_mask),
-        per_input_file=per_input_file,
-        num_workers=fv.num_workers,
-        progress_interval_s=fv.progress_interval_s)
+        progress_interval_s=fv.progress_interval_s,
+        **fields)
 
 
 def main(argv):

@@ -364,6 +364,20 @@ def test_identical_to_original_release(original_tokenization, text_lines, vocab_
                    for piece in pieces) > 1_000
 
 
+def test_tokenize_to_ids_equals_tokens_then_ids(text_lines, vocab_file):
+    """The remembered ids of words are those of tokenize + convert, also once
+    the memory has been cleared and refilled."""
+    tokenizer = tokenization.FullTokenizer(vocab_file, do_lower_case=True)
+    tokenizer.WORD_CACHE_SIZE = 1000
+    text_lines = text_lines + ["a\x1cb c", "x\x0by\x85z", "\u00adΣ, \u3000ΣΑ.",
+                               "un\x00aff\u200bable", b"caf\xc3\xa9 \xff"]
+    ids = [tokenizer.tokenize_to_ids(line) for line in text_lines]
+    expected = [tokenizer.convert_tokens_to_ids(tokenizer.tokenize(line))
+                for line in text_lines]
+    assert ids == expected
+    assert sum(map(len, ids)) > 300_000
+
+
 @pytest.mark.slow
 @pytest.mark.parametrize("do_lower_case", [True, False])
 def test_identical_to_original_release_on_every_code_point(original_tokenization,
