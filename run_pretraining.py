@@ -73,6 +73,16 @@ def resolve_model_files() -> model_files.ModelFiles:
         FLAGS.do_lower_case if do_lower_case is None else do_lower_case))
 
 
+def check_shards(shards: list[str], files: model_files.ModelFiles) -> None:
+    """The shards' metadata (their sequence length, masked positions, vocabulary and
+    case) against the run, before any work; their first record when they have none."""
+    if not pretraining_data.check_shard_metadata(
+            shards, FLAGS.max_seq_length, FLAGS.max_predictions_per_seq,
+            files.config.vocab_size, files.do_lower_case if files.vocab_file else None):
+        pretraining_data.check_shard_shapes(shards, FLAGS.max_seq_length,
+                                            FLAGS.max_predictions_per_seq)
+
+
 def evaluate(trainer: training.Trainer, files: list[str]) -> dict:
     dataset = make_dataset_fn(files, FLAGS.eval_batch_size, False, FLAGS.seed)()
     results = trainer.evaluate(dataset, max_steps=FLAGS.max_eval_steps)
@@ -88,10 +98,10 @@ def main(_):
     strategy = runner_flags.setup(FLAGS)
     files = resolve_model_files()
     shards = pretraining_data.expand_input_files(FLAGS.input_file)
-    pretraining_data.check_shard_shapes(shards, FLAGS.max_seq_length,
-                                        FLAGS.max_predictions_per_seq)
-    eval_shards = (pretraining_data.expand_input_files(FLAGS.eval_input_file)
+    eval_shards = (pretraining_data.expand_input_files(FLAGS.eval_input_file,
+                                                       "--eval_input_file")
                    if FLAGS.eval_input_file else shards)
+    check_shards(shards + eval_shards, files)
     with strategy.scope():
         model = build_model(files.config, FLAGS.dtype)
     trainer = training.Trainer(

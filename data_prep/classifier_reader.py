@@ -22,6 +22,8 @@ from typing import Iterator, Sequence
 
 import tensorflow as tf
 
+from data_prep import records
+
 # A column of a file: a header name, or a 0-based position.
 Column = str | int
 
@@ -82,12 +84,6 @@ def file_exists(path: str) -> bool:
     return tf.io.gfile.exists(path) if _is_remote(path) else os.path.isfile(path)
 
 
-def _open_text(path: str):
-    if _is_remote(path):
-        return tf.io.gfile.GFile(path, "r")
-    return open(path, "r", encoding="utf-8", newline="")
-
-
 def require_file(path: str, what: str) -> str:
     """Returns `path`, or raises FileNotFoundError naming it and `what` it is."""
     if not file_exists(path):
@@ -105,22 +101,22 @@ def iter_rows(path: str, delimiter: str = "\t", quotechar: str | None = None
     never held in memory.
 
     Raises:
-      ValueError: the file cannot be parsed (naming file and line).
+      ValueError: the file cannot be parsed, or is not UTF-8 (naming file and line).
     """
-    with _open_text(path) as f:
-        reader = csv.reader(
-            f, delimiter=delimiter, quotechar=quotechar,
-            quoting=csv.QUOTE_NONE if quotechar is None else csv.QUOTE_MINIMAL)
-        first = True
-        try:
-            for fields in reader:
-                if first and fields and fields[0].startswith("\ufeff"):
-                    fields[0] = fields[0][1:]
-                first = False
-                if fields:
-                    yield reader.line_num, fields
-        except csv.Error as e:
-            raise ValueError(f"{path}:{reader.line_num}: {e}") from None
+    reader = csv.reader(
+        (text for _, text in records.read_lines(path)), delimiter=delimiter,
+        quotechar=quotechar, quoting=csv.QUOTE_NONE if quotechar is None else
+        csv.QUOTE_MINIMAL)
+    first = True
+    try:
+        for fields in reader:
+            if first and fields and fields[0].startswith("\ufeff"):
+                fields[0] = fields[0][1:]
+            first = False
+            if fields:
+                yield reader.line_num, fields
+    except csv.Error as e:
+        raise ValueError(f"{path}:{reader.line_num}: {e}") from None
 
 
 def rows_and_header(path: str, layout: FileLayout

@@ -26,7 +26,6 @@ import dataclasses
 import re
 from typing import Sequence
 
-import tensorflow as tf
 
 from data_prep import records, tag_schemes
 
@@ -72,7 +71,7 @@ def read_conll(path: str, tag_scheme: str = "iob2",
         ValueError: naming the file and the line, for a line without a tag, a tag
             outside the scheme, text that is not UTF-8, or a file without sentences.
     """
-    return parse_conll(_read_text(path), path=str(path), tag_scheme=tag_scheme,
+    return parse_conll(records.read_text(path), path=str(path), tag_scheme=tag_scheme,
                        missing_tag=missing_tag)
 
 
@@ -82,21 +81,9 @@ def detect_file_tag_scheme(path: str, missing_tag: str | None = None) -> str:
     Raises:
         ValueError: as `read_conll`, for a tag that is in none of the schemes.
     """
-    groups = _split_sentences(_read_text(path), str(path), "iobes", missing_tag)
+    groups = _split_sentences(records.read_text(path), str(path), "iobes", missing_tag)
     return tag_schemes.detect_tag_scheme([[tag for _, tag, _ in group]
                                           for group in groups])
-
-
-def _read_text(path: str) -> str:
-    """The text of a UTF-8 file; undecodable bytes are an error naming their line."""
-    with tf.io.gfile.GFile(path, "rb") as f:
-        data = f.read()
-    try:
-        return data.decode("utf-8-sig")
-    except UnicodeDecodeError as error:
-        line_number = data.count(b"\n", 0, error.start) + 1
-        raise ValueError(f"{path}:{line_number}: not UTF-8 text ({error.reason} at "
-                         f"byte {error.start})") from None
 
 
 def _split_sentences(text: str, path: str, tag_scheme: str, missing_tag: str | None

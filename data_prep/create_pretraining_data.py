@@ -65,7 +65,7 @@ from absl import flags
 from absl import logging
 import tensorflow as tf
 
-from data_prep import records
+from data_prep import pretraining_data, records
 from data_prep import tokenization
 
 REQUIRED_TOKENS = (tokenization.CLS_TOKEN, tokenization.SEP_TOKEN,
@@ -151,6 +151,12 @@ class MaskingOptions:
         if self.max_predictions_per_seq < 0:
             raise ValueError("max_predictions_per_seq=%d must not be negative." %
                              self.max_predictions_per_seq)
+        if self.max_predictions_per_seq == 0 and self.masked_lm_prob > 0:
+            raise ValueError(
+                "max_predictions_per_seq=0 with masked_lm_prob=%r: no position could be "
+                "masked, and the shards would teach the masked LM nothing. Give "
+                "max_predictions_per_seq > 0 (the original uses 20 at max_seq_length 128, "
+                "80 at 512)." % self.masked_lm_prob)
 
     @functools.cached_property
     def keep_share(self) -> float:
@@ -320,22 +326,6 @@ def expand_input_patterns(patterns: str) -> list[str]:
     return files
 
 
-def _read_lines(path: str) -> Iterator[tuple[int, str]]:
-    """(line number, text) of a UTF-8 file, lines split on "\\n" only."""
-    with tf.io.gfile.GFile(path, "rb") as reader:
-        line_number = 0
-        while True:
-            raw = reader.readline()
-            if not raw:
-                return
-            line_number += 1
-            try:
-                yield line_number, raw.decode("utf-8")
-            except UnicodeDecodeError as e:
-                raise ValueError("%s:%d is not valid UTF-8 (%s)." %
-                                 (path, line_number, e)) from None
-
-
 def read_documents(input_files: Sequence[str], tokenizer, max_num_tokens: int,
                    stats: Stats, progress_interval_s: float = 30.0
                    ) -> list[list[list[int]]]:
@@ -356,7 +346,7 @@ def read_documents(input_files: Sequence[str], tokenizer, max_num_tokens: int,
         Documents, each a list of sentences, each a list of token ids.
     """
     lines = ((path, line_number, line) for path in input_files
-             for line_number, line in _read_lines(path))
+             for line_number, line in records.read_lines(path))
     return documents_from_lines(lines, tokenizer, max_num_tokens, stats,
                                 progress_interval_s)
 
@@ -717,20 +707,6 @@ def canonical_record(record: bytes) -> bytes:
     return tf.train.Example.FromString(record).SerializeToString(deterministic=True)
 
 
-def feature_spec(max_seq_length: int, max_predictions_per_seq: int) -> dict:
-    """`tf.io.parse_single_example` spec of the written features."""
-    fixed = tf.io.FixedLenFeature
-    return {
-        "input_ids": fixed([max_seq_length], tf.int64),
-        "input_mask": fixed([max_seq_length], tf.int64),
-        "segment_ids": fixed([max_seq_length], tf.int64),
-        "masked_lm_positions": fixed([max_predictions_per_seq], tf.int64),
-        "masked_lm_ids": fixed([max_predictions_per_seq], tf.int64),
-        "masked_lm_weights": fixed([max_predictions_per_seq], tf.float32),
-        "next_sentence_labels": fixed([1], tf.int64),
-    }
-
-
 class RecordSpill:
     """Serialized instances in an unnamed temporary file, read back in any order.
 
@@ -811,10 +787,11 @@ def shard_metadata(options: RunOptions, vocab_size: int, input_files: Sequence[s
     included, padding not); `num_masked` predictions; `masked_fraction` the
     ratio of the last two. `run` holds the same counts over the whole run, with
     lines and documents read. `features` gives the dtype and shape of each
-    feature (see `feature_spec`).
+    feature (see `pretraining_data.feature_spec`).
     """
     instance, masking = options.instance, options.masking
-    spec = feature_spec(instance.max_seq_length, masking.max_predictions_per_seq)
+    spec = pretraining_data.feature_spec(instance.max_seq_length,
+                                         masking.max_predictions_per_seq)
     return {
         "format": METADATA_FORMAT,
         "max_seq_length": instance.max_seq_length,

@@ -9,38 +9,63 @@ int64 `next_sentence_labels` [1]. The pipeline renames them to the encoder's nam
 
 from __future__ import annotations
 
-import glob
 import os
 
 import tensorflow as tf
 
+from data_prep import records
 
-def expand_input_files(pattern: str) -> list[str]:
-    """`--input_file`: comma-separated globs -> sorted, existing files (error if none)."""
-    files = []
-    for part in pattern.split(","):
-        part = part.strip()
-        if part:
-            matched = sorted(glob.glob(part))
-            if not matched:
-                raise FileNotFoundError(f"--input_file pattern {part!r} matches no file")
-            files.extend(matched)
-    if not files:
-        raise ValueError("--input_file is empty")
-    return files
+
+def expand_input_files(pattern: str, what: str = "--input_file") -> list[str]:
+    """Comma-separated globs -> files (`records.expand_globs`: sorted per pattern,
+    hidden temporary files of unfinished writes skipped; an error if one matches none)."""
+    return records.expand_globs(pattern, what)
 
 
 def feature_spec(max_seq_length: int, max_predictions_per_seq: int) -> dict:
-    s, p = max_seq_length, max_predictions_per_seq
+    """`tf.io.parse_single_example` spec of the shards' features."""
+    fixed = tf.io.FixedLenFeature
     return {
-        "input_ids": tf.io.FixedLenFeature([s], tf.int64),
-        "input_mask": tf.io.FixedLenFeature([s], tf.int64),
-        "segment_ids": tf.io.FixedLenFeature([s], tf.int64),
-        "masked_lm_positions": tf.io.FixedLenFeature([p], tf.int64),
-        "masked_lm_ids": tf.io.FixedLenFeature([p], tf.int64),
-        "masked_lm_weights": tf.io.FixedLenFeature([p], tf.float32),
-        "next_sentence_labels": tf.io.FixedLenFeature([1], tf.int64),
+        "input_ids": fixed([max_seq_length], tf.int64),
+        "input_mask": fixed([max_seq_length], tf.int64),
+        "segment_ids": fixed([max_seq_length], tf.int64),
+        "masked_lm_positions": fixed([max_predictions_per_seq], tf.int64),
+        "masked_lm_ids": fixed([max_predictions_per_seq], tf.int64),
+        "masked_lm_weights": fixed([max_predictions_per_seq], tf.float32),
+        "next_sentence_labels": fixed([1], tf.int64),
     }
+
+
+def check_shard_metadata(files: list[str], max_seq_length: int,
+                         max_predictions_per_seq: int, vocab_size: int,
+                         do_lower_case: bool | None = None) -> int:
+    """Checks the `.meta.json` of every shard that has one against the run: sequence
+    length, masked positions, vocabulary size (ids past the model's embedding table)
+    and case. Returns how many shards had metadata."""
+    checked = 0
+    for path in files:
+        metadata_file = records.metadata_path(path)
+        if not tf.io.gfile.exists(metadata_file):
+            continue
+        metadata = records.read_json(metadata_file)
+        for key, want, flag in (("max_seq_length", max_seq_length, "--max_seq_length"),
+                                ("max_predictions_per_seq", max_predictions_per_seq,
+                                 "--max_predictions_per_seq")):
+            if key in metadata and metadata[key] != want:
+                raise ValueError(f"{path} was made with {key}={metadata[key]} "
+                                 f"({metadata_file}) but {flag}={want}")
+        if metadata.get("vocab_size", 0) > vocab_size:
+            raise ValueError(f"{path} was made with a vocabulary of "
+                             f"{metadata['vocab_size']} entries ({metadata_file}) but the "
+                             f"model's vocab_size is {vocab_size}: its ids would index past "
+                             f"the embedding table")
+        if (do_lower_case is not None and metadata.get("do_lower_case") is not None
+                and metadata["do_lower_case"] != do_lower_case):
+            raise ValueError(f"{path} was made with do_lower_case="
+                             f"{metadata['do_lower_case']} ({metadata_file}) but the model "
+                             f"is do_lower_case={do_lower_case}")
+        checked += 1
+    return checked
 
 
 def check_shard_shapes(files: list[str], max_seq_length: int,

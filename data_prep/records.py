@@ -136,17 +136,54 @@ def write_json(path: str, value, **kwargs) -> None:
     write_text(path, json.dumps(value, **kwargs) + "\n")
 
 
+class NotUtf8Error(ValueError):
+    """A file holds bytes that are not UTF-8; the message names the file and line."""
+
+
+def decode_line(raw: bytes, path: str, line_number: int) -> str:
+    """One line of a UTF-8 file as text; NotUtf8Error naming file and line if not."""
+    try:
+        return raw.decode("utf-8")
+    except UnicodeDecodeError as e:
+        raise NotUtf8Error(f"{path}:{line_number}: not UTF-8 text ({e.reason}: byte "
+                           f"{raw[e.start:e.start + 1]!r} at column {e.start + 1})") from None
+
+
+def read_lines(path: str) -> Iterator[tuple[int, str]]:
+    """(line number, text) of each line of a UTF-8 file, ends included, split on "\n"
+    only; streamed (local or any `tf.io.gfile` file system)."""
+    with tf.io.gfile.GFile(path, "rb") as f:
+        line_number = 0
+        while raw := f.readline():
+            line_number += 1
+            yield line_number, decode_line(raw, path, line_number)
+
+
+def read_text(path: str) -> str:
+    """The text of a UTF-8 file (a byte-order mark dropped); NotUtf8Error naming the
+    line of the first undecodable byte."""
+    if not tf.io.gfile.exists(path):
+        raise FileNotFoundError(f"{path} does not exist")
+    with tf.io.gfile.GFile(path, "rb") as f:
+        data = f.read()
+    try:
+        return data.decode("utf-8-sig")
+    except UnicodeDecodeError as e:
+        line_number = data.count(b"\n", 0, e.start) + 1
+        line_start = data.rfind(b"\n", 0, e.start) + 1
+        raise NotUtf8Error(f"{path}:{line_number}: not UTF-8 text ({e.reason}: byte "
+                           f"{data[e.start:e.start + 1]!r} at column "
+                           f"{e.start - line_start + 1})") from None
+
+
 def read_json(path: str):
     """The JSON value of `path`.
 
     Raises:
       FileNotFoundError: `path` does not exist (naming it).
-      ValueError: the file is not valid JSON (naming it and the position).
+      ValueError: the file is not UTF-8 or not valid JSON (naming it and the position).
     """
-    if not tf.io.gfile.exists(path):
-        raise FileNotFoundError(f"{path} does not exist")
-    with tf.io.gfile.GFile(path, "r") as f:
-        text = f.read()
+    text = read_text(path)
     try:
         return json.loads(text)
     except json.JSONDecodeError as e:

@@ -702,3 +702,17 @@ def test_cache_reuse_and_rebuild(tmp_path, vocab_file, monkeypatch):
     get(max_seq_length=12, do_lower_case=False)
     assert len(builds) == 6
     assert [name for name in os.listdir(tmp_path) if ".tmp" in name] == []
+
+
+def test_a_byte_that_is_not_utf8_names_file_and_line(tmp_path):
+    """A GLUE TSV saved in Latin-1 (an é as the byte 0xe9) fails naming its file, line
+    and column, not with a bare UnicodeDecodeError."""
+    directory = tmp_path / "MRPC"
+    directory.mkdir()
+    header = b"Quality\t#1 ID\t#2 ID\t#1 String\t#2 String\n"
+    (directory / "train.tsv").write_bytes(
+        header + b"1\t1\t2\tA fine line.\tAnother one.\n"
+        + b"0\t3\t4\tThe caf\xe9 opened.\tIt closed.\n")
+    with pytest.raises(ValueError, match=r"train.tsv:3: not UTF-8 text \(invalid "
+                                         r"continuation byte: byte b.\\xe9. at column 14"):
+        ct.get_processor("mrpc").get_examples(str(directory), "train")

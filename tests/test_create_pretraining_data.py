@@ -19,7 +19,7 @@ import tensorflow as tf
 from absl import flags
 
 from data_prep import create_pretraining_data as cpd
-from data_prep import tokenization
+from data_prep import pretraining_data, tokenization
 
 REPO_ROOT = pathlib.Path(__file__).resolve().parent.parent
 CORPUS_GLOB = str(REPO_ROOT / "sample_data" / "corpus" / "*.txt")
@@ -90,7 +90,7 @@ def canonical(records):
 
 def parse(record, max_seq_length=128, max_predictions=20):
     features = tf.io.parse_single_example(
-        record, cpd.feature_spec(max_seq_length, max_predictions))
+        record, pretraining_data.feature_spec(max_seq_length, max_predictions))
     return {name: value.numpy().tolist() for name, value in features.items()}
 
 
@@ -695,7 +695,8 @@ def test_short_documents_and_long_lines_are_counted(tmp_path, vocab_file, caplog
 def test_invalid_utf8_names_file_and_line(tmp_path, vocab_file):
     corpus = tmp_path / "latin1.txt"
     corpus.write_bytes(b"fine line\ncaf\xe9\n")
-    with pytest.raises(ValueError, match="latin1.txt:2 is not valid UTF-8"):
+    with pytest.raises(ValueError, match=r"latin1.txt:2: not UTF-8 text \(invalid "
+                                         r"continuation byte: byte b.\\xe9. at column 4\)"):
         cpd.run(options([corpus], [tmp_path / "o.tfrecord"], vocab_file))
 
 
@@ -760,3 +761,14 @@ def test_progress_logger(caplog):
     progress.update(25, 200)
     assert "corpus: 25/100 documents (25.0%), 200 instances, 10 instances/s, " \
            "ETA 0:01:00" in caplog.text
+
+
+def test_contradictory_masking_options_are_refused():
+    """No masked position allowed while asking for masking: the shards would train
+    nothing, so it is an error, not a run."""
+    with pytest.raises(ValueError, match=r"max_predictions_per_seq=0 with "
+                                         r"masked_lm_prob=0.15: no position could be masked"):
+        cpd.MaskingOptions(masked_lm_prob=0.15, max_predictions_per_seq=0)
+    with pytest.raises(ValueError, match="must not be negative"):
+        cpd.MaskingOptions(max_predictions_per_seq=-1)
+    assert cpd.MaskingOptions(masked_lm_prob=0.0, max_predictions_per_seq=0)
