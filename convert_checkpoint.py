@@ -1,6 +1,6 @@
 """Converts a BERT checkpoint between the original TF1, Hugging Face and our TF2 formats.
 
-  python convert_checkpoint.py --input_checkpoint=uncased_L-12_H-768_A-12/bert_model.ckpt \
+  python convert_checkpoint.py --init_checkpoint=uncased_L-12_H-768_A-12/bert_model.ckpt \
       --output_format=hf --output_dir=bert-base-uncased-hf
 
 Reads any format --init_checkpoint accepts (an original TF1 checkpoint, a Hugging Face
@@ -24,6 +24,7 @@ from __future__ import annotations
 
 from absl import app, flags, logging
 
+import runner_flags
 from modeling import checkpoint_names as names
 from modeling import checkpoints, model_files, models
 from modeling.config import BertConfig
@@ -34,23 +35,15 @@ CONVERTIBLE_KINDS = tuple(k for k in names.MODEL_KINDS if k != names.FEATURE_BAS
 
 FLAGS = flags.FLAGS
 
-flags.DEFINE_string("input_checkpoint", None, "The checkpoint to convert: an original TF1 "
-                    "checkpoint prefix, a Hugging Face directory, or a TF2 checkpoint "
-                    "(prefix or output_dir) of this project.")
-flags.DEFINE_string("output_dir", None, "The folder to write. It must not exist, be empty, "
-                    "or hold an earlier conversion (replaced with --overwrite).")
+runner_flags.define_model_flags(max_seq_length=None)
+runner_flags.define_output_dir_flag("The folder to write. It must not exist, be empty, or "
+                                    "hold an earlier conversion (replaced with "
+                                    "--overwrite).")
+runner_flags.define_overwrite_flag("Replace an earlier conversion in --output_dir.")
 flags.DEFINE_enum("output_format", None, list(FORMATS), "tf1: the original release's "
                   "names; hf: a Hugging Face directory; tf2: this project's checkpoint.")
-flags.DEFINE_string("bert_config_file", None, "The config of the model (default: "
-                    "bert_config.json or config.json beside the input).")
-flags.DEFINE_string("vocab_file", None, "The WordPiece vocabulary (default: vocab.txt beside "
-                    "the input).")
-flags.DEFINE_bool("do_lower_case", None, "Whether the model is uncased (default: what "
-                  "model_info.json or tokenizer_config.json beside the input says, else "
-                  "True as in the original release).")
 flags.DEFINE_enum("model_kind", None, list(CONVERTIBLE_KINDS), "The model the checkpoint "
                   "holds (default: detected). 'encoder' converts the encoder alone.")
-flags.DEFINE_bool("overwrite", False, "Replace an earlier conversion in --output_dir.")
 
 WRITERS = {"tf1": checkpoints.write_original_directory,
            "hf": checkpoints.write_hf_directory,
@@ -128,15 +121,16 @@ def convert(input_checkpoint: str, output_dir: str, output_format: str, *,
 
 
 def main(_):
-    path = convert(FLAGS.input_checkpoint, FLAGS.output_dir, FLAGS.output_format,
+    path = convert(FLAGS.init_checkpoint, FLAGS.output_dir, FLAGS.output_format,
                    bert_config_file=FLAGS.bert_config_file, vocab_file=FLAGS.vocab_file,
-                   do_lower_case=FLAGS.do_lower_case, model_kind=FLAGS.model_kind,
+                   do_lower_case=runner_flags.do_lower_case_flag(FLAGS),
+                   model_kind=FLAGS.model_kind,
                    overwrite=FLAGS.overwrite)
     logging.info("Wrote %s (%s)", path, FLAGS.output_format)
 
 
 def cli():
-    flags.mark_flags_as_required(["input_checkpoint", "output_dir", "output_format"])
+    flags.mark_flags_as_required(["init_checkpoint", "output_dir", "output_format"])
     app.run(main)
 
 

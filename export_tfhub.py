@@ -39,7 +39,7 @@ EXPORT_TYPES = ("encoder", "encoder_with_mlm", "preprocessing")
 runner_flags.define_model_flags(max_seq_length=None)
 flags.DEFINE_string("export_path", None, "Destination folder of the SavedModel: new, "
                     "empty, or a previous export (with --overwrite).")
-flags.DEFINE_bool("overwrite", False, "Replace a previous export at --export_path.")
+runner_flags.define_overwrite_flag("Replace a previous export at --export_path.")
 flags.DEFINE_enum("export_type", "encoder", list(EXPORT_TYPES), "What to export.")
 flags.DEFINE_integer("seq_length", 128, "Sequence length of the preprocessing model's "
                      "default call (bert_pack_inputs takes any).")

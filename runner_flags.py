@@ -45,8 +45,7 @@ def define_common_flags(max_seq_length: int, flag_values=FLAGS) -> None:
     """The model, its files, the output folder, devices and numerics."""
     f = flag_values
     define_model_flags(max_seq_length, f)
-    flags.DEFINE_string("output_dir", None, "Checkpoints, summaries and results go here.",
-                        flag_values=f)
+    define_output_dir_flag("Checkpoints, summaries and results go here.", f)
     flags.DEFINE_enum("distribution_strategy", "one_device", list(distribution.STRATEGIES),
                       "tf.distribute strategy.", flag_values=f)
     flags.DEFINE_string("tpu", None, "TPU name or address for "
@@ -144,8 +143,15 @@ def define_finetuning_flags(flag_values=FLAGS) -> None:
                       "model on other labels).", flag_values=f)
     flags.DEFINE_string("export_dir", None, "Export the fine-tuned model (the best one with "
                         "--do_eval) as a SavedModel that answers raw text.", flag_values=f)
-    flags.DEFINE_bool("overwrite", False, "Let --export_dir replace a previous export.",
-                      flag_values=f)
+    define_overwrite_flag("Let --export_dir replace a previous export.", f)
+
+
+def define_output_dir_flag(help_text: str, flag_values=FLAGS) -> None:
+    flags.DEFINE_string("output_dir", None, help_text, flag_values=flag_values)
+
+
+def define_overwrite_flag(help_text: str, flag_values=FLAGS) -> None:
+    flags.DEFINE_bool("overwrite", False, help_text, flag_values=flag_values)
 
 
 def define_data_dir_flag(help_text: str, flag_values=FLAGS) -> None:

@@ -31,7 +31,7 @@ def classifier_signatures(model, tokenizer, seq_length: int, labels) -> dict:
     if not is_regression and len(labels) != model.num_labels:
         raise ValueError(f"{len(labels)} labels {list(labels)} for a classifier with "
                          f"{model.num_labels} outputs")
-    label_names = None if is_regression else tf.constant([str(l) for l in labels])
+    label_names = None if is_regression else tf.constant([str(label) for label in labels])
 
     def predict(text_a, text_b):
         logits = model(pack_text(tokenizer, seq_length, text_a, text_b),

@@ -53,7 +53,7 @@ def ner_signatures(model, tokenizer, seq_length: int, labels, *, doc_stride: int
         raise ValueError(f"seq_length must be at least 3, got {seq_length}")
     if doc_stride < 1:
         raise ValueError(f"doc_stride must be at least 1, got {doc_stride}")
-    label_names = tf.constant([str(l) for l in labels])
+    label_names = tf.constant([str(label) for label in labels])
     unk_id = int(tokenizer.vocab_table.lookup(tf.constant(tokenization.UNK_TOKEN)))
     cls_id, sep_id = tokenizer.cls_id, tokenizer.sep_id
 

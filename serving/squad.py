@@ -1,7 +1,8 @@
 """SQuAD answers in-graph: the task export of a `BertSpanLabeler` answers a raw question
-on a raw context as run_squad.py's --do_predict does (`data_prep.squad_features`, `squad_postprocess`): the same
-features (`convert_examples_to_features`), windows (`serving.windows`, the formula of
-`squad_features.doc_spans` / `is_max_context`), span rules (`predict_example`) and answer text
+on a raw context as run_squad.py's --do_predict does (`data_prep.squad_features`,
+`squad_postprocess`): the same features (`convert_examples_to_features`), windows
+(`serving.windows`, the formula of `squad_features.doc_spans` / `is_max_context`), span
+rules (`predict_example`) and answer text
 (`candidate_text`, `get_final_text`).
 
 Loading the export needs `import tensorflow_text` first.

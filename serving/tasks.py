@@ -57,7 +57,7 @@ class TaskModule(tf.Module):
         self.do_lower_case = tf.Variable(bool(tokenizer.do_lower_case), trainable=False,
                                          name="do_lower_case")
         if labels is not None:
-            self.labels = tf.Variable([str(l) for l in labels], trainable=False,
+            self.labels = tf.Variable([str(label) for label in labels], trainable=False,
                                       name="labels")
         for name, value in (options or {}).items():
             setattr(self, name, tf.Variable(value, trainable=False, name=name))

@@ -267,20 +267,20 @@ def test_command_line_reads_beside_the_input_and_says_what_is_wrong(tmp_path):
     (tmp_path / "users" / "notes.txt").write_text("mine")
     prefix = os.path.join(source, "bert_model.ckpt")
     runs = {
-        "ambiguous": [f"--input_checkpoint={prefix}", f"--output_dir={tmp_path / 'a'}",
+        "ambiguous": [f"--init_checkpoint={prefix}", f"--output_dir={tmp_path / 'a'}",
                       "--output_format=hf"],
-        "classifier": [f"--input_checkpoint={prefix}", f"--output_dir={tmp_path / 'hf'}",
+        "classifier": [f"--init_checkpoint={prefix}", f"--output_dir={tmp_path / 'hf'}",
                        "--output_format=hf", "--model_kind=classifier"],
-        "missing": [f"--input_checkpoint={tmp_path / 'nowhere'}",
+        "missing": [f"--init_checkpoint={tmp_path / 'nowhere'}",
                     f"--output_dir={tmp_path / 'b'}", "--output_format=tf2"],
-        "wide": [f"--input_checkpoint={prefix}", f"--output_dir={tmp_path / 'c'}",
+        "wide": [f"--init_checkpoint={prefix}", f"--output_dir={tmp_path / 'c'}",
                  "--output_format=tf2", "--model_kind=classifier",
                  f"--bert_config_file={wide}"],
-        "no_span": [f"--input_checkpoint={prefix}", f"--output_dir={tmp_path / 'd'}",
+        "no_span": [f"--init_checkpoint={prefix}", f"--output_dir={tmp_path / 'd'}",
                     "--output_format=tf2", "--model_kind=span"],
-        "case": [f"--input_checkpoint={tmp_path / 'hf'}", f"--output_dir={tmp_path / 'e'}",
+        "case": [f"--init_checkpoint={tmp_path / 'hf'}", f"--output_dir={tmp_path / 'e'}",
                  "--output_format=tf1", "--do_lower_case=false"],
-        "users": [f"--input_checkpoint={tmp_path / 'hf'}",
+        "users": [f"--init_checkpoint={tmp_path / 'hf'}",
                   f"--output_dir={tmp_path / 'users'}", "--output_format=tf1"],
     }
     process = subprocess.run([sys.executable, "-c", _DRIVER, json.dumps(runs)],

@@ -32,8 +32,8 @@ def test_output_format_and_values(setup, tmp_path):
     out = tmp_path / "out.jsonl"
     assert extract_features.extract(encoder, tokenizer, str(src), str(out), [-1, 0],
                                     max_seq_length=32, batch_size=1) == 2
-    lines = [json.loads(l) for l in out.read_text().splitlines()]
-    assert [l["linex_index"] for l in lines] == [0, 1]
+    lines = [json.loads(line) for line in out.read_text().splitlines()]
+    assert [line["linex_index"] for line in lines] == [0, 1]
     assert [f["token"] for f in lines[0]["features"]] == [
         "[CLS]", "the", "cat", "sat", "on", "the", "mat", ".", "[SEP]"]
     assert [f["token"] for f in lines[1]["features"]] == [
@@ -42,7 +42,7 @@ def test_output_format_and_values(setup, tmp_path):
         tokenizer, [[f["token"] for f in lines[1]["features"]]], [[0, 0, 0, 0, 0, 1, 1, 1]])
     want = encoder(inputs)["encoder_outputs"]
     for position, feature in enumerate(lines[1]["features"]):
-        assert [l["index"] for l in feature["layers"]] == [-1, 0]
+        assert [layer["index"] for layer in feature["layers"]] == [-1, 0]
         values = feature["layers"][0]["values"]
         assert len(values) == 16
         assert all(round(v, 6) == v for v in values)

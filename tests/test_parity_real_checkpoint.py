@@ -25,9 +25,8 @@ ATOL = 1e-4
 
 def real_sentences(count=24):
     """Real sentences of varied length from the bundled paper text."""
-    lines = [l.strip() for l in
-             (SAMPLE_DATA / "corpus" / "bert_paper_v1.txt").read_text(encoding="utf-8").splitlines()
-             if len(l.split()) >= 2]
+    text = (SAMPLE_DATA / "corpus" / "bert_paper_v1.txt").read_text(encoding="utf-8")
+    lines = [line.strip() for line in text.splitlines() if len(line.split()) >= 2]
     lines.sort(key=len)
     picks = np.linspace(0, len(lines) - 1, count).astype(int)
     return [lines[i] for i in picks]
@@ -124,8 +123,8 @@ def test_extract_features_output_equals_in_memory_model(models, minilm_dir, tmp_
                     f"--input_file={input_file}", f"--output_file={output_file}",
                     f"--init_checkpoint={minilm_dir}", "--layers=-1,-2,0",
                     "--max_seq_length=64", "--batch_size=3"], check=True, cwd=tmp_path)
-    lines = [json.loads(l) for l in output_file.read_text().splitlines()]
-    assert [l["linex_index"] for l in lines] == list(range(len(examples)))
+    lines = [json.loads(line) for line in output_file.read_text().splitlines()]
+    assert [line["linex_index"] for line in lines] == list(range(len(examples)))
     parsed = [e if " ||| " not in e else tuple(e.split(" ||| ")) for e in examples]
     for line, example in zip(lines, parsed):
         batch = encode(tokenizer, [example], max_seq_length=64)
@@ -133,7 +132,7 @@ def test_extract_features_output_equals_in_memory_model(models, minilm_dir, tmp_
         tokens = tokenizer.convert_ids_to_tokens(batch["input_word_ids"][0].tolist())
         assert [f["token"] for f in line["features"]] == tokens
         for position, feature in enumerate(line["features"]):
-            assert [l["index"] for l in feature["layers"]] == [-1, -2, 0]
+            assert [layer["index"] for layer in feature["layers"]] == [-1, -2, 0]
             for entry in feature["layers"]:
                 want = out[entry["index"]].numpy()[0, position]
                 np.testing.assert_allclose(entry["values"], want, atol=2e-5)

@@ -103,7 +103,7 @@ def test_classifier_through_the_original_tf1_format(config_file, tmp_path):
         "--do_predict", "--max_seq_length=64", "--num_train_epochs=1",
         "--learning_rate=1e-3", f"--output_dir={trained}")
     converted = tmp_path / "tf1"
-    run("convert_checkpoint.py", f"--input_checkpoint={trained}", "--output_format=tf1",
+    run("convert_checkpoint.py", f"--init_checkpoint={trained}", "--output_format=tf1",
         f"--output_dir={converted}")
     names = [name for name, _ in __import__("tensorflow").train.list_variables(
         str(converted / "bert_model.ckpt"))]

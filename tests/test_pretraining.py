@@ -25,7 +25,8 @@ SEQ, PREDS = 64, 10
 
 def tiny_config(path, dropout=0.1, hidden=64):
     config = dict(vocab_size=30522, hidden_size=hidden, num_hidden_layers=2,
-                  num_attention_heads=4, intermediate_size=2 * hidden, hidden_act="gelu", hidden_dropout_prob=dropout,
+                  num_attention_heads=4, intermediate_size=2 * hidden, hidden_act="gelu",
+                  hidden_dropout_prob=dropout,
                   attention_probs_dropout_prob=dropout, max_position_embeddings=SEQ,
                   type_vocab_size=2, initializer_range=0.02)
     path.write_text(json.dumps(config))
