@@ -243,7 +243,8 @@ def main():
     print("|---|---|---|---|---|---|---|---|")
     for row in rows:
         if "error" in row:
-            print(f"| {row['shape']} | {row['dtype']} | {row['impl']} | {'on' if row['xla'] else 'off'} | "
+            xla = "on" if row["xla"] else "off"
+            print(f"| {row['shape']} | {row['dtype']} | {row['impl']} | {xla} | "
                   f"error: {row['error']} | | | |")
             continue
         peers = [r["seq_per_s"] for r in rows if "error" not in r

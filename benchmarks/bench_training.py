@@ -195,7 +195,7 @@ def spawn(impl, shape="", dtype="float32", xla=False, batch=8, steps=10, warmup=
 def run_worker(cmd):
     """Runs a worker process; its last JSON line, or {"error": its last stderr line}."""
     result = subprocess.run(cmd, capture_output=True, text=True, cwd=REPO)
-    lines = [l for l in result.stdout.splitlines() if l.startswith("{")]
+    lines = [line for line in result.stdout.splitlines() if line.startswith("{")]
     if result.returncode != 0 or not lines:
         return {"error": (result.stderr.strip().splitlines() or ["?"])[-1][:160]}
     return json.loads(lines[-1])
@@ -279,7 +279,7 @@ def main():
 def print_table(rows, limits):
     print("\nmatmul limit (GFLOP/s, best of run): " +
           ", ".join(f"{d} {max(v):.0f}" for d, v in limits.items()))
-    print(f"\n| shape | dtype | impl | XLA | seq/s | tokens/s | MFU | peak MB | vs best peer |")
+    print("\n| shape | dtype | impl | XLA | seq/s | tokens/s | MFU | peak MB | vs best peer |")
     print("|---|---|---|---|---|---|---|---|---|")
     for row in rows:
         if "error" in row:

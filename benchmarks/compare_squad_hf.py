@@ -52,9 +52,9 @@ a checkpoint trained on a thousand questions.
 
 For v2.0 the table also gives the null AUC: the chance that an unanswerable question's
 null odds (null_odds.json) exceed an answerable one's, in percent: 50 for a null
-decision at chance whatever the threshold. --eval_every_epochs=N scores both systems every N epochs along
-the same training (ours from its saved checkpoints, Hugging Face in its loop), so that a
-long run also shows where longer training stops paying.
+decision at chance whatever the threshold. --eval_every_epochs=N scores both systems every N
+epochs along the same training (ours from its saved checkpoints, Hugging Face in its loop),
+so that a long run also shows where longer training stops paying.
 
   nice python benchmarks/compare_squad_hf.py --output_dir=runs/squad_vs_hf
 

