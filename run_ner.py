@@ -12,17 +12,27 @@ sentences, -DOCSTART- lines skipped) in IOB1, IOB2 or IOBES (--tag_scheme=auto g
 each file's scheme). A Hugging Face directory or the original release's checkpoint as
 --init_checkpoint brings its config and vocab.txt.
 
+Tag schemes. The model learns the tags in the scheme of the training file, as
+Hugging Face's run_ner does; --train_tag_scheme=iob2 (or iob1, iobes) rewrites the
+training chunks in another scheme first. It matters at short schedules: on IOB1 data
+(CoNLL-2003) nearly every entity word is I-X, and IOB2 doubles the entity classes the
+head must tell apart (README, Correctness). Predictions are read as conlleval reads
+them and written in the scheme of the file they are made for; scores do not depend on
+the scheme they are written in.
+
 Words are split into word pieces; the first piece of each word carries its label
 (`data_prep.ner_features`). Sentences longer than --max_seq_length are cut into overlapping
 windows every --doc_stride pieces and each word is predicted from the window that
 gives it the most context, so every word of every sentence gets exactly one tag.
 
-The label list ("O", then B-/I- of every entity type of the training file) is stored
-with the training features (`train.tf_record.meta.json`) and in model_info.json in
-output_dir; later runs on the same output_dir, or with --init_checkpoint=<output_dir>,
-read it, and a tag outside it in an evaluation file is an error naming the file and
-the line. With --do_train --do_eval the model is scored at the end of every epoch and
-the best one (by entity F1) is kept in output_dir/best/ for the final outputs.
+The label list ("O", then every prefix of the scheme learnt, B-/I- or B-/I-/E-/S-, for
+every entity type of the training file) and its scheme are stored with the training
+features (`train.tf_record.meta.json`) and in model_info.json (`labels`,
+`label_scheme`) in output_dir; later runs on the same output_dir, or with
+--init_checkpoint=<output_dir>, use them, and a type outside them in an evaluation
+file is an error naming the file and the line. With --do_train --do_eval the model is
+scored at the end of every epoch and the best one (by entity F1) is kept in
+output_dir/best/ for the final outputs.
 
 Outputs in output_dir:
   eval_results.txt      entity-level precision, recall and F1 overall and per type,
@@ -42,8 +52,9 @@ are trained (a higher --learning_rate suits them, e.g. 1e-3).
 --hub_module_url takes the encoder from a TF Hub BERT encoder SavedModel (e.g. one
 written by export_tfhub.py; `modeling.hub`) instead of a checkpoint, with its own
 config, vocabulary and do_lower_case. --export_dir exports the trained model as a
-SavedModel that tags raw whitespace-separated text with the IOB2 tags --do_predict
-gives (serving/ner.py). A run restarted with the same output_dir resumes where it
+SavedModel that tags raw whitespace-separated text with the labels --do_predict
+predicts, in the scheme the model learnt (its `tag_scheme` variable says which;
+serving/ner.py). A run restarted with the same output_dir resumes where it
 stopped.
 """
 
@@ -76,6 +87,10 @@ runner_flags.define_input_file_flags({
 flags.DEFINE_enum("tag_scheme", "auto", ["auto", *tag_schemes.TAG_SCHEMES],
                   "Tag scheme of the files; auto guesses it for each file. Predictions "
                   "are written in the scheme of the file they are made for.")
+flags.DEFINE_enum("train_tag_scheme", "file", ["file", *tag_schemes.TAG_SCHEMES],
+                  "Tag scheme the model learns: file (the training file's own, as Hugging "
+                  "Face's run_ner), or iob1, iob2, iobes (the training chunks rewritten "
+                  "in it).")
 runner_flags.define_doc_stride_flag(64, "Word pieces between the starts of the windows of "
                                         "a sentence longer than max_seq_length - 2.")
 flags.DEFINE_bool("feature_based", False, "Freeze the encoder and train a BiLSTM tagger "
@@ -112,7 +127,7 @@ class Split:
         path: the CoNLL file.
         tag_scheme: its tag scheme (predictions are written in it).
         sentences: its sentences (IOB2 tags).
-        features: their windows, in sentence order.
+        features: their windows, in sentence order, labelled in the scheme learnt.
     """
     name: str
     path: str
@@ -139,49 +154,86 @@ def read_split(name: str, path: str, tag_scheme: str) -> tuple[str, list]:
     return tag_scheme, conll.read_conll(path, tag_scheme=tag_scheme)
 
 
-def prepare_split(name: str, path: str, tag_scheme: str, labels: list[str] | None,
-                  tokenizer: tokenization.FullTokenizer, max_seq_length: int,
-                  doc_stride: int) -> Split:
-    """Reads a file and converts it to features; labels=None takes the file's own
-    (training)."""
-    scheme, sentences = read_split(name, path, tag_scheme)
-    if labels is None:
-        labels = conll.label_list(sentences)
-    features = ner_features.convert_sentences_to_features(sentences, labels, tokenizer,
-                                                          max_seq_length, doc_stride)
+@dataclasses.dataclass(frozen=True)
+class Labels:
+    """What the model's outputs mean: the label list and the tag scheme it is in."""
+    labels: tuple[str, ...]
+    scheme: str
+
+
+def to_features(name: str, path: str, scheme: str, sentences: list[conll.Sentence],
+                labels: Labels, tokenizer: tokenization.FullTokenizer,
+                max_seq_length: int, doc_stride: int) -> Split:
+    """A file's sentences as features labelled in `labels.scheme`."""
+    features = ner_features.convert_sentences_to_features(
+        sentences, labels.labels, tokenizer, max_seq_length, doc_stride,
+        label_scheme=labels.scheme)
     logging.info("%s: %d sentences, %d words, %d windows", path, len(sentences),
                  sum(len(s.words) for s in sentences), len(features))
     return Split(name, path, scheme, sentences, features)
 
 
-def write_training_features(split: Split, labels: list[str], output_dir: str,
+def training_labels(sentences: list[conll.Sentence], file_scheme: str,
+                    train_tag_scheme: str) -> Labels:
+    """The labels a model learns from training sentences: in the file's own scheme
+    (train_tag_scheme "file") or in the scheme asked for."""
+    scheme = file_scheme if train_tag_scheme == "file" else train_tag_scheme
+    logging.info("Learning the tags in %s (the training file's scheme is %s)", scheme,
+                 file_scheme)
+    return Labels(tuple(conll.label_list(sentences, scheme)), scheme)
+
+
+def write_training_features(split: Split, labels: Labels, output_dir: str,
                             tokenizer: tokenization.FullTokenizer, max_seq_length: int,
                             doc_stride: int) -> ner_features.NerMetadata:
-    """Writes train.tf_record and its metadata JSON (with the label list)."""
+    """Writes train.tf_record and its metadata JSON (with the labels and their scheme)."""
     record = os.path.join(output_dir, TRAIN_RECORD)
     ner_features.write_tfrecord(split.features, record)
     metadata = ner_features.NerMetadata.describe(
-        split.sentences, split.features, labels, split.tag_scheme, max_seq_length,
-        doc_stride, tokenizer.do_lower_case, len(tokenizer.vocab))
+        split.sentences, split.features, labels.labels, labels.scheme, split.tag_scheme,
+        max_seq_length, doc_stride, tokenizer.do_lower_case, len(tokenizer.vocab))
     metadata.write(record)
     return metadata
 
 
-def labels_of_earlier_run(output_dir: str, init_checkpoint: str | None) -> list[str]:
-    """The label list of an earlier training run: in output_dir, else the fine-tuned
-    model of --init_checkpoint."""
-    record = os.path.join(output_dir, TRAIN_RECORD)
-    if tf.io.gfile.exists(records.metadata_path(record)):
-        return list(ner_features.NerMetadata.read(record).labels)
-    info = model_files.read_model_info(init_checkpoint)
-    if info.get("labels") and info.get("model_kind") in (
+def fine_tuned_labels(info: dict) -> Labels | None:
+    """The labels of a fine-tuned NER model's model_info.json, None for another model.
+    Models saved before the scheme was recorded learnt IOB2."""
+    if not info.get("labels") or info.get("model_kind") not in (
             BertTokenClassifier.MODEL_KIND, feature_based.BertFeatureBasedTagger.MODEL_KIND):
-        return list(info["labels"])
+        return None
+    return Labels(tuple(info["labels"]), info.get("label_scheme", "iob2"))
+
+
+def labels_of_earlier_run(output_dir: str, init_checkpoint: str | None) -> Labels:
+    """The labels of an earlier training run: of output_dir's model, else of the
+    fine-tuned model of --init_checkpoint."""
+    info_file = os.path.join(output_dir, model_files.MODEL_INFO)
+    if tf.io.gfile.exists(info_file):
+        labels = fine_tuned_labels(records.read_json(info_file))
+        if labels:
+            return labels
+    labels = fine_tuned_labels(model_files.read_model_info(init_checkpoint))
+    if labels:
+        return labels
     raise FileNotFoundError(
-        f"No label list: {records.metadata_path(record)} does not exist and "
-        f"--init_checkpoint={init_checkpoint} is not a fine-tuned NER model (no "
-        f"model_info.json with labels). The label list comes from the training file: "
-        f"run with --do_train first (or together).")
+        f"No label list: {info_file} does not hold one and --init_checkpoint="
+        f"{init_checkpoint} is not a fine-tuned NER model (no model_info.json with "
+        f"labels). The label list comes from the training file: run with --do_train "
+        f"first (or together).")
+
+
+def check_scheme_of_init_checkpoint(labels: Labels, settings: finetuning.Settings) -> None:
+    """Training on from a fine-tuned NER model keeps the scheme its head learnt (IOB1
+    and IOB2 share one label list, so the labels alone do not tell)."""
+    if settings.reinit_head or not settings.init_checkpoint:
+        return
+    earlier = fine_tuned_labels(model_files.read_model_info(settings.init_checkpoint))
+    if earlier and earlier.labels == labels.labels and earlier.scheme != labels.scheme:
+        raise ValueError(
+            f"--init_checkpoint={settings.init_checkpoint} learnt its labels in "
+            f"{earlier.scheme}, this run would train them in {labels.scheme}: give "
+            f"--train_tag_scheme={earlier.scheme}, or --reinit_head to train a new head.")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -203,20 +255,21 @@ def _tags_and_ids(features: dict, outputs: dict) -> dict:
             "unique_ids": features["unique_ids"]}
 
 
-def predict_tags(trainer: training.Trainer, split: Split, labels: list[str],
+def predict_tags(trainer: training.Trainer, split: Split, labels: Labels,
                  batch_size: int) -> list[list[str]]:
-    """One predicted IOB2 tag per word of every sentence of the split."""
+    """One predicted tag per word of every sentence of the split, in the scheme learnt."""
     outputs = trainer.predict(ner_features.inference_dataset(split.features, batch_size),
                               _tags_and_ids)
     order = np.argsort(outputs["unique_ids"], kind="stable")
     if not np.array_equal(outputs["unique_ids"][order], np.arange(len(split.features))):
         raise RuntimeError(f"{split.path}: predictions do not cover every window once")
     return ner_features.predictions_to_tags(outputs["label_ids"][order], split.features,
-                                            split.sentences, labels)
+                                            split.sentences, labels.labels)
 
 
 def write_predictions(split: Split, tags: list[list[str]], output_dir: str) -> str:
-    """Writes `<eval|test>_predictions.txt` in the split's tag scheme; returns its path."""
+    """Writes `<eval|test>_predictions.txt` in the split's tag scheme (the chunks
+    conlleval reads in the predicted tags, whatever their scheme); returns its path."""
     path = os.path.join(output_dir, PREDICTION_FILES[split.name])
     conll.write_predictions(path, split.sentences, tags, tag_scheme=split.tag_scheme)
     logging.info("Wrote the predictions of %s to %s", split.path, path)
@@ -231,7 +284,7 @@ def write_predictions(split: Split, tags: list[list[str]], output_dir: str) -> s
 class NerTask:
     """run_ner's part of a fine-tuning run (`finetuning.FineTuningTask`)."""
 
-    def __init__(self, labels: list[str], splits: dict[str, Split],
+    def __init__(self, labels: Labels, splits: dict[str, Split],
                  train_metadata: ner_features.NerMetadata | None,
                  feature_options: FeatureBasedOptions | None, settings: finetuning.Settings):
         self.labels, self.splits, self.train_metadata = labels, splits, train_metadata
@@ -246,10 +299,10 @@ class NerTask:
         BiLSTM tagger of `modeling.feature_based`."""
         options = self.feature_options
         if options is None:
-            return BertTokenClassifier(encoder, config, len(self.labels))
+            return BertTokenClassifier(encoder, config, len(self.labels.labels))
         layers = feature_based.parse_feature_layers(options.layers, config.num_hidden_layers)
         return feature_based.BertFeatureBasedTagger(
-            encoder, config, len(self.labels), layers, options.resolved_combination(),
+            encoder, config, len(self.labels.labels), layers, options.resolved_combination(),
             lstm_units=options.lstm_units)
 
     def train_dataset(self, batch_size, seed, input_context):
@@ -290,15 +343,17 @@ class NerTask:
     def export(self, model, export_dir: str, files: model_files.ModelFiles,
                overwrite: bool) -> None:
         """A SavedModel that tags raw text as --do_predict does: `serving_default(text)`
-        -> `words`, `tags` (IOB2), with this run's --doc_stride windows (serving/ner.py)."""
+        -> `words`, `tags` (the labels, in the scheme learnt), with this run's
+        --doc_stride windows (serving/ner.py)."""
         path = serving_tasks.export_task_model(
             model, export_dir, files.vocab_file, files.do_lower_case, FLAGS.max_seq_length,
-            kind="ner", labels=self.labels, overwrite=overwrite, doc_stride=FLAGS.doc_stride)
+            kind="ner", labels=self.labels.labels, overwrite=overwrite,
+            doc_stride=FLAGS.doc_stride, tag_scheme=self.labels.scheme)
         logging.info("Exported the model to %s", path)
 
     def model_info(self) -> dict:
-        return {"labels": self.labels, "max_seq_length": FLAGS.max_seq_length,
-                "doc_stride": FLAGS.doc_stride}
+        return {"labels": list(self.labels.labels), "label_scheme": self.labels.scheme,
+                "max_seq_length": FLAGS.max_seq_length, "doc_stride": FLAGS.doc_stride}
 
 
 def feature_options() -> FeatureBasedOptions | None:
@@ -309,26 +364,25 @@ def feature_options() -> FeatureBasedOptions | None:
 
 
 def read_splits(files: model_files.ModelFiles, settings: finetuning.Settings
-                ) -> tuple[list[str], dict[str, Split], ner_features.NerMetadata | None]:
+                ) -> tuple[Labels, dict[str, Split], ner_features.NerMetadata | None]:
     """Every file the run needs, read and converted before any model is built; the
     training features written to output_dir. (labels, splits, training metadata)."""
     tokenizer = tokenization.FullTokenizer(files.vocab_file, files.do_lower_case)
-
-    def prepare(name, explicit, labels):
-        return prepare_split(name, input_file(name, explicit, FLAGS.data_dir),
-                             FLAGS.tag_scheme, labels, tokenizer, FLAGS.max_seq_length,
-                             FLAGS.doc_stride)
-
-    splits = {}
+    files_read = {}
+    for name, explicit in (("train", FLAGS.train_file), ("eval", FLAGS.eval_file),
+                           ("predict", FLAGS.predict_file)):
+        if getattr(settings, f"do_{name}"):
+            path = input_file(name, explicit, FLAGS.data_dir)
+            files_read[name] = (path, *read_split(name, path, FLAGS.tag_scheme))
     if settings.do_train:
-        splits["train"] = prepare("train", FLAGS.train_file, None)
-        labels = conll.label_list(splits["train"].sentences)
+        _, scheme, sentences = files_read["train"]
+        labels = training_labels(sentences, scheme, FLAGS.train_tag_scheme)
+        check_scheme_of_init_checkpoint(labels, settings)
     else:
         labels = labels_of_earlier_run(FLAGS.output_dir, settings.init_checkpoint)
-    if settings.do_eval:
-        splits["eval"] = prepare("eval", FLAGS.eval_file, labels)
-    if settings.do_predict:
-        splits["predict"] = prepare("predict", FLAGS.predict_file, labels)
+    splits = {name: to_features(name, path, scheme, sentences, labels, tokenizer,
+                                FLAGS.max_seq_length, FLAGS.doc_stride)
+              for name, (path, scheme, sentences) in files_read.items()}
     metadata = (write_training_features(splits["train"], labels, FLAGS.output_dir,
                                         tokenizer, FLAGS.max_seq_length, FLAGS.doc_stride)
                 if settings.do_train else None)

@@ -9,14 +9,17 @@ Tag schemes. "iob1", "iob2" or "iobes" (`data_prep.tag_schemes`);
 `detect_file_tag_scheme` guesses a file's. Sentences hold IOB2 tags whatever the
 file's scheme: the chunks are those that conlleval reads in the tags
 (`tag_schemes.get_chunks`), so an I- that starts a chunk in an "iob2" file becomes
-B-. `write_predictions` converts back (`tag_schemes.from_iob2`).
+B-. A model may learn its labels in another scheme (`ner_features`).
 
-Labels. `label_list`: "O", then B-<type> and I-<type> for every entity type of
-the training sentences, types sorted by code point; I-<type> is listed even if
-it never occurs, so that the model can continue any chunk.
+Labels. `label_list`: "O", then every prefix of the scheme the model learns in
+(B-, I- for IOB1 and IOB2; B-, I-, E-, S- for IOBES) for every entity type of the
+training sentences, types sorted by code point. Every prefix is listed even if it
+never occurs in the training file (IOB1's B- is rare), so that the model can
+express any chunk and an evaluation file's tags always have a label id.
 
 Predictions are written (atomically) as `token gold guess` lines that conlleval
-reads (`write_predictions`). Word pieces, windows, TFRecords and tf.data are in
+reads (`write_predictions`), in the scheme of the file they are made for, whatever
+scheme the model predicts in. Word pieces, windows, TFRecords and tf.data are in
 `ner_features`.
 """
 
@@ -132,12 +135,14 @@ def parse_conll(text: str, path: str = "<string>", tag_scheme: str = "iob2",
     return sentences
 
 
-def label_list(sentences: Sequence[Sentence]) -> list[str]:
-    """The label list of training sentences: "O", then B-<type>, I-<type> per sorted type."""
+def label_list(sentences: Sequence[Sentence], tag_scheme: str = "iob2") -> list[str]:
+    """The label list of training sentences for a model that learns in `tag_scheme`:
+    "O", then every prefix of the scheme per sorted type ("O", "B-X", "I-X", ... for
+    IOB1 and IOB2; "O", "B-X", "I-X", "E-X", "S-X", ... for IOBES)."""
     types = sorted({tag_schemes.split_tag(tag)[1] for sentence in sentences
                     for tag in sentence.tags if tag != tag_schemes.OUTSIDE})
     return [tag_schemes.OUTSIDE] + [f"{prefix}-{chunk_type}" for chunk_type in types
-                        for prefix in ("B", "I")]
+                                    for prefix in tag_schemes.scheme_prefixes(tag_scheme)]
 
 
 # ----------------------------------------------------------------------------
@@ -150,12 +155,16 @@ def write_predictions(path: str, sentences: Sequence[Sentence],
                       tag_scheme: str = "iob2") -> None:
     """Writes `token gold guess` lines, a blank line after each sentence, for conlleval.
 
+    Both columns are written in `tag_scheme` (`tag_schemes.from_iob2`), so conlleval
+    counts the same chunks, in any scheme, as in the predicted tags.
+
     Args:
         path: output file (UTF-8), written atomically.
         sentences: the sentences, with their gold IOB2 tags.
-        predicted_tags: one IOB2 tag per word of each sentence.
-        tag_scheme: scheme of the written tags. "iob2" writes the tags as they are;
-            "iob1" and "iobes" rewrite the chunks of both columns with `from_iob2`.
+        predicted_tags: one tag per word of each sentence, in any scheme (a model's
+            labels: IOB1, IOB2 or IOBES), read as conlleval reads them: an IOB1 model's
+            "I-PER I-PER B-PER" is two chunks, an IOB2 model's "O I-PER" is one.
+        tag_scheme: the scheme of the written tags (the file's own).
     """
     tag_schemes.check_scheme(tag_scheme)
     if len(sentences) != len(predicted_tags):
@@ -166,10 +175,8 @@ def write_predictions(path: str, sentences: Sequence[Sentence],
         if len(guessed) != len(sentence.words):
             raise ValueError(f"sentence {index}: {len(sentence.words)} words but "
                              f"{len(guessed)} predicted tags")
-        gold = sentence.tags
-        if tag_scheme != "iob2":
-            gold = tag_schemes.from_iob2(gold, tag_scheme)
-            guessed = tag_schemes.from_iob2(guessed, tag_scheme)
+        gold = tag_schemes.from_iob2(sentence.tags, tag_scheme)
+        guessed = tag_schemes.from_iob2(guessed, tag_scheme)
         lines.extend(f"{word} {gold_tag} {guessed_tag}\n"
                      for word, gold_tag, guessed_tag in zip(sentence.words, gold, guessed))
         lines.append("\n")

@@ -7,7 +7,16 @@ character) becomes [UNK], so that every word gets a prediction. A sequence is
 `[CLS] pieces [SEP]` with segment ids 0, zero padded. The first piece of a word
 carries the word's label id; every other position ([CLS], [SEP], the following
 pieces of a word, padding) carries LABEL_IGNORE_ID (-1), which the loss and
-the metrics mask out (`label_ids >= 0`).
+the metrics mask out (`label_ids >= 0`), as Hugging Face's token classification
+examples do by default.
+
+Label scheme. The model learns its labels in one tag scheme (`label_scheme`:
+"iob1", "iob2" or "iobes"; run_ner.py's default is the training file's own): each
+sentence's chunks are written in it (`tag_schemes.from_iob2`) before the tags become
+label ids, and `predictions_to_tags` returns tags in it, which
+`conll.write_predictions` rewrites in any file's scheme. On IOB1 data (CoNLL-2003)
+nearly every entity word is I-X; learning IOB2 instead doubles the entity classes a
+short fine-tuning must tell apart.
 
 Long sentences. A sentence of more than max_seq_length - 2 pieces is cut into
 overlapping windows, as SQuAD cuts documents: windows of max_seq_length - 2
@@ -20,7 +29,8 @@ reassembles one tag per word from those positions.
 
 Records. `write_tfrecord`: int64 input_ids, input_mask, segment_ids, label_ids
 [max_seq_length] and unique_ids [1], written atomically; beside them
-`<file>.meta.json` (`NerMetadata`, format `RECORD_FORMAT`) with the label list.
+`<file>.meta.json` (`NerMetadata`, format `RECORD_FORMAT`) with the label list and
+its scheme.
 `build_dataset` reads them back as the Trainer takes them; `inference_dataset`
 batches features held in memory.
 
@@ -35,12 +45,12 @@ from typing import Sequence
 import numpy as np
 import tensorflow as tf
 
-from data_prep import context_windows, records, tokenization
+from data_prep import context_windows, records, tag_schemes, tokenization
 from data_prep.conll import Sentence
 
 LABEL_IGNORE_ID = -1
 # Raise the version when the records written for the same inputs change.
-RECORD_FORMAT = "bert_ner_tfrecord/1"
+RECORD_FORMAT = "bert_ner_tfrecord/2"
 
 
 # ----------------------------------------------------------------------------
@@ -114,13 +124,15 @@ def max_context_windows(positions: Sequence[int], windows: Sequence[tuple[int, i
     return best
 
 
-def _label_ids(sentence: Sentence, label_map: dict[str, int]) -> list[int]:
+def _label_ids(sentence: Sentence, label_map: dict[str, int], label_scheme: str
+               ) -> list[int]:
     ids = []
-    for tag, line_number in zip(sentence.tags, sentence.line_numbers):
+    tags = tag_schemes.from_iob2(sentence.tags, label_scheme)
+    for tag, line_number in zip(tags, sentence.line_numbers):
         if tag not in label_map:
             raise ValueError(
-                f"{sentence.path}:{line_number}: tag {tag!r} (IOB2 form) is not in "
-                f"the training label list {list(label_map)}")
+                f"{sentence.path}:{line_number}: tag {tag!r} ({label_scheme} form) is "
+                f"not in the training label list {list(label_map)}")
         ids.append(label_map[tag])
     return ids
 
@@ -131,17 +143,20 @@ def _pad(values: list, length: int, value) -> list:
 
 def convert_sentences_to_features(sentences: Sequence[Sentence], labels: Sequence[str],
                                   tokenizer: tokenization.FullTokenizer,
-                                  max_seq_length: int, doc_stride: int
-                                  ) -> list[InputFeatures]:
+                                  max_seq_length: int, doc_stride: int,
+                                  label_scheme: str = "iob2") -> list[InputFeatures]:
     """Tokenizes sentences and cuts them into windows of `max_seq_length` tokens.
 
     Args:
         sentences: sentences with IOB2 tags.
-        labels: the label list of the training sentences (`label_list`).
+        labels: the label list of the training sentences (`conll.label_list`), in
+            `label_scheme`.
         tokenizer: the WordPiece tokenizer.
         max_seq_length: S, length of every sequence ([CLS] and [SEP] included).
         doc_stride: pieces between the starts of consecutive windows of a long
             sentence.
+        label_scheme: the tag scheme the labels are in ("iob1", "iob2", "iobes"):
+            each sentence's tags are rewritten in it before they become label ids.
 
     Returns:
         The features, sentence by sentence, window by window.
@@ -154,12 +169,13 @@ def convert_sentences_to_features(sentences: Sequence[Sentence], labels: Sequenc
         raise ValueError(f"max_seq_length must be at least 3, got {max_seq_length}")
     if doc_stride < 1:
         raise ValueError(f"doc_stride must be at least 1, got {doc_stride}")
+    tag_schemes.check_scheme(label_scheme)
     label_map = {label: index for index, label in enumerate(labels)}
     cls_id, sep_id = tokenizer.convert_tokens_to_ids(
         [tokenization.CLS_TOKEN, tokenization.SEP_TOKEN])
     features = []
     for sentence_index, sentence in enumerate(sentences):
-        word_labels = _label_ids(sentence, label_map)
+        word_labels = _label_ids(sentence, label_map, label_scheme)
         pieces, word_starts = tokenize_words(sentence.words, tokenizer)
         piece_ids = tokenizer.convert_tokens_to_ids(pieces)
         piece_word = [-1] * len(pieces)
@@ -191,6 +207,10 @@ def predictions_to_tags(predictions, features: Sequence[InputFeatures],
                         sentences: Sequence[Sentence], labels: Sequence[str]
                         ) -> list[list[str]]:
     """One predicted tag per word, each taken from the word's max-context window.
+
+    The tags are labels, in the scheme the model learnt (`label_scheme` of
+    `convert_sentences_to_features`); `conll.write_predictions` writes them in a
+    file's scheme.
 
     Args:
         predictions: int [F, S] label ids, or float [F, S, L] logits (or
@@ -260,13 +280,15 @@ class NerMetadata:
 
     Attributes:
         labels: the label list; label id i is labels[i].
-        tag_scheme: the scheme of the source files (sentences are IOB2).
+        label_scheme: the tag scheme of the labels (the one the model learns in).
+        tag_scheme: the scheme of the source file.
         max_seq_length, doc_stride, do_lower_case: how the features were made.
         vocab_size: size of the WordPiece vocabulary used.
         num_sentences, num_words, num_features: counts.
         label_ignore_id: label id of positions without a label.
     """
     labels: tuple[str, ...]
+    label_scheme: str
     tag_scheme: str
     max_seq_length: int
     doc_stride: int
@@ -279,10 +301,11 @@ class NerMetadata:
 
     @classmethod
     def describe(cls, sentences: Sequence[Sentence], features: Sequence[InputFeatures],
-                 labels: Sequence[str], tag_scheme: str, max_seq_length: int,
-                 doc_stride: int, do_lower_case: bool, vocab_size: int) -> NerMetadata:
+                 labels: Sequence[str], label_scheme: str, tag_scheme: str,
+                 max_seq_length: int, doc_stride: int, do_lower_case: bool,
+                 vocab_size: int) -> NerMetadata:
         """The metadata of `features`, made from `sentences`."""
-        return cls(labels=tuple(labels), tag_scheme=tag_scheme,
+        return cls(labels=tuple(labels), label_scheme=label_scheme, tag_scheme=tag_scheme,
                    max_seq_length=max_seq_length, doc_stride=doc_stride,
                    do_lower_case=do_lower_case, vocab_size=vocab_size,
                    num_sentences=len(sentences),

@@ -30,7 +30,8 @@ Schemes. "iob1" (CoNLL-2003's own: I- may start a chunk, B- only starts a chunk
 right after one of the same type), "iob2" (BIO: B- starts every chunk) and "iobes"
 (B-, I-, E- ending a chunk, S- a one-token chunk). `tag_error` checks a tag against
 a scheme, `detect_tag_scheme` guesses the scheme of tag sequences, `to_iob2` and
-`from_iob2` rewrite the chunks in another scheme.
+`from_iob2` rewrite the chunks in another scheme; both read any tags, also a model's
+predictions that break their scheme's rules, as conlleval reads them.
 """
 
 from __future__ import annotations
@@ -129,6 +130,12 @@ def check_scheme(tag_scheme: str) -> None:
         raise ValueError(f"tag_scheme must be one of {TAG_SCHEMES}, got {tag_scheme!r}")
 
 
+def scheme_prefixes(tag_scheme: str) -> tuple[str, ...]:
+    """The chunk prefixes of a scheme: ("B", "I"), or ("B", "I", "E", "S") for IOBES."""
+    check_scheme(tag_scheme)
+    return _SCHEME_PREFIXES[tag_scheme]
+
+
 def tag_error(tag: str, tag_scheme: str) -> str | None:
     """Why `tag` is not a tag of `tag_scheme`, or None if it is.
 
@@ -182,8 +189,16 @@ def to_iob2(tags: Sequence[str]) -> list[str]:
 def from_iob2(tags: Sequence[str], tag_scheme: str) -> list[str]:
     """Rewrites the chunks of IOB2 tags in `tag_scheme` ("iob1", "iob2" or "iobes").
 
-    IOB1 output is canonical: B- only where a chunk directly follows one of the
-    same type.
+    The chunks are read by `get_chunks`, so the tags may also be IOB1 or IOBES, or a
+    model's predictions that break their scheme's rules ("O I-PER" in IOB2): the
+    output holds the chunks conlleval reads in them, in valid tags. IOB1 output is
+    canonical: I- throughout, B- only where a chunk directly follows one of the same
+    type.
+
+    >>> from_iob2(["B-PER", "I-PER", "B-PER", "O", "B-LOC"], "iob1")
+    ['I-PER', 'I-PER', 'B-PER', 'O', 'I-LOC']
+    >>> from_iob2(["B-PER", "I-PER", "O", "I-LOC"], "iob2")
+    ['B-PER', 'I-PER', 'O', 'B-LOC']
     """
     check_scheme(tag_scheme)
     out = [OUTSIDE] * len(tags)

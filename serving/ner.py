@@ -15,7 +15,7 @@ from __future__ import annotations
 import tensorflow as tf
 import tensorflow_text as tf_text
 
-from data_prep import tf_tokenization, tokenization
+from data_prep import tag_schemes, tf_tokenization, tokenization
 from serving import inputs as text_inputs
 from serving import windows as serving_windows
 
@@ -23,13 +23,20 @@ from serving import windows as serving_windows
 NER_WORD_SEPARATORS = "[ \t\r\n]+"
 
 
-def ner_signatures(model, tokenizer, seq_length: int, labels, *, doc_stride: int) -> dict:
+def ner_signatures(model, tokenizer, seq_length: int, labels, *, doc_stride: int,
+                   tag_scheme: str) -> dict:
     """Signatures of a token-classification export, tagging as run_ner.py does.
 
     serving_default(text: tf.string [B]) -> each text's words (split on spaces, tabs
-    and newlines) and one IOB2 tag per word:
+    and newlines) and one tag per word:
       words: tf.string [B, W], padded with "";
       tags: tf.string [B, W], the label of the word's first piece, padded with "".
+
+    The tags are the model's labels, in the scheme it learnt (`tag_scheme`, kept in
+    the export's `tag_scheme` variable): IOB1 tags for a model trained on IOB1 data.
+    They are what run_ner.py's --do_predict predicts before writing a file; read them
+    with `tag_schemes.get_chunks` (conlleval's rules) or rewrite them in another
+    scheme with `tag_schemes.from_iob2`.
 
     The features are those of `ner_features.convert_sentences_to_features`: each word tokenized
     on its own ([UNK] if it has no piece), `[CLS] pieces [SEP]` windows of
@@ -42,9 +49,14 @@ def ner_signatures(model, tokenizer, seq_length: int, labels, *, doc_stride: int
       seq_length: --max_seq_length.
       labels: the label names, in label-id order (the training label list).
       doc_stride: run_ner's --doc_stride.
+      tag_scheme: the scheme of the labels ("iob1", "iob2" or "iobes").
     """
     if labels is None:
         raise ValueError("a token-classification export needs the label list")
+    tag_schemes.check_scheme(tag_scheme)
+    wrong = [label for label in labels if tag_schemes.tag_error(str(label), tag_scheme)]
+    if wrong:
+        raise ValueError(f"labels {wrong} are not {tag_scheme} tags")
     num_labels = getattr(model, "num_labels", len(labels))
     if len(labels) != num_labels:
         raise ValueError(f"{len(labels)} labels {list(labels)} for a tagger with "

@@ -10,7 +10,8 @@ predict the same for the same checkpoint:
                    (`classifier.multiple_choice_signatures`);
   squad:           serving_default(question, context) -> answer, score, null_score,
                    start_logits, end_logits (`squad.squad_signatures`);
-  ner:             serving_default(text) -> tags, words (`ner.ner_signatures`).
+  ner:             serving_default(text) -> tags (in the scheme the model learnt, its
+                   `tag_scheme` variable), words (`ner.ner_signatures`).
 
 Loading a task export needs `import tensorflow_text` first. Exports are written as
 `savedmodel.save_atomically` writes them (a previous export is replaced only with
@@ -40,7 +41,7 @@ TASK_OPTIONS = {"classifier": {},
                 "multiple_choice": {},
                 "squad": {"max_query_length": 64, "max_answer_length": 30,
                           "n_best_size": 20, "doc_stride": 128},
-                "ner": {"doc_stride": 64}}
+                "ner": {"doc_stride": 64, "tag_scheme": "iob2"}}
 
 
 class TaskModule(tf.Module):

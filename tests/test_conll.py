@@ -1,6 +1,7 @@
 """Tests of data_prep/conll.py and ner_features.py: reading CoNLL files, features,
 windows, records."""
 
+import collections
 import itertools
 import json
 import os
@@ -84,6 +85,10 @@ def test_read_conll2003_layout_iob1_docstart_crlf(tmp_path):
     assert sentences[1].line_numbers == (15, 16, 17)
     assert conll.label_list(sentences) == [
         "O", "B-MISC", "I-MISC", "B-ORG", "I-ORG", "B-PER", "I-PER"]
+    # A model that learns IOB1 has the same labels; one that learns IOBES, four per type.
+    assert conll.label_list(sentences, "iob1") == conll.label_list(sentences)
+    assert conll.label_list(sentences[1:], "iobes") == ["O", "B-PER", "I-PER", "E-PER",
+                                                        "S-PER"]
 
 
 def test_read_iobes_file(tmp_path):
@@ -300,17 +305,46 @@ def test_600_word_sentence_every_word_predicted_once_from_max_context(tokenizer)
     assert labelled > 600
 
 
-def test_gold_labels_reassemble_to_gold_tags_on_sciner(sample_data, tokenizer):
+@pytest.mark.parametrize("label_scheme", ["iob1", "iob2", "iobes"])
+def test_gold_labels_reassemble_to_gold_tags_on_sciner(sample_data, tokenizer, tmp_path,
+                                                       label_scheme):
+    """Labels learnt in any scheme come back as the gold chunks, in every file scheme."""
     train = conll.read_conll(str(sample_data / "sciner" / "train.txt"))
-    labels = conll.label_list(train)
-    features = ner_features.convert_sentences_to_features(train, labels, tokenizer,
-                                                          max_seq_length=32, doc_stride=8)
+    labels = conll.label_list(train, label_scheme)
+    features = ner_features.convert_sentences_to_features(
+        train, labels, tokenizer, max_seq_length=32, doc_stride=8, label_scheme=label_scheme)
     assert sum(f.window_index > 0 for f in features) > 300  # many long sentences
     label_ids = np.array([f.label_ids for f in features])
     # Logits that put all weight on the gold label (label 0 where there is none).
     logits = np.eye(len(labels))[np.maximum(label_ids, 0)]
     tags = ner_features.predictions_to_tags(logits, features, train, labels)
-    assert tags == [list(s.tags) for s in train]
+    assert tags == [tag_schemes.from_iob2(s.tags, label_scheme) for s in train]
+    if label_scheme == "iob1":  # I- everywhere but between two touching chunks of a type
+        assert collections.Counter(t[0] for row in tags for t in row) == {
+            "O": 7843, "I": 417, "B": 1}
+    for file_scheme in ("iob1", "iob2", "iobes"):
+        path = str(tmp_path / f"{label_scheme}_as_{file_scheme}.txt")
+        conll.write_predictions(path, train, tags, tag_scheme=file_scheme)
+        counts = conlleval.evaluate_file(path)
+        assert counts.found_guessed == counts.found_correct == counts.correct_chunks == 272
+        for line in open(path, encoding="utf-8"):
+            if line.strip():
+                _, gold, guess = line.split()
+                assert gold == guess and tag_schemes.tag_error(guess, file_scheme) is None
+
+
+def test_iob1_labels_of_a_hand_made_sentence(tmp_path, tokenizer):
+    """IOB1 labels: I- throughout, B- only for a chunk right after one of its type."""
+    text = "Jim I-PER\nHenson I-PER\nKermit B-PER\nin O\nParis I-LOC\n"
+    [sentence] = conll.read_conll(_write(tmp_path, "iob1.txt", text), tag_scheme="iob1")
+    labels = conll.label_list([sentence], "iob1")
+    assert labels == ["O", "B-LOC", "I-LOC", "B-PER", "I-PER"]
+    [feature] = ner_features.convert_sentences_to_features(
+        [sentence], labels, tokenizer, 16, 8, label_scheme="iob1")
+    assert [i for i in feature.label_ids if i != IGNORE] == [4, 4, 3, 0, 2]
+    [feature] = ner_features.convert_sentences_to_features([sentence], labels, tokenizer,
+                                                           16, 8)
+    assert [i for i in feature.label_ids if i != IGNORE] == [3, 4, 3, 0, 1]
 
 
 def test_predictions_to_tags_errors(hand_sentences, tokenizer):
@@ -355,16 +389,17 @@ def test_tfrecord_round_trip_and_metadata(tmp_path, hand_sentences, tokenizer):
     assert features[4].sentence_index == 1 and features[4].unique_id == 4
 
     metadata = ner_features.NerMetadata.describe(
-        hand_sentences * 2, features, labels, tag_scheme="iob2", max_seq_length=8,
-        doc_stride=2, do_lower_case=True, vocab_size=len(tokenizer.vocab))
+        hand_sentences * 2, features, labels, label_scheme="iob2", tag_scheme="iob2",
+        max_seq_length=8, doc_stride=2, do_lower_case=True, vocab_size=len(tokenizer.vocab))
     metadata.write(path)
     assert sorted(p.name for p in (tmp_path / "out").iterdir()) == [
         "train.tf_record", "train.tf_record.meta.json"]
     data = json.loads((tmp_path / "out" / "train.tf_record.meta.json").read_text("utf-8"))
-    assert data == {"labels": labels, "tag_scheme": "iob2", "max_seq_length": 8,
+    assert data == {"labels": labels, "label_scheme": "iob2", "tag_scheme": "iob2",
+                    "max_seq_length": 8,
                     "doc_stride": 2, "do_lower_case": True, "vocab_size": 30522,
                     "num_sentences": 2, "num_words": 16, "num_features": 8,
-                    "label_ignore_id": -1, "format": "bert_ner_tfrecord/1",
+                    "label_ignore_id": -1, "format": "bert_ner_tfrecord/2",
                     "record_bytes": os.path.getsize(path)}
     assert ner_features.NerMetadata.read(path) == metadata
     data["max_seq_lenght"] = data.pop("max_seq_length")
@@ -374,7 +409,7 @@ def test_tfrecord_round_trip_and_metadata(tmp_path, hand_sentences, tokenizer):
                                          r"max_seq_length"):
         ner_features.NerMetadata.read(bad)
     records.write_json(records.metadata_path(bad), dict(data, format="bert_ner_tfrecord/0"))
-    with pytest.raises(ValueError, match=r"'bert_ner_tfrecord/0', not 'bert_ner_tfrecord/1'"):
+    with pytest.raises(ValueError, match=r"'bert_ner_tfrecord/0', not 'bert_ner_tfrecord/2'"):
         ner_features.NerMetadata.read(bad)
 
 
@@ -385,8 +420,8 @@ def test_build_dataset_batches_for_the_trainer(tmp_path, hand_sentences, tokeniz
     path = str(tmp_path / "train.tf_record")
     ner_features.write_tfrecord(features, path)
     metadata = ner_features.NerMetadata.describe(
-        hand_sentences * 2, features, labels, tag_scheme="iob2", max_seq_length=8,
-        doc_stride=2, do_lower_case=True, vocab_size=len(tokenizer.vocab))
+        hand_sentences * 2, features, labels, label_scheme="iob2", tag_scheme="iob2",
+        max_seq_length=8, doc_stride=2, do_lower_case=True, vocab_size=len(tokenizer.vocab))
 
     def ids(batches, name="input_word_ids"):
         return np.concatenate([batch[name] for batch in batches]).tolist()
@@ -415,9 +450,10 @@ def test_write_predictions_for_conlleval(tmp_path, hand_sentences):
     guessed = [["B-PER", "B-PER", "O", "O", "O", "O", "I-LOC", "O"]]
     path = tmp_path / "predictions.txt"
     conll.write_predictions(str(path), hand_sentences, guessed)
+    # An I- that starts a chunk is written B-: the chunks conlleval reads, valid IOB2.
     assert path.read_text(encoding="utf-8") == (
         "Jim B-PER B-PER\nHenson I-PER B-PER\nwas O O\na O O\npuppeteer O O\n"
-        "in O O\nGävle B-LOC I-LOC\n\u200b O O\n\n")
+        "in O O\nGävle B-LOC B-LOC\n\u200b O O\n\n")
     counts = conlleval.evaluate_file(str(path))
     assert (counts.num_tokens, counts.found_correct, counts.found_guessed,
             counts.correct_chunks) == (8, 2, 3, 1)
@@ -429,3 +465,21 @@ def test_write_predictions_for_conlleval(tmp_path, hand_sentences):
         "predictions.txt"]
     with pytest.raises(ValueError, match="sentence 0: 8 words but 1 predicted"):
         conll.write_predictions(str(path), hand_sentences, [["O"]])
+
+
+def test_write_iob1_predictions_in_every_scheme(tmp_path, hand_sentences):
+    """A model that learnt IOB1 predicts IOB1 tags; each file gets them in its scheme."""
+    guessed = [["I-PER", "I-PER", "B-PER", "O", "O", "O", "I-LOC", "B-LOC"]]
+    path = str(tmp_path / "predictions.txt")
+    written = {}
+    for scheme in ("iob1", "iob2", "iobes"):
+        conll.write_predictions(path, hand_sentences, guessed, tag_scheme=scheme)
+        lines = [line.split() for line in open(path, encoding="utf-8") if line.strip()]
+        written[scheme] = [guess for _, _, guess in lines]
+        counts = conlleval.evaluate_file(path)
+        assert (counts.found_correct, counts.found_guessed, counts.correct_chunks) == (
+            2, 4, 2)
+    assert written == {
+        "iob1": ["I-PER", "I-PER", "B-PER", "O", "O", "O", "I-LOC", "B-LOC"],
+        "iob2": ["B-PER", "I-PER", "B-PER", "O", "O", "O", "B-LOC", "B-LOC"],
+        "iobes": ["B-PER", "E-PER", "S-PER", "O", "O", "O", "S-LOC", "S-LOC"]}

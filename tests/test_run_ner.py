@@ -2,10 +2,14 @@
 
 run_ner.py runs as a user runs it, `python run_ner.py --flags`, on slices of the
 bundled sciner data with a tiny random BERT (2 layers, hidden 32) and the bundled
-vocabulary. The subprocesses of the fast tests all start together when the first of
-them is needed (`runs` fixture), so their TensorFlow start-ups overlap.
+vocabulary. The training slice is written in IOB1 (CoNLL-2003's scheme), the dev slice
+in IOB2 and the test slice in IOBES, so the runs learn IOB1 labels and write each
+file's predictions in its own scheme. The subprocesses of the fast tests all start
+together when the first of them is needed (`runs` fixture), so their TensorFlow
+start-ups overlap.
 """
 
+import collections
 import json
 import os
 import pathlib
@@ -78,7 +82,8 @@ def inputs(tmp_path_factory, sample_data):
     dev = conll.read_conll(str(sample_data / "sciner" / "dev.txt"))
     dev = dev[:2] + [s for s in dev if set(s.tags) - {"O"} and set(s.tags) <= labels][:10]
     long = _long_sentence(dev, LONG_SENTENCE_WORDS)
-    (root / "train.txt").write_text(_conll_text(train), encoding="utf-8")
+    (root / "train.txt").write_text(
+        _conll_text(train, lambda s: tag_schemes.from_iob2(s.tags, "iob1")), encoding="utf-8")
     (root / "dev.txt").write_text(_conll_text(dev[:6] + [long] + dev[6:]),
                                   encoding="utf-8")
     (root / "test_iobes.txt").write_text(
@@ -261,17 +266,29 @@ def test_fine_tune_end_to_end(runs, inputs):
         assert [fields[:2] for fields in lines] == [list(p) for p in
                                                     zip(sentence.words, sentence.tags)]
 
-    # The label list of the training file, in the metadata JSON and run_config.json.
-    labels = conll.label_list(inputs["train"])
+    # The label list of the training file and its scheme (IOB1, the file's own), in the
+    # metadata JSON, model_info.json and run_config.json; the records hold IOB1 labels.
+    labels = conll.label_list(inputs["train"], "iob1")
     metadata = ner_features.NerMetadata.read(str(output_dir / "train.tf_record"))
     assert list(metadata.labels) == labels
-    assert metadata.num_sentences == 48 and metadata.tag_scheme == "iob2"
+    assert metadata.num_sentences == 48 and metadata.tag_scheme == "iob1"
+    assert metadata.label_scheme == "iob1"
+    model_info = json.loads((output_dir / "model_info.json").read_text())
+    assert model_info["labels"] == labels and model_info["label_scheme"] == "iob1"
+    learnt = collections.Counter(
+        labels[i] for _, label_ids in ner_features.load_dataset(
+            str(output_dir / "train.tf_record"), 32).as_numpy_iterator()
+        for i in label_ids if i >= 0)
+    iob1 = collections.Counter(t for s in inputs["train"]
+                               for t in tag_schemes.from_iob2(s.tags, "iob1"))
+    assert set(learnt) == set(iob1) and learnt["O"] >= iob1["O"]
+    assert not any(t.startswith("B-") for t in learnt)  # No touching chunks in the slice.
     assert metadata.num_features > 48  # Some sentences need two windows of 30 pieces.
     assert results["global_step"] == int(metadata.num_features / 8)
     run_config = json.loads((output_dir / "run_config.json").read_text())
-    assert run_config["labels"] == labels
-    for lines in written:
-        assert all(fields[2] in labels for fields in lines)
+    assert run_config["labels"] == labels and run_config["label_scheme"] == "iob1"
+    for lines in written:  # The IOB1 predictions written in IOB2, the dev file's scheme.
+        assert all(tag_schemes.tag_error(fields[2], "iob2") is None for fields in lines)
 
     # test_predictions.txt is in the IOBES scheme of its input file.
     test = _read_prediction_file(output_dir / "test_predictions.txt")
@@ -291,8 +308,9 @@ def test_fine_tune_end_to_end(runs, inputs):
 
 def test_export_tags_raw_text_as_predicted(runs, inputs):
     """--export_dir: the SavedModel tags the raw words of the eval and predict files
-    as eval_predictions.txt and test_predictions.txt do (in IOB2; the files are in
-    their input's scheme), the 600-word sentence (about 100 windows) included."""
+    as eval_predictions.txt and test_predictions.txt do (in IOB1, the scheme the model
+    learnt; the files are in their input's scheme), the 600-word sentence (about 100
+    windows) included."""
     import tensorflow_text  # noqa: F401  (registers the tokenizer ops)
 
     output_dir, returncode, output = _finish(runs, "fine_tune")
@@ -301,6 +319,7 @@ def test_export_tags_raw_text_as_predicted(runs, inputs):
     labels = conll.label_list(inputs["train"])
     assert [label.decode() for label in model.labels.numpy()] == labels
     assert model.doc_stride.numpy() == 8 and model.seq_length.numpy() == 32
+    assert model.tag_scheme.numpy().decode() == "iob1"
     for path, sentences in (
             (inputs["dev_file"], inputs["dev"][:6] + [inputs["long"]] + inputs["dev"][6:]),
             (inputs["test_file"], inputs["dev"])):
@@ -315,6 +334,44 @@ def test_export_tags_raw_text_as_predicted(runs, inputs):
         assert all(tag in labels for row in tags for tag in row)
         assert [tag_schemes.from_iob2(row, scheme) for row in tags] == [
             [fields[2] for fields in lines] for lines in written], split
+
+
+@pytest.fixture(scope="module")
+def later_runs(runs, inputs):
+    """Runs on the fine_tune run's model (one process): name -> the error run_ner.main
+    raised (None: none), and the root of their output folders."""
+    fine_tune, returncode, output = _finish(runs, "fine_tune")
+    assert returncode == 0, output
+    root = inputs["root"] / "later"
+    model = (f"--init_checkpoint={fine_tune}",)
+    argv = {
+        "predict": _command(root / "predict", inputs, "--do_predict",
+                            f"--predict_file={inputs['dev_file']}", model=model)[2:],
+        "other_scheme": _command(root / "other_scheme", inputs, "--do_train",
+                                 f"--train_file={inputs['train_file']}",
+                                 "--train_tag_scheme=iob2", model=model)[2:]}
+    result = subprocess.run([sys.executable, "-c", _BAD_INPUT_DRIVER, json.dumps(argv)],
+                            env=ENV, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                            text=True, timeout=600)
+    assert result.returncode == 0, result.stdout
+    return json.loads(result.stdout.strip().splitlines()[-1]), root
+
+
+def test_predict_with_the_labels_and_scheme_of_the_trained_model(later_runs, runs):
+    """--do_predict --init_checkpoint=<output_dir> tags with the saved labels, read in
+    the saved scheme (IOB1), as the training run did; training on from that model in
+    another scheme is refused."""
+    errors, root = later_runs
+    assert errors["predict"] is None
+    fine_tune = runs["fine_tune"][0]
+    assert (root / "predict" / "test_predictions.txt").read_text(encoding="utf-8") == (
+        fine_tune / "eval_predictions.txt").read_text(encoding="utf-8")
+    info = json.loads((root / "predict" / "model_info.json").read_text())
+    assert info["label_scheme"] == "iob1"
+    assert errors["other_scheme"].startswith("ValueError: ")
+    assert ("learnt its labels in iob1, this run would train them in iob2: give "
+            "--train_tag_scheme=iob1, or --reinit_head") in errors["other_scheme"]
+    assert not (root / "other_scheme" / "checkpoint").exists()
 
 
 def test_feature_based_trains_only_the_lstm_head(runs, inputs):
@@ -350,7 +407,8 @@ def test_feature_based_trains_only_the_lstm_head(runs, inputs):
     # Two replicas and batches of 7 windows: every word still once, in order.
     written = _read_prediction_file(output_dir / "eval_predictions.txt")
     assert [[f[:2] for f in lines] for lines in written] == [
-        [list(p) for p in zip(s.words, s.tags)] for s in inputs["train"]]
+        [list(p) for p in zip(s.words, tag_schemes.from_iob2(s.tags, "iob1"))]
+        for s in inputs["train"]]
     summary = json.loads((output_dir / "train_summary.json").read_text())
     assert summary["num_replicas"] == 2 and summary["replica_max_diff"] == 0.0
     counts = conlleval.evaluate_file(str(output_dir / "eval_predictions.txt"))

@@ -176,12 +176,13 @@ def _ner_sentences(sample_data) -> list[conll.Sentence]:
                                        line_numbers=tuple(range(1, len(odd) + 1)))]
 
 
-@pytest.mark.parametrize("kind", ["fine_tuned", "feature_based"])
+@pytest.mark.parametrize("kind,scheme", [("fine_tuned", "iob1"), ("feature_based", "iobes")])
 def test_ner_export_tags_as_run_ner_predicts(config, vocab_file, sample_data, tmp_path,
-                                             kind):
+                                             kind, scheme):
+    """The export's tags are the labels run_ner.py predicts, in the scheme learnt."""
     seq_length, doc_stride = 16, 5
     sentences = _ner_sentences(sample_data)
-    labels = conll.label_list(sentences)
+    labels = conll.label_list(sentences, scheme)
     keras.utils.set_random_seed(11)
     if kind == "fine_tuned":
         model = models.BertTokenClassifier(BertEncoder(config), config, len(labels))
@@ -191,11 +192,11 @@ def test_ner_export_tags_as_run_ner_predicts(config, vocab_file, sample_data, tm
                                                      lstm_units=6)
     path = tasks.export_task_model(model, str(tmp_path / "ner"), vocab_file, True,
                                    seq_length, kind="ner", labels=labels,
-                                   doc_stride=doc_stride)
+                                   doc_stride=doc_stride, tag_scheme=scheme)
     loaded = tf.saved_model.load(path)
     features = ner_features.convert_sentences_to_features(
         sentences, labels, tokenization.FullTokenizer(vocab_file, True), seq_length,
-        doc_stride)
+        doc_stride, label_scheme=scheme)
     assert len(features) > 3 * len(sentences)  # Many windows per sentence.
     want = ner_features.predictions_to_tags(model(_model_inputs(features))["logits"].numpy(),
                                             features, sentences, labels)
@@ -209,6 +210,7 @@ def test_ner_export_tags_as_run_ner_predicts(config, vocab_file, sample_data, tm
     assert len({t for row in want for t in row}) > 1  # The test tells labels apart.
     assert [s.decode() for s in loaded.labels.numpy()] == labels
     assert loaded.doc_stride.numpy() == doc_stride
+    assert loaded.tag_scheme.numpy().decode() == scheme
 
 
 # SWAG rows (sent1, sent2, endings): a blank and a padded start (the reader strips it),
@@ -305,6 +307,9 @@ def test_task_export_errors_leave_nothing_behind(config, vocab_file, tmp_path, m
                                 labels=["O", "B-X", "I-X"])
     with pytest.raises(ValueError, match="needs the label list"):
         tasks.export_task_model(tagger, target, vocab_file, True, 16, kind="ner")
+    with pytest.raises(ValueError, match=r"labels \['E-X'\] are not iob2 tags"):
+        tasks.export_task_model(tagger, target, vocab_file, True, 16, kind="ner",
+                                labels=["O", "B-X", "E-X"])
     with pytest.raises(ValueError, match="max_query_length"):
         tasks.export_task_model(span, target, vocab_file, True, 16, kind="squad")
     with pytest.raises(ValueError, match="no labels"):
