@@ -277,9 +277,16 @@ class BertEmbeddings(keras.layers.Layer):
     def call(self, input_word_ids, input_type_ids, training=False):
         """int32 [B, S] ids -> compute-dtype [B, S, H]."""
         seq_length = tf.shape(input_word_ids)[1]
+        longest = self.position_embeddings.shape[0]
+        # A dynamic length (an exported model's input) is checked before the slice, so
+        # that a too-long input names the limit rather than failing in the addition.
+        check = tf.debugging.assert_less_equal(
+            seq_length, longest, message=f"input_word_ids is longer than "
+                                         f"max_position_embeddings={longest}")
         words = tf.gather(self.word_embeddings, input_word_ids)  # [B, S, H]
         types = tf.gather(self.token_type_embeddings, input_type_ids)  # [B, S, H]
-        positions = self.position_embeddings[:seq_length]  # [S, H]
+        with tf.control_dependencies([check]):
+            positions = self.position_embeddings[:seq_length]  # [S, H]
         x = self.layer_norm(words + types + positions[tf.newaxis])
         x = tf.cast(x, self.compute_dtype)
         return self.dropout(x, training=training)
