@@ -31,6 +31,7 @@ import tensorflow as tf
 from absl import logging
 
 from data_prep import records
+from modeling import kernels as kernel_choices
 from modeling import optimization
 
 
@@ -89,6 +90,8 @@ class Trainer:
 
     Build the model under `strategy.scope()` before creating the Trainer; the Trainer
     creates the optimizer and the checkpoint (model, optimizer, global step) itself.
+    `kernels` (`modeling.kernels`; None: for this CPU) says whether the optimizer step
+    is compiled.
     """
 
     def __init__(self, strategy: tf.distribute.Strategy, model: keras.Model, task: Task,
@@ -99,7 +102,7 @@ class Trainer:
                  dtype: str = "float32", steps_per_loop: int = 1,
                  save_checkpoints_steps: int = 1000, gradient_accumulation_steps: int = 1,
                  enable_xla: bool = False, max_checkpoints: int = 5,
-                 profile_steps: tuple[int, int] | None = None):
+                 profile_steps: tuple[int, int] | None = None, kernels=None):
         if gradient_accumulation_steps < 1:
             raise ValueError("--gradient_accumulation_steps must be >= 1")
         self.strategy, self.model, self.task = strategy, model, task
@@ -116,7 +119,8 @@ class Trainer:
         with strategy.scope():
             self.variables = list(model.trainable_variables)
             self.optimizer = optimization.create_optimizer(
-                optimizer, self.variables, weight_decay_rate, adam_bias_correction)
+                optimizer, self.variables, weight_decay_rate, adam_bias_correction,
+                fused=kernel_choices.resolve(kernels).fused_optimizer)
             self.global_step = tf.Variable(0, dtype=tf.int64, trainable=False,
                                            name="global_step")
             self.loss_scale = DynamicLossScale() if dtype == "float16" else None
@@ -219,8 +223,12 @@ class Trainer:
             grads = [g / self.loss_scale.scale for g in grads]
             finite = tf.reduce_all([tf.reduce_all(tf.math.is_finite(g)) for g in grads])
             grads = [tf.where(finite, g, tf.zeros_like(g)) for g in grads]
-        grads, norm = tf.clip_by_global_norm(grads, self.clip_norm)
-        self.optimizer.apply(grads, self._current_lr(), finite)
+        # tf.clip_by_global_norm's factor (NaN when the norm is not finite), applied
+        # inside the optimizer's compiled update instead of one more pass over every
+        # gradient.
+        norm = tf.linalg.global_norm(grads)
+        clip = self.clip_norm / tf.maximum(norm, self.clip_norm) + (norm - norm)
+        self.optimizer.apply(grads, self._current_lr(), finite, grad_scale=clip)
         if self.loss_scale is not None:
             self.loss_scale.update(finite)
         return loss, norm
