@@ -41,8 +41,8 @@ runner_flags.define_training_flags()
 EVAL_RESULTS = "eval_results.txt"
 
 
-def build_model(config: BertConfig, dtype: str) -> BertPretrainer:
-    encoder = BertEncoder(config, dtype=dtype)
+def build_model(config: BertConfig, dtype: str, kernels: str = "auto") -> BertPretrainer:
+    encoder = BertEncoder(config, dtype=dtype, kernels=kernels)
     return BertPretrainer(encoder, config)
 
 
@@ -103,7 +103,7 @@ def main(_):
                    if FLAGS.eval_input_file else shards)
     check_shards(shards + eval_shards, files)
     with strategy.scope():
-        model = build_model(files.config, FLAGS.dtype)
+        model = build_model(files.config, FLAGS.dtype, FLAGS.kernels)
     trainer = training.Trainer(
         strategy, model, PretrainingTask(FLAGS.use_next_sentence_loss), FLAGS.output_dir,
         learning_rate=FLAGS.learning_rate, num_train_steps=FLAGS.num_train_steps,

@@ -16,7 +16,7 @@ import keras
 import tensorflow as tf
 from absl import app, flags, logging
 
-from modeling import checkpoint_readers, distribution, finetuning, model_files
+from modeling import checkpoint_readers, distribution, finetuning, kernels, model_files
 from modeling.encoder import BertEncoder
 from serving import savedmodel
 
@@ -57,6 +57,10 @@ def define_common_flags(max_seq_length: int, flag_values=FLAGS) -> None:
                       "Compute dtype; variables stay float32. float16 adds loss scaling.",
                       flag_values=f)
     flags.DEFINE_bool("enable_xla", False, "Compile the training step with XLA.",
+                      flag_values=f)
+    flags.DEFINE_enum("kernels", "auto", list(kernels.NAMES), "CPU kernel choices "
+                      "(modeling/kernels.py): auto picks them from the CPU's instruction "
+                      "sets (amx, avx512_bf16 or avx2); plain compiles nothing.",
                       flag_values=f)
     flags.DEFINE_integer("seed", 12345, "Random seed of initialisation, dropout and "
                          "shuffling.", flag_values=f)
@@ -242,6 +246,8 @@ def setup(FLAGS) -> tf.distribute.Strategy:
         distribution.split_cpu(FLAGS.num_cpu_devices)
     strategy = distribution.create_strategy(FLAGS.distribution_strategy, FLAGS.tpu,
                                              zone=FLAGS.tpu_zone, project=FLAGS.gcp_project)
+    chosen = kernels.resolve(FLAGS.kernels)
+    logging.info("Kernels (--kernels=%s): %s", FLAGS.kernels, chosen)
     keras.utils.set_random_seed(FLAGS.seed)
     if FLAGS.deterministic:
         tf.config.experimental.enable_op_determinism()
@@ -318,7 +324,7 @@ def build_encoder(FLAGS, strategy: tf.distribute.Strategy
         return encoder, hub_model_files(FLAGS, encoder)
     files = resolve_model_files(FLAGS)
     with strategy.scope():
-        return BertEncoder(files.config, dtype=FLAGS.dtype), files
+        return BertEncoder(files.config, dtype=FLAGS.dtype, kernels=FLAGS.kernels), files
 
 
 def trainer_options(FLAGS) -> dict:
@@ -330,7 +336,7 @@ def trainer_options(FLAGS) -> dict:
                 save_checkpoints_steps=FLAGS.save_checkpoints_steps,
                 gradient_accumulation_steps=FLAGS.gradient_accumulation_steps,
                 enable_xla=FLAGS.enable_xla, max_checkpoints=FLAGS.keep_checkpoint_max,
-                profile_steps=profile)
+                profile_steps=profile, kernels=FLAGS.kernels)
 
 
 def flag_values(FLAGS) -> dict:

@@ -34,9 +34,7 @@ import sys
 import tempfile
 import time
 
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-
-from bench_training import SHAPES, VOCAB, matmul_limit, run_worker  # noqa: E402
+from bench_training import SHAPES, VOCAB, cpu_description, matmul_limit, run_worker
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 IMPLS = ("ours", "ours_savedmodel", "keras_hub", "hf")
@@ -50,7 +48,6 @@ def forward_flops_per_sequence(layers, hidden, intermediate, seq):
 def real_batches(seq, batch, batches):
     """`batches` batches of MRPC dev pairs packed to `seq`: dicts of int32 arrays."""
     import numpy as np
-    sys.path.insert(0, REPO)
     from data_prep import tokenization
     tokenizer = tokenization.FullTokenizer(
         os.path.join(REPO, "sample_data", "vocab", "uncased_vocab.txt"))
@@ -169,7 +166,6 @@ def run_hf(shape, dtype, xla, batches):
 
 def worker(args):
     os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
-    sys.path.insert(0, REPO)
     if args.impl == "matmul":
         print(json.dumps({"gflops": matmul_limit(args.dtype)}))
         return
@@ -235,7 +231,8 @@ def main():
                / max(limits[dtype]))
         rows.append(dict(shape=shape, dtype=dtype, impl=impl, xla=xla, seq_per_s=seqs,
                          mfu=mfu, peak_mb=max(o["peak_mb"] for o in good)))
-    print("\nmatmul limit (GFLOP/s, best of run): " +
+    print(f"\nCPU: {cpu_description()}")
+    print("matmul limit (GFLOP/s, best of run): " +
           ", ".join(f"{d} {max(v):.0f}" for d, v in limits.items()))
     print(f"batch {args.batch} x {args.batches} batches of MRPC dev pairs, best of "
           f"{args.repeats}\n")
@@ -243,9 +240,8 @@ def main():
     print("|---|---|---|---|---|---|---|---|")
     for row in rows:
         if "error" in row:
-            xla = "on" if row["xla"] else "off"
-            print(f"| {row['shape']} | {row['dtype']} | {row['impl']} | {xla} | "
-                  f"error: {row['error']} | | | |")
+            print(f"| {row['shape']} | {row['dtype']} | {row['impl']} | "
+                  f"{'on' if row['xla'] else 'off'} | error: {row['error']} | | | |")
             continue
         peers = [r["seq_per_s"] for r in rows if "error" not in r
                  and not r["impl"].startswith("ours") and r["shape"] == row["shape"]

@@ -46,10 +46,9 @@ import tempfile
 import time
 
 REPO = pathlib.Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(REPO))
 SAMPLE = REPO / "sample_data"
 VOCAB = SAMPLE / "vocab" / "uncased_vocab.txt"
-ENV = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2", PYTHONPATH=str(REPO))
+ENV = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2")
 
 # The original, run on each file alone in one process (as its main() does).
 ORIGINAL_PER_FILE = '''

@@ -24,11 +24,9 @@ import argparse
 import csv
 import pathlib
 import re
-import sys
 import time
 
 REPO = pathlib.Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(REPO))
 CORPUS = sorted((REPO / "sample_data" / "corpus").glob("*.txt"))
 MRPC = REPO / "sample_data" / "glue" / "MRPC" / "train.tsv"
 _FINAL = re.compile(r"[.!?][\"')\]]*$")

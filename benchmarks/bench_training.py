@@ -1,13 +1,32 @@
 """Training throughput of this project against keras-hub and Hugging Face, in one run.
 
+Two modes:
+
+  e2e   (default) as a user runs it: `run_pretraining.py` in its own process on real
+        shards (made once by `python -m data_prep.create_pretraining_data` from
+        sample_data/corpus), with its flags; the peers train the same model on the same
+        shards (read by the same tf.data pipeline) with their own training loops:
+        keras-hub `BertMaskedLM.fit` with `steps_per_execution`, Hugging Face
+        `BertForPreTraining` with torch.optim.AdamW. Every implementation prints a line
+        per loop of `--steps_per_loop` steps (ours: the runner's own progress lines),
+        which the driver stamps as they arrive. Steady-state throughput is
+        batch x (S_last - S_first) / (T_last - T_first) over those lines; time to first
+        step is T_first - (process start) - (S_first - 1) x the steady step time, i.e.
+        imports, model building, tracing and compilation, input pipeline start and the
+        first step; peak memory is the process's maximum resident set.
+  loop  the inner training loop on one synthetic in-memory batch (no input pipeline, no
+        runner), `--warmup` steps then `--steps` timed.
+
 Each measurement runs in its own process (so memory peaks and thread pools do not
 leak between runs); the implementations alternate within each repetition, so they see
-the same machine load. A matmul chain measured in the same run gives the hardware limit
-for model FLOP utilisation (MFU).
+the same machine load, and the best repetition counts. A matmul chain measured in the
+same run gives the hardware limit for model FLOP utilisation (MFU), and the CPU's model
+name and instruction sets are printed with the table.
 
-  .venv-bench/bin/python benchmarks/bench_training.py              # the default table
-  .venv-bench/bin/python benchmarks/bench_training.py --shapes base-128,small-128 \
-      --dtypes float32,bfloat16 --impls ours,keras_hub,hf --xla both --repeats 2
+  .venv-bench/bin/python benchmarks/bench_training.py              # e2e, BERT-base
+  .venv-bench/bin/python benchmarks/bench_training.py --mode=loop --shapes=base-128,small-128 \
+      --dtypes=float32,bfloat16 --impls=ours,keras_hub,hf --xla_modes=both --repeats=2
+  .venv-bench/bin/python benchmarks/bench_training.py --impls=ours --kernels=auto,avx2,plain
 
 Set up the environment with `bash benchmarks/setup_bench_env.sh`.
 Model FLOPs per token: 6 x (encoder weights) + 12 x layers x hidden x seq (the
@@ -19,12 +38,17 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import re
 import resource
+import shutil
 import subprocess
 import sys
+import tempfile
 import time
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+CORPUS = [os.path.join(REPO, "sample_data", "corpus", f"bert_paper_v{i}.txt") for i in (1, 2)]
+VOCAB_FILE = os.path.join(REPO, "sample_data", "vocab", "uncased_vocab.txt")
 
 SHAPES = {  # layers, hidden, heads, intermediate, seq
     "base-128": (12, 768, 12, 3072, 128),
@@ -33,12 +57,29 @@ SHAPES = {  # layers, hidden, heads, intermediate, seq
 }
 VOCAB = 30522
 PREDICTIONS = {128: 20, 512: 76}
+PEERS = ("keras_hub", "hf")
 
 
 def model_flops_per_sequence(layers, hidden, intermediate, seq):
     per_layer = 4 * hidden * hidden + 2 * hidden * intermediate
     weights = layers * per_layer + hidden * hidden  # encoder matmul weights + pooler
     return seq * (6 * weights + 12 * layers * hidden * seq)
+
+
+def bert_config(shape) -> dict:
+    layers, hidden, heads, inter, _ = SHAPES[shape]
+    return dict(vocab_size=VOCAB, hidden_size=hidden, num_hidden_layers=layers,
+                num_attention_heads=heads, intermediate_size=inter, hidden_act="gelu",
+                hidden_dropout_prob=0.1, attention_probs_dropout_prob=0.1,
+                max_position_embeddings=512, type_vocab_size=2, initializer_range=0.02)
+
+
+def cpu_description() -> str:
+    from modeling import kernels
+    flags = kernels.cpu_flags()
+    isa = " ".join(sorted(f for f in flags if f.startswith(("amx", "avx", "fma"))))
+    return (f"{kernels.cpu_model_name()} ({os.cpu_count()} cores; kernels "
+            f"{kernels.cpu_kind(flags)}): {isa or 'no AVX'}")
 
 
 # ------------------------------------------------------------------ worker side
@@ -57,98 +98,165 @@ def synthetic_batch(batch, seq, preds, seed=0):
             "next_sentence_labels": rng.integers(0, 2, size=(batch, 1)).astype("int32")}
 
 
-def run_ours(shape, dtype, xla, batch, steps, warmup):
+def shard_dataset(args):
+    """The e2e peers' input: the runner's own training pipeline over the shards."""
+    from data_prep import pretraining_data
+    seq = SHAPES[args.shape][4]
+    return pretraining_data.pretraining_dataset([args.shards], args.batch, seq,
+                                                PREDICTIONS[seq], is_training=True)
+
+
+def progress(step):
+    print(f"step {step}", flush=True)
+
+
+def run_ours_loop(args):
     import tensorflow as tf
-    import tempfile
     from modeling import training
     from modeling.config import BertConfig
     from modeling.encoder import BertEncoder
     from modeling.models import BertPretrainer
     from modeling.tasks import PretrainingTask
 
-    layers, hidden, heads, inter, seq = SHAPES[shape]
-    config = BertConfig(vocab_size=VOCAB, hidden_size=hidden, num_hidden_layers=layers,
-                        num_attention_heads=heads, intermediate_size=inter,
-                        max_position_embeddings=512, type_vocab_size=2)
+    config = BertConfig(**bert_config(args.shape))
     strategy = tf.distribute.OneDeviceStrategy("/cpu:0")
     with strategy.scope():
-        model = BertPretrainer(BertEncoder(config, dtype=dtype), config)
-    data = synthetic_batch(batch, seq, PREDICTIONS[seq])
+        model = BertPretrainer(BertEncoder(config, dtype=args.dtype, kernels=args.kernels),
+                               config)
+    seq = SHAPES[args.shape][4]
+    data = synthetic_batch(args.batch, seq, PREDICTIONS[seq])
     trainer = training.Trainer(strategy, model, PretrainingTask(), tempfile.mkdtemp(),
-                               learning_rate=1e-4, num_train_steps=10 ** 9, dtype=dtype,
-                               steps_per_loop=steps, enable_xla=xla)
+                               learning_rate=1e-4, num_train_steps=10 ** 9, dtype=args.dtype,
+                               steps_per_loop=args.steps, enable_xla=args.xla,
+                               kernels=args.kernels)
     dataset = strategy.distribute_datasets_from_function(
         lambda ctx: tf.data.Dataset.from_tensors(data).repeat())
     iterator = iter(dataset)
-    loop = trainer._make_train_loop()
-    float(loop(iterator, tf.constant(warmup))[0])
+    loop = trainer.train_loop()
+    float(loop(iterator, tf.constant(args.warmup))[0])
     start = time.perf_counter()
-    loss = float(loop(iterator, tf.constant(steps))[0])
+    loss = float(loop(iterator, tf.constant(args.steps))[0])
     return time.perf_counter() - start, loss
 
 
-def run_keras_hub(shape, dtype, xla, batch, steps, warmup):
+def keras_hub_model(args):
     import keras
     import keras_hub
-    import tensorflow as tf
 
-    layers, hidden, heads, inter, seq = SHAPES[shape]
-    keras.config.set_dtype_policy({"float32": "float32", "bfloat16": "mixed_bfloat16"}[dtype])
+    layers, hidden, heads, inter, seq = SHAPES[args.shape]
+    keras.config.set_dtype_policy({"float32": "float32",
+                                   "bfloat16": "mixed_bfloat16"}[args.dtype])
     backbone = keras_hub.models.BertBackbone(
         vocabulary_size=VOCAB, num_layers=layers, num_heads=heads, hidden_dim=hidden,
         intermediate_dim=inter, max_sequence_length=512, num_segments=2)
     model = keras_hub.models.BertMaskedLM(backbone=backbone, preprocessor=None)
+    steps_per_execution = args.steps if args.mode == "loop" else args.steps_per_loop
     model.compile(optimizer=keras.optimizers.AdamW(1e-4, weight_decay=0.01, epsilon=1e-6,
                                                    global_clipnorm=1.0),
                   loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True),
-                  jit_compile=xla, steps_per_execution=steps)
-    data = synthetic_batch(batch, seq, PREDICTIONS[seq])
-    x = {"token_ids": data["input_word_ids"], "padding_mask": data["input_mask"],
-         "segment_ids": data["input_type_ids"], "mask_positions": data["masked_lm_positions"]}
-    ds = tf.data.Dataset.from_tensors((x, data["masked_lm_ids"])).repeat()
-    model.fit(ds, steps_per_epoch=warmup, epochs=1, verbose=0)
+                  weighted_metrics=[], jit_compile=args.xla,
+                  steps_per_execution=steps_per_execution)
+    return model
+
+
+def keras_hub_inputs(features):
+    x = {"token_ids": features["input_word_ids"], "padding_mask": features["input_mask"],
+         "segment_ids": features["input_type_ids"],
+         "mask_positions": features["masked_lm_positions"]}
+    return x, features["masked_lm_ids"], features["masked_lm_weights"]
+
+
+def run_keras_hub_loop(args):
+    import tensorflow as tf
+
+    model = keras_hub_model(args)
+    seq = SHAPES[args.shape][4]
+    data = synthetic_batch(args.batch, seq, PREDICTIONS[seq])
+    ds = tf.data.Dataset.from_tensors(keras_hub_inputs(data)[:2]).repeat()
+    model.fit(ds, steps_per_epoch=args.warmup, epochs=1, verbose=0)
     start = time.perf_counter()
-    history = model.fit(ds, steps_per_epoch=steps, epochs=1, verbose=0)
+    history = model.fit(ds, steps_per_epoch=args.steps, epochs=1, verbose=0)
     return time.perf_counter() - start, float(history.history["loss"][-1])
 
 
-def run_hf(shape, dtype, xla, batch, steps, warmup):
-    import torch
-    import transformers
+def run_keras_hub_e2e(args):
+    import keras
 
-    layers, hidden, heads, inter, seq = SHAPES[shape]
-    torch.manual_seed(0)
-    config = transformers.BertConfig(vocab_size=VOCAB, hidden_size=hidden,
-                                     num_hidden_layers=layers, num_attention_heads=heads,
-                                     intermediate_size=inter, max_position_embeddings=512)
-    model = transformers.BertForPreTraining(config).train()
-    optimizer = torch.optim.AdamW(model.parameters(), lr=1e-4, eps=1e-6, weight_decay=0.01)
-    data = synthetic_batch(batch, seq, PREDICTIONS[seq])
-    labels = torch.full((batch, seq), -100, dtype=torch.long)
-    positions = torch.tensor(data["masked_lm_positions"], dtype=torch.long)
-    labels.scatter_(1, positions, torch.tensor(data["masked_lm_ids"], dtype=torch.long))
-    inputs = dict(input_ids=torch.tensor(data["input_word_ids"], dtype=torch.long),
-                  attention_mask=torch.tensor(data["input_mask"], dtype=torch.long),
-                  token_type_ids=torch.tensor(data["input_type_ids"], dtype=torch.long),
-                  labels=labels,
-                  next_sentence_label=torch.tensor(data["next_sentence_labels"][:, 0],
-                                                   dtype=torch.long))
+    model = keras_hub_model(args)
+    dataset = shard_dataset(args).map(keras_hub_inputs)
 
-    def step():
-        with torch.autocast("cpu", dtype=torch.bfloat16, enabled=dtype == "bfloat16"):
-            loss = model(**inputs).loss
+    class Progress(keras.callbacks.Callback):
+        def on_train_batch_end(self, batch, logs=None):
+            if (batch + 1) % args.steps_per_loop == 0 or batch + 1 == args.train_steps:
+                progress(batch + 1)
+
+    model.fit(dataset, steps_per_epoch=args.train_steps, epochs=1, verbose=0,
+              callbacks=[Progress()])
+
+
+class HfTrainer:
+    """BertForPreTraining with AdamW and clipping, the same step as ours and keras-hub."""
+
+    def __init__(self, args):
+        import torch
+        import transformers
+
+        layers, hidden, heads, inter, _ = SHAPES[args.shape]
+        torch.manual_seed(0)
+        config = transformers.BertConfig(vocab_size=VOCAB, hidden_size=hidden,
+                                         num_hidden_layers=layers, num_attention_heads=heads,
+                                         intermediate_size=inter, max_position_embeddings=512)
+        self.torch, self.dtype = torch, args.dtype
+        self.model = transformers.BertForPreTraining(config).train()
+        self.optimizer = torch.optim.AdamW(self.model.parameters(), lr=1e-4, eps=1e-6,
+                                           weight_decay=0.01)
+
+    def inputs(self, data):
+        torch = self.torch
+        batch, seq = data["input_word_ids"].shape
+        labels = torch.full((batch, seq), -100, dtype=torch.long)
+        positions = torch.tensor(data["masked_lm_positions"], dtype=torch.long)
+        ids = torch.tensor(data["masked_lm_ids"], dtype=torch.long)
+        ids[torch.tensor(data["masked_lm_weights"]) == 0] = -100
+        labels.scatter_(1, positions, ids)
+        labels[:, 0] = -100  # padded masked positions point at [CLS]
+        return dict(input_ids=torch.tensor(data["input_word_ids"], dtype=torch.long),
+                    attention_mask=torch.tensor(data["input_mask"], dtype=torch.long),
+                    token_type_ids=torch.tensor(data["input_type_ids"], dtype=torch.long),
+                    labels=labels,
+                    next_sentence_label=torch.tensor(
+                        data["next_sentence_labels"].reshape(-1), dtype=torch.long))
+
+    def step(self, inputs):
+        torch = self.torch
+        with torch.autocast("cpu", dtype=torch.bfloat16, enabled=self.dtype == "bfloat16"):
+            loss = self.model(**inputs).loss
         loss.backward()
-        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
-        optimizer.step()
-        optimizer.zero_grad()
+        torch.nn.utils.clip_grad_norm_(self.model.parameters(), 1.0)
+        self.optimizer.step()
+        self.optimizer.zero_grad()
         return float(loss)
 
-    for _ in range(warmup):
-        step()
+
+def run_hf_loop(args):
+    trainer = HfTrainer(args)
+    seq = SHAPES[args.shape][4]
+    inputs = trainer.inputs(synthetic_batch(args.batch, seq, PREDICTIONS[seq]))
+    for _ in range(args.warmup):
+        trainer.step(inputs)
     start = time.perf_counter()
-    for _ in range(steps):
-        loss = step()
+    for _ in range(args.steps):
+        loss = trainer.step(inputs)
     return time.perf_counter() - start, loss
+
+
+def run_hf_e2e(args):
+    trainer = HfTrainer(args)
+    batches = shard_dataset(args).as_numpy_iterator()
+    for step in range(1, args.train_steps + 1):
+        trainer.step(trainer.inputs(next(batches)))
+        if step % args.steps_per_loop == 0 or step == args.train_steps:
+            progress(step)
 
 
 def matmul_limit(dtype, size=2048, reps=20):
@@ -165,31 +273,29 @@ def matmul_limit(dtype, size=2048, reps=20):
         return x
 
     chain(a).numpy()
-    start = time.perf_counter()
-    chain(a).numpy()
-    return 2 * size ** 3 * reps / (time.perf_counter() - start) / 1e9
+    best = float("inf")
+    for _ in range(3):  # the least disturbed of three
+        start = time.perf_counter()
+        chain(a).numpy()
+        best = min(best, time.perf_counter() - start)
+    return 2 * size ** 3 * reps / best / 1e9
 
 
 def worker(args):
     os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
-    sys.path.insert(0, REPO)
     if args.impl == "matmul":
         print(json.dumps({"gflops": matmul_limit(args.dtype)}))
         return
-    fn = {"ours": run_ours, "keras_hub": run_keras_hub, "hf": run_hf}[args.impl]
-    seconds, loss = fn(args.shape, args.dtype, args.xla, args.batch, args.steps, args.warmup)
+    if args.mode == "e2e":
+        {"keras_hub": run_keras_hub_e2e, "hf": run_hf_e2e}[args.impl](args)
+        return
+    fn = {"ours": run_ours_loop, "keras_hub": run_keras_hub_loop, "hf": run_hf_loop}[args.impl]
+    seconds, loss = fn(args)
     peak_mb = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
     print(json.dumps({"seconds": seconds, "loss": loss, "peak_mb": peak_mb}))
 
 
 # ------------------------------------------------------------------ driver side
-
-
-def spawn(impl, shape="", dtype="float32", xla=False, batch=8, steps=10, warmup=3):
-    cmd = [sys.executable, os.path.abspath(__file__), "--worker", f"--impl={impl}",
-           f"--shape={shape}", f"--dtype={dtype}", f"--batch={batch}", f"--steps={steps}",
-           f"--warmup={warmup}"] + (["--xla"] if xla else [])
-    return run_worker(cmd)
 
 
 def run_worker(cmd):
@@ -201,36 +307,118 @@ def run_worker(cmd):
     return json.loads(lines[-1])
 
 
-def main():
+def worker_command(args, impl, shape, dtype, xla=False, kernels="auto"):
+    return [sys.executable, os.path.abspath(__file__), "--worker", f"--impl={impl}",
+            f"--mode={args.mode}", f"--shape={shape}", f"--dtype={dtype}",
+            f"--batch={args.batch}", f"--steps={args.steps}", f"--warmup={args.warmup}",
+            f"--steps_per_loop={args.steps_per_loop}", f"--train_steps={args.train_steps}",
+            f"--shards={args.shards}", f"--kernels={kernels}"] + (["--xla"] if xla else [])
+
+
+def make_shards(work: str, seq: int) -> str:
+    """Pre-training shards of the bundled corpus, made once by the project's own tool."""
+    output = os.path.join(work, f"corpus_seq{seq}.tfrecord")
+    if not os.path.exists(output):
+        subprocess.run([sys.executable, "-m", "data_prep.create_pretraining_data",
+                        f"--input_file={','.join(CORPUS)}", f"--output_file={output}",
+                        f"--vocab_file={VOCAB_FILE}", "--do_lower_case",
+                        f"--max_seq_length={seq}",
+                        f"--max_predictions_per_seq={PREDICTIONS[seq]}", "--dupe_factor=5"],
+                       cwd=REPO, check=True, capture_output=True)
+    return output
+
+
+def e2e_command(args, impl, shape, dtype, kernels, work, output_dir):
+    if impl != "ours":
+        return worker_command(args, impl, shape, dtype)
+    config_file = os.path.join(work, f"bert_config_{shape}.json")
+    with open(config_file, "w") as f:
+        json.dump(bert_config(shape), f)
+    seq = SHAPES[shape][4]
+    return [sys.executable, os.path.join(REPO, "run_pretraining.py"),
+            f"--input_file={args.shards}", f"--output_dir={output_dir}",
+            f"--bert_config_file={config_file}", "--do_train", f"--dtype={dtype}",
+            f"--train_batch_size={args.batch}", f"--max_seq_length={seq}",
+            f"--max_predictions_per_seq={PREDICTIONS[seq]}",
+            f"--num_train_steps={args.train_steps}", "--num_warmup_steps=10",
+            "--learning_rate=1e-4", f"--steps_per_loop={args.steps_per_loop}",
+            f"--save_checkpoints_steps={10 ** 6}", f"--kernels={kernels}", "--logtostderr"]
+
+
+STEP_LINE = re.compile(r"(?:^|\] )step (\d+)(?:/\d+)?\b")
+
+
+def run_e2e(cmd, batch):
+    """Runs one e2e process, stamping its progress lines; throughput, time to first
+    step and peak memory, or {"error": ...}."""
+    start = time.perf_counter()
+    process = subprocess.Popen(cmd, cwd=REPO, stdout=subprocess.PIPE,
+                               stderr=subprocess.STDOUT, text=True,
+                               env=dict(os.environ, PYTHONUNBUFFERED="1",
+                                        TF_CPP_MIN_LOG_LEVEL="2"))
+    stamps, tail = [], []
+    for line in process.stdout:
+        match = STEP_LINE.search(line)
+        if match:
+            stamps.append((int(match.group(1)), time.perf_counter() - start))
+        tail = (tail + [line.rstrip()])[-5:]
+    _, status, usage = os.wait4(process.pid, 0)
+    if status != 0 or len(stamps) < 2:
+        return {"error": (tail or ["?"])[-1][:160]}
+    (first_step, first_time), (last_step, last_time) = stamps[0], stamps[-1]
+    step_time = (last_time - first_time) / (last_step - first_step)
+    return {"seq_per_s": batch / step_time,
+            "first_step_s": first_time - (first_step - 1) * step_time,
+            "total_s": time.perf_counter() - start, "peak_mb": usage.ru_maxrss / 1024,
+            "stamps": stamps}
+
+
+def parse_args():
     parser = argparse.ArgumentParser(description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
-    parser.add_argument("--impl", default="ours")
+    parser.add_argument("--impl", default="ours", help=argparse.SUPPRESS)
+    parser.add_argument("--shape", default="base-128", help=argparse.SUPPRESS)
+    parser.add_argument("--dtype", default="float32", help=argparse.SUPPRESS)
+    parser.add_argument("--xla", action="store_true", help=argparse.SUPPRESS)
+    parser.add_argument("--shards", default="", help=argparse.SUPPRESS)
+    parser.add_argument("--mode", default="e2e", choices=["e2e", "loop"])
     parser.add_argument("--impls", default="ours,keras_hub,hf")
-    parser.add_argument("--shape", default="base-128")
-    parser.add_argument("--shapes", default="base-128,small-128")
-    parser.add_argument("--dtype", default="float32")
+    parser.add_argument("--shapes", default="base-128")
     parser.add_argument("--dtypes", default="float32,bfloat16")
-    parser.add_argument("--xla", action="store_true")
-    parser.add_argument("--xla_modes", default="off", help="off | on | both (TF peers only)")
+    parser.add_argument("--kernels", default="auto",
+                        help="Our --kernels choices to compare, comma-separated "
+                             "(auto, amx, avx512_bf16, avx2, plain).")
+    parser.add_argument("--xla_modes", default="off", help="off | on | both (loop mode, TF "
+                        "implementations)")
     parser.add_argument("--batch", type=int, default=8)
-    parser.add_argument("--steps", type=int, default=10)
-    parser.add_argument("--warmup", type=int, default=3)
+    parser.add_argument("--steps", type=int, default=10, help="loop mode: timed steps")
+    parser.add_argument("--warmup", type=int, default=3, help="loop mode: warm-up steps")
+    parser.add_argument("--train_steps", type=int, default=36, help="e2e mode: training "
+                        "steps per run")
+    parser.add_argument("--steps_per_loop", type=int, default=6, help="e2e mode: steps per "
+                        "loop (ours: --steps_per_loop; keras-hub: steps_per_execution)")
     parser.add_argument("--repeats", type=int, default=2)
     parser.add_argument("--skip", default="",
                         help="impl:dtype pairs not to run, comma-separated, e.g. "
                              "hf:bfloat16 (PyTorch's bfloat16 step takes minutes on CPUs "
                              "without bfloat16 units, AMX or AVX512-BF16).")
+    parser.add_argument("--work_dir", default=None, help="e2e: where shards and runs go "
+                        "(default: a temporary folder)")
     parser.add_argument("--json_out", default=None, help="Also write the rows as JSON.")
     args = parser.parse_args()
-    if args.worker:
-        worker(args)
-        return
+    if args.train_steps <= args.steps_per_loop:
+        parser.error("--train_steps must be more than one loop (--steps_per_loop)")
+    return parser, args
 
+
+def configurations(parser, args):
     xla_modes = {"off": [False], "on": [True], "both": [False, True]}[args.xla_modes]
+    if args.mode == "e2e":
+        xla_modes = [False]
     skip = {tuple(pair.split(":")) for pair in args.skip.split(",") if pair}
     for pair in skip:
-        if len(pair) != 2 or pair[0] not in ("ours", "keras_hub", "hf"):
+        if len(pair) != 2 or pair[0] not in ("ours",) + PEERS:
             parser.error(f"--skip: {':'.join(pair)!r} is not impl:dtype with impl one of "
                          f"ours, keras_hub, hf (e.g. hf:bfloat16)")
     configs = []
@@ -239,60 +427,100 @@ def main():
             for impl in args.impls.split(","):
                 if (impl, dtype) in skip:
                     continue
-                for xla in (xla_modes if impl != "hf" else [False]):
-                    configs.append((shape, dtype, impl, xla))
-    limits = {d: [] for d in args.dtypes.split(",")}
-    results = {c: [] for c in configs}
-    for rep in range(args.repeats):
-        for dtype in limits:
-            limits[dtype].append(spawn("matmul", dtype=dtype)["gflops"])
-        # Alternate implementations inside each repetition (same load for each).
-        order = configs if rep % 2 == 0 else configs[::-1]
-        for config in order:
-            shape, dtype, impl, xla = config
-            out = spawn(impl, shape, dtype, xla, args.batch, args.steps, args.warmup)
-            results[config].append(out)
-            print(f"rep {rep} {shape:9s} {dtype:8s} {impl:9s} xla={xla!s:5s} -> {out}",
-                  file=sys.stderr, flush=True)
+                for kernels in (args.kernels.split(",") if impl == "ours" else ["auto"]):
+                    for xla in (xla_modes if impl != "hf" else [False]):
+                        configs.append((shape, dtype, impl, kernels, xla))
+    return configs
 
-    rows = []
-    for (shape, dtype, impl, xla), outs in results.items():
-        good = [o for o in outs if "seconds" in o]
-        if not good:
-            rows.append(dict(shape=shape, dtype=dtype, impl=impl, xla=xla,
-                             error=outs[0].get("error")))
-            continue
-        layers, hidden, _, inter, seq = SHAPES[shape]
-        best = min(o["seconds"] for o in good)  # least disturbed repetition
-        seqs = args.batch * args.steps / best
-        limit = max(limits[dtype])
-        mfu = seqs * model_flops_per_sequence(layers, hidden, inter, seq) / 1e9 / limit
-        rows.append(dict(shape=shape, dtype=dtype, impl=impl, xla=xla, seq_per_s=seqs,
-                         tokens_per_s=seqs * seq, mfu=mfu,
-                         peak_mb=max(o["peak_mb"] for o in good)))
-    print_table(rows, limits)
+
+def main():
+    parser, args = parse_args()
+    if args.worker:
+        worker(args)
+        return
+    configs = configurations(parser, args)
+    work = args.work_dir or tempfile.mkdtemp(prefix="bench_training_")
+    os.makedirs(work, exist_ok=True)
+    dtypes = args.dtypes.split(",")
+    limits = {d: [] for d in dtypes}
+    results = {c: [] for c in configs}
+    load = []
+    for rep in range(args.repeats):
+        load.append(os.getloadavg()[0])
+        for dtype in limits:
+            limits[dtype].append(run_worker(worker_command(args, "matmul", "", dtype))
+                                 .get("gflops", 0.0))
+        # Alternate implementations inside each repetition (same load for each).
+        for config in (configs if rep % 2 == 0 else configs[::-1]):
+            shape, dtype, impl, kernels, xla = config
+            if args.mode == "e2e":
+                args.shards = make_shards(work, SHAPES[shape][4])
+                output_dir = tempfile.mkdtemp(dir=work)  # the runner's; its final
+                out = run_e2e(e2e_command(args, impl, shape, dtype, kernels, work,
+                                          output_dir), args.batch)
+                shutil.rmtree(output_dir)  # checkpoint is 1.3 GB at BERT-base
+            else:
+                out = run_worker(worker_command(args, impl, shape, dtype, xla, kernels))
+                if "seconds" in out:
+                    out["seq_per_s"] = args.batch * args.steps / out["seconds"]
+            results[config].append(out)
+            print(f"rep {rep} {shape:9s} {dtype:8s} {impl:9s} kernels={kernels} xla={xla!s:5s}"
+                  f" -> {out}", file=sys.stderr, flush=True)
+    load.append(os.getloadavg()[0])
+    rows = summarize(args, results, limits)
+    print_table(args, rows, limits, load)
     if args.json_out:
         with open(args.json_out, "w") as f:
-            json.dump({"rows": rows, "matmul_gflops": limits}, f, indent=2)
+            json.dump({"rows": rows, "matmul_gflops": limits, "cpu": cpu_description(),
+                       "load": load, "args": vars(args)}, f, indent=2)
 
 
-def print_table(rows, limits):
-    print("\nmatmul limit (GFLOP/s, best of run): " +
-          ", ".join(f"{d} {max(v):.0f}" for d, v in limits.items()))
-    print("\n| shape | dtype | impl | XLA | seq/s | tokens/s | MFU | peak MB | vs best peer |")
-    print("|---|---|---|---|---|---|---|---|---|")
-    for row in rows:
-        if "error" in row:
-            print(f"| {row['shape']} | {row['dtype']} | {row['impl']} | {row['xla']} | "
-                  f"error: {row['error']} | | | | |")
+def summarize(args, results, limits):
+    rows = []
+    for (shape, dtype, impl, kernels, xla), outs in results.items():
+        good = [o for o in outs if "seq_per_s" in o]
+        name = impl if impl != "ours" or kernels == "auto" else f"ours ({kernels})"
+        row = dict(shape=shape, dtype=dtype, impl=name, xla=xla)
+        if not good:
+            rows.append(dict(row, error=outs[0].get("error")))
             continue
-        peers = [r["seq_per_s"] for r in rows if "error" not in r and r["impl"] != "ours"
+        layers, hidden, _, inter, seq = SHAPES[shape]
+        seqs = max(o["seq_per_s"] for o in good)  # least disturbed repetition
+        limit = max(limits[dtype]) or float("nan")
+        rows.append(dict(row, seq_per_s=seqs, tokens_per_s=seqs * seq,
+                         mfu=seqs * model_flops_per_sequence(layers, hidden, inter, seq)
+                         / 1e9 / limit,
+                         first_step_s=min((o["first_step_s"] for o in good
+                                           if "first_step_s" in o), default=None),
+                         peak_mb=max(o["peak_mb"] for o in good)))
+    return rows
+
+
+def print_table(args, rows, limits, load):
+    print(f"\nCPU: {cpu_description()}")
+    print("matmul limit (GFLOP/s, best of run): " +
+          ", ".join(f"{d} {max(v):.0f}" for d, v in limits.items()))
+    print(f"load average (1 min) during the run: {min(load):.1f} to {max(load):.1f}")
+    what = (f"run_pretraining.py and peers on real shards, {args.train_steps} steps, loops of "
+            f"{args.steps_per_loop}" if args.mode == "e2e" else
+            f"inner loop, {args.steps} timed steps after {args.warmup}")
+    print(f"mode {args.mode}: {what}, batch {args.batch}, best of {args.repeats}\n")
+    print("| shape | dtype | impl | XLA | seq/s | tokens/s | MFU | first step s | peak MB "
+          "| vs best peer |")
+    print("|---|---|---|---|---|---|---|---|---|---|")
+    for row in rows:
+        head = f"| {row['shape']} | {row['dtype']} | {row['impl']} | " \
+               f"{'on' if row['xla'] else 'off'} |"
+        if "error" in row:
+            print(f"{head} error: {row['error']} | | | | | |")
+            continue
+        peers = [r["seq_per_s"] for r in rows if "error" not in r and r["impl"] in PEERS
                  and r["shape"] == row["shape"] and r["dtype"] == row["dtype"]]
-        ratio = f"{row['seq_per_s'] / max(peers):.2f}x" if peers and row["impl"] == "ours" \
-            else ""
-        print(f"| {row['shape']} | {row['dtype']} | {row['impl']} | {'on' if row['xla'] else 'off'}"
-              f" | {row['seq_per_s']:.2f} | {row['tokens_per_s']:.0f} | {row['mfu']:.0%} | "
-              f"{row['peak_mb']:.0f} | {ratio} |")
+        ratio = (f"{row['seq_per_s'] / max(peers):.2f}x"
+                 if peers and row["impl"].startswith("ours") else "")
+        first = "" if row["first_step_s"] is None else f"{row['first_step_s']:.1f}"
+        print(f"{head} {row['seq_per_s']:.2f} | {row['tokens_per_s']:.0f} | {row['mfu']:.0%} | "
+              f"{first} | {row['peak_mb']:.0f} | {ratio} |")
 
 
 if __name__ == "__main__":

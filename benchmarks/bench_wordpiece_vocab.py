@@ -26,12 +26,10 @@ import csv
 import json
 import os
 import pathlib
-import sys
 import tempfile
 import time
 
 REPO = pathlib.Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(REPO))
 SAMPLE = REPO / "sample_data"
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 

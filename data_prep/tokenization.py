@@ -107,6 +107,8 @@ class CharClasses:
         nonspacing_marks: code points of category Mn (dropped after NFD when
             lower-casing).
         split_space: code points that `str.split()` treats as separators.
+        unassigned: code points of category Cn (no character in this Python's
+            Unicode version; a newer one, e.g. ICU's, may make them punctuation).
     """
 
     def __init__(self):
@@ -115,6 +117,7 @@ class CharClasses:
         self.punctuation = []
         self.nonspacing_marks = []
         self.split_space = []
+        self.unassigned = []
         # One `category` call per code point; the result equals that of
         # `is_control`, `is_whitespace` and `is_punctuation`.
         ascii_punctuation = {cp for lo, hi in _ASCII_PUNCTUATION_RANGES
@@ -131,6 +134,8 @@ class CharClasses:
                 self.punctuation.append(cp)
             elif cat == "Mn":
                 self.nonspacing_marks.append(cp)
+            elif cat == "Cn":
+                self.unassigned.append(cp)
             if char.isspace():
                 self.split_space.append(cp)
 

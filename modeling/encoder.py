@@ -5,6 +5,7 @@ from __future__ import annotations
 import keras
 import tensorflow as tf
 
+from modeling import kernels as kernel_choices
 from modeling import layers
 from modeling.config import BertConfig
 
@@ -50,20 +51,24 @@ class BertEncoder(keras.Model):
       encoder_outputs: list of L tensors [B, S, H], one per layer (the last equals
         sequence_output).
     Float outputs are in the policy's compute dtype. Dropout is active only when
-    `training=True`.
+    `training=True`. `kernels`: a `modeling.kernels.Kernels` or its name; None or
+    "auto" chooses for this machine's CPU (`kernels.for_cpu`). Heads on this encoder
+    use the same choice (`BertEncoder.kernels`).
     """
 
-    def __init__(self, config: BertConfig, dtype="float32", **kwargs):
+    def __init__(self, config: BertConfig, dtype="float32", kernels=None, **kwargs):
         if isinstance(dtype, str) and dtype in ("float32", "bfloat16", "float16"):
             dtype = dtype_policy(dtype)
         super().__init__(dtype=dtype, name=kwargs.pop("name", "bert"), **kwargs)
         self.config = config
+        self.kernels = kernel_choices.resolve(kernels)
+        fused = self.kernels.fused_elementwise
         policy = self.dtype_policy
-        self.embeddings = layers.BertEmbeddings(config, name="embeddings", dtype=policy)
+        self.embeddings = layers.BertEmbeddings(config, fused, name="embeddings", dtype=policy)
         # One attribute per layer (not a list): tf.train.Checkpoint tracks attributes.
         for i in range(config.num_hidden_layers):
             setattr(self, f"layer_{i}",
-                    layers.TransformerLayer(config, name=f"layer_{i}", dtype=policy))
+                    layers.TransformerLayer(config, fused, name=f"layer_{i}", dtype=policy))
         self.pooler = keras.layers.Dense(
             config.hidden_size, activation="tanh", name="pooler", dtype=policy,
             kernel_initializer=layers.initializer(config))
@@ -103,7 +108,7 @@ class BertEncoder(keras.Model):
 
     def get_config(self):
         return {"config": self.config.to_dict(), "dtype": self.dtype_policy.name,
-                "name": self.name}
+                "kernels": self.kernels.name, "name": self.name}
 
     @classmethod
     def from_config(cls, config):

@@ -10,6 +10,7 @@ from __future__ import annotations
 import keras
 import tensorflow as tf
 
+from modeling import kernels as kernel_choices
 from modeling import layers
 from modeling.config import BertConfig
 
@@ -25,17 +26,20 @@ class MaskedLMHead(keras.layers.Layer):
     Sub-layers `transform_dense` (H -> H with the config's activation) and
     `transform_LayerNorm`; variable `output_bias` [V]. Only the masked positions go
     through the head: at 15% masking that is about 7x less work than every position.
+    `kernels`: a `modeling.kernels.Kernels` (or name; None: for this CPU).
     """
 
-    def __init__(self, config: BertConfig, **kwargs):
+    def __init__(self, config: BertConfig, kernels=None, **kwargs):
         # No input autocast: Keras would cast the float32 embedding table passed to
         # `call` to the compute dtype (a [V, H] cast each step, and a rounded decoder).
         super().__init__(autocast=False, **kwargs)
         self.config = config
+        self.kernels = kernel_choices.resolve(kernels)
+        fused = self.kernels.fused_elementwise
         self.transform_dense = layers._dense(
             config, config.hidden_size, "transform_dense", self.dtype_policy,
-            activation=layers.get_activation(config.hidden_act))
-        self.transform_layer_norm = layers.LayerNorm(name="transform_LayerNorm")
+            activation=layers.get_activation(config.hidden_act, fused))
+        self.transform_layer_norm = layers.LayerNorm(name="transform_LayerNorm", fused=fused)
 
     def build(self, input_shape=None):
         hidden = (None, None, self.config.hidden_size)
@@ -58,13 +62,16 @@ class MaskedLMHead(keras.layers.Layer):
         # A 2-D [B*P, H] x [H, V] product: a batched [B, P, H] x [V, H] one broadcasts
         # the table, and its gradient then builds a [B, V, H] tensor to sum over B
         # (375 MB for BERT-base at batch 8), which cost a third of a CPU training step.
-        # It runs in float32 whatever the policy: the logits feed a 30k-way softmax,
-        # the table is kept in float32 (so nothing casts it), and on CPUs without
-        # bfloat16 units this skinny product is slower in bfloat16.
+        # In float32, unless the kernels say otherwise under a bfloat16 policy: on CPUs
+        # without bfloat16 units this skinny product is slower in bfloat16 and the
+        # table stays float32 (nothing casts it); with AVX512-BF16 the bfloat16
+        # product, and the [V, H] cast it needs, take 0.75x the time.
         batch_shape = tf.shape(x)[:-1]
-        flat = tf.cast(tf.reshape(x, [-1, self.config.hidden_size]), tf.float32)
-        logits = layers.decoder_logits(flat, tf.cast(word_embeddings, tf.float32),
-                                       tf.convert_to_tensor(self.output_bias))
+        flat = tf.reshape(x, [-1, self.config.hidden_size])
+        logits = layers.decoder_logits(
+            flat, word_embeddings, tf.convert_to_tensor(self.output_bias),
+            xla=self.kernels.decoder_xla,
+            bfloat16=self.kernels.decoder_bfloat16 and self.compute_dtype == "bfloat16")
         return tf.reshape(logits, tf.concat([batch_shape, [self.config.vocab_size]], 0))
 
 

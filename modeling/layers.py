@@ -65,10 +65,23 @@ def fusing() -> bool:
     return _FUSE[-1]
 
 
+def _in_float32(fn):
+    """fn computed in float32, returning its first argument's dtype."""
+    def wrapped(x, *more):
+        out = fn(tf.cast(x, tf.float32), *[tf.cast(t, tf.float32) for t in more])
+        return tf.cast(out, x.dtype)
+    return wrapped
+
+
 def _fused(forward, backward):
-    """`forward` with gradient `backward(x, dy)`, both compiled as one kernel each."""
-    forward_xla = tf.function(forward, jit_compile=True, autograph=False)
-    backward_xla = tf.function(backward, jit_compile=True, autograph=False)
+    """`forward` with gradient `backward(x, dy)`, both compiled as one kernel each.
+
+    The kernels compute in float32 whatever the input's dtype: XLA's CPU code for a
+    chain of bfloat16 ops rounds after each one, and ran a bfloat16 GELU with its
+    gradient 5-8x slower than the same chain in float32 with one cast in and out.
+    """
+    forward_xla = tf.function(_in_float32(forward), jit_compile=True, autograph=False)
+    backward_xla = tf.function(_in_float32(backward), jit_compile=True, autograph=False)
 
     @tf.custom_gradient
     def op(x):
@@ -83,12 +96,14 @@ def _fused(forward, backward):
 _ACTIVATIONS = {"gelu": _fused(gelu, _gelu_grad),
                 "gelu_exact": _fused(gelu_exact, _gelu_exact_grad),
                 "relu": tf.nn.relu, "tanh": tf.tanh, "linear": tf.identity}
+_PLAIN_ACTIVATIONS = dict(_ACTIVATIONS, gelu=gelu, gelu_exact=gelu_exact)
 
 
-def get_activation(name: str):
+def get_activation(name: str, fused: bool = True):
+    """The activation `name`; with `fused`, GELU as compiled kernels (see `_fused`)."""
     if name not in _ACTIVATIONS:
         raise ValueError(f"unknown activation {name!r}; choose one of {sorted(_ACTIVATIONS)}")
-    return _ACTIVATIONS[name]
+    return (_ACTIVATIONS if fused else _PLAIN_ACTIVATIONS)[name]
 
 
 def initializer(config: BertConfig):
@@ -99,14 +114,16 @@ class LayerNorm(keras.layers.Layer):
     """LayerNorm over the last axis, computed in float32 whatever the policy.
 
     Variables `gamma` [H] and `beta` [H] as in the original checkpoints. Returns the
-    input's dtype, so a bfloat16 stream stays bfloat16 around it.
+    input's dtype, so a bfloat16 stream stays bfloat16 around it. `fused`: forward and
+    gradient as one compiled kernel each.
     """
 
-    def __init__(self, epsilon: float = 1e-12, **kwargs):
+    def __init__(self, epsilon: float = 1e-12, fused: bool = True, **kwargs):
         kwargs["dtype"] = "float32"
         # No autocast: a bfloat16 input stays bfloat16 on the way out.
         super().__init__(autocast=False, **kwargs)
         self.epsilon = epsilon
+        self.fused = fused
 
     def build(self, input_shape):
         width = input_shape[-1]
@@ -114,7 +131,7 @@ class LayerNorm(keras.layers.Layer):
         self.beta = self.add_weight(name="beta", shape=(width,), initializer="zeros")
 
     def call(self, x):
-        if fusing():
+        if self.fused and fusing():
             # Reads, not variables: the custom gradient returns their gradients.
             return _fused_layer_norm(self.epsilon)(
                 x, tf.convert_to_tensor(self.gamma), tf.convert_to_tensor(self.beta))
@@ -182,16 +199,24 @@ def _fused_decoder_logits(x, table, bias):
     return _decoder_logits_xla(x, table, bias), backward
 
 
-def decoder_logits(x, table, bias):
-    """x [M, H] times the transposed table [V, H], plus bias [V]: logits [M, V].
+def decoder_logits(x, table, bias, xla: bool = True, bfloat16: bool = False):
+    """x [M, H] times the transposed table [V, H], plus bias [V]: float32 logits [M, V].
 
     The masked-LM output layer. A [M, H] x [H, V] product with M small (the masked
     positions of a batch) and V about 30k is a skinny shape that TensorFlow's own
-    kernel runs at a third of the matrix-multiply rate on CPU; XLA's runs it 1.4-1.8x
-    faster (measured on the forward product and the whole head with its gradient).
-    The gradient products are TensorFlow's, which were the faster ones there.
+    float32 kernel ran at a third of the matrix-multiply rate on a Xeon with AMX; with
+    `xla`, XLA's ran it 1.4-1.8x faster there (the forward product and the whole head
+    with its gradient; on AMD EPYC the two tie). The gradient products are
+    TensorFlow's, which were the faster ones there. With `bfloat16` the product runs in
+    bfloat16 on TensorFlow's kernels (faster than either float32 form where the CPU has
+    bfloat16 units, slower where it has none), and the bias is added in float32.
     """
-    if fusing():
+    if bfloat16:
+        product = tf.matmul(tf.cast(x, tf.bfloat16), tf.cast(table, tf.bfloat16),
+                            transpose_b=True)
+        return tf.cast(product, tf.float32) + bias
+    x, table = tf.cast(x, tf.float32), tf.cast(table, tf.float32)
+    if xla and fusing():
         return _fused_decoder_logits(x, table, bias)
     return _decoder_logits(x, table, bias)
 
@@ -205,13 +230,17 @@ class Dropout(keras.layers.Dropout):
     element-wise cost of a BERT training step on CPU (the attention-probability mask is
     [B, N, S, S]), and this halves it. An element is dropped with probability
     round(rate * 65536) / 65536 (0.1 -> 0.10001). Seeds come from the layer's Keras
-    seed generator, as Keras' own. Under `plain_ops()`, and for a noise shape, this
-    is Keras' dropout.
+    seed generator, as Keras' own. With `fused=False`, under `plain_ops()`, and for a
+    noise shape, this is Keras' dropout.
     """
+
+    def __init__(self, rate, fused: bool = True, **kwargs):
+        super().__init__(rate, **kwargs)
+        self.fused = fused
 
     def call(self, inputs, training=False):
         if (not training or self.rate == 0 or self.noise_shape is not None
-                or not fusing()):
+                or not (self.fused and fusing())):
             return super().call(inputs, training=training)
         seed = tf.cast(tf.math.floormod(self.seed_generator.next(), tf.int32.max - 1),
                        tf.int32)
@@ -247,14 +276,16 @@ class BertEmbeddings(keras.layers.Layer):
     """Word + token type + learned position embeddings, then LayerNorm and dropout.
 
     Variables: `word_embeddings` [V, H], `token_type_embeddings` [T, H],
-    `position_embeddings` [max_position_embeddings, H], `LayerNorm`.
+    `position_embeddings` [max_position_embeddings, H], `LayerNorm`. `fused`: compiled
+    LayerNorm and dropout kernels.
     """
 
-    def __init__(self, config: BertConfig, **kwargs):
+    def __init__(self, config: BertConfig, fused: bool = True, **kwargs):
         super().__init__(**kwargs)
         self.config = config
-        self.layer_norm = LayerNorm(name="LayerNorm")
-        self.dropout = Dropout(config.hidden_dropout_prob, dtype=self.dtype_policy)
+        self.layer_norm = LayerNorm(name="LayerNorm", fused=fused)
+        self.dropout = Dropout(config.hidden_dropout_prob, fused=fused,
+                               dtype=self.dtype_policy)
 
     def build(self, input_shape):
         c = self.config
@@ -299,7 +330,7 @@ class SelfAttention(keras.layers.Layer):
     `attention/self/{query,key,value}`. The softmax runs in float32.
     """
 
-    def __init__(self, config: BertConfig, **kwargs):
+    def __init__(self, config: BertConfig, fused: bool = True, **kwargs):
         super().__init__(**kwargs)
         self.num_heads = config.num_attention_heads
         self.head_size = config.head_size
@@ -307,7 +338,7 @@ class SelfAttention(keras.layers.Layer):
         self.query = _dense(config, config.hidden_size, "query", policy)
         self.key = _dense(config, config.hidden_size, "key", policy)
         self.value = _dense(config, config.hidden_size, "value", policy)
-        self.dropout = Dropout(config.attention_probs_dropout_prob, dtype=policy)
+        self.dropout = Dropout(config.attention_probs_dropout_prob, fused=fused, dtype=policy)
 
     def build(self, input_shape):
         for layer in (self.query, self.key, self.value):
@@ -339,11 +370,12 @@ class DenseResidualNorm(keras.layers.Layer):
     Sub-layers `dense` and `LayerNorm`.
     """
 
-    def __init__(self, config: BertConfig, **kwargs):
+    def __init__(self, config: BertConfig, fused: bool = True, **kwargs):
         super().__init__(**kwargs)
         self.dense = _dense(config, config.hidden_size, "dense", self.dtype_policy)
-        self.dropout = Dropout(config.hidden_dropout_prob, dtype=self.dtype_policy)
-        self.layer_norm = LayerNorm(name="LayerNorm")
+        self.dropout = Dropout(config.hidden_dropout_prob, fused=fused,
+                               dtype=self.dtype_policy)
+        self.layer_norm = LayerNorm(name="LayerNorm", fused=fused)
 
     def build(self, input_shape):
         self.dense.build(input_shape)
@@ -358,17 +390,20 @@ class TransformerLayer(keras.layers.Layer):
     """One post-LayerNorm Transformer encoder layer (`bert/encoder/layer_N`).
 
     Sub-layers: `attention_self` (SelfAttention), `attention_output`,
-    `intermediate` (Dense H -> I with the config's activation), `output`.
+    `intermediate` (Dense H -> I with the config's activation), `output`. `fused`:
+    GELU, LayerNorm and dropout as compiled kernels.
     """
 
-    def __init__(self, config: BertConfig, **kwargs):
+    def __init__(self, config: BertConfig, fused: bool = True, **kwargs):
         super().__init__(**kwargs)
         policy = self.dtype_policy
-        self.attention_self = SelfAttention(config, name="attention_self", dtype=policy)
-        self.attention_output = DenseResidualNorm(config, name="attention_output", dtype=policy)
+        self.attention_self = SelfAttention(config, fused, name="attention_self",
+                                            dtype=policy)
+        self.attention_output = DenseResidualNorm(config, fused, name="attention_output",
+                                                  dtype=policy)
         self.intermediate = _dense(config, config.intermediate_size, "intermediate", policy,
-                                   activation=get_activation(config.hidden_act))
-        self.output_block = DenseResidualNorm(config, name="output", dtype=policy)
+                                   activation=get_activation(config.hidden_act, fused))
+        self.output_block = DenseResidualNorm(config, fused, name="output", dtype=policy)
 
     def build(self, input_shape):
         self.attention_self.build(input_shape)

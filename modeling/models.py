@@ -37,7 +37,8 @@ class BertPretrainer(keras.Model):
         super().__init__(dtype=encoder.dtype_policy, **kwargs)
         self.encoder = encoder
         self.config = config
-        self.masked_lm = heads.MaskedLMHead(config, name="predictions", dtype=self.dtype_policy)
+        self.masked_lm = heads.MaskedLMHead(config, getattr(encoder, "kernels", None),
+                                            name="predictions", dtype=self.dtype_policy)
         self.next_sentence = heads.PooledClassifierHead(
             config, 2, dropout_rate=0.0, name="seq_relationship", dtype=self.dtype_policy)
         self.masked_lm.build()

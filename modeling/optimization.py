@@ -65,8 +65,9 @@ class _SlotOptimizer(tf.Module):
     """Shared structure: slot creation, weight-decay exclusion, distributed apply."""
 
     def __init__(self, variables, weight_decay_rate: float, beta_1: float, beta_2: float,
-                 epsilon: float, name: str):
+                 epsilon: float, name: str, fused: bool = True):
         super().__init__(name=name)
+        self.fused = fused
         self.weight_decay_rate = weight_decay_rate
         self.beta_1, self.beta_2, self.epsilon = beta_1, beta_2, epsilon
         self._refs = _Untracked(_tf_variable(v) for v in variables)
@@ -85,7 +86,7 @@ class _SlotOptimizer(tf.Module):
         # deleted".
         self._fused_update = functools.lru_cache(maxsize=None)(_fused_update)
 
-    def apply(self, grads, learning_rate, apply_update=True):
+    def apply(self, grads, learning_rate, apply_update=True, grad_scale=1.0):
         """Applies all-reduced gradients; call from a replica context (or none).
 
         Args:
@@ -93,38 +94,43 @@ class _SlotOptimizer(tf.Module):
           learning_rate: scalar float32.
           apply_update: scalar bool; False leaves every variable unchanged (a skipped
             float16 step with non-finite gradients).
+          grad_scale: scalar float32 the gradients are multiplied by first (the global
+            norm clipping factor): inside the compiled update, not one more pass over
+            every gradient.
         """
         # Plain steps skip the selects; only float16 steps can be skipped.
         apply_update = None if apply_update is True else tf.convert_to_tensor(apply_update)
+        grad_scale = tf.cast(grad_scale, tf.float32)
 
-        def merged(strategy, grads, learning_rate, apply_update):
+        def merged(strategy, grads, learning_rate, apply_update, grad_scale):
             extended = strategy.extended
             for i, (grad, var) in enumerate(zip(grads, self._refs.items)):
                 if grad is None:
                     continue
                 extended.update(var, self._update, args=(grad, self.m[i], self.v[i],
                                                          self._excluded[i], learning_rate,
-                                                         apply_update), group=False)
+                                                         apply_update, grad_scale),
+                                group=False)
             increment = 1 if apply_update is None else tf.cast(apply_update, tf.int64)
             extended.update(self.iterations, lambda it, inc: it.assign_add(inc),
                             args=(increment,), group=False)
 
         context = tf.distribute.get_replica_context()
         if context is None:  # cross-replica context
-            merged(tf.distribute.get_strategy(), grads, learning_rate, apply_update)
+            merged(tf.distribute.get_strategy(), grads, learning_rate, apply_update,
+                   grad_scale)
         else:
-            context.merge_call(merged, args=(grads, learning_rate, apply_update))
+            context.merge_call(merged, args=(grads, learning_rate, apply_update, grad_scale))
 
-    def _update(self, var, grad, m, v, excluded, learning_rate, apply_update):
+    def _update(self, var, grad, m, v, excluded, learning_rate, apply_update, grad_scale):
         raise NotImplementedError
 
-    @staticmethod
-    def _compiled() -> bool:
+    def _compiled(self) -> bool:
         # One compiled kernel per variable on a single replica. With several replicas the
         # compiled update made Mirrored training drift from one-device training (weights
         # 3e-3 apart after 6 steps, where the plain update agrees to 1e-4), so replicated
         # runs keep the plain ops until that is understood.
-        return tf.distribute.get_strategy().num_replicas_in_sync == 1
+        return self.fused and tf.distribute.get_strategy().num_replicas_in_sync == 1
 
 
 class AdamWeightDecay(_SlotOptimizer):
@@ -132,17 +138,18 @@ class AdamWeightDecay(_SlotOptimizer):
     bias correction (the original has none)."""
 
     def __init__(self, variables, weight_decay_rate=0.01, beta_1=0.9, beta_2=0.999,
-                 epsilon=1e-6, bias_correction: bool = False):
-        super().__init__(variables, weight_decay_rate, beta_1, beta_2, epsilon, "adamw")
+                 epsilon=1e-6, bias_correction: bool = False, fused: bool = True):
+        super().__init__(variables, weight_decay_rate, beta_1, beta_2, epsilon, "adamw",
+                         fused)
         self.bias_correction = bias_correction
 
-    def _update(self, var, grad, m, v, excluded, learning_rate, apply_update):
+    def _update(self, var, grad, m, v, excluded, learning_rate, apply_update, grad_scale):
         decay = 0.0 if excluded else float(self.weight_decay_rate)
         update = self._fused_update("adamw", self.beta_1, self.beta_2, self.epsilon,
                                     decay, self.bias_correction, apply_update is not None,
                                     self._compiled())
         return update(var, m, v, *_update_args(grad, learning_rate, self.iterations,
-                                               apply_update))
+                                               apply_update, grad_scale))
 
 
 class Lamb(_SlotOptimizer):
@@ -152,23 +159,24 @@ class Lamb(_SlotOptimizer):
     """
 
     def __init__(self, variables, weight_decay_rate=0.01, beta_1=0.9, beta_2=0.999,
-                 epsilon=1e-6):
-        super().__init__(variables, weight_decay_rate, beta_1, beta_2, epsilon, "lamb")
+                 epsilon=1e-6, fused: bool = True):
+        super().__init__(variables, weight_decay_rate, beta_1, beta_2, epsilon, "lamb",
+                         fused)
 
-    def _update(self, var, grad, m, v, excluded, learning_rate, apply_update):
+    def _update(self, var, grad, m, v, excluded, learning_rate, apply_update, grad_scale):
         decay = None if excluded else float(self.weight_decay_rate)
         update = self._fused_update("lamb", self.beta_1, self.beta_2, self.epsilon, decay,
                                     True, apply_update is not None, self._compiled())
         return update(var, m, v, *_update_args(grad, learning_rate, self.iterations,
-                                               apply_update))
+                                               apply_update, grad_scale))
 
 
-def _update_args(grad, learning_rate, iterations, apply_update):
+def _update_args(grad, learning_rate, iterations, apply_update, grad_scale):
     # An embedding's gradient arrives as IndexedSlices: Adam decays every row's
     # moments, so the update is dense anyway.
     grad = tf.cast(tf.convert_to_tensor(grad), tf.float32)
     args = (grad, tf.cast(learning_rate, tf.float32),
-            tf.cast(iterations + 1, tf.float32))
+            tf.cast(iterations + 1, tf.float32), grad_scale)
     return args if apply_update is None else args + (apply_update,)
 
 
@@ -182,12 +190,14 @@ def _fused_update(kind: str, beta_1: float, beta_2: float, epsilon: float, decay
     writes them back in place (about 4x faster). The arithmetic is the same, in float32.
 
     Args (of the returned function): var, m, v (variables), grad, learning_rate, t (the
-    1-based step, float32) and, if `skippable`, apply_update (bool: False keeps every
+    1-based step, float32), grad_scale (multiplies grad) and, if `skippable`,
+    apply_update (bool: False keeps every
     value, a float16 step with non-finite gradients). `decay` is the weight decay, for
     LAMB None where neither decay nor the trust ratio applies.
     """
 
-    def step(var, m, v, grad, learning_rate, t, apply_update=None):
+    def step(var, m, v, grad, learning_rate, t, grad_scale, apply_update=None):
+        grad = grad * grad_scale
         next_m = beta_1 * m + (1.0 - beta_1) * grad
         next_v = beta_2 * v + (1.0 - beta_2) * tf.square(grad)
         if bias_correction:
@@ -215,13 +225,14 @@ def _fused_update(kind: str, beta_1: float, beta_2: float, epsilon: float, decay
 
 
 def create_optimizer(name: str, variables, weight_decay_rate: float = 0.01,
-                     adam_bias_correction: bool = True):
+                     adam_bias_correction: bool = True, fused: bool = True):
     """`--optimizer` adamw | lamb over `variables` (call under the strategy scope).
 
-    `adam_bias_correction` applies to adamw (LAMB is always bias-corrected)."""
+    `adam_bias_correction` applies to adamw (LAMB is always bias-corrected); `fused`:
+    one compiled update kernel per variable (single replica)."""
     if name == "adamw":
         return AdamWeightDecay(variables, weight_decay_rate=weight_decay_rate,
-                               bias_correction=adam_bias_correction)
+                               bias_correction=adam_bias_correction, fused=fused)
     if name == "lamb":
-        return Lamb(variables, weight_decay_rate=weight_decay_rate)
+        return Lamb(variables, weight_decay_rate=weight_decay_rate, fused=fused)
     raise ValueError(f"unknown --optimizer {name!r}; choose one of ['adamw', 'lamb']")

@@ -31,6 +31,7 @@ import tensorflow as tf
 from absl import logging
 
 from data_prep import records
+from modeling import kernels as kernel_choices
 from modeling import optimization
 
 
@@ -89,6 +90,8 @@ class Trainer:
 
     Build the model under `strategy.scope()` before creating the Trainer; the Trainer
     creates the optimizer and the checkpoint (model, optimizer, global step) itself.
+    `kernels` (`modeling.kernels`; None: for this CPU) says whether the optimizer step
+    is compiled.
     """
 
     def __init__(self, strategy: tf.distribute.Strategy, model: keras.Model, task: Task,
@@ -99,7 +102,7 @@ class Trainer:
                  dtype: str = "float32", steps_per_loop: int = 1,
                  save_checkpoints_steps: int = 1000, gradient_accumulation_steps: int = 1,
                  enable_xla: bool = False, max_checkpoints: int = 5,
-                 profile_steps: tuple[int, int] | None = None):
+                 profile_steps: tuple[int, int] | None = None, kernels=None):
         if gradient_accumulation_steps < 1:
             raise ValueError("--gradient_accumulation_steps must be >= 1")
         self.strategy, self.model, self.task = strategy, model, task
@@ -116,7 +119,8 @@ class Trainer:
         with strategy.scope():
             self.variables = list(model.trainable_variables)
             self.optimizer = optimization.create_optimizer(
-                optimizer, self.variables, weight_decay_rate, adam_bias_correction)
+                optimizer, self.variables, weight_decay_rate, adam_bias_correction,
+                fused=kernel_choices.resolve(kernels).fused_optimizer)
             self.global_step = tf.Variable(0, dtype=tf.int64, trainable=False,
                                            name="global_step")
             self.loss_scale = DynamicLossScale() if dtype == "float16" else None
@@ -132,6 +136,13 @@ class Trainer:
             self.checkpoint, self._checkpoint_dir(), max_to_keep=max_checkpoints,
             checkpoint_name="ckpt")
         self._stop_requested = False
+        # Compiled once per Trainer and reused by every train / evaluate / predict call
+        # (per-epoch evaluation, a resumed loop, the shorter loop before a checkpoint or
+        # an epoch's end): tracing and optimising BERT-base's training graph takes tens
+        # of seconds on CPU.
+        self._train_loop = None
+        self._eval_step = None
+        self._predict_steps = {}
 
     # ---------------------------------------------------------------- checkpoints
 
@@ -212,11 +223,24 @@ class Trainer:
             grads = [g / self.loss_scale.scale for g in grads]
             finite = tf.reduce_all([tf.reduce_all(tf.math.is_finite(g)) for g in grads])
             grads = [tf.where(finite, g, tf.zeros_like(g)) for g in grads]
-        grads, norm = tf.clip_by_global_norm(grads, self.clip_norm)
-        self.optimizer.apply(grads, self._current_lr(), finite)
+        # tf.clip_by_global_norm's factor (NaN when the norm is not finite), applied
+        # inside the optimizer's compiled update instead of one more pass over every
+        # gradient.
+        norm = tf.linalg.global_norm(grads)
+        clip = self.clip_norm / tf.maximum(norm, self.clip_norm) + (norm - norm)
+        self.optimizer.apply(grads, self._current_lr(), finite, grad_scale=clip)
         if self.loss_scale is not None:
             self.loss_scale.update(finite)
         return loss, norm
+
+    def train_loop(self):
+        """The compiled loop `(iterator, num_steps) -> (mean loss, last grad norm)`.
+
+        `num_steps` is an int32 scalar tensor, so loops of any length share one trace.
+        """
+        if self._train_loop is None:
+            self._train_loop = self._make_train_loop()
+        return self._train_loop
 
     def _make_train_loop(self):
         step_fn = self._replica_train_step
@@ -267,7 +291,7 @@ class Trainer:
 
         dataset = self.strategy.distribute_datasets_from_function(skipping_dataset_fn)
         iterator = iter(dataset)
-        loop = self._make_train_loop()
+        loop = self.train_loop()
         writer = tf.summary.create_file_writer(os.path.join(self.output_dir, "train"))
         previous_handler = self._install_sigterm()
         step, loss = start_step, float("nan")
@@ -278,7 +302,7 @@ class Trainer:
                 num = min(self.steps_per_loop, self.num_train_steps - step, to_save)
                 self._maybe_profile(step, num)
                 loop_start = time.time()
-                loss_t, norm_t = loop(iterator, tf.constant(num))
+                loss_t, norm_t = loop(iterator, tf.constant(num, tf.int32))
                 loss, norm = float(loss_t), float(norm_t)
                 if not np.isfinite(loss) and self.loss_scale is None:
                     raise FloatingPointError(f"training loss is {loss} at step {step + num}")
@@ -345,16 +369,35 @@ class Trainer:
 
     # ---------------------------------------------------------------- eval / predict
 
+    def _evaluation_step(self):
+        if self._eval_step is None:
+            # reduce_retracing: a smaller last batch makes one more trace, with a batch
+            # dimension of any size, instead of one per batch size seen.
+            @tf.function(reduce_retracing=True)
+            def step(batch):
+                def replica(features):
+                    return self.task.eval_sums(features, self.model(features, training=False))
+                sums = self.strategy.run(replica, args=(batch,))
+                return self.strategy.reduce(tf.distribute.ReduceOp.SUM, sums, axis=None)
+
+            self._eval_step = step
+        return self._eval_step
+
+    def _prediction_step(self, output_fn):
+        if output_fn not in self._predict_steps:
+            @tf.function(reduce_retracing=True)
+            def step(batch):
+                def replica(features):
+                    return output_fn(features, self.model(features, training=False))
+                return self.strategy.run(replica, args=(batch,))
+
+            self._predict_steps[output_fn] = step
+        return self._predict_steps[output_fn]
+
     def evaluate(self, dataset: tf.data.Dataset, max_steps: int | None = None,
                  summary_name: str = "eval") -> dict:
         """Metrics over a batched dataset (global batches), from the task's eval sums."""
-        @tf.function
-        def step(batch):
-            def replica(features):
-                return self.task.eval_sums(features, self.model(features, training=False))
-            sums = self.strategy.run(replica, args=(batch,))
-            return self.strategy.reduce(tf.distribute.ReduceOp.SUM, sums, axis=None)
-
+        step = self._evaluation_step()
         totals = None
         for i, batch in enumerate(self.strategy.experimental_distribute_dataset(dataset)):
             if max_steps is not None and i >= max_steps:
@@ -374,13 +417,12 @@ class Trainer:
         return metrics
 
     def predict(self, dataset: tf.data.Dataset, output_fn: Callable[[dict, dict], dict]) -> dict:
-        """Concatenated numpy arrays of output_fn(features, outputs), in dataset order."""
-        @tf.function
-        def step(batch):
-            def replica(features):
-                return output_fn(features, self.model(features, training=False))
-            return self.strategy.run(replica, args=(batch,))
+        """Concatenated numpy arrays of output_fn(features, outputs), in dataset order.
 
+        The compiled step is kept per `output_fn`: pass the same function (a
+        module-level one, not a new lambda) to reuse it.
+        """
+        step = self._prediction_step(output_fn)
         pieces = []
         for batch in self.strategy.experimental_distribute_dataset(dataset):
             result = step(batch)

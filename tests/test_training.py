@@ -222,6 +222,10 @@ def train_classifier_initial(seed=7):
     return [w.numpy() for w in model.weights]
 
 
+def _logits_and_labels(features, outputs):
+    return {"logits": outputs["logits"], "label_ids": features["label_ids"]}
+
+
 def test_training_learns_evaluates_predicts_and_resumes(tmp_path):
     trainer, model, summary = train_classifier(tmp_path, "run", steps=40, lr=5e-3)
     assert summary["global_step"] == 40 and summary["replica_max_diff"] == 0.0
@@ -230,17 +234,29 @@ def test_training_learns_evaluates_predicts_and_resumes(tmp_path):
     metrics = trainer.evaluate(dataset)
     assert metrics["global_step"] == 40
     assert metrics["eval_accuracy"] > 0.8, metrics
-    out = trainer.predict(dataset, lambda f, o: {"logits": o["logits"],
-                                                 "label_ids": f["label_ids"]})
+    out = trainer.predict(dataset, _logits_and_labels)
     np.testing.assert_array_equal(out["label_ids"], data["label_ids"])
     accuracy = np.mean(out["logits"].argmax(-1) == data["label_ids"])
     assert accuracy == pytest.approx(metrics["eval_accuracy"])
-    assert tf.train.latest_checkpoint(str(tmp_path / "run")).endswith("ckpt-40")
-    # A new trainer over the same output_dir resumes at step 40 and trains no further.
+    # Compiled once per trainer: loops of another length, evaluation and prediction
+    # again (a smaller last batch adds one trace of any batch size) reuse the traces.
+    trainer.num_train_steps, trainer.steps_per_loop = 43, 2  # loops of 2, then 1
+    trainer.train(lambda context=None: tf.data.Dataset.from_tensor_slices(data).repeat()
+                  .batch(16, drop_remainder=True), 16)
+    assert int(trainer.global_step.numpy()) == 43
+    uneven = tf.data.Dataset.from_tensor_slices(data).batch(24)  # 10 x 24, then 16
+    for _ in range(2):
+        trainer.evaluate(uneven)
+        trainer.predict(uneven, _logits_and_labels)
+    assert trainer.train_loop().experimental_get_tracing_count() == 1
+    assert trainer._evaluation_step().experimental_get_tracing_count() == 2
+    assert trainer._prediction_step(_logits_and_labels).experimental_get_tracing_count() == 2
+    assert tf.train.latest_checkpoint(str(tmp_path / "run")).endswith("ckpt-43")
+    # A new trainer over the same output_dir resumes at step 43 and trains no further.
     # (Another seed: the weights equal only if they were restored.)
-    again, model2, summary2 = train_classifier(tmp_path, "run", steps=40, lr=5e-3, seed=8,
+    again, model2, summary2 = train_classifier(tmp_path, "run", steps=43, lr=5e-3, seed=8,
                                                restore=True)
-    assert summary2["global_step"] == 40
+    assert summary2["global_step"] == 43
     np.testing.assert_array_equal(model2.weights[0].numpy(), model.weights[0].numpy())
 
 
