@@ -260,10 +260,11 @@ class ClassifierTask:
     def build_model(self, encoder, config: BertConfig) -> keras.Model:
         """BertMultipleChoice, or BertClassifier with one output per label (one output,
         the score, for regression)."""
+        initializer = self.settings.head_initializer
         if self.num_choices:
-            return BertMultipleChoice(encoder, config)
+            return BertMultipleChoice(encoder, config, head_initializer=initializer)
         num_labels = 1 if self.is_regression else len(self.data.metadata["labels"])
-        return BertClassifier(encoder, config, num_labels)
+        return BertClassifier(encoder, config, num_labels, head_initializer=initializer)
 
     def train_dataset(self, batch_size, seed, input_context):
         train = self.data.train

@@ -297,13 +297,14 @@ class NerTask:
     def build_model(self, encoder, config: BertConfig) -> keras.Model:
         """BertTokenClassifier (fine-tuning) or, with --feature_based, the frozen-encoder
         BiLSTM tagger of `modeling.feature_based`."""
-        options = self.feature_options
+        options, initializer = self.feature_options, self.settings.head_initializer
         if options is None:
-            return BertTokenClassifier(encoder, config, len(self.labels.labels))
+            return BertTokenClassifier(encoder, config, len(self.labels.labels),
+                                       head_initializer=initializer)
         layers = feature_based.parse_feature_layers(options.layers, config.num_hidden_layers)
         return feature_based.BertFeatureBasedTagger(
             encoder, config, len(self.labels.labels), layers, options.resolved_combination(),
-            lstm_units=options.lstm_units)
+            lstm_units=options.lstm_units, head_initializer=initializer)
 
     def train_dataset(self, batch_size, seed, input_context):
         return ner_features.build_dataset(

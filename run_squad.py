@@ -142,7 +142,8 @@ class SquadTask:
         self._predicted_at = None
 
     def build_model(self, encoder, config: BertConfig) -> keras.Model:
-        return BertSpanLabeler(encoder, config)
+        return BertSpanLabeler(encoder, config,
+                               head_initializer=self.settings.head_initializer)
 
     def train_dataset(self, batch_size, seed, input_context):
         data = self.train_data

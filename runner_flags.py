@@ -145,6 +145,10 @@ def define_finetuning_flags(flag_values=FLAGS) -> None:
     flags.DEFINE_bool("reinit_head", False, "Start the task head from its initializer even "
                       "when --init_checkpoint holds one (e.g. to fine-tune a fine-tuned "
                       "model on other labels).", flag_values=f)
+    flags.DEFINE_enum("head_initializer", "truncated_normal", ["truncated_normal", "normal"],
+                      "How a new task head's kernel is drawn (stddev initializer_range): "
+                      "the original release's truncated normal, or a plain normal as "
+                      "Hugging Face draws its heads.", flag_values=f)
     flags.DEFINE_string("export_dir", None, "Export the fine-tuned model (the best one with "
                         "--do_eval) as a SavedModel that answers raw text.", flag_values=f)
     define_overwrite_flag("Let --export_dir replace a previous export.", f)
@@ -368,6 +372,7 @@ def finetuning_settings(FLAGS) -> finetuning.Settings:
     return finetuning.Settings(
         output_dir=FLAGS.output_dir, init_checkpoint=FLAGS.init_checkpoint,
         hub_module_url=FLAGS.hub_module_url, reinit_head=FLAGS.reinit_head,
+        head_initializer=FLAGS.head_initializer,
         do_train=FLAGS.do_train, do_eval=FLAGS.do_eval, do_predict=FLAGS.do_predict,
         train_batch_size=FLAGS.train_batch_size, eval_batch_size=FLAGS.eval_batch_size,
         predict_batch_size=FLAGS.predict_batch_size, learning_rate=FLAGS.learning_rate,

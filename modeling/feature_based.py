@@ -131,7 +131,8 @@ class BertFeatureBasedTagger(keras.Model):
     def __init__(self, encoder, config: BertConfig, num_labels: int,
                  feature_layers: Sequence[int], combination: str = "concat",
                  lstm_units: int = 256, num_lstm_layers: int = 2,
-                 dropout_rate: float | None = None, **kwargs):
+                 dropout_rate: float | None = None,
+                 head_initializer: str = "truncated_normal", **kwargs):
         super().__init__(dtype=encoder.dtype_policy, **kwargs)
         if lstm_units < 1 or num_lstm_layers < 1:
             raise ValueError(f"lstm_units ({lstm_units}) and num_lstm_layers "
@@ -153,7 +154,7 @@ class BertFeatureBasedTagger(keras.Model):
                 name=f"bilstm_{i}", dtype=policy))
         self.classifier = keras.layers.Dense(
             num_labels, name="classifier", dtype=policy,
-            kernel_initializer=layers.initializer(config))
+            kernel_initializer=layers.initializer(config, head_initializer))
         self._build_head(config.hidden_size, lstm_units)
 
     @property

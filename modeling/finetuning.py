@@ -44,12 +44,15 @@ class Settings:
     """What a fine-tuning run does, from the runner's flags.
 
     `trainer_options` are keyword arguments of `training.Trainer` (optimizer,
-    weight_decay_rate, dtype, steps_per_loop, save_checkpoints_steps, ...).
+    weight_decay_rate, dtype, steps_per_loop, save_checkpoints_steps, ...);
+    `head_initializer` is how a task model draws its new head
+    (`modeling.layers.INITIALIZERS`).
     """
     output_dir: str
     init_checkpoint: str | None = None
     hub_module_url: str | None = None
     reinit_head: bool = False
+    head_initializer: str = "truncated_normal"
     do_train: bool = False
     do_eval: bool = False
     do_predict: bool = False

@@ -2,7 +2,9 @@
 
 Shape legend: B batch, S sequence length, H hidden size, P masked positions,
 V vocabulary size, L labels, C choices. Every head returns float32 logits, whatever
-the compute dtype, so that softmax and losses run in float32.
+the compute dtype, so that softmax and losses run in float32. The task heads draw their
+kernel from the original release's truncated normal unless `initializer="normal"`
+(`layers.INITIALIZERS`).
 """
 
 from __future__ import annotations
@@ -83,11 +85,12 @@ class PooledClassifierHead(keras.layers.Layer):
     """
 
     def __init__(self, config: BertConfig, num_outputs: int, dropout_rate: float = None,
-                 **kwargs):
+                 initializer: str = "truncated_normal", **kwargs):
         super().__init__(**kwargs)
         rate = config.hidden_dropout_prob if dropout_rate is None else dropout_rate
         self.dropout = layers.Dropout(rate, dtype=self.dtype_policy)
-        self.dense = layers._dense(config, num_outputs, "dense", self.dtype_policy)
+        self.dense = layers._dense(config, num_outputs, "dense", self.dtype_policy,
+                                   distribution=initializer)
         self.hidden_size = config.hidden_size
 
     def build(self, input_shape=None):
@@ -105,11 +108,12 @@ class TokenClassifierHead(keras.layers.Layer):
     """
 
     def __init__(self, config: BertConfig, num_outputs: int, dropout_rate: float = None,
-                 **kwargs):
+                 initializer: str = "truncated_normal", **kwargs):
         super().__init__(**kwargs)
         rate = config.hidden_dropout_prob if dropout_rate is None else dropout_rate
         self.dropout = layers.Dropout(rate, dtype=self.dtype_policy)
-        self.dense = layers._dense(config, num_outputs, "dense", self.dtype_policy)
+        self.dense = layers._dense(config, num_outputs, "dense", self.dtype_policy,
+                                   distribution=initializer)
         self.hidden_size = config.hidden_size
 
     def build(self, input_shape=None):

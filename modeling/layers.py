@@ -106,8 +106,19 @@ def get_activation(name: str, fused: bool = True):
     return (_ACTIVATIONS if fused else _PLAIN_ACTIVATIONS)[name]
 
 
-def initializer(config: BertConfig):
-    return keras.initializers.TruncatedNormal(stddev=config.initializer_range)
+# How a kernel is drawn: the original release's truncated normal (values beyond two
+# stddev redrawn, an actual spread of about 0.88 stddev), or a plain normal, as Hugging
+# Face draws the task heads it adds to a checkpoint.
+INITIALIZERS = ("truncated_normal", "normal")
+
+
+def initializer(config: BertConfig, distribution: str = "truncated_normal"):
+    """The kernel initializer with stddev config.initializer_range."""
+    if distribution == "truncated_normal":
+        return keras.initializers.TruncatedNormal(stddev=config.initializer_range)
+    if distribution == "normal":
+        return keras.initializers.RandomNormal(stddev=config.initializer_range)
+    raise ValueError(f"unknown initializer {distribution!r}; choose one of {INITIALIZERS}")
 
 
 class LayerNorm(keras.layers.Layer):
@@ -267,9 +278,10 @@ def _dropout_kernel(rate: float):
     return op
 
 
-def _dense(config: BertConfig, units: int, name: str, policy, activation=None):
+def _dense(config: BertConfig, units: int, name: str, policy, activation=None,
+           distribution: str = "truncated_normal"):
     return keras.layers.Dense(units, activation=activation, name=name, dtype=policy,
-                              kernel_initializer=initializer(config))
+                              kernel_initializer=initializer(config, distribution))
 
 
 class BertEmbeddings(keras.layers.Layer):

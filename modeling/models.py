@@ -6,7 +6,9 @@ The encoder may be a `BertEncoder` or any layer with the same dict contract (a T
 encoder loaded with `modeling.hub`).
 
 Each class names its kind in `MODEL_KIND`; checkpoints use it to tell which head a
-checkpoint holds for it (modeling/checkpoints.py).
+checkpoint holds for it (modeling/checkpoints.py). The task models take
+`head_initializer`: how their new head's kernel is drawn, "truncated_normal" (the
+original release's) or "normal" (Hugging Face's); see `layers.INITIALIZERS`.
 """
 
 from __future__ import annotations
@@ -59,12 +61,14 @@ class BertClassifier(keras.Model):
 
     MODEL_KIND = "classifier"
 
-    def __init__(self, encoder, config: BertConfig, num_labels: int, **kwargs):
+    def __init__(self, encoder, config: BertConfig, num_labels: int,
+                 head_initializer: str = "truncated_normal", **kwargs):
         super().__init__(dtype=encoder.dtype_policy, **kwargs)
         self.encoder = encoder
         self.num_labels = num_labels
         self.classifier = heads.PooledClassifierHead(
-            config, num_labels, name="classifier", dtype=self.dtype_policy)
+            config, num_labels, name="classifier", dtype=self.dtype_policy,
+            initializer=head_initializer)
         self.classifier.build()
         self.built = True
 
@@ -80,11 +84,13 @@ class BertMultipleChoice(keras.Model):
 
     MODEL_KIND = "multiple_choice"
 
-    def __init__(self, encoder, config: BertConfig, **kwargs):
+    def __init__(self, encoder, config: BertConfig, head_initializer: str = "truncated_normal",
+                 **kwargs):
         super().__init__(dtype=encoder.dtype_policy, **kwargs)
         self.encoder = encoder
         self.scorer = heads.PooledClassifierHead(config, 1, name="classifier",
-                                                 dtype=self.dtype_policy)
+                                                 dtype=self.dtype_policy,
+                                                 initializer=head_initializer)
         self.scorer.build()
         self.built = True
 
@@ -103,11 +109,13 @@ class BertSpanLabeler(keras.Model):
 
     MODEL_KIND = "span"
 
-    def __init__(self, encoder, config: BertConfig, **kwargs):
+    def __init__(self, encoder, config: BertConfig, head_initializer: str = "truncated_normal",
+                 **kwargs):
         super().__init__(dtype=encoder.dtype_policy, **kwargs)
         self.encoder = encoder
         self.span = heads.TokenClassifierHead(config, 2, dropout_rate=0.0, name="squad",
-                                              dtype=self.dtype_policy)
+                                              dtype=self.dtype_policy,
+                                              initializer=head_initializer)
         self.span.build()
         self.built = True
 
@@ -122,12 +130,14 @@ class BertTokenClassifier(keras.Model):
 
     MODEL_KIND = "token_classifier"
 
-    def __init__(self, encoder, config: BertConfig, num_labels: int, **kwargs):
+    def __init__(self, encoder, config: BertConfig, num_labels: int,
+                 head_initializer: str = "truncated_normal", **kwargs):
         super().__init__(dtype=encoder.dtype_policy, **kwargs)
         self.encoder = encoder
         self.num_labels = num_labels
         self.classifier = heads.TokenClassifierHead(config, num_labels, name="classifier",
-                                                    dtype=self.dtype_policy)
+                                                    dtype=self.dtype_policy,
+                                                    initializer=head_initializer)
         self.classifier.build()
         self.built = True
 

@@ -299,6 +299,35 @@ def test_task_models(config, encoder):
     np.testing.assert_allclose(logits[1], logits[0][::-1], atol=1e-5)
 
 
+@pytest.mark.parametrize("build", [
+    lambda e, c, init: models.BertClassifier(e, c, 100, head_initializer=init).classifier,
+    lambda e, c, init: models.BertMultipleChoice(e, c, head_initializer=init).scorer,
+    lambda e, c, init: models.BertSpanLabeler(e, c, head_initializer=init).span,
+    lambda e, c, init: models.BertTokenClassifier(e, c, 100, head_initializer=init).classifier,
+])
+def test_head_initializer(config, encoder, build):
+    """Heads draw from the original's truncated normal (nothing beyond 2 stddev) unless
+    asked for Hugging Face's plain normal (about 4.6% beyond)."""
+    stddev = config.initializer_range
+    kinds = {"truncated_normal": keras.initializers.TruncatedNormal,
+             "normal": keras.initializers.RandomNormal}
+    for distribution in layers.INITIALIZERS:
+        keras.utils.set_random_seed(3)
+        dense = build(encoder, config, distribution).dense
+        assert type(dense.kernel_initializer) is kinds[distribution]
+        kernel = dense.kernel.numpy()
+        beyond = np.mean(np.abs(kernel) > 2 * stddev)
+        if distribution == "truncated_normal":
+            assert beyond == 0.0
+        if kernel.size > 1000:  # 100 outputs: the spread tells the two apart
+            expected = {"truncated_normal": (0.0, 0.0, 0.84, 0.92),
+                        "normal": (0.03, 0.07, 0.95, 1.05)}[distribution]
+            assert expected[0] <= beyond <= expected[1]
+            assert expected[2] * stddev < kernel.std() < expected[3] * stddev
+    with pytest.raises(ValueError, match="unknown initializer 'uniform'"):
+        build(encoder, config, "uniform")
+
+
 def test_tf2_checkpoint_round_trip(config, tmp_path):
     src = BertEncoder(config)
     pretrainer = models.BertPretrainer(src, config)
