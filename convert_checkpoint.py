@@ -36,26 +36,41 @@ CONVERTIBLE_KINDS = tuple(k for k in names.MODEL_KINDS if k != names.FEATURE_BAS
 FLAGS = flags.FLAGS
 
 runner_flags.define_model_flags(max_seq_length=None)
-runner_flags.define_output_dir_flag("The folder to write. It must not exist, be empty, or "
-                                    "hold an earlier conversion (replaced with "
-                                    "--overwrite).")
+runner_flags.define_output_dir_flag(
+    "The folder to write. It must not exist, be empty, or "
+    "hold an earlier conversion (replaced with "
+    "--overwrite)."
+)
 runner_flags.define_overwrite_flag("Replace an earlier conversion in --output_dir.")
-flags.DEFINE_enum("output_format", None, list(FORMATS), "tf1: the original release's "
-                  "names; hf: a Hugging Face directory; tf2: this project's checkpoint.")
-flags.DEFINE_enum("model_kind", None, list(CONVERTIBLE_KINDS), "The model the checkpoint "
-                  "holds (default: detected). 'encoder' converts the encoder alone.")
+flags.DEFINE_enum(
+    "output_format",
+    None,
+    list(FORMATS),
+    "tf1: the original release's "
+    "names; hf: a Hugging Face directory; tf2: this project's checkpoint.",
+)
+flags.DEFINE_enum(
+    "model_kind",
+    None,
+    list(CONVERTIBLE_KINDS),
+    "The model the checkpoint holds (default: detected). 'encoder' converts the encoder alone.",
+)
 
-WRITERS = {"tf1": checkpoints.write_original_directory,
-           "hf": checkpoints.write_hf_directory,
-           "tf2": checkpoints.write_tf2_directory}
+WRITERS = {
+    "tf1": checkpoints.write_original_directory,
+    "hf": checkpoints.write_hf_directory,
+    "tf2": checkpoints.write_tf2_directory,
+}
 
 
 def build_model(kind: str, config: BertConfig, num_labels: int | None):
     """A float32 model of `kind` (checkpoint_names.MODEL_KINDS) on a new encoder."""
     if kind not in CONVERTIBLE_KINDS:
-        raise ValueError(f"cannot convert a {kind} model: the feature-based tagger's BiLSTM "
-                         f"head exists only in this project's TF2 format "
-                         f"(--model_kind=encoder converts its encoder)")
+        raise ValueError(
+            f"cannot convert a {kind} model: the feature-based tagger's BiLSTM "
+            f"head exists only in this project's TF2 format "
+            f"(--model_kind=encoder converts its encoder)"
+        )
     encoder = BertEncoder(config, dtype="float32")
     builders = {
         names.ENCODER: lambda: encoder,
@@ -63,8 +78,7 @@ def build_model(kind: str, config: BertConfig, num_labels: int | None):
         names.CLASSIFIER: lambda: models.BertClassifier(encoder, config, num_labels),
         names.MULTIPLE_CHOICE: lambda: models.BertMultipleChoice(encoder, config),
         names.SPAN: lambda: models.BertSpanLabeler(encoder, config),
-        names.TOKEN_CLASSIFIER: lambda: models.BertTokenClassifier(encoder, config,
-                                                                   num_labels),
+        names.TOKEN_CLASSIFIER: lambda: models.BertTokenClassifier(encoder, config, num_labels),
     }
     return builders[kind]()
 
@@ -77,19 +91,29 @@ def choose_kind(info: dict, model_kind: str | None) -> str:
             raise ValueError(
                 f"checkpoint {info['path']} has a head that fits several kinds of model "
                 f"({', '.join(info['candidates'])}) and no model_info.json says which: pass "
-                f"--model_kind")
+                f"--model_kind"
+            )
         return info["model_kind"]
     if model_kind != names.ENCODER and model_kind not in info["candidates"]:
-        raise ValueError(f"--model_kind={model_kind}: checkpoint {info['path']} has no "
-                         f"{model_kind} head (its variables fit: "
-                         f"{', '.join(info['candidates'])})")
+        raise ValueError(
+            f"--model_kind={model_kind}: checkpoint {info['path']} has no "
+            f"{model_kind} head (its variables fit: "
+            f"{', '.join(info['candidates'])})"
+        )
     return model_kind
 
 
-def convert(input_checkpoint: str, output_dir: str, output_format: str, *,
-            bert_config_file: str | None = None, vocab_file: str | None = None,
-            do_lower_case: bool | None = None, model_kind: str | None = None,
-            overwrite: bool = False) -> str:
+def convert(
+    input_checkpoint: str,
+    output_dir: str,
+    output_format: str,
+    *,
+    bert_config_file: str | None = None,
+    vocab_file: str | None = None,
+    do_lower_case: bool | None = None,
+    model_kind: str | None = None,
+    overwrite: bool = False,
+) -> str:
     """Reads `input_checkpoint` and writes it to `output_dir` in `output_format`.
 
     Returns what the writer returns (the checkpoint prefix, or the Hugging Face folder).
@@ -99,33 +123,46 @@ def convert(input_checkpoint: str, output_dir: str, output_format: str, *,
     """
     info = checkpoints.inspect_checkpoint(input_checkpoint)
     kind = choose_kind(info, model_kind)
-    files = model_files.resolve(bert_config_file, vocab_file, input_checkpoint,
-                                do_lower_case)
+    files = model_files.resolve(bert_config_file, vocab_file, input_checkpoint, do_lower_case)
     model = build_model(kind, files.config, info["num_labels"])
     restored = checkpoints.restore_model(input_checkpoint, model)
     if "pooler" in restored["fresh"]:
-        logging.warning("Checkpoint %s has no pooler (a %s does not use it): the output's "
-                        "pooler is untrained.", input_checkpoint, kind)
+        logging.warning(
+            "Checkpoint %s has no pooler (a %s does not use it): the output's pooler is untrained.",
+            input_checkpoint,
+            kind,
+        )
     missing = [part for part in restored["fresh"] if part != "pooler"]
     if missing:
-        raise ValueError(f"checkpoint {input_checkpoint} has no {', '.join(missing)} for a "
-                         f"{kind} model: nothing to convert there (--model_kind=encoder "
-                         f"converts the encoder alone)")
+        raise ValueError(
+            f"checkpoint {input_checkpoint} has no {', '.join(missing)} for a "
+            f"{kind} model: nothing to convert there (--model_kind=encoder "
+            f"converts the encoder alone)"
+        )
     labels = info["labels"]
     if labels is not None and len(labels) != (info["num_labels"] or 0):
         labels = None
-    return WRITERS[output_format](output_dir, model, files.vocab_file, files.do_lower_case,
-                                  labels if kind in (names.CLASSIFIER,
-                                                     names.TOKEN_CLASSIFIER) else None,
-                                  overwrite=overwrite)
+    return WRITERS[output_format](
+        output_dir,
+        model,
+        files.vocab_file,
+        files.do_lower_case,
+        labels if kind in (names.CLASSIFIER, names.TOKEN_CLASSIFIER) else None,
+        overwrite=overwrite,
+    )
 
 
 def main(_):
-    path = convert(FLAGS.init_checkpoint, FLAGS.output_dir, FLAGS.output_format,
-                   bert_config_file=FLAGS.bert_config_file, vocab_file=FLAGS.vocab_file,
-                   do_lower_case=runner_flags.do_lower_case_flag(FLAGS),
-                   model_kind=FLAGS.model_kind,
-                   overwrite=FLAGS.overwrite)
+    path = convert(
+        FLAGS.init_checkpoint,
+        FLAGS.output_dir,
+        FLAGS.output_format,
+        bert_config_file=FLAGS.bert_config_file,
+        vocab_file=FLAGS.vocab_file,
+        do_lower_case=runner_flags.do_lower_case_flag(FLAGS),
+        model_kind=FLAGS.model_kind,
+        overwrite=FLAGS.overwrite,
+    )
     logging.info("Wrote %s (%s)", path, FLAGS.output_format)
 
 

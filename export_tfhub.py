@@ -37,23 +37,32 @@ FLAGS = flags.FLAGS
 EXPORT_TYPES = ("encoder", "encoder_with_mlm", "preprocessing")
 
 runner_flags.define_model_flags(max_seq_length=None)
-flags.DEFINE_string("export_path", None, "Destination folder of the SavedModel: new, "
-                    "empty, or a previous export (with --overwrite).")
+flags.DEFINE_string(
+    "export_path",
+    None,
+    "Destination folder of the SavedModel: new, empty, or a previous export (with --overwrite).",
+)
 runner_flags.define_overwrite_flag("Replace a previous export at --export_path.")
 flags.DEFINE_enum("export_type", "encoder", list(EXPORT_TYPES), "What to export.")
-flags.DEFINE_integer("seq_length", 128, "Sequence length of the preprocessing model's "
-                     "default call (bert_pack_inputs takes any).")
+flags.DEFINE_integer(
+    "seq_length",
+    128,
+    "Sequence length of the preprocessing model's default call (bert_pack_inputs takes any).",
+)
 
 
 def build_encoder(config: BertConfig, init_checkpoint: str, with_mlm: bool):
     """A float32 encoder (and pre-trainer, for the MLM head) loaded from the checkpoint."""
     encoder = BertEncoder(config, dtype="float32")
     pretrainer = BertPretrainer(encoder, config) if with_mlm else None
-    restored = checkpoints.restore_model(init_checkpoint,
-                                         pretrainer if with_mlm else encoder)["restored"]
+    restored = checkpoints.restore_model(init_checkpoint, pretrainer if with_mlm else encoder)[
+        "restored"
+    ]
     if with_mlm and "masked_lm" not in restored:
-        raise ValueError(f"--export_type=encoder_with_mlm: checkpoint {init_checkpoint} has "
-                         f"no masked-LM head (cls/predictions); export --export_type=encoder")
+        raise ValueError(
+            f"--export_type=encoder_with_mlm: checkpoint {init_checkpoint} has "
+            f"no masked-LM head (cls/predictions); export --export_type=encoder"
+        )
     return encoder, pretrainer
 
 
@@ -61,26 +70,39 @@ def export_encoder(with_mlm: bool) -> str:
     if not FLAGS.init_checkpoint:
         raise app.UsageError("--init_checkpoint is required to export an encoder")
     runner_flags.check_init_checkpoint(FLAGS)
-    files = model_files.resolve(FLAGS.bert_config_file, FLAGS.vocab_file,
-                                FLAGS.init_checkpoint, runner_flags.do_lower_case_flag(FLAGS))
+    files = model_files.resolve(
+        FLAGS.bert_config_file,
+        FLAGS.vocab_file,
+        FLAGS.init_checkpoint,
+        runner_flags.do_lower_case_flag(FLAGS),
+    )
     encoder, pretrainer = build_encoder(files.config, FLAGS.init_checkpoint, with_mlm)
     masked_lm = pretrainer.masked_lm if pretrainer is not None else None
-    return encoder_export.export_encoder(encoder, FLAGS.export_path, files.vocab_file,
-                                         files.do_lower_case, masked_lm=masked_lm,
-                                         overwrite=FLAGS.overwrite)
+    return encoder_export.export_encoder(
+        encoder,
+        FLAGS.export_path,
+        files.vocab_file,
+        files.do_lower_case,
+        masked_lm=masked_lm,
+        overwrite=FLAGS.overwrite,
+    )
 
 
 def export_preprocessing() -> str:
     vocab_file = FLAGS.vocab_file or checkpoint_readers.find_side_file(
-        model_files.side_dirs(FLAGS.init_checkpoint), model_files.VOCAB_FILE)
+        model_files.side_dirs(FLAGS.init_checkpoint), model_files.VOCAB_FILE
+    )
     if vocab_file is None:
-        raise app.UsageError("--vocab_file (or an --init_checkpoint folder with vocab.txt) "
-                             "is required for --export_type=preprocessing")
-    do_lower_case = model_files.resolve_case(runner_flags.do_lower_case_flag(FLAGS),
-                                             FLAGS.init_checkpoint, vocab_file)
-    return preprocessing.export_preprocessing(FLAGS.export_path, vocab_file,
-                                              do_lower_case, FLAGS.seq_length,
-                                              overwrite=FLAGS.overwrite)
+        raise app.UsageError(
+            "--vocab_file (or an --init_checkpoint folder with vocab.txt) "
+            "is required for --export_type=preprocessing"
+        )
+    do_lower_case = model_files.resolve_case(
+        runner_flags.do_lower_case_flag(FLAGS), FLAGS.init_checkpoint, vocab_file
+    )
+    return preprocessing.export_preprocessing(
+        FLAGS.export_path, vocab_file, do_lower_case, FLAGS.seq_length, overwrite=FLAGS.overwrite
+    )
 
 
 def main(_):

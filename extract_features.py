@@ -32,14 +32,19 @@ from modeling.encoder import BertEncoder
 
 FLAGS = flags.FLAGS
 
-flags.DEFINE_string("input_file", None, "Text file, one example per line: "
-                    "`text_a` or `text_a ||| text_b`.")
+flags.DEFINE_string(
+    "input_file", None, "Text file, one example per line: `text_a` or `text_a ||| text_b`."
+)
 flags.DEFINE_string("output_file", None, "JSON-lines output file.")
-flags.DEFINE_string("layers", "-1,-2,-3,-4", "Comma list of layer indexes (negative "
-                    "counts from the last layer).")
+flags.DEFINE_string(
+    "layers", "-1,-2,-3,-4", "Comma list of layer indexes (negative counts from the last layer)."
+)
 flags.DEFINE_integer("batch_size", 32, "Examples per batch.")
-flags.DEFINE_bool("use_one_hot_embeddings", False, "Original flag: not needed (the "
-                  "embedding lookup is the same on every device).")
+flags.DEFINE_bool(
+    "use_one_hot_embeddings",
+    False,
+    "Original flag: not needed (the embedding lookup is the same on every device).",
+)
 runner_flags.define_model_flags(max_seq_length=128)
 runner_flags.define_original_flags()
 
@@ -62,15 +67,16 @@ def read_examples(path: str) -> Iterator[tuple[int, str, str | None]]:
                 yield index, line, None
 
 
-def example_to_tokens(tokenizer, text_a: str, text_b: str | None,
-                      max_seq_length: int) -> tuple[list[str], list[int]]:
+def example_to_tokens(
+    tokenizer, text_a: str, text_b: str | None, max_seq_length: int
+) -> tuple[list[str], list[int]]:
     """`[CLS] A [SEP] (B [SEP])` tokens and segment ids, truncated as the original."""
     tokens_a = tokenizer.tokenize(text_a)
     tokens_b = tokenizer.tokenize(text_b) if text_b is not None else None
     if tokens_b is not None:
         tokenization.truncate_seq_pair(tokens_a, tokens_b, max_seq_length - 3)
     else:
-        tokens_a = tokens_a[:max_seq_length - 2]
+        tokens_a = tokens_a[: max_seq_length - 2]
     tokens = ["[CLS]"] + tokens_a + ["[SEP]"]
     segments = [0] * len(tokens)
     if tokens_b is not None:
@@ -86,9 +92,9 @@ def batch_inputs(tokenizer, token_lists: list[list[str]], segment_lists: list[li
     mask = np.zeros_like(ids)
     types = np.zeros_like(ids)
     for row, (tokens, segments) in enumerate(zip(token_lists, segment_lists)):
-        ids[row, :len(tokens)] = tokenizer.convert_tokens_to_ids(tokens)
-        mask[row, :len(tokens)] = 1
-        types[row, :len(tokens)] = segments
+        ids[row, : len(tokens)] = tokenizer.convert_tokens_to_ids(tokens)
+        mask[row, : len(tokens)] = 1
+        types[row, : len(tokens)] = segments
     return {"input_word_ids": ids, "input_mask": mask, "input_type_ids": types}
 
 
@@ -97,12 +103,14 @@ def make_feature_fn(encoder: BertEncoder, layer_indexes: list[int]):
     num_layers = encoder.config.num_hidden_layers
     for index in layer_indexes:
         if not -num_layers <= index < num_layers:
-            raise ValueError(f"--layers index {index} is out of range for a "
-                             f"{num_layers}-layer model")
+            raise ValueError(
+                f"--layers index {index} is out of range for a {num_layers}-layer model"
+            )
     spec = tf.TensorSpec([None, None], tf.int32)
 
-    @tf.function(input_signature=[{"input_word_ids": spec, "input_mask": spec,
-                                   "input_type_ids": spec}])
+    @tf.function(
+        input_signature=[{"input_word_ids": spec, "input_mask": spec, "input_type_ids": spec}]
+    )
     def features(inputs):
         outputs = encoder(inputs, training=False)["encoder_outputs"]
         return tf.stack([tf.cast(outputs[i], tf.float32) for i in layer_indexes])
@@ -110,23 +118,35 @@ def make_feature_fn(encoder: BertEncoder, layer_indexes: list[int]):
     return features
 
 
-def format_example(index: int, tokens: list[str], layer_indexes: list[int],
-                   values: np.ndarray) -> str:
+def format_example(
+    index: int, tokens: list[str], layer_indexes: list[int], values: np.ndarray
+) -> str:
     """One JSON line; values: float32 [len(layers), S, H] for this example."""
     features = []
     for position, token in enumerate(tokens):
-        layers = [{"index": layer, "values": [round(float(x), 6) for x in values[j, position]]}
-                  for j, layer in enumerate(layer_indexes)]
+        layers = [
+            {"index": layer, "values": [round(float(x), 6) for x in values[j, position]]}
+            for j, layer in enumerate(layer_indexes)
+        ]
         features.append({"token": token, "layers": layers})
     return json.dumps({"linex_index": index, "features": features})
 
 
-def extract(encoder, tokenizer, input_file: str, output_file: str, layer_indexes: list[int],
-            max_seq_length: int, batch_size: int) -> int:
+def extract(
+    encoder,
+    tokenizer,
+    input_file: str,
+    output_file: str,
+    layer_indexes: list[int],
+    max_seq_length: int,
+    batch_size: int,
+) -> int:
     """Writes the features of every line of `input_file`; returns the example count."""
     if max_seq_length > encoder.config.max_position_embeddings:
-        raise ValueError(f"--max_seq_length={max_seq_length} exceeds max_position_embeddings="
-                         f"{encoder.config.max_position_embeddings} of the BERT config")
+        raise ValueError(
+            f"--max_seq_length={max_seq_length} exceeds max_position_embeddings="
+            f"{encoder.config.max_position_embeddings} of the BERT config"
+        )
     feature_fn = make_feature_fn(encoder, layer_indexes)
     count, start = 0, time.time()
     # Nothing half-written survives: the output appears only when complete.
@@ -135,15 +155,21 @@ def extract(encoder, tokenizer, input_file: str, output_file: str, layer_indexes
         for example in read_examples(input_file):
             batch.append(example)
             if len(batch) == batch_size:
-                count += _write_batch(out, batch, encoder, tokenizer, feature_fn,
-                                      layer_indexes, max_seq_length)
+                count += _write_batch(
+                    out, batch, encoder, tokenizer, feature_fn, layer_indexes, max_seq_length
+                )
                 batch = []
                 logging.log_every_n_seconds(
-                    logging.INFO, "%d examples, %.1f examples/s", 10, count,
-                    count / (time.time() - start))
+                    logging.INFO,
+                    "%d examples, %.1f examples/s",
+                    10,
+                    count,
+                    count / (time.time() - start),
+                )
         if batch:
-            count += _write_batch(out, batch, encoder, tokenizer, feature_fn,
-                                  layer_indexes, max_seq_length)
+            count += _write_batch(
+                out, batch, encoder, tokenizer, feature_fn, layer_indexes, max_seq_length
+            )
     logging.info("Wrote %d examples to %s in %.1fs", count, output_file, time.time() - start)
     return count
 
@@ -167,8 +193,15 @@ def main(_):
     else:
         logging.warning("No --init_checkpoint: features come from random weights.")
     layer_indexes = [int(x) for x in FLAGS.layers.split(",")]
-    extract(encoder, tokenizer, FLAGS.input_file, FLAGS.output_file, layer_indexes,
-            FLAGS.max_seq_length, FLAGS.batch_size)
+    extract(
+        encoder,
+        tokenizer,
+        FLAGS.input_file,
+        FLAGS.output_file,
+        layer_indexes,
+        FLAGS.max_seq_length,
+        FLAGS.batch_size,
+    )
 
 
 def cli():

@@ -50,22 +50,35 @@ from serving import tasks as serving_tasks
 
 FLAGS = flags.FLAGS
 
-flags.DEFINE_string("task_name", None, "The task: " + ", ".join(classifier_tasks.PROCESSORS)
-                    + " (any case).")
+flags.DEFINE_string(
+    "task_name", None, "The task: " + ", ".join(classifier_tasks.PROCESSORS) + " (any case)."
+)
 runner_flags.define_data_dir_flag("The task's files, in the layout of its download.")
-flags.DEFINE_string("xnli_language", None, "XNLI: the language to train and evaluate "
-                    "on (default zh, as the original).")
-flags.DEFINE_string("text_a_column", None, "generic: column of the first text (a header "
-                    "name, or a 0-based position with --nohas_header).")
+flags.DEFINE_string(
+    "xnli_language",
+    None,
+    "XNLI: the language to train and evaluate on (default zh, as the original).",
+)
+flags.DEFINE_string(
+    "text_a_column",
+    None,
+    "generic: column of the first text (a header name, or a 0-based position with --nohas_header).",
+)
 flags.DEFINE_string("text_b_column", None, "generic: column of the second text, if any.")
 flags.DEFINE_string("label_column", None, "generic: column of the label.")
-flags.DEFINE_bool("has_header", None, "generic: the files start with a header row "
-                  "(default true).")
-flags.DEFINE_string("delimiter", None, "generic: field delimiter (default: tab for .tsv, "
-                    "comma for .csv; 'tab' or '\\t' for a tab).")
-flags.DEFINE_list("label_list", None, "generic: the labels in id order (default: those of "
-                  "--init_checkpoint's fine-tuned model, else the sorted distinct labels "
-                  "of the training file).")
+flags.DEFINE_bool("has_header", None, "generic: the files start with a header row (default true).")
+flags.DEFINE_string(
+    "delimiter",
+    None,
+    "generic: field delimiter (default: tab for .tsv, comma for .csv; 'tab' or '\\t' for a tab).",
+)
+flags.DEFINE_list(
+    "label_list",
+    None,
+    "generic: the labels in id order (default: those of "
+    "--init_checkpoint's fine-tuned model, else the sorted distinct labels "
+    "of the training file).",
+)
 flags.DEFINE_bool("is_regression", None, "generic: the label is a float score.")
 runner_flags.define_common_flags(max_seq_length=128)
 runner_flags.define_training_flags()
@@ -82,6 +95,7 @@ EVAL_RESULTS = "eval_results.txt"
 @dataclasses.dataclass(frozen=True)
 class Features:
     """One split's TFRecord file and its metadata (see classifier_features)."""
+
     split: str
     file: str
     metadata: dict
@@ -92,14 +106,16 @@ class Features:
 
     def dataset(self, batch_size: int) -> tf.data.Dataset:
         """The split once, in order, for evaluation and prediction."""
-        return classifier_features.build_dataset(self.file, self.metadata, batch_size,
-                                                 is_training=False)
+        return classifier_features.build_dataset(
+            self.file, self.metadata, batch_size, is_training=False
+        )
 
 
 @dataclasses.dataclass(frozen=True)
 class TaskFeatures:
     """The features a run needs: train (with --do_train), dev splits (--do_eval) and
     test splits (--do_predict), by canonical split name."""
+
     train: Features | None
     eval: dict[str, Features]
     test: dict[str, Features]
@@ -107,8 +123,11 @@ class TaskFeatures:
     @property
     def metadata(self) -> dict:
         """Labels, is_regression and num_choices are the same in every split's."""
-        return next(f.metadata for f in (self.train, *self.eval.values(),
-                                         *self.test.values()) if f is not None)
+        return next(
+            f.metadata
+            for f in (self.train, *self.eval.values(), *self.test.values())
+            if f is not None
+        )
 
 
 def processor_options(init_checkpoint: str | None) -> dict:
@@ -119,42 +138,67 @@ def processor_options(init_checkpoint: str | None) -> dict:
         delimiter = "\t"
     labels = FLAGS.label_list
     info = model_files.read_model_info(init_checkpoint)
-    if (labels is None and FLAGS.task_name.lower() == "generic"
-            and info.get("model_kind") == BertClassifier.MODEL_KIND):
+    if (
+        labels is None
+        and FLAGS.task_name.lower() == "generic"
+        and info.get("model_kind") == BertClassifier.MODEL_KIND
+    ):
         labels = info.get("labels")
-    return dict(xnli_language=FLAGS.xnli_language, text_a_column=FLAGS.text_a_column,
-                text_b_column=FLAGS.text_b_column, label_column=FLAGS.label_column,
-                has_header=FLAGS.has_header, delimiter=delimiter, labels=labels,
-                is_regression=FLAGS.is_regression)
+    return dict(
+        xnli_language=FLAGS.xnli_language,
+        text_a_column=FLAGS.text_a_column,
+        text_b_column=FLAGS.text_b_column,
+        label_column=FLAGS.label_column,
+        has_header=FLAGS.has_header,
+        delimiter=delimiter,
+        labels=labels,
+        is_regression=FLAGS.is_regression,
+    )
 
 
-def build_features(processor: classifier_reader.DataProcessor, data_dir: str, split: str,
-                   output_dir: str, files: model_files.ModelFiles,
-                   max_seq_length: int) -> Features:
+def build_features(
+    processor: classifier_reader.DataProcessor,
+    data_dir: str,
+    split: str,
+    output_dir: str,
+    files: model_files.ModelFiles,
+    max_seq_length: int,
+) -> Features:
     """Writes (or reuses) `output_dir/<split>.tf_record`."""
     split = processor.split_name(split)
     file = os.path.join(output_dir, f"{split}.tf_record")
     metadata = classifier_features.get_or_create_features(
-        processor, data_dir, split, file, files.vocab_file, files.do_lower_case,
-        max_seq_length)
+        processor, data_dir, split, file, files.vocab_file, files.do_lower_case, max_seq_length
+    )
     if metadata["num_examples"] == 0:
-        raise ValueError(f"{processor.name} {split}: no examples in "
-                         f"{processor.input_files(data_dir, split)[0]}")
+        raise ValueError(
+            f"{processor.name} {split}: no examples in {processor.input_files(data_dir, split)[0]}"
+        )
     return Features(split, file, metadata)
 
 
-def build_task_features(processor, data_dir: str, output_dir: str,
-                        files: model_files.ModelFiles, max_seq_length: int,
-                        settings: finetuning.Settings) -> TaskFeatures:
+def build_task_features(
+    processor,
+    data_dir: str,
+    output_dir: str,
+    files: model_files.ModelFiles,
+    max_seq_length: int,
+    settings: finetuning.Settings,
+) -> TaskFeatures:
     """Reads and checks every split the run needs before any model is built."""
+
     def of(splits, wanted):
-        features = [build_features(processor, data_dir, split, output_dir, files,
-                                   max_seq_length) for split in (splits if wanted else ())]
+        features = [
+            build_features(processor, data_dir, split, output_dir, files, max_seq_length)
+            for split in (splits if wanted else ())
+        ]
         return {f.split: f for f in features}
 
-    data = TaskFeatures(train=of(["train"], settings.do_train).get("train"),
-                        eval=of(processor.eval_splits, settings.do_eval),
-                        test=of(processor.test_splits, settings.do_predict))
+    data = TaskFeatures(
+        train=of(["train"], settings.do_train).get("train"),
+        eval=of(processor.eval_splits, settings.do_eval),
+        test=of(processor.test_splits, settings.do_predict),
+    )
     if settings.do_eval and not data.eval:
         raise ValueError(f"Task {processor.name!r} has no labelled dev split to evaluate")
     return data
@@ -169,8 +213,9 @@ def _logits_and_labels(features: dict, outputs: dict) -> dict:
     return {"logits": outputs["logits"], "label_ids": features["label_ids"]}
 
 
-def predict_logits(trainer: training.Trainer, dataset: tf.data.Dataset
-                   ) -> tuple[np.ndarray, np.ndarray]:
+def predict_logits(
+    trainer: training.Trainer, dataset: tf.data.Dataset
+) -> tuple[np.ndarray, np.ndarray]:
     """(logits float [N, K] ([N, 1] regression, [N, C] choices), labels [N])."""
     outputs = trainer.predict(dataset, _logits_and_labels)
     return outputs["logits"].astype(np.float64), outputs["label_ids"]
@@ -208,11 +253,13 @@ def split_prefix(split: str, eval_splits: tuple[str, ...]) -> str:
     return f"eval_{split.removeprefix('dev_')}_"
 
 
-def score_split(task_name: str, logits: np.ndarray, labels: np.ndarray,
-                is_regression: bool, prefix: str) -> dict[str, float]:
+def score_split(
+    task_name: str, logits: np.ndarray, labels: np.ndarray, is_regression: bool, prefix: str
+) -> dict[str, float]:
     """The loss and the task's GLUE metrics of one dev split."""
-    metrics = glue_metrics.compute_metrics(task_name, logits, labels,
-                                           is_regression=is_regression, prefix=prefix)
+    metrics = glue_metrics.compute_metrics(
+        task_name, logits, labels, is_regression=is_regression, prefix=prefix
+    )
     metrics[prefix + "loss"] = mean_loss(logits, labels, is_regression)
     return metrics
 
@@ -226,8 +273,9 @@ def glue_score(task_name: str, metrics: dict) -> float:
     """The number the best model is chosen by: the task's GLUE score on the first dev
     split (MRPC, QQP: mean of accuracy and F1; STS-B: mean of Pearson and Spearman;
     CoLA: MCC; MNLI: matched accuracy; others: accuracy)."""
-    keys = _SCORE_METRICS.get(glue_metrics.normalize_task_name(task_name),
-                              [key for key in _SCORED if key in metrics])
+    keys = _SCORE_METRICS.get(
+        glue_metrics.normalize_task_name(task_name), [key for key in _SCORED if key in metrics]
+    )
     return float(np.mean([metrics[key] for key in keys]))
 
 
@@ -245,15 +293,22 @@ def results_file_name(split: str, test_splits: tuple[str, ...]) -> str:
 class ClassifierTask:
     """run_classifier's part of a fine-tuning run (`finetuning.FineTuningTask`)."""
 
-    def __init__(self, processor, data: TaskFeatures, data_dir: str, max_seq_length: int,
-                 settings: finetuning.Settings):
+    def __init__(
+        self,
+        processor,
+        data: TaskFeatures,
+        data_dir: str,
+        max_seq_length: int,
+        settings: finetuning.Settings,
+    ):
         self.processor, self.data, self.data_dir = processor, data, data_dir
         self.max_seq_length, self.settings = max_seq_length, settings
         metadata = data.metadata
         self.is_regression = metadata["is_regression"]
         self.num_choices = metadata.get("num_choices")
-        self.model_kind = (BertMultipleChoice.MODEL_KIND if self.num_choices
-                           else BertClassifier.MODEL_KIND)
+        self.model_kind = (
+            BertMultipleChoice.MODEL_KIND if self.num_choices else BertClassifier.MODEL_KIND
+        )
         self.objective = ClassificationTask(self.is_regression)
         self.num_train_examples = data.train.num_examples if data.train else 0
 
@@ -269,9 +324,14 @@ class ClassifierTask:
     def train_dataset(self, batch_size, seed, input_context):
         train = self.data.train
         return classifier_features.build_dataset(
-            train.file, train.metadata, batch_size, is_training=True,
-            shuffle_buffer_size=self.settings.shuffle_buffer_size, seed=seed,
-            input_context=input_context)
+            train.file,
+            train.metadata,
+            batch_size,
+            is_training=True,
+            shuffle_buffer_size=self.settings.shuffle_buffer_size,
+            seed=seed,
+            input_context=input_context,
+        )
 
     def evaluate(self, trainer, output_dir: str, global_step: int) -> dict:
         """Loss and GLUE metrics of every dev split, written to eval_results.txt.
@@ -282,11 +342,18 @@ class ClassifierTask:
         """
         metrics = {}
         for split, features in self.data.eval.items():
-            logits, labels = predict_logits(trainer,
-                                            features.dataset(self.settings.eval_batch_size))
-            metrics.update(score_split(self.processor.name, logits, labels,
-                                       self.is_regression,
-                                       split_prefix(split, tuple(self.data.eval))))
+            logits, labels = predict_logits(
+                trainer, features.dataset(self.settings.eval_batch_size)
+            )
+            metrics.update(
+                score_split(
+                    self.processor.name,
+                    logits,
+                    labels,
+                    self.is_regression,
+                    split_prefix(split, tuple(self.data.eval)),
+                )
+            )
         metrics["loss"] = metrics["eval_loss"]
         metrics["global_step"] = global_step
         path = os.path.join(output_dir, EVAL_RESULTS)
@@ -301,8 +368,7 @@ class ClassifierTask:
         """Writes test_results.tsv (class probabilities, or the score of a regression,
         one row per example) and the GLUE submission file of every test split."""
         for split, features in self.data.test.items():
-            logits, _ = predict_logits(trainer,
-                                       features.dataset(self.settings.predict_batch_size))
+            logits, _ = predict_logits(trainer, features.dataset(self.settings.predict_batch_size))
             values = logits[:, 0] if self.is_regression else probabilities(logits)
             path = os.path.join(output_dir, results_file_name(split, tuple(self.data.test)))
             glue_metrics.write_test_results(path, values)
@@ -311,27 +377,40 @@ class ClassifierTask:
                 glue_metrics.submission_file_name(self.processor.name, split)
             except ValueError:
                 continue  # Not a GLUE task: no submission file.
-            indices = [example.index for example in
-                       self.processor.get_examples(self.data_dir, split)]
+            indices = [
+                example.index for example in self.processor.get_examples(self.data_dir, split)
+            ]
             path = glue_metrics.write_glue_submission(
-                output_dir, self.processor.name, indices, values,
-                features.metadata["labels"], split)
+                output_dir, self.processor.name, indices, values, features.metadata["labels"], split
+            )
             logging.info("Wrote the GLUE submission file %s", path)
 
-    def export(self, model, export_dir: str, files: model_files.ModelFiles,
-               overwrite: bool) -> None:
+    def export(
+        self, model, export_dir: str, files: model_files.ModelFiles, overwrite: bool
+    ) -> None:
         """A SavedModel that answers raw text (`serving.tasks.export_task_model`)."""
         kind = "multiple_choice" if self.num_choices else "classifier"
         labels = None if self.is_regression else self.data.metadata["labels"]
         path = serving_tasks.export_task_model(
-            model, export_dir, files.vocab_file, files.do_lower_case, self.max_seq_length,
-            kind=kind, labels=labels, overwrite=overwrite)
+            model,
+            export_dir,
+            files.vocab_file,
+            files.do_lower_case,
+            self.max_seq_length,
+            kind=kind,
+            labels=labels,
+            overwrite=overwrite,
+        )
         logging.info("Exported the model to %s", path)
 
     def model_info(self) -> dict:
-        return {"labels": self.data.metadata["labels"], "task_name": self.processor.name,
-                "is_regression": self.is_regression, "num_choices": self.num_choices,
-                "max_seq_length": self.max_seq_length}
+        return {
+            "labels": self.data.metadata["labels"],
+            "task_name": self.processor.name,
+            "is_regression": self.is_regression,
+            "num_choices": self.num_choices,
+            "max_seq_length": self.max_seq_length,
+        }
 
 
 def main(_):
@@ -339,10 +418,12 @@ def main(_):
     strategy = runner_flags.setup(FLAGS)
     settings = runner_flags.finetuning_settings(FLAGS)
     processor = classifier_tasks.get_processor(
-        FLAGS.task_name, **processor_options(FLAGS.init_checkpoint))
+        FLAGS.task_name, **processor_options(FLAGS.init_checkpoint)
+    )
     encoder, files = runner_flags.build_encoder(FLAGS, strategy)
-    data = build_task_features(processor, FLAGS.data_dir, FLAGS.output_dir, files,
-                               FLAGS.max_seq_length, settings)
+    data = build_task_features(
+        processor, FLAGS.data_dir, FLAGS.output_dir, files, FLAGS.max_seq_length, settings
+    )
     task = ClassifierTask(processor, data, FLAGS.data_dir, FLAGS.max_seq_length, settings)
     finetuning.run(task, settings, strategy, encoder, files)
 

@@ -80,28 +80,53 @@ from serving import tasks as serving_tasks
 FLAGS = flags.FLAGS
 
 runner_flags.define_data_dir_flag("Folder with train.txt, dev.txt and test.txt.")
-runner_flags.define_input_file_flags({
-    "train_file": "Training file (default: data_dir/train.txt).",
-    "eval_file": "Evaluation file (default: data_dir/dev.txt).",
-    "predict_file": "Prediction file (default: data_dir/test.txt)."})
-flags.DEFINE_enum("tag_scheme", "auto", ["auto", *tag_schemes.TAG_SCHEMES],
-                  "Tag scheme of the files; auto guesses it for each file. Predictions "
-                  "are written in the scheme of the file they are made for.")
-flags.DEFINE_enum("train_tag_scheme", "file", ["file", *tag_schemes.TAG_SCHEMES],
-                  "Tag scheme the model learns: file (the training file's own, as Hugging "
-                  "Face's run_ner), or iob1, iob2, iobes (the training chunks rewritten "
-                  "in it).")
-runner_flags.define_doc_stride_flag(64, "Word pieces between the starts of the windows of "
-                                        "a sentence longer than max_seq_length - 2.")
-flags.DEFINE_bool("feature_based", False, "Freeze the encoder and train a BiLSTM tagger "
-                  "on its layers (the paper's feature-based approach).")
-flags.DEFINE_string("feature_layers", "-1,-2,-3,-4", "--feature_based: encoder layers "
-                    "used as features, comma-separated (-1 is the last), or 'all'.")
-flags.DEFINE_enum("feature_combination", None, list(feature_based.COMBINATIONS),
-                  "--feature_based: how the layers are combined (default: concat, or "
-                  "weighted_sum for --feature_layers=all).")
-flags.DEFINE_integer("lstm_units", 256, "--feature_based: units of each LSTM direction "
-                     "(the paper uses 768).")
+runner_flags.define_input_file_flags(
+    {
+        "train_file": "Training file (default: data_dir/train.txt).",
+        "eval_file": "Evaluation file (default: data_dir/dev.txt).",
+        "predict_file": "Prediction file (default: data_dir/test.txt).",
+    }
+)
+flags.DEFINE_enum(
+    "tag_scheme",
+    "auto",
+    ["auto", *tag_schemes.TAG_SCHEMES],
+    "Tag scheme of the files; auto guesses it for each file. Predictions "
+    "are written in the scheme of the file they are made for.",
+)
+flags.DEFINE_enum(
+    "train_tag_scheme",
+    "file",
+    ["file", *tag_schemes.TAG_SCHEMES],
+    "Tag scheme the model learns: file (the training file's own, as Hugging "
+    "Face's run_ner), or iob1, iob2, iobes (the training chunks rewritten "
+    "in it).",
+)
+runner_flags.define_doc_stride_flag(
+    64,
+    "Word pieces between the starts of the windows of a sentence longer than max_seq_length - 2.",
+)
+flags.DEFINE_bool(
+    "feature_based",
+    False,
+    "Freeze the encoder and train a BiLSTM tagger "
+    "on its layers (the paper's feature-based approach).",
+)
+flags.DEFINE_string(
+    "feature_layers",
+    "-1,-2,-3,-4",
+    "--feature_based: encoder layers used as features, comma-separated (-1 is the last), or 'all'.",
+)
+flags.DEFINE_enum(
+    "feature_combination",
+    None,
+    list(feature_based.COMBINATIONS),
+    "--feature_based: how the layers are combined (default: concat, or "
+    "weighted_sum for --feature_layers=all).",
+)
+flags.DEFINE_integer(
+    "lstm_units", 256, "--feature_based: units of each LSTM direction (the paper uses 768)."
+)
 runner_flags.define_common_flags(max_seq_length=128)
 runner_flags.define_training_flags()
 runner_flags.define_finetuning_flags()
@@ -129,6 +154,7 @@ class Split:
         sentences: its sentences (IOB2 tags).
         features: their windows, in sentence order, labelled in the scheme learnt.
     """
+
     name: str
     path: str
     tag_scheme: str
@@ -157,41 +183,67 @@ def read_split(name: str, path: str, tag_scheme: str) -> tuple[str, list]:
 @dataclasses.dataclass(frozen=True)
 class Labels:
     """What the model's outputs mean: the label list and the tag scheme it is in."""
+
     labels: tuple[str, ...]
     scheme: str
 
 
-def to_features(name: str, path: str, scheme: str, sentences: list[conll.Sentence],
-                labels: Labels, tokenizer: tokenization.FullTokenizer,
-                max_seq_length: int, doc_stride: int) -> Split:
+def to_features(
+    name: str,
+    path: str,
+    scheme: str,
+    sentences: list[conll.Sentence],
+    labels: Labels,
+    tokenizer: tokenization.FullTokenizer,
+    max_seq_length: int,
+    doc_stride: int,
+) -> Split:
     """A file's sentences as features labelled in `labels.scheme`."""
     features = ner_features.convert_sentences_to_features(
-        sentences, labels.labels, tokenizer, max_seq_length, doc_stride,
-        label_scheme=labels.scheme)
-    logging.info("%s: %d sentences, %d words, %d windows", path, len(sentences),
-                 sum(len(s.words) for s in sentences), len(features))
+        sentences, labels.labels, tokenizer, max_seq_length, doc_stride, label_scheme=labels.scheme
+    )
+    logging.info(
+        "%s: %d sentences, %d words, %d windows",
+        path,
+        len(sentences),
+        sum(len(s.words) for s in sentences),
+        len(features),
+    )
     return Split(name, path, scheme, sentences, features)
 
 
-def training_labels(sentences: list[conll.Sentence], file_scheme: str,
-                    train_tag_scheme: str) -> Labels:
+def training_labels(
+    sentences: list[conll.Sentence], file_scheme: str, train_tag_scheme: str
+) -> Labels:
     """The labels a model learns from training sentences: in the file's own scheme
     (train_tag_scheme "file") or in the scheme asked for."""
     scheme = file_scheme if train_tag_scheme == "file" else train_tag_scheme
-    logging.info("Learning the tags in %s (the training file's scheme is %s)", scheme,
-                 file_scheme)
+    logging.info("Learning the tags in %s (the training file's scheme is %s)", scheme, file_scheme)
     return Labels(tuple(conll.label_list(sentences, scheme)), scheme)
 
 
-def write_training_features(split: Split, labels: Labels, output_dir: str,
-                            tokenizer: tokenization.FullTokenizer, max_seq_length: int,
-                            doc_stride: int) -> ner_features.NerMetadata:
+def write_training_features(
+    split: Split,
+    labels: Labels,
+    output_dir: str,
+    tokenizer: tokenization.FullTokenizer,
+    max_seq_length: int,
+    doc_stride: int,
+) -> ner_features.NerMetadata:
     """Writes train.tf_record and its metadata JSON (with the labels and their scheme)."""
     record = os.path.join(output_dir, TRAIN_RECORD)
     ner_features.write_tfrecord(split.features, record)
     metadata = ner_features.NerMetadata.describe(
-        split.sentences, split.features, labels.labels, labels.scheme, split.tag_scheme,
-        max_seq_length, doc_stride, tokenizer.do_lower_case, len(tokenizer.vocab))
+        split.sentences,
+        split.features,
+        labels.labels,
+        labels.scheme,
+        split.tag_scheme,
+        max_seq_length,
+        doc_stride,
+        tokenizer.do_lower_case,
+        len(tokenizer.vocab),
+    )
     metadata.write(record)
     return metadata
 
@@ -200,7 +252,9 @@ def fine_tuned_labels(info: dict) -> Labels | None:
     """The labels of a fine-tuned NER model's model_info.json, None for another model.
     Models saved before the scheme was recorded learnt IOB2."""
     if not info.get("labels") or info.get("model_kind") not in (
-            BertTokenClassifier.MODEL_KIND, feature_based.BertFeatureBasedTagger.MODEL_KIND):
+        BertTokenClassifier.MODEL_KIND,
+        feature_based.BertFeatureBasedTagger.MODEL_KIND,
+    ):
         return None
     return Labels(tuple(info["labels"]), info.get("label_scheme", "iob2"))
 
@@ -220,7 +274,8 @@ def labels_of_earlier_run(output_dir: str, init_checkpoint: str | None) -> Label
         f"No label list: {info_file} does not hold one and --init_checkpoint="
         f"{init_checkpoint} is not a fine-tuned NER model (no model_info.json with "
         f"labels). The label list comes from the training file: run with --do_train "
-        f"first (or together).")
+        f"first (or together)."
+    )
 
 
 def check_scheme_of_init_checkpoint(labels: Labels, settings: finetuning.Settings) -> None:
@@ -233,13 +288,15 @@ def check_scheme_of_init_checkpoint(labels: Labels, settings: finetuning.Setting
         raise ValueError(
             f"--init_checkpoint={settings.init_checkpoint} learnt its labels in "
             f"{earlier.scheme}, this run would train them in {labels.scheme}: give "
-            f"--train_tag_scheme={earlier.scheme}, or --reinit_head to train a new head.")
+            f"--train_tag_scheme={earlier.scheme}, or --reinit_head to train a new head."
+        )
 
 
 @dataclasses.dataclass(frozen=True)
 class FeatureBasedOptions:
     """--feature_based settings: layer spec ("all" or "-1,-2,..."), combination
     (None: the default of the spec) and LSTM units per direction."""
+
     layers: str
     combination: str | None
     lstm_units: int
@@ -251,20 +308,25 @@ class FeatureBasedOptions:
 
 
 def _tags_and_ids(features: dict, outputs: dict) -> dict:
-    return {"label_ids": tf.argmax(outputs["logits"], axis=-1, output_type=tf.int32),
-            "unique_ids": features["unique_ids"]}
+    return {
+        "label_ids": tf.argmax(outputs["logits"], axis=-1, output_type=tf.int32),
+        "unique_ids": features["unique_ids"],
+    }
 
 
-def predict_tags(trainer: training.Trainer, split: Split, labels: Labels,
-                 batch_size: int) -> list[list[str]]:
+def predict_tags(
+    trainer: training.Trainer, split: Split, labels: Labels, batch_size: int
+) -> list[list[str]]:
     """One predicted tag per word of every sentence of the split, in the scheme learnt."""
-    outputs = trainer.predict(ner_features.inference_dataset(split.features, batch_size),
-                              _tags_and_ids)
+    outputs = trainer.predict(
+        ner_features.inference_dataset(split.features, batch_size), _tags_and_ids
+    )
     order = np.argsort(outputs["unique_ids"], kind="stable")
     if not np.array_equal(outputs["unique_ids"][order], np.arange(len(split.features))):
         raise RuntimeError(f"{split.path}: predictions do not cover every window once")
-    return ner_features.predictions_to_tags(outputs["label_ids"][order], split.features,
-                                            split.sentences, labels.labels)
+    return ner_features.predictions_to_tags(
+        outputs["label_ids"][order], split.features, split.sentences, labels.labels
+    )
 
 
 def write_predictions(split: Split, tags: list[list[str]], output_dir: str) -> str:
@@ -284,13 +346,21 @@ def write_predictions(split: Split, tags: list[list[str]], output_dir: str) -> s
 class NerTask:
     """run_ner's part of a fine-tuning run (`finetuning.FineTuningTask`)."""
 
-    def __init__(self, labels: Labels, splits: dict[str, Split],
-                 train_metadata: ner_features.NerMetadata | None,
-                 feature_options: FeatureBasedOptions | None, settings: finetuning.Settings):
+    def __init__(
+        self,
+        labels: Labels,
+        splits: dict[str, Split],
+        train_metadata: ner_features.NerMetadata | None,
+        feature_options: FeatureBasedOptions | None,
+        settings: finetuning.Settings,
+    ):
         self.labels, self.splits, self.train_metadata = labels, splits, train_metadata
         self.feature_options, self.settings = feature_options, settings
-        self.model_kind = (feature_based.BertFeatureBasedTagger.MODEL_KIND
-                           if feature_options else BertTokenClassifier.MODEL_KIND)
+        self.model_kind = (
+            feature_based.BertFeatureBasedTagger.MODEL_KIND
+            if feature_options
+            else BertTokenClassifier.MODEL_KIND
+        )
         self.objective = TokenClassificationTask()
         self.num_train_examples = len(splits["train"].features) if "train" in splits else 0
 
@@ -299,18 +369,30 @@ class NerTask:
         BiLSTM tagger of `modeling.feature_based`."""
         options, initializer = self.feature_options, self.settings.head_initializer
         if options is None:
-            return BertTokenClassifier(encoder, config, len(self.labels.labels),
-                                       head_initializer=initializer)
+            return BertTokenClassifier(
+                encoder, config, len(self.labels.labels), head_initializer=initializer
+            )
         layers = feature_based.parse_feature_layers(options.layers, config.num_hidden_layers)
         return feature_based.BertFeatureBasedTagger(
-            encoder, config, len(self.labels.labels), layers, options.resolved_combination(),
-            lstm_units=options.lstm_units, head_initializer=initializer)
+            encoder,
+            config,
+            len(self.labels.labels),
+            layers,
+            options.resolved_combination(),
+            lstm_units=options.lstm_units,
+            head_initializer=initializer,
+        )
 
     def train_dataset(self, batch_size, seed, input_context):
         return ner_features.build_dataset(
-            os.path.join(self.settings.output_dir, TRAIN_RECORD), self.train_metadata,
-            batch_size, True, seed=seed, shuffle_buffer_size=self.settings.shuffle_buffer_size,
-            input_context=input_context)
+            os.path.join(self.settings.output_dir, TRAIN_RECORD),
+            self.train_metadata,
+            batch_size,
+            True,
+            seed=seed,
+            shuffle_buffer_size=self.settings.shuffle_buffer_size,
+            input_context=input_context,
+        )
 
     def evaluate(self, trainer, output_dir: str, global_step: int) -> dict:
         """Tags the eval file, writes its predictions, and scores that file as conlleval.
@@ -319,8 +401,9 @@ class NerTask:
         eval_results.txt (`conlleval.eval_results` keys, eval_loss, global_step).
         """
         split, batch_size = self.splits["eval"], self.settings.eval_batch_size
-        path = write_predictions(split, predict_tags(trainer, split, self.labels,
-                                                     batch_size), output_dir)
+        path = write_predictions(
+            split, predict_tags(trainer, split, self.labels, batch_size), output_dir
+        )
         counts = conlleval.evaluate_file(path)
         report = counts.report()
         records.write_text(os.path.join(output_dir, EVAL_REPORT), report)
@@ -336,42 +419,60 @@ class NerTask:
     def predict(self, trainer, output_dir: str, global_step: int) -> None:
         """Tags the predict file and writes test_predictions.txt (its gold tags beside)."""
         split = self.splits["predict"]
-        path = write_predictions(split, predict_tags(trainer, split, self.labels,
-                                                     self.settings.predict_batch_size),
-                                 output_dir)
+        path = write_predictions(
+            split,
+            predict_tags(trainer, split, self.labels, self.settings.predict_batch_size),
+            output_dir,
+        )
         logging.info("conlleval on %s:\n%s", path, conlleval.evaluate_file(path).report())
 
-    def export(self, model, export_dir: str, files: model_files.ModelFiles,
-               overwrite: bool) -> None:
+    def export(
+        self, model, export_dir: str, files: model_files.ModelFiles, overwrite: bool
+    ) -> None:
         """A SavedModel that tags raw text as --do_predict does: `serving_default(text)`
         -> `words`, `tags` (the labels, in the scheme learnt), with this run's
         --doc_stride windows (serving/ner.py)."""
         path = serving_tasks.export_task_model(
-            model, export_dir, files.vocab_file, files.do_lower_case, FLAGS.max_seq_length,
-            kind="ner", labels=self.labels.labels, overwrite=overwrite,
-            doc_stride=FLAGS.doc_stride, tag_scheme=self.labels.scheme)
+            model,
+            export_dir,
+            files.vocab_file,
+            files.do_lower_case,
+            FLAGS.max_seq_length,
+            kind="ner",
+            labels=self.labels.labels,
+            overwrite=overwrite,
+            doc_stride=FLAGS.doc_stride,
+            tag_scheme=self.labels.scheme,
+        )
         logging.info("Exported the model to %s", path)
 
     def model_info(self) -> dict:
-        return {"labels": list(self.labels.labels), "label_scheme": self.labels.scheme,
-                "max_seq_length": FLAGS.max_seq_length, "doc_stride": FLAGS.doc_stride}
+        return {
+            "labels": list(self.labels.labels),
+            "label_scheme": self.labels.scheme,
+            "max_seq_length": FLAGS.max_seq_length,
+            "doc_stride": FLAGS.doc_stride,
+        }
 
 
 def feature_options() -> FeatureBasedOptions | None:
     if not FLAGS.feature_based:
         return None
-    return FeatureBasedOptions(FLAGS.feature_layers, FLAGS.feature_combination,
-                               FLAGS.lstm_units)
+    return FeatureBasedOptions(FLAGS.feature_layers, FLAGS.feature_combination, FLAGS.lstm_units)
 
 
-def read_splits(files: model_files.ModelFiles, settings: finetuning.Settings
-                ) -> tuple[Labels, dict[str, Split], ner_features.NerMetadata | None]:
+def read_splits(
+    files: model_files.ModelFiles, settings: finetuning.Settings
+) -> tuple[Labels, dict[str, Split], ner_features.NerMetadata | None]:
     """Every file the run needs, read and converted before any model is built; the
     training features written to output_dir. (labels, splits, training metadata)."""
     tokenizer = tokenization.FullTokenizer(files.vocab_file, files.do_lower_case)
     files_read = {}
-    for name, explicit in (("train", FLAGS.train_file), ("eval", FLAGS.eval_file),
-                           ("predict", FLAGS.predict_file)):
+    for name, explicit in (
+        ("train", FLAGS.train_file),
+        ("eval", FLAGS.eval_file),
+        ("predict", FLAGS.predict_file),
+    ):
         if getattr(settings, f"do_{name}"):
             path = input_file(name, explicit, FLAGS.data_dir)
             files_read[name] = (path, *read_split(name, path, FLAGS.tag_scheme))
@@ -381,12 +482,24 @@ def read_splits(files: model_files.ModelFiles, settings: finetuning.Settings
         check_scheme_of_init_checkpoint(labels, settings)
     else:
         labels = labels_of_earlier_run(FLAGS.output_dir, settings.init_checkpoint)
-    splits = {name: to_features(name, path, scheme, sentences, labels, tokenizer,
-                                FLAGS.max_seq_length, FLAGS.doc_stride)
-              for name, (path, scheme, sentences) in files_read.items()}
-    metadata = (write_training_features(splits["train"], labels, FLAGS.output_dir,
-                                        tokenizer, FLAGS.max_seq_length, FLAGS.doc_stride)
-                if settings.do_train else None)
+    splits = {
+        name: to_features(
+            name, path, scheme, sentences, labels, tokenizer, FLAGS.max_seq_length, FLAGS.doc_stride
+        )
+        for name, (path, scheme, sentences) in files_read.items()
+    }
+    metadata = (
+        write_training_features(
+            splits["train"],
+            labels,
+            FLAGS.output_dir,
+            tokenizer,
+            FLAGS.max_seq_length,
+            FLAGS.doc_stride,
+        )
+        if settings.do_train
+        else None
+    )
     return labels, splits, metadata
 
 

@@ -26,15 +26,20 @@ from modeling.tasks import PretrainingTask
 FLAGS = flags.FLAGS
 
 flags.DEFINE_string("input_file", None, "Comma-separated globs of TFRecord shards.")
-flags.DEFINE_string("eval_input_file", None, "Shards for --do_eval (default: --input_file, "
-                    "as the original).")
-flags.DEFINE_integer("max_predictions_per_seq", 20, "Masked positions per sequence; must "
-                     "match the shards.")
+flags.DEFINE_string(
+    "eval_input_file", None, "Shards for --do_eval (default: --input_file, as the original)."
+)
+flags.DEFINE_integer(
+    "max_predictions_per_seq", 20, "Masked positions per sequence; must match the shards."
+)
 flags.DEFINE_integer("num_train_steps", 100000, "Training steps.")
 flags.DEFINE_integer("num_warmup_steps", 10000, "Linear warmup steps.")
 flags.DEFINE_integer("max_eval_steps", 100, "Maximum evaluation batches.")
-flags.DEFINE_bool("use_next_sentence_loss", True, "Train the next-sentence head (False is "
-                  "the paper's No-NSP ablation).")
+flags.DEFINE_bool(
+    "use_next_sentence_loss",
+    True,
+    "Train the next-sentence head (False is the paper's No-NSP ablation).",
+)
 runner_flags.define_common_flags(max_seq_length=128)
 runner_flags.define_training_flags()
 
@@ -48,11 +53,17 @@ def build_model(config: BertConfig, dtype: str, kernels: str = "auto") -> BertPr
 
 def make_dataset_fn(files, batch_size, is_training, seed):
     def dataset_fn(context=None):
-        per_replica = (context.get_per_replica_batch_size(batch_size) if context
-                       else batch_size)
+        per_replica = context.get_per_replica_batch_size(batch_size) if context else batch_size
         return pretraining_data.pretraining_dataset(
-            files, per_replica, FLAGS.max_seq_length, FLAGS.max_predictions_per_seq,
-            is_training=is_training, input_context=context, seed=seed)
+            files,
+            per_replica,
+            FLAGS.max_seq_length,
+            FLAGS.max_predictions_per_seq,
+            is_training=is_training,
+            input_context=context,
+            seed=seed,
+        )
+
     return dataset_fn
 
 
@@ -63,24 +74,30 @@ def resolve_model_files() -> model_files.ModelFiles:
     config = model_files.resolve_config(FLAGS.bert_config_file, FLAGS.init_checkpoint)
     runner_flags.check_max_seq_length(FLAGS.max_seq_length, config)
     vocab_file = FLAGS.vocab_file or checkpoint_readers.find_side_file(
-        model_files.side_dirs(FLAGS.init_checkpoint), model_files.VOCAB_FILE)
+        model_files.side_dirs(FLAGS.init_checkpoint), model_files.VOCAB_FILE
+    )
     do_lower_case = runner_flags.do_lower_case_flag(FLAGS)
     if vocab_file:
         model_files.check_vocab_fits_config(vocab_file, config)
-        do_lower_case = model_files.resolve_case(do_lower_case, FLAGS.init_checkpoint,
-                                                 vocab_file)
-    return model_files.ModelFiles(config, vocab_file, bool(
-        FLAGS.do_lower_case if do_lower_case is None else do_lower_case))
+        do_lower_case = model_files.resolve_case(do_lower_case, FLAGS.init_checkpoint, vocab_file)
+    return model_files.ModelFiles(
+        config, vocab_file, bool(FLAGS.do_lower_case if do_lower_case is None else do_lower_case)
+    )
 
 
 def check_shards(shards: list[str], files: model_files.ModelFiles) -> None:
     """The shards' metadata (their sequence length, masked positions, vocabulary and
     case) against the run, before any work; their first record when they have none."""
     if not pretraining_data.check_shard_metadata(
-            shards, FLAGS.max_seq_length, FLAGS.max_predictions_per_seq,
-            files.config.vocab_size, files.do_lower_case if files.vocab_file else None):
-        pretraining_data.check_shard_shapes(shards, FLAGS.max_seq_length,
-                                            FLAGS.max_predictions_per_seq)
+        shards,
+        FLAGS.max_seq_length,
+        FLAGS.max_predictions_per_seq,
+        files.config.vocab_size,
+        files.do_lower_case if files.vocab_file else None,
+    ):
+        pretraining_data.check_shard_shapes(
+            shards, FLAGS.max_seq_length, FLAGS.max_predictions_per_seq
+        )
 
 
 def evaluate(trainer: training.Trainer, files: list[str]) -> dict:
@@ -98,19 +115,29 @@ def main(_):
     strategy = runner_flags.setup(FLAGS)
     files = resolve_model_files()
     shards = pretraining_data.expand_input_files(FLAGS.input_file)
-    eval_shards = (pretraining_data.expand_input_files(FLAGS.eval_input_file,
-                                                       "--eval_input_file")
-                   if FLAGS.eval_input_file else shards)
+    eval_shards = (
+        pretraining_data.expand_input_files(FLAGS.eval_input_file, "--eval_input_file")
+        if FLAGS.eval_input_file
+        else shards
+    )
     check_shards(shards + eval_shards, files)
     with strategy.scope():
         model = build_model(files.config, FLAGS.dtype, FLAGS.kernels)
     trainer = training.Trainer(
-        strategy, model, PretrainingTask(FLAGS.use_next_sentence_loss), FLAGS.output_dir,
-        learning_rate=FLAGS.learning_rate, num_train_steps=FLAGS.num_train_steps,
-        num_warmup_steps=FLAGS.num_warmup_steps, **runner_flags.trainer_options(FLAGS))
+        strategy,
+        model,
+        PretrainingTask(FLAGS.use_next_sentence_loss),
+        FLAGS.output_dir,
+        learning_rate=FLAGS.learning_rate,
+        num_train_steps=FLAGS.num_train_steps,
+        num_warmup_steps=FLAGS.num_warmup_steps,
+        **runner_flags.trainer_options(FLAGS),
+    )
     model_files.write_model_files(FLAGS.output_dir, files, BertPretrainer.MODEL_KIND)
-    records.write_json(os.path.join(FLAGS.output_dir, "run_config.json"), dict(
-        runner_flags.flag_values(FLAGS), input_files=shards))
+    records.write_json(
+        os.path.join(FLAGS.output_dir, "run_config.json"),
+        dict(runner_flags.flag_values(FLAGS), input_files=shards),
+    )
 
     def initialize():
         if FLAGS.init_checkpoint:  # The encoder, and the heads when the checkpoint has them.
@@ -118,8 +145,10 @@ def main(_):
 
     trainer.restore_or_initialize(initialize)
     if FLAGS.do_train:
-        trainer.train(make_dataset_fn(shards, FLAGS.train_batch_size, True, FLAGS.seed),
-                      FLAGS.train_batch_size)
+        trainer.train(
+            make_dataset_fn(shards, FLAGS.train_batch_size, True, FLAGS.seed),
+            FLAGS.train_batch_size,
+        )
     if FLAGS.do_eval:
         evaluate(trainer, eval_shards)
 

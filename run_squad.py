@@ -53,20 +53,30 @@ from serving import tasks as serving_tasks
 
 FLAGS = flags.FLAGS
 
-runner_flags.define_input_file_flags({
-    "train_file": "SQuAD JSON for training, e.g. train-v1.1.json.",
-    "predict_file": "SQuAD JSON to predict (and, with --do_eval, the gold answers), "
-                    "e.g. dev-v1.1.json."})
-flags.DEFINE_bool("version_2_with_negative", False, "SQuAD 2.0: questions may have no "
-                  "answer.")
-runner_flags.define_doc_stride_flag(128, "Word pieces between the starts of consecutive "
-                                         "windows of a long context.")
+runner_flags.define_input_file_flags(
+    {
+        "train_file": "SQuAD JSON for training, e.g. train-v1.1.json.",
+        "predict_file": "SQuAD JSON to predict (and, with --do_eval, the gold answers), "
+        "e.g. dev-v1.1.json.",
+    }
+)
+flags.DEFINE_bool("version_2_with_negative", False, "SQuAD 2.0: questions may have no answer.")
+runner_flags.define_doc_stride_flag(
+    128, "Word pieces between the starts of consecutive windows of a long context."
+)
 flags.DEFINE_integer("max_query_length", 64, "Questions are cut to this many word pieces.")
-flags.DEFINE_integer("n_best_size", 20, "Start and end positions considered per window, "
-                     "and answers kept per question in nbest_predictions.json.")
+flags.DEFINE_integer(
+    "n_best_size",
+    20,
+    "Start and end positions considered per window, "
+    "and answers kept per question in nbest_predictions.json.",
+)
 flags.DEFINE_integer("max_answer_length", 30, "Longest answer, in word pieces.")
-flags.DEFINE_float("null_score_diff_threshold", 0.0, "v2.0: predict no answer when the "
-                   "null score exceeds the best span's score by more than this.")
+flags.DEFINE_float(
+    "null_score_diff_threshold",
+    0.0,
+    "v2.0: predict no answer when the null score exceeds the best span's score by more than this.",
+)
 runner_flags.define_common_flags(max_seq_length=384)
 runner_flags.define_training_flags()
 runner_flags.define_finetuning_flags()
@@ -81,22 +91,30 @@ EVAL_RESULTS = "eval_results.txt"
 
 def _span_outputs(features: dict, outputs: dict) -> dict:
     """Trainer.predict output_fn: unique_ids int [B], start/end_logits float32 [B, S]."""
-    return {"unique_ids": features["unique_ids"],
-            "start_logits": tf.cast(outputs["start_logits"], tf.float32),
-            "end_logits": tf.cast(outputs["end_logits"], tf.float32)}
+    return {
+        "unique_ids": features["unique_ids"],
+        "start_logits": tf.cast(outputs["start_logits"], tf.float32),
+        "end_logits": tf.cast(outputs["end_logits"], tf.float32),
+    }
 
 
-def predict_logits(trainer: training.Trainer, data: squad_records.PredictData,
-                   batch_size: int) -> list[squad_postprocess.RawResult]:
+def predict_logits(
+    trainer: training.Trainer, data: squad_records.PredictData, batch_size: int
+) -> list[squad_postprocess.RawResult]:
     """The model's start and end logits of every feature."""
-    dataset = squad_records.build_dataset(data.file, data.metadata, batch_size,
-                                          is_training=False)
+    dataset = squad_records.build_dataset(data.file, data.metadata, batch_size, is_training=False)
     outputs = trainer.predict(dataset, _span_outputs)
     if len(outputs.get("unique_ids", [])) != len(data.features):
-        raise RuntimeError(f"predicted {len(outputs.get('unique_ids', []))} of "
-                           f"{len(data.features)} features of {data.file}")
-    return [squad_postprocess.RawResult(int(uid), start, end) for uid, start, end in zip(
-        outputs["unique_ids"], outputs["start_logits"], outputs["end_logits"])]
+        raise RuntimeError(
+            f"predicted {len(outputs.get('unique_ids', []))} of "
+            f"{len(data.features)} features of {data.file}"
+        )
+    return [
+        squad_postprocess.RawResult(int(uid), start, end)
+        for uid, start, end in zip(
+            outputs["unique_ids"], outputs["start_logits"], outputs["end_logits"]
+        )
+    ]
 
 
 def evaluate(gold_file: str, output_dir: str, version_2_with_negative: bool) -> dict:
@@ -111,8 +129,7 @@ def evaluate(gold_file: str, output_dir: str, version_2_with_negative: bool) -> 
     null_odds_file = os.path.join(output_dir, NULL_ODDS)
     if version_2_with_negative and os.path.isfile(null_odds_file):
         null_odds = records.read_json(null_odds_file)
-    results = squad_eval.evaluate_file(gold_file, predictions, null_odds,
-                                       version_2_with_negative)
+    results = squad_eval.evaluate_file(gold_file, predictions, null_odds, version_2_with_negative)
     path = os.path.join(output_dir, EVAL_RESULTS)
     records.write_results(path, results)
     logging.info("Eval results (%s):\n%s", path, records.format_results(results))
@@ -123,8 +140,10 @@ def check_gold_file(gold_file: str, version_2_with_negative: bool) -> None:
     """Fails early (not after training) if the gold file cannot be scored as asked."""
     dataset = squad_reader.read_squad_json(gold_file)
     if not version_2_with_negative and squad_eval.is_version_2(dataset):
-        raise ValueError(f"{gold_file} is SQuAD 2.0 (it has unanswerable questions or "
-                         f"says version 2): set --version_2_with_negative")
+        raise ValueError(
+            f"{gold_file} is SQuAD 2.0 (it has unanswerable questions or "
+            f"says version 2): set --version_2_with_negative"
+        )
 
 
 class SquadTask:
@@ -132,9 +151,13 @@ class SquadTask:
 
     model_kind = BertSpanLabeler.MODEL_KIND
 
-    def __init__(self, train_data: squad_records.TrainData | None,
-                 predict_data: squad_records.PredictData | None,
-                 settings: finetuning.Settings, do_lower_case: bool):
+    def __init__(
+        self,
+        train_data: squad_records.TrainData | None,
+        predict_data: squad_records.PredictData | None,
+        settings: finetuning.Settings,
+        do_lower_case: bool,
+    ):
         self.train_data, self.predict_data = train_data, predict_data
         self.settings, self.do_lower_case = settings, do_lower_case
         self.objective = SpanTask()
@@ -142,15 +165,19 @@ class SquadTask:
         self._predicted_at = None
 
     def build_model(self, encoder, config: BertConfig) -> keras.Model:
-        return BertSpanLabeler(encoder, config,
-                               head_initializer=self.settings.head_initializer)
+        return BertSpanLabeler(encoder, config, head_initializer=self.settings.head_initializer)
 
     def train_dataset(self, batch_size, seed, input_context):
         data = self.train_data
         return squad_records.build_dataset(
-            data.file, data.metadata, batch_size, True, seed=seed,
+            data.file,
+            data.metadata,
+            batch_size,
+            True,
+            seed=seed,
             shuffle_buffer_size=self.settings.shuffle_buffer_size,
-            input_context=input_context)
+            input_context=input_context,
+        )
 
     def predict(self, trainer, output_dir: str, global_step: int) -> None:
         """predictions.json, nbest_predictions.json and, for v2.0, null_odds.json."""
@@ -158,29 +185,38 @@ class SquadTask:
             return  # Written by evaluate() from these very weights.
         results = predict_logits(trainer, self.predict_data, self.settings.predict_batch_size)
         predictions = squad_postprocess.compute_predictions(
-            self.predict_data.examples, self.predict_data.features, results,
-            n_best_size=FLAGS.n_best_size, max_answer_length=FLAGS.max_answer_length,
+            self.predict_data.examples,
+            self.predict_data.features,
+            results,
+            n_best_size=FLAGS.n_best_size,
+            max_answer_length=FLAGS.max_answer_length,
             do_lower_case=self.do_lower_case,
             version_2_with_negative=FLAGS.version_2_with_negative,
-            null_score_diff_threshold=FLAGS.null_score_diff_threshold)
+            null_score_diff_threshold=FLAGS.null_score_diff_threshold,
+        )
         squad_postprocess.write_predictions(
-            predictions, os.path.join(output_dir, PREDICTIONS),
+            predictions,
+            os.path.join(output_dir, PREDICTIONS),
             os.path.join(output_dir, NBEST_PREDICTIONS),
-            os.path.join(output_dir, NULL_ODDS) if FLAGS.version_2_with_negative else None)
+            os.path.join(output_dir, NULL_ODDS) if FLAGS.version_2_with_negative else None,
+        )
         self._predicted_at = global_step
 
     def evaluate(self, trainer, output_dir: str, global_step: int) -> dict:
         """Predicts --predict_file and scores it by the official rules."""
         self._predicted_at = None
         self.predict(trainer, output_dir, global_step)
-        return dict(evaluate(FLAGS.predict_file, output_dir, FLAGS.version_2_with_negative),
-                    global_step=global_step)
+        return dict(
+            evaluate(FLAGS.predict_file, output_dir, FLAGS.version_2_with_negative),
+            global_step=global_step,
+        )
 
     def score(self, metrics: dict) -> float:
         return metrics["f1"]
 
-    def export(self, model, export_dir: str, files: model_files.ModelFiles,
-               overwrite: bool) -> None:
+    def export(
+        self, model, export_dir: str, files: model_files.ModelFiles, overwrite: bool
+    ) -> None:
         """A SavedModel that answers raw questions on raw contexts as --do_predict does.
 
         `serving_default(question, context)` -> answer, score, null_score, start_logits,
@@ -189,16 +225,28 @@ class SquadTask:
         null_score - score > --null_score_diff_threshold.
         """
         path = serving_tasks.export_task_model(
-            model, export_dir, files.vocab_file, files.do_lower_case, FLAGS.max_seq_length,
-            kind="squad", overwrite=overwrite, max_query_length=FLAGS.max_query_length,
-            max_answer_length=FLAGS.max_answer_length, n_best_size=FLAGS.n_best_size,
-            doc_stride=FLAGS.doc_stride)
+            model,
+            export_dir,
+            files.vocab_file,
+            files.do_lower_case,
+            FLAGS.max_seq_length,
+            kind="squad",
+            overwrite=overwrite,
+            max_query_length=FLAGS.max_query_length,
+            max_answer_length=FLAGS.max_answer_length,
+            n_best_size=FLAGS.n_best_size,
+            doc_stride=FLAGS.doc_stride,
+        )
         logging.info("Exported the model to %s", path)
 
     def model_info(self) -> dict:
-        return {"labels": None, "max_seq_length": FLAGS.max_seq_length,
-                "doc_stride": FLAGS.doc_stride, "max_query_length": FLAGS.max_query_length,
-                "version_2_with_negative": FLAGS.version_2_with_negative}
+        return {
+            "labels": None,
+            "max_seq_length": FLAGS.max_seq_length,
+            "doc_stride": FLAGS.doc_stride,
+            "max_query_length": FLAGS.max_query_length,
+            "version_2_with_negative": FLAGS.version_2_with_negative,
+        }
 
 
 def _require_file(path: str | None, flag: str, needed_by: str) -> None:
@@ -218,10 +266,10 @@ def check_flags() -> None:
     if FLAGS.do_eval and not (FLAGS.do_predict or FLAGS.do_train):
         predictions = os.path.join(FLAGS.output_dir, PREDICTIONS)
         if not os.path.isfile(predictions):
-            raise FileNotFoundError(f"--do_eval without --do_predict scores {predictions}, "
-                                    f"which does not exist")
-    squad_features.check_lengths(FLAGS.max_seq_length, FLAGS.doc_stride,
-                                 FLAGS.max_query_length)
+            raise FileNotFoundError(
+                f"--do_eval without --do_predict scores {predictions}, which does not exist"
+            )
+    squad_features.check_lengths(FLAGS.max_seq_length, FLAGS.doc_stride, FLAGS.max_query_length)
     if FLAGS.do_eval:
         check_gold_file(FLAGS.predict_file, FLAGS.version_2_with_negative)
 
@@ -231,15 +279,35 @@ def build_features(files: model_files.ModelFiles, settings: finetuning.Settings)
     built, so bad input fails early."""
     tokenizer = tokenization.FullTokenizer(files.vocab_file, files.do_lower_case)
     feature_settings = squad_records.FeatureSettings(
-        FLAGS.max_seq_length, FLAGS.doc_stride, FLAGS.max_query_length,
-        files.do_lower_case, FLAGS.version_2_with_negative)
-    predict_data = (squad_records.build_predict_features(
-        FLAGS.predict_file, os.path.join(FLAGS.output_dir, PREDICT_RECORD), tokenizer,
-        files.vocab_file, feature_settings)
-        if settings.do_predict or settings.do_eval else None)
-    train_data = (squad_records.build_train_features(
-        FLAGS.train_file, os.path.join(FLAGS.output_dir, TRAIN_RECORD), tokenizer,
-        files.vocab_file, feature_settings, settings.seed) if settings.do_train else None)
+        FLAGS.max_seq_length,
+        FLAGS.doc_stride,
+        FLAGS.max_query_length,
+        files.do_lower_case,
+        FLAGS.version_2_with_negative,
+    )
+    predict_data = (
+        squad_records.build_predict_features(
+            FLAGS.predict_file,
+            os.path.join(FLAGS.output_dir, PREDICT_RECORD),
+            tokenizer,
+            files.vocab_file,
+            feature_settings,
+        )
+        if settings.do_predict or settings.do_eval
+        else None
+    )
+    train_data = (
+        squad_records.build_train_features(
+            FLAGS.train_file,
+            os.path.join(FLAGS.output_dir, TRAIN_RECORD),
+            tokenizer,
+            files.vocab_file,
+            feature_settings,
+            settings.seed,
+        )
+        if settings.do_train
+        else None
+    )
     return train_data, predict_data
 
 

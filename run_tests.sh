@@ -12,4 +12,5 @@ pip install -q --upgrade pip
 pip install -q -r requirements-test.txt -e .
 export TF_CPP_MIN_LOG_LEVEL=2
 ruff check .
+ruff format --check .
 python -m pytest -q -n 2 --dist loadfile --durations=30 "$@"

@@ -26,19 +26,41 @@ FLAGS = flags.FLAGS
 def define_model_flags(max_seq_length: int | None, flag_values=FLAGS) -> None:
     """The model and its files: config, vocabulary, checkpoint, case, sequence length."""
     f = flag_values
-    flags.DEFINE_string("bert_config_file", None, "bert_config.json of the model (default: "
-                        "the one beside --init_checkpoint).", flag_values=f)
-    flags.DEFINE_string("vocab_file", None, "WordPiece vocabulary (default: vocab.txt "
-                        "beside --init_checkpoint).", flag_values=f)
-    flags.DEFINE_string("init_checkpoint", None, "Original TF1 checkpoint, Hugging Face "
-                        "directory, or TF2 checkpoint or output_dir of this project. A "
-                        "fine-tuned checkpoint brings its task head too.", flag_values=f)
-    flags.DEFINE_bool("do_lower_case", True, "Lower-case the input (uncased models). When "
-                      "not given, the checkpoint's own setting; a contradiction is an "
-                      "error.", flag_values=f)
+    flags.DEFINE_string(
+        "bert_config_file",
+        None,
+        "bert_config.json of the model (default: the one beside --init_checkpoint).",
+        flag_values=f,
+    )
+    flags.DEFINE_string(
+        "vocab_file",
+        None,
+        "WordPiece vocabulary (default: vocab.txt beside --init_checkpoint).",
+        flag_values=f,
+    )
+    flags.DEFINE_string(
+        "init_checkpoint",
+        None,
+        "Original TF1 checkpoint, Hugging Face "
+        "directory, or TF2 checkpoint or output_dir of this project. A "
+        "fine-tuned checkpoint brings its task head too.",
+        flag_values=f,
+    )
+    flags.DEFINE_bool(
+        "do_lower_case",
+        True,
+        "Lower-case the input (uncased models). When "
+        "not given, the checkpoint's own setting; a contradiction is an "
+        "error.",
+        flag_values=f,
+    )
     if max_seq_length is not None:
-        flags.DEFINE_integer("max_seq_length", max_seq_length, "Maximum total input length "
-                             "in WordPiece tokens, after packing.", flag_values=f)
+        flags.DEFINE_integer(
+            "max_seq_length",
+            max_seq_length,
+            "Maximum total input length in WordPiece tokens, after packing.",
+            flag_values=f,
+        )
 
 
 def define_common_flags(max_seq_length: int, flag_values=FLAGS) -> None:
@@ -46,45 +68,92 @@ def define_common_flags(max_seq_length: int, flag_values=FLAGS) -> None:
     f = flag_values
     define_model_flags(max_seq_length, f)
     define_output_dir_flag("Checkpoints, summaries and results go here.", f)
-    flags.DEFINE_enum("distribution_strategy", "one_device", list(distribution.STRATEGIES),
-                      "tf.distribute strategy.", flag_values=f)
-    flags.DEFINE_string("tpu", None, "TPU name or address for "
-                        "--distribution_strategy=tpu.", flag_values=f)
-    flags.DEFINE_integer("num_cpu_devices", 0, "Split the CPU into this many logical "
-                         "devices (with --distribution_strategy=mirrored on a machine "
-                         "without GPUs).", flag_values=f)
-    flags.DEFINE_enum("dtype", "float32", ["float32", "bfloat16", "float16"],
-                      "Compute dtype; variables stay float32. float16 adds loss scaling.",
-                      flag_values=f)
-    flags.DEFINE_bool("enable_xla", False, "Compile the training step with XLA.",
-                      flag_values=f)
-    flags.DEFINE_enum("kernels", "auto", list(kernels.NAMES), "CPU kernel choices "
-                      "(modeling/kernels.py): auto picks them from the CPU's instruction "
-                      "sets (amx, avx512_bf16 or avx2); plain compiles nothing.",
-                      flag_values=f)
-    flags.DEFINE_integer("seed", 12345, "Random seed of initialisation, dropout and "
-                         "shuffling.", flag_values=f)
-    flags.DEFINE_bool("deterministic", False, "Enable TensorFlow op determinism (bitwise "
-                      "reproducible runs, slower).", flag_values=f)
+    flags.DEFINE_enum(
+        "distribution_strategy",
+        "one_device",
+        list(distribution.STRATEGIES),
+        "tf.distribute strategy.",
+        flag_values=f,
+    )
+    flags.DEFINE_string(
+        "tpu", None, "TPU name or address for --distribution_strategy=tpu.", flag_values=f
+    )
+    flags.DEFINE_integer(
+        "num_cpu_devices",
+        0,
+        "Split the CPU into this many logical "
+        "devices (with --distribution_strategy=mirrored on a machine "
+        "without GPUs).",
+        flag_values=f,
+    )
+    flags.DEFINE_enum(
+        "dtype",
+        "float32",
+        ["float32", "bfloat16", "float16"],
+        "Compute dtype; variables stay float32. float16 adds loss scaling.",
+        flag_values=f,
+    )
+    flags.DEFINE_bool("enable_xla", False, "Compile the training step with XLA.", flag_values=f)
+    flags.DEFINE_enum(
+        "kernels",
+        "auto",
+        list(kernels.NAMES),
+        "CPU kernel choices "
+        "(modeling/kernels.py): auto picks them from the CPU's instruction "
+        "sets (amx, avx512_bf16 or avx2); plain compiles nothing.",
+        flag_values=f,
+    )
+    flags.DEFINE_integer(
+        "seed", 12345, "Random seed of initialisation, dropout and shuffling.", flag_values=f
+    )
+    flags.DEFINE_bool(
+        "deterministic",
+        False,
+        "Enable TensorFlow op determinism (bitwise reproducible runs, slower).",
+        flag_values=f,
+    )
     define_original_flags(f)
 
 
 def define_original_flags(flag_values=FLAGS) -> None:
     """The original release's TPU-era flags; `apply_original_flags` maps them."""
     f = flag_values
-    flags.DEFINE_bool("use_tpu", False, "Original flag: --use_tpu is "
-                      "--distribution_strategy=tpu.", flag_values=f)
+    flags.DEFINE_bool(
+        "use_tpu", False, "Original flag: --use_tpu is --distribution_strategy=tpu.", flag_values=f
+    )
     flags.DEFINE_string("tpu_name", None, "Original flag: the TPU, as --tpu.", flag_values=f)
-    flags.DEFINE_string("tpu_zone", None, "Original flag: GCE zone of the TPU (for the TPU "
-                        "cluster resolver).", flag_values=f)
-    flags.DEFINE_string("gcp_project", None, "Original flag: GCP project of the TPU (for "
-                        "the TPU cluster resolver).", flag_values=f)
-    flags.DEFINE_string("master", None, "Original flag: TensorFlow master address; with "
-                        "--use_tpu and no --tpu_name, the TPU's address.", flag_values=f)
-    flags.DEFINE_integer("num_tpu_cores", 8, "Original flag: TPUStrategy uses every core "
-                         "of the TPU, so this is not needed.", flag_values=f)
-    flags.DEFINE_bool("verbose_logging", False, "Original flag: debug logging (e.g. SQuAD "
-                      "answers that cannot be mapped back onto the context).", flag_values=f)
+    flags.DEFINE_string(
+        "tpu_zone",
+        None,
+        "Original flag: GCE zone of the TPU (for the TPU cluster resolver).",
+        flag_values=f,
+    )
+    flags.DEFINE_string(
+        "gcp_project",
+        None,
+        "Original flag: GCP project of the TPU (for the TPU cluster resolver).",
+        flag_values=f,
+    )
+    flags.DEFINE_string(
+        "master",
+        None,
+        "Original flag: TensorFlow master address; with "
+        "--use_tpu and no --tpu_name, the TPU's address.",
+        flag_values=f,
+    )
+    flags.DEFINE_integer(
+        "num_tpu_cores",
+        8,
+        "Original flag: TPUStrategy uses every core of the TPU, so this is not needed.",
+        flag_values=f,
+    )
+    flags.DEFINE_bool(
+        "verbose_logging",
+        False,
+        "Original flag: debug logging (e.g. SQuAD "
+        "answers that cannot be mapped back onto the context).",
+        flag_values=f,
+    )
 
 
 def define_training_flags(flag_values=FLAGS, learning_rate: float = 5e-5) -> None:
@@ -92,65 +161,120 @@ def define_training_flags(flag_values=FLAGS, learning_rate: float = 5e-5) -> Non
     f = flag_values
     flags.DEFINE_bool("do_train", False, "Run training.", flag_values=f)
     flags.DEFINE_bool("do_eval", False, "Evaluate on the dev data.", flag_values=f)
-    flags.DEFINE_integer("train_batch_size", 32, "Global training batch size.",
-                         flag_values=f)
-    flags.DEFINE_integer("eval_batch_size", 8, "Global evaluation batch size.",
-                         flag_values=f)
+    flags.DEFINE_integer("train_batch_size", 32, "Global training batch size.", flag_values=f)
+    flags.DEFINE_integer("eval_batch_size", 8, "Global evaluation batch size.", flag_values=f)
     flags.DEFINE_float("learning_rate", learning_rate, "Peak learning rate.", flag_values=f)
     flags.DEFINE_enum("optimizer", "adamw", ["adamw", "lamb"], "Optimizer.", flag_values=f)
-    flags.DEFINE_float("weight_decay_rate", 0.01, "Decoupled weight decay (not on LayerNorm "
-                       "and bias).", flag_values=f)
-    flags.DEFINE_bool("adam_bias_correction", True, "Bias-correct Adam's moments (as Adam, "
-                      "TF Model Garden and PyTorch do). --noadam_bias_correction is the "
-                      "original release's AdamWeightDecayOptimizer exactly; its larger "
-                      "early updates can destabilise fine-tuning at high learning rates.",
-                      flag_values=f)
-    flags.DEFINE_integer("gradient_accumulation_steps", 1, "Micro-batches per step: the "
-                         "per-replica batch is split into this many parts.", flag_values=f)
-    flags.DEFINE_integer("steps_per_loop", 10, "Training steps per compiled loop (and per "
-                         "progress line).", flag_values=f)
-    flags.DEFINE_integer("iterations_per_loop", 1000, "Original flag: --steps_per_loop.",
-                         flag_values=f)
-    flags.DEFINE_integer("save_checkpoints_steps", 1000, "Checkpoint every this many "
-                         "steps.", flag_values=f)
-    flags.DEFINE_integer("keep_checkpoint_max", 5, "Checkpoints kept in --output_dir.",
-                         flag_values=f)
-    flags.DEFINE_list("profile_steps", None, "FIRST,LAST: write a TensorBoard profile of "
-                      "these training steps to output_dir/profile.", flag_values=f)
+    flags.DEFINE_float(
+        "weight_decay_rate",
+        0.01,
+        "Decoupled weight decay (not on LayerNorm and bias).",
+        flag_values=f,
+    )
+    flags.DEFINE_bool(
+        "adam_bias_correction",
+        True,
+        "Bias-correct Adam's moments (as Adam, "
+        "TF Model Garden and PyTorch do). --noadam_bias_correction is the "
+        "original release's AdamWeightDecayOptimizer exactly; its larger "
+        "early updates can destabilise fine-tuning at high learning rates.",
+        flag_values=f,
+    )
+    flags.DEFINE_integer(
+        "gradient_accumulation_steps",
+        1,
+        "Micro-batches per step: the per-replica batch is split into this many parts.",
+        flag_values=f,
+    )
+    flags.DEFINE_integer(
+        "steps_per_loop",
+        10,
+        "Training steps per compiled loop (and per progress line).",
+        flag_values=f,
+    )
+    flags.DEFINE_integer(
+        "iterations_per_loop", 1000, "Original flag: --steps_per_loop.", flag_values=f
+    )
+    flags.DEFINE_integer(
+        "save_checkpoints_steps", 1000, "Checkpoint every this many steps.", flag_values=f
+    )
+    flags.DEFINE_integer(
+        "keep_checkpoint_max", 5, "Checkpoints kept in --output_dir.", flag_values=f
+    )
+    flags.DEFINE_list(
+        "profile_steps",
+        None,
+        "FIRST,LAST: write a TensorBoard profile of these training steps to output_dir/profile.",
+        flag_values=f,
+    )
 
 
 def define_finetuning_flags(flag_values=FLAGS) -> None:
     """What run_classifier, run_squad and run_ner share besides training."""
     f = flag_values
     flags.DEFINE_bool("do_predict", False, "Predict the test data.", flag_values=f)
-    flags.DEFINE_integer("predict_batch_size", 8, "Global prediction batch size.",
-                         flag_values=f)
-    flags.DEFINE_float("num_train_epochs", 3.0, "Training epochs (may be fractional).",
-                       flag_values=f)
-    flags.DEFINE_float("warmup_proportion", 0.1, "Fraction of training with a linear "
-                       "learning-rate warmup.", flag_values=f)
-    flags.DEFINE_integer("shuffle_buffer_size", 10000, "Training examples in the shuffle "
-                         "buffer (at most the training set). The original uses 100, which "
-                         "mixes a file sorted by label or length poorly.", flag_values=f)
-    flags.DEFINE_bool("evaluate_every_epoch", True, "With --do_train --do_eval: evaluate at "
-                      "the end of every epoch and keep the best model in output_dir/best "
-                      "(the one evaluated, predicted and exported at the end).",
-                      flag_values=f)
-    flags.DEFINE_string("hub_module_url", None, "A TF Hub BERT encoder to fine-tune instead "
-                        "of --init_checkpoint: a SavedModel folder, or a tfhub.dev / Kaggle "
-                        "handle (resolved through tensorflow_hub's cache). Its vocabulary, "
-                        "do_lower_case and config are used unless given.", flag_values=f)
-    flags.DEFINE_string("bert_hub_module_handle", None, "Original flag: --hub_module_url.",
-                        flag_values=f)
-    flags.DEFINE_bool("reinit_head", False, "Start the task head from its initializer even "
-                      "when --init_checkpoint holds one (e.g. to fine-tune a fine-tuned "
-                      "model on other labels).", flag_values=f)
-    flags.DEFINE_enum("head_initializer", "truncated_normal", ["truncated_normal", "normal"],
-                      "How a new task head's kernel is drawn (stddev initializer_range): "
-                      "the original release's truncated normal, or a plain normal as "
-                      "Hugging Face draws its heads.", flag_values=f)
-    flags.DEFINE_string("export_dir", None, "Export the fine-tuned model (the best one with "
-                        "--do_eval) as a SavedModel that answers raw text.", flag_values=f)
+    flags.DEFINE_integer("predict_batch_size", 8, "Global prediction batch size.", flag_values=f)
+    flags.DEFINE_float(
+        "num_train_epochs", 3.0, "Training epochs (may be fractional).", flag_values=f
+    )
+    flags.DEFINE_float(
+        "warmup_proportion",
+        0.1,
+        "Fraction of training with a linear learning-rate warmup.",
+        flag_values=f,
+    )
+    flags.DEFINE_integer(
+        "shuffle_buffer_size",
+        10000,
+        "Training examples in the shuffle "
+        "buffer (at most the training set). The original uses 100, which "
+        "mixes a file sorted by label or length poorly.",
+        flag_values=f,
+    )
+    flags.DEFINE_bool(
+        "evaluate_every_epoch",
+        True,
+        "With --do_train --do_eval: evaluate at "
+        "the end of every epoch and keep the best model in output_dir/best "
+        "(the one evaluated, predicted and exported at the end).",
+        flag_values=f,
+    )
+    flags.DEFINE_string(
+        "hub_module_url",
+        None,
+        "A TF Hub BERT encoder to fine-tune instead "
+        "of --init_checkpoint: a SavedModel folder, or a tfhub.dev / Kaggle "
+        "handle (resolved through tensorflow_hub's cache). Its vocabulary, "
+        "do_lower_case and config are used unless given.",
+        flag_values=f,
+    )
+    flags.DEFINE_string(
+        "bert_hub_module_handle", None, "Original flag: --hub_module_url.", flag_values=f
+    )
+    flags.DEFINE_bool(
+        "reinit_head",
+        False,
+        "Start the task head from its initializer even "
+        "when --init_checkpoint holds one (e.g. to fine-tune a fine-tuned "
+        "model on other labels).",
+        flag_values=f,
+    )
+    flags.DEFINE_enum(
+        "head_initializer",
+        "truncated_normal",
+        ["truncated_normal", "normal"],
+        "How a new task head's kernel is drawn (stddev initializer_range): "
+        "the original release's truncated normal, or a plain normal as "
+        "Hugging Face draws its heads.",
+        flag_values=f,
+    )
+    flags.DEFINE_string(
+        "export_dir",
+        None,
+        "Export the fine-tuned model (the best one with "
+        "--do_eval) as a SavedModel that answers raw text.",
+        flag_values=f,
+    )
     define_overwrite_flag("Let --export_dir replace a previous export.", f)
 
 
@@ -193,47 +317,57 @@ def apply_original_flags(FLAGS) -> None:
         FLAGS.tpu = FLAGS.tpu or FLAGS.tpu_name
         said.append(f"--tpu_name={FLAGS.tpu_name} -> --tpu={FLAGS.tpu}")
     if given(FLAGS, "use_tpu") and "distribution_strategy" not in FLAGS:
-        said.append(f"--use_tpu={FLAGS.use_tpu}: this program runs on this machine's "
-                    f"devices")
+        said.append(f"--use_tpu={FLAGS.use_tpu}: this program runs on this machine's devices")
     elif given(FLAGS, "use_tpu"):
-        if FLAGS.use_tpu and given(FLAGS, "distribution_strategy") and \
-                FLAGS.distribution_strategy != "tpu":
-            raise ValueError(f"--use_tpu contradicts --distribution_strategy="
-                             f"{FLAGS.distribution_strategy}")
+        if (
+            FLAGS.use_tpu
+            and given(FLAGS, "distribution_strategy")
+            and FLAGS.distribution_strategy != "tpu"
+        ):
+            raise ValueError(
+                f"--use_tpu contradicts --distribution_strategy={FLAGS.distribution_strategy}"
+            )
         if FLAGS.use_tpu:
             FLAGS.distribution_strategy = "tpu"
             FLAGS.tpu = FLAGS.tpu or FLAGS.master
-        said.append(f"--use_tpu={FLAGS.use_tpu} -> --distribution_strategy="
-                    f"{FLAGS.distribution_strategy}")
+        said.append(
+            f"--use_tpu={FLAGS.use_tpu} -> --distribution_strategy={FLAGS.distribution_strategy}"
+        )
     for name in ("tpu_zone", "gcp_project"):
         if given(FLAGS, name):
             said.append(f"--{name}={FLAGS[name].value} -> the TPU cluster resolver")
-    if given(FLAGS, "master") and not (FLAGS.use_tpu and FLAGS["tpu"].value == FLAGS.master
-                                       if "tpu" in FLAGS else False):
+    if given(FLAGS, "master") and not (
+        FLAGS.use_tpu and FLAGS["tpu"].value == FLAGS.master if "tpu" in FLAGS else False
+    ):
         said.append(f"--master={FLAGS.master} is not used (no TPU)")
     if given(FLAGS, "num_tpu_cores"):
-        said.append(f"--num_tpu_cores={FLAGS.num_tpu_cores} is not needed "
-                    f"(TPUStrategy uses every core)")
+        said.append(
+            f"--num_tpu_cores={FLAGS.num_tpu_cores} is not needed (TPUStrategy uses every core)"
+        )
     if given(FLAGS, "iterations_per_loop"):
         if not given(FLAGS, "steps_per_loop"):
             FLAGS.steps_per_loop = FLAGS.iterations_per_loop
-        said.append(f"--iterations_per_loop={FLAGS.iterations_per_loop} -> "
-                    f"--steps_per_loop={FLAGS.steps_per_loop}")
+        said.append(
+            f"--iterations_per_loop={FLAGS.iterations_per_loop} -> "
+            f"--steps_per_loop={FLAGS.steps_per_loop}"
+        )
     if given(FLAGS, "verbose_logging"):
         if FLAGS.verbose_logging:
             logging.set_verbosity(logging.DEBUG)
-        said.append(f"--verbose_logging={FLAGS.verbose_logging} -> "
-                    f"{'debug' if FLAGS.verbose_logging else 'info'} logging")
+        said.append(
+            f"--verbose_logging={FLAGS.verbose_logging} -> "
+            f"{'debug' if FLAGS.verbose_logging else 'info'} logging"
+        )
     if given(FLAGS, "bert_hub_module_handle"):
-        if given(FLAGS, "hub_module_url") and \
-                FLAGS.hub_module_url != FLAGS.bert_hub_module_handle:
+        if given(FLAGS, "hub_module_url") and FLAGS.hub_module_url != FLAGS.bert_hub_module_handle:
             raise ValueError("--bert_hub_module_handle contradicts --hub_module_url")
         FLAGS.hub_module_url = FLAGS.bert_hub_module_handle
-        said.append(f"--bert_hub_module_handle -> --hub_module_url="
-                    f"{FLAGS.bert_hub_module_handle}")
+        said.append(f"--bert_hub_module_handle -> --hub_module_url={FLAGS.bert_hub_module_handle}")
     if given(FLAGS, "use_one_hot_embeddings"):
-        said.append("--use_one_hot_embeddings is not needed (the embedding lookup is "
-                    "the same on every device)")
+        said.append(
+            "--use_one_hot_embeddings is not needed (the embedding lookup is "
+            "the same on every device)"
+        )
     if said:
         logging.warning("Original release flags: %s.", "; ".join(said))
 
@@ -248,8 +382,9 @@ def setup(FLAGS) -> tf.distribute.Strategy:
     apply_original_flags(FLAGS)
     if FLAGS.num_cpu_devices > 1:
         distribution.split_cpu(FLAGS.num_cpu_devices)
-    strategy = distribution.create_strategy(FLAGS.distribution_strategy, FLAGS.tpu,
-                                             zone=FLAGS.tpu_zone, project=FLAGS.gcp_project)
+    strategy = distribution.create_strategy(
+        FLAGS.distribution_strategy, FLAGS.tpu, zone=FLAGS.tpu_zone, project=FLAGS.gcp_project
+    )
     chosen = kernels.resolve(FLAGS.kernels)
     logging.info("Kernels (--kernels=%s): %s", FLAGS.kernels, chosen)
     keras.utils.set_random_seed(FLAGS.seed)
@@ -258,16 +393,20 @@ def setup(FLAGS) -> tf.distribute.Strategy:
     if FLAGS.output_dir:
         tf.io.gfile.makedirs(FLAGS.output_dir)
         logging.get_absl_handler().use_absl_log_file(
-            os.path.basename(sys.argv[0]).replace(".py", ""), FLAGS.output_dir)
+            os.path.basename(sys.argv[0]).replace(".py", ""), FLAGS.output_dir
+        )
         logging.get_absl_handler().setLevel(
-            logging.DEBUG if FLAGS.verbose_logging else logging.INFO)
+            logging.DEBUG if FLAGS.verbose_logging else logging.INFO
+        )
     return strategy
 
 
 def check_max_seq_length(max_seq_length: int, config) -> None:
     if max_seq_length > config.max_position_embeddings:
-        raise ValueError(f"--max_seq_length={max_seq_length} is larger than the model's "
-                         f"max_position_embeddings={config.max_position_embeddings}")
+        raise ValueError(
+            f"--max_seq_length={max_seq_length} is larger than the model's "
+            f"max_position_embeddings={config.max_position_embeddings}"
+        )
 
 
 def check_init_checkpoint(FLAGS) -> None:
@@ -291,8 +430,9 @@ def resolve_model_files(FLAGS) -> model_files.ModelFiles:
     """--bert_config_file, --vocab_file and --do_lower_case, or what sits beside
     --init_checkpoint, checked against each other and --max_seq_length."""
     check_init_checkpoint(FLAGS)
-    files = model_files.resolve(FLAGS.bert_config_file, FLAGS.vocab_file,
-                                FLAGS.init_checkpoint, do_lower_case_flag(FLAGS))
+    files = model_files.resolve(
+        FLAGS.bert_config_file, FLAGS.vocab_file, FLAGS.init_checkpoint, do_lower_case_flag(FLAGS)
+    )
     check_max_seq_length(FLAGS.max_seq_length, files.config)
     return files
 
@@ -300,29 +440,40 @@ def resolve_model_files(FLAGS) -> model_files.ModelFiles:
 def hub_model_files(FLAGS, encoder) -> model_files.ModelFiles:
     """A TF Hub encoder's config, and its vocabulary and case unless given."""
     if FLAGS.bert_config_file:
-        logging.warning("--bert_config_file is ignored: the TF Hub encoder %s brings its "
-                        "own config.", FLAGS.hub_module_url)
+        logging.warning(
+            "--bert_config_file is ignored: the TF Hub encoder %s brings its own config.",
+            FLAGS.hub_module_url,
+        )
     vocab_file = FLAGS.vocab_file or encoder.vocab_file
     if vocab_file is None:
-        raise ValueError(f"--vocab_file is required: the TF Hub encoder "
-                         f"{FLAGS.hub_module_url} has no vocab_file asset")
-    stated = None if encoder.do_lower_case is None else model_files.CaseStatement(
-        encoder.do_lower_case, f"the TF Hub encoder {FLAGS.hub_module_url}")
-    do_lower_case = model_files.resolve_case(do_lower_case_flag(FLAGS), None, vocab_file,
-                                             stated)
+        raise ValueError(
+            f"--vocab_file is required: the TF Hub encoder "
+            f"{FLAGS.hub_module_url} has no vocab_file asset"
+        )
+    stated = (
+        None
+        if encoder.do_lower_case is None
+        else model_files.CaseStatement(
+            encoder.do_lower_case, f"the TF Hub encoder {FLAGS.hub_module_url}"
+        )
+    )
+    do_lower_case = model_files.resolve_case(do_lower_case_flag(FLAGS), None, vocab_file, stated)
     model_files.check_vocab_fits_config(vocab_file, encoder.config)
     check_max_seq_length(FLAGS.max_seq_length, encoder.config)
-    return model_files.ModelFiles(encoder.config, vocab_file, do_lower_case,
-                                  config_is_complete=encoder.config_is_complete)
+    return model_files.ModelFiles(
+        encoder.config, vocab_file, do_lower_case, config_is_complete=encoder.config_is_complete
+    )
 
 
-def build_encoder(FLAGS, strategy: tf.distribute.Strategy
-                  ) -> tuple[keras.layers.Layer, model_files.ModelFiles]:
+def build_encoder(
+    FLAGS, strategy: tf.distribute.Strategy
+) -> tuple[keras.layers.Layer, model_files.ModelFiles]:
     """Our BertEncoder from the model's files, or the TF Hub encoder of
     --hub_module_url (whose config, vocabulary and case then make the files)."""
     if FLAGS.hub_module_url:
         check_init_checkpoint(FLAGS)
         from modeling import hub  # pylint: disable=g-import-not-at-top
+
         with strategy.scope():
             encoder = hub.HubEncoder(FLAGS.hub_module_url)
         return encoder, hub_model_files(FLAGS, encoder)
@@ -334,13 +485,19 @@ def build_encoder(FLAGS, strategy: tf.distribute.Strategy
 def trainer_options(FLAGS) -> dict:
     """Keyword arguments of `training.Trainer` from the training flags."""
     profile = tuple(int(x) for x in FLAGS.profile_steps) if FLAGS.profile_steps else None
-    return dict(optimizer=FLAGS.optimizer, weight_decay_rate=FLAGS.weight_decay_rate,
-                adam_bias_correction=FLAGS.adam_bias_correction, dtype=FLAGS.dtype,
-                steps_per_loop=FLAGS.steps_per_loop,
-                save_checkpoints_steps=FLAGS.save_checkpoints_steps,
-                gradient_accumulation_steps=FLAGS.gradient_accumulation_steps,
-                enable_xla=FLAGS.enable_xla, max_checkpoints=FLAGS.keep_checkpoint_max,
-                profile_steps=profile, kernels=FLAGS.kernels)
+    return dict(
+        optimizer=FLAGS.optimizer,
+        weight_decay_rate=FLAGS.weight_decay_rate,
+        adam_bias_correction=FLAGS.adam_bias_correction,
+        dtype=FLAGS.dtype,
+        steps_per_loop=FLAGS.steps_per_loop,
+        save_checkpoints_steps=FLAGS.save_checkpoints_steps,
+        gradient_accumulation_steps=FLAGS.gradient_accumulation_steps,
+        enable_xla=FLAGS.enable_xla,
+        max_checkpoints=FLAGS.keep_checkpoint_max,
+        profile_steps=profile,
+        kernels=FLAGS.kernels,
+    )
 
 
 def flag_values(FLAGS) -> dict:
@@ -357,8 +514,7 @@ def flag_values(FLAGS) -> dict:
 def check_finetuning_flags(FLAGS) -> None:
     """What can be checked of a fine-tuning run before reading any data."""
     if not (FLAGS.do_train or FLAGS.do_eval or FLAGS.do_predict):
-        raise app.UsageError("At least one of --do_train, --do_eval or --do_predict must "
-                             "be set.")
+        raise app.UsageError("At least one of --do_train, --do_eval or --do_predict must be set.")
     if not FLAGS.output_dir:
         raise app.UsageError("--output_dir is required")
     if FLAGS.export_dir:
@@ -370,15 +526,25 @@ def check_finetuning_flags(FLAGS) -> None:
 
 def finetuning_settings(FLAGS) -> finetuning.Settings:
     return finetuning.Settings(
-        output_dir=FLAGS.output_dir, init_checkpoint=FLAGS.init_checkpoint,
-        hub_module_url=FLAGS.hub_module_url, reinit_head=FLAGS.reinit_head,
+        output_dir=FLAGS.output_dir,
+        init_checkpoint=FLAGS.init_checkpoint,
+        hub_module_url=FLAGS.hub_module_url,
+        reinit_head=FLAGS.reinit_head,
         head_initializer=FLAGS.head_initializer,
-        do_train=FLAGS.do_train, do_eval=FLAGS.do_eval, do_predict=FLAGS.do_predict,
-        train_batch_size=FLAGS.train_batch_size, eval_batch_size=FLAGS.eval_batch_size,
-        predict_batch_size=FLAGS.predict_batch_size, learning_rate=FLAGS.learning_rate,
+        do_train=FLAGS.do_train,
+        do_eval=FLAGS.do_eval,
+        do_predict=FLAGS.do_predict,
+        train_batch_size=FLAGS.train_batch_size,
+        eval_batch_size=FLAGS.eval_batch_size,
+        predict_batch_size=FLAGS.predict_batch_size,
+        learning_rate=FLAGS.learning_rate,
         num_train_epochs=FLAGS.num_train_epochs,
-        warmup_proportion=FLAGS.warmup_proportion, seed=FLAGS.seed,
+        warmup_proportion=FLAGS.warmup_proportion,
+        seed=FLAGS.seed,
         shuffle_buffer_size=FLAGS.shuffle_buffer_size,
-        evaluate_every_epoch=FLAGS.evaluate_every_epoch, export_dir=FLAGS.export_dir,
-        overwrite_export=FLAGS.overwrite, trainer_options=trainer_options(FLAGS),
-        flag_values=flag_values(FLAGS))
+        evaluate_every_epoch=FLAGS.evaluate_every_epoch,
+        export_dir=FLAGS.export_dir,
+        overwrite_export=FLAGS.overwrite,
+        trainer_options=trainer_options(FLAGS),
+        flag_values=flag_values(FLAGS),
+    )

@@ -86,8 +86,9 @@ def run_command(command: list[str]) -> tuple[float, int, int]:
     # The logs go to a file: a pipe left unread would fill up and block.
     with tempfile.TemporaryFile() as log:
         start = time.perf_counter()
-        process = subprocess.Popen([TIME, "-f", RSS_MARKER + "%M"] + command,
-                                   cwd=REPO, env=ENV, stdout=log, stderr=log)
+        process = subprocess.Popen(
+            [TIME, "-f", RSS_MARKER + "%M"] + command, cwd=REPO, env=ENV, stdout=log, stderr=log
+        )
         peak = 0
         while process.poll() is None:
             peak = max(peak, _tree_private_kb(process.pid))
@@ -102,23 +103,40 @@ def run_command(command: list[str]) -> tuple[float, int, int]:
 
 
 def common_flags(args) -> list[str]:
-    return ["--vocab_file=%s" % VOCAB, "--dupe_factor=%d" % args.dupe_factor,
-            "--max_seq_length=%d" % args.max_seq_length]
+    return [
+        "--vocab_file=%s" % VOCAB,
+        "--dupe_factor=%d" % args.dupe_factor,
+        "--max_seq_length=%d" % args.max_seq_length,
+    ]
 
 
 def ours_commands(inputs, outputs, workers, args) -> list[list[str]]:
-    return [[sys.executable, "-m", "data_prep.create_pretraining_data",
-             "--input_file=%s" % ",".join(inputs),
-             "--output_file=%s" % ",".join(outputs),
-             "--num_workers=%d" % workers] + common_flags(args)]
+    return [
+        [
+            sys.executable,
+            "-m",
+            "data_prep.create_pretraining_data",
+            "--input_file=%s" % ",".join(inputs),
+            "--output_file=%s" % ",".join(outputs),
+            "--num_workers=%d" % workers,
+        ]
+        + common_flags(args)
+    ]
 
 
 def original_commands(inputs, outputs, workers, args) -> list[list[str]]:
-    pairs = ([(",".join(inputs), outputs[0])] if workers == 1 else
-             list(zip(inputs, outputs)))
-    return [[sys.executable, "-m", "bert.create_pretraining_data",
-             "--input_file=%s" % i, "--output_file=%s" % o] + common_flags(args)
-            for i, o in pairs]
+    pairs = [(",".join(inputs), outputs[0])] if workers == 1 else list(zip(inputs, outputs))
+    return [
+        [
+            sys.executable,
+            "-m",
+            "bert.create_pretraining_data",
+            "--input_file=%s" % i,
+            "--output_file=%s" % o,
+        ]
+        + common_flags(args)
+        for i, o in pairs
+    ]
 
 
 def measure(commands) -> dict:
@@ -134,27 +152,26 @@ def measure(commands) -> dict:
 
 def read_records(paths, canonical: bool):
     import tensorflow as tf  # Imported late: the parent stays small while timing.
+
     records = []
     for path in paths:
         for record in tf.data.TFRecordDataset(path).as_numpy_iterator():
             if canonical:
-                record = tf.train.Example.FromString(record).SerializeToString(
-                    deterministic=True)
+                record = tf.train.Example.FromString(record).SerializeToString(deterministic=True)
             records.append(bytes(record))
     return records
 
 
 def bench_setting(workers: int, inputs, scratch: pathlib.Path, args) -> dict:
     n_out = 1 if workers == 1 else len(inputs)
-    ours_out = [str(scratch / ("ours_w%d_%d.tfrecord" % (workers, i)))
-                for i in range(n_out)]
-    orig_out = [str(scratch / ("orig_w%d_%d.tfrecord" % (workers, i)))
-                for i in range(n_out)]
+    ours_out = [str(scratch / ("ours_w%d_%d.tfrecord" % (workers, i))) for i in range(n_out)]
+    orig_out = [str(scratch / ("orig_w%d_%d.tfrecord" % (workers, i))) for i in range(n_out)]
     results = {"ours": [], "original": []}
     for _ in range(args.runs):
-        for name, commands in (("ours", ours_commands(inputs, ours_out, workers, args)),
-                               ("original", original_commands(inputs, orig_out,
-                                                              workers, args))):
+        for name, commands in (
+            ("ours", ours_commands(inputs, ours_out, workers, args)),
+            ("original", original_commands(inputs, orig_out, workers, args)),
+        ):
             results[name].append(measure(commands))
     ours_records = read_records(ours_out, canonical=False)
     if ours_records != read_records(orig_out, canonical=True):
@@ -174,36 +191,52 @@ def bench_setting(workers: int, inputs, scratch: pathlib.Path, args) -> dict:
 
 
 def print_table(rows: dict, args, corpus_mb: float) -> None:
-    print("\ncorpus: %d files, %.1f MB (bundled corpus x%d), dupe_factor %d, "
-          "max_seq_length %d, %d runs each (median)" %
-          (len(CORPUS), corpus_mb, args.repeat, args.dupe_factor,
-           args.max_seq_length, args.runs))
-    header = ("| workers | script | instances | wall s | instances/s | "
-              "ratio ours/orig | peak RSS max process MB | peak USS tree MB |")
+    print(
+        "\ncorpus: %d files, %.1f MB (bundled corpus x%d), dupe_factor %d, "
+        "max_seq_length %d, %d runs each (median)"
+        % (len(CORPUS), corpus_mb, args.repeat, args.dupe_factor, args.max_seq_length, args.runs)
+    )
+    header = (
+        "| workers | script | instances | wall s | instances/s | "
+        "ratio ours/orig | peak RSS max process MB | peak USS tree MB |"
+    )
     print(header)
     print("|" + "---|" * 8)
     for workers, summary in rows.items():
         ratio = summary["original"]["wall"] / summary["ours"]["wall"]
         for name in ("ours", "original"):
             s = summary[name]
-            print("| %d | %s | %d | %.2f | %.0f | %s | %.0f | %.0f |" % (
-                workers, name, summary["instances"], s["wall"], s["instances_per_s"],
-                "%.2fx" % ratio if name == "ours" else "1.00x",
-                s["max_process_rss_mb"], s["tree_rss_mb"]))
-        print("|  | walls ours %s / original %s |" % (
-            ", ".join("%.1f" % w for w in summary["ours"]["walls"]),
-            ", ".join("%.1f" % w for w in summary["original"]["walls"])))
+            print(
+                "| %d | %s | %d | %.2f | %.0f | %s | %.0f | %.0f |"
+                % (
+                    workers,
+                    name,
+                    summary["instances"],
+                    s["wall"],
+                    s["instances_per_s"],
+                    "%.2fx" % ratio if name == "ours" else "1.00x",
+                    s["max_process_rss_mb"],
+                    s["tree_rss_mb"],
+                )
+            )
+        print(
+            "|  | walls ours %s / original %s |"
+            % (
+                ", ".join("%.1f" % w for w in summary["ours"]["walls"]),
+                ", ".join("%.1f" % w for w in summary["original"]["walls"]),
+            )
+        )
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--repeat", type=int, default=20,
-                        help="copies of the bundled corpus in each input file")
+    parser.add_argument(
+        "--repeat", type=int, default=20, help="copies of the bundled corpus in each input file"
+    )
     parser.add_argument("--dupe_factor", type=int, default=5)
     parser.add_argument("--max_seq_length", type=int, default=128)
     parser.add_argument("--runs", type=int, default=3)
-    parser.add_argument("--workers", default="1,2",
-                        help="comma list of --num_workers settings")
+    parser.add_argument("--workers", default="1,2", help="comma list of --num_workers settings")
     args = parser.parse_args()
     with tempfile.TemporaryDirectory() as scratch_dir:
         scratch = pathlib.Path(scratch_dir)
@@ -212,9 +245,18 @@ def main() -> None:
         rows = {}
         for workers in map(int, args.workers.split(",")):
             rows[workers] = bench_setting(workers, inputs, scratch, args)
-            print("num_workers=%d done: %s" % (workers, {
-                k: round(v["wall"], 2) for k, v in rows[workers].items()
-                if isinstance(v, dict)}), flush=True)
+            print(
+                "num_workers=%d done: %s"
+                % (
+                    workers,
+                    {
+                        k: round(v["wall"], 2)
+                        for k, v in rows[workers].items()
+                        if isinstance(v, dict)
+                    },
+                ),
+                flush=True,
+            )
         print_table(rows, args, corpus_mb)
 
 

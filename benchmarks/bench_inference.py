@@ -49,8 +49,10 @@ def real_batches(seq, batch, batches):
     """`batches` batches of MRPC dev pairs packed to `seq`: dicts of int32 arrays."""
     import numpy as np
     from data_prep import tokenization
+
     tokenizer = tokenization.FullTokenizer(
-        os.path.join(REPO, "sample_data", "vocab", "uncased_vocab.txt"))
+        os.path.join(REPO, "sample_data", "vocab", "uncased_vocab.txt")
+    )
     pairs = []
     path = os.path.join(REPO, "sample_data", "glue", "MRPC", "dev.tsv")
     with open(path, encoding="utf-8-sig") as f:
@@ -58,8 +60,9 @@ def real_batches(seq, batch, batches):
             pairs.append((row["#1 String"], row["#2 String"]))
     rows = {"input_word_ids": [], "input_mask": [], "input_type_ids": []}
     for i in range(batch * batches):
-        a, b = (tokenizer.convert_tokens_to_ids(tokenizer.tokenize(t))
-                for t in pairs[i % len(pairs)])
+        a, b = (
+            tokenizer.convert_tokens_to_ids(tokenizer.tokenize(t)) for t in pairs[i % len(pairs)]
+        )
         tokenization.truncate_seq_pair(a, b, seq - 3)
         ids = [101] + a + [102] + b + [102]
         types = [0] * (len(a) + 2) + [1] * (len(b) + 1)
@@ -68,18 +71,24 @@ def real_batches(seq, batch, batches):
         rows["input_mask"].append([1] * len(ids) + [0] * pad)
         rows["input_type_ids"].append(types + [0] * pad)
     arrays = {k: np.asarray(v, "int32") for k, v in rows.items()}
-    return [{k: v[i * batch:(i + 1) * batch] for k, v in arrays.items()}
-            for i in range(batches)]
+    return [{k: v[i * batch : (i + 1) * batch] for k, v in arrays.items()} for i in range(batches)]
 
 
 def _our_encoder(shape, dtype):
     import tensorflow as tf
     from modeling.config import BertConfig
     from modeling.encoder import BertEncoder
+
     layers, hidden, heads, inter, seq = SHAPES[shape]
-    config = BertConfig(vocab_size=VOCAB, hidden_size=hidden, num_hidden_layers=layers,
-                        num_attention_heads=heads, intermediate_size=inter,
-                        max_position_embeddings=512, type_vocab_size=2)
+    config = BertConfig(
+        vocab_size=VOCAB,
+        hidden_size=hidden,
+        num_hidden_layers=layers,
+        num_attention_heads=heads,
+        intermediate_size=inter,
+        max_position_embeddings=512,
+        type_vocab_size=2,
+    )
     tf.random.set_seed(0)
     encoder = BertEncoder(config, dtype=dtype)
     return encoder
@@ -96,6 +105,7 @@ def _time_calls(call, batches, warmup=2):
 
 def run_ours(shape, dtype, xla, batches):
     import tensorflow as tf
+
     encoder = _our_encoder(shape, dtype)
 
     @tf.function(jit_compile=xla)
@@ -109,56 +119,81 @@ def run_ours(shape, dtype, xla, batches):
 def run_ours_savedmodel(shape, dtype, xla, batches):
     import tensorflow as tf
     from serving import encoder as serving_encoder
+
     encoder = _our_encoder(shape, dtype)
     vocab = os.path.join(REPO, "sample_data", "vocab", "uncased_vocab.txt")
     with tempfile.TemporaryDirectory() as scratch:
-        path = serving_encoder.export_encoder(encoder, os.path.join(scratch, "encoder"),
-                                              vocab, True)
+        path = serving_encoder.export_encoder(
+            encoder, os.path.join(scratch, "encoder"), vocab, True
+        )
         del encoder
         loaded = tf.saved_model.load(path)
         tensors = [{k: tf.constant(v) for k, v in b.items()} for b in batches]
-        return _time_calls(lambda b: loaded(b, training=False)["sequence_output"].numpy(),
-                           tensors)
+        return _time_calls(lambda b: loaded(b, training=False)["sequence_output"].numpy(), tensors)
 
 
 def run_keras_hub(shape, dtype, xla, batches):
     import keras
     import keras_hub
     import tensorflow as tf
+
     layers, hidden, heads, inter, seq = SHAPES[shape]
     keras.config.set_dtype_policy({"float32": "float32", "bfloat16": "mixed_bfloat16"}[dtype])
     backbone = keras_hub.models.BertBackbone(
-        vocabulary_size=VOCAB, num_layers=layers, num_heads=heads, hidden_dim=hidden,
-        intermediate_dim=inter, max_sequence_length=512, num_segments=2)
+        vocabulary_size=VOCAB,
+        num_layers=layers,
+        num_heads=heads,
+        hidden_dim=hidden,
+        intermediate_dim=inter,
+        max_sequence_length=512,
+        num_segments=2,
+    )
 
     @tf.function(jit_compile=xla)
     def forward(inputs):
         return backbone(inputs, training=False)["sequence_output"]
 
-    tensors = [{"token_ids": tf.constant(b["input_word_ids"]),
-                "padding_mask": tf.constant(b["input_mask"]),
-                "segment_ids": tf.constant(b["input_type_ids"])} for b in batches]
+    tensors = [
+        {
+            "token_ids": tf.constant(b["input_word_ids"]),
+            "padding_mask": tf.constant(b["input_mask"]),
+            "segment_ids": tf.constant(b["input_type_ids"]),
+        }
+        for b in batches
+    ]
     return _time_calls(lambda b: forward(b).numpy(), tensors)
 
 
 def run_hf(shape, dtype, xla, batches):
     import torch
     import transformers
+
     layers, hidden, heads, inter, seq = SHAPES[shape]
     torch.manual_seed(0)
     torch.set_num_threads(os.cpu_count())
-    config = transformers.BertConfig(vocab_size=VOCAB, hidden_size=hidden,
-                                     num_hidden_layers=layers, num_attention_heads=heads,
-                                     intermediate_size=inter, max_position_embeddings=512)
+    config = transformers.BertConfig(
+        vocab_size=VOCAB,
+        hidden_size=hidden,
+        num_hidden_layers=layers,
+        num_attention_heads=heads,
+        intermediate_size=inter,
+        max_position_embeddings=512,
+    )
     model = transformers.BertModel(config, add_pooling_layer=False).eval()
-    tensors = [dict(input_ids=torch.tensor(b["input_word_ids"], dtype=torch.long),
-                    attention_mask=torch.tensor(b["input_mask"], dtype=torch.long),
-                    token_type_ids=torch.tensor(b["input_type_ids"], dtype=torch.long))
-               for b in batches]
+    tensors = [
+        dict(
+            input_ids=torch.tensor(b["input_word_ids"], dtype=torch.long),
+            attention_mask=torch.tensor(b["input_mask"], dtype=torch.long),
+            token_type_ids=torch.tensor(b["input_type_ids"], dtype=torch.long),
+        )
+        for b in batches
+    ]
 
     def call(b):
-        with torch.inference_mode(), torch.autocast("cpu", dtype=torch.bfloat16,
-                                                    enabled=dtype == "bfloat16"):
+        with (
+            torch.inference_mode(),
+            torch.autocast("cpu", dtype=torch.bfloat16, enabled=dtype == "bfloat16"),
+        ):
             return model(**b).last_hidden_state.float().numpy()
 
     return _time_calls(call, tensors)
@@ -176,15 +211,23 @@ def worker(args):
 
 
 def spawn(impl, args, shape="", dtype="float32", xla=False):
-    cmd = [sys.executable, os.path.abspath(__file__), "--worker", f"--impl={impl}",
-           f"--shape={shape}", f"--dtype={dtype}", f"--batch={args.batch}",
-           f"--batches={args.batches}"] + (["--xla"] if xla else [])
+    cmd = [
+        sys.executable,
+        os.path.abspath(__file__),
+        "--worker",
+        f"--impl={impl}",
+        f"--shape={shape}",
+        f"--dtype={dtype}",
+        f"--batch={args.batch}",
+        f"--batches={args.batches}",
+    ] + (["--xla"] if xla else [])
     return run_worker(cmd)
 
 
 def main():
-    parser = argparse.ArgumentParser(description=__doc__,
-                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     parser.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
     parser.add_argument("--impl", default="ours")
     parser.add_argument("--shape", default="small-128")
@@ -204,53 +247,84 @@ def main():
         return
 
     xla_modes = {"off": [False], "on": [True], "both": [False, True]}[args.xla_modes]
-    configs = [(shape, dtype, impl, xla) for shape in args.shapes.split(",")
-               for dtype in args.dtypes.split(",") for impl in args.impls.split(",")
-               for xla in (xla_modes if impl != "hf" else [False])]
+    configs = [
+        (shape, dtype, impl, xla)
+        for shape in args.shapes.split(",")
+        for dtype in args.dtypes.split(",")
+        for impl in args.impls.split(",")
+        for xla in (xla_modes if impl != "hf" else [False])
+    ]
     limits = {d: [] for d in args.dtypes.split(",")}
     results = {c: [] for c in configs}
     for rep in range(args.repeats):
         for dtype in limits:
             limits[dtype].append(spawn("matmul", args, dtype=dtype)["gflops"])
-        for config in (configs if rep % 2 == 0 else configs[::-1]):
+        for config in configs if rep % 2 == 0 else configs[::-1]:
             shape, dtype, impl, xla = config
             out = spawn(impl, args, shape, dtype, xla)
             results[config].append(out)
-            print(f"rep {rep} {shape:9s} {dtype:8s} {impl:15s} xla={xla!s:5s} -> {out}",
-                  file=sys.stderr, flush=True)
+            print(
+                f"rep {rep} {shape:9s} {dtype:8s} {impl:15s} xla={xla!s:5s} -> {out}",
+                file=sys.stderr,
+                flush=True,
+            )
     rows = []
     for (shape, dtype, impl, xla), outs in results.items():
         good = [o for o in outs if "seconds" in o]
         if not good:
-            rows.append(dict(shape=shape, dtype=dtype, impl=impl, xla=xla,
-                             error=outs[0]["error"]))
+            rows.append(dict(shape=shape, dtype=dtype, impl=impl, xla=xla, error=outs[0]["error"]))
             continue
         layers, hidden, _, inter, seq = SHAPES[shape]
         seqs = args.batch * args.batches / min(o["seconds"] for o in good)
-        mfu = (seqs * forward_flops_per_sequence(layers, hidden, inter, seq) / 1e9
-               / max(limits[dtype]))
-        rows.append(dict(shape=shape, dtype=dtype, impl=impl, xla=xla, seq_per_s=seqs,
-                         mfu=mfu, peak_mb=max(o["peak_mb"] for o in good)))
+        mfu = (
+            seqs * forward_flops_per_sequence(layers, hidden, inter, seq) / 1e9 / max(limits[dtype])
+        )
+        rows.append(
+            dict(
+                shape=shape,
+                dtype=dtype,
+                impl=impl,
+                xla=xla,
+                seq_per_s=seqs,
+                mfu=mfu,
+                peak_mb=max(o["peak_mb"] for o in good),
+            )
+        )
     print(f"\nCPU: {cpu_description()}")
-    print("matmul limit (GFLOP/s, best of run): " +
-          ", ".join(f"{d} {max(v):.0f}" for d, v in limits.items()))
-    print(f"batch {args.batch} x {args.batches} batches of MRPC dev pairs, best of "
-          f"{args.repeats}\n")
+    print(
+        "matmul limit (GFLOP/s, best of run): "
+        + ", ".join(f"{d} {max(v):.0f}" for d, v in limits.items())
+    )
+    print(
+        f"batch {args.batch} x {args.batches} batches of MRPC dev pairs, best of {args.repeats}\n"
+    )
     print("| shape | dtype | impl | XLA | seq/s | MFU | peak MB | vs best peer |")
     print("|---|---|---|---|---|---|---|---|")
     for row in rows:
         if "error" in row:
-            print(f"| {row['shape']} | {row['dtype']} | {row['impl']} | "
-                  f"{'on' if row['xla'] else 'off'} | error: {row['error']} | | | |")
+            print(
+                f"| {row['shape']} | {row['dtype']} | {row['impl']} | "
+                f"{'on' if row['xla'] else 'off'} | error: {row['error']} | | | |"
+            )
             continue
-        peers = [r["seq_per_s"] for r in rows if "error" not in r
-                 and not r["impl"].startswith("ours") and r["shape"] == row["shape"]
-                 and r["dtype"] == row["dtype"]]
-        ratio = (f"{row['seq_per_s'] / max(peers):.2f}x"
-                 if peers and row["impl"].startswith("ours") else "")
-        print(f"| {row['shape']} | {row['dtype']} | {row['impl']} | "
-              f"{'on' if row['xla'] else 'off'} | {row['seq_per_s']:.1f} | "
-              f"{row['mfu']:.0%} | {row['peak_mb']:.0f} | {ratio} |")
+        peers = [
+            r["seq_per_s"]
+            for r in rows
+            if "error" not in r
+            and not r["impl"].startswith("ours")
+            and r["shape"] == row["shape"]
+            and r["dtype"] == row["dtype"]
+        ]
+        ratio = (
+            f"{row['seq_per_s'] / max(peers):.2f}x"
+            if peers and row["impl"].startswith("ours")
+            else ""
+        )
+        print(
+            f"| {row['shape']} | {row['dtype']} | {row['impl']} | "
+            f"{'on' if row['xla'] else 'off'} | {row['seq_per_s']:.1f} | "
+            f"{row['mfu']:.0%} | {row['peak_mb']:.0f} | {ratio} |"
+        )
     if args.json_out:
         with open(args.json_out, "w") as f:
             json.dump({"rows": rows, "matmul_gflops": limits}, f, indent=2)

@@ -44,6 +44,7 @@ def timed(fn, *args) -> float:
 
 def with_gradient(forward):
     """A compiled function: forward and the gradient of sum(output * dy)."""
+
     @tf.function
     def run(*args):
         with tf.GradientTape() as tape:
@@ -51,6 +52,7 @@ def with_gradient(forward):
             out = forward(*args)
             loss = tf.reduce_sum(tf.cast(out, tf.float32) * 1e-3)
         return tape.gradient(loss, args)
+
     return run
 
 
@@ -60,14 +62,20 @@ def cases(dtype):
     x_mlm = tf.constant(rng.normal(size=(BATCH * MASKED, HIDDEN)), tf.float32)
     table = tf.constant(rng.normal(size=(VOCAB, HIDDEN)) * 0.02, tf.float32)
     bias = tf.zeros([VOCAB])
-    decoder = {"float32 (TF)": dict(xla=False), "float32 (XLA forward)": dict(xla=True),
-               "bfloat16 (TF)": dict(bfloat16=True)}
+    decoder = {
+        "float32 (TF)": dict(xla=False),
+        "float32 (XLA forward)": dict(xla=True),
+        "bfloat16 (TF)": dict(bfloat16=True),
+    }
     if dtype == "float32":
         decoder.pop("bfloat16 (TF)")
     for name, kwargs in decoder.items():
-        yield "decoder", name, with_gradient(
-            lambda x, t, b, kwargs=kwargs: layers.decoder_logits(x, t, b, **kwargs)), (
-            x_mlm, table, bias)
+        yield (
+            "decoder",
+            name,
+            with_gradient(lambda x, t, b, kwargs=kwargs: layers.decoder_logits(x, t, b, **kwargs)),
+            (x_mlm, table, bias),
+        )
     wide = tf.cast(tf.constant(rng.normal(size=(BATCH, SEQ, INTER)), tf.float32), compute)
     hidden = tf.cast(tf.constant(rng.normal(size=(BATCH, SEQ, HIDDEN)), tf.float32), compute)
     for fused in (True, False):
@@ -78,8 +86,12 @@ def cases(dtype):
         norm.build(hidden.shape)
         yield "layer_norm", label, with_gradient(lambda x, norm=norm: norm(x)), (hidden,)
         dropout = layers.Dropout(0.1, fused=fused, dtype=dtype)
-        yield "dropout", label, with_gradient(
-            lambda x, dropout=dropout: dropout(x, training=True)), (wide,)
+        yield (
+            "dropout",
+            label,
+            with_gradient(lambda x, dropout=dropout: dropout(x, training=True)),
+            (wide,),
+        )
     if dtype == "float32":
         for fused in (True, False):
             yield "optimizer", "fused" if fused else "plain", *optimizer_case(fused)
@@ -94,8 +106,8 @@ def optimizer_case(fused):
 
     variables = [tf.Variable(tf.zeros(s)) for s in shapes]
     opt = optimization.create_optimizer(
-        "adamw", [Named(v, f"layer_{i}/dense/kernel") for i, v in enumerate(variables)],
-        fused=fused)
+        "adamw", [Named(v, f"layer_{i}/dense/kernel") for i, v in enumerate(variables)], fused=fused
+    )
     grads = [tf.ones(s) * 1e-3 for s in shapes]
 
     @tf.function
@@ -107,26 +119,29 @@ def optimizer_case(fused):
 
 
 def matmul_gflops(dtype, size=2048):
-    a = tf.cast(tf.random.normal([size, size]) / size ** 0.5, tf.as_dtype(dtype))
+    a = tf.cast(tf.random.normal([size, size]) / size**0.5, tf.as_dtype(dtype))
     ms = min(timed(tf.function(lambda a: tf.matmul(a, a)), a) for _ in range(3))
-    return 2 * size ** 3 / ms / 1e6
+    return 2 * size**3 / ms / 1e6
 
 
 def main():
-    parser = argparse.ArgumentParser(description=__doc__,
-                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     parser.add_argument("--dtypes", default="float32,bfloat16")
     parser.add_argument("--repeats", type=int, default=3)
     args = parser.parse_args()
     flags = kernels.cpu_flags()
-    print(f"CPU: {kernels.cpu_model_name()}; kind {kernels.cpu_kind(flags)}; "
-          f"{' '.join(sorted(f for f in flags if f.startswith(('amx', 'avx'))))}")
+    print(
+        f"CPU: {kernels.cpu_model_name()}; kind {kernels.cpu_kind(flags)}; "
+        f"{' '.join(sorted(f for f in flags if f.startswith(('amx', 'avx'))))}"
+    )
     for dtype in args.dtypes.split(","):
         print(f"\nmatmul {dtype}: {matmul_gflops(dtype):.0f} GFLOP/s")
         rows = list(cases(dtype))
         best = {}
         for rep in range(args.repeats):
-            for kernel, choice, fn, inputs in (rows if rep % 2 == 0 else rows[::-1]):
+            for kernel, choice, fn, inputs in rows if rep % 2 == 0 else rows[::-1]:
                 ms = timed(fn, *inputs)
                 best[kernel, choice] = min(ms, best.get((kernel, choice), ms))
         print(f"| {dtype} kernel | choice | ms per call (forward + gradient) |")

@@ -51,7 +51,7 @@ VOCAB = SAMPLE / "vocab" / "uncased_vocab.txt"
 ENV = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2")
 
 # The original, run on each file alone in one process (as its main() does).
-ORIGINAL_PER_FILE = '''
+ORIGINAL_PER_FILE = """
 import random, sys
 from absl import flags
 from bert import create_pretraining_data as original
@@ -66,12 +66,13 @@ for path in sys.argv[7:]:
     name = path.rsplit("/", 1)[-1].rsplit(".", 1)[0]
     original.write_instance_to_example_files(
         instances, tokenizer, int(seq), int(preds), [out_dir + "/" + name + ".tfrecord"])
-'''
+"""
 
 
 def sentence_pool() -> list[str]:
     """Every distinct sentence of the bundled real text."""
     from data_prep import sentences
+
     pool = []
     for path in sorted((SAMPLE / "corpus").glob("*.txt")):
         pool += [line.strip() for line in path.read_text(encoding="utf-8").split("\n")]
@@ -81,15 +82,15 @@ def sentence_pool() -> list[str]:
             pool += sentences.split_sentences(paragraph["context"])
             pool += [qa["question"].strip() for qa in paragraph["qas"]]
     for name in ("train", "dev", "test"):
-        with open(SAMPLE / "glue" / "MRPC" / ("%s.tsv" % name), encoding="utf-8-sig",
-                  newline="") as f:
+        with open(
+            SAMPLE / "glue" / "MRPC" / ("%s.tsv" % name), encoding="utf-8-sig", newline=""
+        ) as f:
             for row in csv.DictReader(f, delimiter="\t", quoting=csv.QUOTE_NONE):
                 pool += [row["#1 String"].strip(), row["#2 String"].strip()]
     return sorted({sentence for sentence in pool if sentence})
 
 
-def make_corpus(directory: pathlib.Path, corpus_mb: float, file_mb: float,
-                seed: int) -> list[str]:
+def make_corpus(directory: pathlib.Path, corpus_mb: float, file_mb: float, seed: int) -> list[str]:
     """Files of distinct documents (see the module docstring); their paths."""
     pool = sentence_pool()
     rng = random.Random(seed)
@@ -163,50 +164,82 @@ def run_measured(command: list[str], cwd: pathlib.Path) -> dict:
         raise RuntimeError("%s failed:\n%s" % (" ".join(command), output[-3000:]))
     root = peaks.pop(process.pid, (0, ""))[0]
     workers = [kb for kb, cmdline in peaks.values() if "python" in cmdline]
-    return {"wall": wall, "root_mb": root / 1024,
-            "worker_mb": max(workers, default=0) / 1024, "workers": len(workers)}
+    return {
+        "wall": wall,
+        "root_mb": root / 1024,
+        "worker_mb": max(workers, default=0) / 1024,
+        "workers": len(workers),
+    }
 
 
 def read_records(directory: pathlib.Path, canonical: bool) -> dict:
     import tensorflow as tf
+
     result = {}
     for path in sorted(directory.glob("*.tfrecord")):
         records = []
         for record in tf.data.TFRecordDataset(str(path)).as_numpy_iterator():
             if canonical:
-                record = tf.train.Example.FromString(record).SerializeToString(
-                    deterministic=True)
+                record = tf.train.Example.FromString(record).SerializeToString(deterministic=True)
             records.append(bytes(record))
         result[path.stem] = records
     return result
 
 
 def commands(files, out: pathlib.Path, args) -> dict:
-    common = ["--vocab_file=%s" % VOCAB, "--dupe_factor=%d" % args.dupe_factor,
-              "--max_seq_length=%d" % args.max_seq_length,
-              "--max_predictions_per_seq=%d" % args.max_predictions_per_seq,
-              "--random_seed=%d" % args.random_seed, "--do_lower_case"]
+    common = [
+        "--vocab_file=%s" % VOCAB,
+        "--dupe_factor=%d" % args.dupe_factor,
+        "--max_seq_length=%d" % args.max_seq_length,
+        "--max_predictions_per_seq=%d" % args.max_predictions_per_seq,
+        "--random_seed=%d" % args.random_seed,
+        "--do_lower_case",
+    ]
     script = out / "original_per_file.py"
     script.write_text(ORIGINAL_PER_FILE)
     return {
-        "original": [sys.executable, str(script), str(VOCAB), str(args.random_seed),
-                     str(args.dupe_factor), str(args.max_seq_length),
-                     str(args.max_predictions_per_seq), str(out / "original")] + files,
-        "num_workers": [sys.executable, "-m", "data_prep.create_pretraining_data",
-                        "--input_file=%s" % ",".join(files),
-                        "--output_file=%s/" % (out / "num_workers"),
-                        "--num_workers=%d" % args.workers] + common,
-        "pipeline": [sys.executable, "-m", "data_prep.pretraining_pipeline",
-                     "--input_file=%s" % ",".join(files),
-                     "--output_dir=%s" % (out / "pipeline"),
-                     "--shard_size_mb=%s" % args.file_mb, "--runner=DirectRunner",
-                     "--direct_num_workers=%d" % args.workers,
-                     "--direct_running_mode=multi_processing"] + common,
-        "in_memory": [sys.executable, "-m", "data_prep.pretraining_pipeline",
-                      "--input_file=%s" % ",".join(files),
-                      "--output_dir=%s" % (out / "in_memory"),
-                      "--shard_size_mb=%s" % args.file_mb,
-                      "--runner=DirectRunner"] + common,
+        "original": [
+            sys.executable,
+            str(script),
+            str(VOCAB),
+            str(args.random_seed),
+            str(args.dupe_factor),
+            str(args.max_seq_length),
+            str(args.max_predictions_per_seq),
+            str(out / "original"),
+        ]
+        + files,
+        "num_workers": [
+            sys.executable,
+            "-m",
+            "data_prep.create_pretraining_data",
+            "--input_file=%s" % ",".join(files),
+            "--output_file=%s/" % (out / "num_workers"),
+            "--num_workers=%d" % args.workers,
+        ]
+        + common,
+        "pipeline": [
+            sys.executable,
+            "-m",
+            "data_prep.pretraining_pipeline",
+            "--input_file=%s" % ",".join(files),
+            "--output_dir=%s" % (out / "pipeline"),
+            "--shard_size_mb=%s" % args.file_mb,
+            "--runner=DirectRunner",
+            "--direct_num_workers=%d" % args.workers,
+            "--direct_running_mode=multi_processing",
+        ]
+        + common,
+        "in_memory": [
+            sys.executable,
+            "-m",
+            "data_prep.pretraining_pipeline",
+            "--input_file=%s" % ",".join(files),
+            "--output_dir=%s" % (out / "in_memory"),
+            "--shard_size_mb=%s" % args.file_mb,
+            "--runner=DirectRunner",
+        ]
+        + common,
     }
 
 
@@ -220,15 +253,15 @@ def main() -> None:
     parser.add_argument("--random_seed", type=int, default=12345)
     parser.add_argument("--workers", type=int, default=2)
     parser.add_argument("--settings", default="original,num_workers,pipeline")
-    parser.add_argument("--one_file", action="store_true",
-                        help="also the pipeline on the corpus as one file")
+    parser.add_argument(
+        "--one_file", action="store_true", help="also the pipeline on the corpus as one file"
+    )
     parser.add_argument("--corpus_seed", type=int, default=0)
     args = parser.parse_args()
     with tempfile.TemporaryDirectory() as scratch_dir:
         scratch = pathlib.Path(scratch_dir)
         (scratch / "corpus").mkdir()
-        files = make_corpus(scratch / "corpus", args.corpus_mb, args.file_mb,
-                            args.corpus_seed)
+        files = make_corpus(scratch / "corpus", args.corpus_mb, args.file_mb, args.corpus_seed)
         size = sum(os.path.getsize(f) for f in files) / 1e6
         (scratch / "original").mkdir()
         runs = commands(files, scratch, args)
@@ -236,8 +269,9 @@ def main() -> None:
         for name in args.settings.split(","):
             results[name] = run_measured(runs[name], REPO)
             print("%s: %.1f s" % (name, results[name]["wall"]), flush=True)
-        outputs = {name: read_records(scratch / name, canonical=name == "original")
-                   for name in results}
+        outputs = {
+            name: read_records(scratch / name, canonical=name == "original") for name in results
+        }
         instances = sum(map(len, next(iter(outputs.values())).values()))
         reference = next(iter(outputs.values()))
         for name, records in outputs.items():
@@ -252,19 +286,36 @@ def main() -> None:
             command[3] = "--input_file=%s" % one
             command[4] = "--output_dir=%s" % (scratch / "one_file")
             results["one_file"] = run_measured(command, REPO)
-        print("\ncorpus: %d files, %.1f MB of distinct documents, %d instances "
-              "(dupe_factor %d, max_seq_length %d), identical records in %s" % (
-                  len(files), size, instances, args.dupe_factor,
-                  args.max_seq_length, ", ".join(outputs)))
-        print("| setting | wall s | instances/s | vs original | peak RSS largest "
-              "worker MB | peak RSS parent MB |")
+        print(
+            "\ncorpus: %d files, %.1f MB of distinct documents, %d instances "
+            "(dupe_factor %d, max_seq_length %d), identical records in %s"
+            % (
+                len(files),
+                size,
+                instances,
+                args.dupe_factor,
+                args.max_seq_length,
+                ", ".join(outputs),
+            )
+        )
+        print(
+            "| setting | wall s | instances/s | vs original | peak RSS largest "
+            "worker MB | peak RSS parent MB |"
+        )
         print("|---|---|---|---|---|---|")
         base = results.get("original", {}).get("wall")
         for name, r in results.items():
-            print("| %s | %.1f | %.0f | %s | %.0f | %.0f |" % (
-                name, r["wall"], instances / r["wall"],
-                "%.2fx" % (base / r["wall"]) if base else "-",
-                r["worker_mb"], r["root_mb"]))
+            print(
+                "| %s | %.1f | %.0f | %s | %.0f | %.0f |"
+                % (
+                    name,
+                    r["wall"],
+                    instances / r["wall"],
+                    "%.2fx" % (base / r["wall"]) if base else "-",
+                    r["worker_mb"],
+                    r["root_mb"],
+                )
+            )
 
 
 if __name__ == "__main__":

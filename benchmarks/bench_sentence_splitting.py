@@ -53,7 +53,7 @@ def mrpc_paragraphs(group: int = 5) -> list[list[str]]:
                 if text and text not in seen:
                     seen.add(text)
                     sentences.append(text)
-    return [sentences[i:i + group] for i in range(0, len(sentences), group)]
+    return [sentences[i : i + group] for i in range(0, len(sentences), group)]
 
 
 def _boundaries(sentences: list[str]) -> tuple[list[int], list[bool]]:
@@ -69,8 +69,14 @@ def _boundaries(sentences: list[str]) -> tuple[list[int], list[bool]]:
 
 def score(paragraphs, split) -> dict:
     """Counts of true, missed and spurious boundaries of `split` on `paragraphs`."""
-    counts = {"sentences": 0, "boundaries": 0, "missed": 0, "spurious": 0,
-              "unfindable": 0, "examples": []}
+    counts = {
+        "sentences": 0,
+        "boundaries": 0,
+        "missed": 0,
+        "spurious": 0,
+        "unfindable": 0,
+        "examples": [],
+    }
     for sentences in paragraphs:
         counts["sentences"] += len(sentences)
         truth, final = _boundaries(sentences)
@@ -94,29 +100,34 @@ def score(paragraphs, split) -> dict:
 def splitters(names: list[str]) -> dict:
     """name -> (version, function text -> sentences); imports only what is asked."""
     from importlib import metadata
+
     chosen = {}
     for name in names:
         if name == "sentencex":
             import sentencex
+
             chosen[name] = lambda text: list(sentencex.segment("en", text))
         elif name == "pysbd":
             import pysbd
+
             segmenter = pysbd.Segmenter(language="en", clean=False)
             chosen[name] = segmenter.segment
         elif name == "blingfire":
             import blingfire
+
             chosen[name] = lambda text: blingfire.text_to_sentences(text).split("\n")
         elif name == "nupunkt":
             import nupunkt
+
             chosen[name] = nupunkt.sent_tokenize
         elif name == "ours":
             from data_prep import sentences
+
             chosen[name] = sentences.split_sentences
         else:
             raise ValueError("unknown splitter %r" % name)
     package = {"ours": "nupunkt"}
-    return {name: (metadata.version(package.get(name, name)), fn)
-            for name, fn in chosen.items()}
+    return {name: (metadata.version(package.get(name, name)), fn) for name, fn in chosen.items()}
 
 
 def _context(sentences, offset, width=40) -> str:
@@ -126,8 +137,10 @@ def _context(sentences, offset, width=40) -> str:
         if not char.isspace():
             seen += 1
         if seen == offset:
-            return "...%s | %s..." % (text[max(0, i + 1 - width):i + 1],
-                                      text[i + 1:i + 1 + width].lstrip())
+            return "...%s | %s..." % (
+                text[max(0, i + 1 - width) : i + 1],
+                text[i + 1 : i + 1 + width].lstrip(),
+            )
     return text[-width:]
 
 
@@ -135,16 +148,27 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--splitters", default="sentencex,pysbd,blingfire,nupunkt")
     parser.add_argument("--repeats", type=int, default=3)
-    parser.add_argument("--examples", action="store_true",
-                        help="print a few errors of each splitter")
+    parser.add_argument(
+        "--examples", action="store_true", help="print a few errors of each splitter"
+    )
     args = parser.parse_args()
     sets = {"paper": paper_paragraphs(), "mrpc": mrpc_paragraphs()}
     chars = sum(len(" ".join(p)) for ps in sets.values() for p in ps)
-    print("paper: %d paragraphs, %d sentences; mrpc: %d paragraphs, %d sentences; "
-          "%d characters" % (len(sets["paper"]), sum(map(len, sets["paper"])),
-                             len(sets["mrpc"]), sum(map(len, sets["mrpc"])), chars))
-    print("| splitter | version | paper missed / spurious (of boundaries) | "
-          "mrpc missed / spurious | errors per 1,000 sentences | chars/s |")
+    print(
+        "paper: %d paragraphs, %d sentences; mrpc: %d paragraphs, %d sentences; "
+        "%d characters"
+        % (
+            len(sets["paper"]),
+            sum(map(len, sets["paper"])),
+            len(sets["mrpc"]),
+            sum(map(len, sets["mrpc"])),
+            chars,
+        )
+    )
+    print(
+        "| splitter | version | paper missed / spurious (of boundaries) | "
+        "mrpc missed / spurious | errors per 1,000 sentences | chars/s |"
+    )
     print("|---|---|---|---|---|---|")
     for name, (version, split) in splitters(args.splitters.split(",")).items():
         split("Loads the model. Builds the tables.")  # One-time set-up, untimed.
@@ -158,11 +182,19 @@ def main() -> None:
         results = {key: score(paragraphs, split) for key, paragraphs in sets.items()}
         errors = sum(r["missed"] + r["spurious"] for r in results.values())
         total = sum(r["sentences"] for r in results.values())
-        print("| %s | %s | %s | %s | %.1f | %.0fk |" % (
-            name, version,
-            *["%d / %d (%d)" % (r["missed"], r["spurious"], r["boundaries"])
-              for r in results.values()],
-            1000.0 * errors / total, chars / best / 1000))
+        print(
+            "| %s | %s | %s | %s | %.1f | %.0fk |"
+            % (
+                name,
+                version,
+                *[
+                    "%d / %d (%d)" % (r["missed"], r["spurious"], r["boundaries"])
+                    for r in results.values()
+                ],
+                1000.0 * errors / total,
+                chars / best / 1000,
+            )
+        )
         if args.examples:
             for key, r in results.items():
                 for kind, sentences, offset in r["examples"]:

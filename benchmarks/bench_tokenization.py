@@ -57,8 +57,9 @@ def load_texts(repeat: int) -> list[str]:
         with open(path, encoding="utf-8-sig") as f:
             for row in csv.DictReader(f, delimiter="\t", quoting=csv.QUOTE_NONE):
                 texts += [row["#1 String"], row["#2 String"]]
-    with open(os.path.join(REPO, "sample_data", "squad", "dev-v2.0-first5articles.json"),
-              encoding="utf-8") as f:
+    with open(
+        os.path.join(REPO, "sample_data", "squad", "dev-v2.0-first5articles.json"), encoding="utf-8"
+    ) as f:
         for article in json.load(f)["data"]:
             for paragraph in article["paragraphs"]:
                 texts.append(paragraph["context"])
@@ -71,6 +72,7 @@ def load_texts(repeat: int) -> list[str]:
 
 def run_python(texts, batch):
     from data_prep import tokenization
+
     tokenizer = tokenization.FullTokenizer(VOCAB, do_lower_case=True)
     start = time.perf_counter()
     ids = [tokenizer.convert_tokens_to_ids(tokenizer.tokenize(t)) for t in texts]
@@ -78,12 +80,13 @@ def run_python(texts, batch):
 
 
 def _tf_batches(texts, batch):
-    return [texts[i:i + batch] for i in range(0, len(texts), batch)]
+    return [texts[i : i + batch] for i in range(0, len(texts), batch)]
 
 
 def run_tf_graph(texts, batch):
     import tensorflow as tf
     from data_prep.tf_tokenization import TFBertTokenizer
+
     tokenizer = TFBertTokenizer(VOCAB, do_lower_case=True)
     batches = [tf.constant(b) for b in _tf_batches(texts, batch)]
     tokenizer.tokenize(batches[0])  # Traces the function.
@@ -97,12 +100,15 @@ def run_tf_graph(texts, batch):
 def run_tf_data(texts, batch):
     import tensorflow as tf
     from data_prep.tf_tokenization import TFBertTokenizer
+
     tokenizer = TFBertTokenizer(VOCAB, do_lower_case=True)
     tokenizer.tokenize(tf.constant(texts[:2]))
-    dataset = (tf.data.Dataset.from_tensor_slices(texts).batch(batch)
-               .map(tokenizer.tokenize, num_parallel_calls=tf.data.AUTOTUNE,
-                    deterministic=True)
-               .prefetch(tf.data.AUTOTUNE))
+    dataset = (
+        tf.data.Dataset.from_tensor_slices(texts)
+        .batch(batch)
+        .map(tokenizer.tokenize, num_parallel_calls=tf.data.AUTOTUNE, deterministic=True)
+        .prefetch(tf.data.AUTOTUNE)
+    )
     start = time.perf_counter()
     out = [r.to_list() for r in dataset]
     seconds = time.perf_counter() - start
@@ -111,8 +117,10 @@ def run_tf_data(texts, batch):
 
 def run_hf(texts, batch):
     from tokenizers import BertWordPieceTokenizer
-    tokenizer = BertWordPieceTokenizer(VOCAB, lowercase=True, clean_text=True,
-                                       handle_chinese_chars=True, strip_accents=None)
+
+    tokenizer = BertWordPieceTokenizer(
+        VOCAB, lowercase=True, clean_text=True, handle_chinese_chars=True, strip_accents=None
+    )
     tokenizer.encode_batch(texts[:2], add_special_tokens=False)
     start = time.perf_counter()
     out = []
@@ -124,10 +132,12 @@ def run_hf(texts, batch):
 def run_tf_fast_bert(texts, batch):
     import tensorflow as tf
     import tensorflow_text as tf_text
+
     with open(VOCAB, encoding="utf-8") as f:
         vocab = f.read().splitlines()
-    tokenizer = tf_text.FastBertTokenizer(vocab=vocab, token_out_type=tf.int32,
-                                          lower_case_nfd_strip_accents=True)
+    tokenizer = tf_text.FastBertTokenizer(
+        vocab=vocab, token_out_type=tf.int32, lower_case_nfd_strip_accents=True
+    )
 
     @tf.function(input_signature=[tf.TensorSpec([None], tf.string)])
     def tokenize(text):
@@ -149,16 +159,24 @@ def worker(args):
     seconds, ids = fn(texts, args.batch)
     with open(args.ids_out, "wb") as f:
         pickle.dump(ids, f)
-    print(json.dumps({"seconds": seconds, "strings": len(texts),
-                      "pieces": sum(len(i) for i in ids)}))
+    print(
+        json.dumps({"seconds": seconds, "strings": len(texts), "pieces": sum(len(i) for i in ids)})
+    )
 
 
 # ------------------------------------------------------------------ driver side
 
 
 def spawn(impl, args, ids_out):
-    cmd = [sys.executable, os.path.abspath(__file__), "--worker", f"--impl={impl}",
-           f"--repeat={args.repeat}", f"--batch={args.batch}", f"--ids_out={ids_out}"]
+    cmd = [
+        sys.executable,
+        os.path.abspath(__file__),
+        "--worker",
+        f"--impl={impl}",
+        f"--repeat={args.repeat}",
+        f"--batch={args.batch}",
+        f"--ids_out={ids_out}",
+    ]
     return run_worker(cmd)
 
 
@@ -169,14 +187,14 @@ def mismatches(reference, ids) -> int:
 
 
 def main():
-    parser = argparse.ArgumentParser(description=__doc__,
-                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     parser.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
     parser.add_argument("--impl", default="python")
     parser.add_argument("--ids_out", default=None, help=argparse.SUPPRESS)
     parser.add_argument("--impls", default=",".join(IMPLS))
-    parser.add_argument("--repeat", type=int, default=2,
-                        help="Times the bundled text is repeated.")
+    parser.add_argument("--repeat", type=int, default=2, help="Times the bundled text is repeated.")
     parser.add_argument("--batch", type=int, default=512)
     parser.add_argument("--repeats", type=int, default=3, help="Runs per implementation.")
     parser.add_argument("--json_out", default=None)
@@ -189,7 +207,7 @@ def main():
     runs = {impl: [] for impl in impls}
     with tempfile.TemporaryDirectory() as scratch:
         for rep in range(args.repeats):
-            for impl in (impls if rep % 2 == 0 else impls[::-1]):
+            for impl in impls if rep % 2 == 0 else impls[::-1]:
                 out = spawn(impl, args, os.path.join(scratch, f"{impl}.pkl"))
                 runs[impl].append(out)
                 print(f"rep {rep} {impl:12s} -> {out}", file=sys.stderr, flush=True)
@@ -207,27 +225,40 @@ def main():
             rows.append({"impl": impl, "error": runs[impl][0]["error"]})
             continue
         best = min(r["seconds"] for r in good)
-        rows.append({"impl": impl, "seconds": best,
-                     "strings_per_s": good[0]["strings"] / best,
-                     "pieces_per_s": good[0]["pieces"] / best,
-                     "strings": good[0]["strings"],
-                     "mismatched_strings": (mismatches(reference, ids[impl])
-                                            if reference is not None and impl in ids
-                                            else None)})
+        rows.append(
+            {
+                "impl": impl,
+                "seconds": best,
+                "strings_per_s": good[0]["strings"] / best,
+                "pieces_per_s": good[0]["pieces"] / best,
+                "strings": good[0]["strings"],
+                "mismatched_strings": (
+                    mismatches(reference, ids[impl])
+                    if reference is not None and impl in ids
+                    else None
+                ),
+            }
+        )
     hf = next((r for r in rows if r["impl"] == "hf" and "seconds" in r), None)
     print(f"\nCPU: {cpu_description()}")
-    print(f"{rows[0].get('strings', '?')} strings (bundled MRPC + SQuAD text x "
-          f"{args.repeat}), batch {args.batch}, best of {args.repeats}\n")
-    print("| tokenizer | strings/s | word pieces/s | vs HF tokenizers | strings whose ids "
-          "differ from the Python tokenizer |")
+    print(
+        f"{rows[0].get('strings', '?')} strings (bundled MRPC + SQuAD text x "
+        f"{args.repeat}), batch {args.batch}, best of {args.repeats}\n"
+    )
+    print(
+        "| tokenizer | strings/s | word pieces/s | vs HF tokenizers | strings whose ids "
+        "differ from the Python tokenizer |"
+    )
     print("|---|---|---|---|---|")
     for row in rows:
         if "error" in row:
             print(f"| {row['impl']} | error: {row['error']} | | | |")
             continue
         ratio = f"{row['strings_per_s'] / hf['strings_per_s']:.2f}x" if hf else ""
-        print(f"| {row['impl']} | {row['strings_per_s']:.0f} | {row['pieces_per_s']:.0f} | "
-              f"{ratio} | {row['mismatched_strings']} |")
+        print(
+            f"| {row['impl']} | {row['strings_per_s']:.0f} | {row['pieces_per_s']:.0f} | "
+            f"{ratio} | {row['mismatched_strings']} |"
+        )
     if args.json_out:
         with open(args.json_out, "w") as f:
             json.dump(rows, f, indent=2)

@@ -68,18 +68,30 @@ def model_flops_per_sequence(layers, hidden, intermediate, seq):
 
 def bert_config(shape) -> dict:
     layers, hidden, heads, inter, _ = SHAPES[shape]
-    return dict(vocab_size=VOCAB, hidden_size=hidden, num_hidden_layers=layers,
-                num_attention_heads=heads, intermediate_size=inter, hidden_act="gelu",
-                hidden_dropout_prob=0.1, attention_probs_dropout_prob=0.1,
-                max_position_embeddings=512, type_vocab_size=2, initializer_range=0.02)
+    return dict(
+        vocab_size=VOCAB,
+        hidden_size=hidden,
+        num_hidden_layers=layers,
+        num_attention_heads=heads,
+        intermediate_size=inter,
+        hidden_act="gelu",
+        hidden_dropout_prob=0.1,
+        attention_probs_dropout_prob=0.1,
+        max_position_embeddings=512,
+        type_vocab_size=2,
+        initializer_range=0.02,
+    )
 
 
 def cpu_description() -> str:
     from modeling import kernels
+
     flags = kernels.cpu_flags()
     isa = " ".join(sorted(f for f in flags if f.startswith(("amx", "avx", "fma"))))
-    return (f"{kernels.cpu_model_name()} ({os.cpu_count()} cores; kernels "
-            f"{kernels.cpu_kind(flags)}): {isa or 'no AVX'}")
+    return (
+        f"{kernels.cpu_model_name()} ({os.cpu_count()} cores; kernels "
+        f"{kernels.cpu_kind(flags)}): {isa or 'no AVX'}"
+    )
 
 
 # ------------------------------------------------------------------ worker side
@@ -87,23 +99,32 @@ def cpu_description() -> str:
 
 def synthetic_batch(batch, seq, preds, seed=0):
     import numpy as np
+
     rng = np.random.default_rng(seed)
     ids = rng.integers(1000, VOCAB, size=(batch, seq)).astype("int32")
-    positions = np.sort(np.stack([rng.choice(np.arange(1, seq), preds, replace=False)
-                                  for _ in range(batch)]), axis=1).astype("int32")
-    return {"input_word_ids": ids, "input_mask": np.ones_like(ids),
-            "input_type_ids": np.zeros_like(ids), "masked_lm_positions": positions,
-            "masked_lm_ids": np.take_along_axis(ids, positions, 1),
-            "masked_lm_weights": np.ones(positions.shape, "float32"),
-            "next_sentence_labels": rng.integers(0, 2, size=(batch, 1)).astype("int32")}
+    positions = np.sort(
+        np.stack([rng.choice(np.arange(1, seq), preds, replace=False) for _ in range(batch)]),
+        axis=1,
+    ).astype("int32")
+    return {
+        "input_word_ids": ids,
+        "input_mask": np.ones_like(ids),
+        "input_type_ids": np.zeros_like(ids),
+        "masked_lm_positions": positions,
+        "masked_lm_ids": np.take_along_axis(ids, positions, 1),
+        "masked_lm_weights": np.ones(positions.shape, "float32"),
+        "next_sentence_labels": rng.integers(0, 2, size=(batch, 1)).astype("int32"),
+    }
 
 
 def shard_dataset(args):
     """The e2e peers' input: the runner's own training pipeline over the shards."""
     from data_prep import pretraining_data
+
     seq = SHAPES[args.shape][4]
-    return pretraining_data.pretraining_dataset([args.shards], args.batch, seq,
-                                                PREDICTIONS[seq], is_training=True)
+    return pretraining_data.pretraining_dataset(
+        [args.shards], args.batch, seq, PREDICTIONS[seq], is_training=True
+    )
 
 
 def progress(step):
@@ -121,16 +142,24 @@ def run_ours_loop(args):
     config = BertConfig(**bert_config(args.shape))
     strategy = tf.distribute.OneDeviceStrategy("/cpu:0")
     with strategy.scope():
-        model = BertPretrainer(BertEncoder(config, dtype=args.dtype, kernels=args.kernels),
-                               config)
+        model = BertPretrainer(BertEncoder(config, dtype=args.dtype, kernels=args.kernels), config)
     seq = SHAPES[args.shape][4]
     data = synthetic_batch(args.batch, seq, PREDICTIONS[seq])
-    trainer = training.Trainer(strategy, model, PretrainingTask(), tempfile.mkdtemp(),
-                               learning_rate=1e-4, num_train_steps=10 ** 9, dtype=args.dtype,
-                               steps_per_loop=args.steps, enable_xla=args.xla,
-                               kernels=args.kernels)
+    trainer = training.Trainer(
+        strategy,
+        model,
+        PretrainingTask(),
+        tempfile.mkdtemp(),
+        learning_rate=1e-4,
+        num_train_steps=10**9,
+        dtype=args.dtype,
+        steps_per_loop=args.steps,
+        enable_xla=args.xla,
+        kernels=args.kernels,
+    )
     dataset = strategy.distribute_datasets_from_function(
-        lambda ctx: tf.data.Dataset.from_tensors(data).repeat())
+        lambda ctx: tf.data.Dataset.from_tensors(data).repeat()
+    )
     iterator = iter(dataset)
     loop = trainer.train_loop()
     float(loop(iterator, tf.constant(args.warmup))[0])
@@ -144,25 +173,37 @@ def keras_hub_model(args):
     import keras_hub
 
     layers, hidden, heads, inter, seq = SHAPES[args.shape]
-    keras.config.set_dtype_policy({"float32": "float32",
-                                   "bfloat16": "mixed_bfloat16"}[args.dtype])
+    keras.config.set_dtype_policy({"float32": "float32", "bfloat16": "mixed_bfloat16"}[args.dtype])
     backbone = keras_hub.models.BertBackbone(
-        vocabulary_size=VOCAB, num_layers=layers, num_heads=heads, hidden_dim=hidden,
-        intermediate_dim=inter, max_sequence_length=512, num_segments=2)
+        vocabulary_size=VOCAB,
+        num_layers=layers,
+        num_heads=heads,
+        hidden_dim=hidden,
+        intermediate_dim=inter,
+        max_sequence_length=512,
+        num_segments=2,
+    )
     model = keras_hub.models.BertMaskedLM(backbone=backbone, preprocessor=None)
     steps_per_execution = args.steps if args.mode == "loop" else args.steps_per_loop
-    model.compile(optimizer=keras.optimizers.AdamW(1e-4, weight_decay=0.01, epsilon=1e-6,
-                                                   global_clipnorm=1.0),
-                  loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True),
-                  weighted_metrics=[], jit_compile=args.xla,
-                  steps_per_execution=steps_per_execution)
+    model.compile(
+        optimizer=keras.optimizers.AdamW(
+            1e-4, weight_decay=0.01, epsilon=1e-6, global_clipnorm=1.0
+        ),
+        loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True),
+        weighted_metrics=[],
+        jit_compile=args.xla,
+        steps_per_execution=steps_per_execution,
+    )
     return model
 
 
 def keras_hub_inputs(features):
-    x = {"token_ids": features["input_word_ids"], "padding_mask": features["input_mask"],
-         "segment_ids": features["input_type_ids"],
-         "mask_positions": features["masked_lm_positions"]}
+    x = {
+        "token_ids": features["input_word_ids"],
+        "padding_mask": features["input_mask"],
+        "segment_ids": features["input_type_ids"],
+        "mask_positions": features["masked_lm_positions"],
+    }
     return x, features["masked_lm_ids"], features["masked_lm_weights"]
 
 
@@ -190,8 +231,9 @@ def run_keras_hub_e2e(args):
             if (batch + 1) % args.steps_per_loop == 0 or batch + 1 == args.train_steps:
                 progress(batch + 1)
 
-    model.fit(dataset, steps_per_epoch=args.train_steps, epochs=1, verbose=0,
-              callbacks=[Progress()])
+    model.fit(
+        dataset, steps_per_epoch=args.train_steps, epochs=1, verbose=0, callbacks=[Progress()]
+    )
 
 
 class HfTrainer:
@@ -203,13 +245,19 @@ class HfTrainer:
 
         layers, hidden, heads, inter, _ = SHAPES[args.shape]
         torch.manual_seed(0)
-        config = transformers.BertConfig(vocab_size=VOCAB, hidden_size=hidden,
-                                         num_hidden_layers=layers, num_attention_heads=heads,
-                                         intermediate_size=inter, max_position_embeddings=512)
+        config = transformers.BertConfig(
+            vocab_size=VOCAB,
+            hidden_size=hidden,
+            num_hidden_layers=layers,
+            num_attention_heads=heads,
+            intermediate_size=inter,
+            max_position_embeddings=512,
+        )
         self.torch, self.dtype = torch, args.dtype
         self.model = transformers.BertForPreTraining(config).train()
-        self.optimizer = torch.optim.AdamW(self.model.parameters(), lr=1e-4, eps=1e-6,
-                                           weight_decay=0.01)
+        self.optimizer = torch.optim.AdamW(
+            self.model.parameters(), lr=1e-4, eps=1e-6, weight_decay=0.01
+        )
 
     def inputs(self, data):
         torch = self.torch
@@ -220,12 +268,15 @@ class HfTrainer:
         ids[torch.tensor(data["masked_lm_weights"]) == 0] = -100
         labels.scatter_(1, positions, ids)
         labels[:, 0] = -100  # padded masked positions point at [CLS]
-        return dict(input_ids=torch.tensor(data["input_word_ids"], dtype=torch.long),
-                    attention_mask=torch.tensor(data["input_mask"], dtype=torch.long),
-                    token_type_ids=torch.tensor(data["input_type_ids"], dtype=torch.long),
-                    labels=labels,
-                    next_sentence_label=torch.tensor(
-                        data["next_sentence_labels"].reshape(-1), dtype=torch.long))
+        return dict(
+            input_ids=torch.tensor(data["input_word_ids"], dtype=torch.long),
+            attention_mask=torch.tensor(data["input_mask"], dtype=torch.long),
+            token_type_ids=torch.tensor(data["input_type_ids"], dtype=torch.long),
+            labels=labels,
+            next_sentence_label=torch.tensor(
+                data["next_sentence_labels"].reshape(-1), dtype=torch.long
+            ),
+        )
 
     def step(self, inputs):
         torch = self.torch
@@ -262,9 +313,10 @@ def run_hf_e2e(args):
 def matmul_limit(dtype, size=2048, reps=20):
     """GFLOP/s of a chain of size x size matmuls in TensorFlow (the hardware limit)."""
     import tensorflow as tf
+
     tf_dtype = {"float32": tf.float32, "bfloat16": tf.bfloat16}[dtype]
     a = tf.random.normal([size, size], dtype=tf.float32)
-    a = tf.cast(a / size ** 0.5, tf_dtype)
+    a = tf.cast(a / size**0.5, tf_dtype)
 
     @tf.function
     def chain(x):
@@ -278,7 +330,7 @@ def matmul_limit(dtype, size=2048, reps=20):
         start = time.perf_counter()
         chain(a).numpy()
         best = min(best, time.perf_counter() - start)
-    return 2 * size ** 3 * reps / best / 1e9
+    return 2 * size**3 * reps / best / 1e9
 
 
 def worker(args):
@@ -308,23 +360,45 @@ def run_worker(cmd):
 
 
 def worker_command(args, impl, shape, dtype, xla=False, kernels="auto"):
-    return [sys.executable, os.path.abspath(__file__), "--worker", f"--impl={impl}",
-            f"--mode={args.mode}", f"--shape={shape}", f"--dtype={dtype}",
-            f"--batch={args.batch}", f"--steps={args.steps}", f"--warmup={args.warmup}",
-            f"--steps_per_loop={args.steps_per_loop}", f"--train_steps={args.train_steps}",
-            f"--shards={args.shards}", f"--kernels={kernels}"] + (["--xla"] if xla else [])
+    return [
+        sys.executable,
+        os.path.abspath(__file__),
+        "--worker",
+        f"--impl={impl}",
+        f"--mode={args.mode}",
+        f"--shape={shape}",
+        f"--dtype={dtype}",
+        f"--batch={args.batch}",
+        f"--steps={args.steps}",
+        f"--warmup={args.warmup}",
+        f"--steps_per_loop={args.steps_per_loop}",
+        f"--train_steps={args.train_steps}",
+        f"--shards={args.shards}",
+        f"--kernels={kernels}",
+    ] + (["--xla"] if xla else [])
 
 
 def make_shards(work: str, seq: int) -> str:
     """Pre-training shards of the bundled corpus, made once by the project's own tool."""
     output = os.path.join(work, f"corpus_seq{seq}.tfrecord")
     if not os.path.exists(output):
-        subprocess.run([sys.executable, "-m", "data_prep.create_pretraining_data",
-                        f"--input_file={','.join(CORPUS)}", f"--output_file={output}",
-                        f"--vocab_file={VOCAB_FILE}", "--do_lower_case",
-                        f"--max_seq_length={seq}",
-                        f"--max_predictions_per_seq={PREDICTIONS[seq]}", "--dupe_factor=5"],
-                       cwd=REPO, check=True, capture_output=True)
+        subprocess.run(
+            [
+                sys.executable,
+                "-m",
+                "data_prep.create_pretraining_data",
+                f"--input_file={','.join(CORPUS)}",
+                f"--output_file={output}",
+                f"--vocab_file={VOCAB_FILE}",
+                "--do_lower_case",
+                f"--max_seq_length={seq}",
+                f"--max_predictions_per_seq={PREDICTIONS[seq]}",
+                "--dupe_factor=5",
+            ],
+            cwd=REPO,
+            check=True,
+            capture_output=True,
+        )
     return output
 
 
@@ -335,14 +409,25 @@ def e2e_command(args, impl, shape, dtype, kernels, work, output_dir):
     with open(config_file, "w") as f:
         json.dump(bert_config(shape), f)
     seq = SHAPES[shape][4]
-    return [sys.executable, os.path.join(REPO, "run_pretraining.py"),
-            f"--input_file={args.shards}", f"--output_dir={output_dir}",
-            f"--bert_config_file={config_file}", "--do_train", f"--dtype={dtype}",
-            f"--train_batch_size={args.batch}", f"--max_seq_length={seq}",
-            f"--max_predictions_per_seq={PREDICTIONS[seq]}",
-            f"--num_train_steps={args.train_steps}", "--num_warmup_steps=10",
-            "--learning_rate=1e-4", f"--steps_per_loop={args.steps_per_loop}",
-            f"--save_checkpoints_steps={10 ** 6}", f"--kernels={kernels}", "--logtostderr"]
+    return [
+        sys.executable,
+        os.path.join(REPO, "run_pretraining.py"),
+        f"--input_file={args.shards}",
+        f"--output_dir={output_dir}",
+        f"--bert_config_file={config_file}",
+        "--do_train",
+        f"--dtype={dtype}",
+        f"--train_batch_size={args.batch}",
+        f"--max_seq_length={seq}",
+        f"--max_predictions_per_seq={PREDICTIONS[seq]}",
+        f"--num_train_steps={args.train_steps}",
+        "--num_warmup_steps=10",
+        "--learning_rate=1e-4",
+        f"--steps_per_loop={args.steps_per_loop}",
+        f"--save_checkpoints_steps={10**6}",
+        f"--kernels={kernels}",
+        "--logtostderr",
+    ]
 
 
 STEP_LINE = re.compile(r"(?:^|\] )step (\d+)(?:/\d+)?\b")
@@ -352,10 +437,14 @@ def run_e2e(cmd, batch):
     """Runs one e2e process, stamping its progress lines; throughput, time to first
     step and peak memory, or {"error": ...}."""
     start = time.perf_counter()
-    process = subprocess.Popen(cmd, cwd=REPO, stdout=subprocess.PIPE,
-                               stderr=subprocess.STDOUT, text=True,
-                               env=dict(os.environ, PYTHONUNBUFFERED="1",
-                                        TF_CPP_MIN_LOG_LEVEL="2"))
+    process = subprocess.Popen(
+        cmd,
+        cwd=REPO,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        env=dict(os.environ, PYTHONUNBUFFERED="1", TF_CPP_MIN_LOG_LEVEL="2"),
+    )
     stamps, tail = [], []
     for line in process.stdout:
         match = STEP_LINE.search(line)
@@ -367,15 +456,19 @@ def run_e2e(cmd, batch):
         return {"error": (tail or ["?"])[-1][:160]}
     (first_step, first_time), (last_step, last_time) = stamps[0], stamps[-1]
     step_time = (last_time - first_time) / (last_step - first_step)
-    return {"seq_per_s": batch / step_time,
-            "first_step_s": first_time - (first_step - 1) * step_time,
-            "total_s": time.perf_counter() - start, "peak_mb": usage.ru_maxrss / 1024,
-            "stamps": stamps}
+    return {
+        "seq_per_s": batch / step_time,
+        "first_step_s": first_time - (first_step - 1) * step_time,
+        "total_s": time.perf_counter() - start,
+        "peak_mb": usage.ru_maxrss / 1024,
+        "stamps": stamps,
+    }
 
 
 def parse_args():
-    parser = argparse.ArgumentParser(description=__doc__,
-                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     parser.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
     parser.add_argument("--impl", default="ours", help=argparse.SUPPRESS)
     parser.add_argument("--shape", default="base-128", help=argparse.SUPPRESS)
@@ -386,25 +479,40 @@ def parse_args():
     parser.add_argument("--impls", default="ours,keras_hub,hf")
     parser.add_argument("--shapes", default="base-128")
     parser.add_argument("--dtypes", default="float32,bfloat16")
-    parser.add_argument("--kernels", default="auto",
-                        help="Our --kernels choices to compare, comma-separated "
-                             "(auto, amx, avx512_bf16, avx2, plain).")
-    parser.add_argument("--xla_modes", default="off", help="off | on | both (loop mode, TF "
-                        "implementations)")
+    parser.add_argument(
+        "--kernels",
+        default="auto",
+        help="Our --kernels choices to compare, comma-separated "
+        "(auto, amx, avx512_bf16, avx2, plain).",
+    )
+    parser.add_argument(
+        "--xla_modes", default="off", help="off | on | both (loop mode, TF implementations)"
+    )
     parser.add_argument("--batch", type=int, default=8)
     parser.add_argument("--steps", type=int, default=10, help="loop mode: timed steps")
     parser.add_argument("--warmup", type=int, default=3, help="loop mode: warm-up steps")
-    parser.add_argument("--train_steps", type=int, default=36, help="e2e mode: training "
-                        "steps per run")
-    parser.add_argument("--steps_per_loop", type=int, default=6, help="e2e mode: steps per "
-                        "loop (ours: --steps_per_loop; keras-hub: steps_per_execution)")
+    parser.add_argument(
+        "--train_steps", type=int, default=36, help="e2e mode: training steps per run"
+    )
+    parser.add_argument(
+        "--steps_per_loop",
+        type=int,
+        default=6,
+        help="e2e mode: steps per loop (ours: --steps_per_loop; keras-hub: steps_per_execution)",
+    )
     parser.add_argument("--repeats", type=int, default=2)
-    parser.add_argument("--skip", default="",
-                        help="impl:dtype pairs not to run, comma-separated, e.g. "
-                             "hf:bfloat16 (PyTorch's bfloat16 step takes minutes on CPUs "
-                             "without bfloat16 units, AMX or AVX512-BF16).")
-    parser.add_argument("--work_dir", default=None, help="e2e: where shards and runs go "
-                        "(default: a temporary folder)")
+    parser.add_argument(
+        "--skip",
+        default="",
+        help="impl:dtype pairs not to run, comma-separated, e.g. "
+        "hf:bfloat16 (PyTorch's bfloat16 step takes minutes on CPUs "
+        "without bfloat16 units, AMX or AVX512-BF16).",
+    )
+    parser.add_argument(
+        "--work_dir",
+        default=None,
+        help="e2e: where shards and runs go (default: a temporary folder)",
+    )
     parser.add_argument("--json_out", default=None, help="Also write the rows as JSON.")
     args = parser.parse_args()
     if args.train_steps <= args.steps_per_loop:
@@ -419,16 +527,18 @@ def configurations(parser, args):
     skip = {tuple(pair.split(":")) for pair in args.skip.split(",") if pair}
     for pair in skip:
         if len(pair) != 2 or pair[0] not in ("ours",) + PEERS:
-            parser.error(f"--skip: {':'.join(pair)!r} is not impl:dtype with impl one of "
-                         f"ours, keras_hub, hf (e.g. hf:bfloat16)")
+            parser.error(
+                f"--skip: {':'.join(pair)!r} is not impl:dtype with impl one of "
+                f"ours, keras_hub, hf (e.g. hf:bfloat16)"
+            )
     configs = []
     for shape in args.shapes.split(","):
         for dtype in args.dtypes.split(","):
             for impl in args.impls.split(","):
                 if (impl, dtype) in skip:
                     continue
-                for kernels in (args.kernels.split(",") if impl == "ours" else ["auto"]):
-                    for xla in (xla_modes if impl != "hf" else [False]):
+                for kernels in args.kernels.split(",") if impl == "ours" else ["auto"]:
+                    for xla in xla_modes if impl != "hf" else [False]:
                         configs.append((shape, dtype, impl, kernels, xla))
     return configs
 
@@ -448,31 +558,46 @@ def main():
     for rep in range(args.repeats):
         load.append(os.getloadavg()[0])
         for dtype in limits:
-            limits[dtype].append(run_worker(worker_command(args, "matmul", "", dtype))
-                                 .get("gflops", 0.0))
+            limits[dtype].append(
+                run_worker(worker_command(args, "matmul", "", dtype)).get("gflops", 0.0)
+            )
         # Alternate implementations inside each repetition (same load for each).
-        for config in (configs if rep % 2 == 0 else configs[::-1]):
+        for config in configs if rep % 2 == 0 else configs[::-1]:
             shape, dtype, impl, kernels, xla = config
             if args.mode == "e2e":
                 args.shards = make_shards(work, SHAPES[shape][4])
                 output_dir = tempfile.mkdtemp(dir=work)  # the runner's; its final
-                out = run_e2e(e2e_command(args, impl, shape, dtype, kernels, work,
-                                          output_dir), args.batch)
+                out = run_e2e(
+                    e2e_command(args, impl, shape, dtype, kernels, work, output_dir), args.batch
+                )
                 shutil.rmtree(output_dir)  # checkpoint is 1.3 GB at BERT-base
             else:
                 out = run_worker(worker_command(args, impl, shape, dtype, xla, kernels))
                 if "seconds" in out:
                     out["seq_per_s"] = args.batch * args.steps / out["seconds"]
             results[config].append(out)
-            print(f"rep {rep} {shape:9s} {dtype:8s} {impl:9s} kernels={kernels} xla={xla!s:5s}"
-                  f" -> {out}", file=sys.stderr, flush=True)
+            print(
+                f"rep {rep} {shape:9s} {dtype:8s} {impl:9s} kernels={kernels} xla={xla!s:5s}"
+                f" -> {out}",
+                file=sys.stderr,
+                flush=True,
+            )
     load.append(os.getloadavg()[0])
     rows = summarize(args, results, limits)
     print_table(args, rows, limits, load)
     if args.json_out:
         with open(args.json_out, "w") as f:
-            json.dump({"rows": rows, "matmul_gflops": limits, "cpu": cpu_description(),
-                       "load": load, "args": vars(args)}, f, indent=2)
+            json.dump(
+                {
+                    "rows": rows,
+                    "matmul_gflops": limits,
+                    "cpu": cpu_description(),
+                    "load": load,
+                    "args": vars(args),
+                },
+                f,
+                indent=2,
+            )
 
 
 def summarize(args, results, limits):
@@ -487,40 +612,65 @@ def summarize(args, results, limits):
         layers, hidden, _, inter, seq = SHAPES[shape]
         seqs = max(o["seq_per_s"] for o in good)  # least disturbed repetition
         limit = max(limits[dtype]) or float("nan")
-        rows.append(dict(row, seq_per_s=seqs, tokens_per_s=seqs * seq,
-                         mfu=seqs * model_flops_per_sequence(layers, hidden, inter, seq)
-                         / 1e9 / limit,
-                         first_step_s=min((o["first_step_s"] for o in good
-                                           if "first_step_s" in o), default=None),
-                         peak_mb=max(o["peak_mb"] for o in good)))
+        rows.append(
+            dict(
+                row,
+                seq_per_s=seqs,
+                tokens_per_s=seqs * seq,
+                mfu=seqs * model_flops_per_sequence(layers, hidden, inter, seq) / 1e9 / limit,
+                first_step_s=min(
+                    (o["first_step_s"] for o in good if "first_step_s" in o), default=None
+                ),
+                peak_mb=max(o["peak_mb"] for o in good),
+            )
+        )
     return rows
 
 
 def print_table(args, rows, limits, load):
     print(f"\nCPU: {cpu_description()}")
-    print("matmul limit (GFLOP/s, best of run): " +
-          ", ".join(f"{d} {max(v):.0f}" for d, v in limits.items()))
+    print(
+        "matmul limit (GFLOP/s, best of run): "
+        + ", ".join(f"{d} {max(v):.0f}" for d, v in limits.items())
+    )
     print(f"load average (1 min) during the run: {min(load):.1f} to {max(load):.1f}")
-    what = (f"run_pretraining.py and peers on real shards, {args.train_steps} steps, loops of "
-            f"{args.steps_per_loop}" if args.mode == "e2e" else
-            f"inner loop, {args.steps} timed steps after {args.warmup}")
+    what = (
+        f"run_pretraining.py and peers on real shards, {args.train_steps} steps, loops of "
+        f"{args.steps_per_loop}"
+        if args.mode == "e2e"
+        else f"inner loop, {args.steps} timed steps after {args.warmup}"
+    )
     print(f"mode {args.mode}: {what}, batch {args.batch}, best of {args.repeats}\n")
-    print("| shape | dtype | impl | XLA | seq/s | tokens/s | MFU | first step s | peak MB "
-          "| vs best peer |")
+    print(
+        "| shape | dtype | impl | XLA | seq/s | tokens/s | MFU | first step s | peak MB "
+        "| vs best peer |"
+    )
     print("|---|---|---|---|---|---|---|---|---|---|")
     for row in rows:
-        head = f"| {row['shape']} | {row['dtype']} | {row['impl']} | " \
-               f"{'on' if row['xla'] else 'off'} |"
+        head = (
+            f"| {row['shape']} | {row['dtype']} | {row['impl']} | {'on' if row['xla'] else 'off'} |"
+        )
         if "error" in row:
             print(f"{head} error: {row['error']} | | | | | |")
             continue
-        peers = [r["seq_per_s"] for r in rows if "error" not in r and r["impl"] in PEERS
-                 and r["shape"] == row["shape"] and r["dtype"] == row["dtype"]]
-        ratio = (f"{row['seq_per_s'] / max(peers):.2f}x"
-                 if peers and row["impl"].startswith("ours") else "")
+        peers = [
+            r["seq_per_s"]
+            for r in rows
+            if "error" not in r
+            and r["impl"] in PEERS
+            and r["shape"] == row["shape"]
+            and r["dtype"] == row["dtype"]
+        ]
+        ratio = (
+            f"{row['seq_per_s'] / max(peers):.2f}x"
+            if peers and row["impl"].startswith("ours")
+            else ""
+        )
         first = "" if row["first_step_s"] is None else f"{row['first_step_s']:.1f}"
-        print(f"{head} {row['seq_per_s']:.2f} | {row['tokens_per_s']:.0f} | {row['mfu']:.0%} | "
-              f"{first} | {row['peak_mb']:.0f} | {ratio} |")
+        print(
+            f"{head} {row['seq_per_s']:.2f} | {row['tokens_per_s']:.0f} | {row['mfu']:.0%} | "
+            f"{first} | {row['peak_mb']:.0f} | {ratio} |"
+        )
 
 
 if __name__ == "__main__":

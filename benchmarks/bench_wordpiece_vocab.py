@@ -44,21 +44,28 @@ def squad_lines(articles) -> list[str]:
 
 
 def mrpc_lines(name: str) -> list[str]:
-    with open(SAMPLE / "glue" / "MRPC" / ("%s.tsv" % name), encoding="utf-8-sig",
-              newline="") as f:
-        return [text for row in csv.DictReader(f, delimiter="\t", quoting=csv.QUOTE_NONE)
-                for text in (row["#1 String"], row["#2 String"])]
+    with open(SAMPLE / "glue" / "MRPC" / ("%s.tsv" % name), encoding="utf-8-sig", newline="") as f:
+        return [
+            text
+            for row in csv.DictReader(f, delimiter="\t", quoting=csv.QUOTE_NONE)
+            for text in (row["#1 String"], row["#2 String"])
+        ]
 
 
 def texts() -> tuple[list[str], list[str]]:
     """(learning lines, held-out lines)."""
     squad = json.loads((SAMPLE / "squad" / "dev-v2.0-first5articles.json").read_text())
-    learning = [line for path in sorted((SAMPLE / "corpus").glob("*.txt"))
-                for line in path.read_text(encoding="utf-8").split("\n")]
+    learning = [
+        line
+        for path in sorted((SAMPLE / "corpus").glob("*.txt"))
+        for line in path.read_text(encoding="utf-8").split("\n")
+    ]
     learning += squad_lines(squad["data"][:4]) + mrpc_lines("train")
     held_out = squad_lines(squad["data"][4:]) + mrpc_lines("dev") + mrpc_lines("test")
-    return ([line.strip() for line in learning if line.strip()],
-            [line.strip() for line in held_out if line.strip()])
+    return (
+        [line.strip() for line in learning if line.strip()],
+        [line.strip() for line in held_out if line.strip()],
+    )
 
 
 def pipeline_vocab(lines, size: int, directory: pathlib.Path) -> str:
@@ -66,15 +73,20 @@ def pipeline_vocab(lines, size: int, directory: pathlib.Path) -> str:
     from apache_beam.options.pipeline_options import PipelineOptions
     from data_prep import create_pretraining_data as cpd
     from data_prep import corpus_pipeline as cp
+
     text = directory / "learning.txt"
     text.write_text("\n".join(lines) + "\n", encoding="utf-8")
     vocab = str(directory / ("pipeline_%d.txt" % size))
     settings = cp.PipelineSettings(
-        input_files=tuple(cp.match_input_files(str(text))), input_format="sentences",
+        input_files=tuple(cp.match_input_files(str(text))),
+        input_format="sentences",
         output_dir=str(directory / ("out_%d" % size)),
-        sentences_dir=str(directory / "sentences"), vocab_file=vocab,
+        sentences_dir=str(directory / "sentences"),
+        vocab_file=vocab,
         run=cpd.RunOptions(input_files=(), output_files=(), vocab_file=vocab),
-        learn_vocab_size=size, stop_after="vocab")
+        learn_vocab_size=size,
+        stop_after="vocab",
+    )
     cp.run(settings, PipelineOptions(["--runner=DirectRunner"]))
     return vocab
 
@@ -83,22 +95,27 @@ def hf_vocab(lines, size: int, directory: pathlib.Path) -> str:
     """`tokenizers`' WordPiece vocabulary of `size`, the reserved entries first."""
     from tokenizers import Tokenizer, models, normalizers, pre_tokenizers, trainers
     from data_prep import wordpiece_vocab
+
     tokenizer = Tokenizer(models.WordPiece(unk_token="[UNK]"))
     tokenizer.normalizer = normalizers.BertNormalizer(lowercase=True)
     tokenizer.pre_tokenizer = pre_tokenizers.BertPreTokenizer()
     trainer = trainers.WordPieceTrainer(
-        vocab_size=size, special_tokens=wordpiece_vocab.original_reserved_tokens(),
-        show_progress=False)
+        vocab_size=size,
+        special_tokens=wordpiece_vocab.original_reserved_tokens(),
+        show_progress=False,
+    )
     tokenizer.train_from_iterator(lines, trainer)
     vocab = tokenizer.get_vocab()
     path = directory / ("tokenizers_%d.txt" % size)
-    path.write_text("".join(token + "\n" for token in sorted(vocab, key=vocab.get)),
-                    encoding="utf-8")
+    path.write_text(
+        "".join(token + "\n" for token in sorted(vocab, key=vocab.get)), encoding="utf-8"
+    )
     return str(path)
 
 
 def evaluate(vocab_file: str, held_out: list[str], check_graph: bool) -> dict:
     from data_prep import tokenization
+
     tokenizer = tokenization.FullTokenizer(vocab_file, do_lower_case=True)
     words = pieces = unknown = 0
     for line in held_out:
@@ -107,14 +124,19 @@ def evaluate(vocab_file: str, held_out: list[str], check_graph: bool) -> dict:
             words += 1
             pieces += len(word_pieces)
             unknown += word_pieces == [tokenization.UNK_TOKEN]
-    result = {"size": len(tokenizer.vocab), "words": words, "unknown": unknown,
-              "unk_rate": unknown / words, "pieces_per_word": pieces / words}
+    result = {
+        "size": len(tokenizer.vocab),
+        "words": words,
+        "unknown": unknown,
+        "unk_rate": unknown / words,
+        "pieces_per_word": pieces / words,
+    }
     if check_graph:
         import tensorflow as tf
         from data_prep import tf_tokenization
+
         graph = tf_tokenization.TFBertTokenizer(vocab_file, do_lower_case=True)
-        ours = [tokenizer.convert_tokens_to_ids(tokenizer.tokenize(line))
-                for line in held_out]
+        ours = [tokenizer.convert_tokens_to_ids(tokenizer.tokenize(line)) for line in held_out]
         theirs = graph.tokenize(tf.constant(held_out)).to_list()
         result["graph_mismatches"] = sum(a != b for a, b in zip(ours, theirs))
     return result
@@ -125,9 +147,10 @@ def main() -> None:
     parser.add_argument("--sizes", default="8000,30522")
     args = parser.parse_args()
     learning, held_out = texts()
-    print("learning text: %d lines, %d characters; held-out: %d lines, %d characters"
-          % (len(learning), sum(map(len, learning)), len(held_out),
-             sum(map(len, held_out))))
+    print(
+        "learning text: %d lines, %d characters; held-out: %d lines, %d characters"
+        % (len(learning), sum(map(len, learning)), len(held_out), sum(map(len, held_out)))
+    )
     rows = []
     with tempfile.TemporaryDirectory() as scratch:
         directory = pathlib.Path(scratch)
@@ -139,22 +162,46 @@ def main() -> None:
                 with open(path, encoding="utf-8") as f:
                     entries = f.read().split("\n")[:-1]
                 learned = sum(not token.startswith("[unused") for token in entries[999:])
-                rows.append(dict(evaluate(path, held_out, True), name=name,
-                                 seconds=seconds, learned=learned))
+                rows.append(
+                    dict(
+                        evaluate(path, held_out, True), name=name, seconds=seconds, learned=learned
+                    )
+                )
         original = str(SAMPLE / "vocab" / "uncased_vocab.txt")
-        rows.append(dict(evaluate(original, held_out, False), name="original",
-                         seconds=0.0, learned=30522 - 999))
+        rows.append(
+            dict(
+                evaluate(original, held_out, False),
+                name="original",
+                seconds=0.0,
+                learned=30522 - 999,
+            )
+        )
     print("held-out words: %d" % rows[0]["words"])
-    print("| vocabulary | entries | learned tokens | learning s | held-out [UNK] words "
-          "| pieces per word | Python = in-graph ids |")
+    print(
+        "| vocabulary | entries | learned tokens | learning s | held-out [UNK] words "
+        "| pieces per word | Python = in-graph ids |"
+    )
     print("|---|---|---|---|---|---|---|")
     for r in rows:
-        print("| %s | %d | %d | %.1f | %d (%.3f%%) | %.3f | %s |" % (
-            r["name"], r["size"], r["learned"], r["seconds"], r["unknown"],
-            100 * r["unk_rate"],
-            r["pieces_per_word"], "-" if "graph_mismatches" not in r else
-            ("every line" if not r["graph_mismatches"] else
-             "%d lines differ" % r["graph_mismatches"])))
+        print(
+            "| %s | %d | %d | %.1f | %d (%.3f%%) | %.3f | %s |"
+            % (
+                r["name"],
+                r["size"],
+                r["learned"],
+                r["seconds"],
+                r["unknown"],
+                100 * r["unk_rate"],
+                r["pieces_per_word"],
+                "-"
+                if "graph_mismatches" not in r
+                else (
+                    "every line"
+                    if not r["graph_mismatches"]
+                    else "%d lines differ" % r["graph_mismatches"]
+                ),
+            )
+        )
 
 
 if __name__ == "__main__":

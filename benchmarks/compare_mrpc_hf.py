@@ -36,22 +36,39 @@ SYSTEMS = ("ours", "hf")
 
 
 def parse_args(argv=None):
-    parser = common.recipe_parser(__doc__.split("\n\n")[0],
-                                  data_dir=common.SAMPLE_DATA / "glue" / "MRPC",
-                                  num_train_epochs=3.0, systems=SYSTEMS)
+    parser = common.recipe_parser(
+        __doc__.split("\n\n")[0],
+        data_dir=common.SAMPLE_DATA / "glue" / "MRPC",
+        num_train_epochs=3.0,
+        systems=SYSTEMS,
+    )
     return common.finish_args(parser, argv, SYSTEMS)
 
 
 def run_ours(args, seed: int, run_dir: str) -> dict:
     command = common.runner_command(
-        "run_classifier.py", args, seed, run_dir, "--task_name=MRPC",
-        f"--data_dir={args.data_dir}", "--do_train", "--do_eval",
-        f"--eval_batch_size={args.eval_batch_size}")
+        "run_classifier.py",
+        args,
+        seed,
+        run_dir,
+        "--task_name=MRPC",
+        f"--data_dir={args.data_dir}",
+        "--do_train",
+        "--do_eval",
+        f"--eval_batch_size={args.eval_batch_size}",
+    )
     run = common.run_runner(command, os.path.join(run_dir, "eval_results.txt"))
     with open(os.path.join(run_dir, finetuning.EVAL_HISTORY), encoding="utf-8") as f:
         history = json.load(f)
-    epochs = [{"accuracy": 100 * h["eval_accuracy"], "f1": 100 * h["eval_f1"],
-               "loss": h["eval_loss"], "step": h["global_step"]} for h in history]
+    epochs = [
+        {
+            "accuracy": 100 * h["eval_accuracy"],
+            "f1": 100 * h["eval_f1"],
+            "loss": h["eval_loss"],
+            "step": h["global_step"],
+        }
+        for h in history
+    ]
     return {**run, "epochs": epochs}
 
 
@@ -73,11 +90,20 @@ def run_hf(args, seed: int) -> dict:
 
     def encode(split):
         a, b, labels = read_mrpc(os.path.join(args.data_dir, f"{split}.tsv"))
-        encoded = tokenizer(a, b, truncation="longest_first", padding="max_length",
-                            max_length=args.max_seq_length, return_tensors="pt")
-        return {"input_ids": encoded["input_ids"],
-                "attention_mask": encoded["attention_mask"],
-                "token_type_ids": encoded["token_type_ids"], "labels": torch.tensor(labels)}
+        encoded = tokenizer(
+            a,
+            b,
+            truncation="longest_first",
+            padding="max_length",
+            max_length=args.max_seq_length,
+            return_tensors="pt",
+        )
+        return {
+            "input_ids": encoded["input_ids"],
+            "attention_mask": encoded["attention_mask"],
+            "token_type_ids": encoded["token_type_ids"],
+            "labels": torch.tensor(labels),
+        }
 
     train, dev = encode("train"), encode("dev")
     model = BertForSequenceClassification.from_pretrained(args.checkpoint, num_labels=2)
@@ -89,7 +115,7 @@ def run_hf(args, seed: int) -> dict:
     epochs = []
 
     def batch_at(step):
-        index = order[step * args.batch_size:(step + 1) * args.batch_size]
+        index = order[step * args.batch_size : (step + 1) * args.batch_size]
         return {k: v[index] for k, v in train.items()}
 
     def on_step(step):
@@ -99,10 +125,13 @@ def run_hf(args, seed: int) -> dict:
         print(f"hf seed {seed} step {step}: {epochs[-1]}", flush=True)
         return True
 
-    losses = common.hf_train(model, batch_at, args, total, warmup, f"hf seed {seed}",
-                             on_step)
-    return {"wall_s": time.time() - start, "cpu_s": time.process_time() - cpu_start,
-            "epochs": epochs, "losses": losses}
+    losses = common.hf_train(model, batch_at, args, total, warmup, f"hf seed {seed}", on_step)
+    return {
+        "wall_s": time.time() - start,
+        "cpu_s": time.process_time() - cpu_start,
+        "epochs": epochs,
+        "losses": losses,
+    }
 
 
 def evaluate_hf(model, dev, batch_size: int) -> dict:
@@ -112,12 +141,14 @@ def evaluate_hf(model, dev, batch_size: int) -> dict:
     logits = []
     with torch.no_grad():
         for first in range(0, len(dev["labels"]), batch_size):
-            logits.append(model(**{k: v[first:first + batch_size] for k, v in dev.items()
-                                   if k != "labels"}).logits)
+            logits.append(
+                model(
+                    **{k: v[first : first + batch_size] for k, v in dev.items() if k != "labels"}
+                ).logits
+            )
     logits = torch.cat(logits).double()
     loss = float(torch.nn.functional.cross_entropy(logits, dev["labels"]))
-    metrics = glue_metrics.compute_metrics("mrpc", logits.numpy(), dev["labels"].numpy(),
-                                           prefix="")
+    metrics = glue_metrics.compute_metrics("mrpc", logits.numpy(), dev["labels"].numpy(), prefix="")
     return {"accuracy": 100 * metrics["accuracy"], "f1": 100 * metrics["f1"], "loss": loss}
 
 
@@ -132,22 +163,31 @@ def main(argv=None) -> None:
     def best(result):
         return max(result["epochs"], key=lambda e: (e["accuracy"] + e["f1"]) / 2)
 
-    text = (f"MRPC dev, {args.num_train_epochs:g} epochs, lr {args.learning_rate:g}, batch "
-            f"{args.batch_size}, sequence {args.max_seq_length}, warmup "
-            f"{args.warmup_proportion:g}, Hugging Face epsilon {args.hf_adam_epsilon:g}, "
-            f"head {args.hf_head_init}, schedule {args.hf_schedule}"
-            f"{'; ours: ' + args.extra_flags if args.extra_flags else ''}.\n\n")
+    text = (
+        f"MRPC dev, {args.num_train_epochs:g} epochs, lr {args.learning_rate:g}, batch "
+        f"{args.batch_size}, sequence {args.max_seq_length}, warmup "
+        f"{args.warmup_proportion:g}, Hugging Face epsilon {args.hf_adam_epsilon:g}, "
+        f"head {args.hf_head_init}, schedule {args.hf_schedule}"
+        f"{'; ours: ' + args.extra_flags if args.extra_flags else ''}.\n\n"
+    )
     text += common.table(
-        results, {"final accuracy": lambda r: r["epochs"][-1]["accuracy"],
-                  "final F1": lambda r: r["epochs"][-1]["f1"],
-                  "final dev loss": lambda r: r["epochs"][-1]["loss"],
-                  "best-epoch accuracy": lambda r: best(r)["accuracy"],
-                  "best-epoch F1": lambda r: best(r)["f1"]},
-        {"steps": lambda runs: str(runs[0]["epochs"][-1]["step"]),
-         "wall (s)": lambda runs: f"{np.mean([r['wall_s'] for r in runs]):.0f}",
-         "CPU (s)": lambda runs: f"{np.mean([r['cpu_s'] for r in runs]):.0f}"})
-    text += "\n" + common.difference(results, lambda r: r["epochs"][-1]["accuracy"],
-                                     "final accuracy")
+        results,
+        {
+            "final accuracy": lambda r: r["epochs"][-1]["accuracy"],
+            "final F1": lambda r: r["epochs"][-1]["f1"],
+            "final dev loss": lambda r: r["epochs"][-1]["loss"],
+            "best-epoch accuracy": lambda r: best(r)["accuracy"],
+            "best-epoch F1": lambda r: best(r)["f1"],
+        },
+        {
+            "steps": lambda runs: str(runs[0]["epochs"][-1]["step"]),
+            "wall (s)": lambda runs: f"{np.mean([r['wall_s'] for r in runs]):.0f}",
+            "CPU (s)": lambda runs: f"{np.mean([r['cpu_s'] for r in runs]):.0f}",
+        },
+    )
+    text += "\n" + common.difference(
+        results, lambda r: r["epochs"][-1]["accuracy"], "final accuracy"
+    )
     text += common.difference(results, lambda r: r["epochs"][-1]["f1"], "final F1")
     common.write_table(args.output_dir, text)
 

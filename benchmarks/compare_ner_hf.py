@@ -49,9 +49,12 @@ SYSTEMS = ("ours", "hf", "hf_same_batches")
 
 
 def parse_args(argv=None):
-    parser = common.recipe_parser(__doc__.split("\n\n")[0],
-                                  data_dir=common.SAMPLE_DATA / "sciner",
-                                  num_train_epochs=2.0, systems=SYSTEMS)
+    parser = common.recipe_parser(
+        __doc__.split("\n\n")[0],
+        data_dir=common.SAMPLE_DATA / "sciner",
+        num_train_epochs=2.0,
+        systems=SYSTEMS,
+    )
     return common.finish_args(parser, argv, SYSTEMS)
 
 
@@ -73,11 +76,14 @@ def score_file(path: str) -> dict:
             guess[-1].append(fields[-1])
     gold, guess = [g for g in gold if g], [g for g in guess if g]
     precision, recall, f1 = (100.0 * v for v in counts.precision_recall_f1())
-    return {"precision": precision, "recall": recall, "f1": f1,
-            "seqeval_f1": 100.0 * float(f1_score(gold, guess)),
-            "per_type_f1": {t: 100.0 * counts.precision_recall_f1(t)[2]
-                            for t in counts.types},
-            "report": counts.report()}
+    return {
+        "precision": precision,
+        "recall": recall,
+        "f1": f1,
+        "seqeval_f1": 100.0 * float(f1_score(gold, guess)),
+        "per_type_f1": {t: 100.0 * counts.precision_recall_f1(t)[2] for t in counts.types},
+        "report": counts.report(),
+    }
 
 
 # ----------------------------------------------------------------------------
@@ -87,8 +93,16 @@ def score_file(path: str) -> dict:
 
 def run_ours(args, seed: int, run_dir: str) -> dict:
     command = common.runner_command(
-        "run_ner.py", args, seed, run_dir, f"--data_dir={args.data_dir}", "--do_train",
-        "--do_eval", f"--eval_batch_size={args.eval_batch_size}", "--noevaluate_every_epoch")
+        "run_ner.py",
+        args,
+        seed,
+        run_dir,
+        f"--data_dir={args.data_dir}",
+        "--do_train",
+        "--do_eval",
+        f"--eval_batch_size={args.eval_batch_size}",
+        "--noevaluate_every_epoch",
+    )
     predictions = os.path.join(run_dir, "eval_predictions.txt")
     run = common.run_runner(command, predictions)
     with open(os.path.join(run_dir, "train_summary.json"), encoding="utf-8") as f:
@@ -96,8 +110,14 @@ def run_ours(args, seed: int, run_dir: str) -> dict:
     with open(os.path.join(run_dir, "model_info.json"), encoding="utf-8") as f:
         scheme = json.load(f)["label_scheme"]
     dev_loss = common.read_results(os.path.join(run_dir, "eval_results.txt"))["eval_loss"]
-    return {**run, "steps": steps, "label_scheme": scheme, "dev_loss": dev_loss,
-            "losses": common.runner_losses(run_dir, "run_ner"), **score_file(predictions)}
+    return {
+        **run,
+        "steps": steps,
+        "label_scheme": scheme,
+        "dev_loss": dev_loss,
+        "losses": common.runner_losses(run_dir, "run_ner"),
+        **score_file(predictions),
+    }
 
 
 # ----------------------------------------------------------------------------
@@ -128,9 +148,14 @@ def encode_hf(tokenizer, sentences, label_map: dict, max_seq_length: int):
     label_map), and each sentence's first-sub-token positions."""
     import torch
 
-    encoded = tokenizer([words for words, _ in sentences], is_split_into_words=True,
-                        truncation=True, max_length=max_seq_length, padding="max_length",
-                        return_tensors="pt")
+    encoded = tokenizer(
+        [words for words, _ in sentences],
+        is_split_into_words=True,
+        truncation=True,
+        max_length=max_seq_length,
+        padding="max_length",
+        return_tensors="pt",
+    )
     labels, first_positions = [], []
     for index, (words, tags) in enumerate(sentences):
         row, firsts, previous = [], {}, None
@@ -142,9 +167,12 @@ def encode_hf(tokenizer, sentences, label_map: dict, max_seq_length: int):
             previous = word
         labels.append(row)
         first_positions.append([firsts.get(w) for w in range(len(words))])
-    return {"input_ids": encoded["input_ids"], "attention_mask": encoded["attention_mask"],
-            "token_type_ids": encoded["token_type_ids"],
-            "labels": torch.tensor(labels)}, first_positions
+    return {
+        "input_ids": encoded["input_ids"],
+        "attention_mask": encoded["attention_mask"],
+        "token_type_ids": encoded["token_type_ids"],
+        "labels": torch.tensor(labels),
+    }, first_positions
 
 
 def run_hf(args, seed: int, run_dir: str, same_batches: bool = False) -> dict:
@@ -168,10 +196,11 @@ def run_hf(args, seed: int, run_dir: str, same_batches: bool = False) -> dict:
         train, _ = encode_hf(tokenizer, train_sentences, label_ids, args.max_seq_length)
         total, warmup = common.train_schedule(len(train["labels"]), args)
         order = common.hf_batch_order(len(train["labels"]), args, seed)
-        batches = [{k: v[order[s * args.batch_size:(s + 1) * args.batch_size]]
-                    for k, v in train.items()} for s in range(total)]
-    model = BertForTokenClassification.from_pretrained(args.checkpoint,
-                                                       num_labels=len(labels))
+        batches = [
+            {k: v[order[s * args.batch_size : (s + 1) * args.batch_size]] for k, v in train.items()}
+            for s in range(total)
+        ]
+    model = BertForTokenClassification.from_pretrained(args.checkpoint, num_labels=len(labels))
     if same_batches:
         kernel, bias = ours_head(args, seed, ours_dir, len(labels))
         with torch.no_grad():
@@ -179,17 +208,23 @@ def run_hf(args, seed: int, run_dir: str, same_batches: bool = False) -> dict:
             model.classifier.bias.copy_(torch.tensor(bias))
     else:
         common.hf_head(model, model.classifier, args)
-    losses = common.hf_train(model, lambda step: batches[step], args, total, warmup,
-                             f"hf seed {seed}")
-    dev, dev_firsts = encode_hf(tokenizer, dev_sentences,
-                                {label: i for i, label in enumerate(labels)},
-                                args.max_seq_length)
-    path, dev_loss = write_hf_predictions(model, dev, dev_firsts, dev_sentences, labels,
-                                          args.eval_batch_size, run_dir)
-    return {"wall_s": time.time() - start, "steps": total, "losses": losses,
-            "dev_loss": dev_loss,
-            "label_scheme": conll.detect_file_tag_scheme(
-                os.path.join(args.data_dir, "train.txt")), **score_file(path)}
+    losses = common.hf_train(
+        model, lambda step: batches[step], args, total, warmup, f"hf seed {seed}"
+    )
+    dev, dev_firsts = encode_hf(
+        tokenizer, dev_sentences, {label: i for i, label in enumerate(labels)}, args.max_seq_length
+    )
+    path, dev_loss = write_hf_predictions(
+        model, dev, dev_firsts, dev_sentences, labels, args.eval_batch_size, run_dir
+    )
+    return {
+        "wall_s": time.time() - start,
+        "steps": total,
+        "losses": losses,
+        "dev_loss": dev_loss,
+        "label_scheme": conll.detect_file_tag_scheme(os.path.join(args.data_dir, "train.txt")),
+        **score_file(path),
+    }
 
 
 def ours_batches(args, seed: int, ours_dir: str) -> tuple[list[str], list[dict]]:
@@ -202,28 +237,39 @@ def ours_batches(args, seed: int, ours_dir: str) -> tuple[list[str], list[dict]]
 
     record = os.path.join(ours_dir, "train.tf_record")
     if not os.path.isfile(os.path.join(ours_dir, "eval_predictions.txt")):
-        raise SystemExit(f"hf_same_batches follows ours' batches, but {ours_dir} has no "
-                         f"finished run of ours: run --systems=ours,hf_same_batches")
+        raise SystemExit(
+            f"hf_same_batches follows ours' batches, but {ours_dir} has no "
+            f"finished run of ours: run --systems=ours,hf_same_batches"
+        )
     with open(os.path.join(ours_dir, "run_config.json"), encoding="utf-8") as f:
         run_config = json.load(f)
     metadata = ner_features.NerMetadata.read(record)
     keras.utils.set_random_seed(seed)  # As runner_flags.setup: the global seed.
-    dataset = ner_features.build_dataset(record, metadata, args.batch_size, True, seed=seed,
-                                         shuffle_buffer_size=run_config["shuffle_buffer_size"])
-    names = {"input_word_ids": "input_ids", "input_mask": "attention_mask",
-             "input_type_ids": "token_type_ids"}
+    dataset = ner_features.build_dataset(
+        record,
+        metadata,
+        args.batch_size,
+        True,
+        seed=seed,
+        shuffle_buffer_size=run_config["shuffle_buffer_size"],
+    )
+    names = {
+        "input_word_ids": "input_ids",
+        "input_mask": "attention_mask",
+        "input_type_ids": "token_type_ids",
+    }
     batches = []
     for batch in dataset.take(run_config["num_train_steps"]):
-        inputs = {hf: torch.tensor(batch[name].numpy(), dtype=torch.long)
-                  for name, hf in names.items()}
+        inputs = {
+            hf: torch.tensor(batch[name].numpy(), dtype=torch.long) for name, hf in names.items()
+        }
         labels = batch["label_ids"].numpy()
         inputs["labels"] = torch.tensor(np.where(labels < 0, -100, labels), dtype=torch.long)
         batches.append(inputs)
     return list(metadata.labels), batches
 
 
-def ours_head(args, seed: int, ours_dir: str, num_labels: int
-              ) -> tuple[np.ndarray, np.ndarray]:
+def ours_head(args, seed: int, ours_dir: str, num_labels: int) -> tuple[np.ndarray, np.ndarray]:
     """Ours' initial token-classification head, kernel [H, L] and bias [L], as
     run_ner.py drew it."""
     from modeling.models import BertTokenClassifier
@@ -231,13 +277,18 @@ def ours_head(args, seed: int, ours_dir: str, num_labels: int
     with open(os.path.join(ours_dir, "run_config.json"), encoding="utf-8") as f:
         initializer = json.load(f).get("head_initializer", "truncated_normal")
     model = common.ours_initial_head(
-        args.checkpoint, seed, lambda encoder, config: BertTokenClassifier(
-            encoder, config, num_labels, head_initializer=initializer))
+        args.checkpoint,
+        seed,
+        lambda encoder, config: BertTokenClassifier(
+            encoder, config, num_labels, head_initializer=initializer
+        ),
+    )
     return model.classifier.dense.kernel.numpy(), model.classifier.dense.bias.numpy()
 
 
-def write_hf_predictions(model, dev, firsts, sentences, labels, batch_size: int,
-                         run_dir: str) -> tuple[str, float]:
+def write_hf_predictions(
+    model, dev, firsts, sentences, labels, batch_size: int, run_dir: str
+) -> tuple[str, float]:
     """Predicts a tag per word (its first sub-token; "O" if truncated away) and writes
     `token gold guess` lines, the guesses as the model's labels. Returns the file and
     the mean cross-entropy of the labelled words."""
@@ -247,11 +298,14 @@ def write_hf_predictions(model, dev, firsts, sentences, labels, batch_size: int,
     predictions, loss, count = [], 0.0, 0
     with torch.no_grad():
         for first in range(0, len(dev["input_ids"]), batch_size):
-            batch = {k: v[first:first + batch_size] for k, v in dev.items()}
+            batch = {k: v[first : first + batch_size] for k, v in dev.items()}
             logits = model(**{k: v for k, v in batch.items() if k != "labels"}).logits
             predictions.append(logits.argmax(-1))
-            loss += float(torch.nn.functional.cross_entropy(
-                logits.flatten(0, 1), batch["labels"].flatten(), reduction="sum"))
+            loss += float(
+                torch.nn.functional.cross_entropy(
+                    logits.flatten(0, 1), batch["labels"].flatten(), reduction="sum"
+                )
+            )
             count += int((batch["labels"] >= 0).sum())
     predictions = torch.cat(predictions).numpy()
     lines = []
@@ -281,19 +335,29 @@ def main(argv=None) -> None:
         return run_hf(args, seed, run_dir, same_batches=system == "hf_same_batches")
 
     results = common.run_all(args, run_system)
-    text = (f"NER on {args.data_dir} (dev.txt), {args.num_train_epochs:g} epochs, lr "
-            f"{args.learning_rate:g}, batch {args.batch_size}, sequence "
-            f"{args.max_seq_length}, warmup {args.warmup_proportion:g}, Hugging Face "
-            f"epsilon {args.hf_adam_epsilon:g}, head {args.hf_head_init}, schedule "
-            f"{args.hf_schedule}{', no dropout' if args.no_dropout else ''}"
-            f"{'; ours: ' + args.extra_flags if args.extra_flags else ''}.\n\n")
+    text = (
+        f"NER on {args.data_dir} (dev.txt), {args.num_train_epochs:g} epochs, lr "
+        f"{args.learning_rate:g}, batch {args.batch_size}, sequence "
+        f"{args.max_seq_length}, warmup {args.warmup_proportion:g}, Hugging Face "
+        f"epsilon {args.hf_adam_epsilon:g}, head {args.hf_head_init}, schedule "
+        f"{args.hf_schedule}{', no dropout' if args.no_dropout else ''}"
+        f"{'; ours: ' + args.extra_flags if args.extra_flags else ''}.\n\n"
+    )
     text += common.table(
-        results, {"entity F1": lambda r: r["f1"], "precision": lambda r: r["precision"],
-                  "recall": lambda r: r["recall"], "seqeval F1": lambda r: r["seqeval_f1"],
-                  "dev loss": lambda r: r["dev_loss"]},
-        {"steps": lambda runs: str(runs[0]["steps"]),
-         "learns": lambda runs: runs[0]["label_scheme"],
-         "wall (s)": lambda runs: f"{np.mean([r['wall_s'] for r in runs]):.0f}"})
+        results,
+        {
+            "entity F1": lambda r: r["f1"],
+            "precision": lambda r: r["precision"],
+            "recall": lambda r: r["recall"],
+            "seqeval F1": lambda r: r["seqeval_f1"],
+            "dev loss": lambda r: r["dev_loss"],
+        },
+        {
+            "steps": lambda runs: str(runs[0]["steps"]),
+            "learns": lambda runs: runs[0]["label_scheme"],
+            "wall (s)": lambda runs: f"{np.mean([r['wall_s'] for r in runs]):.0f}",
+        },
+    )
     text += "\n" + common.difference(results, lambda r: r["f1"], "entity F1")
     text += common.loss_comparison(results)
     common.write_table(args.output_dir, text)

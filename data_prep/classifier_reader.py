@@ -45,6 +45,7 @@ class InputExample:
       index: the file's `index`/`id` column (what the GLUE server wants in a
         submission file), or the example's position where there is none.
     """
+
     guid: str
     text_a: str
     text_b: str | None = None
@@ -63,6 +64,7 @@ class MultipleChoiceExample:
       label: the correct choice's label ("0".."C-1"), or None (unlabelled test).
       index: the example's position in its file.
     """
+
     guid: str
     context: str
     choices: tuple[str, ...]
@@ -91,8 +93,9 @@ def require_file(path: str, what: str) -> str:
     return path
 
 
-def iter_rows(path: str, delimiter: str = "\t", quotechar: str | None = None
-              ) -> Iterator[tuple[int, list[str]]]:
+def iter_rows(
+    path: str, delimiter: str = "\t", quotechar: str | None = None
+) -> Iterator[tuple[int, list[str]]]:
     """Yields the (line number, fields) of each row of a delimited text file.
 
     A UTF-8 byte-order mark at the start of the file is dropped; blank lines are
@@ -104,9 +107,11 @@ def iter_rows(path: str, delimiter: str = "\t", quotechar: str | None = None
       ValueError: the file cannot be parsed, or is not UTF-8 (naming file and line).
     """
     reader = csv.reader(
-        (text for _, text in records.read_lines(path)), delimiter=delimiter,
-        quotechar=quotechar, quoting=csv.QUOTE_NONE if quotechar is None else
-        csv.QUOTE_MINIMAL)
+        (text for _, text in records.read_lines(path)),
+        delimiter=delimiter,
+        quotechar=quotechar,
+        quoting=csv.QUOTE_NONE if quotechar is None else csv.QUOTE_MINIMAL,
+    )
     first = True
     try:
         for fields in reader:
@@ -119,8 +124,9 @@ def iter_rows(path: str, delimiter: str = "\t", quotechar: str | None = None
         raise ValueError(f"{path}:{reader.line_num}: {e}") from None
 
 
-def rows_and_header(path: str, layout: FileLayout
-                     ) -> tuple[Iterator[tuple[int, list[str]]], list[str] | None]:
+def rows_and_header(
+    path: str, layout: FileLayout
+) -> tuple[Iterator[tuple[int, list[str]]], list[str] | None]:
     """The file's rows after the header, and the header (None if it has none)."""
     rows = iter_rows(path, layout.delimiter, layout.quotechar)
     if not layout.has_header:
@@ -138,15 +144,16 @@ def resolve_column(column: Column, header: list[str] | None, path: str) -> int:
     if header is None:
         raise ValueError(
             f"{path}: column {column!r} is named, but the file is read without a "
-            f"header; give its 0-based position instead")
+            f"header; give its 0-based position instead"
+        )
     if column not in header:
-        raise ValueError(
-            f"{path}:1: the header has no column {column!r}; header: {header}")
+        raise ValueError(f"{path}:1: the header has no column {column!r}; header: {header}")
     return header.index(column)
 
 
-def read_field(fields: list[str], position: int, name: str, path: str, line: int,
-           allow_empty: bool = False) -> str:
+def read_field(
+    fields: list[str], position: int, name: str, path: str, line: int, allow_empty: bool = False
+) -> str:
     """Returns one field, raising if a text field is empty."""
     value = fields[position]
     if not allow_empty and not value.strip():
@@ -154,12 +161,12 @@ def read_field(fields: list[str], position: int, name: str, path: str, line: int
     return value
 
 
-def check_width(fields: list[str], width: int, delimiter: str, path: str,
-                 line: int) -> None:
+def check_width(fields: list[str], width: int, delimiter: str, path: str, line: int) -> None:
     if len(fields) < width:
         raise ValueError(
             f"{path}:{line}: expected at least {width} columns separated by "
-            f"{delimiter!r}, got {len(fields)}")
+            f"{delimiter!r}, got {len(fields)}"
+        )
 
 
 @dataclasses.dataclass(frozen=True)
@@ -175,6 +182,7 @@ class FileLayout:
       language: XNLI's language column; rows of other languages are passed over.
       delimiter, quotechar: as for `csv.reader` (quotechar None: quoting off).
     """
+
     file_name: str
     has_header: bool = True
     text_a: Column = 0
@@ -210,6 +218,7 @@ class DataProcessor:
       label_range: inclusive bounds of a regression score, or None.
       language: the language kept from files with a language column (XNLI).
     """
+
     name = ""
     labels: tuple[str, ...] = ()
     is_regression = False
@@ -236,8 +245,8 @@ class DataProcessor:
         split = self.split_aliases.get(split, split)
         if split not in self.layouts:
             raise ValueError(
-                f"Task {self.name!r} has no split {split!r}; its splits: "
-                f"{', '.join(self.layouts)}")
+                f"Task {self.name!r} has no split {split!r}; its splits: {', '.join(self.layouts)}"
+            )
         return split
 
     def layout(self, data_dir: str, split: str) -> FileLayout:
@@ -255,8 +264,7 @@ class DataProcessor:
         """Reads the examples of `split` ("train", "dev", "test", ...)."""
         split = self.split_name(split)
         path = self.input_files(data_dir, split)[0]
-        return self._read(path, self.layout(data_dir, split), split,
-                          self.get_labels(data_dir))
+        return self._read(path, self.layout(data_dir, split), split, self.get_labels(data_dir))
 
     def get_train_examples(self, data_dir: str) -> list:
         return self.get_examples(data_dir, "train")
@@ -267,8 +275,9 @@ class DataProcessor:
     def get_test_examples(self, data_dir: str) -> list:
         return self.get_examples(data_dir, "test")
 
-    def parse_label(self, value: str, labels: Sequence[str] | None, path: str,
-                    line: int) -> str | float:
+    def parse_label(
+        self, value: str, labels: Sequence[str] | None, path: str, line: int
+    ) -> str | float:
         """Checks a label field: a known label name, or a float score in range.
 
         `labels=None` accepts any non-empty name (label discovery).
@@ -281,47 +290,48 @@ class DataProcessor:
                 score = math.nan
             if not math.isfinite(score):
                 raise ValueError(f"{path}:{line}: label {value!r} is not a number")
-            if self.label_range and not (
-                    self.label_range[0] <= score <= self.label_range[1]):
-                raise ValueError(
-                    f"{path}:{line}: score {score} is outside {self.label_range}")
+            if self.label_range and not (self.label_range[0] <= score <= self.label_range[1]):
+                raise ValueError(f"{path}:{line}: score {score} is outside {self.label_range}")
             return score
         if labels is None:
             if not value.strip():
                 raise ValueError(f"{path}:{line}: empty label")
         elif value not in labels:
-            raise ValueError(
-                f"{path}:{line}: label {value!r} is not one of {list(labels)}")
+            raise ValueError(f"{path}:{line}: label {value!r} is not one of {list(labels)}")
         return value
 
-    def _read(self, path: str, layout: FileLayout, split: str,
-              labels: Sequence[str] | None) -> list[InputExample]:
+    def _read(
+        self, path: str, layout: FileLayout, split: str, labels: Sequence[str] | None
+    ) -> list[InputExample]:
         """Reads InputExamples from one file."""
         rows, header = rows_and_header(path, layout)
         fields_at = {
             name: resolve_column(column, header, path)
             for name, column in dataclasses.asdict(layout).items()
-            if name in ("text_a", "text_b", "label", "index", "language")
-            and column is not None}
+            if name in ("text_a", "text_b", "label", "index", "language") and column is not None
+        }
         width = max(fields_at.values()) + 1
         examples = []
         for line, fields in rows:
             check_width(fields, width, layout.delimiter, path, line)
-            if ("language" in fields_at
-                    and fields[fields_at["language"]] != self.language):
+            if "language" in fields_at and fields[fields_at["language"]] != self.language:
                 continue
             text_b = None
             if "text_b" in fields_at:
                 text_b = read_field(fields, fields_at["text_b"], "text_b", path, line)
             label = None
             if "label" in fields_at:
-                label = self.parse_label(fields[fields_at["label"]], labels, path,
-                                         line)
+                label = self.parse_label(fields[fields_at["label"]], labels, path, line)
             index = str(len(examples))
             if "index" in fields_at:
                 index = read_field(fields, fields_at["index"], "index", path, line)
-            examples.append(InputExample(
-                guid=f"{split}-{line}",
-                text_a=read_field(fields, fields_at["text_a"], "text_a", path, line),
-                text_b=text_b, label=label, index=index))
+            examples.append(
+                InputExample(
+                    guid=f"{split}-{line}",
+                    text_a=read_field(fields, fields_at["text_a"], "text_a", path, line),
+                    text_b=text_b,
+                    label=label,
+                    index=index,
+                )
+            )
         return examples

@@ -22,13 +22,36 @@ import inspect
 import os
 from typing import Sequence
 
-from data_prep.classifier_reader import (Column, DataProcessor, FileLayout,
-                                         MultipleChoiceExample, check_width,
-                                         file_exists, read_field, resolve_column,
-                                         rows_and_header, tsv)
+from data_prep.classifier_reader import (
+    Column,
+    DataProcessor,
+    FileLayout,
+    MultipleChoiceExample,
+    check_width,
+    file_exists,
+    read_field,
+    resolve_column,
+    rows_and_header,
+    tsv,
+)
 
-XNLI_LANGUAGES = ("ar", "bg", "de", "el", "en", "es", "fr", "hi", "ru", "sw",
-                  "th", "tr", "ur", "vi", "zh")
+XNLI_LANGUAGES = (
+    "ar",
+    "bg",
+    "de",
+    "el",
+    "en",
+    "es",
+    "fr",
+    "hi",
+    "ru",
+    "sw",
+    "th",
+    "tr",
+    "ur",
+    "vi",
+    "zh",
+)
 
 
 # ----------------------------------------------------------------------------
@@ -42,9 +65,11 @@ _PAIR_COLUMNS = dict(text_a="sentence1", text_b="sentence2", index="index")
 def _glue_layouts(label: Column, **columns: Column) -> dict[str, FileLayout]:
     """GLUE's usual three files with a header: train.tsv and dev.tsv with the label
     column, test.tsv without."""
-    return {"train": tsv("train.tsv", label=label, **columns),
-            "dev": tsv("dev.tsv", label=label, **columns),
-            "test": tsv("test.tsv", **columns)}
+    return {
+        "train": tsv("train.tsv", label=label, **columns),
+        "dev": tsv("dev.tsv", label=label, **columns),
+        "test": tsv("test.tsv", **columns),
+    }
 
 
 class ColaProcessor(DataProcessor):
@@ -54,6 +79,7 @@ class ColaProcessor(DataProcessor):
       sentence.
     test.tsv: header `index  sentence`.
     """
+
     name = "cola"
     labels = ("0", "1")
     layouts = {
@@ -69,6 +95,7 @@ class Sst2Processor(DataProcessor):
     train.tsv, dev.tsv: header `sentence  label`.
     test.tsv: header `index  sentence`.
     """
+
     name = "sst-2"
     labels = ("0", "1")
     layouts = {
@@ -85,15 +112,13 @@ class MrpcProcessor(DataProcessor):
       `Quality  #1 ID  #2 ID  #1 String  #2 String`, Quality being the label.
     test.tsv: header `index  #1 ID  #2 ID  #1 String  #2 String`.
     """
+
     name = "mrpc"
     labels = ("0", "1")
     layouts = {
-        "train": tsv("train.tsv", text_a="#1 String", text_b="#2 String",
-                     label="Quality"),
-        "dev": tsv("dev.tsv", text_a="#1 String", text_b="#2 String",
-                   label="Quality"),
-        "test": tsv("test.tsv", text_a="#1 String", text_b="#2 String",
-                    index="index"),
+        "train": tsv("train.tsv", text_a="#1 String", text_b="#2 String", label="Quality"),
+        "dev": tsv("dev.tsv", text_a="#1 String", text_b="#2 String", label="Quality"),
+        "test": tsv("test.tsv", text_a="#1 String", text_b="#2 String", index="index"),
     }
 
 
@@ -104,6 +129,7 @@ class StsbProcessor(DataProcessor):
       source2  sentence1  sentence2  score`.
     test.tsv: the same without `score`.
     """
+
     name = "sts-b"
     is_regression = True
     label_range = (0.0, 5.0)
@@ -117,10 +143,10 @@ class QqpProcessor(DataProcessor):
       is_duplicate`.
     test.tsv: header `id  question1  question2`.
     """
+
     name = "qqp"
     labels = ("0", "1")
-    layouts = _glue_layouts("is_duplicate", text_a="question1", text_b="question2",
-                            index="id")
+    layouts = _glue_layouts("is_duplicate", text_a="question1", text_b="question2", index="id")
 
 
 _NLI_LABELS = ("contradiction", "entailment", "neutral")
@@ -135,13 +161,13 @@ class MnliProcessor(DataProcessor):
     test_{matched,mismatched}.tsv have no label. Splits: train, dev_matched
     (alias dev), dev_mismatched, test_matched (alias test), test_mismatched.
     """
+
     name = "mnli"
     labels = _NLI_LABELS
     layouts = {
         "train": tsv("train.tsv", label="gold_label", **_PAIR_COLUMNS),
         "dev_matched": tsv("dev_matched.tsv", label="gold_label", **_PAIR_COLUMNS),
-        "dev_mismatched": tsv("dev_mismatched.tsv", label="gold_label",
-                              **_PAIR_COLUMNS),
+        "dev_mismatched": tsv("dev_mismatched.tsv", label="gold_label", **_PAIR_COLUMNS),
         "test_matched": tsv("test_matched.tsv", **_PAIR_COLUMNS),
         "test_mismatched": tsv("test_mismatched.tsv", **_PAIR_COLUMNS),
     }
@@ -156,6 +182,7 @@ class AxProcessor(DataProcessor):
     The data directory is GLUE's `diagnostic/`; diagnostic.tsv has the header
     `index  sentence1  sentence2`. The only split is "test".
     """
+
     name = "ax"
     labels = _NLI_LABELS
     layouts = {"test": tsv("diagnostic.tsv", **_PAIR_COLUMNS)}
@@ -168,10 +195,10 @@ class QnliProcessor(DataProcessor):
     train.tsv, dev.tsv: header `index  question  sentence  label`.
     test.tsv: header `index  question  sentence`.
     """
+
     name = "qnli"
     labels = ("entailment", "not_entailment")
-    layouts = _glue_layouts("label", text_a="question", text_b="sentence",
-                            index="index")
+    layouts = _glue_layouts("label", text_a="question", text_b="sentence", index="index")
 
 
 class RteProcessor(DataProcessor):
@@ -180,6 +207,7 @@ class RteProcessor(DataProcessor):
     train.tsv, dev.tsv: header `index  sentence1  sentence2  label`.
     test.tsv: header `index  sentence1  sentence2`.
     """
+
     name = "rte"
     labels = ("entailment", "not_entailment")
     layouts = _glue_layouts("label", **_PAIR_COLUMNS)
@@ -191,6 +219,7 @@ class WnliProcessor(DataProcessor):
     train.tsv, dev.tsv: header `index  sentence1  sentence2  label`.
     test.tsv: header `index  sentence1  sentence2`.
     """
+
     name = "wnli"
     labels = ("0", "1")
     layouts = _glue_layouts("label", **_PAIR_COLUMNS)
@@ -211,6 +240,7 @@ class XnliProcessor(DataProcessor):
         `gold_label`, `sentence1`, `sentence2` (among others); only the rows of
         `xnli_language` are read.
     """
+
     name = "xnli"
     labels = _NLI_LABELS
     label_aliases = {"contradictory": "contradiction"}
@@ -219,13 +249,16 @@ class XnliProcessor(DataProcessor):
         if xnli_language not in XNLI_LANGUAGES:
             raise ValueError(
                 f"xnli_language={xnli_language!r} is not an XNLI language; "
-                f"known: {', '.join(XNLI_LANGUAGES)}")
+                f"known: {', '.join(XNLI_LANGUAGES)}"
+            )
         self.language = xnli_language
-        columns = dict(text_a="sentence1", text_b="sentence2",
-                       label="gold_label", language="language")
+        columns = dict(
+            text_a="sentence1", text_b="sentence2", label="gold_label", language="language"
+        )
         self.layouts = {
-            "train": tsv(f"multinli/multinli.train.{xnli_language}.tsv",
-                         text_a=0, text_b=1, label=2),
+            "train": tsv(
+                f"multinli/multinli.train.{xnli_language}.tsv", text_a=0, text_b=1, label=2
+            ),
             "dev": tsv("xnli.dev.tsv", **columns),
             "test": tsv("xnli.test.tsv", **columns),
         }
@@ -249,13 +282,14 @@ class SwagProcessor(DataProcessor):
     continuation) and Hugging Face's run_swag.py (first sentence `sent1`, second
     `f"{sent2} {ending}"`).
     """
+
     name = "swag"
     labels = ("0", "1", "2", "3")
     num_choices = 4
     layouts = {
         split: FileLayout(file_name, delimiter=",", quotechar='"')
-        for split, file_name in (("train", "train.csv"), ("dev", "val.csv"),
-                                 ("test", "test.csv"))}
+        for split, file_name in (("train", "train.csv"), ("dev", "val.csv"), ("test", "test.csv"))
+    }
 
     def _read(self, path, layout, split, labels):
         rows, header = rows_and_header(path, layout)
@@ -267,19 +301,23 @@ class SwagProcessor(DataProcessor):
         examples = []
         for line, fields in rows:
             check_width(fields, width, layout.delimiter, path, line)
-            start = read_field(fields, at["sent2"], "sent2", path, line,
-                           allow_empty=True).strip()
-            endings = [read_field(fields, at[f"ending{i}"], f"ending{i}", path, line)
-                       for i in range(self.num_choices)]
+            start = read_field(fields, at["sent2"], "sent2", path, line, allow_empty=True).strip()
+            endings = [
+                read_field(fields, at[f"ending{i}"], f"ending{i}", path, line)
+                for i in range(self.num_choices)
+            ]
             label = None
             if "label" in at:
                 label = self.parse_label(fields[at["label"]], labels, path, line)
-            examples.append(MultipleChoiceExample(
-                guid=f"{split}-{line}",
-                context=read_field(fields, at["sent1"], "sent1", path, line),
-                choices=tuple(f"{start} {ending}" if start else ending
-                              for ending in endings),
-                label=label, index=str(len(examples))))
+            examples.append(
+                MultipleChoiceExample(
+                    guid=f"{split}-{line}",
+                    context=read_field(fields, at["sent1"], "sent1", path, line),
+                    choices=tuple(f"{start} {ending}" if start else ending for ending in endings),
+                    label=label,
+                    index=str(len(examples)),
+                )
+            )
         return examples
 
 
@@ -288,8 +326,7 @@ _EXTENSION_QUOTECHARS = {"tsv": None, "csv": '"'}
 _AUTO = "auto"
 
 
-def _column_spec(value: Column | None, has_header: bool,
-                 argument: str) -> Column | None:
+def _column_spec(value: Column | None, has_header: bool, argument: str) -> Column | None:
     """A user's column argument: a name with a header, a position without."""
     if value is None or has_header:
         return value
@@ -297,8 +334,8 @@ def _column_spec(value: Column | None, has_header: bool,
         return int(value)
     except ValueError:
         raise ValueError(
-            f"{argument}={value!r}: without a header, columns are 0-based "
-            f"positions") from None
+            f"{argument}={value!r}: without a header, columns are 0-based positions"
+        ) from None
 
 
 class GenericProcessor(DataProcessor):
@@ -312,22 +349,27 @@ class GenericProcessor(DataProcessor):
     regression task reads float scores. The test file's labels, if any, are not
     read.
     """
+
     name = "generic"
 
-    def __init__(self, text_a_column: Column | None = None,
-                 label_column: Column | None = None,
-                 text_b_column: Column | None = None, has_header: bool = True,
-                 delimiter: str | None = None,
-                 quotechar: str | None = _AUTO, is_regression: bool = False,
-                 labels: Sequence[str] | None = None):
+    def __init__(
+        self,
+        text_a_column: Column | None = None,
+        label_column: Column | None = None,
+        text_b_column: Column | None = None,
+        has_header: bool = True,
+        delimiter: str | None = None,
+        quotechar: str | None = _AUTO,
+        is_regression: bool = False,
+        labels: Sequence[str] | None = None,
+    ):
         if text_a_column is None or label_column is None:
             raise ValueError(
                 "The generic task needs text_a_column and label_column "
-                f"(got {text_a_column!r}, {label_column!r})")
-        self.text_a_column = _column_spec(text_a_column, has_header,
-                                          "text_a_column")
-        self.text_b_column = _column_spec(text_b_column, has_header,
-                                          "text_b_column")
+                f"(got {text_a_column!r}, {label_column!r})"
+            )
+        self.text_a_column = _column_spec(text_a_column, has_header, "text_a_column")
+        self.text_b_column = _column_spec(text_b_column, has_header, "text_b_column")
         self.label_column = _column_spec(label_column, has_header, "label_column")
         self.has_header = has_header
         self.delimiter = delimiter
@@ -338,24 +380,27 @@ class GenericProcessor(DataProcessor):
         self._labels_by_dir = {}
 
     def options(self) -> dict:
-        return {"text_a_column": self.text_a_column,
-                "text_b_column": self.text_b_column,
-                "label_column": self.label_column,
-                "has_header": self.has_header, "delimiter": self.delimiter,
-                "quotechar": self.quotechar, "is_regression": self.is_regression,
-                "labels": self._given_labels}
+        return {
+            "text_a_column": self.text_a_column,
+            "text_b_column": self.text_b_column,
+            "label_column": self.label_column,
+            "has_header": self.has_header,
+            "delimiter": self.delimiter,
+            "quotechar": self.quotechar,
+            "is_regression": self.is_regression,
+            "labels": self._given_labels,
+        }
 
     def _file_name(self, data_dir: str, split: str) -> str:
         names = [f"{split}.{extension}" for extension in _EXTENSION_DELIMITERS]
-        found = [name for name in names
-                 if file_exists(os.path.join(data_dir, name))]
+        found = [name for name in names if file_exists(os.path.join(data_dir, name))]
         if not found:
             raise FileNotFoundError(
                 f"generic {split} file not found: "
-                f"{' or '.join(os.path.join(data_dir, name) for name in names)}")
+                f"{' or '.join(os.path.join(data_dir, name) for name in names)}"
+            )
         if len(found) > 1:
-            raise ValueError(
-                f"Both {' and '.join(found)} are in {data_dir}: keep one")
+            raise ValueError(f"Both {' and '.join(found)} are in {data_dir}: keep one")
         return found[0]
 
     def layout(self, data_dir: str, split: str) -> FileLayout:
@@ -365,11 +410,14 @@ class GenericProcessor(DataProcessor):
         if quotechar == _AUTO:
             quotechar = _EXTENSION_QUOTECHARS[extension]
         return FileLayout(
-            file_name, self.has_header, text_a=self.text_a_column,
+            file_name,
+            self.has_header,
+            text_a=self.text_a_column,
             text_b=self.text_b_column,
             label=None if split == "test" else self.label_column,
             delimiter=self.delimiter or _EXTENSION_DELIMITERS[extension],
-            quotechar=quotechar)
+            quotechar=quotechar,
+        )
 
     def input_files(self, data_dir: str, split: str) -> list[str]:
         """The split's file, and train.tsv/csv where the labels come from it."""
@@ -389,16 +437,17 @@ class GenericProcessor(DataProcessor):
         if data_dir is None:
             raise ValueError(
                 "The generic task reads its labels from train.tsv/csv: pass "
-                "data_dir, or give labels")
+                "data_dir, or give labels"
+            )
         if data_dir not in self._labels_by_dir:
             path = os.path.join(data_dir, self._file_name(data_dir, "train"))
-            examples = self._read(path, self.layout(data_dir, "train"), "train",
-                                  labels=None)
+            examples = self._read(path, self.layout(data_dir, "train"), "train", labels=None)
             labels = sorted({example.label for example in examples})
             if len(labels) < 2:
                 raise ValueError(
                     f"{path}: column {self.label_column!r} has fewer than two "
-                    f"distinct labels: {labels}")
+                    f"distinct labels: {labels}"
+                )
             self._labels_by_dir[data_dir] = labels
         return list(self._labels_by_dir[data_dir])
 
@@ -410,10 +459,22 @@ class GenericProcessor(DataProcessor):
 
 PROCESSORS = {
     processor.name: processor
-    for processor in (ColaProcessor, Sst2Processor, MrpcProcessor, StsbProcessor,
-                      QqpProcessor, MnliProcessor, QnliProcessor, RteProcessor,
-                      WnliProcessor, AxProcessor, XnliProcessor, SwagProcessor,
-                      GenericProcessor)}
+    for processor in (
+        ColaProcessor,
+        Sst2Processor,
+        MrpcProcessor,
+        StsbProcessor,
+        QqpProcessor,
+        MnliProcessor,
+        QnliProcessor,
+        RteProcessor,
+        WnliProcessor,
+        AxProcessor,
+        XnliProcessor,
+        SwagProcessor,
+        GenericProcessor,
+    )
+}
 
 
 def _lookup_name(task_name: str) -> str:
@@ -436,13 +497,13 @@ def get_processor(task_name: str, **options) -> DataProcessor:
     by_lookup = {_lookup_name(name): cls for name, cls in PROCESSORS.items()}
     cls = by_lookup.get(_lookup_name(task_name))
     if cls is None:
-        raise ValueError(
-            f"Unknown task {task_name!r}; known tasks: {', '.join(PROCESSORS)}")
+        raise ValueError(f"Unknown task {task_name!r}; known tasks: {', '.join(PROCESSORS)}")
     options = {key: value for key, value in options.items() if value is not None}
     accepted = set(inspect.signature(cls).parameters)
     unknown = sorted(set(options) - accepted)
     if unknown:
         raise ValueError(
             f"Task {cls.name!r} does not take {', '.join(unknown)}; it takes: "
-            f"{', '.join(sorted(accepted)) or 'no options'}")
+            f"{', '.join(sorted(accepted)) or 'no options'}"
+        )
     return cls(**options)

@@ -51,14 +51,16 @@ class Sentence:
         line_numbers: the 1-based line of each word in `path`.
         path: the file it was read from, for error messages.
     """
+
     words: tuple[str, ...]
     tags: tuple[str, ...]
     line_numbers: tuple[int, ...]
     path: str = "<string>"
 
 
-def read_conll(path: str, tag_scheme: str = "iob2",
-               missing_tag: str | None = None) -> list[Sentence]:
+def read_conll(
+    path: str, tag_scheme: str = "iob2", missing_tag: str | None = None
+) -> list[Sentence]:
     """Reads a CoNLL file into sentences with IOB2 tags.
 
     Args:
@@ -74,8 +76,9 @@ def read_conll(path: str, tag_scheme: str = "iob2",
         ValueError: naming the file and the line, for a line without a tag, a tag
             outside the scheme, text that is not UTF-8, or a file without sentences.
     """
-    return parse_conll(records.read_text(path), path=str(path), tag_scheme=tag_scheme,
-                       missing_tag=missing_tag)
+    return parse_conll(
+        records.read_text(path), path=str(path), tag_scheme=tag_scheme, missing_tag=missing_tag
+    )
 
 
 def detect_file_tag_scheme(path: str, missing_tag: str | None = None) -> str:
@@ -85,12 +88,12 @@ def detect_file_tag_scheme(path: str, missing_tag: str | None = None) -> str:
         ValueError: as `read_conll`, for a tag that is in none of the schemes.
     """
     groups = _split_sentences(records.read_text(path), str(path), "iobes", missing_tag)
-    return tag_schemes.detect_tag_scheme([[tag for _, tag, _ in group]
-                                          for group in groups])
+    return tag_schemes.detect_tag_scheme([[tag for _, tag, _ in group] for group in groups])
 
 
-def _split_sentences(text: str, path: str, tag_scheme: str, missing_tag: str | None
-                     ) -> list[list[tuple[str, str, int]]]:
+def _split_sentences(
+    text: str, path: str, tag_scheme: str, missing_tag: str | None
+) -> list[list[tuple[str, str, int]]]:
     """Groups the (word, tag, line number) of each line into sentences.
 
     Tags are checked against `tag_scheme` but not converted.
@@ -106,8 +109,10 @@ def _split_sentences(text: str, path: str, tag_scheme: str, missing_tag: str | N
             continue
         if len(fields) == 1:
             if missing_tag is None:
-                raise ValueError(f"{path}:{line_number}: missing tag: expected "
-                                 f"'token ... TAG', got only {line!r}")
+                raise ValueError(
+                    f"{path}:{line_number}: missing tag: expected "
+                    f"'token ... TAG', got only {line!r}"
+                )
             fields.append(missing_tag)
         error = tag_schemes.tag_error(fields[-1], tag_scheme)
         if error:
@@ -116,22 +121,30 @@ def _split_sentences(text: str, path: str, tag_scheme: str, missing_tag: str | N
     if current:
         sentences.append(current)
     if not sentences:
-        raise ValueError(f"{path}:{line_number}: no sentence in the file (it is empty "
-                         "or holds only blank and -DOCSTART- lines)")
+        raise ValueError(
+            f"{path}:{line_number}: no sentence in the file (it is empty "
+            "or holds only blank and -DOCSTART- lines)"
+        )
     return sentences
 
 
-def parse_conll(text: str, path: str = "<string>", tag_scheme: str = "iob2",
-                missing_tag: str | None = None) -> list[Sentence]:
+def parse_conll(
+    text: str, path: str = "<string>", tag_scheme: str = "iob2", missing_tag: str | None = None
+) -> list[Sentence]:
     """Parses the text of a CoNLL file; see `read_conll`. `path` names it in errors."""
     tag_schemes.check_scheme(tag_scheme)
     groups = _split_sentences(text, path, tag_scheme, missing_tag)
     sentences = []
     for group in groups:
         words, tags, line_numbers = zip(*group)
-        sentences.append(Sentence(words=words,
-                                  tags=tuple(tag_schemes.to_iob2(tags)),
-                                  line_numbers=line_numbers, path=path))
+        sentences.append(
+            Sentence(
+                words=words,
+                tags=tuple(tag_schemes.to_iob2(tags)),
+                line_numbers=line_numbers,
+                path=path,
+            )
+        )
     return sentences
 
 
@@ -139,10 +152,19 @@ def label_list(sentences: Sequence[Sentence], tag_scheme: str = "iob2") -> list[
     """The label list of training sentences for a model that learns in `tag_scheme`:
     "O", then every prefix of the scheme per sorted type ("O", "B-X", "I-X", ... for
     IOB1 and IOB2; "O", "B-X", "I-X", "E-X", "S-X", ... for IOBES)."""
-    types = sorted({tag_schemes.split_tag(tag)[1] for sentence in sentences
-                    for tag in sentence.tags if tag != tag_schemes.OUTSIDE})
-    return [tag_schemes.OUTSIDE] + [f"{prefix}-{chunk_type}" for chunk_type in types
-                                    for prefix in tag_schemes.scheme_prefixes(tag_scheme)]
+    types = sorted(
+        {
+            tag_schemes.split_tag(tag)[1]
+            for sentence in sentences
+            for tag in sentence.tags
+            if tag != tag_schemes.OUTSIDE
+        }
+    )
+    return [tag_schemes.OUTSIDE] + [
+        f"{prefix}-{chunk_type}"
+        for chunk_type in types
+        for prefix in tag_schemes.scheme_prefixes(tag_scheme)
+    ]
 
 
 # ----------------------------------------------------------------------------
@@ -150,9 +172,12 @@ def label_list(sentences: Sequence[Sentence], tag_scheme: str = "iob2") -> list[
 # ----------------------------------------------------------------------------
 
 
-def write_predictions(path: str, sentences: Sequence[Sentence],
-                      predicted_tags: Sequence[Sequence[str]],
-                      tag_scheme: str = "iob2") -> None:
+def write_predictions(
+    path: str,
+    sentences: Sequence[Sentence],
+    predicted_tags: Sequence[Sequence[str]],
+    tag_scheme: str = "iob2",
+) -> None:
     """Writes `token gold guess` lines, a blank line after each sentence, for conlleval.
 
     Both columns are written in `tag_scheme` (`tag_schemes.from_iob2`), so conlleval
@@ -168,16 +193,20 @@ def write_predictions(path: str, sentences: Sequence[Sentence],
     """
     tag_schemes.check_scheme(tag_scheme)
     if len(sentences) != len(predicted_tags):
-        raise ValueError(f"{len(sentences)} sentences but {len(predicted_tags)} "
-                         "predicted tag lists")
+        raise ValueError(
+            f"{len(sentences)} sentences but {len(predicted_tags)} predicted tag lists"
+        )
     lines = []
     for index, (sentence, guessed) in enumerate(zip(sentences, predicted_tags)):
         if len(guessed) != len(sentence.words):
-            raise ValueError(f"sentence {index}: {len(sentence.words)} words but "
-                             f"{len(guessed)} predicted tags")
+            raise ValueError(
+                f"sentence {index}: {len(sentence.words)} words but {len(guessed)} predicted tags"
+            )
         gold = tag_schemes.from_iob2(sentence.tags, tag_scheme)
         guessed = tag_schemes.from_iob2(guessed, tag_scheme)
-        lines.extend(f"{word} {gold_tag} {guessed_tag}\n"
-                     for word, gold_tag, guessed_tag in zip(sentence.words, gold, guessed))
+        lines.extend(
+            f"{word} {gold_tag} {guessed_tag}\n"
+            for word, gold_tag, guessed_tag in zip(sentence.words, gold, guessed)
+        )
         lines.append("\n")
     records.write_text(path, "".join(lines))

@@ -24,6 +24,7 @@ from typing import Callable, NamedTuple, Sequence
 
 class Ops(NamedTuple):
     """The element-wise operations the window formula needs."""
+
     minimum: Callable
     maximum: Callable
     to_float64: Callable
@@ -58,8 +59,10 @@ def context_score(position, start, length, ops: Ops = PYTHON_OPS):
 
 def windows(num_pieces: int, max_pieces: int, doc_stride: int) -> list[tuple[int, int]]:
     """(start, length) of every window over `num_pieces` pieces, in order."""
-    starts = [window_start(k, max_pieces, doc_stride)
-              for k in range(window_count(num_pieces, max_pieces, doc_stride))]
+    starts = [
+        window_start(k, max_pieces, doc_stride)
+        for k in range(window_count(num_pieces, max_pieces, doc_stride))
+    ]
     return [(start, window_length(start, num_pieces, max_pieces)) for start in starts]
 
 

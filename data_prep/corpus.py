@@ -43,8 +43,13 @@ from typing import BinaryIO, Callable, Iterable, Iterator
 from absl import logging
 
 FORMATS = ("sentences", "text", "jsonl")
-BAD_INPUT_KINDS = ("unreadable_file", "non_utf8_line", "empty_document",
-                   "bad_json_line", "json_line_without_text")
+BAD_INPUT_KINDS = (
+    "unreadable_file",
+    "non_utf8_line",
+    "empty_document",
+    "bad_json_line",
+    "json_line_without_text",
+)
 POLICIES = ("skip", "fail")
 NUM_LOGGED_PER_KIND = 20
 _READ_BYTES = 1 << 20
@@ -65,8 +70,9 @@ class BadInputLog:
 
     def __init__(self, policy: str = "fail"):
         if policy not in POLICIES:
-            raise ValueError("Bad-input policy %r is not one of %s." %
-                             (policy, ", ".join(POLICIES)))
+            raise ValueError(
+                "Bad-input policy %r is not one of %s." % (policy, ", ".join(POLICIES))
+            )
         self.policy = policy
         self.counts = {}
         self.examples = []
@@ -82,8 +88,7 @@ class BadInputLog:
             self.examples.append(message)
             logging.warning("Skipped %s", message)
         elif count == NUM_LOGGED_PER_KIND + 1:
-            logging.warning("More input of kind %s skipped; only counted from now on.",
-                            kind)
+            logging.warning("More input of kind %s skipped; only counted from now on.", kind)
 
 
 # ----------------------------------------------------------------------------
@@ -102,6 +107,7 @@ class WindowScan:
         lines_before_start: line breaks in [index * shard_bytes, start).
         lines_in_window: line breaks in the window.
     """
+
     path: str
     index: int
     start: int
@@ -123,6 +129,7 @@ class DocumentShard:
             "-<k, 5 digits>" when the file spans more than one window.
         origin: the raw-text shard these are the sentences of, if any.
     """
+
     path: str
     index: int
     start: int
@@ -133,9 +140,13 @@ class DocumentShard:
 
     def describe(self) -> dict:
         """Where the documents come from, for metadata."""
-        described = {"file": self.path, "window": self.index,
-                     "first_byte": self.start, "end_byte": self.end,
-                     "first_line": self.first_line}
+        described = {
+            "file": self.path,
+            "window": self.index,
+            "first_byte": self.start,
+            "end_byte": self.end,
+            "first_line": self.first_line,
+        }
         if self.origin is not None:
             described["sentences_of"] = self.origin.describe()
         return described
@@ -173,8 +184,9 @@ def _is_blank(raw_line: bytes) -> bool:
     return not raw_line.decode("utf-8", "replace").strip()
 
 
-def scan_window(reader: BinaryIO, path: str, size: int, index: int,
-                shard_bytes: int, input_format: str) -> WindowScan:
+def scan_window(
+    reader: BinaryIO, path: str, size: int, index: int, shard_bytes: int, input_format: str
+) -> WindowScan:
     """Finds where document shard `index` starts and counts the window's lines.
 
     Args:
@@ -189,16 +201,19 @@ def scan_window(reader: BinaryIO, path: str, size: int, index: int,
     if index == 0:
         start, before = 0, 0
     else:
-        start, before = _first_document_start(reader, window_start, size,
-                                              input_format)
-    return WindowScan(path=path, index=index, start=start,
-                      lines_before_start=before,
-                      lines_in_window=_count_line_breaks(reader, window_start,
-                                                         window_end))
+        start, before = _first_document_start(reader, window_start, size, input_format)
+    return WindowScan(
+        path=path,
+        index=index,
+        start=start,
+        lines_before_start=before,
+        lines_in_window=_count_line_breaks(reader, window_start, window_end),
+    )
 
 
-def _first_document_start(reader: BinaryIO, offset: int, size: int,
-                          input_format: str) -> tuple[int, int]:
+def _first_document_start(
+    reader: BinaryIO, offset: int, size: int, input_format: str
+) -> tuple[int, int]:
     """(offset of the first document start at or after `offset`, line breaks
     between the two); (size, ...) if there is none."""
     # The rest of the line holding byte offset - 1: the next line starts at or
@@ -237,17 +252,22 @@ def plan_shards(path: str, size: int, scans: Iterable[WindowScan]) -> list[Docum
     """The document shards of one file from the scans of all its windows."""
     scans = sorted(scans, key=lambda scan: scan.index)
     if [scan.index for scan in scans] != list(range(len(scans))):
-        raise ValueError("%s: window scans missing (%s)." %
-                         (path, [scan.index for scan in scans]))
+        raise ValueError("%s: window scans missing (%s)." % (path, [scan.index for scan in scans]))
     shards = []
     lines_before_window = 0
     for k, scan in enumerate(scans):
         end = scans[k + 1].start if k + 1 < len(scans) else size
         if scan.start < end:
-            shards.append(DocumentShard(
-                path=path, index=k, start=scan.start, end=end,
-                first_line=1 + lines_before_window + scan.lines_before_start,
-                name=shard_name(path, k, len(scans))))
+            shards.append(
+                DocumentShard(
+                    path=path,
+                    index=k,
+                    start=scan.start,
+                    end=end,
+                    first_line=1 + lines_before_window + scan.lines_before_start,
+                    name=shard_name(path, k, len(scans)),
+                )
+            )
         lines_before_window += scan.lines_in_window
     return shards
 
@@ -257,8 +277,9 @@ def plan_shards(path: str, size: int, scans: Iterable[WindowScan]) -> list[Docum
 # ----------------------------------------------------------------------------
 
 
-def read_lines(reader: BinaryIO, shard: DocumentShard, bad_input: BadInputLog
-               ) -> Iterator[tuple[int, str]]:
+def read_lines(
+    reader: BinaryIO, shard: DocumentShard, bad_input: BadInputLog
+) -> Iterator[tuple[int, str]]:
     """(line number, text) of the lines of a shard, split on "\\n" only.
 
     A line that is not UTF-8 is reported and left out.
@@ -267,17 +288,19 @@ def read_lines(reader: BinaryIO, shard: DocumentShard, bad_input: BadInputLog
     position = shard.start
     line_number = shard.first_line
     while shard.end is None or position < shard.end:
-        raw = reader.readline() if shard.end is None else reader.readline(
-            shard.end - position)
+        raw = reader.readline() if shard.end is None else reader.readline(shard.end - position)
         if not raw:
             return
         position += len(raw)
         try:
             yield line_number, raw.decode("utf-8")
         except UnicodeDecodeError as e:
-            bad_input.report("non_utf8_line", shard.path, line_number,
-                             "not valid UTF-8 (%s)" % e.reason +
-                             " at byte %d of the line" % e.start)
+            bad_input.report(
+                "non_utf8_line",
+                shard.path,
+                line_number,
+                "not valid UTF-8 (%s)" % e.reason + " at byte %d of the line" % e.start,
+            )
         line_number += 1
 
 
@@ -289,12 +312,14 @@ class RawDocument:
         line: line number where it starts.
         paragraphs: its text, cut where no sentence may run across.
     """
+
     line: int
     paragraphs: list
 
 
-def raw_documents(lines: Iterable[tuple[int, str]], path: str, input_format: str,
-                  bad_input: BadInputLog) -> Iterator[RawDocument]:
+def raw_documents(
+    lines: Iterable[tuple[int, str]], path: str, input_format: str, bad_input: BadInputLog
+) -> Iterator[RawDocument]:
     """Documents of "text" or "jsonl" lines (see the module docstring).
 
     Malformed JSON lines are reported and left out.
@@ -323,37 +348,42 @@ def raw_documents(lines: Iterable[tuple[int, str]], path: str, input_format: str
         yield document
 
 
-def _json_text(line: str, path: str, line_number: int,
-               bad_input: BadInputLog) -> str | None:
+def _json_text(line: str, path: str, line_number: int, bad_input: BadInputLog) -> str | None:
     try:
         value = json.loads(line)
     except json.JSONDecodeError as e:
         bad_input.report("bad_json_line", path, line_number, "not JSON (%s)" % e)
         return None
     if not isinstance(value, dict) or "text" not in value:
-        bad_input.report("json_line_without_text", path, line_number,
-                         "a JSON line without a \"text\" field")
+        bad_input.report(
+            "json_line_without_text", path, line_number, 'a JSON line without a "text" field'
+        )
         return None
     if not isinstance(value["text"], str):
-        bad_input.report("bad_json_line", path, line_number,
-                         "\"text\" is a %s, not a string" % type(value["text"]).__name__)
+        bad_input.report(
+            "bad_json_line",
+            path,
+            line_number,
+            '"text" is a %s, not a string' % type(value["text"]).__name__,
+        )
         return None
     return value["text"]
 
 
-def sentence_documents(documents: Iterable[RawDocument], path: str,
-                       split: Callable[[str], list[str]],
-                       bad_input: BadInputLog) -> Iterator[list[str]]:
+def sentence_documents(
+    documents: Iterable[RawDocument],
+    path: str,
+    split: Callable[[str], list[str]],
+    bad_input: BadInputLog,
+) -> Iterator[list[str]]:
     """The sentences of each raw document (`split` cuts one paragraph); a
     document without any is reported as empty and left out."""
     for document in documents:
-        sentences = [sentence for paragraph in document.paragraphs
-                     for sentence in split(paragraph)]
+        sentences = [sentence for paragraph in document.paragraphs for sentence in split(paragraph)]
         if sentences:
             yield sentences
         else:
-            bad_input.report("empty_document", path, document.line,
-                             "an empty document")
+            bad_input.report("empty_document", path, document.line, "an empty document")
 
 
 def format_sentences(documents: Iterable[list[str]]) -> Iterator[str]:

@@ -76,6 +76,7 @@ class PipelineSettings:
         run: tokenization, instance and masking settings (`random_seed` is the
             run's; input and output files are set per shard).
     """
+
     input_files: tuple
     input_format: str
     output_dir: str
@@ -90,32 +91,42 @@ class PipelineSettings:
 
     def __post_init__(self):
         if self.input_format not in corpus.FORMATS:
-            raise ValueError("--input_format=%s is not one of %s." %
-                             (self.input_format, ", ".join(corpus.FORMATS)))
+            raise ValueError(
+                "--input_format=%s is not one of %s."
+                % (self.input_format, ", ".join(corpus.FORMATS))
+            )
         if self.stop_after not in STAGES:
-            raise ValueError("--stop_after=%s is not one of %s." %
-                             (self.stop_after, ", ".join(STAGES)))
+            raise ValueError(
+                "--stop_after=%s is not one of %s." % (self.stop_after, ", ".join(STAGES))
+            )
         if self.stop_after == "vocab" and not self.learn_vocab_size:
             raise ValueError("--stop_after=vocab needs --learn_vocab_size.")
         if self.stop_after == "sentences" and self.input_format == "sentences":
-            raise ValueError("--stop_after=sentences needs raw input "
-                             "(--input_format=text or jsonl).")
+            raise ValueError(
+                "--stop_after=sentences needs raw input (--input_format=text or jsonl)."
+            )
         if self.shard_bytes < 1:
             raise ValueError("The shard size must be positive.")
         if self.bad_input not in corpus.POLICIES:
-            raise ValueError("--bad_input=%s is not one of %s." %
-                             (self.bad_input, ", ".join(corpus.POLICIES)))
+            raise ValueError(
+                "--bad_input=%s is not one of %s." % (self.bad_input, ", ".join(corpus.POLICIES))
+            )
 
     @property
     def raw(self) -> bool:
         return self.input_format != "sentences"
 
-    def shard_options(self, shard: corpus.DocumentShard, vocab_file: str,
-                      output_file: str) -> cpd.RunOptions:
+    def shard_options(
+        self, shard: corpus.DocumentShard, vocab_file: str, output_file: str
+    ) -> cpd.RunOptions:
         """The run of one shard: its file, its output and seed + its window."""
         return dataclasses.replace(
-            self.run, input_files=(shard.path,), output_files=(output_file,),
-            vocab_file=vocab_file, random_seed=self.run.random_seed + shard.index)
+            self.run,
+            input_files=(shard.path,),
+            output_files=(output_file,),
+            vocab_file=vocab_file,
+            random_seed=self.run.random_seed + shard.index,
+        )
 
 
 # ----------------------------------------------------------------------------
@@ -135,8 +146,11 @@ def match_input_files(patterns: str) -> list[tuple[str, int]]:
         pattern = pattern.strip()
         if not pattern:
             continue
-        matches = [m for m in FileSystems.match([pattern])[0].metadata_list
-                   if not os.path.basename(m.path).startswith(".")]
+        matches = [
+            m
+            for m in FileSystems.match([pattern])[0].metadata_list
+            if not os.path.basename(m.path).startswith(".")
+        ]
         if not matches:
             raise ValueError("--input_file pattern %r matches no file." % pattern)
         for match in matches:
@@ -153,15 +167,17 @@ def check_output_names(input_files, shard_bytes: int) -> None:
             name = corpus.shard_name(path, index, windows)
             if name in owners:
                 raise ValueError(
-                    "%s and %s would both write shards named %s: rename one." %
-                    (owners[name], path, name))
+                    "%s and %s would both write shards named %s: rename one."
+                    % (owners[name], path, name)
+                )
             owners[name] = path
 
 
 def join_path(directory: str, name: str) -> str:
     """`directory`/`name`, for local paths and Beam's file systems."""
-    return FileSystems.join(directory, name) if "://" in directory else \
-        os.path.join(directory, name)
+    return (
+        FileSystems.join(directory, name) if "://" in directory else os.path.join(directory, name)
+    )
 
 
 def _windows(path: str, size: int, shard_bytes: int) -> int:
@@ -171,8 +187,11 @@ def _windows(path: str, size: int, shard_bytes: int) -> int:
 
 def _open(path: str):
     """The file for binary reading, decompressed if its name says so."""
-    compression = (CompressionTypes.detect_compression_type(path)
-                   if corpus.is_compressed(path) else CompressionTypes.UNCOMPRESSED)
+    compression = (
+        CompressionTypes.detect_compression_type(path)
+        if corpus.is_compressed(path)
+        else CompressionTypes.UNCOMPRESSED
+    )
     return FileSystems.open(path, compression_type=compression)
 
 
@@ -181,15 +200,28 @@ def _open(path: str):
 # ----------------------------------------------------------------------------
 
 
-def shard_stats(stats: cpd.Stats | None = None, bad: corpus.BadInputLog | None = None,
-                **counts) -> dict:
+def shard_stats(
+    stats: cpd.Stats | None = None, bad: corpus.BadInputLog | None = None, **counts
+) -> dict:
     """One element of the statistics that `MergeStats` adds up."""
     result = dict(counts)
     if stats is not None:
         summary = stats.summary()
-        result.update({key: summary[key] for key in (
-            "lines", "documents", "one_sentence_documents", "long_lines",
-            "instances", "tokens", "masked", "random_next")})
+        result.update(
+            {
+                key: summary[key]
+                for key in (
+                    "lines",
+                    "documents",
+                    "one_sentence_documents",
+                    "long_lines",
+                    "instances",
+                    "tokens",
+                    "masked",
+                    "random_next",
+                )
+            }
+        )
         result["lengths"] = dict(summary["lengths"])
     if bad is not None:
         result["bad_input"] = dict(bad.counts)
@@ -229,8 +261,7 @@ class MergeStats(beam.CombineFn):
 def summarize(totals: dict, settings: PipelineSettings, vocab_file: str) -> dict:
     """The run's summary from the added-up statistics."""
     tokens, instances = totals.get("tokens", 0), totals.get("instances", 0)
-    lengths = {int(length): count for length, count in
-               totals.get("lengths", {}).items()}
+    lengths = {int(length): count for length, count in totals.get("lengths", {}).items()}
     run = settings.run
     return {
         "format": SUMMARY_FORMAT,
@@ -261,10 +292,12 @@ def summarize(totals: dict, settings: PipelineSettings, vocab_file: str) -> dict
             "do_lower_case": run.do_lower_case,
             "do_whole_word_mask": run.masking.do_whole_word_mask,
             "next_sentence_prediction": run.instance.next_sentence_prediction,
-            "random_seed": run.random_seed, "dupe_factor": run.dupe_factor,
+            "random_seed": run.random_seed,
+            "dupe_factor": run.dupe_factor,
             "masked_lm_prob": run.masking.masked_lm_prob,
             "short_seq_prob": run.instance.short_seq_prob,
-            "shard_bytes": settings.shard_bytes, "bad_input": settings.bad_input,
+            "shard_bytes": settings.shard_bytes,
+            "bad_input": settings.bad_input,
             "stop_after": settings.stop_after,
         },
     }
@@ -296,9 +329,10 @@ class _Progress:
         with self._lock:
             self.totals.update(counts)
             elapsed = max(time.monotonic() - self.start, 1e-9)
-            rates = ", ".join("%d %s (%.0f/s)" % (self.totals[name], name,
-                                                  self.totals[name] / elapsed)
-                              for name in sorted(self.totals))
+            rates = ", ".join(
+                "%d %s (%.0f/s)" % (self.totals[name], name, self.totals[name] / elapsed)
+                for name in sorted(self.totals)
+            )
         logging.info("%s %s; this worker process so far: %s", self.what, label, rates)
 
 
@@ -318,9 +352,9 @@ class ScanWindow(beam.DoFn):
         bad = corpus.BadInputLog(self.settings.bad_input)
         try:
             with _open(path) as reader:
-                scan = corpus.scan_window(reader, path, size, index,
-                                          self.settings.shard_bytes,
-                                          self.settings.input_format)
+                scan = corpus.scan_window(
+                    reader, path, size, index, self.settings.shard_bytes, self.settings.input_format
+                )
         except (OSError, IOError) as e:
             if index == 0:  # Reported once per file.
                 bad.report("unreadable_file", path, None, "cannot be read (%s)" % e)
@@ -351,7 +385,8 @@ class SplitSentences(beam.DoFn):
     def setup(self):
         self.progress = _Progress.of("Sentences of")
         self.basic_tokenizer = tokenization.BasicTokenizer(
-            do_lower_case=self.settings.run.do_lower_case)
+            do_lower_case=self.settings.run.do_lower_case
+        )
 
     def process(self, shard: corpus.DocumentShard):
         settings = self.settings
@@ -362,27 +397,41 @@ class SplitSentences(beam.DoFn):
         try:
             with _open(shard.path) as reader:
                 documents = corpus.sentence_documents(
-                    corpus.raw_documents(corpus.read_lines(reader, shard, bad),
-                                         shard.path, settings.input_format, bad),
-                    shard.path, sentences.split_sentences, bad)
+                    corpus.raw_documents(
+                        corpus.read_lines(reader, shard, bad),
+                        shard.path,
+                        settings.input_format,
+                        bad,
+                    ),
+                    shard.path,
+                    sentences.split_sentences,
+                    bad,
+                )
                 size = self._write(output, documents, counts, words)
         except _NoDocuments:
             size = 0
         except (OSError, IOError) as e:
             bad.report("unreadable_file", shard.path, None, "cannot be read (%s)" % e)
             size = 0
-        self.progress.add(shard.name, documents=counts["documents"],
-                          sentences=counts["sentences"])
-        yield beam.pvalue.TaggedOutput("stats", shard_stats(
-            bad=bad, raw_documents=counts["documents"],
-            sentences_written=counts["sentences"]))
+        self.progress.add(shard.name, documents=counts["documents"], sentences=counts["sentences"])
+        yield beam.pvalue.TaggedOutput(
+            "stats",
+            shard_stats(
+                bad=bad, raw_documents=counts["documents"], sentences_written=counts["sentences"]
+            ),
+        )
         if size:
             if settings.learn_vocab_size:
-                yield from (beam.pvalue.TaggedOutput("words", item)
-                            for item in words.items())
-            yield corpus.DocumentShard(path=output, index=shard.index, start=0,
-                                       end=size, first_line=1, name=shard.name,
-                                       origin=shard)
+                yield from (beam.pvalue.TaggedOutput("words", item) for item in words.items())
+            yield corpus.DocumentShard(
+                path=output,
+                index=shard.index,
+                start=0,
+                end=size,
+                first_line=1,
+                name=shard.name,
+                origin=shard,
+            )
 
     def _write(self, output, documents, counts, words) -> int:
         """Writes the sentences file; its size. Raises `_NoDocuments` (and
@@ -391,7 +440,8 @@ class SplitSentences(beam.DoFn):
         count_words = self.settings.learn_vocab_size > 0
         with records.atomic_open(output, "wb") as writer:
             for line in corpus.format_sentences(
-                    self._counted(documents, counts, words, count_words)):
+                self._counted(documents, counts, words, count_words)
+            ):
                 data = line.encode("utf-8")
                 writer.write(data)
                 size += len(data)
@@ -425,7 +475,8 @@ class CountWords(beam.DoFn):
             with _open(shard.path) as reader:
                 counts = wordpiece_vocab.count_words(
                     (line for _, line in corpus.read_lines(reader, shard, quiet)),
-                    self.settings.run.do_lower_case)
+                    self.settings.run.do_lower_case,
+                )
         except (OSError, IOError):
             return
         yield from counts.items()
@@ -434,12 +485,17 @@ class CountWords(beam.DoFn):
 def learn_and_write_vocab(word_counts, settings: PipelineSettings) -> str:
     """Learns the vocabulary from the most frequent words; writes it; its path."""
     start = time.monotonic()
-    vocab = wordpiece_vocab.learn_vocab(word_counts, settings.learn_vocab_size,
-                                        max_input_words=settings.max_input_words)
+    vocab = wordpiece_vocab.learn_vocab(
+        word_counts, settings.learn_vocab_size, max_input_words=settings.max_input_words
+    )
     wordpiece_vocab.write_vocab(settings.vocab_file, vocab)
-    logging.info("Learned a vocabulary of %d entries from %d words in %.1f s: %s",
-                 len(vocab), len(word_counts), time.monotonic() - start,
-                 settings.vocab_file)
+    logging.info(
+        "Learned a vocabulary of %d entries from %d words in %.1f s: %s",
+        len(vocab),
+        len(word_counts),
+        time.monotonic() - start,
+        settings.vocab_file,
+    )
     return settings.vocab_file
 
 
@@ -456,10 +512,11 @@ class BuildShard(beam.DoFn):
 
     def _tokenizer(self, vocab_file: str):
         if vocab_file not in self.tokenizers:
-            tokenizer = tokenization.FullTokenizer(vocab_file,
-                                                   self.settings.run.do_lower_case)
+            tokenizer = tokenization.FullTokenizer(vocab_file, self.settings.run.do_lower_case)
             self.tokenizers[vocab_file] = (
-                tokenizer, cpd.VocabIds.from_vocab(tokenizer.vocab, vocab_file))
+                tokenizer,
+                cpd.VocabIds.from_vocab(tokenizer.vocab, vocab_file),
+            )
         return self.tokenizers[vocab_file]
 
     def process(self, shard: corpus.DocumentShard, vocab_file: str):
@@ -472,38 +529,54 @@ class BuildShard(beam.DoFn):
         start = time.monotonic()
         try:
             with _open(shard.path) as reader:
-                lines = ((shard.path, number, line) for number, line in
-                         corpus.read_lines(reader, shard, bad))
+                lines = (
+                    (shard.path, number, line)
+                    for number, line in corpus.read_lines(reader, shard, bad)
+                )
                 documents = cpd.documents_from_lines(
-                    lines, tokenizer, options.instance.max_num_tokens, stats,
+                    lines,
+                    tokenizer,
+                    options.instance.max_num_tokens,
+                    stats,
                     options.progress_interval_s,
-                    lambda path, line: bad.report("empty_document", path, line,
-                                                  "an empty document"))
+                    lambda path, line: bad.report(
+                        "empty_document", path, line, "an empty document"
+                    ),
+                )
         except (OSError, IOError) as e:
             bad.report("unreadable_file", shard.path, None, "cannot be read (%s)" % e)
             documents = []
         written, num_sentences = 0, sum(map(len, documents))
         if documents:
-            cpd.write_instances(documents, len(tokenizer.vocab), [shard.path],
-                                [output], options, vocab, stats,
-                                {"document_shard": shard.describe(),
-                                 "run_random_seed": settings.run.random_seed})
+            cpd.write_instances(
+                documents,
+                len(tokenizer.vocab),
+                [shard.path],
+                [output],
+                options,
+                vocab,
+                stats,
+                {"document_shard": shard.describe(), "run_random_seed": settings.run.random_seed},
+            )
             written = 1
         elif stats.lines:
-            logging.warning("%s: no document with a token; no shard %s.",
-                            shard.path, output)
-        self.progress.add("%s (%.1f s)" % (shard.name, time.monotonic() - start),
-                          documents=stats.documents, sentences=num_sentences,
-                          instances=stats.instances, tokens=stats.tokens)
-        yield shard_stats(stats, bad, document_shards=1, shards_written=written,
-                          sentences=num_sentences)
+            logging.warning("%s: no document with a token; no shard %s.", shard.path, output)
+        self.progress.add(
+            "%s (%.1f s)" % (shard.name, time.monotonic() - start),
+            documents=stats.documents,
+            sentences=num_sentences,
+            instances=stats.instances,
+            tokens=stats.tokens,
+        )
+        yield shard_stats(
+            stats, bad, document_shards=1, shards_written=written, sentences=num_sentences
+        )
 
 
 def write_summary(totals: dict, settings: PipelineSettings, vocab_file: str) -> str:
     """Writes `<output_dir>/summary.json`; its path."""
     path = join_path(settings.output_dir, SUMMARY_NAME)
-    records.write_json(path, summarize(totals, settings, vocab_file),
-                       sort_keys=False)
+    records.write_json(path, summarize(totals, settings, vocab_file), sort_keys=False)
     return path
 
 
@@ -517,20 +590,25 @@ def build_pipeline(pipeline: beam.Pipeline, settings: PipelineSettings) -> None:
     shards, stats = _document_shards(pipeline, settings)
     words = None
     if settings.raw:
-        split = shards | "SplitSentences" >> beam.ParDo(
-            SplitSentences(settings)).with_outputs("stats", "words", main="shards")
+        split = shards | "SplitSentences" >> beam.ParDo(SplitSentences(settings)).with_outputs(
+            "stats", "words", main="shards"
+        )
         shards, words = split.shards, split.words
         stats.append(split.stats)
     vocab_file = settings.vocab_file
     if settings.stop_after != "sentences":
         vocab = _vocab(pipeline, settings, shards, words)
         if settings.stop_after == "shards":
-            stats.append(shards | "BuildShards" >> beam.ParDo(
-                BuildShard(settings), beam.pvalue.AsSingleton(vocab)))
-    (stats
-     | "AllStats" >> beam.Flatten(pipeline=pipeline)
-     | "AddUp" >> beam.CombineGlobally(MergeStats())
-     | "Summary" >> beam.Map(write_summary, settings, vocab_file))
+            stats.append(
+                shards
+                | "BuildShards" >> beam.ParDo(BuildShard(settings), beam.pvalue.AsSingleton(vocab))
+            )
+    (
+        stats
+        | "AllStats" >> beam.Flatten(pipeline=pipeline)
+        | "AddUp" >> beam.CombineGlobally(MergeStats())
+        | "Summary" >> beam.Map(write_summary, settings, vocab_file)
+    )
 
 
 def _document_shards(pipeline, settings: PipelineSettings):
@@ -544,24 +622,34 @@ def _document_shards(pipeline, settings: PipelineSettings):
         count = _windows(path, size, settings.shard_bytes)
         if count == 1:
             end = None if corpus.is_compressed(path) else size
-            whole.append(corpus.DocumentShard(path=path, index=0, start=0, end=end,
-                                              first_line=1,
-                                              name=corpus.shard_name(path, 0, 1)))
+            whole.append(
+                corpus.DocumentShard(
+                    path=path,
+                    index=0,
+                    start=0,
+                    end=end,
+                    first_line=1,
+                    name=corpus.shard_name(path, 0, 1),
+                )
+            )
         else:
             windows += [(path, size, index) for index in range(count)]
     parts, stats = [], []
     if whole:
         parts.append(pipeline | "WholeFiles" >> beam.Create(whole))
     if windows:
-        scans = (pipeline
-                 | "Windows" >> beam.Create(windows)
-                 | "Scan" >> beam.ParDo(ScanWindow(settings)).with_outputs(
-                     "stats", main="scans"))
-        parts.append(scans.scans
-                     | "ByFile" >> beam.Map(lambda scan: (scan.path, scan))
-                     | "GroupByFile" >> beam.GroupByKey()
-                     | "Plan" >> beam.FlatMap(plan_file, dict(settings.input_files))
-                     | "Spread" >> beam.Reshuffle())
+        scans = (
+            pipeline
+            | "Windows" >> beam.Create(windows)
+            | "Scan" >> beam.ParDo(ScanWindow(settings)).with_outputs("stats", main="scans")
+        )
+        parts.append(
+            scans.scans
+            | "ByFile" >> beam.Map(lambda scan: (scan.path, scan))
+            | "GroupByFile" >> beam.GroupByKey()
+            | "Plan" >> beam.FlatMap(plan_file, dict(settings.input_files))
+            | "Spread" >> beam.Reshuffle()
+        )
         stats.append(scans.stats)
     if len(parts) == 1:
         return parts[0], stats
@@ -574,18 +662,19 @@ def _vocab(pipeline, settings: PipelineSettings, shards, words):
         return pipeline | "Vocab" >> beam.Create([settings.vocab_file])
     if words is None:
         words = shards | "CountWords" >> beam.ParDo(CountWords(settings))
-    return (words
-            | "SumWords" >> beam.CombinePerKey(sum)
-            | "TopWords" >> beam.combiners.Top.Of(
-                settings.max_input_words, key=lambda item: (item[1], item[0]))
-            | "LearnVocab" >> beam.Map(learn_and_write_vocab, settings))
+    return (
+        words
+        | "SumWords" >> beam.CombinePerKey(sum)
+        | "TopWords"
+        >> beam.combiners.Top.Of(settings.max_input_words, key=lambda item: (item[1], item[0]))
+        | "LearnVocab" >> beam.Map(learn_and_write_vocab, settings)
+    )
 
 
 def run(settings: PipelineSettings, beam_options: PipelineOptions) -> dict:
     """Runs the pipeline to the end; returns its summary."""
     if not settings.learn_vocab_size:
-        cpd.VocabIds.from_vocab(tokenization.load_vocab(settings.vocab_file),
-                                settings.vocab_file)
+        cpd.VocabIds.from_vocab(tokenization.load_vocab(settings.vocab_file), settings.vocab_file)
     check_output_names(settings.input_files, settings.shard_bytes)
     if not FileSystems.exists(settings.output_dir):
         FileSystems.mkdirs(settings.output_dir)  # Shards spill beside their file.
@@ -593,8 +682,7 @@ def run(settings: PipelineSettings, beam_options: PipelineOptions) -> dict:
     if FileSystems.exists(summary_path):
         FileSystems.delete([summary_path])  # A stale summary must not look current.
     start = time.monotonic()
-    with beam.Pipeline(runner=local_runner(beam_options),
-                       options=beam_options) as pipeline:
+    with beam.Pipeline(runner=local_runner(beam_options), options=beam_options) as pipeline:
         build_pipeline(pipeline, settings)
     elapsed = time.monotonic() - start
     summary = records.read_json(summary_path)
@@ -615,28 +703,42 @@ def local_runner(beam_options: PipelineOptions):
     from apache_beam.portability.api import beam_provision_api_pb2
     from apache_beam.runners.portability.fn_api_runner import fn_runner
     from apache_beam.runners.portability.portable_runner import JobServiceHandle
+
     if beam_options.view_as(StandardOptions).runner not in (None, "DirectRunner"):
         return None
     encoded = JobServiceHandle.encode_pipeline_options(beam_options.get_all_options())
-    return fn_runner.FnApiRunner(provision_info=fn_runner.ExtendedProvisionInfo(
-        beam_provision_api_pb2.ProvisionInfo(pipeline_options=encoded)))
+    return fn_runner.FnApiRunner(
+        provision_info=fn_runner.ExtendedProvisionInfo(
+            beam_provision_api_pb2.ProvisionInfo(pipeline_options=encoded)
+        )
+    )
 
 
 def _log_summary(summary: dict, elapsed: float) -> None:
     logging.info(
         "Done in %.1f s: %d input files, %d document shards, %d shards written; "
         "%d documents, %d sentences, %d instances (%.0f/s), %d tokens (%.0f/s), masked "
-        "fraction %.4f, random next %.3f; bad input %s.", elapsed,
-        summary["input_files"], summary["document_shards"],
-        summary["shards_written"], summary["documents"], summary["sentences"],
-        summary["instances"], summary["instances"] / max(elapsed, 1e-9),
-        summary["tokens"], summary["tokens"] / max(elapsed, 1e-9),
-        summary["masked_fraction"], summary["random_next_fraction"],
-        summary["bad_input"] or "none")
+        "fraction %.4f, random next %.3f; bad input %s.",
+        elapsed,
+        summary["input_files"],
+        summary["document_shards"],
+        summary["shards_written"],
+        summary["documents"],
+        summary["sentences"],
+        summary["instances"],
+        summary["instances"] / max(elapsed, 1e-9),
+        summary["tokens"],
+        summary["tokens"] / max(elapsed, 1e-9),
+        summary["masked_fraction"],
+        summary["random_next_fraction"],
+        summary["bad_input"] or "none",
+    )
     histogram = summary["length_histogram"]
     if histogram:
         buckets = collections.Counter()
         for length, count in histogram.items():
             buckets[(int(length) - 1) // 16] += count
-        logging.info("Instance lengths: %s", ", ".join(
-            "%d-%d: %d" % (16 * b + 1, 16 * b + 16, buckets[b]) for b in sorted(buckets)))
+        logging.info(
+            "Instance lengths: %s",
+            ", ".join("%d-%d: %d" % (16 * b + 1, 16 * b + 16, buckets[b]) for b in sorted(buckets)),
+        )

@@ -68,8 +68,12 @@ import tensorflow as tf
 from data_prep import pretraining_data, records
 from data_prep import tokenization
 
-REQUIRED_TOKENS = (tokenization.CLS_TOKEN, tokenization.SEP_TOKEN,
-                   tokenization.MASK_TOKEN, tokenization.UNK_TOKEN)
+REQUIRED_TOKENS = (
+    tokenization.CLS_TOKEN,
+    tokenization.SEP_TOKEN,
+    tokenization.MASK_TOKEN,
+    tokenization.UNK_TOKEN,
+)
 METADATA_SUFFIX = ".meta.json"
 METADATA_FORMAT = "bert_pretraining_tfrecord/1"
 NUM_LOGGED_WARNINGS = 5
@@ -102,6 +106,7 @@ class InstanceOptions:
             half of the time (True, the original), or single segments
             `[CLS] A [SEP]` with next_sentence_labels 0 (False).
     """
+
     max_seq_length: int = 128
     short_seq_prob: float = 0.1
     next_sentence_prediction: bool = True
@@ -112,8 +117,8 @@ class InstanceOptions:
         if self.max_seq_length < minimum:
             raise ValueError(
                 "max_seq_length=%d is too small: it must be at least %d to hold "
-                "the special tokens and two tokens of text." %
-                (self.max_seq_length, minimum))
+                "the special tokens and two tokens of text." % (self.max_seq_length, minimum)
+            )
 
     @property
     def max_num_tokens(self) -> int:
@@ -134,6 +139,7 @@ class MaskingOptions:
         do_whole_word_mask: choose whole words: a "##" piece is chosen together
             with the pieces before it.
     """
+
     masked_lm_prob: float = 0.15
     max_predictions_per_seq: int = 20
     mask_token_prob: float = 0.8
@@ -146,17 +152,20 @@ class MaskingOptions:
         _check_probability("random_token_prob", self.random_token_prob)
         if _exact(self.mask_token_prob) + _exact(self.random_token_prob) > 1:
             raise ValueError(
-                "mask_token_prob=%r + random_token_prob=%r exceeds 1." %
-                (self.mask_token_prob, self.random_token_prob))
+                "mask_token_prob=%r + random_token_prob=%r exceeds 1."
+                % (self.mask_token_prob, self.random_token_prob)
+            )
         if self.max_predictions_per_seq < 0:
-            raise ValueError("max_predictions_per_seq=%d must not be negative." %
-                             self.max_predictions_per_seq)
+            raise ValueError(
+                "max_predictions_per_seq=%d must not be negative." % self.max_predictions_per_seq
+            )
         if self.max_predictions_per_seq == 0 and self.masked_lm_prob > 0:
             raise ValueError(
                 "max_predictions_per_seq=0 with masked_lm_prob=%r: no position could be "
                 "masked, and the shards would teach the masked LM nothing. Give "
                 "max_predictions_per_seq > 0 (the original uses 20 at max_seq_length 128, "
-                "80 at 512)." % self.masked_lm_prob)
+                "80 at 512)." % self.masked_lm_prob
+            )
 
     @functools.cached_property
     def keep_share(self) -> float:
@@ -178,6 +187,7 @@ class VocabIds:
             `list(vocab.keys())`).
         is_continuation: byte per id, 1 for "##" pieces.
     """
+
     cls_id: int
     sep_id: int
     mask_id: int
@@ -192,11 +202,13 @@ class VocabIds:
         for token, token_id in vocab.items():
             if token.startswith(tokenization.WORDPIECE_PREFIX):
                 flags_by_id[token_id] = 1
-        return cls(cls_id=vocab[tokenization.CLS_TOKEN],
-                   sep_id=vocab[tokenization.SEP_TOKEN],
-                   mask_id=vocab[tokenization.MASK_TOKEN],
-                   word_ids=tuple(vocab.values()),
-                   is_continuation=bytes(flags_by_id))
+        return cls(
+            cls_id=vocab[tokenization.CLS_TOKEN],
+            sep_id=vocab[tokenization.SEP_TOKEN],
+            mask_id=vocab[tokenization.MASK_TOKEN],
+            word_ids=tuple(vocab.values()),
+            is_continuation=bytes(flags_by_id),
+        )
 
 
 @dataclasses.dataclass(frozen=True)
@@ -216,6 +228,7 @@ class RunOptions:
         num_workers: processes building shards when `per_input_file`.
         progress_interval_s: seconds between progress lines.
     """
+
     input_files: tuple
     output_files: tuple
     vocab_file: str
@@ -234,7 +247,8 @@ class RunOptions:
         if self.per_input_file and len(self.input_files) != len(self.output_files):
             raise ValueError(
                 "One output file per input file is needed: %d input files, %d "
-                "output files." % (len(self.input_files), len(self.output_files)))
+                "output files." % (len(self.input_files), len(self.output_files))
+            )
 
 
 # ----------------------------------------------------------------------------
@@ -245,6 +259,7 @@ class RunOptions:
 @dataclasses.dataclass
 class Stats:
     """Counts over a run, logged at the end and written to the metadata."""
+
     lines: int = 0
     documents: int = 0
     one_sentence_documents: int = 0
@@ -259,24 +274,25 @@ class Stats:
     def add(self, other: "Stats") -> None:
         for field in dataclasses.fields(self):
             if field.name != "lengths":
-                setattr(self, field.name,
-                        getattr(self, field.name) + getattr(other, field.name))
+                setattr(self, field.name, getattr(self, field.name) + getattr(other, field.name))
         for length, count in other.lengths.items():
             self.lengths[length] = self.lengths.get(length, 0) + count
 
     def summary(self) -> dict:
-        return dict(dataclasses.asdict(self),
-                    lengths={str(length): self.lengths[length]
-                             for length in sorted(self.lengths)},
-                    masked_fraction=self.masked / max(self.tokens, 1),
-                    random_next_fraction=self.random_next / max(self.instances, 1))
+        return dict(
+            dataclasses.asdict(self),
+            lengths={str(length): self.lengths[length] for length in sorted(self.lengths)},
+            masked_fraction=self.masked / max(self.tokens, 1),
+            random_next_fraction=self.random_next / max(self.instances, 1),
+        )
 
 
 class ProgressLogger:
     """Logs documents done, instances/s and ETA every `interval_s` seconds."""
 
-    def __init__(self, label: str, total: int, interval_s: float,
-                 clock: Callable[[], float] = time.monotonic):
+    def __init__(
+        self, label: str, total: int, interval_s: float, clock: Callable[[], float] = time.monotonic
+    ):
         self.label = label
         self.total = total
         self.interval_s = interval_s
@@ -291,10 +307,16 @@ class ProgressLogger:
         self.last = now
         elapsed = max(now - self.start, 1e-9)
         eta = elapsed * (self.total - done) / max(done, 1)
-        logging.info("%s: %d/%d documents (%.1f%%), %d instances, %.0f instances/s, "
-                     "ETA %s", self.label, done, self.total,
-                     100.0 * done / max(self.total, 1), instances,
-                     instances / elapsed, _format_seconds(eta))
+        logging.info(
+            "%s: %d/%d documents (%.1f%%), %d instances, %.0f instances/s, ETA %s",
+            self.label,
+            done,
+            self.total,
+            100.0 * done / max(self.total, 1),
+            instances,
+            instances / elapsed,
+            _format_seconds(eta),
+        )
 
 
 def _format_seconds(seconds: float) -> str:
@@ -326,9 +348,13 @@ def expand_input_patterns(patterns: str) -> list[str]:
     return files
 
 
-def read_documents(input_files: Sequence[str], tokenizer, max_num_tokens: int,
-                   stats: Stats, progress_interval_s: float = 30.0
-                   ) -> list[list[list[int]]]:
+def read_documents(
+    input_files: Sequence[str],
+    tokenizer,
+    max_num_tokens: int,
+    stats: Stats,
+    progress_interval_s: float = 30.0,
+) -> list[list[list[int]]]:
     """Reads and tokenizes the documents of text files, as the original does.
 
     The files are read one after the other as one text (a document continues
@@ -345,16 +371,21 @@ def read_documents(input_files: Sequence[str], tokenizer, max_num_tokens: int,
     Returns:
         Documents, each a list of sentences, each a list of token ids.
     """
-    lines = ((path, line_number, line) for path in input_files
-             for line_number, line in records.read_lines(path))
-    return documents_from_lines(lines, tokenizer, max_num_tokens, stats,
-                                progress_interval_s)
+    lines = (
+        (path, line_number, line)
+        for path in input_files
+        for line_number, line in records.read_lines(path)
+    )
+    return documents_from_lines(lines, tokenizer, max_num_tokens, stats, progress_interval_s)
 
 
 def documents_from_lines(
-        lines: Iterable[tuple[str, int, str]], tokenizer, max_num_tokens: int,
-        stats: Stats, progress_interval_s: float = 30.0,
-        empty_document: Callable[[str, int], None] | None = None
+    lines: Iterable[tuple[str, int, str]],
+    tokenizer,
+    max_num_tokens: int,
+    stats: Stats,
+    progress_interval_s: float = 30.0,
+    empty_document: Callable[[str, int], None] | None = None,
 ) -> list[list[list[int]]]:
     """Tokenizes lines of text into documents, as the original does.
 
@@ -380,11 +411,9 @@ def documents_from_lines(
     last_log = time.monotonic()
     for path, line_number, line in lines:
         stats.lines += 1
-        if not stats.lines % 10000 and (time.monotonic() - last_log >=
-                                        progress_interval_s):
+        if not stats.lines % 10000 and (time.monotonic() - last_log >= progress_interval_s):
             last_log = time.monotonic()
-            logging.info("%s: read %d lines, %d documents", path,
-                         line_number, len(documents))
+            logging.info("%s: read %d lines, %d documents", path, line_number, len(documents))
         line = line.strip()
         if not line:
             if start and not documents[-1] and empty_document:
@@ -399,9 +428,14 @@ def documents_from_lines(
         if len(ids) > max_num_tokens:
             stats.long_lines += 1
             if stats.long_lines <= NUM_LOGGED_WARNINGS:
-                logging.warning("%s:%d has %d tokens, more than the %d an "
-                                "instance holds: it will be truncated.",
-                                path, line_number, len(ids), max_num_tokens)
+                logging.warning(
+                    "%s:%d has %d tokens, more than the %d an "
+                    "instance holds: it will be truncated.",
+                    path,
+                    line_number,
+                    len(ids),
+                    max_num_tokens,
+                )
         documents[-1].append(ids)
     if start and not documents[-1] and empty_document:
         empty_document(*start)
@@ -427,6 +461,7 @@ class TrainingInstance:
         masked_lm_ids: int list [<= P], the original ids at those positions.
         is_random_next: B is a random segment (next_sentence_labels 1).
     """
+
     input_ids: list
     segment_ids: list
     masked_lm_positions: list
@@ -475,16 +510,16 @@ def shuffle(items, rng: random.Random) -> None:
         rng.shuffle(items)
 
 
-def target_length(max_num_tokens: int, short_seq_prob: float,
-                  rng: random.Random) -> int:
+def target_length(max_num_tokens: int, short_seq_prob: float, rng: random.Random) -> int:
     """Usually `max_num_tokens`; with `short_seq_prob` a length in [2, max]."""
     if rng.random() < short_seq_prob:
         return rng.randint(2, max_num_tokens)
     return max_num_tokens
 
 
-def random_segment(all_documents, document_index: int, target_b_length: int,
-                   rng: random.Random) -> list[int]:
+def random_segment(
+    all_documents, document_index: int, target_b_length: int, rng: random.Random
+) -> list[int]:
     """Tokens of consecutive sentences of another random document.
 
     Ten draws at most to avoid `document_index`; the last draw stands.
@@ -502,8 +537,9 @@ def random_segment(all_documents, document_index: int, target_b_length: int,
     return tokens
 
 
-def sentence_pairs(all_documents, document_index: int, target_seq_length: int,
-                   rng: random.Random) -> Iterator[tuple[list, list, bool]]:
+def sentence_pairs(
+    all_documents, document_index: int, target_seq_length: int, rng: random.Random
+) -> Iterator[tuple[list, list, bool]]:
     """Yields (tokens_a, tokens_b, is_random_next) of one document, untruncated.
 
     Sentences are gathered until they reach `target_seq_length`; A is a random
@@ -522,8 +558,9 @@ def sentence_pairs(all_documents, document_index: int, target_seq_length: int,
             a_end = rng.randint(1, len(chunk) - 1) if len(chunk) >= 2 else 1
             tokens_a = [token for sentence in chunk[:a_end] for token in sentence]
             if len(chunk) == 1 or rng.random() < 0.5:
-                tokens_b = random_segment(all_documents, document_index,
-                                          target_seq_length - len(tokens_a), rng)
+                tokens_b = random_segment(
+                    all_documents, document_index, target_seq_length - len(tokens_a), rng
+                )
                 i -= len(chunk) - a_end
                 yield tokens_a, tokens_b, True
             else:
@@ -544,8 +581,9 @@ def single_segments(document, target_seq_length: int) -> Iterator[list]:
             segment = []
 
 
-def truncate_seq_pair(tokens_a: list, tokens_b: list, max_num_tokens: int,
-                      rng: random.Random) -> None:
+def truncate_seq_pair(
+    tokens_a: list, tokens_b: list, max_num_tokens: int, rng: random.Random
+) -> None:
     """Cuts the longer list (B on ties), at a random end, until the pair fits."""
     while len(tokens_a) + len(tokens_b) > max_num_tokens:
         longer = tokens_a if len(tokens_a) > len(tokens_b) else tokens_b
@@ -555,8 +593,9 @@ def truncate_seq_pair(tokens_a: list, tokens_b: list, max_num_tokens: int,
             longer.pop()
 
 
-def masking_candidates(input_ids: Sequence[int], vocab: VocabIds,
-                       do_whole_word_mask: bool) -> list[list[int]]:
+def masking_candidates(
+    input_ids: Sequence[int], vocab: VocabIds, do_whole_word_mask: bool
+) -> list[list[int]]:
     """Groups of positions that are masked together; [CLS] and [SEP] excluded.
 
     Each position is its own group, unless `do_whole_word_mask`: then a "##"
@@ -564,8 +603,11 @@ def masking_candidates(input_ids: Sequence[int], vocab: VocabIds,
     """
     cls_id, sep_id = vocab.cls_id, vocab.sep_id
     if not do_whole_word_mask:
-        return [[position] for position, token_id in enumerate(input_ids)
-                if token_id != cls_id and token_id != sep_id]
+        return [
+            [position]
+            for position, token_id in enumerate(input_ids)
+            if token_id != cls_id and token_id != sep_id
+        ]
     candidates = []
     for position, token_id in enumerate(input_ids):
         if token_id == cls_id or token_id == sep_id:
@@ -578,8 +620,8 @@ def masking_candidates(input_ids: Sequence[int], vocab: VocabIds,
 
 
 def create_masked_lm_predictions(
-        input_ids: Sequence[int], options: MaskingOptions, vocab: VocabIds,
-        rng: random.Random) -> tuple[list[int], list[int], list[int]]:
+    input_ids: Sequence[int], options: MaskingOptions, vocab: VocabIds, rng: random.Random
+) -> tuple[list[int], list[int], list[int]]:
     """Chooses and replaces the tokens to predict.
 
     round(T * masked_lm_prob) tokens (at least 1, at most P) in random groups
@@ -600,8 +642,9 @@ def create_masked_lm_predictions(
     """
     candidates = masking_candidates(input_ids, vocab, options.do_whole_word_mask)
     shuffle(candidates, rng)
-    num_to_predict = min(options.max_predictions_per_seq,
-                         max(1, int(round(len(input_ids) * options.masked_lm_prob))))
+    num_to_predict = min(
+        options.max_predictions_per_seq, max(1, int(round(len(input_ids) * options.masked_lm_prob)))
+    )
     mask_token_prob, keep_share = options.mask_token_prob, options.keep_share
     word_ids, last_word = vocab.word_ids, len(vocab.word_ids) - 1
     output_ids = list(input_ids)
@@ -621,26 +664,38 @@ def create_masked_lm_predictions(
     return output_ids, positions, [input_ids[p] for p in positions]
 
 
-def pack_instance(tokens_a: list, tokens_b: list | None, is_random_next: bool,
-                  masking: MaskingOptions, vocab: VocabIds,
-                  rng: random.Random) -> TrainingInstance:
+def pack_instance(
+    tokens_a: list,
+    tokens_b: list | None,
+    is_random_next: bool,
+    masking: MaskingOptions,
+    vocab: VocabIds,
+    rng: random.Random,
+) -> TrainingInstance:
     """`[CLS] A [SEP] (B [SEP])`, then masked."""
     input_ids = [vocab.cls_id] + tokens_a + [vocab.sep_id]
     segment_ids = [0] * len(input_ids)
     if tokens_b is not None:
         input_ids += tokens_b + [vocab.sep_id]
         segment_ids += [1] * (len(tokens_b) + 1)
-    output_ids, positions, labels = create_masked_lm_predictions(
-        input_ids, masking, vocab, rng)
-    return TrainingInstance(input_ids=output_ids, segment_ids=segment_ids,
-                            masked_lm_positions=positions, masked_lm_ids=labels,
-                            is_random_next=is_random_next)
+    output_ids, positions, labels = create_masked_lm_predictions(input_ids, masking, vocab, rng)
+    return TrainingInstance(
+        input_ids=output_ids,
+        segment_ids=segment_ids,
+        masked_lm_positions=positions,
+        masked_lm_ids=labels,
+        is_random_next=is_random_next,
+    )
 
 
 def create_instances_from_document(
-        all_documents, document_index: int, options: InstanceOptions,
-        masking: MaskingOptions, vocab: VocabIds,
-        rng: random.Random) -> list[TrainingInstance]:
+    all_documents,
+    document_index: int,
+    options: InstanceOptions,
+    masking: MaskingOptions,
+    vocab: VocabIds,
+    rng: random.Random,
+) -> list[TrainingInstance]:
     """Instances of one document (sentence lists of token ids).
 
     Draws, in the original's order: the target length, then per instance the
@@ -655,10 +710,10 @@ def create_instances_from_document(
             instances.append(pack_instance(tokens, None, False, masking, vocab, rng))
         return instances
     for tokens_a, tokens_b, is_random_next in sentence_pairs(
-            all_documents, document_index, target, rng):
+        all_documents, document_index, target, rng
+    ):
         truncate_seq_pair(tokens_a, tokens_b, max_num_tokens, rng)
-        instances.append(pack_instance(tokens_a, tokens_b, is_random_next,
-                                       masking, vocab, rng))
+        instances.append(pack_instance(tokens_a, tokens_b, is_random_next, masking, vocab, rng))
     return instances
 
 
@@ -667,8 +722,9 @@ def create_instances_from_document(
 # ----------------------------------------------------------------------------
 
 
-def instance_to_example(instance: TrainingInstance, max_seq_length: int,
-                        max_predictions_per_seq: int) -> tf.train.Example:
+def instance_to_example(
+    instance: TrainingInstance, max_seq_length: int, max_predictions_per_seq: int
+) -> tf.train.Example:
     """Pads an instance to S and P and makes it a `tf.train.Example`."""
     num_tokens = len(instance.input_ids)
     seq_padding = [0] * (max_seq_length - num_tokens)
@@ -680,17 +736,16 @@ def instance_to_example(instance: TrainingInstance, max_seq_length: int,
     feature["input_ids"].int64_list.value[:] = instance.input_ids + seq_padding
     feature["input_mask"].int64_list.value[:] = [1] * num_tokens + seq_padding
     feature["segment_ids"].int64_list.value[:] = instance.segment_ids + seq_padding
-    feature["masked_lm_positions"].int64_list.value[:] = (
-        instance.masked_lm_positions + lm_padding)
+    feature["masked_lm_positions"].int64_list.value[:] = instance.masked_lm_positions + lm_padding
     feature["masked_lm_ids"].int64_list.value[:] = instance.masked_lm_ids + lm_padding
-    feature["masked_lm_weights"].float_list.value[:] = (
-        [1.0] * num_masked + [0.0] * len(lm_padding))
+    feature["masked_lm_weights"].float_list.value[:] = [1.0] * num_masked + [0.0] * len(lm_padding)
     feature["next_sentence_labels"].int64_list.value[:] = [int(instance.is_random_next)]
     return example
 
 
-def serialize_instance(instance: TrainingInstance, max_seq_length: int,
-                       max_predictions_per_seq: int) -> bytes:
+def serialize_instance(
+    instance: TrainingInstance, max_seq_length: int, max_predictions_per_seq: int
+) -> bytes:
     """The record of an instance, its features in the order of their names.
 
     The original serializes the feature map in an order that the protobuf
@@ -734,7 +789,7 @@ class RecordSpill:
         if self._map is None:
             self._file.flush()
             self._map = mmap.mmap(self._file.fileno(), 0, access=mmap.ACCESS_READ)
-        return self._map[self._offsets[index]:self._offsets[index + 1]]
+        return self._map[self._offsets[index] : self._offsets[index + 1]]
 
     def close(self) -> None:
         if self._map is not None:
@@ -742,8 +797,7 @@ class RecordSpill:
         self._file.close()
 
 
-def shard_counts(spill: RecordSpill, order: Sequence[int],
-                 num_files: int) -> list[dict]:
+def shard_counts(spill: RecordSpill, order: Sequence[int], num_files: int) -> list[dict]:
     """Per output file: {"instances", "tokens", "masked"} of `write_shards`."""
     counts = [{"instances": 0, "tokens": 0, "masked": 0} for _ in range(num_files)]
     for k, index in enumerate(order):
@@ -754,8 +808,9 @@ def shard_counts(spill: RecordSpill, order: Sequence[int],
     return counts
 
 
-def write_shards(spill: RecordSpill, order: Sequence[int],
-                 output_files: Sequence[str], metadata: Sequence[dict]) -> None:
+def write_shards(
+    spill: RecordSpill, order: Sequence[int], output_files: Sequence[str], metadata: Sequence[dict]
+) -> None:
     """Writes `spill[order[k]]` to `output_files[k % len(output_files)]`.
 
     Each file is written under a hidden temporary name (`records`); when all
@@ -764,13 +819,13 @@ def write_shards(spill: RecordSpill, order: Sequence[int],
     on an error the temporary files are removed.
     """
     with contextlib.ExitStack() as stack:
-        writers = [stack.enter_context(records.atomic_tfrecord_writer(path))
-                   for path in output_files]
+        writers = [
+            stack.enter_context(records.atomic_tfrecord_writer(path)) for path in output_files
+        ]
         for k, index in enumerate(order):
             writers[k % len(writers)].write(spill[index])
         for path, shard_metadata_ in zip(output_files, metadata):
-            records.write_json(metadata_path(path), shard_metadata_,
-                               sort_keys=False)
+            records.write_json(metadata_path(path), shard_metadata_, sort_keys=False)
 
 
 def metadata_path(tfrecord_path: str) -> str:
@@ -778,9 +833,15 @@ def metadata_path(tfrecord_path: str) -> str:
     return tfrecord_path + METADATA_SUFFIX
 
 
-def shard_metadata(options: RunOptions, vocab_size: int, input_files: Sequence[str],
-                   output_files: Sequence[str], shard_index: int, counts: dict,
-                   stats: Stats) -> dict:
+def shard_metadata(
+    options: RunOptions,
+    vocab_size: int,
+    input_files: Sequence[str],
+    output_files: Sequence[str],
+    shard_index: int,
+    counts: dict,
+    stats: Stats,
+) -> dict:
     """The metadata JSON of one shard: settings, its counts and the run's.
 
     Counts: `num_instances` records; `num_tokens` real tokens ([CLS] and [SEP]
@@ -790,8 +851,7 @@ def shard_metadata(options: RunOptions, vocab_size: int, input_files: Sequence[s
     feature (see `pretraining_data.feature_spec`).
     """
     instance, masking = options.instance, options.masking
-    spec = pretraining_data.feature_spec(instance.max_seq_length,
-                                         masking.max_predictions_per_seq)
+    spec = pretraining_data.feature_spec(instance.max_seq_length, masking.max_predictions_per_seq)
     return {
         "format": METADATA_FORMAT,
         "max_seq_length": instance.max_seq_length,
@@ -815,8 +875,9 @@ def shard_metadata(options: RunOptions, vocab_size: int, input_files: Sequence[s
         "shards": [os.path.basename(path) for path in output_files],
         "input_files": list(input_files),
         "run": stats.summary(),
-        "features": {name: {"dtype": spec[name].dtype.name,
-                            "shape": list(spec[name].shape)} for name in spec},
+        "features": {
+            name: {"dtype": spec[name].dtype.name, "shape": list(spec[name].shape)} for name in spec
+        },
     }
 
 
@@ -832,8 +893,9 @@ def load_metadata(tfrecord_path: str) -> dict:
     with tf.io.gfile.GFile(path, "r") as f:
         metadata = json.load(f)
     if metadata.get("format") != METADATA_FORMAT:
-        raise ValueError("%s is not pre-training metadata (format %r)." %
-                         (path, metadata.get("format")))
+        raise ValueError(
+            "%s is not pre-training metadata (format %r)." % (path, metadata.get("format"))
+        )
     return metadata
 
 
@@ -842,24 +904,32 @@ def load_metadata(tfrecord_path: str) -> dict:
 # ----------------------------------------------------------------------------
 
 
-def generate_instances(documents, options: RunOptions, vocab: VocabIds,
-                       rng: random.Random, spill: RecordSpill, stats: Stats,
-                       label: str) -> None:
+def generate_instances(
+    documents,
+    options: RunOptions,
+    vocab: VocabIds,
+    rng: random.Random,
+    spill: RecordSpill,
+    stats: Stats,
+    label: str,
+) -> None:
     """`dupe_factor` passes over the documents, serialized into `spill`."""
-    progress = ProgressLogger(label, options.dupe_factor * len(documents),
-                              options.progress_interval_s)
+    progress = ProgressLogger(
+        label, options.dupe_factor * len(documents), options.progress_interval_s
+    )
     max_seq_length = options.instance.max_seq_length
     max_predictions = options.masking.max_predictions_per_seq
     done = 0
     for _ in range(options.dupe_factor):
         for document_index in range(len(documents)):
             for instance in create_instances_from_document(
-                    documents, document_index, options.instance, options.masking,
-                    vocab, rng):
-                spill.append(serialize_instance(instance, max_seq_length,
-                                                max_predictions),
-                             len(instance.input_ids),
-                             len(instance.masked_lm_positions))
+                documents, document_index, options.instance, options.masking, vocab, rng
+            ):
+                spill.append(
+                    serialize_instance(instance, max_seq_length, max_predictions),
+                    len(instance.input_ids),
+                    len(instance.masked_lm_positions),
+                )
                 stats.random_next += instance.is_random_next
             done += 1
             progress.update(done, len(spill))
@@ -870,8 +940,9 @@ def generate_instances(documents, options: RunOptions, vocab: VocabIds,
         stats.lengths[length] = stats.lengths.get(length, 0) + count
 
 
-def build_shards(input_files: Sequence[str], output_files: Sequence[str],
-                 options: RunOptions) -> Stats:
+def build_shards(
+    input_files: Sequence[str], output_files: Sequence[str], options: RunOptions
+) -> Stats:
     """The original's run: read, shuffle documents, generate, shuffle, write.
 
     Args:
@@ -888,17 +959,24 @@ def build_shards(input_files: Sequence[str], output_files: Sequence[str],
     tokenizer = tokenization.FullTokenizer(options.vocab_file, options.do_lower_case)
     vocab = VocabIds.from_vocab(tokenizer.vocab, options.vocab_file)
     stats = Stats()
-    documents = read_documents(input_files, tokenizer,
-                               options.instance.max_num_tokens, stats,
-                               options.progress_interval_s)
-    return write_instances(documents, len(tokenizer.vocab), input_files,
-                           output_files, options, vocab, stats)
+    documents = read_documents(
+        input_files, tokenizer, options.instance.max_num_tokens, stats, options.progress_interval_s
+    )
+    return write_instances(
+        documents, len(tokenizer.vocab), input_files, output_files, options, vocab, stats
+    )
 
 
-def write_instances(documents: list, vocab_size: int, input_files: Sequence[str],
-                    output_files: Sequence[str], options: RunOptions,
-                    vocab: VocabIds, stats: Stats,
-                    extra_metadata: dict | None = None) -> Stats:
+def write_instances(
+    documents: list,
+    vocab_size: int,
+    input_files: Sequence[str],
+    output_files: Sequence[str],
+    options: RunOptions,
+    vocab: VocabIds,
+    stats: Stats,
+    extra_metadata: dict | None = None,
+) -> Stats:
     """The original's run from its documents on: shuffle, generate, shuffle, write.
 
     Args:
@@ -921,8 +999,7 @@ def write_instances(documents: list, vocab_size: int, input_files: Sequence[str]
     """
     label = input_files[0] if len(input_files) == 1 else "corpus"
     if not documents:
-        raise ValueError("The corpus is empty: no line of %s has a token." %
-                         ", ".join(input_files))
+        raise ValueError("The corpus is empty: no line of %s has a token." % ", ".join(input_files))
     rng = random.Random(options.random_seed)
     shuffle(documents, rng)
     spill = RecordSpill(_spill_directory(output_files[0]))
@@ -932,10 +1009,15 @@ def write_instances(documents: list, vocab_size: int, input_files: Sequence[str]
         order = array.array("q", range(len(spill)))
         shuffle(order, rng)
         counts = shard_counts(spill, order, len(output_files))
-        metadata = [dict(shard_metadata(options, vocab_size, input_files,
-                                        output_files, index, counts[index], stats),
-                         **(extra_metadata or {}))
-                    for index in range(len(output_files))]
+        metadata = [
+            dict(
+                shard_metadata(
+                    options, vocab_size, input_files, output_files, index, counts[index], stats
+                ),
+                **(extra_metadata or {}),
+            )
+            for index in range(len(output_files))
+        ]
         write_shards(spill, order, output_files, metadata)
     finally:
         spill.close()
@@ -952,12 +1034,19 @@ def _spill_directory(output_file: str) -> str | None:
 
 def _log_summary(label: str, stats: Stats) -> None:
     summary = stats.summary()
-    logging.info("%s: %d instances, %d tokens, masked fraction %.4f, random next "
-                 "%.3f; %d documents (%d of a single sentence, giving fewer "
-                 "instances), %d lines longer than an instance (truncated).",
-                 label, stats.instances, stats.tokens, summary["masked_fraction"],
-                 summary["random_next_fraction"], stats.documents,
-                 stats.one_sentence_documents, stats.long_lines)
+    logging.info(
+        "%s: %d instances, %d tokens, masked fraction %.4f, random next "
+        "%.3f; %d documents (%d of a single sentence, giving fewer "
+        "instances), %d lines longer than an instance (truncated).",
+        label,
+        stats.instances,
+        stats.tokens,
+        summary["masked_fraction"],
+        summary["random_next_fraction"],
+        stats.documents,
+        stats.one_sentence_documents,
+        stats.long_lines,
+    )
 
 
 def _build_one_shard(task: tuple) -> Stats:
@@ -973,31 +1062,31 @@ def _init_worker(verbosity: int) -> None:
 def run(options: RunOptions) -> Stats:
     """Builds the shards of `options`; returns the statistics of all of them."""
     # Fail on a bad vocabulary before reading (or forking for) the corpus.
-    VocabIds.from_vocab(tokenization.load_vocab(options.vocab_file),
-                        options.vocab_file)
+    VocabIds.from_vocab(tokenization.load_vocab(options.vocab_file), options.vocab_file)
     for directory in {os.path.dirname(path) for path in options.output_files}:
         if directory:
             tf.io.gfile.makedirs(directory)
     if not options.per_input_file:
         return build_shards(options.input_files, options.output_files, options)
-    tasks = [(i, o, options) for i, o in zip(options.input_files,
-                                             options.output_files)]
+    tasks = [(i, o, options) for i, o in zip(options.input_files, options.output_files)]
     total = Stats()
     if options.num_workers <= 1:
         for task in tasks:
             total.add(_build_one_shard(task))
     else:
         context = multiprocessing.get_context("spawn")
-        with context.Pool(min(options.num_workers, len(tasks)), _init_worker,
-                          (logging.get_verbosity(),)) as pool:
+        with context.Pool(
+            min(options.num_workers, len(tasks)), _init_worker, (logging.get_verbosity(),)
+        ) as pool:
             for stats in pool.imap_unordered(_build_one_shard, tasks):
                 total.add(stats)
     _log_summary("all shards", total)
     return total
 
 
-def resolve_output_files(output_file: str, input_files: Sequence[str],
-                         per_input_file: bool) -> list[str]:
+def resolve_output_files(
+    output_file: str, input_files: Sequence[str], per_input_file: bool
+) -> list[str]:
     """Output paths from `--output_file`.
 
     Pooled: the comma-separated list as is. Per input file: a comma list with
@@ -1010,22 +1099,23 @@ def resolve_output_files(output_file: str, input_files: Sequence[str],
     outputs = output_file.split(",")
     if not per_input_file:
         return outputs
-    if len(outputs) == 1 and (output_file.endswith("/") or
-                              tf.io.gfile.isdir(output_file)):
+    if len(outputs) == 1 and (output_file.endswith("/") or tf.io.gfile.isdir(output_file)):
         tf.io.gfile.makedirs(output_file)
-        outputs = [os.path.join(output_file,
-                                os.path.splitext(os.path.basename(path))[0] +
-                                ".tfrecord") for path in input_files]
+        outputs = [
+            os.path.join(output_file, os.path.splitext(os.path.basename(path))[0] + ".tfrecord")
+            for path in input_files
+        ]
         if len(set(outputs)) != len(outputs):
-            raise ValueError("Input files share a name, so their shards in %s "
-                             "would collide: list the output files instead." %
-                             output_file)
+            raise ValueError(
+                "Input files share a name, so their shards in %s "
+                "would collide: list the output files instead." % output_file
+            )
         return outputs
     if len(outputs) != len(input_files):
         raise ValueError(
             "With --num_workers > 1, --output_file needs one file per input file "
-            "(%d given for %d input files) or a directory." %
-            (len(outputs), len(input_files)))
+            "(%d given for %d input files) or a directory." % (len(outputs), len(input_files))
+        )
     return outputs
 
 
@@ -1038,25 +1128,34 @@ def define_flags(flag_values: flags.FlagValues = flags.FLAGS) -> None:
     """The original's flags (names and defaults) and this module's additions."""
     define = dict(flag_values=flag_values)
     flags.DEFINE_string(
-        "input_file", None,
+        "input_file",
+        None,
         "Input raw text file (or comma-separated list of files and globs): one "
-        "sentence per line, a blank line between documents.", **define)
+        "sentence per line, a blank line between documents.",
+        **define,
+    )
     flags.DEFINE_string(
-        "output_file", None,
+        "output_file",
+        None,
         "Output TF example file (or comma-separated list of files; instances go "
         "round-robin across them). With --num_workers > 1: one file per input "
         "file (comma list in --input_file order), or a directory (existing or "
         "ending in '/') that receives <input name without extension>.tfrecord. "
-        "Each file gets <file>.meta.json beside it.", **define)
-    flags.DEFINE_string("vocab_file", None,
-                        "The vocabulary file that the BERT model was trained on.",
-                        **define)
+        "Each file gets <file>.meta.json beside it.",
+        **define,
+    )
+    flags.DEFINE_string(
+        "vocab_file", None, "The vocabulary file that the BERT model was trained on.", **define
+    )
     define_instance_flags(flag_values)
     flags.DEFINE_integer(
-        "num_workers", 1,
+        "num_workers",
+        1,
         "1: the original (all inputs pooled into one corpus). N > 1: one shard "
         "per input file, built by N processes, each byte-identical to a run on "
-        "that file alone; memory is bounded by the largest file.", **define)
+        "that file alone; memory is bounded by the largest file.",
+        **define,
+    )
     for name in ("input_file", "output_file", "vocab_file"):
         flags.mark_flag_as_required(name, flag_values=flag_values)
 
@@ -1066,44 +1165,66 @@ def define_instance_flags(flag_values: flags.FlagValues = flags.FLAGS) -> None:
     `run_options_from_flags`), shared with the Beam pipeline."""
     define = dict(flag_values=flag_values)
     flags.DEFINE_bool(
-        "do_lower_case", True,
+        "do_lower_case",
+        True,
         "Whether to lower case the input text. Should be True for uncased "
-        "models and False for cased models.", **define)
+        "models and False for cased models.",
+        **define,
+    )
     flags.DEFINE_bool(
-        "do_whole_word_mask", False,
+        "do_whole_word_mask",
+        False,
         "Whether to use whole word masking rather than per-WordPiece masking.",
-        **define)
-    flags.DEFINE_integer("max_seq_length", 128, "Maximum sequence length.",
-                         **define)
-    flags.DEFINE_integer("max_predictions_per_seq", 20,
-                         "Maximum number of masked LM predictions per sequence.",
-                         **define)
-    flags.DEFINE_integer("random_seed", 12345, "Random seed for data generation "
-                         "(of each shard with --num_workers > 1).", **define)
+        **define,
+    )
+    flags.DEFINE_integer("max_seq_length", 128, "Maximum sequence length.", **define)
     flags.DEFINE_integer(
-        "dupe_factor", 10,
+        "max_predictions_per_seq",
+        20,
+        "Maximum number of masked LM predictions per sequence.",
+        **define,
+    )
+    flags.DEFINE_integer(
+        "random_seed",
+        12345,
+        "Random seed for data generation (of each shard with --num_workers > 1).",
+        **define,
+    )
+    flags.DEFINE_integer(
+        "dupe_factor",
+        10,
         "Number of times to duplicate the input data (with different masks).",
-        **define)
+        **define,
+    )
     flags.DEFINE_float("masked_lm_prob", 0.15, "Masked LM probability.", **define)
     flags.DEFINE_float(
-        "short_seq_prob", 0.1,
-        "Probability of creating sequences which are shorter than the "
-        "maximum length.", **define)
+        "short_seq_prob",
+        0.1,
+        "Probability of creating sequences which are shorter than the maximum length.",
+        **define,
+    )
     flags.DEFINE_float(
-        "mask_token_prob", 0.8,
-        "Probability that a chosen token becomes [MASK] (ablation; the "
-        "original's 0.8).", **define)
+        "mask_token_prob",
+        0.8,
+        "Probability that a chosen token becomes [MASK] (ablation; the original's 0.8).",
+        **define,
+    )
     flags.DEFINE_float(
-        "random_token_prob", 0.1,
+        "random_token_prob",
+        0.1,
         "Probability that a chosen token becomes a random word (ablation; the "
-        "original's 0.1). The rest keep their token.", **define)
+        "original's 0.1). The rest keep their token.",
+        **define,
+    )
     flags.DEFINE_bool(
-        "next_sentence_prediction", True,
+        "next_sentence_prediction",
+        True,
         "Pairs [CLS] A [SEP] B [SEP] with a random B half of the time (the "
         "original). If false: single segments [CLS] A [SEP] filling "
-        "max_seq_length, segment_ids 0, next_sentence_labels always 0.", **define)
-    flags.DEFINE_float("progress_interval_s", 30.0,
-                       "Seconds between progress log lines.", **define)
+        "max_seq_length, segment_ids 0, next_sentence_labels always 0.",
+        **define,
+    )
+    flags.DEFINE_float("progress_interval_s", 30.0, "Seconds between progress log lines.", **define)
 
 
 def options_from_flags(flag_values: flags.FlagValues) -> RunOptions:
@@ -1114,11 +1235,13 @@ def options_from_flags(flag_values: flags.FlagValues) -> RunOptions:
     per_input_file = fv.num_workers > 1
     input_files = expand_input_patterns(fv.input_file)
     return run_options_from_flags(
-        fv, input_files=tuple(input_files),
-        output_files=tuple(resolve_output_files(fv.output_file, input_files,
-                                                per_input_file)),
-        vocab_file=fv.vocab_file, per_input_file=per_input_file,
-        num_workers=fv.num_workers)
+        fv,
+        input_files=tuple(input_files),
+        output_files=tuple(resolve_output_files(fv.output_file, input_files, per_input_file)),
+        vocab_file=fv.vocab_file,
+        per_input_file=per_input_file,
+        num_workers=fv.num_workers,
+    )
 
 
 def run_options_from_flags(flag_values: flags.FlagValues, **fields) -> RunOptions:
@@ -1131,15 +1254,18 @@ def run_options_from_flags(flag_values: flags.FlagValues, **fields) -> RunOption
         instance=InstanceOptions(
             max_seq_length=fv.max_seq_length,
             short_seq_prob=fv.short_seq_prob,
-            next_sentence_prediction=fv.next_sentence_prediction),
+            next_sentence_prediction=fv.next_sentence_prediction,
+        ),
         masking=MaskingOptions(
             masked_lm_prob=fv.masked_lm_prob,
             max_predictions_per_seq=fv.max_predictions_per_seq,
             mask_token_prob=fv.mask_token_prob,
             random_token_prob=fv.random_token_prob,
-            do_whole_word_mask=fv.do_whole_word_mask),
+            do_whole_word_mask=fv.do_whole_word_mask,
+        ),
         progress_interval_s=fv.progress_interval_s,
-        **fields)
+        **fields,
+    )
 
 
 def main(argv):

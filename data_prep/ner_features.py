@@ -76,6 +76,7 @@ class InputFeatures:
         token_is_max_context: bool [S] True where `token_to_word` >= 0 and this
             window is the one the word is predicted from.
     """
+
     unique_id: int
     sentence_index: int
     window_index: int
@@ -87,8 +88,9 @@ class InputFeatures:
     token_is_max_context: list[bool]
 
 
-def tokenize_words(words: Sequence[str], tokenizer: tokenization.FullTokenizer
-                   ) -> tuple[list[str], list[int]]:
+def tokenize_words(
+    words: Sequence[str], tokenizer: tokenization.FullTokenizer
+) -> tuple[list[str], list[int]]:
     """Word pieces of the words, and the index of each word's first piece.
 
     A word without pieces becomes [UNK].
@@ -100,15 +102,13 @@ def tokenize_words(words: Sequence[str], tokenizer: tokenization.FullTokenizer
     return pieces, word_starts
 
 
-def make_windows(num_pieces: int, max_pieces: int, doc_stride: int
-                 ) -> list[tuple[int, int]]:
+def make_windows(num_pieces: int, max_pieces: int, doc_stride: int) -> list[tuple[int, int]]:
     """(start, length) of the windows covering `num_pieces` pieces, as SQuAD doc spans
     (`context_windows.windows`); an empty sentence gets one empty window."""
     return context_windows.windows(num_pieces, max_pieces, doc_stride)
 
 
-def max_context_windows(positions: Sequence[int], windows: Sequence[tuple[int, int]]
-                        ) -> list[int]:
+def max_context_windows(positions: Sequence[int], windows: Sequence[tuple[int, int]]) -> list[int]:
     """For each piece position, the window that gives it the most context.
 
     Score of a window holding the position: min(pieces to its left, pieces to its
@@ -124,15 +124,15 @@ def max_context_windows(positions: Sequence[int], windows: Sequence[tuple[int, i
     return best
 
 
-def _label_ids(sentence: Sentence, label_map: dict[str, int], label_scheme: str
-               ) -> list[int]:
+def _label_ids(sentence: Sentence, label_map: dict[str, int], label_scheme: str) -> list[int]:
     ids = []
     tags = tag_schemes.from_iob2(sentence.tags, label_scheme)
     for tag, line_number in zip(tags, sentence.line_numbers):
         if tag not in label_map:
             raise ValueError(
                 f"{sentence.path}:{line_number}: tag {tag!r} ({label_scheme} form) is "
-                f"not in the training label list {list(label_map)}")
+                f"not in the training label list {list(label_map)}"
+            )
         ids.append(label_map[tag])
     return ids
 
@@ -141,10 +141,14 @@ def _pad(values: list, length: int, value) -> list:
     return values + [value] * (length - len(values))
 
 
-def convert_sentences_to_features(sentences: Sequence[Sentence], labels: Sequence[str],
-                                  tokenizer: tokenization.FullTokenizer,
-                                  max_seq_length: int, doc_stride: int,
-                                  label_scheme: str = "iob2") -> list[InputFeatures]:
+def convert_sentences_to_features(
+    sentences: Sequence[Sentence],
+    labels: Sequence[str],
+    tokenizer: tokenization.FullTokenizer,
+    max_seq_length: int,
+    doc_stride: int,
+    label_scheme: str = "iob2",
+) -> list[InputFeatures]:
     """Tokenizes sentences and cuts them into windows of `max_seq_length` tokens.
 
     Args:
@@ -172,7 +176,8 @@ def convert_sentences_to_features(sentences: Sequence[Sentence], labels: Sequenc
     tag_schemes.check_scheme(label_scheme)
     label_map = {label: index for index, label in enumerate(labels)}
     cls_id, sep_id = tokenizer.convert_tokens_to_ids(
-        [tokenization.CLS_TOKEN, tokenization.SEP_TOKEN])
+        [tokenization.CLS_TOKEN, tokenization.SEP_TOKEN]
+    )
     features = []
     for sentence_index, sentence in enumerate(sentences):
         word_labels = _label_ids(sentence, label_map, label_scheme)
@@ -184,28 +189,38 @@ def convert_sentences_to_features(sentences: Sequence[Sentence], labels: Sequenc
         windows = make_windows(len(pieces), max_seq_length - 2, doc_stride)
         best_window = max_context_windows(word_starts, windows)
         for window_index, (start, length) in enumerate(windows):
-            token_to_word = [-1] + piece_word[start:start + length] + [-1]
-            input_ids = [cls_id] + piece_ids[start:start + length] + [sep_id]
-            features.append(InputFeatures(
-                unique_id=len(features),
-                sentence_index=sentence_index,
-                window_index=window_index,
-                input_ids=_pad(input_ids, max_seq_length, 0),
-                input_mask=_pad([1] * len(input_ids), max_seq_length, 0),
-                segment_ids=[0] * max_seq_length,
-                label_ids=_pad([word_labels[w] if w >= 0 else LABEL_IGNORE_ID
-                                for w in token_to_word], max_seq_length,
-                               LABEL_IGNORE_ID),
-                token_to_word=_pad(token_to_word, max_seq_length, -1),
-                token_is_max_context=_pad([w >= 0 and best_window[w] == window_index
-                                           for w in token_to_word], max_seq_length,
-                                          False)))
+            token_to_word = [-1] + piece_word[start : start + length] + [-1]
+            input_ids = [cls_id] + piece_ids[start : start + length] + [sep_id]
+            features.append(
+                InputFeatures(
+                    unique_id=len(features),
+                    sentence_index=sentence_index,
+                    window_index=window_index,
+                    input_ids=_pad(input_ids, max_seq_length, 0),
+                    input_mask=_pad([1] * len(input_ids), max_seq_length, 0),
+                    segment_ids=[0] * max_seq_length,
+                    label_ids=_pad(
+                        [word_labels[w] if w >= 0 else LABEL_IGNORE_ID for w in token_to_word],
+                        max_seq_length,
+                        LABEL_IGNORE_ID,
+                    ),
+                    token_to_word=_pad(token_to_word, max_seq_length, -1),
+                    token_is_max_context=_pad(
+                        [w >= 0 and best_window[w] == window_index for w in token_to_word],
+                        max_seq_length,
+                        False,
+                    ),
+                )
+            )
     return features
 
 
-def predictions_to_tags(predictions, features: Sequence[InputFeatures],
-                        sentences: Sequence[Sentence], labels: Sequence[str]
-                        ) -> list[list[str]]:
+def predictions_to_tags(
+    predictions,
+    features: Sequence[InputFeatures],
+    sentences: Sequence[Sentence],
+    labels: Sequence[str],
+) -> list[list[str]]:
     """One predicted tag per word, each taken from the word's max-context window.
 
     The tags are labels, in the scheme the model learnt (`label_scheme` of
@@ -230,30 +245,40 @@ def predictions_to_tags(predictions, features: Sequence[InputFeatures],
     if predictions.ndim == 3:
         predictions = np.argmax(predictions, axis=-1)
     if predictions.ndim != 2 or predictions.shape[0] != len(features):
-        raise ValueError(f"predictions must be [F={len(features)}, S] or [F, S, L], "
-                         f"got shape {np.shape(predictions)}")
+        raise ValueError(
+            f"predictions must be [F={len(features)}, S] or [F, S, L], "
+            f"got shape {np.shape(predictions)}"
+        )
     tags = [[None] * len(sentence.words) for sentence in sentences]
     for row, feature in zip(predictions, features):
         if len(row) != len(feature.token_to_word):
-            raise ValueError(f"predictions have {len(row)} positions per feature, "
-                             f"features {len(feature.token_to_word)}")
+            raise ValueError(
+                f"predictions have {len(row)} positions per feature, "
+                f"features {len(feature.token_to_word)}"
+            )
         sentence_tags = tags[feature.sentence_index]
         for position, word in enumerate(feature.token_to_word):
             if not feature.token_is_max_context[position]:
                 continue
             label_id = int(row[position])
             if not 0 <= label_id < len(labels):
-                raise ValueError(f"feature {feature.unique_id}, position {position}: "
-                                 f"label id {label_id} is not in [0, {len(labels)})")
+                raise ValueError(
+                    f"feature {feature.unique_id}, position {position}: "
+                    f"label id {label_id} is not in [0, {len(labels)})"
+                )
             if sentence_tags[word] is not None:
-                raise ValueError(f"sentence {feature.sentence_index}, word {word}: "
-                                 "predicted by more than one window")
+                raise ValueError(
+                    f"sentence {feature.sentence_index}, word {word}: "
+                    "predicted by more than one window"
+                )
             sentence_tags[word] = labels[label_id]
     for sentence_index, sentence_tags in enumerate(tags):
         if None in sentence_tags:
             word = sentence_tags.index(None)
-            raise ValueError(f"sentence {sentence_index}, word {word}: no prediction "
-                             "(the features do not cover it)")
+            raise ValueError(
+                f"sentence {sentence_index}, word {word}: no prediction "
+                "(the features do not cover it)"
+            )
     return tags
 
 
@@ -265,13 +290,23 @@ def predictions_to_tags(predictions, features: Sequence[InputFeatures],
 def write_tfrecord(features: Sequence[InputFeatures], path: str) -> None:
     """Writes the features as tf.train.Examples (fields in the module docstring)."""
     ints = records.int64_feature
-    records.write_tfrecord(path, (tf.train.Example(features=tf.train.Features(feature={
-        "input_ids": ints(feature.input_ids),
-        "input_mask": ints(feature.input_mask),
-        "segment_ids": ints(feature.segment_ids),
-        "label_ids": ints(feature.label_ids),
-        "unique_ids": ints([feature.unique_id]),
-    })).SerializeToString() for feature in features))
+    records.write_tfrecord(
+        path,
+        (
+            tf.train.Example(
+                features=tf.train.Features(
+                    feature={
+                        "input_ids": ints(feature.input_ids),
+                        "input_mask": ints(feature.input_mask),
+                        "segment_ids": ints(feature.segment_ids),
+                        "label_ids": ints(feature.label_ids),
+                        "unique_ids": ints([feature.unique_id]),
+                    }
+                )
+            ).SerializeToString()
+            for feature in features
+        ),
+    )
 
 
 @dataclasses.dataclass(frozen=True)
@@ -287,6 +322,7 @@ class NerMetadata:
         num_sentences, num_words, num_features: counts.
         label_ignore_id: label id of positions without a label.
     """
+
     labels: tuple[str, ...]
     label_scheme: str
     tag_scheme: str
@@ -300,17 +336,31 @@ class NerMetadata:
     label_ignore_id: int = LABEL_IGNORE_ID
 
     @classmethod
-    def describe(cls, sentences: Sequence[Sentence], features: Sequence[InputFeatures],
-                 labels: Sequence[str], label_scheme: str, tag_scheme: str,
-                 max_seq_length: int, doc_stride: int, do_lower_case: bool,
-                 vocab_size: int) -> NerMetadata:
+    def describe(
+        cls,
+        sentences: Sequence[Sentence],
+        features: Sequence[InputFeatures],
+        labels: Sequence[str],
+        label_scheme: str,
+        tag_scheme: str,
+        max_seq_length: int,
+        doc_stride: int,
+        do_lower_case: bool,
+        vocab_size: int,
+    ) -> NerMetadata:
         """The metadata of `features`, made from `sentences`."""
-        return cls(labels=tuple(labels), label_scheme=label_scheme, tag_scheme=tag_scheme,
-                   max_seq_length=max_seq_length, doc_stride=doc_stride,
-                   do_lower_case=do_lower_case, vocab_size=vocab_size,
-                   num_sentences=len(sentences),
-                   num_words=sum(len(s.words) for s in sentences),
-                   num_features=len(features))
+        return cls(
+            labels=tuple(labels),
+            label_scheme=label_scheme,
+            tag_scheme=tag_scheme,
+            max_seq_length=max_seq_length,
+            doc_stride=doc_stride,
+            do_lower_case=do_lower_case,
+            vocab_size=vocab_size,
+            num_sentences=len(sentences),
+            num_words=sum(len(s.words) for s in sentences),
+            num_features=len(features),
+        )
 
     def write(self, record_file: str) -> None:
         """Writes `<record_file>.meta.json` (`records.write_metadata`)."""
@@ -330,12 +380,15 @@ class NerMetadata:
             data.pop(key, None)
         names = {field.name for field in dataclasses.fields(cls)}
         unknown = sorted(set(data) - names)
-        required = {field.name for field in dataclasses.fields(cls)
-                    if field.default is dataclasses.MISSING}
+        required = {
+            field.name for field in dataclasses.fields(cls) if field.default is dataclasses.MISSING
+        }
         missing = sorted(required - set(data))
         if unknown or missing:
-            raise ValueError(f"{records.metadata_path(record_file)}: bad NER metadata: "
-                             f"unknown keys {unknown}, missing keys {missing}")
+            raise ValueError(
+                f"{records.metadata_path(record_file)}: bad NER metadata: "
+                f"unknown keys {unknown}, missing keys {missing}"
+            )
         data["labels"] = tuple(data["labels"])
         return cls(**data)
 
@@ -357,11 +410,14 @@ def parse_example(serialized: tf.Tensor, max_seq_length: int):
         `input_word_ids`, `input_mask`, `input_type_ids`; label_ids is int32 [S]
         with LABEL_IGNORE_ID at positions that carry no label.
     """
-    spec = {name: tf.io.FixedLenFeature([max_seq_length], tf.int64)
-            for name in (*records.ENCODER_INPUT_NAMES, "label_ids")}
+    spec = {
+        name: tf.io.FixedLenFeature([max_seq_length], tf.int64)
+        for name in (*records.ENCODER_INPUT_NAMES, "label_ids")
+    }
     example = tf.io.parse_single_example(serialized, spec)
-    inputs = {new: tf.cast(example[old], tf.int32)
-              for old, new in records.ENCODER_INPUT_NAMES.items()}
+    inputs = {
+        new: tf.cast(example[old], tf.int32) for old, new in records.ENCODER_INPUT_NAMES.items()
+    }
     return inputs, tf.cast(example["label_ids"], tf.int32)
 
 
@@ -369,14 +425,20 @@ def load_dataset(path: str, max_seq_length: int) -> tf.data.Dataset:
     """The (inputs, label_ids) pairs of a TFRecord file, in file order, unbatched."""
     return tf.data.TFRecordDataset(path).map(
         lambda record: parse_example(record, max_seq_length),
-        num_parallel_calls=tf.data.AUTOTUNE, deterministic=True)
+        num_parallel_calls=tf.data.AUTOTUNE,
+        deterministic=True,
+    )
 
 
-def build_dataset(record_file: str, metadata: NerMetadata, batch_size: int,
-                  is_training: bool, seed: int | None = None,
-                  shuffle_buffer_size: int = 10000,
-                  input_context: tf.distribute.InputContext | None = None
-                  ) -> tf.data.Dataset:
+def build_dataset(
+    record_file: str,
+    metadata: NerMetadata,
+    batch_size: int,
+    is_training: bool,
+    seed: int | None = None,
+    shuffle_buffer_size: int = 10000,
+    input_context: tf.distribute.InputContext | None = None,
+) -> tf.data.Dataset:
     """Batches of a file's windows, as the Trainer takes them.
 
     Each element: int32 `input_word_ids`, `input_mask`, `input_type_ids` and
@@ -392,29 +454,33 @@ def build_dataset(record_file: str, metadata: NerMetadata, batch_size: int,
             size is used and each input pipeline reads its share of the records.
     """
     dataset = records.tfrecord_dataset(record_file, input_context)
-    dataset = dataset.map(lambda r: parse_example(r, metadata.max_seq_length),
-                          num_parallel_calls=tf.data.AUTOTUNE, deterministic=True)
+    dataset = dataset.map(
+        lambda r: parse_example(r, metadata.max_seq_length),
+        num_parallel_calls=tf.data.AUTOTUNE,
+        deterministic=True,
+    )
     dataset = dataset.map(lambda inputs, labels: dict(inputs, label_ids=labels))
     if is_training:
         buffer_size = max(1, min(shuffle_buffer_size, metadata.num_features))
-        dataset = dataset.shuffle(buffer_size, seed=seed,
-                                  reshuffle_each_iteration=True).repeat()
-    dataset = dataset.batch(records.per_replica_batch_size(batch_size, input_context),
-                            drop_remainder=is_training)
+        dataset = dataset.shuffle(buffer_size, seed=seed, reshuffle_each_iteration=True).repeat()
+    dataset = dataset.batch(
+        records.per_replica_batch_size(batch_size, input_context), drop_remainder=is_training
+    )
     return dataset.prefetch(tf.data.AUTOTUNE)
 
 
-def inference_dataset(features: Sequence[InputFeatures], batch_size: int
-                      ) -> tf.data.Dataset:
+def inference_dataset(features: Sequence[InputFeatures], batch_size: int) -> tf.data.Dataset:
     """Features held in memory, once, in order, the last batch partial.
 
     Each element: int32 `input_word_ids`, `input_mask`, `input_type_ids`,
     `label_ids` [B, S] and `unique_ids` [B].
     """
-    columns = {"input_word_ids": [f.input_ids for f in features],
-               "input_mask": [f.input_mask for f in features],
-               "input_type_ids": [f.segment_ids for f in features],
-               "label_ids": [f.label_ids for f in features],
-               "unique_ids": [f.unique_id for f in features]}
+    columns = {
+        "input_word_ids": [f.input_ids for f in features],
+        "input_mask": [f.input_mask for f in features],
+        "input_type_ids": [f.segment_ids for f in features],
+        "label_ids": [f.label_ids for f in features],
+        "unique_ids": [f.unique_id for f in features],
+    }
     tensors = {k: np.asarray(v, dtype=np.int32) for k, v in columns.items()}
     return tf.data.Dataset.from_tensor_slices(tensors).batch(batch_size)

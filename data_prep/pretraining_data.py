@@ -36,9 +36,13 @@ def feature_spec(max_seq_length: int, max_predictions_per_seq: int) -> dict:
     }
 
 
-def check_shard_metadata(files: list[str], max_seq_length: int,
-                         max_predictions_per_seq: int, vocab_size: int,
-                         do_lower_case: bool | None = None) -> int:
+def check_shard_metadata(
+    files: list[str],
+    max_seq_length: int,
+    max_predictions_per_seq: int,
+    vocab_size: int,
+    do_lower_case: bool | None = None,
+) -> int:
     """Checks the `.meta.json` of every shard that has one against the run: sequence
     length, masked positions, vocabulary size (ids past the model's embedding table)
     and case. Returns how many shards had metadata."""
@@ -48,28 +52,37 @@ def check_shard_metadata(files: list[str], max_seq_length: int,
         if not tf.io.gfile.exists(metadata_file):
             continue
         metadata = records.read_json(metadata_file)
-        for key, want, flag in (("max_seq_length", max_seq_length, "--max_seq_length"),
-                                ("max_predictions_per_seq", max_predictions_per_seq,
-                                 "--max_predictions_per_seq")):
+        for key, want, flag in (
+            ("max_seq_length", max_seq_length, "--max_seq_length"),
+            ("max_predictions_per_seq", max_predictions_per_seq, "--max_predictions_per_seq"),
+        ):
             if key in metadata and metadata[key] != want:
-                raise ValueError(f"{path} was made with {key}={metadata[key]} "
-                                 f"({metadata_file}) but {flag}={want}")
+                raise ValueError(
+                    f"{path} was made with {key}={metadata[key]} "
+                    f"({metadata_file}) but {flag}={want}"
+                )
         if metadata.get("vocab_size", 0) > vocab_size:
-            raise ValueError(f"{path} was made with a vocabulary of "
-                             f"{metadata['vocab_size']} entries ({metadata_file}) but the "
-                             f"model's vocab_size is {vocab_size}: its ids would index past "
-                             f"the embedding table")
-        if (do_lower_case is not None and metadata.get("do_lower_case") is not None
-                and metadata["do_lower_case"] != do_lower_case):
-            raise ValueError(f"{path} was made with do_lower_case="
-                             f"{metadata['do_lower_case']} ({metadata_file}) but the model "
-                             f"is do_lower_case={do_lower_case}")
+            raise ValueError(
+                f"{path} was made with a vocabulary of "
+                f"{metadata['vocab_size']} entries ({metadata_file}) but the "
+                f"model's vocab_size is {vocab_size}: its ids would index past "
+                f"the embedding table"
+            )
+        if (
+            do_lower_case is not None
+            and metadata.get("do_lower_case") is not None
+            and metadata["do_lower_case"] != do_lower_case
+        ):
+            raise ValueError(
+                f"{path} was made with do_lower_case="
+                f"{metadata['do_lower_case']} ({metadata_file}) but the model "
+                f"is do_lower_case={do_lower_case}"
+            )
         checked += 1
     return checked
 
 
-def check_shard_shapes(files: list[str], max_seq_length: int,
-                       max_predictions_per_seq: int) -> None:
+def check_shard_shapes(files: list[str], max_seq_length: int, max_predictions_per_seq: int) -> None:
     """Reads the first record of the first shard: a clear error when the shards were
     made with another max_seq_length / max_predictions_per_seq than the flags."""
     path = files[0]
@@ -78,16 +91,21 @@ def check_shard_shapes(files: list[str], max_seq_length: int,
     for raw in tf.data.TFRecordDataset(path).take(1):
         example = tf.train.Example.FromString(raw.numpy())
         feature = example.features.feature
-        for name, want, flag in (("input_ids", max_seq_length, "max_seq_length"),
-                                 ("masked_lm_positions", max_predictions_per_seq,
-                                  "max_predictions_per_seq")):
+        for name, want, flag in (
+            ("input_ids", max_seq_length, "max_seq_length"),
+            ("masked_lm_positions", max_predictions_per_seq, "max_predictions_per_seq"),
+        ):
             if name not in feature:
-                raise ValueError(f"{path}: record has no feature {name!r}; is it a "
-                                 f"pre-training shard from create_pretraining_data?")
+                raise ValueError(
+                    f"{path}: record has no feature {name!r}; is it a "
+                    f"pre-training shard from create_pretraining_data?"
+                )
             have = len(feature[name].int64_list.value)
             if have != want:
-                raise ValueError(f"{path}: {name} has length {have} but --{flag}={want}; "
-                                 f"use the value the shards were made with")
+                raise ValueError(
+                    f"{path}: {name} has length {have} but --{flag}={want}; "
+                    f"use the value the shards were made with"
+                )
         return
     raise ValueError(f"pre-training shard {path} holds no record")
 
@@ -106,10 +124,16 @@ def _decode(record, spec):
     return {k: tf.cast(v, tf.int32) if v.dtype == tf.int64 else v for k, v in features.items()}
 
 
-def pretraining_dataset(files: list[str], batch_size: int, max_seq_length: int,
-                        max_predictions_per_seq: int, is_training: bool,
-                        input_context: tf.distribute.InputContext | None = None,
-                        seed: int = 12345, shuffle_buffer: int = 1000) -> tf.data.Dataset:
+def pretraining_dataset(
+    files: list[str],
+    batch_size: int,
+    max_seq_length: int,
+    max_predictions_per_seq: int,
+    is_training: bool,
+    input_context: tf.distribute.InputContext | None = None,
+    seed: int = 12345,
+    shuffle_buffer: int = 1000,
+) -> tf.data.Dataset:
     """Batches of decoded features.
 
     Training: files and records shuffled with a fixed seed (so a resumed run sees the
@@ -132,17 +156,23 @@ def pretraining_dataset(files: list[str], batch_size: int, max_seq_length: int,
     if is_training:
         num_files = len(files) // pipelines if shard_files else len(files)
         files_ds = files_ds.shuffle(max(num_files, 1), seed=seed).repeat()
-        ds = files_ds.interleave(tf.data.TFRecordDataset, cycle_length=min(num_files, 8),
-                                 num_parallel_calls=tf.data.AUTOTUNE, deterministic=True)
+        ds = files_ds.interleave(
+            tf.data.TFRecordDataset,
+            cycle_length=min(num_files, 8),
+            num_parallel_calls=tf.data.AUTOTUNE,
+            deterministic=True,
+        )
         ds = ds.shuffle(shuffle_buffer, seed=seed)
     else:
         ds = files_ds.flat_map(tf.data.TFRecordDataset)
-    ds = ds.map(lambda r: _decode(r, spec), num_parallel_calls=tf.data.AUTOTUNE,
-                deterministic=True)
+    ds = ds.map(lambda r: _decode(r, spec), num_parallel_calls=tf.data.AUTOTUNE, deterministic=True)
     if is_training and pipelines > 1 and not shard_files:
         ds = ds.batch(batch_size * pipelines, drop_remainder=True)
-        ds = ds.map(lambda b: tf.nest.map_structure(
-            lambda t: t[pipeline_id * batch_size:(pipeline_id + 1) * batch_size], b))
+        ds = ds.map(
+            lambda b: tf.nest.map_structure(
+                lambda t: t[pipeline_id * batch_size : (pipeline_id + 1) * batch_size], b
+            )
+        )
     else:
         ds = ds.batch(batch_size, drop_remainder=is_training)
     return ds.with_options(options).prefetch(tf.data.AUTOTUNE)

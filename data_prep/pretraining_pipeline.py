@@ -42,68 +42,95 @@ def define_flags(flag_values: flags.FlagValues = flags.FLAGS) -> None:
     """This pipeline's flags; the rest of the command line goes to Beam."""
     define = dict(flag_values=flag_values)
     flags.DEFINE_string(
-        "input_file", None,
-        "Input files (comma-separated files and globs, any file system Beam "
-        "reads).", **define)
+        "input_file",
+        None,
+        "Input files (comma-separated files and globs, any file system Beam reads).",
+        **define,
+    )
     flags.DEFINE_enum(
-        "input_format", "sentences", corpus.FORMATS,
+        "input_format",
+        "sentences",
+        corpus.FORMATS,
         "sentences: one sentence per line, a blank line between documents (the "
         "original's). text: raw text, a blank line between documents, lines "
         "wrapped anywhere. jsonl: one JSON object per line, its text under "
-        "\"text\".", **define)
-    flags.DEFINE_string("output_dir", None,
-                        "Receives <name>.tfrecord shards, their .meta.json and "
-                        "summary.json.", **define)
+        '"text".',
+        **define,
+    )
     flags.DEFINE_string(
-        "sentences_dir", None,
-        "Receives the sentences of raw input as <name>.txt (default: "
-        "<output_dir>/sentences).", **define)
+        "output_dir",
+        None,
+        "Receives <name>.tfrecord shards, their .meta.json and summary.json.",
+        **define,
+    )
     flags.DEFINE_string(
-        "vocab_file", None,
-        "The vocabulary file; with --learn_vocab_size, where the learned one "
-        "is written.", **define)
+        "sentences_dir",
+        None,
+        "Receives the sentences of raw input as <name>.txt (default: <output_dir>/sentences).",
+        **define,
+    )
+    flags.DEFINE_string(
+        "vocab_file",
+        None,
+        "The vocabulary file; with --learn_vocab_size, where the learned one is written.",
+        **define,
+    )
     flags.DEFINE_integer(
-        "learn_vocab_size", 0,
+        "learn_vocab_size",
+        0,
         "If positive: learn a WordPiece vocabulary of this many entries from "
         "the input (original layout: [PAD], [unused], [UNK], [CLS], [SEP], "
-        "[MASK] at the original ids).", **define)
-    flags.DEFINE_integer("max_input_words", 5_000_000,
-                         "The vocabulary is learned from this many of the most "
-                         "frequent words.", **define)
+        "[MASK] at the original ids).",
+        **define,
+    )
+    flags.DEFINE_integer(
+        "max_input_words",
+        5_000_000,
+        "The vocabulary is learned from this many of the most frequent words.",
+        **define,
+    )
     flags.DEFINE_float(
-        "shard_size_mb", 16.0,
+        "shard_size_mb",
+        16.0,
         "Files are cut at document boundaries into document shards of about "
-        "this size (MB, 10^6 bytes); smaller files are one shard each.", **define)
+        "this size (MB, 10^6 bytes); smaller files are one shard each.",
+        **define,
+    )
     flags.DEFINE_enum(
-        "bad_input", "fail", corpus.POLICIES,
+        "bad_input",
+        "fail",
+        corpus.POLICIES,
         "An unreadable file, a non-UTF-8 line, an empty document, a JSON line "
         "without text: fail (stop with the file and line) or skip (log, count "
-        "and go on).", **define)
-    flags.DEFINE_enum("stop_after", "shards", corpus_pipeline.STAGES,
-                      "The last stage to run.", **define)
+        "and go on).",
+        **define,
+    )
+    flags.DEFINE_enum(
+        "stop_after", "shards", corpus_pipeline.STAGES, "The last stage to run.", **define
+    )
     cpd.define_instance_flags(flag_values)
     for name in ("input_file", "output_dir", "vocab_file"):
         flags.mark_flag_as_required(name, flag_values=flag_values)
 
 
-def settings_from_flags(flag_values: flags.FlagValues
-                        ) -> corpus_pipeline.PipelineSettings:
+def settings_from_flags(flag_values: flags.FlagValues) -> corpus_pipeline.PipelineSettings:
     """`PipelineSettings` from parsed flags (the only place that reads them)."""
     fv = flag_values
     return corpus_pipeline.PipelineSettings(
         input_files=tuple(corpus_pipeline.match_input_files(fv.input_file)),
         input_format=fv.input_format,
         output_dir=fv.output_dir,
-        sentences_dir=fv.sentences_dir or corpus_pipeline.join_path(fv.output_dir,
-                                                                    "sentences"),
+        sentences_dir=fv.sentences_dir or corpus_pipeline.join_path(fv.output_dir, "sentences"),
         vocab_file=fv.vocab_file,
         learn_vocab_size=fv.learn_vocab_size,
         max_input_words=fv.max_input_words,
         shard_bytes=int(fv.shard_size_mb * 1e6),
         bad_input=fv.bad_input,
         stop_after=fv.stop_after,
-        run=cpd.run_options_from_flags(fv, input_files=(), output_files=(),
-                                       vocab_file=fv.vocab_file))
+        run=cpd.run_options_from_flags(
+            fv, input_files=(), output_files=(), vocab_file=fv.vocab_file
+        ),
+    )
 
 
 def _parse_flags(argv):
@@ -116,7 +143,8 @@ def main(argv):
     # Local worker processes import this package from the repository root.
     root = str(pathlib.Path(__file__).resolve().parent.parent)
     os.environ["PYTHONPATH"] = os.pathsep.join(
-        [root] + [p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p])
+        [root] + [p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p]
+    )
     try:
         settings = settings_from_flags(flags.FLAGS)
         corpus_pipeline.run(settings, PipelineOptions(argv[1:]))

@@ -42,8 +42,11 @@ METADATA_SUFFIX = ".meta.json"
 METADATA_KEYS = ("format", "input_files", "record_bytes")
 
 # Names of the encoder inputs in the original release's records -> the encoder's.
-ENCODER_INPUT_NAMES = {"input_ids": "input_word_ids", "input_mask": "input_mask",
-                       "segment_ids": "input_type_ids"}
+ENCODER_INPUT_NAMES = {
+    "input_ids": "input_word_ids",
+    "input_mask": "input_mask",
+    "segment_ids": "input_type_ids",
+}
 
 
 def _split(path: str) -> tuple[str, str]:
@@ -54,8 +57,7 @@ def _split(path: str) -> tuple[str, str]:
 def _join(directory: str, name: str) -> str:
     if not directory:
         return name
-    return posixpath.join(directory, name) if "://" in directory else os.path.join(
-        directory, name)
+    return posixpath.join(directory, name) if "://" in directory else os.path.join(directory, name)
 
 
 def temp_path(path: str) -> str:
@@ -145,8 +147,10 @@ def decode_line(raw: bytes, path: str, line_number: int) -> str:
     try:
         return raw.decode("utf-8")
     except UnicodeDecodeError as e:
-        raise NotUtf8Error(f"{path}:{line_number}: not UTF-8 text ({e.reason}: byte "
-                           f"{raw[e.start:e.start + 1]!r} at column {e.start + 1})") from None
+        raise NotUtf8Error(
+            f"{path}:{line_number}: not UTF-8 text ({e.reason}: byte "
+            f"{raw[e.start : e.start + 1]!r} at column {e.start + 1})"
+        ) from None
 
 
 def read_lines(path: str) -> Iterator[tuple[int, str]]:
@@ -171,9 +175,11 @@ def read_text(path: str) -> str:
     except UnicodeDecodeError as e:
         line_number = data.count(b"\n", 0, e.start) + 1
         line_start = data.rfind(b"\n", 0, e.start) + 1
-        raise NotUtf8Error(f"{path}:{line_number}: not UTF-8 text ({e.reason}: byte "
-                           f"{data[e.start:e.start + 1]!r} at column "
-                           f"{e.start - line_start + 1})") from None
+        raise NotUtf8Error(
+            f"{path}:{line_number}: not UTF-8 text ({e.reason}: byte "
+            f"{data[e.start : e.start + 1]!r} at column "
+            f"{e.start - line_start + 1})"
+        ) from None
 
 
 def read_json(path: str):
@@ -265,8 +271,9 @@ def _remove(path: str) -> None:
         pass
 
 
-def expand_globs(patterns: str | Iterable[str], what: str = "--input_file",
-                 original_order: bool = False) -> list[str]:
+def expand_globs(
+    patterns: str | Iterable[str], what: str = "--input_file", original_order: bool = False
+) -> list[str]:
     """Comma-separated (or listed) file names and globs -> files.
 
     Each pattern's matches are sorted; patterns keep their order; a file named twice is
@@ -282,8 +289,11 @@ def expand_globs(patterns: str | Iterable[str], what: str = "--input_file",
         pattern = pattern.strip()
         if not pattern:
             continue
-        matches = [m for m in tf.io.gfile.glob(pattern)
-                   if not _split(m)[1].startswith(".") and not tf.io.gfile.isdir(m)]
+        matches = [
+            m
+            for m in tf.io.gfile.glob(pattern)
+            if not _split(m)[1].startswith(".") and not tf.io.gfile.isdir(m)
+        ]
         if not matches:
             raise FileNotFoundError(f"{what} pattern {pattern!r} matches no file")
         if original_order:
@@ -330,8 +340,13 @@ def _size_and_mtime(path: str) -> tuple[int, int]:
 def file_fingerprint(path: str) -> dict:
     """{"name", "path", "size", "mtime_ns", "sha256"} of a file, for `same_file`."""
     size, mtime_ns = _size_and_mtime(path)
-    return {"name": _split(path)[1], "path": path, "size": size, "mtime_ns": mtime_ns,
-            "sha256": file_sha256(path)}
+    return {
+        "name": _split(path)[1],
+        "path": path,
+        "size": size,
+        "mtime_ns": mtime_ns,
+        "sha256": file_sha256(path),
+    }
 
 
 def same_file(recorded: Mapping, path: str) -> bool:
@@ -350,8 +365,9 @@ def same_file(recorded: Mapping, path: str) -> bool:
     return recorded.get("sha256") == file_sha256(path)
 
 
-def write_metadata(record_file: str, record_format: str, values: Mapping,
-                   input_files: Sequence[str] = ()) -> dict:
+def write_metadata(
+    record_file: str, record_format: str, values: Mapping, input_files: Sequence[str] = ()
+) -> dict:
     """Writes `<record_file>.meta.json` atomically; returns what it wrote.
 
     Args:
@@ -368,10 +384,10 @@ def write_metadata(record_file: str, record_format: str, values: Mapping,
     """
     clash = sorted(set(values) & set(METADATA_KEYS))
     if clash:
-        raise ValueError(f"{metadata_path(record_file)}: {clash} are written by "
-                         f"write_metadata itself")
-    metadata = dict(values, format=record_format,
-                    record_bytes=tf.io.gfile.stat(record_file).length)
+        raise ValueError(
+            f"{metadata_path(record_file)}: {clash} are written by write_metadata itself"
+        )
+    metadata = dict(values, format=record_format, record_bytes=tf.io.gfile.stat(record_file).length)
     if input_files:
         metadata["input_files"] = [file_fingerprint(path) for path in input_files]
     metadata = json.loads(json.dumps(metadata))  # As read back: tuples become lists.
@@ -394,7 +410,8 @@ def read_metadata(record_file: str, record_format: str | None = None) -> dict:
     if record_format is not None and metadata.get("format") != record_format:
         raise ValueError(
             f"{path}: the records have format {metadata.get('format')!r}, not "
-            f"{record_format!r} (written by another version: write them again)")
+            f"{record_format!r} (written by another version: write them again)"
+        )
     return metadata
 
 
@@ -405,8 +422,9 @@ def remove_metadata(record_file: str) -> None:
         tf.io.gfile.remove(path)
 
 
-def reusable_metadata(record_file: str, record_format: str, settings: Mapping,
-                      input_files: Sequence[str]) -> dict | None:
+def reusable_metadata(
+    record_file: str, record_format: str, settings: Mapping, input_files: Sequence[str]
+) -> dict | None:
     """The metadata of `record_file` if its records can be reused, else None.
 
     Reusable: the record file and its metadata exist, the metadata has
@@ -414,8 +432,7 @@ def reusable_metadata(record_file: str, record_format: str, settings: Mapping,
     written from the same `input_files` (`same_file`, in order), and the record file
     has the size recorded. A damaged metadata file counts as not reusable.
     """
-    if not (tf.io.gfile.exists(record_file)
-            and tf.io.gfile.exists(metadata_path(record_file))):
+    if not (tf.io.gfile.exists(record_file) and tf.io.gfile.exists(metadata_path(record_file))):
         return None
     try:
         metadata = read_metadata(record_file, record_format)
@@ -426,7 +443,8 @@ def reusable_metadata(record_file: str, record_format: str, settings: Mapping,
         return None
     recorded = metadata.get("input_files", [])
     if len(recorded) != len(input_files) or not all(
-            same_file(entry, path) for entry, path in zip(recorded, input_files)):
+        same_file(entry, path) for entry, path in zip(recorded, input_files)
+    ):
         return None
     if metadata.get("record_bytes") != tf.io.gfile.stat(record_file).length:
         return None
@@ -443,9 +461,9 @@ def int64_feature(values: Iterable[int]) -> tf.train.Feature:
     return tf.train.Feature(int64_list=tf.train.Int64List(value=list(values)))
 
 
-def tfrecord_dataset(files: str | Sequence[str],
-                     input_context: tf.distribute.InputContext | None = None
-                     ) -> tf.data.Dataset:
+def tfrecord_dataset(
+    files: str | Sequence[str], input_context: tf.distribute.InputContext | None = None
+) -> tf.data.Dataset:
     """The serialized records of `files`, in file order.
 
     Under a distribution strategy with several input pipelines, each pipeline reads
@@ -453,13 +471,13 @@ def tfrecord_dataset(files: str | Sequence[str],
     """
     dataset = tf.data.TFRecordDataset(files)
     if input_context is not None and input_context.num_input_pipelines > 1:
-        dataset = dataset.shard(input_context.num_input_pipelines,
-                                input_context.input_pipeline_id)
+        dataset = dataset.shard(input_context.num_input_pipelines, input_context.input_pipeline_id)
     return dataset
 
 
-def per_replica_batch_size(batch_size: int,
-                           input_context: tf.distribute.InputContext | None) -> int:
+def per_replica_batch_size(
+    batch_size: int, input_context: tf.distribute.InputContext | None
+) -> int:
     """The B of one replica for a global batch size (itself without a strategy)."""
     if input_context is None:
         return batch_size

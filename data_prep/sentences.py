@@ -25,6 +25,7 @@ _SPACES = re.compile(r"\s+")
 @functools.lru_cache(maxsize=None)
 def _splitter():
     import nupunkt  # Loaded on first use: the model is read from the package.
+
     return nupunkt.load("default")
 
 

@@ -45,6 +45,7 @@ class InputFeatures:
         end_position: position of the answer's last piece (training only).
         is_impossible: the example's `is_impossible`.
     """
+
     unique_id: int
     example_index: int
     doc_span_index: int
@@ -62,27 +63,31 @@ class InputFeatures:
 
 class DocSpan(NamedTuple):
     """A window of a document's word pieces."""
+
     start: int
     length: int
 
 
-def check_lengths(max_seq_length: int, doc_stride: int,
-                  max_query_length: int) -> None:
+def check_lengths(max_seq_length: int, doc_stride: int, max_query_length: int) -> None:
     """Raises ValueError if no document piece would fit into a window."""
     if max_seq_length <= max_query_length + 3:
         raise ValueError(
             "The max_seq_length (%d) must be greater than max_query_length "
-            "(%d) + 3 ([CLS] and two [SEP])." % (max_seq_length,
-                                                  max_query_length))
+            "(%d) + 3 ([CLS] and two [SEP])." % (max_seq_length, max_query_length)
+        )
     if doc_stride < 1:
         raise ValueError("doc_stride must be positive, got %d." % doc_stride)
 
 
-def convert_examples_to_features(examples: Sequence[SquadExample], tokenizer,
-                                 max_seq_length: int, doc_stride: int,
-                                 max_query_length: int, is_training: bool,
-                                 log_every: int = 1000
-                                 ) -> Iterator[InputFeatures]:
+def convert_examples_to_features(
+    examples: Sequence[SquadExample],
+    tokenizer,
+    max_seq_length: int,
+    doc_stride: int,
+    max_query_length: int,
+    is_training: bool,
+    log_every: int = 1000,
+) -> Iterator[InputFeatures]:
     """Yields the features of `examples`, window by window.
 
     Args:
@@ -102,57 +107,81 @@ def convert_examples_to_features(examples: Sequence[SquadExample], tokenizer,
             `doc_stride < 1`.
     """
     check_lengths(max_seq_length, doc_stride, max_query_length)
-    return _generate_features(examples, tokenizer, max_seq_length, doc_stride,
-                              max_query_length, is_training, log_every)
+    return _generate_features(
+        examples, tokenizer, max_seq_length, doc_stride, max_query_length, is_training, log_every
+    )
 
 
-def _generate_features(examples, tokenizer, max_seq_length, doc_stride,
-                       max_query_length, is_training, log_every):
+def _generate_features(
+    examples, tokenizer, max_seq_length, doc_stride, max_query_length, is_training, log_every
+):
     unique_id = FIRST_UNIQUE_ID
     for example_index, example in enumerate(examples):
         for feature in example_to_features(
-                example, example_index, unique_id, tokenizer, max_seq_length,
-                doc_stride, max_query_length, is_training):
+            example,
+            example_index,
+            unique_id,
+            tokenizer,
+            max_seq_length,
+            doc_stride,
+            max_query_length,
+            is_training,
+        ):
             unique_id += 1
             yield feature
         if (example_index + 1) % log_every == 0:
-            logging.info("Converted %d of %d examples into %d features.",
-                         example_index + 1, len(examples),
-                         unique_id - FIRST_UNIQUE_ID)
-    logging.info("Converted %d examples into %d features.", len(examples),
-                 unique_id - FIRST_UNIQUE_ID)
+            logging.info(
+                "Converted %d of %d examples into %d features.",
+                example_index + 1,
+                len(examples),
+                unique_id - FIRST_UNIQUE_ID,
+            )
+    logging.info(
+        "Converted %d examples into %d features.", len(examples), unique_id - FIRST_UNIQUE_ID
+    )
 
 
-def example_to_features(example: SquadExample, example_index: int,
-                        first_unique_id: int, tokenizer, max_seq_length: int,
-                        doc_stride: int, max_query_length: int,
-                        is_training: bool) -> list[InputFeatures]:
+def example_to_features(
+    example: SquadExample,
+    example_index: int,
+    first_unique_id: int,
+    tokenizer,
+    max_seq_length: int,
+    doc_stride: int,
+    max_query_length: int,
+    is_training: bool,
+) -> list[InputFeatures]:
     """The features (one per document window) of one example."""
     query_tokens = tokenizer.tokenize(example.question_text)[:max_query_length]
-    doc_pieces, piece_to_word, word_to_piece = tokenize_document(
-        tokenizer, example.doc_tokens)
+    doc_pieces, piece_to_word, word_to_piece = tokenize_document(tokenizer, example.doc_tokens)
     answer = None
     if is_training:
-        answer = _answer_piece_span(example, tokenizer, doc_pieces,
-                                    word_to_piece)
-    spans = doc_spans(len(doc_pieces), max_seq_length - len(query_tokens) - 3,
-                      doc_stride)
+        answer = _answer_piece_span(example, tokenizer, doc_pieces, word_to_piece)
+    spans = doc_spans(len(doc_pieces), max_seq_length - len(query_tokens) - 3, doc_stride)
     features = []
     for span_index, span in enumerate(spans):
         feature = _window_feature(
-            example, example_index, first_unique_id + span_index, span_index,
-            spans, query_tokens, doc_pieces, piece_to_word, tokenizer,
-            max_seq_length)
+            example,
+            example_index,
+            first_unique_id + span_index,
+            span_index,
+            spans,
+            query_tokens,
+            doc_pieces,
+            piece_to_word,
+            tokenizer,
+            max_seq_length,
+        )
         if is_training:
             start, end = _window_labels(answer, span, len(query_tokens))
-            feature = dataclasses.replace(feature, start_position=start,
-                                          end_position=end)
+            feature = dataclasses.replace(feature, start_position=start, end_position=end)
         features.append(feature)
     return features
 
 
-def tokenize_document(tokenizer, doc_tokens: Sequence[str]
-                      ) -> tuple[list[str], list[int], list[int]]:
+def tokenize_document(
+    tokenizer, doc_tokens: Sequence[str]
+) -> tuple[list[str], list[int], list[int]]:
     """Word pieces of a whitespace-split document and the maps between them.
 
     Returns:
@@ -170,9 +199,9 @@ def tokenize_document(tokenizer, doc_tokens: Sequence[str]
     return pieces, piece_to_word, word_to_piece
 
 
-def _answer_piece_span(example: SquadExample, tokenizer,
-                       doc_pieces: list[str], word_to_piece: list[int]
-                       ) -> tuple[int, int] | None:
+def _answer_piece_span(
+    example: SquadExample, tokenizer, doc_pieces: list[str], word_to_piece: list[int]
+) -> tuple[int, int] | None:
     """(first piece, last piece) of a training answer, None if impossible."""
     if example.is_impossible:
         return None
@@ -181,12 +210,12 @@ def _answer_piece_span(example: SquadExample, tokenizer,
         end = word_to_piece[example.end_position + 1] - 1
     else:
         end = len(doc_pieces) - 1
-    return improve_answer_span(doc_pieces, start, end, tokenizer,
-                               example.orig_answer_text)
+    return improve_answer_span(doc_pieces, start, end, tokenizer, example.orig_answer_text)
 
 
-def improve_answer_span(doc_pieces: Sequence[str], start: int, end: int,
-                        tokenizer, orig_answer_text: str) -> tuple[int, int]:
+def improve_answer_span(
+    doc_pieces: Sequence[str], start: int, end: int, tokenizer, orig_answer_text: str
+) -> tuple[int, int]:
     """Narrows a word-aligned answer span to the pieces of the answer text.
 
     Annotations are character spans; mapped to whole words, "(1895-1943)."
@@ -210,13 +239,12 @@ def improve_answer_span(doc_pieces: Sequence[str], start: int, end: int,
     answer_pieces = " ".join(tokenizer.tokenize(orig_answer_text))
     for new_start in range(start, end + 1):
         for new_end in range(end, new_start - 1, -1):
-            if " ".join(doc_pieces[new_start:new_end + 1]) == answer_pieces:
+            if " ".join(doc_pieces[new_start : new_end + 1]) == answer_pieces:
                 return new_start, new_end
     return start, end
 
 
-def doc_spans(num_pieces: int, max_pieces: int, doc_stride: int
-              ) -> list[DocSpan]:
+def doc_spans(num_pieces: int, max_pieces: int, doc_stride: int) -> list[DocSpan]:
     """Windows of at most `max_pieces` pieces, starts `doc_stride` apart.
 
     The last window ends at the document's end; an empty document has none.
@@ -228,8 +256,7 @@ def doc_spans(num_pieces: int, max_pieces: int, doc_stride: int
     return [DocSpan(start, length) for start, length in spans]
 
 
-def is_max_context(spans: Sequence[DocSpan], span_index: int,
-                   position: int) -> bool:
+def is_max_context(spans: Sequence[DocSpan], span_index: int, position: int) -> bool:
     """Whether span `span_index` gives the piece at `position` most context.
 
     A piece in several windows is scored in each by the smaller of its left
@@ -243,11 +270,18 @@ def is_max_context(spans: Sequence[DocSpan], span_index: int,
     return span_index == context_windows.max_context_window(position, spans)
 
 
-def _window_feature(example: SquadExample, example_index: int, unique_id: int,
-                    span_index: int, spans: Sequence[DocSpan],
-                    query_tokens: list[str], doc_pieces: list[str],
-                    piece_to_word: list[int], tokenizer,
-                    max_seq_length: int) -> InputFeatures:
+def _window_feature(
+    example: SquadExample,
+    example_index: int,
+    unique_id: int,
+    span_index: int,
+    spans: Sequence[DocSpan],
+    query_tokens: list[str],
+    doc_pieces: list[str],
+    piece_to_word: list[int],
+    tokenizer,
+    max_seq_length: int,
+) -> InputFeatures:
     """Packs `[CLS] query [SEP] window [SEP]` with its maps, unlabelled."""
     span = spans[span_index]
     tokens = ["[CLS]"] + query_tokens + ["[SEP]"]
@@ -255,8 +289,7 @@ def _window_feature(example: SquadExample, example_index: int, unique_id: int,
     token_is_max_context = {}
     for piece_index in range(span.start, span.start + span.length):
         token_to_orig_map[len(tokens)] = piece_to_word[piece_index]
-        token_is_max_context[len(tokens)] = is_max_context(spans, span_index,
-                                                           piece_index)
+        token_is_max_context[len(tokens)] = is_max_context(spans, span_index, piece_index)
         tokens.append(doc_pieces[piece_index])
     tokens.append("[SEP]")
     num_padding = max_seq_length - len(tokens)
@@ -272,11 +305,13 @@ def _window_feature(example: SquadExample, example_index: int, unique_id: int,
         input_ids=tokenizer.convert_tokens_to_ids(tokens) + [0] * num_padding,
         input_mask=[1] * len(tokens) + [0] * num_padding,
         segment_ids=segment_ids + [0] * num_padding,
-        is_impossible=example.is_impossible)
+        is_impossible=example.is_impossible,
+    )
 
 
-def _window_labels(answer: tuple[int, int] | None, span: DocSpan,
-                   num_query_tokens: int) -> tuple[int, int]:
+def _window_labels(
+    answer: tuple[int, int] | None, span: DocSpan, num_query_tokens: int
+) -> tuple[int, int]:
     """(start, end) positions in the packed window; (0, 0) = [CLS] = none."""
     if answer is None:
         return 0, 0

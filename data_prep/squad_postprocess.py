@@ -38,6 +38,7 @@ class RawResult(NamedTuple):
         start_logits: float list or array [S].
         end_logits: float list or array [S].
     """
+
     unique_id: int
     start_logits: Sequence[float]
     end_logits: Sequence[float]
@@ -54,6 +55,7 @@ class SquadPredictions:
         null_odds: qas_id -> null score minus best non-null score (v2.0 only,
             else empty).
     """
+
     predictions: "collections.OrderedDict[str, str]"
     nbest: "collections.OrderedDict[str, list]"
     null_odds: "collections.OrderedDict[str, float]"
@@ -61,6 +63,7 @@ class SquadPredictions:
 
 class _Candidate(NamedTuple):
     """A candidate answer span in one feature."""
+
     feature_index: int
     start_index: int
     end_index: int
@@ -70,6 +73,7 @@ class _Candidate(NamedTuple):
 
 class _NullScore(NamedTuple):
     """The lowest [CLS] score over an example's features."""
+
     feature_index: int
     start_logit: float
     end_logit: float
@@ -79,14 +83,16 @@ class _NullScore(NamedTuple):
         return self.start_logit + self.end_logit
 
 
-def compute_predictions(examples: Sequence[SquadExample],
-                        features: Sequence[InputFeatures],
-                        results: Iterable[Any] | Mapping[int, Any],
-                        n_best_size: int = 20, max_answer_length: int = 30,
-                        do_lower_case: bool = True,
-                        version_2_with_negative: bool = False,
-                        null_score_diff_threshold: float = 0.0
-                        ) -> SquadPredictions:
+def compute_predictions(
+    examples: Sequence[SquadExample],
+    features: Sequence[InputFeatures],
+    results: Iterable[Any] | Mapping[int, Any],
+    n_best_size: int = 20,
+    max_answer_length: int = 30,
+    do_lower_case: bool = True,
+    version_2_with_negative: bool = False,
+    null_score_diff_threshold: float = 0.0,
+) -> SquadPredictions:
     """Turns per-feature logits into an answer for every example.
 
     Args:
@@ -118,9 +124,15 @@ def compute_predictions(examples: Sequence[SquadExample],
     null_odds = collections.OrderedDict()
     for example_index, example in enumerate(examples):
         text, entries, odds = predict_example(
-            example, features_by_example[example_index], results_by_id,
-            n_best_size, max_answer_length, do_lower_case,
-            version_2_with_negative, null_score_diff_threshold)
+            example,
+            features_by_example[example_index],
+            results_by_id,
+            n_best_size,
+            max_answer_length,
+            do_lower_case,
+            version_2_with_negative,
+            null_score_diff_threshold,
+        )
         predictions[example.qas_id] = text
         nbest[example.qas_id] = entries
         if version_2_with_negative:
@@ -128,9 +140,12 @@ def compute_predictions(examples: Sequence[SquadExample],
     return SquadPredictions(predictions, nbest, null_odds)
 
 
-def write_predictions(predictions: SquadPredictions,
-                      output_prediction_file: str, output_nbest_file: str,
-                      output_null_log_odds_file: str | None = None) -> None:
+def write_predictions(
+    predictions: SquadPredictions,
+    output_prediction_file: str,
+    output_nbest_file: str,
+    output_null_log_odds_file: str | None = None,
+) -> None:
     """Writes predictions.json, nbest_predictions.json and null_odds.json.
 
     Each file is written atomically, in the original release's format
@@ -141,24 +156,26 @@ def write_predictions(predictions: SquadPredictions,
     _write_json(output_nbest_file, predictions.nbest)
     if output_null_log_odds_file and predictions.null_odds:
         _write_json(output_null_log_odds_file, predictions.null_odds)
-    logging.info("Wrote predictions of %d questions to %s.",
-                 len(predictions.predictions), output_prediction_file)
+    logging.info(
+        "Wrote predictions of %d questions to %s.",
+        len(predictions.predictions),
+        output_prediction_file,
+    )
 
 
 def _write_json(path: str, obj: Any) -> None:
     records.write_json(path, obj, indent=4, sort_keys=False)
 
 
-def _index_results(results: Iterable[Any] | Mapping[int, Any]
-                   ) -> dict[int, RawResult]:
+def _index_results(results: Iterable[Any] | Mapping[int, Any]) -> dict[int, RawResult]:
     """unique_id -> RawResult with the logits as lists of Python floats."""
     if isinstance(results, Mapping):
         results = results.values()
     indexed = {}
     for result in results:
         indexed[int(result.unique_id)] = RawResult(
-            int(result.unique_id), _float_list(result.start_logits),
-            _float_list(result.end_logits))
+            int(result.unique_id), _float_list(result.start_logits), _float_list(result.end_logits)
+        )
     return indexed
 
 
@@ -168,46 +185,49 @@ def _float_list(values: Sequence[float]) -> list[float]:
     return [float(v) for v in values]
 
 
-def predict_example(example: SquadExample, features: Sequence[InputFeatures],
-                    results_by_id: Mapping[int, RawResult], n_best_size: int,
-                    max_answer_length: int, do_lower_case: bool,
-                    version_2_with_negative: bool,
-                    null_score_diff_threshold: float
-                    ) -> tuple[str, list, float | None]:
+def predict_example(
+    example: SquadExample,
+    features: Sequence[InputFeatures],
+    results_by_id: Mapping[int, RawResult],
+    n_best_size: int,
+    max_answer_length: int,
+    do_lower_case: bool,
+    version_2_with_negative: bool,
+    null_score_diff_threshold: float,
+) -> tuple[str, list, float | None]:
     """(answer, n-best list, null odds or None) of one example."""
-    results = [_result_for(feature, example, results_by_id)
-               for feature in features]
+    results = [_result_for(feature, example, results_by_id) for feature in features]
     candidates = []
     for feature_index, (feature, result) in enumerate(zip(features, results)):
-        candidates.extend(feature_candidates(
-            feature_index, feature, result, n_best_size, max_answer_length))
+        candidates.extend(
+            feature_candidates(feature_index, feature, result, n_best_size, max_answer_length)
+        )
     null = _min_null_score(results) if version_2_with_negative else None
     if null is not None:
-        candidates.append(_Candidate(null.feature_index, 0, 0,
-                                     null.start_logit, null.end_logit))
+        candidates.append(_Candidate(null.feature_index, 0, 0, null.start_logit, null.end_logit))
     candidates.sort(key=lambda c: c.start_logit + c.end_logit, reverse=True)
-    entries = _nbest_entries(candidates, features, example, n_best_size,
-                             do_lower_case, null)
+    entries = _nbest_entries(candidates, features, example, n_best_size, do_lower_case, null)
     best_non_null = next((e for e in entries if e["text"]), None)
     if best_non_null is None:
         return _no_span_prediction(example, entries, version_2_with_negative)
     if not version_2_with_negative:
         return entries[0]["text"], entries, None
-    score_diff = (null.score - best_non_null["start_logit"]
-                  - best_non_null["end_logit"])
+    score_diff = null.score - best_non_null["start_logit"] - best_non_null["end_logit"]
     if score_diff > null_score_diff_threshold:
         return "", entries, score_diff
     return best_non_null["text"], entries, score_diff
 
 
-def _result_for(feature: InputFeatures, example: SquadExample,
-                results_by_id: Mapping[int, RawResult]) -> RawResult:
+def _result_for(
+    feature: InputFeatures, example: SquadExample, results_by_id: Mapping[int, RawResult]
+) -> RawResult:
     try:
         return results_by_id[feature.unique_id]
     except KeyError:
-        raise ValueError("No result for feature %d (window %d of question %s)."
-                         % (feature.unique_id, feature.doc_span_index,
-                            example.qas_id)) from None
+        raise ValueError(
+            "No result for feature %d (window %d of question %s)."
+            % (feature.unique_id, feature.doc_span_index, example.qas_id)
+        ) from None
 
 
 def _min_null_score(results: Sequence[RawResult]) -> _NullScore | None:
@@ -226,9 +246,13 @@ def best_indexes(logits: Sequence[float], n_best_size: int) -> list[int]:
     return order[:n_best_size]
 
 
-def feature_candidates(feature_index: int, feature: InputFeatures,
-                       result: RawResult, n_best_size: int,
-                       max_answer_length: int) -> list[_Candidate]:
+def feature_candidates(
+    feature_index: int,
+    feature: InputFeatures,
+    result: RawResult,
+    n_best_size: int,
+    max_answer_length: int,
+) -> list[_Candidate]:
     """Valid spans among the n-best starts x n-best ends of one feature.
 
     A span is valid if both ends are document pieces of the window, the start
@@ -240,24 +264,31 @@ def feature_candidates(feature_index: int, feature: InputFeatures,
         for end in best_indexes(result.end_logits, n_best_size):
             if not _is_valid_span(feature, start, end, max_answer_length):
                 continue
-            candidates.append(_Candidate(
-                feature_index, start, end, result.start_logits[start],
-                result.end_logits[end]))
+            candidates.append(
+                _Candidate(
+                    feature_index, start, end, result.start_logits[start], result.end_logits[end]
+                )
+            )
     return candidates
 
 
-def _is_valid_span(feature: InputFeatures, start: int, end: int,
-                   max_answer_length: int) -> bool:
-    return (start in feature.token_to_orig_map
-            and end in feature.token_to_orig_map
-            and feature.token_is_max_context.get(start, False)
-            and start <= end < start + max_answer_length)
+def _is_valid_span(feature: InputFeatures, start: int, end: int, max_answer_length: int) -> bool:
+    return (
+        start in feature.token_to_orig_map
+        and end in feature.token_to_orig_map
+        and feature.token_is_max_context.get(start, False)
+        and start <= end < start + max_answer_length
+    )
 
 
-def _nbest_entries(candidates: Sequence[_Candidate],
-                   features: Sequence[InputFeatures], example: SquadExample,
-                   n_best_size: int, do_lower_case: bool,
-                   null: _NullScore | None) -> list[dict]:
+def _nbest_entries(
+    candidates: Sequence[_Candidate],
+    features: Sequence[InputFeatures],
+    example: SquadExample,
+    n_best_size: int,
+    do_lower_case: bool,
+    null: _NullScore | None,
+) -> list[dict]:
     """Up to `n_best_size` distinct answers (+ null in v2.0), with softmax."""
     entries = []
     seen = set()
@@ -265,8 +296,9 @@ def _nbest_entries(candidates: Sequence[_Candidate],
         if len(entries) >= n_best_size:
             break
         if candidate.start_index > 0:
-            text = candidate_text(candidate, features[candidate.feature_index],
-                                  example, do_lower_case)
+            text = candidate_text(
+                candidate, features[candidate.feature_index], example, do_lower_case
+            )
             if text in seen:
                 continue
         else:
@@ -275,8 +307,7 @@ def _nbest_entries(candidates: Sequence[_Candidate],
         entries.append(_entry(text, candidate.start_logit, candidate.end_logit))
     if null is not None and "" not in seen:
         entries.append(_entry("", null.start_logit, null.end_logit))
-    probabilities = softmax([e["start_logit"] + e["end_logit"]
-                             for e in entries])
+    probabilities = softmax([e["start_logit"] + e["end_logit"] for e in entries])
     for entry, probability in zip(entries, probabilities):
         entry["probability"] = probability
     return entries
@@ -291,27 +322,27 @@ def _entry(text: str, start_logit: float, end_logit: float) -> dict:
     return entry
 
 
-def _no_span_prediction(example: SquadExample, entries: list[dict],
-                        version_2_with_negative: bool
-                        ) -> tuple[str, list, float | None]:
+def _no_span_prediction(
+    example: SquadExample, entries: list[dict], version_2_with_negative: bool
+) -> tuple[str, list, float | None]:
     """Predicts "" where no non-null span exists (the original's crash)."""
-    logging.warning("Question %s has no valid answer span; predicting \"\".",
-                    example.qas_id)
+    logging.warning('Question %s has no valid answer span; predicting "".', example.qas_id)
     if not entries:
         entries = [_entry("", 0.0, 0.0)]
         entries[0]["probability"] = 1.0
     return "", entries, NO_SPAN_NULL_ODDS if version_2_with_negative else None
 
 
-def candidate_text(candidate: _Candidate, feature: InputFeatures,
-                   example: SquadExample, do_lower_case: bool) -> str:
+def candidate_text(
+    candidate: _Candidate, feature: InputFeatures, example: SquadExample, do_lower_case: bool
+) -> str:
     """The original text of a candidate span."""
-    pieces = feature.tokens[candidate.start_index:candidate.end_index + 1]
+    pieces = feature.tokens[candidate.start_index : candidate.end_index + 1]
     pred_text = " ".join(pieces).replace(" ##", "").replace("##", "")
     pred_text = " ".join(pred_text.split())
     first_word = feature.token_to_orig_map[candidate.start_index]
     last_word = feature.token_to_orig_map[candidate.end_index]
-    orig_text = " ".join(example.doc_tokens[first_word:last_word + 1])
+    orig_text = " ".join(example.doc_tokens[first_word : last_word + 1])
     return get_final_text(pred_text, orig_text, do_lower_case)
 
 
@@ -345,15 +376,15 @@ def get_final_text(pred_text: str, orig_text: str, do_lower_case: bool) -> str:
     orig_chars = _non_space_positions(orig_text)
     tok_chars = _non_space_positions(tok_text)
     if len(orig_chars) != len(tok_chars):
-        logging.debug("Length not equal after stripping spaces: %r vs %r.",
-                      orig_text, tok_text)
+        logging.debug("Length not equal after stripping spaces: %r vs %r.", orig_text, tok_text)
         return orig_text
     tok_position_to_char = {position: i for i, position in enumerate(tok_chars)}
     if start not in tok_position_to_char or end not in tok_position_to_char:
         logging.debug("Could not map %r back onto %r.", pred_text, orig_text)
         return orig_text
-    return orig_text[orig_chars[tok_position_to_char[start]]:
-                     orig_chars[tok_position_to_char[end]] + 1]
+    return orig_text[
+        orig_chars[tok_position_to_char[start]] : orig_chars[tok_position_to_char[end]] + 1
+    ]
 
 
 @functools.lru_cache(maxsize=2)

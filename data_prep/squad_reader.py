@@ -36,6 +36,7 @@ class SquadExample:
         end_position: index in `doc_tokens` of the answer's last word.
         is_impossible: the question has no answer (v2.0 training only).
     """
+
     qas_id: str
     question_text: str
     doc_tokens: list[str]
@@ -55,21 +56,22 @@ class SquadReadResult:
         skipped_qas_ids: ids of the training questions skipped because their
             answer text could not be recovered from the context.
     """
+
     examples: list[SquadExample]
     num_questions: int
     skipped_qas_ids: list[str]
 
 
-def read_squad_examples(input_file: str, is_training: bool,
-                        version_2_with_negative: bool = False
-                        ) -> list[SquadExample]:
+def read_squad_examples(
+    input_file: str, is_training: bool, version_2_with_negative: bool = False
+) -> list[SquadExample]:
     """The examples of a SQuAD JSON file (see `read_squad_file`)."""
-    return read_squad_file(input_file, is_training,
-                           version_2_with_negative).examples
+    return read_squad_file(input_file, is_training, version_2_with_negative).examples
 
 
-def read_squad_file(input_file: str, is_training: bool,
-                    version_2_with_negative: bool = False) -> SquadReadResult:
+def read_squad_file(
+    input_file: str, is_training: bool, version_2_with_negative: bool = False
+) -> SquadReadResult:
     """Reads a SQuAD v1.1 or v2.0 JSON file.
 
     Args:
@@ -96,16 +98,21 @@ def read_squad_file(input_file: str, is_training: bool,
     for article_index, article in enumerate(articles):
         paragraphs = _paragraphs(article, article_index, input_file)
         for paragraph_index, paragraph in enumerate(paragraphs):
-            where = "paragraph %d of article %d" % (paragraph_index,
-                                                    article_index)
+            where = "paragraph %d of article %d" % (paragraph_index, article_index)
             context = _field(paragraph, "context", str, input_file, where)
             qas = _field(paragraph, "qas", list, input_file, where)
             doc_tokens, char_to_word_offset = split_context(context)
             for qa in qas:
                 num_questions += 1
-                example = _read_question(qa, context, doc_tokens,
-                                         char_to_word_offset, is_training,
-                                         version_2_with_negative, input_file)
+                example = _read_question(
+                    qa,
+                    context,
+                    doc_tokens,
+                    char_to_word_offset,
+                    is_training,
+                    version_2_with_negative,
+                    input_file,
+                )
                 if example is None:
                     skipped.append(qa["id"])
                 else:
@@ -125,10 +132,8 @@ def read_squad_json(input_file: str) -> dict:
         dataset = records.read_json(input_file)
     except FileNotFoundError:
         raise ValueError("SQuAD file %s does not exist." % input_file) from None
-    if (not isinstance(dataset, dict)
-            or not isinstance(dataset.get("data"), list)):
-        raise ValueError("%s is not a SQuAD file: it has no top-level \"data\" "
-                         "list." % input_file)
+    if not isinstance(dataset, dict) or not isinstance(dataset.get("data"), list):
+        raise ValueError('%s is not a SQuAD file: it has no top-level "data" list.' % input_file)
     return dataset
 
 
@@ -143,8 +148,10 @@ def _field(obj: Mapping, key: str, kind: type, input_file: str, where: str):
     """`obj[key]`, checked to be of type `kind`, or a clear ValueError."""
     value = obj.get(key) if isinstance(obj, Mapping) else None
     if not isinstance(value, kind):
-        raise ValueError("%s: %s has no %r %s." % (
-            input_file, where, key, "string" if kind is str else kind.__name__))
+        raise ValueError(
+            "%s: %s has no %r %s."
+            % (input_file, where, key, "string" if kind is str else kind.__name__)
+        )
     return value
 
 
@@ -177,84 +184,122 @@ def split_context(context: str) -> tuple[list[str], list[int]]:
     return doc_tokens, char_to_word_offset
 
 
-def _read_question(qa: Any, context: str, doc_tokens: list[str],
-                   char_to_word_offset: list[int], is_training: bool,
-                   version_2_with_negative: bool,
-                   input_file: str) -> SquadExample | None:
+def _read_question(
+    qa: Any,
+    context: str,
+    doc_tokens: list[str],
+    char_to_word_offset: list[int],
+    is_training: bool,
+    version_2_with_negative: bool,
+    input_file: str,
+) -> SquadExample | None:
     """The example of one question, or None if its answer is unrecoverable."""
     if not isinstance(qa, dict) or not isinstance(qa.get("id"), str):
-        raise ValueError("%s: a question has no string \"id\": %.200r"
-                         % (input_file, qa))
+        raise ValueError('%s: a question has no string "id": %.200r' % (input_file, qa))
     qas_id = qa["id"]
-    question_text = _field(qa, "question", str, input_file,
-                           "question %s" % qas_id)
+    question_text = _field(qa, "question", str, input_file, "question %s" % qas_id)
     if not is_training:
         return SquadExample(qas_id, question_text, doc_tokens)
     if version_2_with_negative and qa.get("is_impossible", False):
-        return SquadExample(qas_id, question_text, doc_tokens,
-                            orig_answer_text="", start_position=-1,
-                            end_position=-1, is_impossible=True)
+        return SquadExample(
+            qas_id,
+            question_text,
+            doc_tokens,
+            orig_answer_text="",
+            start_position=-1,
+            end_position=-1,
+            is_impossible=True,
+        )
     answer = _first_answer(qa, version_2_with_negative, input_file)
-    span = _answer_word_span(answer, context, doc_tokens, char_to_word_offset,
-                             input_file, qas_id)
+    span = _answer_word_span(answer, context, doc_tokens, char_to_word_offset, input_file, qas_id)
     if span is None:
         return None
-    return SquadExample(qas_id, question_text, doc_tokens,
-                        orig_answer_text=answer["text"],
-                        start_position=span[0], end_position=span[1])
+    return SquadExample(
+        qas_id,
+        question_text,
+        doc_tokens,
+        orig_answer_text=answer["text"],
+        start_position=span[0],
+        end_position=span[1],
+    )
 
 
-def _first_answer(qa: dict, version_2_with_negative: bool,
-                  input_file: str) -> dict:
+def _first_answer(qa: dict, version_2_with_negative: bool, input_file: str) -> dict:
     """The first answer of a training question, checked."""
     answers = qa.get("answers")
     if not isinstance(answers, list) or not answers:
-        hint = ("" if version_2_with_negative else
-                " (for SQuAD 2.0 data set version_2_with_negative)")
-        raise ValueError("%s: question %s has no answer and is not marked "
-                         "is_impossible%s." % (input_file, qa["id"], hint))
+        hint = (
+            "" if version_2_with_negative else " (for SQuAD 2.0 data set version_2_with_negative)"
+        )
+        raise ValueError(
+            "%s: question %s has no answer and is not marked "
+            "is_impossible%s." % (input_file, qa["id"], hint)
+        )
     answer = answers[0]
-    if (not isinstance(answer, dict) or not isinstance(answer.get("text"), str)
-            or not isinstance(answer.get("answer_start"), int)):
-        raise ValueError("%s: question %s: an answer needs a string \"text\" "
-                         "and an integer \"answer_start\", got %.200r."
-                         % (input_file, qa["id"], answer))
+    if (
+        not isinstance(answer, dict)
+        or not isinstance(answer.get("text"), str)
+        or not isinstance(answer.get("answer_start"), int)
+    ):
+        raise ValueError(
+            '%s: question %s: an answer needs a string "text" '
+            'and an integer "answer_start", got %.200r.' % (input_file, qa["id"], answer)
+        )
     if not answer["text"]:
-        raise ValueError("%s: question %s has an empty answer text."
-                         % (input_file, qa["id"]))
+        raise ValueError("%s: question %s has an empty answer text." % (input_file, qa["id"]))
     return answer
 
 
-def _answer_word_span(answer: dict, context: str, doc_tokens: list[str],
-                      char_to_word_offset: list[int], input_file: str,
-                      qas_id: str) -> tuple[int, int] | None:
+def _answer_word_span(
+    answer: dict,
+    context: str,
+    doc_tokens: list[str],
+    char_to_word_offset: list[int],
+    input_file: str,
+    qas_id: str,
+) -> tuple[int, int] | None:
     """(first word, last word) of an answer, None if its text is not there."""
     text = answer["text"]
     offset = answer["answer_start"]
     if offset < 0 or offset + len(text) > len(context):
         raise ValueError(
             "%s: question %s: answer %r at character %d runs outside its "
-            "context of %d characters." % (input_file, qas_id, text, offset,
-                                           len(context)))
+            "context of %d characters." % (input_file, qas_id, text, offset, len(context))
+        )
     start = char_to_word_offset[offset]
     end = char_to_word_offset[offset + len(text) - 1]
-    found = " ".join(doc_tokens[start:end + 1])
+    found = " ".join(doc_tokens[start : end + 1])
     wanted = " ".join(tokenization.whitespace_tokenize(text))
     if wanted not in found:
-        logging.warning("%s: skipping question %s: answer %r is not found at "
-                        "its offset (the words there are %r).",
-                        input_file, qas_id, wanted, found)
+        logging.warning(
+            "%s: skipping question %s: answer %r is not found at "
+            "its offset (the words there are %r).",
+            input_file,
+            qas_id,
+            wanted,
+            found,
+        )
         return None
     return start, end
 
 
-def _log_read_summary(input_file: str, num_questions: int,
-                      examples: list[SquadExample], skipped: list[str]) -> None:
+def _log_read_summary(
+    input_file: str, num_questions: int, examples: list[SquadExample], skipped: list[str]
+) -> None:
     num_impossible = sum(1 for e in examples if e.is_impossible)
-    logging.info("Read %d questions from %s: %d examples (%d impossible), "
-                 "%d skipped.", num_questions, input_file, len(examples),
-                 num_impossible, len(skipped))
+    logging.info(
+        "Read %d questions from %s: %d examples (%d impossible), %d skipped.",
+        num_questions,
+        input_file,
+        len(examples),
+        num_impossible,
+        len(skipped),
+    )
     if skipped:
-        logging.warning("%d questions of %s skipped because their answer text "
-                        "could not be recovered from the context: %s",
-                        len(skipped), input_file, ", ".join(skipped[:20]))
+        logging.warning(
+            "%d questions of %s skipped because their answer text "
+            "could not be recovered from the context: %s",
+            len(skipped),
+            input_file,
+            ", ".join(skipped[:20]),
+        )

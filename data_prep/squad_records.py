@@ -37,6 +37,7 @@ RECORD_FORMAT = "bert_squad_tfrecord/2"
 @dataclasses.dataclass(frozen=True)
 class FeatureSettings:
     """What, besides the input file, determines the features."""
+
     max_seq_length: int
     doc_stride: int
     max_query_length: int
@@ -47,6 +48,7 @@ class FeatureSettings:
 @dataclasses.dataclass(frozen=True)
 class TrainData:
     """The training TFRecord file and its metadata."""
+
     file: str
     metadata: dict
 
@@ -59,6 +61,7 @@ class TrainData:
 class PredictData:
     """What prediction needs: the record file and its metadata, and the examples and
     features that post-processing maps the logits back onto."""
+
     file: str
     metadata: dict
     examples: list
@@ -89,8 +92,7 @@ def feature_to_tf_example(feature: InputFeatures, is_training: bool) -> tf.train
     return tf.train.Example(features=tf.train.Features(feature=fields))
 
 
-def write_features(features: Iterable[InputFeatures], output_file: str,
-                   is_training: bool) -> int:
+def write_features(features: Iterable[InputFeatures], output_file: str, is_training: bool) -> int:
     """Writes features to a TFRecord file, atomically (`records.write_tfrecord`).
 
     Args:
@@ -101,20 +103,31 @@ def write_features(features: Iterable[InputFeatures], output_file: str,
     Returns:
         The number of features written.
     """
-    count = records.write_tfrecord(output_file, (
-        feature_to_tf_example(feature, is_training).SerializeToString()
-        for feature in features))
+    count = records.write_tfrecord(
+        output_file,
+        (feature_to_tf_example(feature, is_training).SerializeToString() for feature in features),
+    )
     logging.info("Wrote %d features to %s.", count, output_file)
     return count
 
 
-def write_metadata(record_file: str, *, max_seq_length: int, doc_stride: int,
-                   max_query_length: int, do_lower_case: bool,
-                   is_training: bool, version_2_with_negative: bool,
-                   num_questions: int, num_examples: int, num_features: int,
-                   num_skipped: int = 0, vocab_file: str | None = None,
-                   extra: Mapping[str, Any] | None = None,
-                   input_files: Sequence[str] = ()) -> dict:
+def write_metadata(
+    record_file: str,
+    *,
+    max_seq_length: int,
+    doc_stride: int,
+    max_query_length: int,
+    do_lower_case: bool,
+    is_training: bool,
+    version_2_with_negative: bool,
+    num_questions: int,
+    num_examples: int,
+    num_features: int,
+    num_skipped: int = 0,
+    vocab_file: str | None = None,
+    extra: Mapping[str, Any] | None = None,
+    input_files: Sequence[str] = (),
+) -> dict:
     """Writes the metadata of a SQuAD TFRecord file (`records.write_metadata`).
 
     Args:
@@ -147,28 +160,41 @@ def write_metadata(record_file: str, *, max_seq_length: int, doc_stride: int,
         num_examples=num_examples,
         num_features=num_features,
         num_skipped=num_skipped,
-        vocab_file=vocab_file)
+        vocab_file=vocab_file,
+    )
     values.update(extra or {})
     return records.write_metadata(record_file, RECORD_FORMAT, values, input_files)
 
 
-def _read_usable(input_file: str, is_training: bool, version_2_with_negative: bool
-                 ) -> squad_reader.SquadReadResult:
+def _read_usable(
+    input_file: str, is_training: bool, version_2_with_negative: bool
+) -> squad_reader.SquadReadResult:
     """The examples of a SQuAD file; a ValueError if there are none."""
-    result = squad_reader.read_squad_file(input_file, is_training,
-                                          version_2_with_negative)
+    result = squad_reader.read_squad_file(input_file, is_training, version_2_with_negative)
     if not result.examples:
-        raise ValueError(f"{input_file}: no usable question ({result.num_questions} "
-                         f"questions, {len(result.skipped_qas_ids)} skipped)")
+        raise ValueError(
+            f"{input_file}: no usable question ({result.num_questions} "
+            f"questions, {len(result.skipped_qas_ids)} skipped)"
+        )
     if result.skipped_qas_ids:
-        logging.warning("Skipped %d of %d training questions of %s (answer text not found "
-                        "at its offset); see num_skipped in the metadata.",
-                        len(result.skipped_qas_ids), result.num_questions, input_file)
+        logging.warning(
+            "Skipped %d of %d training questions of %s (answer text not found "
+            "at its offset); see num_skipped in the metadata.",
+            len(result.skipped_qas_ids),
+            result.num_questions,
+            input_file,
+        )
     return result
 
 
-def build_train_features(train_file: str, record_file: str, tokenizer, vocab_file: str,
-                         settings: FeatureSettings, seed: int) -> TrainData:
+def build_train_features(
+    train_file: str,
+    record_file: str,
+    tokenizer,
+    vocab_file: str,
+    settings: FeatureSettings,
+    seed: int,
+) -> TrainData:
     """Writes (or reuses) the training records; features are streamed to the file.
 
     The questions are shuffled (random.Random(seed)) before windowing, as the original
@@ -176,8 +202,12 @@ def build_train_features(train_file: str, record_file: str, tokenizer, vocab_fil
     file is reused while the training file, the vocabulary (by content), `settings`
     and `seed` are those it was written with (`records.reusable_metadata`).
     """
-    source = dict(dataclasses.asdict(settings), is_training=True, shuffle_seed=seed,
-                  vocab_sha256=records.file_sha256(vocab_file))
+    source = dict(
+        dataclasses.asdict(settings),
+        is_training=True,
+        shuffle_seed=seed,
+        vocab_sha256=records.file_sha256(vocab_file),
+    )
     metadata = records.reusable_metadata(record_file, RECORD_FORMAT, source, [train_file])
     if metadata is not None:
         logging.info("Reusing %s (%d features).", record_file, metadata["num_features"])
@@ -186,32 +216,55 @@ def build_train_features(train_file: str, record_file: str, tokenizer, vocab_fil
     examples = list(read.examples)
     random.Random(seed).shuffle(examples)
     features = squad_features.convert_examples_to_features(
-        examples, tokenizer, settings.max_seq_length, settings.doc_stride,
-        settings.max_query_length, is_training=True)
+        examples,
+        tokenizer,
+        settings.max_seq_length,
+        settings.doc_stride,
+        settings.max_query_length,
+        is_training=True,
+    )
     num_features = write_features(features, record_file, is_training=True)
     metadata = write_metadata(
-        record_file, **dataclasses.asdict(settings), is_training=True,
-        num_questions=read.num_questions, num_examples=len(examples),
-        num_features=num_features, num_skipped=len(read.skipped_qas_ids),
-        vocab_file=vocab_file, extra=dict(
-            shuffle_seed=seed, vocab_sha256=source["vocab_sha256"]),
-        input_files=[train_file])
+        record_file,
+        **dataclasses.asdict(settings),
+        is_training=True,
+        num_questions=read.num_questions,
+        num_examples=len(examples),
+        num_features=num_features,
+        num_skipped=len(read.skipped_qas_ids),
+        vocab_file=vocab_file,
+        extra=dict(shuffle_seed=seed, vocab_sha256=source["vocab_sha256"]),
+        input_files=[train_file],
+    )
     return TrainData(record_file, metadata)
 
 
-def build_predict_features(predict_file: str, record_file: str, tokenizer,
-                           vocab_file: str, settings: FeatureSettings) -> PredictData:
+def build_predict_features(
+    predict_file: str, record_file: str, tokenizer, vocab_file: str, settings: FeatureSettings
+) -> PredictData:
     """Reads `predict_file`, keeps its examples and features, writes their records."""
     read = _read_usable(predict_file, False, settings.version_2_with_negative)
-    features = list(squad_features.convert_examples_to_features(
-        read.examples, tokenizer, settings.max_seq_length, settings.doc_stride,
-        settings.max_query_length, is_training=False))
+    features = list(
+        squad_features.convert_examples_to_features(
+            read.examples,
+            tokenizer,
+            settings.max_seq_length,
+            settings.doc_stride,
+            settings.max_query_length,
+            is_training=False,
+        )
+    )
     write_features(features, record_file, is_training=False)
     metadata = write_metadata(
-        record_file, **dataclasses.asdict(settings), is_training=False,
-        num_questions=read.num_questions, num_examples=len(read.examples),
-        num_features=len(features), vocab_file=vocab_file,
-        input_files=[predict_file])
+        record_file,
+        **dataclasses.asdict(settings),
+        is_training=False,
+        num_questions=read.num_questions,
+        num_examples=len(read.examples),
+        num_features=len(features),
+        vocab_file=vocab_file,
+        input_files=[predict_file],
+    )
     return PredictData(record_file, metadata, read.examples, features)
 
 
@@ -242,24 +295,32 @@ def make_decoder(max_seq_length: int, is_training: bool):
     def decode(record):
         parsed = tf.io.parse_single_example(record, spec)
         # int32: TPUs have no int64, and ids fit.
-        return {records.ENCODER_INPUT_NAMES.get(name, name): tf.cast(value, tf.int32)
-                for name, value in parsed.items()}
+        return {
+            records.ENCODER_INPUT_NAMES.get(name, name): tf.cast(value, tf.int32)
+            for name, value in parsed.items()
+        }
 
     return decode
 
 
-def load_dataset(input_file: str | Sequence[str], max_seq_length: int,
-                 is_training: bool) -> tf.data.Dataset:
+def load_dataset(
+    input_file: str | Sequence[str], max_seq_length: int, is_training: bool
+) -> tf.data.Dataset:
     """An unbatched `tf.data.Dataset` of decoded records (`make_decoder`)."""
     return tf.data.TFRecordDataset(input_file).map(
-        make_decoder(max_seq_length, is_training),
-        num_parallel_calls=tf.data.AUTOTUNE)
+        make_decoder(max_seq_length, is_training), num_parallel_calls=tf.data.AUTOTUNE
+    )
 
 
-def build_dataset(record_file: str, metadata: dict, batch_size: int, is_training: bool,
-                  seed: int | None = None, shuffle_buffer_size: int = 10000,
-                  input_context: tf.distribute.InputContext | None = None
-                  ) -> tf.data.Dataset:
+def build_dataset(
+    record_file: str,
+    metadata: dict,
+    batch_size: int,
+    is_training: bool,
+    seed: int | None = None,
+    shuffle_buffer_size: int = 10000,
+    input_context: tf.distribute.InputContext | None = None,
+) -> tf.data.Dataset:
     """Batches of flat feature dicts, as the Trainer takes them.
 
     Each element: int32 `unique_ids` [B], `input_word_ids`, `input_mask`,
@@ -278,10 +339,11 @@ def build_dataset(record_file: str, metadata: dict, batch_size: int, is_training
     dataset = records.tfrecord_dataset(record_file, input_context)
     if is_training:
         buffer_size = max(1, min(shuffle_buffer_size, metadata["num_features"]))
-        dataset = dataset.shuffle(buffer_size, seed=seed,
-                                  reshuffle_each_iteration=True).repeat()
-    dataset = dataset.map(make_decoder(metadata["max_seq_length"], is_training),
-                          num_parallel_calls=tf.data.AUTOTUNE)
-    dataset = dataset.batch(records.per_replica_batch_size(batch_size, input_context),
-                            drop_remainder=is_training)
+        dataset = dataset.shuffle(buffer_size, seed=seed, reshuffle_each_iteration=True).repeat()
+    dataset = dataset.map(
+        make_decoder(metadata["max_seq_length"], is_training), num_parallel_calls=tf.data.AUTOTUNE
+    )
+    dataset = dataset.batch(
+        records.per_replica_batch_size(batch_size, input_context), drop_remainder=is_training
+    )
     return dataset.prefetch(tf.data.AUTOTUNE)

@@ -44,10 +44,12 @@ TAG_SCHEMES = ("iob1", "iob2", "iobes")
 _SCHEME_PREFIXES = {"iob1": ("B", "I"), "iob2": ("B", "I"), "iobes": ("B", "I", "E", "S")}
 
 # (previous prefix, current prefix) pairs at which the script ends / starts a chunk.
-_END_PAIRS = frozenset({("B", "B"), ("B", "O"), ("I", "B"), ("I", "O"),
-                        ("E", "E"), ("E", "I"), ("E", "O")})
-_START_PAIRS = frozenset({("B", "B"), ("I", "B"), ("O", "B"), ("O", "I"),
-                          ("E", "E"), ("E", "I"), ("O", "E")})
+_END_PAIRS = frozenset(
+    {("B", "B"), ("B", "O"), ("I", "B"), ("I", "O"), ("E", "E"), ("E", "I"), ("E", "O")}
+)
+_START_PAIRS = frozenset(
+    {("B", "B"), ("I", "B"), ("O", "B"), ("O", "I"), ("E", "E"), ("E", "I"), ("O", "E")}
+)
 # Pairs added for IOBES (besides "S- always ends and starts a chunk").
 _IOBES_END_PAIRS = frozenset({("B", "S"), ("I", "S"), ("E", "S"), ("E", "B")})
 _IOBES_START_PAIRS = frozenset({("E", "B"), ("S", "B"), ("S", "I"), ("S", "E")})
@@ -74,8 +76,9 @@ def split_tag(tag: str) -> tuple[str, str]:
     return prefix, chunk_type
 
 
-def end_of_chunk(prev_prefix: str, prefix: str, prev_type: str, chunk_type: str,
-                 iobes: bool = True) -> bool:
+def end_of_chunk(
+    prev_prefix: str, prefix: str, prev_type: str, chunk_type: str, iobes: bool = True
+) -> bool:
     """Whether a chunk ends between the previous and the current token."""
     if (prev_prefix, prefix) in _END_PAIRS or prev_prefix in _BRACKETS:
         return True
@@ -86,8 +89,9 @@ def end_of_chunk(prev_prefix: str, prefix: str, prev_type: str, chunk_type: str,
     return False
 
 
-def start_of_chunk(prev_prefix: str, prefix: str, prev_type: str, chunk_type: str,
-                   iobes: bool = True) -> bool:
+def start_of_chunk(
+    prev_prefix: str, prefix: str, prev_type: str, chunk_type: str, iobes: bool = True
+) -> bool:
     """Whether a chunk starts at the current token."""
     if (prev_prefix, prefix) in _START_PAIRS or prefix in _BRACKETS:
         return True
@@ -110,11 +114,11 @@ def get_chunks(tags: Sequence[str], iobes: bool = True) -> list[tuple[str, int, 
     for index, tag in enumerate(list(tags) + [OUTSIDE]):
         prefix, chunk_type = split_tag(tag)
         if chunk_start is not None and end_of_chunk(
-                prev_prefix, prefix, prev_type, chunk_type, iobes):
+            prev_prefix, prefix, prev_type, chunk_type, iobes
+        ):
             chunks.append((prev_type, chunk_start, index))
             chunk_start = None
-        if index < len(tags) and start_of_chunk(
-                prev_prefix, prefix, prev_type, chunk_type, iobes):
+        if index < len(tags) and start_of_chunk(prev_prefix, prefix, prev_type, chunk_type, iobes):
             chunk_start = index
         prev_prefix, prev_type = prefix, chunk_type
     return chunks
@@ -166,8 +170,8 @@ def detect_tag_scheme(tag_sequences: Sequence[Sequence[str]]) -> str:
     if prefixes & {"E", "S"}:
         return "iobes"
     starts = collections.Counter(
-        split_tag(tags[start])[0] for tags in tag_sequences
-        for _, start, _ in get_chunks(tags))
+        split_tag(tags[start])[0] for tags in tag_sequences for _, start, _ in get_chunks(tags)
+    )
     return "iob1" if starts["I"] > starts["B"] else "iob2"
 
 
@@ -182,7 +186,7 @@ def to_iob2(tags: Sequence[str]) -> list[str]:
     iob2 = [OUTSIDE] * len(tags)
     for chunk_type, start, end in get_chunks(tags):
         iob2[start] = f"B-{chunk_type}"
-        iob2[start + 1:end] = [f"I-{chunk_type}"] * (end - start - 1)
+        iob2[start + 1 : end] = [f"I-{chunk_type}"] * (end - start - 1)
     return iob2
 
 

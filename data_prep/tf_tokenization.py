@@ -53,9 +53,13 @@ class TFBertTokenizer(tf.Module):
         vocab_size: number of distinct tokens.
     """
 
-    def __init__(self, vocab_file: str, do_lower_case: bool = True,
-                 max_input_chars_per_word: int = tokenization.MAX_INPUT_CHARS_PER_WORD,
-                 name: str | None = None):
+    def __init__(
+        self,
+        vocab_file: str,
+        do_lower_case: bool = True,
+        max_input_chars_per_word: int = tokenization.MAX_INPUT_CHARS_PER_WORD,
+        name: str | None = None,
+    ):
         """Constructs a TFBertTokenizer.
 
         Args:
@@ -71,8 +75,10 @@ class TFBertTokenizer(tf.Module):
         super().__init__(name=name)
         vocab = tokenization.load_vocab(vocab_file)
         tokenization.validate_vocab(
-            vocab, (tokenization.UNK_TOKEN, tokenization.CLS_TOKEN,
-                    tokenization.SEP_TOKEN), vocab_file)
+            vocab,
+            (tokenization.UNK_TOKEN, tokenization.CLS_TOKEN, tokenization.SEP_TOKEN),
+            vocab_file,
+        )
         self.do_lower_case = do_lower_case
         self.max_input_chars_per_word = max_input_chars_per_word
         self.cls_id = vocab[tokenization.CLS_TOKEN]
@@ -81,7 +87,8 @@ class TFBertTokenizer(tf.Module):
         self.vocab_file, self.vocab_table = _build_vocab_table(vocab_file, vocab)
         self._unk_id = vocab[tokenization.UNK_TOKEN]
         self._wordpiece = _wordpiece_tokenizer(
-            vocab, self.vocab_table, _MAX_BYTES_PER_CHAR * max_input_chars_per_word)
+            vocab, self.vocab_table, _MAX_BYTES_PER_CHAR * max_input_chars_per_word
+        )
         self._end_to_end = _end_to_end_tokenizer(vocab, max_input_chars_per_word)
         self._build_patterns()
 
@@ -92,8 +99,7 @@ class TFBertTokenizer(tf.Module):
         self._cjk = tokenization.regex_class(tokenization.CJK_RANGES)
         self._marks = _re2_class(classes.nonspacing_marks)
         punctuation = _re2_class(classes.punctuation)
-        self._split_delimiters = "%s|%s+" % (punctuation,
-                                             _re2_class(classes.split_space))
+        self._split_delimiters = "%s|%s+" % (punctuation, _re2_class(classes.split_space))
         self._split_keep = punctuation
         # Strings holding a code point Python leaves unassigned (ICU may know it as
         # punctuation) take the exact path.
@@ -138,9 +144,9 @@ class TFBertTokenizer(tf.Module):
         words = tf_text.regex_split(text, self._split_delimiters, self._split_keep)
         # The original maps a word over the limit to [UNK] whatever its pieces.
         too_long = tf.strings.length(words.flat_values, unit="UTF8_CHAR") > (
-            self.max_input_chars_per_word)
-        return words.with_flat_values(
-            tf.where(too_long, tokenization.UNK_TOKEN, words.flat_values))
+            self.max_input_chars_per_word
+        )
+        return words.with_flat_values(tf.where(too_long, tokenization.UNK_TOKEN, words.flat_values))
 
     @tf.function(input_signature=[tf.TensorSpec([None], tf.string)])
     def tokenize(self, text: tf.Tensor) -> tf.RaggedTensor:
@@ -162,15 +168,15 @@ class TFBertTokenizer(tf.Module):
         # unassigned code points.
         exact = tf.logical_and(
             tf.reduce_any(tf.equal(fast, self._unk_id), axis=1),
-            tf.strings.length(normalized) > self.max_input_chars_per_word)
+            tf.strings.length(normalized) > self.max_input_chars_per_word,
+        )
         if self._unassigned is not None:
-            exact = tf.logical_or(exact, tf.strings.regex_full_match(normalized,
-                                                                     self._unassigned))
+            exact = tf.logical_or(exact, tf.strings.regex_full_match(normalized, self._unassigned))
         return tf.cond(
             tf.reduce_any(exact),
-            lambda: _replace_rows(fast, exact,
-                                  self._exact_ids(tf.boolean_mask(normalized, exact))),
-            lambda: fast)
+            lambda: _replace_rows(fast, exact, self._exact_ids(tf.boolean_mask(normalized, exact))),
+            lambda: fast,
+        )
 
     def _exact_ids(self, normalized: tf.Tensor) -> tf.RaggedTensor:
         """[B, (T)] int32 ids of normalized strings, split with `regex_split`."""
@@ -208,15 +214,22 @@ def _wordpiece_tokenizer(vocab, vocab_table, max_bytes_per_word):
         by_id = sorted(tokens, key=vocab.__getitem__)
         try:
             return tf_text.FastWordpieceTokenizer(
-                vocab=by_id, suffix_indicator=tokenization.WORDPIECE_PREFIX,
-                max_bytes_per_word=max_bytes_per_word, token_out_type=tf.int64,
-                unknown_token=tokenization.UNK_TOKEN, no_pretokenization=True)
+                vocab=by_id,
+                suffix_indicator=tokenization.WORDPIECE_PREFIX,
+                max_bytes_per_word=max_bytes_per_word,
+                token_out_type=tf.int64,
+                unknown_token=tokenization.UNK_TOKEN,
+                no_pretokenization=True,
+            )
         except (RuntimeError, ValueError, tf.errors.OpError):
             pass  # A token the fast model cannot hold: use the classic algorithm.
     return tf_text.WordpieceTokenizer(
-        vocab_table, suffix_indicator=tokenization.WORDPIECE_PREFIX,
-        max_bytes_per_word=max_bytes_per_word, token_out_type=tf.int64,
-        unknown_token=tokenization.UNK_TOKEN)
+        vocab_table,
+        suffix_indicator=tokenization.WORDPIECE_PREFIX,
+        max_bytes_per_word=max_bytes_per_word,
+        token_out_type=tf.int64,
+        unknown_token=tokenization.UNK_TOKEN,
+    )
 
 
 def _end_to_end_tokenizer(vocab, max_bytes_per_word):
@@ -229,20 +242,25 @@ def _end_to_end_tokenizer(vocab, max_bytes_per_word):
         return tf_text.FastWordpieceTokenizer(
             vocab=sorted(tokens, key=vocab.__getitem__),
             suffix_indicator=tokenization.WORDPIECE_PREFIX,
-            max_bytes_per_word=max_bytes_per_word, token_out_type=tf.int64,
-            unknown_token=tokenization.UNK_TOKEN, no_pretokenization=False)
+            max_bytes_per_word=max_bytes_per_word,
+            token_out_type=tf.int64,
+            unknown_token=tokenization.UNK_TOKEN,
+            no_pretokenization=False,
+        )
     except (RuntimeError, ValueError, tf.errors.OpError):
         return None
 
 
-def _replace_rows(ragged: tf.RaggedTensor, mask: tf.Tensor,
-                  rows: tf.RaggedTensor) -> tf.RaggedTensor:
+def _replace_rows(
+    ragged: tf.RaggedTensor, mask: tf.Tensor, rows: tf.RaggedTensor
+) -> tf.RaggedTensor:
     """`ragged` [B, (T)] with the rows where `mask` [B] is True replaced, in order,
     by those of `rows` [sum(mask), (T)]."""
     batch = ragged.nrows(out_type=tf.int32)
     index = tf.cast(tf.where(mask)[:, 0], tf.int32)
-    order = tf.tensor_scatter_nd_update(tf.range(batch), index[:, tf.newaxis],
-                                        batch + tf.range(tf.size(index)))
+    order = tf.tensor_scatter_nd_update(
+        tf.range(batch), index[:, tf.newaxis], batch + tf.range(tf.size(index))
+    )
     return tf.gather(tf.concat([ragged, tf.cast(rows, ragged.dtype)], axis=0), order)
 
 
@@ -263,13 +281,17 @@ def _build_vocab_table(vocab_file, vocab):
     if len(lines) == len(vocab) and all(line == token for line, token in zip(lines, vocab)):
         asset = tf.saved_model.Asset(vocab_file)
         initializer = tf.lookup.TextFileInitializer(
-            asset, key_dtype=tf.string, key_index=tf.lookup.TextFileIndex.WHOLE_LINE,
-            value_dtype=tf.int64, value_index=tf.lookup.TextFileIndex.LINE_NUMBER)
+            asset,
+            key_dtype=tf.string,
+            key_index=tf.lookup.TextFileIndex.WHOLE_LINE,
+            value_dtype=tf.int64,
+            value_index=tf.lookup.TextFileIndex.LINE_NUMBER,
+        )
     else:
         asset = None
         initializer = tf.lookup.KeyValueTensorInitializer(
-            list(vocab.keys()), list(vocab.values()), key_dtype=tf.string,
-            value_dtype=tf.int64)
+            list(vocab.keys()), list(vocab.values()), key_dtype=tf.string, value_dtype=tf.int64
+        )
     return asset, tf.lookup.StaticHashTable(initializer, default_value=-1)
 
 
@@ -282,8 +304,7 @@ def _merge_to_rank_2(ids) -> tf.RaggedTensor:
     return tf.cast(ids, tf.int32)
 
 
-def bert_pack_inputs(segments, seq_length, cls_id: int,
-                     sep_id: int) -> dict[str, tf.Tensor]:
+def bert_pack_inputs(segments, seq_length, cls_id: int, sep_id: int) -> dict[str, tf.Tensor]:
     """Truncates, packs and pads one or two segments into BERT's inputs.
 
     Layout `[CLS] A [SEP]` or `[CLS] A [SEP] B [SEP]`, then padding; segment id 0
@@ -310,14 +331,18 @@ def bert_pack_inputs(segments, seq_length, cls_id: int,
         seq_length = int(static)
         budget = seq_length - 1 - len(segments)
         if budget < 0:
-            raise ValueError("seq_length=%d is too short for %d segment(s) and their "
-                             "special tokens." % (seq_length, len(segments)))
+            raise ValueError(
+                "seq_length=%d is too short for %d segment(s) and their "
+                "special tokens." % (seq_length, len(segments))
+            )
     else:
         seq_length = tf.cast(seq_length, tf.int32)
         budget = seq_length - 1 - len(segments)
         check = tf.debugging.assert_non_negative(
-            budget, message="bert_pack_inputs: seq_length is too short for the segments "
-                            "and their [CLS] / [SEP] tokens")
+            budget,
+            message="bert_pack_inputs: seq_length is too short for the segments "
+            "and their [CLS] / [SEP] tokens",
+        )
         with tf.control_dependencies([check]):
             budget = tf.identity(budget)
     segments = [_merge_to_rank_2(s) for s in segments]
@@ -325,14 +350,18 @@ def bert_pack_inputs(segments, seq_length, cls_id: int,
     return combine_and_pad(trimmed, seq_length, cls_id, sep_id)
 
 
-def combine_and_pad(segments: list, seq_length: int, cls_id: int,
-                    sep_id: int) -> dict[str, tf.Tensor]:
+def combine_and_pad(
+    segments: list, seq_length: int, cls_id: int, sep_id: int
+) -> dict[str, tf.Tensor]:
     """`[CLS] A [SEP] (B [SEP] ...)` of segments already cut to fit (int [N, (T)]
     RaggedTensors), padded to seq_length: the three int32 [N, seq_length] model inputs."""
     word_ids, type_ids = tf_text.combine_segments(
-        segments, start_of_sequence_id=cls_id, end_of_segment_id=sep_id)
+        segments, start_of_sequence_id=cls_id, end_of_segment_id=sep_id
+    )
     word_ids, mask = tf_text.pad_model_inputs(word_ids, seq_length)
     type_ids, _ = tf_text.pad_model_inputs(type_ids, seq_length, pad_value=0)
-    return {"input_word_ids": tf.cast(word_ids, tf.int32),
-            "input_mask": tf.cast(mask, tf.int32),
-            "input_type_ids": tf.cast(type_ids, tf.int32)}
+    return {
+        "input_word_ids": tf.cast(word_ids, tf.int32),
+        "input_mask": tf.cast(mask, tf.int32),
+        "input_type_ids": tf.cast(type_ids, tf.int32),
+    }

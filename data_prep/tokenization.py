@@ -120,8 +120,7 @@ class CharClasses:
         self.unassigned = []
         # One `category` call per code point; the result equals that of
         # `is_control`, `is_whitespace` and `is_punctuation`.
-        ascii_punctuation = {cp for lo, hi in _ASCII_PUNCTUATION_RANGES
-                             for cp in range(lo, hi + 1)}
+        ascii_punctuation = {cp for lo, hi in _ASCII_PUNCTUATION_RANGES for cp in range(lo, hi + 1)}
         category = unicodedata.category
         for cp in range(sys.maxunicode + 1):
             char = chr(cp)
@@ -157,8 +156,9 @@ def code_point_ranges(code_points: Iterable[int]) -> list[tuple[int, int]]:
     return ranges
 
 
-def regex_class(ranges: Iterable[tuple[int, int]], negate: bool = False,
-                syntax: str = "re2") -> str:
+def regex_class(
+    ranges: Iterable[tuple[int, int]], negate: bool = False, syntax: str = "re2"
+) -> str:
     """A regular-expression character class `[...]` matching `ranges`.
 
     Args:
@@ -198,8 +198,9 @@ class _Patterns:
         # Where splitting on `str.split()` spaces first would differ from
         # cleaning first (see `FullTokenizer.tokenize_to_ids`).
         split_space, to_space = set(classes.split_space), set(classes.to_space)
-        self.split_differs = re.compile(pyclass(
-            (split_space & set(classes.removed)) | (to_space - split_space)))
+        self.split_differs = re.compile(
+            pyclass((split_space & set(classes.removed)) | (to_space - split_space))
+        )
 
 
 @functools.lru_cache(maxsize=None)
@@ -268,6 +269,7 @@ def _read_text(path: str) -> str:
     """
     if "://" in path:
         import tensorflow as tf  # Only remote file systems need it.
+
         if not tf.io.gfile.exists(path) or tf.io.gfile.isdir(path):
             raise ValueError("Vocabulary file %r does not exist." % path)
         with tf.io.gfile.GFile(path, "rb") as f:
@@ -281,9 +283,9 @@ def _read_text(path: str) -> str:
     return data.decode("utf-8", "ignore")
 
 
-def validate_vocab(vocab: Mapping[str, int],
-                   required: Sequence[str] = SPECIAL_TOKENS,
-                   vocab_file: str = "<vocab>") -> None:
+def validate_vocab(
+    vocab: Mapping[str, int], required: Sequence[str] = SPECIAL_TOKENS, vocab_file: str = "<vocab>"
+) -> None:
     """Checks that `vocab` holds every token of `required`.
 
     Raises:
@@ -292,8 +294,8 @@ def validate_vocab(vocab: Mapping[str, int],
     missing = [token for token in required if token not in vocab]
     if missing:
         raise ValueError(
-                "Vocabulary file %r lacks the special token(s) %s." %
-                (vocab_file, ", ".join(missing)))
+            "Vocabulary file %r lacks the special token(s) %s." % (vocab_file, ", ".join(missing))
+        )
 
 
 def convert_by_vocab(vocab: Mapping, items: Iterable) -> list:
@@ -309,14 +311,16 @@ def convert_ids_to_tokens(inv_vocab: Mapping[int, str], ids) -> list[str]:
     return convert_by_vocab(inv_vocab, ids)
 
 
-_LOWER_MODELS = ("uncased_L-24_H-1024_A-16", "uncased_L-12_H-768_A-12",
-                 "multilingual_L-12_H-768_A-12", "chinese_L-12_H-768_A-12")
-_CASED_MODELS = ("cased_L-12_H-768_A-12", "cased_L-24_H-1024_A-16",
-                 "multi_cased_L-12_H-768_A-12")
+_LOWER_MODELS = (
+    "uncased_L-24_H-1024_A-16",
+    "uncased_L-12_H-768_A-12",
+    "multilingual_L-12_H-768_A-12",
+    "chinese_L-12_H-768_A-12",
+)
+_CASED_MODELS = ("cased_L-12_H-768_A-12", "cased_L-24_H-1024_A-16", "multi_cased_L-12_H-768_A-12")
 
 
-def validate_case_matches_checkpoint(do_lower_case: bool,
-                                     init_checkpoint: str | None) -> None:
+def validate_case_matches_checkpoint(do_lower_case: bool, init_checkpoint: str | None) -> None:
     """Raises if `do_lower_case` contradicts a released checkpoint's name.
 
     Only the directory names of Google's released checkpoints
@@ -337,9 +341,9 @@ def validate_case_matches_checkpoint(do_lower_case: bool,
         return
     raise ValueError(
         "`do_lower_case=%s` does not match the checkpoint %r: `%s` is a %s "
-        "model, pass `do_lower_case=%s`." %
-        (do_lower_case, init_checkpoint, model_name,
-         "lower-cased" if wanted else "cased", wanted))
+        "model, pass `do_lower_case=%s`."
+        % (do_lower_case, init_checkpoint, model_name, "lower-cased" if wanted else "cased", wanted)
+    )
 
 
 # ----------------------------------------------------------------------------
@@ -375,8 +379,12 @@ class BasicTokenizer:
 class WordpieceTokenizer:
     """Greedy longest-match-first WordPiece tokenization of single words."""
 
-    def __init__(self, vocab: Mapping[str, int], unk_token: str = UNK_TOKEN,
-                 max_input_chars_per_word: int = MAX_INPUT_CHARS_PER_WORD):
+    def __init__(
+        self,
+        vocab: Mapping[str, int],
+        unk_token: str = UNK_TOKEN,
+        max_input_chars_per_word: int = MAX_INPUT_CHARS_PER_WORD,
+    ):
         """Constructs a WordpieceTokenizer.
 
         Args:
@@ -477,8 +485,7 @@ class FullTokenizer:
             if chunk_ids is None:
                 if len(cache) >= self.WORD_CACHE_SIZE:
                     cache.clear()
-                chunk_ids = cache[chunk] = self.convert_tokens_to_ids(
-                    self.tokenize(chunk))
+                chunk_ids = cache[chunk] = self.convert_tokens_to_ids(self.tokenize(chunk))
             ids += chunk_ids
         return ids
 
@@ -496,9 +503,13 @@ class FullTokenizer:
                 (use `self.vocab` directly if you need only some of them).
         """
         validate_vocab(self.vocab, SPECIAL_TOKENS, self.vocab_file)
-        return {"cls": self.vocab[CLS_TOKEN], "sep": self.vocab[SEP_TOKEN],
-                        "unk": self.vocab[UNK_TOKEN], "mask": self.vocab[MASK_TOKEN],
-                        "pad": self.vocab[PAD_TOKEN]}
+        return {
+            "cls": self.vocab[CLS_TOKEN],
+            "sep": self.vocab[SEP_TOKEN],
+            "unk": self.vocab[UNK_TOKEN],
+            "mask": self.vocab[MASK_TOKEN],
+            "pad": self.vocab[PAD_TOKEN],
+        }
 
 
 # ----------------------------------------------------------------------------
@@ -520,8 +531,13 @@ def truncate_seq_pair(tokens_a: list, tokens_b: list, max_num_tokens: int) -> No
             tokens_b.pop()
 
 
-def pack_inputs(tokens_a_ids: Sequence[int], tokens_b_ids: Sequence[int] | None,
-                seq_length: int, cls_id: int, sep_id: int) -> dict[str, list[int]]:
+def pack_inputs(
+    tokens_a_ids: Sequence[int],
+    tokens_b_ids: Sequence[int] | None,
+    seq_length: int,
+    cls_id: int,
+    sep_id: int,
+) -> dict[str, list[int]]:
     """Packs one or two id sequences as `[CLS] A [SEP] (B [SEP])`, zero-padded.
 
     The pure-Python reference of the in-graph `bert_pack_inputs`. Pairs are
@@ -544,7 +560,7 @@ def pack_inputs(tokens_a_ids: Sequence[int], tokens_b_ids: Sequence[int] | None,
         if seq_length < 2:
             raise ValueError("seq_length=%d is too short for [CLS] and [SEP]." % seq_length)
         tokens_b = None
-        tokens_a = tokens_a[:seq_length - 2]
+        tokens_a = tokens_a[: seq_length - 2]
     else:
         if seq_length < 3:
             raise ValueError("seq_length=%d is too short for [CLS] and two [SEP]." % seq_length)
@@ -556,6 +572,8 @@ def pack_inputs(tokens_a_ids: Sequence[int], tokens_b_ids: Sequence[int] | None,
         word_ids += tokens_b + [sep_id]
         type_ids += [1] * (len(tokens_b) + 1)
     padding = [0] * (seq_length - len(word_ids))
-    return {"input_word_ids": word_ids + padding,
-                    "input_mask": [1] * len(word_ids) + padding,
-                    "input_type_ids": type_ids + padding}
+    return {
+        "input_word_ids": word_ids + padding,
+        "input_mask": [1] * len(word_ids) + padding,
+        "input_type_ids": type_ids + padding,
+    }

@@ -44,9 +44,17 @@ _UNUSED_BEFORE_UNK = 99
 def original_reserved_tokens() -> list[str]:
     """The 999 first entries of the released vocabularies (ids 0..998)."""
     unused = ["[unused%d]" % i for i in range(NUM_UNUSED)]
-    return ([tokenization.PAD_TOKEN] + unused[:_UNUSED_BEFORE_UNK] +
-            [tokenization.UNK_TOKEN, tokenization.CLS_TOKEN, tokenization.SEP_TOKEN,
-             tokenization.MASK_TOKEN] + unused[_UNUSED_BEFORE_UNK:])
+    return (
+        [tokenization.PAD_TOKEN]
+        + unused[:_UNUSED_BEFORE_UNK]
+        + [
+            tokenization.UNK_TOKEN,
+            tokenization.CLS_TOKEN,
+            tokenization.SEP_TOKEN,
+            tokenization.MASK_TOKEN,
+        ]
+        + unused[_UNUSED_BEFORE_UNK:]
+    )
 
 
 def count_words(lines: Iterable[str], do_lower_case: bool) -> collections.Counter:
@@ -58,10 +66,14 @@ def count_words(lines: Iterable[str], do_lower_case: bool) -> collections.Counte
     return counts
 
 
-def learn_vocab(word_counts: Mapping[str, int] | Iterable[tuple[str, int]],
-                vocab_size: int, max_input_words: int = 5_000_000,
-                max_word_length: int = 50, max_unique_chars: int = 1000,
-                num_iterations: int = 4) -> list[str]:
+def learn_vocab(
+    word_counts: Mapping[str, int] | Iterable[tuple[str, int]],
+    vocab_size: int,
+    max_input_words: int = 5_000_000,
+    max_word_length: int = 50,
+    max_unique_chars: int = 1000,
+    num_iterations: int = 4,
+) -> list[str]:
     """A WordPiece vocabulary of exactly `vocab_size` entries, in the original layout.
 
     Args:
@@ -81,24 +93,30 @@ def learn_vocab(word_counts: Mapping[str, int] | Iterable[tuple[str, int]],
         ValueError: `vocab_size` cannot hold the reserved tokens and the
             alphabet, or there is no word.
     """
-    from tensorflow_text.tools.wordpiece_vocab import (
-        wordpiece_tokenizer_learner_lib as learner)
+    from tensorflow_text.tools.wordpiece_vocab import wordpiece_tokenizer_learner_lib as learner
 
     reserved = original_reserved_tokens()
-    word_counts = list(word_counts.items() if isinstance(word_counts, Mapping)
-                       else word_counts)
+    word_counts = list(word_counts.items() if isinstance(word_counts, Mapping) else word_counts)
     if not word_counts:
         raise ValueError("No word to learn a vocabulary from.")
     # The most frequent words, ties to the later word: what a distributed
     # `Top.Of(max_input_words, key=(count, word))` keeps.
-    word_counts = sorted(word_counts, key=lambda item: (item[1], item[0]),
-                         reverse=True)[:max_input_words]
+    word_counts = sorted(word_counts, key=lambda item: (item[1], item[0]), reverse=True)[
+        :max_input_words
+    ]
     params = learner.Params(
-        upper_thresh=None, lower_thresh=1, num_iterations=num_iterations,
-        max_input_tokens=max_input_words, max_token_length=max_word_length,
-        max_unique_chars=max_unique_chars, vocab_size=vocab_size, slack_ratio=0.0,
-        include_joiner_token=True, joiner=tokenization.WORDPIECE_PREFIX,
-        reserved_tokens=reserved)
+        upper_thresh=None,
+        lower_thresh=1,
+        num_iterations=num_iterations,
+        max_input_tokens=max_input_words,
+        max_token_length=max_word_length,
+        max_unique_chars=max_unique_chars,
+        vocab_size=vocab_size,
+        slack_ratio=0.0,
+        include_joiner_token=True,
+        joiner=tokenization.WORDPIECE_PREFIX,
+        reserved_tokens=reserved,
+    )
     words = learner.get_input_words(word_counts, reserved, max_word_length)
     allowed_chars = learner.get_allowed_chars(words, max_unique_chars)
     words = learner.filter_input_words(words, allowed_chars, -1)
@@ -106,8 +124,9 @@ def learn_vocab(word_counts: Mapping[str, int] | Iterable[tuple[str, int]],
     if vocab_size < minimum:
         raise ValueError(
             "vocab_size=%d cannot hold the %d reserved tokens and the %d "
-            "characters of the text with their ## forms: at least %d." %
-            (vocab_size, len(reserved), len(allowed_chars), minimum))
+            "characters of the text with their ## forms: at least %d."
+            % (vocab_size, len(reserved), len(allowed_chars), minimum)
+        )
     return _learn_exact_size(learner, words, params)
 
 
@@ -121,8 +140,7 @@ def _learn_exact_size(learner, words, params) -> list[str]:
     def vocab_at(threshold):
         if threshold not in cache:
             cache[threshold] = learner.learn_with_thresh(words, threshold, params)
-            logging.info("WordPiece threshold %d: %d tokens.", threshold,
-                         len(cache[threshold]))
+            logging.info("WordPiece threshold %d: %d tokens.", threshold, len(cache[threshold]))
         return cache[threshold]
 
     low, high = 1, max(count for _, count in words) + 1
@@ -136,11 +154,16 @@ def _learn_exact_size(learner, words, params) -> list[str]:
     if len(vocab) < size and low > 1:
         vocab = _cut(vocab_at(low - 1), size, len(params.reserved_tokens))
     if len(vocab) < size:
-        logging.warning("The text holds only %d WordPiece tokens; %d [unused] "
-                        "entries fill the vocabulary to %d.", len(vocab),
-                        size - len(vocab), size)
-        vocab = vocab + ["[unused%d]" % i for i in
-                         range(NUM_UNUSED, NUM_UNUSED + size - len(vocab))]
+        logging.warning(
+            "The text holds only %d WordPiece tokens; %d [unused] "
+            "entries fill the vocabulary to %d.",
+            len(vocab),
+            size - len(vocab),
+            size,
+        )
+        vocab = vocab + [
+            "[unused%d]" % i for i in range(NUM_UNUSED, NUM_UNUSED + size - len(vocab))
+        ]
     return vocab
 
 
@@ -152,8 +175,14 @@ def _cut(vocab: list[str], size: int, num_reserved: int) -> list[str]:
         if excess == 0:
             break
         token = vocab[index]
-        if len(token[len(tokenization.WORDPIECE_PREFIX):]
-               if token.startswith(tokenization.WORDPIECE_PREFIX) else token) > 1:
+        if (
+            len(
+                token[len(tokenization.WORDPIECE_PREFIX) :]
+                if token.startswith(tokenization.WORDPIECE_PREFIX)
+                else token
+            )
+            > 1
+        ):
             keep[index] = False
             excess -= 1
     return [token for token, kept in zip(vocab, keep) if kept]
@@ -162,4 +191,5 @@ def _cut(vocab: list[str], size: int, num_reserved: int) -> list[str]:
 def write_vocab(path: str, vocab: list[str]) -> None:
     """One token a line, written atomically."""
     from data_prep import records
+
     records.write_text(path, "".join(token + "\n" for token in vocab))

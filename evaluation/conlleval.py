@@ -64,17 +64,21 @@ class ChunkCounts:
         found_correct_by_type, found_guessed_by_type, correct_chunks_by_type: the
             same three counts per chunk type.
     """
+
     num_tokens: int = 0
     correct_tags: int = 0
     found_correct: int = 0
     found_guessed: int = 0
     correct_chunks: int = 0
     found_correct_by_type: collections.Counter = dataclasses.field(
-        default_factory=collections.Counter)
+        default_factory=collections.Counter
+    )
     found_guessed_by_type: collections.Counter = dataclasses.field(
-        default_factory=collections.Counter)
+        default_factory=collections.Counter
+    )
     correct_chunks_by_type: collections.Counter = dataclasses.field(
-        default_factory=collections.Counter)
+        default_factory=collections.Counter
+    )
 
     @property
     def types(self) -> list[str]:
@@ -86,15 +90,13 @@ class ChunkCounts:
         """Fraction of tokens with the correct tag (0 if there are none)."""
         return self.correct_tags / self.num_tokens if self.num_tokens else 0.0
 
-    def precision_recall_f1(self, chunk_type: str | None = None
-                            ) -> tuple[float, float, float]:
+    def precision_recall_f1(self, chunk_type: str | None = None) -> tuple[float, float, float]:
         """(precision, recall, F1) as fractions, overall or for one chunk type.
 
         Each is 0 where its denominator is 0, as in the script.
         """
         if chunk_type is None:
-            correct, guessed, gold = (self.correct_chunks, self.found_guessed,
-                                      self.found_correct)
+            correct, guessed, gold = (self.correct_chunks, self.found_guessed, self.found_correct)
         else:
             correct = self.correct_chunks_by_type[chunk_type]
             guessed = self.found_guessed_by_type[chunk_type]
@@ -107,23 +109,30 @@ class ChunkCounts:
         """The text that `conlleval` prints for these counts."""
         precision = _percent(self.correct_chunks, self.found_guessed)
         recall = _percent(self.correct_chunks, self.found_correct)
-        lines = [f"processed {self.num_tokens} tokens with {self.found_correct} "
-                 f"phrases; found: {self.found_guessed} phrases; "
-                 f"correct: {self.correct_chunks}.\n"]
+        lines = [
+            f"processed {self.num_tokens} tokens with {self.found_correct} "
+            f"phrases; found: {self.found_guessed} phrases; "
+            f"correct: {self.correct_chunks}.\n"
+        ]
         if self.num_tokens > 0:
             accuracy = _percent(self.correct_tags, self.num_tokens)
-            lines.append(f"accuracy: {accuracy:6.2f}%; precision: {precision:6.2f}%; "
-                         f"recall: {recall:6.2f}%; FB1: {_fb1(precision, recall):6.2f}\n")
+            lines.append(
+                f"accuracy: {accuracy:6.2f}%; precision: {precision:6.2f}%; "
+                f"recall: {recall:6.2f}%; FB1: {_fb1(precision, recall):6.2f}\n"
+            )
         for chunk_type in self.types:
             guessed = self.found_guessed_by_type[chunk_type]
             precision = _percent(self.correct_chunks_by_type[chunk_type], guessed)
-            recall = _percent(self.correct_chunks_by_type[chunk_type],
-                              self.found_correct_by_type[chunk_type])
+            recall = _percent(
+                self.correct_chunks_by_type[chunk_type], self.found_correct_by_type[chunk_type]
+            )
             # Perl's %17s pads to 17 bytes of UTF-8, not 17 characters.
             padding = " " * max(0, 17 - len(chunk_type.encode("utf-8")))
-            lines.append(f"{padding}{chunk_type}: precision: {precision:6.2f}%; "
-                         f"recall: {recall:6.2f}%; "
-                         f"FB1: {_fb1(precision, recall):6.2f}  {guessed}\n")
+            lines.append(
+                f"{padding}{chunk_type}: precision: {precision:6.2f}%; "
+                f"recall: {recall:6.2f}%; "
+                f"FB1: {_fb1(precision, recall):6.2f}  {guessed}\n"
+            )
         return "".join(lines)
 
 
@@ -143,8 +152,9 @@ class _Scorer:
 
     def step(self, correct_tag: str, guessed_tag: str) -> None:
         """Scores one token."""
-        self._advance(tag_schemes.split_tag(correct_tag),
-                      tag_schemes.split_tag(guessed_tag), is_token=True)
+        self._advance(
+            tag_schemes.split_tag(correct_tag), tag_schemes.split_tag(guessed_tag), is_token=True
+        )
 
     def boundary(self) -> None:
         """A sentence break: both tags read as "O", not counted as a token."""
@@ -155,8 +165,7 @@ class _Scorer:
         end_correct, start_correct = self._chunk_edges(self._last_correct, correct)
         end_guessed, start_guessed = self._chunk_edges(self._last_guessed, guessed)
         if self._in_correct:
-            if (end_correct and end_guessed
-                    and self._last_guessed[1] == self._last_correct[1]):
+            if end_correct and end_guessed and self._last_guessed[1] == self._last_correct[1]:
                 self._in_correct = False
                 self._count_correct_chunk()
             elif end_correct != end_guessed or guessed[1] != correct[1]:
@@ -185,9 +194,11 @@ class _Scorer:
         return self.counts
 
 
-def evaluate_tags(gold_sentences: Sequence[Sequence[str]],
-                  guessed_sentences: Sequence[Sequence[str]],
-                  iobes: bool = True) -> ChunkCounts:
+def evaluate_tags(
+    gold_sentences: Sequence[Sequence[str]],
+    guessed_sentences: Sequence[Sequence[str]],
+    iobes: bool = True,
+) -> ChunkCounts:
     """Scores lists of sentences of tags, as conlleval scores them in a file.
 
     Each sentence is followed by a boundary, as if written one token per line with
@@ -202,23 +213,26 @@ def evaluate_tags(gold_sentences: Sequence[Sequence[str]],
         ValueError: the sentence counts or the lengths of a sentence differ.
     """
     if len(gold_sentences) != len(guessed_sentences):
-        raise ValueError(f"{len(gold_sentences)} gold sentences but "
-                         f"{len(guessed_sentences)} guessed sentences")
+        raise ValueError(
+            f"{len(gold_sentences)} gold sentences but {len(guessed_sentences)} guessed sentences"
+        )
     scorer = _Scorer(iobes)
     for index, (gold, guessed) in enumerate(zip(gold_sentences, guessed_sentences)):
         if isinstance(gold, str) or isinstance(guessed, str):
             raise ValueError(f"sentence {index}: expected a list of tags, got a string")
         if len(gold) != len(guessed):
-            raise ValueError(f"sentence {index}: {len(gold)} gold tags but "
-                             f"{len(guessed)} guessed tags")
+            raise ValueError(
+                f"sentence {index}: {len(gold)} gold tags but {len(guessed)} guessed tags"
+            )
         for gold_tag, guessed_tag in zip(gold, guessed):
             scorer.step(gold_tag, guessed_tag)
         scorer.boundary()
     return scorer.finish()
 
 
-def evaluate_lines(lines: Iterable[str], source: str = "<lines>",
-                   iobes: bool = True) -> ChunkCounts:
+def evaluate_lines(
+    lines: Iterable[str], source: str = "<lines>", iobes: bool = True
+) -> ChunkCounts:
     """Scores conlleval input: "token ... gold guess" per line, blank line between sentences.
 
     Args:
@@ -243,11 +257,13 @@ def evaluate_lines(lines: Iterable[str], source: str = "<lines>",
             if num_fields < 3:
                 raise ValueError(
                     f"{source}:{line_number}: expected 'token ... gold guess' "
-                    f"(at least 3 fields), got {num_fields}: {line!r}")
+                    f"(at least 3 fields), got {num_fields}: {line!r}"
+                )
         elif len(fields) != num_fields:
             raise ValueError(
                 f"{source}:{line_number}: expected {num_fields} fields as on the "
-                f"first line, got {len(fields)}: {line!r}")
+                f"first line, got {len(fields)}: {line!r}"
+            )
         if fields[0] == BOUNDARY:
             scorer.boundary()
         else:
@@ -269,11 +285,16 @@ def eval_results(counts: ChunkCounts, prefix: str = "eval_") -> dict[str, float 
     f1_<type> for every chunk type, each after `prefix`.
     """
     precision, recall, f1 = counts.precision_recall_f1()
-    results = {"accuracy": counts.accuracy, "precision": precision, "recall": recall,
-               "f1": f1, "num_tokens": counts.num_tokens,
-               "found_correct": counts.found_correct,
-               "found_guessed": counts.found_guessed,
-               "correct_chunks": counts.correct_chunks}
+    results = {
+        "accuracy": counts.accuracy,
+        "precision": precision,
+        "recall": recall,
+        "f1": f1,
+        "num_tokens": counts.num_tokens,
+        "found_correct": counts.found_correct,
+        "found_guessed": counts.found_guessed,
+        "correct_chunks": counts.correct_chunks,
+    }
     for chunk_type in counts.types:
         precision, recall, f1 = counts.precision_recall_f1(chunk_type)
         results[f"precision_{chunk_type}"] = precision
@@ -282,8 +303,9 @@ def eval_results(counts: ChunkCounts, prefix: str = "eval_") -> dict[str, float 
     return {prefix + key: value for key, value in results.items()}
 
 
-def write_eval_results(path: str, counts: ChunkCounts,
-                       extra: Mapping[str, object] | None = None) -> None:
+def write_eval_results(
+    path: str, counts: ChunkCounts, extra: Mapping[str, object] | None = None
+) -> None:
     """Writes eval_results.txt ("key = value" lines, sorted) from `eval_results`.
 
     Args:

@@ -78,11 +78,12 @@ def _as_pair(predictions, labels, dtype) -> tuple[np.ndarray, np.ndarray]:
     if predictions.ndim != 1 or labels.ndim != 1:
         raise ValueError(
             f"`predictions` and `labels` must be 1-D, got shapes "
-            f"{predictions.shape} and {labels.shape}")
+            f"{predictions.shape} and {labels.shape}"
+        )
     if predictions.shape != labels.shape:
         raise ValueError(
-            f"`predictions` has {predictions.shape[0]} values but `labels` has "
-            f"{labels.shape[0]}")
+            f"`predictions` has {predictions.shape[0]} values but `labels` has {labels.shape[0]}"
+        )
     if predictions.size == 0:
         raise ValueError("`predictions` and `labels` are empty")
     return predictions, labels
@@ -131,8 +132,7 @@ def matthews_corrcoef(predictions, labels) -> float:
       labels: int [N], true class ids.
     """
     predictions, labels = _as_pair(predictions, labels, np.int64)
-    classes, inverse = np.unique(
-        np.concatenate([predictions, labels]), return_inverse=True)
+    classes, inverse = np.unique(np.concatenate([predictions, labels]), return_inverse=True)
     num = predictions.size
     predicted_counts = np.bincount(inverse[:num], minlength=classes.size)
     true_counts = np.bincount(inverse[num:], minlength=classes.size)
@@ -202,9 +202,9 @@ def is_regression_task(task_name: str) -> bool:
     return normalize_task_name(task_name) in _REGRESSION_TASKS
 
 
-def compute_metrics(task_name: str, predictions, labels,
-                    is_regression: bool | None = None,
-                    prefix: str = "eval_") -> dict[str, float]:
+def compute_metrics(
+    task_name: str, predictions, labels, is_regression: bool | None = None, prefix: str = "eval_"
+) -> dict[str, float]:
     """Returns the task's metrics, keyed `prefix + name`.
 
     Names: accuracy, f1 (MRPC, QQP), mcc (CoLA, AX), pearson and spearman (STS-B,
@@ -234,8 +234,9 @@ def compute_metrics(task_name: str, predictions, labels,
             predictions = predictions[:, 0]
     elif predictions.ndim == 2:
         predictions = np.argmax(predictions, axis=-1)
-    return {prefix + metric: _METRIC_FUNCTIONS[metric](predictions, labels)
-            for metric in metric_names}
+    return {
+        prefix + metric: _METRIC_FUNCTIONS[metric](predictions, labels) for metric in metric_names
+    }
 
 
 def write_test_results(path: str, probabilities) -> None:
@@ -251,8 +252,7 @@ def write_test_results(path: str, probabilities) -> None:
     if values.ndim == 1:
         values = values[:, None]
     if values.ndim != 2:
-        raise ValueError(
-            f"`probabilities` must be [N, K] or [N], got shape {values.shape}")
+        raise ValueError(f"`probabilities` must be [N, K] or [N], got shape {values.shape}")
     lines = ["\t".join(str(value) for value in row) + "\n" for row in values]
     records.write_text(path, "".join(lines))
 
@@ -268,13 +268,19 @@ def submission_file_name(task_name: str, split: str = "test") -> str:
         known = sorted({f"{task}/{split}" for task, split in _SUBMISSION_NAMES})
         raise ValueError(
             f"No GLUE submission file for task {task_name!r}, split {split!r}; "
-            f"known: {', '.join(known)}")
+            f"known: {', '.join(known)}"
+        )
     return _SUBMISSION_NAMES[key] + ".tsv"
 
 
-def write_glue_submission(output_dir: str, task_name: str, indices: Sequence,
-                          predictions, label_list: Sequence[str] | None = None,
-                          split: str = "test") -> str:
+def write_glue_submission(
+    output_dir: str,
+    task_name: str,
+    indices: Sequence,
+    predictions,
+    label_list: Sequence[str] | None = None,
+    split: str = "test",
+) -> str:
     """Writes `<Task>.tsv` for the GLUE server and returns its path.
 
     Args:
@@ -290,8 +296,8 @@ def write_glue_submission(output_dir: str, task_name: str, indices: Sequence,
     predictions = np.asarray(predictions)
     if len(indices) != predictions.shape[0]:
         raise ValueError(
-            f"`indices` has {len(indices)} entries but `predictions` has "
-            f"{predictions.shape[0]}")
+            f"`indices` has {len(indices)} entries but `predictions` has {predictions.shape[0]}"
+        )
     if is_regression_task(task_name):
         values = [f"{float(score):.6f}" for score in predictions.reshape(-1)]
     else:

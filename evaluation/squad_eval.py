@@ -100,10 +100,12 @@ def is_version_2(dataset: Mapping) -> bool:
     """Whether a parsed SQuAD JSON is v2.0 (by its version or its questions)."""
     if str(dataset.get("version", "")).lstrip("v").startswith("2"):
         return True
-    return any(qa.get("is_impossible", False)
-               for article in dataset["data"]
-               for paragraph in article["paragraphs"]
-               for qa in paragraph["qas"])
+    return any(
+        qa.get("is_impossible", False)
+        for article in dataset["data"]
+        for paragraph in article["paragraphs"]
+        for qa in paragraph["qas"]
+    )
 
 
 # ----------------------------------------------------------------------------
@@ -111,8 +113,9 @@ def is_version_2(dataset: Mapping) -> bool:
 # ----------------------------------------------------------------------------
 
 
-def evaluate_v1(answers: Mapping[str, Sequence[str]],
-                predictions: Mapping[str, str]) -> "collections.OrderedDict":
+def evaluate_v1(
+    answers: Mapping[str, Sequence[str]], predictions: Mapping[str, str]
+) -> "collections.OrderedDict":
     """Exact match and F1 (percentages) by the official v1.1 script.
 
     Args:
@@ -125,18 +128,15 @@ def evaluate_v1(answers: Mapping[str, Sequence[str]],
     exact = f1 = 0.0
     for qas_id, golds in answers.items():
         if qas_id not in predictions:
-            logging.warning("Unanswered question %s will receive score 0.",
-                            qas_id)
+            logging.warning("Unanswered question %s will receive score 0.", qas_id)
             continue
         if not golds:
-            raise ValueError("Question %s has no gold answer: score it by the "
-                             "v2.0 rules." % qas_id)
+            raise ValueError("Question %s has no gold answer: score it by the v2.0 rules." % qas_id)
         prediction = predictions[qas_id]
         exact += max(compute_exact(gold, prediction) for gold in golds)
         f1 += max(compute_f1_v1(gold, prediction) for gold in golds)
     total = len(answers)
-    return collections.OrderedDict(exact_match=100.0 * exact / total,
-                                   f1=100.0 * f1 / total)
+    return collections.OrderedDict(exact_match=100.0 * exact / total, f1=100.0 * f1 / total)
 
 
 # ----------------------------------------------------------------------------
@@ -144,9 +144,9 @@ def evaluate_v1(answers: Mapping[str, Sequence[str]],
 # ----------------------------------------------------------------------------
 
 
-def raw_scores_v2(answers: Mapping[str, Sequence[str]],
-                  predictions: Mapping[str, str]
-                  ) -> tuple[dict[str, int], dict[str, float]]:
+def raw_scores_v2(
+    answers: Mapping[str, Sequence[str]], predictions: Mapping[str, str]
+) -> tuple[dict[str, int], dict[str, float]]:
     """Per-question exact match and F1 by the v2.0 rules, before thresholds."""
     exact = {}
     f1 = {}
@@ -160,20 +160,25 @@ def raw_scores_v2(answers: Mapping[str, Sequence[str]],
     return exact, f1
 
 
-def apply_no_answer_threshold(scores: Mapping[str, float],
-                              null_odds: Mapping[str, float],
-                              has_answer: Mapping[str, bool],
-                              threshold: float) -> dict[str, float]:
+def apply_no_answer_threshold(
+    scores: Mapping[str, float],
+    null_odds: Mapping[str, float],
+    has_answer: Mapping[str, bool],
+    threshold: float,
+) -> dict[str, float]:
     """Scores where a question with odds above `threshold` answers ""."""
-    return {qas_id: (float(not has_answer[qas_id])
-                     if null_odds[qas_id] > threshold else score)
-            for qas_id, score in scores.items()}
+    return {
+        qas_id: (float(not has_answer[qas_id]) if null_odds[qas_id] > threshold else score)
+        for qas_id, score in scores.items()
+    }
 
 
-def find_best_threshold(predictions: Mapping[str, str],
-                        scores: Mapping[str, float],
-                        null_odds: Mapping[str, float],
-                        has_answer: Mapping[str, bool]) -> tuple[float, float]:
+def find_best_threshold(
+    predictions: Mapping[str, str],
+    scores: Mapping[str, float],
+    null_odds: Mapping[str, float],
+    has_answer: Mapping[str, bool],
+) -> tuple[float, float]:
     """(best score in percent, its threshold) over thresholds on null odds.
 
     As the official script: start with every question predicted unanswerable
@@ -197,18 +202,23 @@ def find_best_threshold(predictions: Mapping[str, str],
     return 100.0 * best_score / len(scores), best_threshold
 
 
-def _summary(exact: Mapping[str, float], f1: Mapping[str, float],
-             qas_ids: Sequence[str]) -> list[tuple[str, float]]:
+def _summary(
+    exact: Mapping[str, float], f1: Mapping[str, float], qas_ids: Sequence[str]
+) -> list[tuple[str, float]]:
     total = len(qas_ids)
-    return [("exact", 100.0 * sum(exact[q] for q in qas_ids) / total),
-            ("f1", 100.0 * sum(f1[q] for q in qas_ids) / total),
-            ("total", total)]
+    return [
+        ("exact", 100.0 * sum(exact[q] for q in qas_ids) / total),
+        ("f1", 100.0 * sum(f1[q] for q in qas_ids) / total),
+        ("total", total),
+    ]
 
 
-def evaluate_v2(answers: Mapping[str, Sequence[str]],
-                predictions: Mapping[str, str],
-                null_odds: Mapping[str, float] | None = None,
-                na_prob_thresh: float = 1.0) -> "collections.OrderedDict":
+def evaluate_v2(
+    answers: Mapping[str, Sequence[str]],
+    predictions: Mapping[str, str],
+    null_odds: Mapping[str, float] | None = None,
+    na_prob_thresh: float = 1.0,
+) -> "collections.OrderedDict":
     """Scores by the official v2.0 script.
 
     Args:
@@ -234,11 +244,11 @@ def evaluate_v2(answers: Mapping[str, Sequence[str]],
     else:
         missing = [qas_id for qas_id in answers if qas_id not in null_odds]
         if missing:
-            raise ValueError("No null odds for question %s (and %d others)."
-                             % (missing[0], len(missing) - 1))
+            raise ValueError(
+                "No null odds for question %s (and %d others)." % (missing[0], len(missing) - 1)
+            )
         odds = null_odds
-    exact = apply_no_answer_threshold(exact_raw, odds, has_answer,
-                                      na_prob_thresh)
+    exact = apply_no_answer_threshold(exact_raw, odds, has_answer, na_prob_thresh)
     f1 = apply_no_answer_threshold(f1_raw, odds, has_answer, na_prob_thresh)
     results = collections.OrderedDict(_summary(exact, f1, list(answers)))
     for prefix, wanted in (("HasAns", True), ("NoAns", False)):
@@ -248,8 +258,7 @@ def evaluate_v2(answers: Mapping[str, Sequence[str]],
                 results["%s_%s" % (prefix, key)] = value
     if null_odds is not None:
         for name, raw in (("exact", exact_raw), ("f1", f1_raw)):
-            best, threshold = find_best_threshold(predictions, raw, null_odds,
-                                                  has_answer)
+            best, threshold = find_best_threshold(predictions, raw, null_odds, has_answer)
             results["best_" + name] = best
             results["best_%s_thresh" % name] = threshold
     return results
@@ -260,10 +269,13 @@ def evaluate_v2(answers: Mapping[str, Sequence[str]],
 # ----------------------------------------------------------------------------
 
 
-def evaluate_file(dataset_file: str, predictions: Mapping[str, str],
-                  null_odds: Mapping[str, float] | None = None,
-                  version_2_with_negative: bool | None = None,
-                  na_prob_thresh: float = 1.0) -> "collections.OrderedDict":
+def evaluate_file(
+    dataset_file: str,
+    predictions: Mapping[str, str],
+    null_odds: Mapping[str, float] | None = None,
+    version_2_with_negative: bool | None = None,
+    na_prob_thresh: float = 1.0,
+) -> "collections.OrderedDict":
     """Scores predictions against a SQuAD JSON file.
 
     Args:

@@ -42,8 +42,15 @@ MULTIPLE_CHOICE = "multiple_choice"
 SPAN = "span"
 TOKEN_CLASSIFIER = "token_classifier"
 FEATURE_BASED = "feature_based_token_classifier"
-MODEL_KINDS = (ENCODER, PRETRAINER, CLASSIFIER, MULTIPLE_CHOICE, SPAN, TOKEN_CLASSIFIER,
-               FEATURE_BASED)
+MODEL_KINDS = (
+    ENCODER,
+    PRETRAINER,
+    CLASSIFIER,
+    MULTIPLE_CHOICE,
+    SPAN,
+    TOKEN_CLASSIFIER,
+    FEATURE_BASED,
+)
 
 # Hugging Face architecture <-> model kind; the first name of a kind is the one written.
 HF_ARCHITECTURES = {
@@ -61,8 +68,13 @@ HF_ARCHITECTURE_OF = {kind: name for name, kind in reversed(HF_ARCHITECTURES.ite
 # Our activation names -> Hugging Face's: the inverse of the table modeling.config reads
 # Hugging Face configs with, taking Hugging Face's own name where several read as one of
 # ours ("gelu_new" for the tanh approximation the original release calls "gelu").
-HF_ACTIVATION_OF = {"gelu": "gelu_new", "gelu_exact": "gelu", "relu": "relu",
-                    "tanh": "tanh", "linear": "linear"}
+HF_ACTIVATION_OF = {
+    "gelu": "gelu_new",
+    "gelu_exact": "gelu",
+    "relu": "relu",
+    "tanh": "tanh",
+    "linear": "linear",
+}
 
 
 def model_kind(model) -> str:
@@ -72,8 +84,10 @@ def model_kind(model) -> str:
         return kind
     if hasattr(model, "embeddings") and hasattr(model, "encoder_layers"):
         return ENCODER
-    raise TypeError(f"{type(model).__name__} is not a BERT model of this project (no "
-                    f"MODEL_KIND and not an encoder)")
+    raise TypeError(
+        f"{type(model).__name__} is not a BERT model of this project (no "
+        f"MODEL_KIND and not an encoder)"
+    )
 
 
 def encoder_of(model):
@@ -94,17 +108,21 @@ def _layer_norm_entries(prefix: str, norm) -> list:
 
 def _output_entries(prefix: str, dense) -> list:
     """A head stored as `output_weights` [outputs, H] (transposed) and `output_bias`."""
-    return [(f"{prefix}output_weights", dense.kernel, True),
-            (f"{prefix}output_bias", dense.bias, False)]
+    return [
+        (f"{prefix}output_weights", dense.kernel, True),
+        (f"{prefix}output_bias", dense.bias, False),
+    ]
 
 
 def original_variable_table(encoder, pretrainer=None) -> list:
     """(original TF1 name, our variable, transposed) for every encoder variable, and the
     pre-training heads' when `pretrainer` is given."""
     e = encoder.embeddings
-    table = [("bert/embeddings/word_embeddings", e.word_embeddings, False),
-             ("bert/embeddings/token_type_embeddings", e.token_type_embeddings, False),
-             ("bert/embeddings/position_embeddings", e.position_embeddings, False)]
+    table = [
+        ("bert/embeddings/word_embeddings", e.word_embeddings, False),
+        ("bert/embeddings/token_type_embeddings", e.token_type_embeddings, False),
+        ("bert/embeddings/position_embeddings", e.position_embeddings, False),
+    ]
     table += _layer_norm_entries("bert/embeddings/LayerNorm", e.layer_norm)
     for i, layer in enumerate(encoder.encoder_layers):
         p = f"bert/encoder/layer_{i}"
@@ -112,8 +130,9 @@ def original_variable_table(encoder, pretrainer=None) -> list:
         for part in ("query", "key", "value"):
             table += _dense_entries(f"{p}/attention/self/{part}", getattr(attention, part))
         table += _dense_entries(f"{p}/attention/output/dense", layer.attention_output.dense)
-        table += _layer_norm_entries(f"{p}/attention/output/LayerNorm",
-                                     layer.attention_output.layer_norm)
+        table += _layer_norm_entries(
+            f"{p}/attention/output/LayerNorm", layer.attention_output.layer_norm
+        )
         table += _dense_entries(f"{p}/intermediate/dense", layer.intermediate)
         table += _dense_entries(f"{p}/output/dense", layer.output_block.dense)
         table += _layer_norm_entries(f"{p}/output/LayerNorm", layer.output_block.layer_norm)
@@ -128,12 +147,14 @@ def pretraining_head_tables(pretrainer) -> dict:
     """{part: entries} of the masked-LM (`cls/predictions`) and next-sentence
     (`cls/seq_relationship`) heads; each part can be present without the other."""
     mlm, nsp = pretrainer.masked_lm, pretrainer.next_sentence
-    return {"masked_lm": (_dense_entries("cls/predictions/transform/dense",
-                                         mlm.transform_dense)
-                          + _layer_norm_entries("cls/predictions/transform/LayerNorm",
-                                                mlm.transform_layer_norm)
-                          + [("cls/predictions/output_bias", mlm.output_bias, False)]),
-            "next_sentence": _output_entries("cls/seq_relationship/", nsp.dense)}
+    return {
+        "masked_lm": (
+            _dense_entries("cls/predictions/transform/dense", mlm.transform_dense)
+            + _layer_norm_entries("cls/predictions/transform/LayerNorm", mlm.transform_layer_norm)
+            + [("cls/predictions/output_bias", mlm.output_bias, False)]
+        ),
+        "next_sentence": _output_entries("cls/seq_relationship/", nsp.dense),
+    }
 
 
 # kind -> (model attribute of the head, prefix of its original names); see the module
@@ -206,7 +227,7 @@ def hf_name(original: str, prefix: str) -> tuple[str, bool]:
         name += "/weight"
     name = name.replace("/", ".")
     if name.startswith("bert."):
-        name = prefix + name[len("bert."):]
+        name = prefix + name[len("bert.") :]
     return name, transpose
 
 

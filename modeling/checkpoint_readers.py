@@ -33,8 +33,14 @@ class CheckpointMismatchError(ValueError):
     or it holds another kind of model."""
 
 
-_SAFETENSORS_DTYPES = {"F64": np.float64, "F32": np.float32, "F16": np.float16,
-                       "I64": np.int64, "I32": np.int32, "U8": np.uint8}
+_SAFETENSORS_DTYPES = {
+    "F64": np.float64,
+    "F32": np.float32,
+    "F16": np.float16,
+    "I64": np.int64,
+    "I32": np.int32,
+    "U8": np.uint8,
+}
 
 
 def read_safetensors(path: str) -> dict:
@@ -86,9 +92,11 @@ class _TF1Reader:
     def __init__(self, prefix: str, side_dirs):
         self.path, self.side_dirs = prefix, side_dirs
         self._reader = tf.train.load_checkpoint(prefix)
-        self.shapes = {k: tuple(v) for k, v in
-                       self._reader.get_variable_to_shape_map().items()
-                       if not _IGNORED_TF1.search(k)}
+        self.shapes = {
+            k: tuple(v)
+            for k, v in self._reader.get_variable_to_shape_map().items()
+            if not _IGNORED_TF1.search(k)
+        }
         self.stored_kind = read_model_info(side_dirs).get("model_kind")
 
     def get(self, name: str) -> np.ndarray:
@@ -100,6 +108,7 @@ class _TF1Reader:
 
 class _TF2Reader(_TF1Reader):
     """Our object-based checkpoints, read by key (see checkpoint_names.tf2_entries)."""
+
     kind = "tf2"
 
     def __init__(self, prefix: str, side_dirs):
@@ -108,7 +117,8 @@ class _TF2Reader(_TF1Reader):
         if not any(k.startswith("model/encoder/") for k in self.shapes):
             raise CheckpointMismatchError(
                 f"checkpoint {prefix} is a TF2 checkpoint without a 'model/encoder' (it "
-                f"was not written by this project's training loop or writers)")
+                f"was not written by this project's training loop or writers)"
+            )
 
 
 class _HFReader:
@@ -143,8 +153,10 @@ class _HFReader:
 
 
 def is_hf_directory(path: str) -> bool:
-    return os.path.isdir(path) and (os.path.isfile(os.path.join(path, HF_WEIGHTS)) or
-                                    os.path.isfile(os.path.join(path, HF_INDEX)))
+    return os.path.isdir(path) and (
+        os.path.isfile(os.path.join(path, HF_WEIGHTS))
+        or os.path.isfile(os.path.join(path, HF_INDEX))
+    )
 
 
 def _directory_prefix(path: str) -> str:
@@ -159,8 +171,9 @@ def _directory_prefix(path: str) -> str:
             raise FileNotFoundError(
                 f"no checkpoint found in directory {path} (expected config.json + "
                 f"model.safetensors, a 'checkpoint' file, a best/ folder with one, or one "
-                f"*.index file)")
-        prefix = indexes[0][:-len(".index")]
+                f"*.index file)"
+            )
+        prefix = indexes[0][: -len(".index")]
     return prefix
 
 
@@ -189,8 +202,10 @@ def resolve_checkpoint(path: str) -> tuple[str, str]:
         return "hf", path
     if os.path.isdir(path):
         if os.path.isfile(os.path.join(path, "pytorch_model.bin")):
-            raise ValueError(f"{path} holds only pytorch_model.bin; reading it needs PyTorch. "
-                             f"Save the model as model.safetensors first.")
+            raise ValueError(
+                f"{path} holds only pytorch_model.bin; reading it needs PyTorch. "
+                f"Save the model as model.safetensors first."
+            )
         path = _directory_prefix(path)
     if not os.path.isfile(path + ".index"):
         raise FileNotFoundError(f"checkpoint not found: {path} (no {path}.index)")
@@ -206,8 +221,7 @@ def open_checkpoint(path: str):
     if kind == "hf":
         return _HFReader(resolved)
     side_dirs = side_dirs_of(resolved)
-    return _TF1Reader(resolved, side_dirs) if kind == "tf1" else _TF2Reader(resolved,
-                                                                             side_dirs)
+    return _TF1Reader(resolved, side_dirs) if kind == "tf1" else _TF2Reader(resolved, side_dirs)
 
 
 def checkpoint_side_dirs(path: str) -> list[str]:

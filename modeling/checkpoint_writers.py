@@ -34,13 +34,16 @@ _CHECKPOINT_FILES = r"(index|data-\d{5}-of-\d{5})"
 _WRITTEN_FILES = {
     "write_original_directory": re.compile(
         rf"^(bert_model\.ckpt\.{_CHECKPOINT_FILES}|bert_config\.json|vocab\.txt|"
-        rf"model_info\.json)$"),
+        rf"model_info\.json)$"
+    ),
     "write_hf_directory": re.compile(
         r"^(config\.json|model\.safetensors|vocab\.txt|tokenizer_config\.json|"
-        r"model_info\.json)$"),
+        r"model_info\.json)$"
+    ),
     "write_tf2_directory": re.compile(
         rf"^(checkpoint|ckpt-\d+\.{_CHECKPOINT_FILES}|bert_config\.json|vocab\.txt|"
-        rf"model_info\.json)$"),
+        rf"model_info\.json)$"
+    ),
 }
 TF1_CHECKPOINT_NAME = "bert_model.ckpt"
 
@@ -48,8 +51,10 @@ TF1_CHECKPOINT_NAME = "bert_model.ckpt"
 def _head_table(model) -> list:
     kind = names.model_kind(model)
     if kind == names.FEATURE_BASED:
-        raise ValueError("the feature-based tagger's BiLSTM head has no TF1 or Hugging Face "
-                         "names; write its encoder (model.encoder) or keep the TF2 format")
+        raise ValueError(
+            "the feature-based tagger's BiLSTM head has no TF1 or Hugging Face "
+            "names; write its encoder (model.encoder) or keep the TF2 format"
+        )
     return [entry for table in names.head_tables(model).values() for entry in table]
 
 
@@ -75,13 +80,17 @@ def write_original_checkpoint(prefix: str, model, pretrainer=None) -> str:
     tf.io.gfile.makedirs(temp)
     try:
         # A name-based (TF1) checkpoint bundle with exactly these names.
-        tf.raw_ops.SaveV2(prefix=os.path.join(temp, base),
-                          tensor_names=[name for name, _, _ in table],
-                          shape_and_slices=[""] * len(table), tensors=values)
+        tf.raw_ops.SaveV2(
+            prefix=os.path.join(temp, base),
+            tensor_names=[name for name, _, _ in table],
+            shape_and_slices=[""] * len(table),
+            tensors=values,
+        )
         files = sorted(tf.io.gfile.listdir(temp), key=lambda f: f.endswith(".index"))
         for name in files:
-            tf.io.gfile.rename(os.path.join(temp, name), os.path.join(directory, name),
-                               overwrite=True)
+            tf.io.gfile.rename(
+                os.path.join(temp, name), os.path.join(directory, name), overwrite=True
+            )
     finally:
         tf.io.gfile.rmtree(temp)
     return prefix
@@ -92,8 +101,9 @@ def _write_tf2_checkpoint(directory: str, model) -> str:
     `checkpoint` state file); a bare encoder is saved as a task model's `encoder`."""
     if names.model_kind(model) == names.ENCODER:
         model = tf.train.Checkpoint(encoder=model)
-    manager = tf.train.CheckpointManager(tf.train.Checkpoint(model=model), directory,
-                                         max_to_keep=1, checkpoint_name="ckpt")
+    manager = tf.train.CheckpointManager(
+        tf.train.Checkpoint(model=model), directory, max_to_keep=1, checkpoint_name="ckpt"
+    )
     return manager.save(checkpoint_number=0)
 
 
@@ -109,12 +119,14 @@ def hf_tensors(model) -> dict:
     encoder = names.encoder_of(model)
     prefix = "" if kind == names.ENCODER else "bert."
     tensors = {}
-    for original, variable, transposed in (names.original_variable_table(encoder)
-                                           + _head_table(model)):
+    for original, variable, transposed in names.original_variable_table(encoder) + _head_table(
+        model
+    ):
         name, hf_transpose = names.hf_name(original, prefix)
         value = variable.numpy()
-        tensors[name] = np.ascontiguousarray(value.T if transposed or hf_transpose else value,
-                                             dtype=np.float32)
+        tensors[name] = np.ascontiguousarray(
+            value.T if transposed or hf_transpose else value, dtype=np.float32
+        )
     if kind == names.PRETRAINER:
         tensors[names.HF_TIED_DECODER] = tensors[prefix + "embeddings.word_embeddings.weight"]
     return tensors
@@ -122,24 +134,29 @@ def hf_tensors(model) -> dict:
 
 def num_labels(model) -> int | None:
     """The label count of a classifier or token classifier, else None."""
-    if names.model_kind(model) in (names.CLASSIFIER, names.TOKEN_CLASSIFIER,
-                                   names.FEATURE_BASED):
+    if names.model_kind(model) in (names.CLASSIFIER, names.TOKEN_CLASSIFIER, names.FEATURE_BASED):
         return model.num_labels
     return None
 
 
-def hf_config(config, kind: str, labels: list | None = None, label_count: int | None = None
-              ) -> dict:
+def hf_config(
+    config, kind: str, labels: list | None = None, label_count: int | None = None
+) -> dict:
     """A Hugging Face `config.json` for `config` that `BertConfig.from_hf_dict` reads
     back unchanged: the activation in Hugging Face's naming, the architecture of
     `kind`, and id2label / label2id for a classifier or token classifier."""
     if kind == names.FEATURE_BASED:
         raise ValueError("the feature-based tagger has no Hugging Face class")
     values = config.to_dict()
-    values.update(model_type="bert", architectures=[names.HF_ARCHITECTURE_OF[kind]],
-                  hidden_act=names.HF_ACTIVATION_OF[config.hidden_act],
-                  layer_norm_eps=1e-12, pad_token_id=0, position_embedding_type="absolute",
-                  tie_word_embeddings=True)
+    values.update(
+        model_type="bert",
+        architectures=[names.HF_ARCHITECTURE_OF[kind]],
+        hidden_act=names.HF_ACTIVATION_OF[config.hidden_act],
+        layer_norm_eps=1e-12,
+        pad_token_id=0,
+        position_embedding_type="absolute",
+        tie_word_embeddings=True,
+    )
     if label_count is not None:
         label_names = labels or [f"LABEL_{i}" for i in range(label_count)]
         values["id2label"] = {str(i): label for i, label in enumerate(label_names)}
@@ -148,8 +165,11 @@ def hf_config(config, kind: str, labels: list | None = None, label_count: int | 
 
 
 def _hf_tokenizer_config(config, do_lower_case: bool) -> dict:
-    return {"tokenizer_class": "BertTokenizer", "do_lower_case": bool(do_lower_case),
-            "model_max_length": config.max_position_embeddings}
+    return {
+        "tokenizer_class": "BertTokenizer",
+        "do_lower_case": bool(do_lower_case),
+        "model_max_length": config.max_position_embeddings,
+    }
 
 
 # ---------------------------------------------------------------------------------
@@ -168,27 +188,43 @@ def check_destination(directory: str, writer: str, overwrite: bool) -> None:
         return
     info_path = os.path.join(directory, MODEL_INFO)
     info = records.read_json(info_path) if tf.io.gfile.exists(info_path) else {}
-    previous = (isinstance(info, dict) and info.get("written_by") == writer
-                and all(_WRITTEN_FILES[writer].match(e) for e in entries))
+    previous = (
+        isinstance(info, dict)
+        and info.get("written_by") == writer
+        and all(_WRITTEN_FILES[writer].match(e) for e in entries)
+    )
     if not previous:
         raise FileExistsError(
             f"output folder {directory} is not empty and is not an earlier output of "
-            f"{writer}: refusing to replace it (choose a new or empty folder)")
+            f"{writer}: refusing to replace it (choose a new or empty folder)"
+        )
     if not overwrite:
-        raise FileExistsError(f"output folder {directory} holds an earlier output of "
-                              f"{writer}; ask to overwrite it to replace it")
+        raise FileExistsError(
+            f"output folder {directory} holds an earlier output of "
+            f"{writer}; ask to overwrite it to replace it"
+        )
 
 
 def _check_labels(model, labels) -> int | None:
     count = num_labels(model)
     if labels is not None and (count is None or len(labels) != count):
-        raise ValueError(f"{len(labels)} labels given for a {names.model_kind(model)} "
-                         f"model with {count or 'no'} label outputs")
+        raise ValueError(
+            f"{len(labels)} labels given for a {names.model_kind(model)} "
+            f"model with {count or 'no'} label outputs"
+        )
     return count
 
 
-def _write_directory(directory: str, writer: str, model, vocab_file: str,
-                     do_lower_case: bool, labels, overwrite: bool, write_content) -> None:
+def _write_directory(
+    directory: str,
+    writer: str,
+    model,
+    vocab_file: str,
+    do_lower_case: bool,
+    labels,
+    overwrite: bool,
+    write_content,
+) -> None:
     """Checks the destination, then writes `write_content(temp)`, vocab.txt and
     model_info.json into a folder that replaces `directory` once complete."""
     _check_labels(model, labels)
@@ -198,13 +234,26 @@ def _write_directory(directory: str, writer: str, model, vocab_file: str,
     with records.atomic_directory(directory) as temp:
         write_content(temp)
         tf.io.gfile.copy(vocab_file, os.path.join(temp, "vocab.txt"))
-        records.write_json(os.path.join(temp, MODEL_INFO), {
-            "model_kind": names.model_kind(model), "labels": labels,
-            "do_lower_case": bool(do_lower_case), "written_by": writer})
+        records.write_json(
+            os.path.join(temp, MODEL_INFO),
+            {
+                "model_kind": names.model_kind(model),
+                "labels": labels,
+                "do_lower_case": bool(do_lower_case),
+                "written_by": writer,
+            },
+        )
 
 
-def write_hf_directory(directory: str, model, vocab_file: str, do_lower_case: bool,
-                       labels: list | None = None, *, overwrite: bool = False) -> str:
+def write_hf_directory(
+    directory: str,
+    model,
+    vocab_file: str,
+    do_lower_case: bool,
+    labels: list | None = None,
+    *,
+    overwrite: bool = False,
+) -> str:
     """Writes `model` as a Hugging Face BERT directory that `transformers` loads with
     AutoModel and the class of the model's kind (BertForPreTraining,
     BertForSequenceClassification, BertForMultipleChoice, BertForQuestionAnswering,
@@ -231,16 +280,32 @@ def write_hf_directory(directory: str, model, vocab_file: str, do_lower_case: bo
         with tf.io.gfile.GFile(os.path.join(temp, "model.safetensors"), "wb") as f:
             f.write(safetensors_bytes(hf_tensors(model), metadata={"format": "pt"}))
         records.write_json(os.path.join(temp, "config.json"), config_json)
-        records.write_json(os.path.join(temp, "tokenizer_config.json"),
-                           _hf_tokenizer_config(config, do_lower_case))
+        records.write_json(
+            os.path.join(temp, "tokenizer_config.json"), _hf_tokenizer_config(config, do_lower_case)
+        )
 
-    _write_directory(directory, "write_hf_directory", model, vocab_file, do_lower_case,
-                     labels, overwrite, content)
+    _write_directory(
+        directory,
+        "write_hf_directory",
+        model,
+        vocab_file,
+        do_lower_case,
+        labels,
+        overwrite,
+        content,
+    )
     return directory
 
 
-def write_original_directory(directory: str, model, vocab_file: str, do_lower_case: bool,
-                             labels: list | None = None, *, overwrite: bool = False) -> str:
+def write_original_directory(
+    directory: str,
+    model,
+    vocab_file: str,
+    do_lower_case: bool,
+    labels: list | None = None,
+    *,
+    overwrite: bool = False,
+) -> str:
     """Writes `model` as the original release ships a model: `bert_model.ckpt` (TF1
     names, the head's included), `bert_config.json`, `vocab.txt`. Arguments as
     `write_hf_directory`; returns the checkpoint prefix."""
@@ -251,13 +316,28 @@ def write_original_directory(directory: str, model, vocab_file: str, do_lower_ca
         write_original_checkpoint(os.path.join(temp, TF1_CHECKPOINT_NAME), model)
         records.write_text(os.path.join(temp, "bert_config.json"), config.to_json_string())
 
-    _write_directory(directory, "write_original_directory", model, vocab_file,
-                     do_lower_case, labels, overwrite, content)
+    _write_directory(
+        directory,
+        "write_original_directory",
+        model,
+        vocab_file,
+        do_lower_case,
+        labels,
+        overwrite,
+        content,
+    )
     return os.path.join(directory, TF1_CHECKPOINT_NAME)
 
 
-def write_tf2_directory(directory: str, model, vocab_file: str, do_lower_case: bool,
-                        labels: list | None = None, *, overwrite: bool = False) -> str:
+def write_tf2_directory(
+    directory: str,
+    model,
+    vocab_file: str,
+    do_lower_case: bool,
+    labels: list | None = None,
+    *,
+    overwrite: bool = False,
+) -> str:
     """Writes `model` in this project's TF2 layout (`ckpt-0` and a `checkpoint` file,
     as a run's output_dir holds them), with `bert_config.json` and `vocab.txt`.
     Arguments as `write_hf_directory`; returns the checkpoint prefix."""
@@ -267,6 +347,14 @@ def write_tf2_directory(directory: str, model, vocab_file: str, do_lower_case: b
         _write_tf2_checkpoint(temp, model)
         records.write_text(os.path.join(temp, "bert_config.json"), config.to_json_string())
 
-    _write_directory(directory, "write_tf2_directory", model, vocab_file, do_lower_case,
-                     labels, overwrite, content)
+    _write_directory(
+        directory,
+        "write_tf2_directory",
+        model,
+        vocab_file,
+        do_lower_case,
+        labels,
+        overwrite,
+        content,
+    )
     return tf.train.latest_checkpoint(directory)

@@ -27,11 +27,21 @@ from data_prep import records
 from modeling import checkpoint_names as names
 from modeling.checkpoint_names import hf_name, original_variable_table  # noqa: F401
 from modeling.checkpoint_readers import (  # noqa: F401
-    CheckpointMismatchError, checkpoint_side_dirs, find_side_file, is_hf_directory,
-    open_checkpoint, read_model_info, read_safetensors, resolve_checkpoint)
+    CheckpointMismatchError,
+    checkpoint_side_dirs,
+    find_side_file,
+    is_hf_directory,
+    open_checkpoint,
+    read_model_info,
+    read_safetensors,
+    resolve_checkpoint,
+)
 from modeling.checkpoint_writers import (  # noqa: F401
-    write_hf_directory, write_original_checkpoint, write_original_directory,
-    write_tf2_directory)
+    write_hf_directory,
+    write_original_checkpoint,
+    write_original_directory,
+    write_tf2_directory,
+)
 
 _SHOWN_UNUSED = 6
 # Kinds whose outputs do not depend on the pooler.
@@ -41,6 +51,7 @@ _POOLER_UNUSED = (names.ENCODER, names.SPAN, names.TOKEN_CLASSIFIER, names.FEATU
 @dataclasses.dataclass
 class _Group:
     """Variables restored together or not at all: the encoder, or one head."""
+
     parts: list  # model attribute names, e.g. ["classifier"]
     entries: list  # (checkpoint name, variable, transposed)
 
@@ -53,10 +64,13 @@ def _groups(reader, model) -> tuple[_Group, list, list]:
     if reader.kind == "tf2":
         heads = [_Group(head_parts, [e for p in head_parts for e in tf2[p]])]
         return _Group(["encoder"], tf2["encoder"]), heads if head_parts else [], head_parts
-    encoder = _Group(["encoder"], _in_format(
-        reader, original_variable_table(names.encoder_of(model))))
-    heads = [_Group([part], _in_format(reader, table))
-             for part, table in names.head_tables(model).items()]
+    encoder = _Group(
+        ["encoder"], _in_format(reader, original_variable_table(names.encoder_of(model)))
+    )
+    heads = [
+        _Group([part], _in_format(reader, table))
+        for part, table in names.head_tables(model).items()
+    ]
     return encoder, heads, head_parts
 
 
@@ -78,8 +92,10 @@ def _shape_problem(reader, group: _Group) -> str | None:
     for name, variable, transposed in group.entries:
         want, have = _stored_shape(variable, transposed), reader.shapes[name]
         if have != want:
-            return (f"checkpoint {reader.path}: variable {name!r} has shape {list(have)}, "
-                    f"the model's {variable.path} needs {list(want)}")
+            return (
+                f"checkpoint {reader.path}: variable {name!r} has shape {list(have)}, "
+                f"the model's {variable.path} needs {list(want)}"
+            )
     return None
 
 
@@ -88,12 +104,14 @@ def _check_encoder(reader, group: _Group) -> None:
         if name not in reader.shapes:
             raise CheckpointMismatchError(
                 f"checkpoint {reader.path} has no variable {name!r} (needed for encoder "
-                f"variable {variable.path}, shape {list(variable.shape)})")
+                f"variable {variable.path}, shape {list(variable.shape)})"
+            )
     problem = _shape_problem(reader, group)
     if problem:
         raise CheckpointMismatchError(
             f"{problem} (check --bert_config_file: vocab_size, hidden_size, layers and "
-            f"max_position_embeddings must match)")
+            f"max_position_embeddings must match)"
+        )
 
 
 def _drop_missing_pooler(reader, group: _Group, kind: str) -> bool:
@@ -108,8 +126,11 @@ def _drop_missing_pooler(reader, group: _Group, kind: str) -> bool:
         return False
     group.entries = [e for e in group.entries if e[0] not in pooler]
     if kind == names.ENCODER:
-        logging.warning("Checkpoint %s has no pooler: the encoder's pooled_output comes "
-                        "from an untrained pooler.", reader.path)
+        logging.warning(
+            "Checkpoint %s has no pooler: the encoder's pooled_output comes "
+            "from an untrained pooler.",
+            reader.path,
+        )
     return True
 
 
@@ -118,13 +139,17 @@ def _head_problem(reader, group: _Group, kind: str) -> str | None:
     missing = [name for name, _, _ in group.entries if name not in reader.shapes]
     parts = ", ".join(group.parts)
     if missing:
-        return (f"checkpoint {reader.path} has only part of the {parts} head: no "
-                f"{missing[0]!r}")
+        return f"checkpoint {reader.path} has only part of the {parts} head: no {missing[0]!r}"
     if reader.stored_kind not in (None, kind):
-        source = (f"config.json architectures {reader.architecture}" if reader.kind == "hf"
-                  else "model_info.json")
-        return (f"checkpoint {reader.path} holds a {reader.stored_kind} model ({source}), "
-                f"not a {kind}: its {parts} head is another model's")
+        source = (
+            f"config.json architectures {reader.architecture}"
+            if reader.kind == "hf"
+            else "model_info.json"
+        )
+        return (
+            f"checkpoint {reader.path} holds a {reader.stored_kind} model ({source}), "
+            f"not a {kind}: its {parts} head is another model's"
+        )
     return _shape_problem(reader, group)
 
 
@@ -136,14 +161,18 @@ def _plan_head(reader, group: _Group, kind: str, reinit_head: bool) -> bool:
     problem = _head_problem(reader, group, kind)
     parts = ", ".join(group.parts)
     if reinit_head:
-        logging.warning("The %s head starts from its initializer (reinit_head), not from "
-                        "checkpoint %s%s", parts, reader.path,
-                        f": {problem}" if problem else "")
+        logging.warning(
+            "The %s head starts from its initializer (reinit_head), not from checkpoint %s%s",
+            parts,
+            reader.path,
+            f": {problem}" if problem else "",
+        )
         return False
     if problem:
         raise CheckpointMismatchError(
             f"{problem}. To train this head from its initializer instead, ask for a "
-            f"re-initialised head (reinit_head).")
+            f"re-initialised head (reinit_head)."
+        )
     return True
 
 
@@ -154,19 +183,26 @@ def _warn_untied_decoder(reader, restored: list) -> None:
         return
     embeddings = reader.name_of("bert/embeddings/word_embeddings")[0]
     if not np.array_equal(reader.get(names.HF_TIED_DECODER), reader.get(embeddings)):
-        logging.warning("Checkpoint %s has a masked-LM decoder that differs from the word "
-                        "embeddings; this model ties them and uses the embeddings.",
-                        reader.path)
+        logging.warning(
+            "Checkpoint %s has a masked-LM decoder that differs from the word "
+            "embeddings; this model ties them and uses the embeddings.",
+            reader.path,
+        )
 
 
 def _unused(reader, used: set) -> list:
-    return sorted(name for name in reader.shapes if name not in used and not (
-        reader.kind == "hf" and names.HF_NOT_READ.search(name)))
+    return sorted(
+        name
+        for name in reader.shapes
+        if name not in used and not (reader.kind == "hf" and names.HF_NOT_READ.search(name))
+    )
 
 
 def _summary_line(reader, restored: list, fresh: list, unused: list) -> str:
-    line = (f"Restored {', '.join(restored)} from {reader.kind} checkpoint {reader.path}; "
-            f"starting fresh: {', '.join(fresh) or 'nothing'}")
+    line = (
+        f"Restored {', '.join(restored)} from {reader.kind} checkpoint {reader.path}; "
+        f"starting fresh: {', '.join(fresh) or 'nothing'}"
+    )
     if unused:
         shown = ", ".join(name.replace(names.TF2_SUFFIX, "") for name in unused[:_SHOWN_UNUSED])
         more = f" and {len(unused) - _SHOWN_UNUSED} more" if len(unused) > _SHOWN_UNUSED else ""
@@ -230,26 +266,37 @@ def load_checkpoint(path: str, encoder, pretrainer=None) -> dict:
     Returns {"kind", "path", "heads": whether a pre-training head was restored}.
     """
     info = restore_model(path, pretrainer if pretrainer is not None else encoder)
-    return {"kind": info["kind"], "path": info["path"],
-            "heads": any(part != "encoder" for part in info["restored"])}
+    return {
+        "kind": info["kind"],
+        "path": info["path"],
+        "heads": any(part != "encoder" for part in info["restored"]),
+    }
 
 
 # ---------------------------------------------------------------------------------
 # What a checkpoint holds, for converters: model kind, labels, case, config, vocab.
 
 # Names whose presence tells which kinds of model a checkpoint can hold.
-_TF2_MARKERS = (("masked_lm", (names.PRETRAINER,)), ("next_sentence", (names.PRETRAINER,)),
-                ("span", (names.SPAN,)), ("scorer", (names.MULTIPLE_CHOICE,)),
-                ("bilstm_0", (names.FEATURE_BASED,)),
-                ("classifier", (names.CLASSIFIER, names.TOKEN_CLASSIFIER)))
-_ORIGINAL_MARKERS = (("cls/predictions/output_bias", (names.PRETRAINER,)),
-                     ("cls/seq_relationship/output_weights", (names.PRETRAINER,)),
-                     ("cls/squad/output_weights", (names.SPAN,)),
-                     ("output_weights", (names.CLASSIFIER, names.TOKEN_CLASSIFIER,
-                                         names.MULTIPLE_CHOICE)))
+_TF2_MARKERS = (
+    ("masked_lm", (names.PRETRAINER,)),
+    ("next_sentence", (names.PRETRAINER,)),
+    ("span", (names.SPAN,)),
+    ("scorer", (names.MULTIPLE_CHOICE,)),
+    ("bilstm_0", (names.FEATURE_BASED,)),
+    ("classifier", (names.CLASSIFIER, names.TOKEN_CLASSIFIER)),
+)
+_ORIGINAL_MARKERS = (
+    ("cls/predictions/output_bias", (names.PRETRAINER,)),
+    ("cls/seq_relationship/output_weights", (names.PRETRAINER,)),
+    ("cls/squad/output_weights", (names.SPAN,)),
+    ("output_weights", (names.CLASSIFIER, names.TOKEN_CLASSIFIER, names.MULTIPLE_CHOICE)),
+)
 # Where the number of labels is read: (name, axis).
-_LABEL_COUNT = {"tf1": ("output_weights", 0), "hf": ("classifier.weight", 0),
-                "tf2": ("model/classifier/dense/_kernel" + names.TF2_SUFFIX, 1)}
+_LABEL_COUNT = {
+    "tf1": ("output_weights", 0),
+    "hf": ("classifier.weight", 0),
+    "tf2": ("model/classifier/dense/_kernel" + names.TF2_SUFFIX, 1),
+}
 
 
 def _candidate_kinds(reader) -> list[str]:
@@ -262,8 +309,7 @@ def _candidate_kinds(reader) -> list[str]:
             name = reader.name_of(original)[0]
             if name in reader.shapes:
                 one_output = reader.shapes[name][0] == 1
-                found.append([k for k in kinds
-                              if one_output or k != names.MULTIPLE_CHOICE])
+                found.append([k for k in kinds if one_output or k != names.MULTIPLE_CHOICE])
     return list(found[0]) if found else [names.ENCODER]
 
 
@@ -312,10 +358,18 @@ def inspect_checkpoint(path: str) -> dict:
         kind = candidates[0] if len(candidates) == 1 else None
     name, axis = _LABEL_COUNT[reader.kind]
     num_labels = reader.shapes[name][axis] if name in reader.shapes else None
-    return {"kind": reader.kind, "path": reader.path, "model_kind": kind,
-            "candidates": candidates, "stored_kind": reader.stored_kind,
-            "num_labels": num_labels, "labels": _labels(reader, info),
-            "do_lower_case": _do_lower_case(reader.side_dirs, info),
-            "config_file": (find_side_file(reader.side_dirs, "bert_config.json")
-                            or find_side_file(reader.side_dirs, "config.json")),
-            "vocab_file": find_side_file(reader.side_dirs, "vocab.txt")}
+    return {
+        "kind": reader.kind,
+        "path": reader.path,
+        "model_kind": kind,
+        "candidates": candidates,
+        "stored_kind": reader.stored_kind,
+        "num_labels": num_labels,
+        "labels": _labels(reader, info),
+        "do_lower_case": _do_lower_case(reader.side_dirs, info),
+        "config_file": (
+            find_side_file(reader.side_dirs, "bert_config.json")
+            or find_side_file(reader.side_dirs, "config.json")
+        ),
+        "vocab_file": find_side_file(reader.side_dirs, "vocab.txt"),
+    }

@@ -56,9 +56,15 @@ class BertConfig:
     initializer_range: float = 0.02
 
     def __post_init__(self):
-        for name in ("vocab_size", "hidden_size", "num_hidden_layers",
-                     "num_attention_heads", "intermediate_size",
-                     "max_position_embeddings", "type_vocab_size"):
+        for name in (
+            "vocab_size",
+            "hidden_size",
+            "num_hidden_layers",
+            "num_attention_heads",
+            "intermediate_size",
+            "max_position_embeddings",
+            "type_vocab_size",
+        ):
             value = getattr(self, name)
             if not isinstance(value, int) or isinstance(value, bool) or value <= 0:
                 raise ValueError(f"BertConfig.{name} must be a positive integer, got {value!r}")
@@ -69,11 +75,13 @@ class BertConfig:
         if self.hidden_size % self.num_attention_heads:
             raise ValueError(
                 f"BertConfig.hidden_size ({self.hidden_size}) is not a multiple of "
-                f"num_attention_heads ({self.num_attention_heads})")
+                f"num_attention_heads ({self.num_attention_heads})"
+            )
         if self.hidden_act not in ACTIVATIONS:
             raise ValueError(
                 f"BertConfig.hidden_act {self.hidden_act!r} is not supported; "
-                f"choose one of {', '.join(ACTIVATIONS)}")
+                f"choose one of {', '.join(ACTIVATIONS)}"
+            )
 
     @property
     def head_size(self) -> int:
@@ -90,8 +98,10 @@ class BertConfig:
             if key not in known:
                 close = difflib.get_close_matches(key, known, n=1)
                 hint = f"; did you mean {close[0]!r}?" if close else ""
-                raise ValueError(f"{source}: unknown BERT config key {key!r}{hint} "
-                                 f"(known keys: {', '.join(known)})")
+                raise ValueError(
+                    f"{source}: unknown BERT config key {key!r}{hint} "
+                    f"(known keys: {', '.join(known)})"
+                )
         if "vocab_size" not in values:
             raise ValueError(f"{source}: the BERT config has no 'vocab_size'")
         return cls(**values)

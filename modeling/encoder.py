@@ -19,8 +19,7 @@ def dtype_policy(dtype: str) -> keras.DTypePolicy:
     and keep float32 master weights (float16 training needs loss scaling, which the
     training loop adds). LayerNorm, softmax and losses stay float32 regardless.
     """
-    policies = {"float32": "float32", "bfloat16": "mixed_bfloat16",
-                "float16": "mixed_float16"}
+    policies = {"float32": "float32", "bfloat16": "mixed_bfloat16", "float16": "mixed_float16"}
     if dtype not in policies:
         raise ValueError(f"unknown dtype {dtype!r}; choose one of {sorted(policies)}")
     return keras.DTypePolicy(policies[dtype])
@@ -35,7 +34,8 @@ def check_inputs(inputs: dict, max_position_embeddings: int) -> None:
     if seq_length is not None and seq_length > max_position_embeddings:
         raise ValueError(
             f"input_word_ids has sequence length {seq_length}, longer than "
-            f"max_position_embeddings={max_position_embeddings} of the BERT config")
+            f"max_position_embeddings={max_position_embeddings} of the BERT config"
+        )
 
 
 class BertEncoder(keras.Model):
@@ -67,11 +67,18 @@ class BertEncoder(keras.Model):
         self.embeddings = layers.BertEmbeddings(config, fused, name="embeddings", dtype=policy)
         # One attribute per layer (not a list): tf.train.Checkpoint tracks attributes.
         for i in range(config.num_hidden_layers):
-            setattr(self, f"layer_{i}",
-                    layers.TransformerLayer(config, fused, name=f"layer_{i}", dtype=policy))
+            setattr(
+                self,
+                f"layer_{i}",
+                layers.TransformerLayer(config, fused, name=f"layer_{i}", dtype=policy),
+            )
         self.pooler = keras.layers.Dense(
-            config.hidden_size, activation="tanh", name="pooler", dtype=policy,
-            kernel_initializer=layers.initializer(config))
+            config.hidden_size,
+            activation="tanh",
+            name="pooler",
+            dtype=policy,
+            kernel_initializer=layers.initializer(config),
+        )
         self.build_variables()
 
     @property
@@ -93,8 +100,10 @@ class BertEncoder(keras.Model):
         mask = tf.cast(inputs["input_mask"], tf.float32)
         type_ids = tf.cast(inputs["input_type_ids"], tf.int32)
         tf.debugging.assert_less_equal(
-            tf.shape(word_ids)[1], self.config.max_position_embeddings,
-            message="input_word_ids is longer than max_position_embeddings")
+            tf.shape(word_ids)[1],
+            self.config.max_position_embeddings,
+            message="input_word_ids is longer than max_position_embeddings",
+        )
         # [B, 1, 1, S]: 0 where attending is allowed, -10000 on padding.
         attention_bias = (1.0 - mask[:, tf.newaxis, tf.newaxis, :]) * layers._MASK_BIAS
         x = self.embeddings(word_ids, type_ids, training=training)
@@ -103,12 +112,15 @@ class BertEncoder(keras.Model):
             x = layer(x, attention_bias, training=training)
             encoder_outputs.append(x)
         pooled = self.pooler(x[:, 0])
-        return {"sequence_output": x, "pooled_output": pooled,
-                "encoder_outputs": encoder_outputs}
+        return {"sequence_output": x, "pooled_output": pooled, "encoder_outputs": encoder_outputs}
 
     def get_config(self):
-        return {"config": self.config.to_dict(), "dtype": self.dtype_policy.name,
-                "kernels": self.kernels.name, "name": self.name}
+        return {
+            "config": self.config.to_dict(),
+            "dtype": self.dtype_policy.name,
+            "kernels": self.kernels.name,
+            "name": self.name,
+        }
 
     @classmethod
     def from_config(cls, config):

@@ -61,11 +61,15 @@ def parse_feature_layers(spec: str, num_layers: int) -> list[int]:
         try:
             number = int(item)
         except ValueError:
-            raise ValueError(f"feature layers {spec!r}: {item.strip()!r} is not a layer "
-                             "number (use e.g. '-1,-2,-3,-4' or 'all')") from None
+            raise ValueError(
+                f"feature layers {spec!r}: {item.strip()!r} is not a layer "
+                "number (use e.g. '-1,-2,-3,-4' or 'all')"
+            ) from None
         if not -num_layers <= number < num_layers:
-            raise ValueError(f"feature layers {spec!r}: layer {number} does not exist in "
-                             f"an encoder of {num_layers} layers")
+            raise ValueError(
+                f"feature layers {spec!r}: layer {number} does not exist in "
+                f"an encoder of {num_layers} layers"
+            )
         index = number % num_layers
         if index in indices:
             raise ValueError(f"feature layers {spec!r}: layer {number} is named twice")
@@ -83,8 +87,9 @@ class LayerCombination(keras.layers.Layer):
     def __init__(self, combination: str, num_inputs: int, **kwargs):
         super().__init__(**kwargs)
         if combination not in COMBINATIONS:
-            raise ValueError(f"unknown feature combination {combination!r}; choose one "
-                             f"of {COMBINATIONS}")
+            raise ValueError(
+                f"unknown feature combination {combination!r}; choose one of {COMBINATIONS}"
+            )
         if num_inputs < 1:
             raise ValueError("at least one layer is needed as features")
         self.combination = combination
@@ -93,7 +98,8 @@ class LayerCombination(keras.layers.Layer):
     def build(self, input_shape=None):
         if self.combination == "weighted_sum":
             self.layer_weights = self.add_weight(
-                shape=(self.num_inputs,), initializer="zeros", name="layer_weights")
+                shape=(self.num_inputs,), initializer="zeros", name="layer_weights"
+            )
             self.gamma = self.add_weight(shape=(), initializer="ones", name="gamma")
         self.built = True
 
@@ -128,33 +134,53 @@ class BertFeatureBasedTagger(keras.Model):
 
     MODEL_KIND = "feature_based_token_classifier"
 
-    def __init__(self, encoder, config: BertConfig, num_labels: int,
-                 feature_layers: Sequence[int], combination: str = "concat",
-                 lstm_units: int = 256, num_lstm_layers: int = 2,
-                 dropout_rate: float | None = None,
-                 head_initializer: str = "truncated_normal", **kwargs):
+    def __init__(
+        self,
+        encoder,
+        config: BertConfig,
+        num_labels: int,
+        feature_layers: Sequence[int],
+        combination: str = "concat",
+        lstm_units: int = 256,
+        num_lstm_layers: int = 2,
+        dropout_rate: float | None = None,
+        head_initializer: str = "truncated_normal",
+        **kwargs,
+    ):
         super().__init__(dtype=encoder.dtype_policy, **kwargs)
         if lstm_units < 1 or num_lstm_layers < 1:
-            raise ValueError(f"lstm_units ({lstm_units}) and num_lstm_layers "
-                             f"({num_lstm_layers}) must be at least 1")
+            raise ValueError(
+                f"lstm_units ({lstm_units}) and num_lstm_layers "
+                f"({num_lstm_layers}) must be at least 1"
+            )
         self.encoder = encoder
         self.encoder.trainable = False
         self.num_labels = num_labels
         self.feature_layers = list(feature_layers)
         policy = self.dtype_policy
         rate = config.hidden_dropout_prob if dropout_rate is None else dropout_rate
-        self.combination = LayerCombination(combination, len(self.feature_layers),
-                                            name="combination", dtype=policy)
+        self.combination = LayerCombination(
+            combination, len(self.feature_layers), name="combination", dtype=policy
+        )
         self.dropout = layers.Dropout(rate, dtype=policy)
         self.num_lstm_layers = num_lstm_layers
         # One attribute per layer (not a list): tf.train.Checkpoint tracks attributes.
         for i in range(num_lstm_layers):
-            setattr(self, f"bilstm_{i}", keras.layers.Bidirectional(
-                keras.layers.LSTM(lstm_units, return_sequences=True, dtype=policy),
-                name=f"bilstm_{i}", dtype=policy))
+            setattr(
+                self,
+                f"bilstm_{i}",
+                keras.layers.Bidirectional(
+                    keras.layers.LSTM(lstm_units, return_sequences=True, dtype=policy),
+                    name=f"bilstm_{i}",
+                    dtype=policy,
+                ),
+            )
         self.classifier = keras.layers.Dense(
-            num_labels, name="classifier", dtype=policy,
-            kernel_initializer=layers.initializer(config, head_initializer))
+            num_labels,
+            name="classifier",
+            dtype=policy,
+            kernel_initializer=layers.initializer(config, head_initializer),
+        )
         self._build_head(config.hidden_size, lstm_units)
 
     @property

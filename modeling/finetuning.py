@@ -48,6 +48,7 @@ class Settings:
     `head_initializer` is how a task model draws its new head
     (`modeling.layers.INITIALIZERS`).
     """
+
     output_dir: str
     init_checkpoint: str | None = None
     hub_module_url: str | None = None
@@ -80,30 +81,30 @@ class FineTuningTask(Protocol):
       objective: the loss and evaluation sums (`training.Task`).
       num_train_examples: training examples (windows, features) per epoch.
     """
+
     model_kind: str
     objective: training.Task
     num_train_examples: int
 
     def build_model(self, encoder, config: BertConfig) -> keras.Model: ...
 
-    def train_dataset(self, batch_size: int, seed: int,
-                      input_context: tf.distribute.InputContext | None
-                      ) -> tf.data.Dataset: ...
+    def train_dataset(
+        self, batch_size: int, seed: int, input_context: tf.distribute.InputContext | None
+    ) -> tf.data.Dataset: ...
 
-    def evaluate(self, trainer: training.Trainer, output_dir: str, global_step: int
-                 ) -> dict:
+    def evaluate(self, trainer: training.Trainer, output_dir: str, global_step: int) -> dict:
         """Metrics of the dev data, written to output_dir (eval_results.txt and the
         task's files); `global_step` is the step of the weights evaluated."""
 
     def score(self, metrics: dict) -> float:
         """The number the best model is chosen by (higher is better)."""
 
-    def predict(self, trainer: training.Trainer, output_dir: str, global_step: int
-                ) -> None:
+    def predict(self, trainer: training.Trainer, output_dir: str, global_step: int) -> None:
         """Predictions of the test data, written to output_dir."""
 
-    def export(self, model: keras.Model, export_dir: str, files: model_files.ModelFiles,
-               overwrite: bool) -> None: ...
+    def export(
+        self, model: keras.Model, export_dir: str, files: model_files.ModelFiles, overwrite: bool
+    ) -> None: ...
 
     def model_info(self) -> dict:
         """What a later run needs besides the weights (labels, settings)."""
@@ -113,19 +114,20 @@ class FineTuningTask(Protocol):
 # The schedule.
 
 
-def train_schedule(num_examples: int, batch_size: int, num_epochs: float,
-                   warmup_proportion: float) -> tuple[int, int]:
+def train_schedule(
+    num_examples: int, batch_size: int, num_epochs: float, warmup_proportion: float
+) -> tuple[int, int]:
     """(num_train_steps, num_warmup_steps), computed as the original release does."""
     num_train_steps = int(num_examples / batch_size * num_epochs)
     if num_train_steps < 1:
         raise ValueError(
             f"{num_examples} training examples at --train_batch_size={batch_size} for "
-            f"--num_train_epochs={num_epochs} make no training step")
+            f"--num_train_epochs={num_epochs} make no training step"
+        )
     return num_train_steps, int(num_train_steps * warmup_proportion)
 
 
-def epoch_end_steps(num_examples: int, batch_size: int, num_train_steps: int
-                    ) -> list[int]:
+def epoch_end_steps(num_examples: int, batch_size: int, num_train_steps: int) -> list[int]:
     """The global step at which each epoch ends; the last is always num_train_steps."""
     ends, epoch = [], 1
     while (step := int(num_examples * epoch / batch_size)) < num_train_steps:
@@ -151,10 +153,10 @@ class BestCheckpoint:
         self.directory = directory
         self.step = tf.Variable(-1, dtype=tf.int64, trainable=False, name="step")
         self.score = tf.Variable(-np.inf, dtype=tf.float64, trainable=False, name="score")
-        self.checkpoint = tf.train.Checkpoint(model=model, step=self.step,
-                                              score=self.score)
-        self.manager = tf.train.CheckpointManager(self.checkpoint, directory,
-                                                  max_to_keep=1, checkpoint_name="best")
+        self.checkpoint = tf.train.Checkpoint(model=model, step=self.step, score=self.score)
+        self.manager = tf.train.CheckpointManager(
+            self.checkpoint, directory, max_to_keep=1, checkpoint_name="best"
+        )
         if self.manager.latest_checkpoint:
             scalars = tf.train.Checkpoint(step=self.step, score=self.score)
             scalars.read(self.manager.latest_checkpoint).expect_partial()
@@ -170,15 +172,17 @@ class BestCheckpoint:
         self.step.assign(step)
         self.score.assign(score)
         self.manager.save(checkpoint_number=step)
-        logging.info("New best model at step %d (score %.4f) in %s", step, score,
-                     self.directory)
+        logging.info("New best model at step %d (score %.4f) in %s", step, score, self.directory)
         return True
 
     def restore(self) -> int:
         """Loads the best weights into the model; returns their step."""
         self.checkpoint.read(self.manager.latest_checkpoint).assert_existing_objects_matched()
-        logging.info("Using the best model: step %d, score %.4f",
-                     int(self.step.numpy()), float(self.score.numpy()))
+        logging.info(
+            "Using the best model: step %d, score %.4f",
+            int(self.step.numpy()),
+            float(self.score.numpy()),
+        )
         return int(self.step.numpy())
 
 
@@ -195,12 +199,14 @@ class EpochEvaluator:
     """`after_loop` of a training run: at each epoch's end, evaluates, logs the
     history (eval_history.json, TensorBoard eval/) and keeps the best model."""
 
-    def __init__(self, task: FineTuningTask, trainer: training.Trainer,
-                 best: BestCheckpoint, output_dir: str):
+    def __init__(
+        self, task: FineTuningTask, trainer: training.Trainer, best: BestCheckpoint, output_dir: str
+    ):
         self.task, self.trainer, self.best, self.output_dir = task, trainer, best, output_dir
         self.history_path = os.path.join(output_dir, EVAL_HISTORY)
-        self.history = (records.read_json(self.history_path)
-                        if tf.io.gfile.exists(self.history_path) else [])
+        self.history = (
+            records.read_json(self.history_path) if tf.io.gfile.exists(self.history_path) else []
+        )
 
     def __call__(self, step: int) -> None:
         metrics = self.task.evaluate(self.trainer, self.output_dir, step)
@@ -212,8 +218,9 @@ class EpochEvaluator:
         self.best.update(step, score)
 
 
-def train(task: FineTuningTask, trainer: training.Trainer, settings: Settings,
-          on_epoch_end=None) -> bool:
+def train(
+    task: FineTuningTask, trainer: training.Trainer, settings: Settings, on_epoch_end=None
+) -> bool:
     """Trains to num_train_steps, calling on_epoch_end(step) at each epoch's end.
 
     The Trainer runs --steps_per_loop steps per compiled loop; loops are shortened so
@@ -222,11 +229,13 @@ def train(task: FineTuningTask, trainer: training.Trainer, settings: Settings,
     Returns:
       Whether training is complete (False: stopped early by SIGTERM, checkpointed).
     """
+
     def dataset_fn(context=None):
         return task.train_dataset(settings.train_batch_size, settings.seed, context)
 
-    ends = epoch_end_steps(task.num_train_examples, settings.train_batch_size,
-                           trainer.num_train_steps)
+    ends = epoch_end_steps(
+        task.num_train_examples, settings.train_batch_size, trainer.num_train_steps
+    )
     steps_per_loop = trainer.steps_per_loop
     pending = [end for end in ends if end > int(trainer.global_step.numpy())]
 
@@ -261,8 +270,7 @@ def restore_initial_weights(model, settings: Settings) -> None:
     if not settings.init_checkpoint:
         logging.warning("No --init_checkpoint: the encoder starts from random weights.")
         return
-    checkpoints.restore_model(settings.init_checkpoint, model,
-                              reinit_head=settings.reinit_head)
+    checkpoints.restore_model(settings.init_checkpoint, model, reinit_head=settings.reinit_head)
 
 
 def check_labels(task: FineTuningTask, settings: Settings) -> None:
@@ -272,41 +280,70 @@ def check_labels(task: FineTuningTask, settings: Settings) -> None:
         return
     info = model_files.read_model_info(settings.init_checkpoint)
     wanted = task.model_info().get("labels")
-    if (info.get("model_kind") == task.model_kind and info.get("labels") is not None
-            and wanted is not None and list(info["labels"]) != list(wanted)):
+    if (
+        info.get("model_kind") == task.model_kind
+        and info.get("labels") is not None
+        and wanted is not None
+        and list(info["labels"]) != list(wanted)
+    ):
         raise ValueError(
             f"--init_checkpoint={settings.init_checkpoint} was fine-tuned on the labels "
             f"{list(info['labels'])}, this run has {list(wanted)}: its head's outputs "
             f"would mean other labels. Give the same labels, or --reinit_head to train "
-            f"a new head.")
+            f"a new head."
+        )
 
 
-def build_trainer(task: FineTuningTask, model, strategy, settings: Settings
-                  ) -> training.Trainer:
-    num_train_steps, num_warmup_steps = (train_schedule(
-        task.num_train_examples, settings.train_batch_size, settings.num_train_epochs,
-        settings.warmup_proportion) if settings.do_train else (0, 0))
-    return training.Trainer(strategy, model, task.objective, settings.output_dir,
-                            learning_rate=settings.learning_rate,
-                            num_train_steps=num_train_steps,
-                            num_warmup_steps=num_warmup_steps, **settings.trainer_options)
+def build_trainer(task: FineTuningTask, model, strategy, settings: Settings) -> training.Trainer:
+    num_train_steps, num_warmup_steps = (
+        train_schedule(
+            task.num_train_examples,
+            settings.train_batch_size,
+            settings.num_train_epochs,
+            settings.warmup_proportion,
+        )
+        if settings.do_train
+        else (0, 0)
+    )
+    return training.Trainer(
+        strategy,
+        model,
+        task.objective,
+        settings.output_dir,
+        learning_rate=settings.learning_rate,
+        num_train_steps=num_train_steps,
+        num_warmup_steps=num_warmup_steps,
+        **settings.trainer_options,
+    )
 
 
-def write_run_files(task: FineTuningTask, trainer: training.Trainer,
-                    files: model_files.ModelFiles, settings: Settings) -> None:
+def write_run_files(
+    task: FineTuningTask,
+    trainer: training.Trainer,
+    files: model_files.ModelFiles,
+    settings: Settings,
+) -> None:
     """The self-contained output_dir, and every setting of the run (run_config.json)."""
     info = task.model_info()
     model_files.write_model_files(settings.output_dir, files, task.model_kind, **info)
     values = dict(info, **settings.flag_values)  # A flag's value as given wins.
-    values.update(resolved_vocab_file=files.vocab_file,
-                  resolved_do_lower_case=files.do_lower_case, model_kind=task.model_kind,
-                  num_train_steps=trainer.num_train_steps,
-                  num_warmup_steps=trainer.num_warmup_steps)
+    values.update(
+        resolved_vocab_file=files.vocab_file,
+        resolved_do_lower_case=files.do_lower_case,
+        model_kind=task.model_kind,
+        num_train_steps=trainer.num_train_steps,
+        num_warmup_steps=trainer.num_warmup_steps,
+    )
     records.write_json(os.path.join(settings.output_dir, RUN_CONFIG), values)
 
 
-def run(task: FineTuningTask, settings: Settings, strategy: tf.distribute.Strategy,
-        encoder, files: model_files.ModelFiles) -> bool:
+def run(
+    task: FineTuningTask,
+    settings: Settings,
+    strategy: tf.distribute.Strategy,
+    encoder,
+    files: model_files.ModelFiles,
+) -> bool:
     """Trains, evaluates, predicts and exports as `settings` ask.
 
     Returns:
@@ -330,9 +367,12 @@ def run(task: FineTuningTask, settings: Settings, strategy: tf.distribute.Strate
         if settings.do_eval and settings.evaluate_every_epoch:
             on_epoch_end = EpochEvaluator(task, trainer, best, settings.output_dir)
         if not train(task, trainer, settings, on_epoch_end):
-            logging.warning("Training stopped at step %d of %d; run again with the same "
-                            "--output_dir to resume it. Nothing evaluated or predicted.",
-                            int(trainer.global_step.numpy()), trainer.num_train_steps)
+            logging.warning(
+                "Training stopped at step %d of %d; run again with the same "
+                "--output_dir to resume it. Nothing evaluated or predicted.",
+                int(trainer.global_step.numpy()),
+                trainer.num_train_steps,
+            )
             return False
     step = best.restore() if best.exists else int(trainer.global_step.numpy())
     if settings.do_eval:

@@ -39,8 +39,12 @@ class MaskedLMHead(keras.layers.Layer):
         self.kernels = kernel_choices.resolve(kernels)
         fused = self.kernels.fused_elementwise
         self.transform_dense = layers._dense(
-            config, config.hidden_size, "transform_dense", self.dtype_policy,
-            activation=layers.get_activation(config.hidden_act, fused))
+            config,
+            config.hidden_size,
+            "transform_dense",
+            self.dtype_policy,
+            activation=layers.get_activation(config.hidden_act, fused),
+        )
         self.transform_layer_norm = layers.LayerNorm(name="transform_LayerNorm", fused=fused)
 
     def build(self, input_shape=None):
@@ -48,8 +52,8 @@ class MaskedLMHead(keras.layers.Layer):
         self.transform_dense.build(hidden)
         self.transform_layer_norm.build(hidden)
         self.output_bias = self.add_weight(
-            name="output_bias", shape=(self.config.vocab_size,), initializer="zeros",
-            autocast=False)
+            name="output_bias", shape=(self.config.vocab_size,), initializer="zeros", autocast=False
+        )
 
     def call(self, sequence_output, masked_lm_positions, word_embeddings):
         """Returns float32 logits [B, P, V].
@@ -71,9 +75,12 @@ class MaskedLMHead(keras.layers.Layer):
         batch_shape = tf.shape(x)[:-1]
         flat = tf.reshape(x, [-1, self.config.hidden_size])
         logits = layers.decoder_logits(
-            flat, word_embeddings, tf.convert_to_tensor(self.output_bias),
+            flat,
+            word_embeddings,
+            tf.convert_to_tensor(self.output_bias),
             xla=self.kernels.decoder_xla,
-            bfloat16=self.kernels.decoder_bfloat16 and self.compute_dtype == "bfloat16")
+            bfloat16=self.kernels.decoder_bfloat16 and self.compute_dtype == "bfloat16",
+        )
         return tf.reshape(logits, tf.concat([batch_shape, [self.config.vocab_size]], 0))
 
 
@@ -84,13 +91,20 @@ class PooledClassifierHead(keras.layers.Layer):
     the sequence classifier / regressor and the per-choice scorer of multiple choice.
     """
 
-    def __init__(self, config: BertConfig, num_outputs: int, dropout_rate: float = None,
-                 initializer: str = "truncated_normal", **kwargs):
+    def __init__(
+        self,
+        config: BertConfig,
+        num_outputs: int,
+        dropout_rate: float = None,
+        initializer: str = "truncated_normal",
+        **kwargs,
+    ):
         super().__init__(**kwargs)
         rate = config.hidden_dropout_prob if dropout_rate is None else dropout_rate
         self.dropout = layers.Dropout(rate, dtype=self.dtype_policy)
-        self.dense = layers._dense(config, num_outputs, "dense", self.dtype_policy,
-                                   distribution=initializer)
+        self.dense = layers._dense(
+            config, num_outputs, "dense", self.dtype_policy, distribution=initializer
+        )
         self.hidden_size = config.hidden_size
 
     def build(self, input_shape=None):
@@ -107,13 +121,20 @@ class TokenClassifierHead(keras.layers.Layer):
     (`cls/squad`: start and end logits).
     """
 
-    def __init__(self, config: BertConfig, num_outputs: int, dropout_rate: float = None,
-                 initializer: str = "truncated_normal", **kwargs):
+    def __init__(
+        self,
+        config: BertConfig,
+        num_outputs: int,
+        dropout_rate: float = None,
+        initializer: str = "truncated_normal",
+        **kwargs,
+    ):
         super().__init__(**kwargs)
         rate = config.hidden_dropout_prob if dropout_rate is None else dropout_rate
         self.dropout = layers.Dropout(rate, dtype=self.dtype_policy)
-        self.dense = layers._dense(config, num_outputs, "dense", self.dtype_policy,
-                                   distribution=initializer)
+        self.dense = layers._dense(
+            config, num_outputs, "dense", self.dtype_policy, distribution=initializer
+        )
         self.hidden_size = config.hidden_size
 
     def build(self, input_shape=None):

@@ -42,13 +42,25 @@ from modeling.encoder import INPUT_KEYS, check_inputs
 
 # The config fields that decide what the encoder computes; a config is complete (may be
 # written out as the model's) when all of them were read from the module.
-ARCHITECTURE_FIELDS = ("vocab_size", "hidden_size", "num_hidden_layers",
-                       "num_attention_heads", "intermediate_size", "hidden_act",
-                       "max_position_embeddings", "type_vocab_size")
+ARCHITECTURE_FIELDS = (
+    "vocab_size",
+    "hidden_size",
+    "num_hidden_layers",
+    "num_attention_heads",
+    "intermediate_size",
+    "hidden_act",
+    "max_position_embeddings",
+    "type_vocab_size",
+)
 # Model Garden activation names (Keras serialization) -> ours. Its "gelu" ("Text>gelu")
 # is the tanh approximation, the original release's; Keras' own "gelu" is exact.
-_KERAS_ACTIVATIONS = {"Text>gelu": "gelu", "gelu": "gelu_exact", "relu": "relu",
-                      "tanh": "tanh", "linear": "linear"}
+_KERAS_ACTIVATIONS = {
+    "Text>gelu": "gelu",
+    "gelu": "gelu_exact",
+    "relu": "relu",
+    "tanh": "tanh",
+    "linear": "linear",
+}
 _ENCODER_CLASSES = ("BertEncoder", "BertEncoderV2")
 _LAYER = re.compile(r"(?:^|/)transformer/layer_(\d+)/")
 
@@ -60,20 +72,24 @@ def resolve(handle: str) -> str:
             raise FileNotFoundError(f"TF Hub encoder not found: {handle} is not a folder")
         return handle
     import tensorflow_hub  # pylint: disable=g-import-not-at-top (tf_keras: only here)
+
     try:
         return tensorflow_hub.resolve(handle)
     except (OSError, ValueError, tf.errors.OpError) as e:
         raise OSError(
             f"TF Hub handle {handle}: not in the cache ({cache_folder(handle)}) and it "
-            f"could not be downloaded: {e}") from e
+            f"could not be downloaded: {e}"
+        ) from e
 
 
 def cache_folder(handle: str) -> str:
     """Where tensorflow_hub keeps the download of `handle`:
     $TFHUB_CACHE_DIR (default <temp>/tfhub_modules) / SHA-1 of the handle."""
     from tensorflow_hub import resolver  # pylint: disable=g-import-not-at-top
-    return os.path.join(resolver.tfhub_cache_dir(use_temp=True),
-                        hashlib.sha1(handle.encode("utf8")).hexdigest())
+
+    return os.path.join(
+        resolver.tfhub_cache_dir(use_temp=True), hashlib.sha1(handle.encode("utf8")).hexdigest()
+    )
 
 
 def load_module(path: str):
@@ -85,9 +101,11 @@ def load_module(path: str):
     module = tf.saved_model.load(path)
     missing = [a for a in ("variables", "trainable_variables") if not hasattr(module, a)]
     if not callable(module) or missing:
-        raise ValueError(f"{path} is not a reusable TF Hub SavedModel (callable with "
-                         f"variables and trainable_variables); missing: "
-                         f"{missing or ['__call__']}")
+        raise ValueError(
+            f"{path} is not a reusable TF Hub SavedModel (callable with "
+            f"variables and trainable_variables); missing: "
+            f"{missing or ['__call__']}"
+        )
     return module
 
 
@@ -122,8 +140,7 @@ class HubEncoder(keras.layers.Layer):
       do_lower_case: the module's `do_lower_case`, or None.
     """
 
-    def __init__(self, handle: str, trainable: bool = True, name: str = "hub_encoder",
-                 **kwargs):
+    def __init__(self, handle: str, trainable: bool = True, name: str = "hub_encoder", **kwargs):
         super().__init__(trainable=trainable, name=name, **kwargs)
         self.handle = handle
         self.module_path = resolve(handle)
@@ -132,9 +149,9 @@ class HubEncoder(keras.layers.Layer):
         # keras.Variable(initializer=tf.Variable) wraps that very variable, so gradients
         # and optimizer updates reach what the loaded functions read.
         self.hub_variables = [
-            keras.Variable(v, trainable=id(v) in trainable_ids, name=_keras_name(v),
-                           dtype=v.dtype)
-            for v in self._module.variables]
+            keras.Variable(v, trainable=id(v) in trainable_ids, name=_keras_name(v), dtype=v.dtype)
+            for v in self._module.variables
+        ]
         self.vocab_file = _asset_path(self._module, "vocab_file")
         lower = getattr(self._module, "do_lower_case", None)
         self.do_lower_case = None if lower is None else bool(lower.numpy())
@@ -146,11 +163,14 @@ class HubEncoder(keras.layers.Layer):
 
     def call(self, inputs, training=False):
         check_inputs(inputs, self.config.max_position_embeddings)
-        outputs = self._module({k: tf.cast(inputs[k], tf.int32) for k in INPUT_KEYS},
-                               training=bool(training))
-        return {"sequence_output": outputs["sequence_output"],
-                "pooled_output": outputs["pooled_output"],
-                "encoder_outputs": list(outputs["encoder_outputs"])}
+        outputs = self._module(
+            {k: tf.cast(inputs[k], tf.int32) for k in INPUT_KEYS}, training=bool(training)
+        )
+        return {
+            "sequence_output": outputs["sequence_output"],
+            "pooled_output": outputs["pooled_output"],
+            "encoder_outputs": list(outputs["encoder_outputs"]),
+        }
 
     def get_config(self):
         return {**super().get_config(), "handle": self.handle}
@@ -177,6 +197,7 @@ class ConfigFromModule:
       sources: field -> where it was read.
       inferred: fields given BERT's defaults.
     """
+
     config: BertConfig
     sources: dict
     inferred: tuple
@@ -193,8 +214,9 @@ def read_config(module, path: str | None = None) -> ConfigFromModule:
     config_file = _asset_path(module, "bert_config_file")
     if config_file:
         config = BertConfig.from_json_file(config_file)
-        return ConfigFromModule(config, {k: "bert_config_file" for k in
-                                         dataclasses.asdict(config)}, ())
+        return ConfigFromModule(
+            config, {k: "bert_config_file" for k in dataclasses.asdict(config)}, ()
+        )
     values, sources = _shapes_from_variables(module)
     if "hidden_size" not in values:  # Not the Model Garden layout: call it.
         values, sources = _shapes_from_a_call(module)
@@ -211,9 +233,12 @@ def read_config(module, path: str | None = None) -> ConfigFromModule:
     if "intermediate_size" not in values:
         values["intermediate_size"] = 4 * values["hidden_size"]
     config = BertConfig(**{**defaults, **values})
-    logging.info("TF Hub encoder without bert_config.json: read %s from %s; not read "
-                 "(BERT's defaults): %s", sorted(sources), path or "the module",
-                 list(inferred))
+    logging.info(
+        "TF Hub encoder without bert_config.json: read %s from %s; not read (BERT's defaults): %s",
+        sorted(sources),
+        path or "the module",
+        list(inferred),
+    )
     return ConfigFromModule(config, sources, inferred)
 
 
@@ -248,10 +273,11 @@ def _shapes_from_variables(module) -> tuple[dict, dict]:
         values["num_hidden_layers"] = max(layers) + 1
         sources["num_hidden_layers"] = f"transformer/layer_0..{max(layers)}"
     for key, suffix, rank, axis in (
-            ("type_vocab_size", "type_embeddings/embeddings", 2, 0),
-            ("max_position_embeddings", "position_embedding/embeddings", 2, 0),
-            ("num_attention_heads", "transformer/layer_0/self_attention/query/kernel", 3, 1),
-            ("intermediate_size", "transformer/layer_0/intermediate/kernel", 2, 1)):
+        ("type_vocab_size", "type_embeddings/embeddings", 2, 0),
+        ("max_position_embeddings", "position_embedding/embeddings", 2, 0),
+        ("num_attention_heads", "transformer/layer_0/self_attention/query/kernel", 3, 1),
+        ("intermediate_size", "transformer/layer_0/intermediate/kernel", 2, 1),
+    ):
         found = _find(shapes, suffix, rank)
         if found is not None:
             values[key], sources[key] = found[1][axis], f"{found[0]} {found[1]}"
@@ -262,14 +288,20 @@ def _shapes_from_a_call(module) -> tuple[dict, dict]:
     """hidden_size and num_hidden_layers from a call on a [1, 2] input; the embedding
     sizes from variables named word_/token_type_/type_/position_embedding(s)."""
     ones = tf.ones([1, 2], tf.int32)
-    outputs = module({"input_word_ids": ones, "input_mask": ones,
-                      "input_type_ids": tf.zeros_like(ones)}, training=False)
-    values = {"hidden_size": int(outputs["pooled_output"].shape[-1]),
-              "num_hidden_layers": len(outputs["encoder_outputs"])}
+    outputs = module(
+        {"input_word_ids": ones, "input_mask": ones, "input_type_ids": tf.zeros_like(ones)},
+        training=False,
+    )
+    values = {
+        "hidden_size": int(outputs["pooled_output"].shape[-1]),
+        "num_hidden_layers": len(outputs["encoder_outputs"]),
+    }
     sources = {k: "the outputs of a call" for k in values}
-    names = {"vocab_size": ("word_embeddings",),
-             "type_vocab_size": ("token_type_embeddings", "type_embeddings"),
-             "max_position_embeddings": ("position_embedding",)}
+    names = {
+        "vocab_size": ("word_embeddings",),
+        "type_vocab_size": ("token_type_embeddings", "type_embeddings"),
+        "max_position_embeddings": ("position_embedding",),
+    }
     for key, parts in names.items():
         for name, shape in _variable_shapes(module).items():
             if len(shape) == 2 and any(p in name for p in parts):
@@ -316,9 +348,10 @@ def _settings_from_metadata(config: dict) -> dict[str, tuple]:
             name = name.get("registered_name") or name.get("config")
         if name in _KERAS_ACTIVATIONS:
             found["hidden_act"] = (_KERAS_ACTIVATIONS[name], f"keras_metadata {key}={name!r}")
-    for field, keys in (("hidden_dropout_prob", ("output_dropout", "dropout_rate")),
-                        ("attention_probs_dropout_prob",
-                         ("attention_dropout", "attention_dropout_rate"))):
+    for field, keys in (
+        ("hidden_dropout_prob", ("output_dropout", "dropout_rate")),
+        ("attention_probs_dropout_prob", ("attention_dropout", "attention_dropout_rate")),
+    ):
         value = first(*keys)
         if value is not None:
             found[field] = (float(value[1]), f"keras_metadata {value[0]}")

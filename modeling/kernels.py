@@ -47,6 +47,7 @@ class Kernels:
       fused_optimizer: the optimizer step (with the gradient clipping scale) as one
         XLA-compiled kernel per variable (single-replica runs).
     """
+
     name: str
     fused_elementwise: bool = True
     decoder_bfloat16: bool = False
@@ -58,8 +59,7 @@ CHOICES = {
     "amx": Kernels("amx"),
     "avx512_bf16": Kernels("avx512_bf16", decoder_bfloat16=True),
     "avx2": Kernels("avx2"),
-    "plain": Kernels("plain", fused_elementwise=False, decoder_xla=False,
-                     fused_optimizer=False),
+    "plain": Kernels("plain", fused_elementwise=False, decoder_xla=False, fused_optimizer=False),
 }
 NAMES = ("auto",) + tuple(CHOICES)
 
@@ -90,7 +90,7 @@ def cpu_model_name(cpuinfo: str = CPUINFO) -> str:
 
 
 def cpu_kind(flags: frozenset[str]) -> str:
-    """"amx", "avx512_bf16" or "avx2" (also any other CPU) from instruction-set flags."""
+    """ "amx", "avx512_bf16" or "avx2" (also any other CPU) from instruction-set flags."""
     if "amx_bf16" in flags:
         return "amx"
     if "avx512_bf16" in flags:
@@ -103,10 +103,13 @@ def for_cpu(cpuinfo: str = CPUINFO) -> Kernels:
     """The kernels measured fastest on this machine's kind of CPU (logged once)."""
     flags = cpu_flags(cpuinfo)
     kernels = CHOICES[cpu_kind(flags)]
-    logging.info("Kernels for this CPU (%s; %s): %s", cpu_model_name(cpuinfo),
-                 " ".join(sorted(f for f in flags if f.startswith(("amx", "avx512_bf16",
-                                                                    "avx2")))) or "no AVX2",
-                 kernels)
+    logging.info(
+        "Kernels for this CPU (%s; %s): %s",
+        cpu_model_name(cpuinfo),
+        " ".join(sorted(f for f in flags if f.startswith(("amx", "avx512_bf16", "avx2"))))
+        or "no AVX2",
+        kernels,
+    )
     return kernels
 
 

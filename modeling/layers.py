@@ -40,8 +40,10 @@ def gelu_exact(x):
 
 
 def _gelu_exact_grad(x, dy):
-    return dy * (0.5 * (1.0 + tf.math.erf(x / math.sqrt(2.0)))
-                 + x * tf.exp(-0.5 * x * x) / math.sqrt(2.0 * math.pi))
+    return dy * (
+        0.5 * (1.0 + tf.math.erf(x / math.sqrt(2.0)))
+        + x * tf.exp(-0.5 * x * x) / math.sqrt(2.0 * math.pi)
+    )
 
 
 # Element-wise chains (GELU, LayerNorm) run as single XLA-compiled kernels while this is
@@ -67,9 +69,11 @@ def fusing() -> bool:
 
 def _in_float32(fn):
     """fn computed in float32, returning its first argument's dtype."""
+
     def wrapped(x, *more):
         out = fn(tf.cast(x, tf.float32), *[tf.cast(t, tf.float32) for t in more])
         return tf.cast(out, x.dtype)
+
     return wrapped
 
 
@@ -93,9 +97,13 @@ def _fused(forward, backward):
     return call
 
 
-_ACTIVATIONS = {"gelu": _fused(gelu, _gelu_grad),
-                "gelu_exact": _fused(gelu_exact, _gelu_exact_grad),
-                "relu": tf.nn.relu, "tanh": tf.tanh, "linear": tf.identity}
+_ACTIVATIONS = {
+    "gelu": _fused(gelu, _gelu_grad),
+    "gelu_exact": _fused(gelu_exact, _gelu_exact_grad),
+    "relu": tf.nn.relu,
+    "tanh": tf.tanh,
+    "linear": tf.identity,
+}
 _PLAIN_ACTIVATIONS = dict(_ACTIVATIONS, gelu=gelu, gelu_exact=gelu_exact)
 
 
@@ -145,7 +153,8 @@ class LayerNorm(keras.layers.Layer):
         if self.fused and fusing():
             # Reads, not variables: the custom gradient returns their gradients.
             return _fused_layer_norm(self.epsilon)(
-                x, tf.convert_to_tensor(self.gamma), tf.convert_to_tensor(self.beta))
+                x, tf.convert_to_tensor(self.gamma), tf.convert_to_tensor(self.beta)
+            )
         return _layer_norm(x, self.gamma, self.beta, self.epsilon)
 
     def compute_output_spec(self, x):
@@ -183,8 +192,11 @@ def _fused_layer_norm(epsilon: float):
         d_gamma = tf.reduce_sum(dy32 * x_hat, axis=axes)
         d_beta = tf.reduce_sum(dy32, axis=axes)
         d_x_hat = dy32 * gamma
-        d_x = inv_std * (d_x_hat - tf.reduce_mean(d_x_hat, axis=-1, keepdims=True)
-                         - x_hat * tf.reduce_mean(d_x_hat * x_hat, axis=-1, keepdims=True))
+        d_x = inv_std * (
+            d_x_hat
+            - tf.reduce_mean(d_x_hat, axis=-1, keepdims=True)
+            - x_hat * tf.reduce_mean(d_x_hat * x_hat, axis=-1, keepdims=True)
+        )
         return tf.cast(d_x, x.dtype), d_gamma, d_beta
 
     @tf.custom_gradient
@@ -204,8 +216,7 @@ _decoder_logits_xla = tf.function(_decoder_logits, jit_compile=True, autograph=F
 @tf.custom_gradient
 def _fused_decoder_logits(x, table, bias):
     def backward(dy):
-        return (tf.matmul(dy, table), tf.matmul(dy, x, transpose_a=True),
-                tf.reduce_sum(dy, axis=0))
+        return (tf.matmul(dy, table), tf.matmul(dy, x, transpose_a=True), tf.reduce_sum(dy, axis=0))
 
     return _decoder_logits_xla(x, table, bias), backward
 
@@ -223,8 +234,7 @@ def decoder_logits(x, table, bias, xla: bool = True, bfloat16: bool = False):
     bfloat16 units, slower where it has none), and the bias is added in float32.
     """
     if bfloat16:
-        product = tf.matmul(tf.cast(x, tf.bfloat16), tf.cast(table, tf.bfloat16),
-                            transpose_b=True)
+        product = tf.matmul(tf.cast(x, tf.bfloat16), tf.cast(table, tf.bfloat16), transpose_b=True)
         return tf.cast(product, tf.float32) + bias
     x, table = tf.cast(x, tf.float32), tf.cast(table, tf.float32)
     if xla and fusing():
@@ -250,13 +260,17 @@ class Dropout(keras.layers.Dropout):
         self.fused = fused
 
     def call(self, inputs, training=False):
-        if (not training or self.rate == 0 or self.noise_shape is not None
-                or not (self.fused and fusing())):
+        if (
+            not training
+            or self.rate == 0
+            or self.noise_shape is not None
+            or not (self.fused and fusing())
+        ):
             return super().call(inputs, training=training)
-        seed = tf.cast(tf.math.floormod(self.seed_generator.next(), tf.int32.max - 1),
-                       tf.int32)
-        words = tf.random.stateless_uniform([(tf.size(inputs) + 1) // 2], seed,
-                                            dtype=tf.uint32, minval=None, maxval=None)
+        seed = tf.cast(tf.math.floormod(self.seed_generator.next(), tf.int32.max - 1), tf.int32)
+        words = tf.random.stateless_uniform(
+            [(tf.size(inputs) + 1) // 2], seed, dtype=tf.uint32, minval=None, maxval=None
+        )
         bits = tf.reshape(tf.bitcast(words, tf.uint16), [-1])
         return _dropout_kernel(float(self.rate))(inputs, bits)
 
@@ -268,7 +282,7 @@ def _dropout_kernel(rate: float):
 
     @tf.function(jit_compile=True, autograph=False)
     def apply(x, bits):
-        keep = tf.reshape(bits[:tf.size(x)], tf.shape(x)) >= threshold
+        keep = tf.reshape(bits[: tf.size(x)], tf.shape(x)) >= threshold
         return tf.where(keep, x * tf.cast(scale, x.dtype), tf.zeros_like(x))
 
     @tf.custom_gradient
@@ -278,10 +292,21 @@ def _dropout_kernel(rate: float):
     return op
 
 
-def _dense(config: BertConfig, units: int, name: str, policy, activation=None,
-           distribution: str = "truncated_normal"):
-    return keras.layers.Dense(units, activation=activation, name=name, dtype=policy,
-                              kernel_initializer=initializer(config, distribution))
+def _dense(
+    config: BertConfig,
+    units: int,
+    name: str,
+    policy,
+    activation=None,
+    distribution: str = "truncated_normal",
+):
+    return keras.layers.Dense(
+        units,
+        activation=activation,
+        name=name,
+        dtype=policy,
+        kernel_initializer=initializer(config, distribution),
+    )
 
 
 class BertEmbeddings(keras.layers.Layer):
@@ -296,8 +321,7 @@ class BertEmbeddings(keras.layers.Layer):
         super().__init__(**kwargs)
         self.config = config
         self.layer_norm = LayerNorm(name="LayerNorm", fused=fused)
-        self.dropout = Dropout(config.hidden_dropout_prob, fused=fused,
-                               dtype=self.dtype_policy)
+        self.dropout = Dropout(config.hidden_dropout_prob, fused=fused, dtype=self.dtype_policy)
 
     def build(self, input_shape):
         c = self.config
@@ -307,14 +331,23 @@ class BertEmbeddings(keras.layers.Layer):
         # cast, instead of casting the whole [V, H] table each step. The masked-LM
         # decoder also uses the word table in float32.
         self.word_embeddings = self.add_weight(
-            name="word_embeddings", shape=(c.vocab_size, c.hidden_size), initializer=init,
-            autocast=False)
+            name="word_embeddings",
+            shape=(c.vocab_size, c.hidden_size),
+            initializer=init,
+            autocast=False,
+        )
         self.token_type_embeddings = self.add_weight(
-            name="token_type_embeddings", shape=(c.type_vocab_size, c.hidden_size),
-            initializer=init, autocast=False)
+            name="token_type_embeddings",
+            shape=(c.type_vocab_size, c.hidden_size),
+            initializer=init,
+            autocast=False,
+        )
         self.position_embeddings = self.add_weight(
-            name="position_embeddings", shape=(c.max_position_embeddings, c.hidden_size),
-            initializer=init, autocast=False)
+            name="position_embeddings",
+            shape=(c.max_position_embeddings, c.hidden_size),
+            initializer=init,
+            autocast=False,
+        )
         self.layer_norm.build((None, None, c.hidden_size))
 
     def call(self, input_word_ids, input_type_ids, training=False):
@@ -324,8 +357,10 @@ class BertEmbeddings(keras.layers.Layer):
         # A dynamic length (an exported model's input) is checked before the slice, so
         # that a too-long input names the limit rather than failing in the addition.
         check = tf.debugging.assert_less_equal(
-            seq_length, longest, message=f"input_word_ids is longer than "
-                                         f"max_position_embeddings={longest}")
+            seq_length,
+            longest,
+            message=f"input_word_ids is longer than max_position_embeddings={longest}",
+        )
         words = tf.gather(self.word_embeddings, input_word_ids)  # [B, S, H]
         types = tf.gather(self.token_type_embeddings, input_type_ids)  # [B, S, H]
         with tf.control_dependencies([check]):
@@ -385,8 +420,7 @@ class DenseResidualNorm(keras.layers.Layer):
     def __init__(self, config: BertConfig, fused: bool = True, **kwargs):
         super().__init__(**kwargs)
         self.dense = _dense(config, config.hidden_size, "dense", self.dtype_policy)
-        self.dropout = Dropout(config.hidden_dropout_prob, fused=fused,
-                               dtype=self.dtype_policy)
+        self.dropout = Dropout(config.hidden_dropout_prob, fused=fused, dtype=self.dtype_policy)
         self.layer_norm = LayerNorm(name="LayerNorm", fused=fused)
 
     def build(self, input_shape):
@@ -409,12 +443,17 @@ class TransformerLayer(keras.layers.Layer):
     def __init__(self, config: BertConfig, fused: bool = True, **kwargs):
         super().__init__(**kwargs)
         policy = self.dtype_policy
-        self.attention_self = SelfAttention(config, fused, name="attention_self",
-                                            dtype=policy)
-        self.attention_output = DenseResidualNorm(config, fused, name="attention_output",
-                                                  dtype=policy)
-        self.intermediate = _dense(config, config.intermediate_size, "intermediate", policy,
-                                   activation=get_activation(config.hidden_act, fused))
+        self.attention_self = SelfAttention(config, fused, name="attention_self", dtype=policy)
+        self.attention_output = DenseResidualNorm(
+            config, fused, name="attention_output", dtype=policy
+        )
+        self.intermediate = _dense(
+            config,
+            config.intermediate_size,
+            "intermediate",
+            policy,
+            activation=get_activation(config.hidden_act, fused),
+        )
         self.output_block = DenseResidualNorm(config, fused, name="output", dtype=policy)
 
     def build(self, input_shape):

@@ -48,6 +48,7 @@ class ModelFiles:
         (e.g. a TF Hub encoder without bert_config.json); such a config is not written
         to an output_dir as the model's.
     """
+
     config: BertConfig
     vocab_file: str | None
     do_lower_case: bool
@@ -57,6 +58,7 @@ class ModelFiles:
 @dataclasses.dataclass(frozen=True)
 class CaseStatement:
     """What a checkpoint says about its case, and where it says it."""
+
     do_lower_case: bool
     source: str
 
@@ -77,26 +79,27 @@ def vocab_case(vocab_file: str) -> CaseStatement | None:
     words = [t for t in vocab if not _SPECIAL.match(t)]
     upper = sum(1 for t in words if t != t.lower())
     if words and upper == 0:
-        return CaseStatement(True, f"{vocab_file} has no upper-case entry (an uncased "
-                                   f"vocabulary)")
+        return CaseStatement(True, f"{vocab_file} has no upper-case entry (an uncased vocabulary)")
     if upper > 0.01 * len(words):
-        return CaseStatement(False, f"{vocab_file} has {upper} entries with upper-case "
-                                    f"letters (a cased vocabulary)")
+        return CaseStatement(
+            False, f"{vocab_file} has {upper} entries with upper-case letters (a cased vocabulary)"
+        )
     return None
 
 
-def checkpoint_case_statements(init_checkpoint: str | None,
-                               vocab_file: str | None) -> list[CaseStatement]:
+def checkpoint_case_statements(
+    init_checkpoint: str | None, vocab_file: str | None
+) -> list[CaseStatement]:
     """Every statement of the model's case: our model_info.json, a Hugging Face
     tokenizer_config.json, the original release's checkpoint names; when none of them
     says, the vocabulary (no upper-case entry: uncased; many: cased)."""
     statements = []
     info = read_model_info(init_checkpoint)
     if info.get("do_lower_case") is not None:
-        statements.append(CaseStatement(bool(info["do_lower_case"]),
-                                        f"{MODEL_INFO} of {init_checkpoint}"))
-    path = checkpoint_readers.find_side_file(side_dirs(init_checkpoint),
-                                             _HF_TOKENIZER_CONFIG)
+        statements.append(
+            CaseStatement(bool(info["do_lower_case"]), f"{MODEL_INFO} of {init_checkpoint}")
+        )
+    path = checkpoint_readers.find_side_file(side_dirs(init_checkpoint), _HF_TOKENIZER_CONFIG)
     if path:
         value = records.read_json(path).get("do_lower_case")
         if value is not None:
@@ -106,8 +109,11 @@ def checkpoint_case_statements(init_checkpoint: str | None,
             try:
                 tokenization.validate_case_matches_checkpoint(lower, init_checkpoint)
             except ValueError:
-                statements.append(CaseStatement(not lower, f"the original release's "
-                                                           f"checkpoint name {init_checkpoint}"))
+                statements.append(
+                    CaseStatement(
+                        not lower, f"the original release's checkpoint name {init_checkpoint}"
+                    )
+                )
     if vocab_file and not statements:  # The vocabulary's evidence is the weakest.
         statement = vocab_case(vocab_file)
         if statement is not None:
@@ -115,8 +121,12 @@ def checkpoint_case_statements(init_checkpoint: str | None,
     return statements
 
 
-def resolve_case(do_lower_case: bool | None, init_checkpoint: str | None,
-                 vocab_file: str | None, stated: CaseStatement | None = None) -> bool:
+def resolve_case(
+    do_lower_case: bool | None,
+    init_checkpoint: str | None,
+    vocab_file: str | None,
+    stated: CaseStatement | None = None,
+) -> bool:
     """`--do_lower_case` checked against the checkpoint.
 
     Args:
@@ -133,8 +143,9 @@ def resolve_case(do_lower_case: bool | None, init_checkpoint: str | None,
       ValueError naming both sides when the flag contradicts the checkpoint, or when
       the checkpoint contradicts itself.
     """
-    statements = checkpoint_case_statements(init_checkpoint,
-                                            None if stated is not None else vocab_file)
+    statements = checkpoint_case_statements(
+        init_checkpoint, None if stated is not None else vocab_file
+    )
     if stated is not None:
         statements.insert(0, stated)
     if do_lower_case is not None:
@@ -145,16 +156,18 @@ def resolve_case(do_lower_case: bool | None, init_checkpoint: str | None,
                     f"{statement.source} says do_lower_case={statement.do_lower_case}. "
                     f"Pass --do_lower_case={statement.do_lower_case} (an uncased model "
                     f"turns every capitalised word it was not trained on into [UNK] or "
-                    f"other pieces).")
+                    f"other pieces)."
+                )
         return do_lower_case
     values = {s.do_lower_case for s in statements}
     if len(values) > 1:
-        raise ValueError("the model's files disagree on its case: " + "; ".join(
-            f"{s.source}: do_lower_case={s.do_lower_case}" for s in statements) +
-            ". Pass --do_lower_case explicitly.")
+        raise ValueError(
+            "the model's files disagree on its case: "
+            + "; ".join(f"{s.source}: do_lower_case={s.do_lower_case}" for s in statements)
+            + ". Pass --do_lower_case explicitly."
+        )
     if statements:
-        logging.info("do_lower_case=%s, from %s", statements[0].do_lower_case,
-                     statements[0].source)
+        logging.info("do_lower_case=%s, from %s", statements[0].do_lower_case, statements[0].source)
         return statements[0].do_lower_case
     return True
 
@@ -167,39 +180,54 @@ def check_vocab_fits_config(vocab_file: str, config: BertConfig) -> int:
     """
     size = len(tokenization.load_vocab(vocab_file))
     if size > config.vocab_size:
-        raise ValueError(f"the vocabulary {vocab_file} has {size} entries but the model's "
-                         f"config has vocab_size={config.vocab_size}: ids from "
-                         f"{config.vocab_size} up would index past the embedding table. "
-                         f"Use the vocabulary the model was trained with.")
+        raise ValueError(
+            f"the vocabulary {vocab_file} has {size} entries but the model's "
+            f"config has vocab_size={config.vocab_size}: ids from "
+            f"{config.vocab_size} up would index past the embedding table. "
+            f"Use the vocabulary the model was trained with."
+        )
     if size < config.vocab_size:
-        logging.warning("The vocabulary %s has %d entries, fewer than vocab_size=%d of "
-                        "the config: %d embedding rows are never used.", vocab_file, size,
-                        config.vocab_size, config.vocab_size - size)
+        logging.warning(
+            "The vocabulary %s has %d entries, fewer than vocab_size=%d of "
+            "the config: %d embedding rows are never used.",
+            vocab_file,
+            size,
+            config.vocab_size,
+            config.vocab_size - size,
+        )
     return size
 
 
 def _where(dirs: list[str]) -> str:
-    return (f"the checkpoint folder {' or '.join(dirs)} has no" if dirs else
-            "there is no --init_checkpoint folder with a")
+    return (
+        f"the checkpoint folder {' or '.join(dirs)} has no"
+        if dirs
+        else "there is no --init_checkpoint folder with a"
+    )
 
 
-def resolve_config(bert_config_file: str | None, init_checkpoint: str | None
-                   ) -> BertConfig:
+def resolve_config(bert_config_file: str | None, init_checkpoint: str | None) -> BertConfig:
     """--bert_config_file, else bert_config.json or a Hugging Face config.json beside
     the checkpoint."""
     if bert_config_file:
         return BertConfig.from_json_file(bert_config_file)
     dirs = side_dirs(init_checkpoint)
-    path = (checkpoint_readers.find_side_file(dirs, CONFIG_FILE) or
-            checkpoint_readers.find_side_file(dirs, "config.json"))
+    path = checkpoint_readers.find_side_file(
+        dirs, CONFIG_FILE
+    ) or checkpoint_readers.find_side_file(dirs, "config.json")
     if path is None:
-        raise ValueError(f"--bert_config_file is required: {_where(dirs)} {CONFIG_FILE} or "
-                         f"config.json")
+        raise ValueError(
+            f"--bert_config_file is required: {_where(dirs)} {CONFIG_FILE} or config.json"
+        )
     return BertConfig.from_json_file(path)
 
 
-def resolve(bert_config_file: str | None, vocab_file: str | None,
-            init_checkpoint: str | None, do_lower_case: bool | None) -> ModelFiles:
+def resolve(
+    bert_config_file: str | None,
+    vocab_file: str | None,
+    init_checkpoint: str | None,
+    do_lower_case: bool | None,
+) -> ModelFiles:
     """The model's files from the flags, else from beside the checkpoint, checked.
 
     `--bert_config_file` and `--vocab_file` win; when omitted, they are taken from the
@@ -218,25 +246,28 @@ def resolve(bert_config_file: str | None, vocab_file: str | None,
     return ModelFiles(config, vocab_file, lower)
 
 
-def write_model_files(output_dir: str, files: ModelFiles, model_kind: str,
-                      **info) -> None:
+def write_model_files(output_dir: str, files: ModelFiles, model_kind: str, **info) -> None:
     """Makes output_dir self-contained: bert_config.json (when the config was read,
     not inferred), vocab.txt and model_info.json with the kind, the case and `info`
     (labels, max_seq_length, task settings...)."""
     tf.io.gfile.makedirs(output_dir)
     if files.config_is_complete:
-        records.write_text(os.path.join(output_dir, CONFIG_FILE),
-                           files.config.to_json_string())
+        records.write_text(os.path.join(output_dir, CONFIG_FILE), files.config.to_json_string())
     else:
-        logging.warning("Not writing %s to %s: the TF Hub encoder's config was partly "
-                        "inferred, not read. Load the fine-tuned model with the same "
-                        "--hub_module_url.", CONFIG_FILE, output_dir)
+        logging.warning(
+            "Not writing %s to %s: the TF Hub encoder's config was partly "
+            "inferred, not read. Load the fine-tuned model with the same "
+            "--hub_module_url.",
+            CONFIG_FILE,
+            output_dir,
+        )
     vocab_copy = os.path.join(output_dir, VOCAB_FILE)
     if files.vocab_file and os.path.abspath(files.vocab_file) != os.path.abspath(vocab_copy):
         with tf.io.gfile.GFile(files.vocab_file, "rb") as f:
             content = f.read()
         with records.atomic_open(vocab_copy, "wb") as f:
             f.write(content)
-    records.write_json(os.path.join(output_dir, MODEL_INFO),
-                       dict(info, model_kind=model_kind, do_lower_case=files.do_lower_case))
-
+    records.write_json(
+        os.path.join(output_dir, MODEL_INFO),
+        dict(info, model_kind=model_kind, do_lower_case=files.do_lower_case),
+    )

@@ -39,18 +39,21 @@ class BertPretrainer(keras.Model):
         super().__init__(dtype=encoder.dtype_policy, **kwargs)
         self.encoder = encoder
         self.config = config
-        self.masked_lm = heads.MaskedLMHead(config, getattr(encoder, "kernels", None),
-                                            name="predictions", dtype=self.dtype_policy)
+        self.masked_lm = heads.MaskedLMHead(
+            config, getattr(encoder, "kernels", None), name="predictions", dtype=self.dtype_policy
+        )
         self.next_sentence = heads.PooledClassifierHead(
-            config, 2, dropout_rate=0.0, name="seq_relationship", dtype=self.dtype_policy)
+            config, 2, dropout_rate=0.0, name="seq_relationship", dtype=self.dtype_policy
+        )
         self.masked_lm.build()
         self.next_sentence.build()
         self.built = True
 
     def call(self, inputs, training=False):
         outputs = self.encoder(_encoder_inputs(inputs), training=training)
-        mlm_logits = self.masked_lm(outputs["sequence_output"], inputs["masked_lm_positions"],
-                                    self.encoder.word_embeddings)
+        mlm_logits = self.masked_lm(
+            outputs["sequence_output"], inputs["masked_lm_positions"], self.encoder.word_embeddings
+        )
         nsp_logits = self.next_sentence(outputs["pooled_output"], training=training)
         return {"mlm_logits": mlm_logits, "next_sentence_logits": nsp_logits}
 
@@ -61,14 +64,24 @@ class BertClassifier(keras.Model):
 
     MODEL_KIND = "classifier"
 
-    def __init__(self, encoder, config: BertConfig, num_labels: int,
-                 head_initializer: str = "truncated_normal", **kwargs):
+    def __init__(
+        self,
+        encoder,
+        config: BertConfig,
+        num_labels: int,
+        head_initializer: str = "truncated_normal",
+        **kwargs,
+    ):
         super().__init__(dtype=encoder.dtype_policy, **kwargs)
         self.encoder = encoder
         self.num_labels = num_labels
         self.classifier = heads.PooledClassifierHead(
-            config, num_labels, name="classifier", dtype=self.dtype_policy,
-            initializer=head_initializer)
+            config,
+            num_labels,
+            name="classifier",
+            dtype=self.dtype_policy,
+            initializer=head_initializer,
+        )
         self.classifier.build()
         self.built = True
 
@@ -84,13 +97,14 @@ class BertMultipleChoice(keras.Model):
 
     MODEL_KIND = "multiple_choice"
 
-    def __init__(self, encoder, config: BertConfig, head_initializer: str = "truncated_normal",
-                 **kwargs):
+    def __init__(
+        self, encoder, config: BertConfig, head_initializer: str = "truncated_normal", **kwargs
+    ):
         super().__init__(dtype=encoder.dtype_policy, **kwargs)
         self.encoder = encoder
-        self.scorer = heads.PooledClassifierHead(config, 1, name="classifier",
-                                                 dtype=self.dtype_policy,
-                                                 initializer=head_initializer)
+        self.scorer = heads.PooledClassifierHead(
+            config, 1, name="classifier", dtype=self.dtype_policy, initializer=head_initializer
+        )
         self.scorer.build()
         self.built = True
 
@@ -109,13 +123,19 @@ class BertSpanLabeler(keras.Model):
 
     MODEL_KIND = "span"
 
-    def __init__(self, encoder, config: BertConfig, head_initializer: str = "truncated_normal",
-                 **kwargs):
+    def __init__(
+        self, encoder, config: BertConfig, head_initializer: str = "truncated_normal", **kwargs
+    ):
         super().__init__(dtype=encoder.dtype_policy, **kwargs)
         self.encoder = encoder
-        self.span = heads.TokenClassifierHead(config, 2, dropout_rate=0.0, name="squad",
-                                              dtype=self.dtype_policy,
-                                              initializer=head_initializer)
+        self.span = heads.TokenClassifierHead(
+            config,
+            2,
+            dropout_rate=0.0,
+            name="squad",
+            dtype=self.dtype_policy,
+            initializer=head_initializer,
+        )
         self.span.build()
         self.built = True
 
@@ -130,14 +150,24 @@ class BertTokenClassifier(keras.Model):
 
     MODEL_KIND = "token_classifier"
 
-    def __init__(self, encoder, config: BertConfig, num_labels: int,
-                 head_initializer: str = "truncated_normal", **kwargs):
+    def __init__(
+        self,
+        encoder,
+        config: BertConfig,
+        num_labels: int,
+        head_initializer: str = "truncated_normal",
+        **kwargs,
+    ):
         super().__init__(dtype=encoder.dtype_policy, **kwargs)
         self.encoder = encoder
         self.num_labels = num_labels
-        self.classifier = heads.TokenClassifierHead(config, num_labels, name="classifier",
-                                                    dtype=self.dtype_policy,
-                                                    initializer=head_initializer)
+        self.classifier = heads.TokenClassifierHead(
+            config,
+            num_labels,
+            name="classifier",
+            dtype=self.dtype_policy,
+            initializer=head_initializer,
+        )
         self.classifier.build()
         self.built = True
 

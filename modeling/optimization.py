@@ -64,8 +64,16 @@ class _Untracked:
 class _SlotOptimizer(tf.Module):
     """Shared structure: slot creation, weight-decay exclusion, distributed apply."""
 
-    def __init__(self, variables, weight_decay_rate: float, beta_1: float, beta_2: float,
-                 epsilon: float, name: str, fused: bool = True):
+    def __init__(
+        self,
+        variables,
+        weight_decay_rate: float,
+        beta_1: float,
+        beta_2: float,
+        epsilon: float,
+        name: str,
+        fused: bool = True,
+    ):
         super().__init__(name=name)
         self.fused = fused
         self.weight_decay_rate = weight_decay_rate
@@ -74,10 +82,14 @@ class _SlotOptimizer(tf.Module):
         # LayerNorm and bias variables: no weight decay (nor LAMB's trust ratio).
         self._excluded = [bool(NO_DECAY_PATTERN.search(_variable_name(v))) for v in variables]
         # Slots are created under the caller's strategy scope, so they are mirrored too.
-        self.m = [tf.Variable(tf.zeros(v.shape, tf.float32), trainable=False, name="m")
-                  for v in self._refs.items]
-        self.v = [tf.Variable(tf.zeros(v.shape, tf.float32), trainable=False, name="v")
-                  for v in self._refs.items]
+        self.m = [
+            tf.Variable(tf.zeros(v.shape, tf.float32), trainable=False, name="m")
+            for v in self._refs.items
+        ]
+        self.v = [
+            tf.Variable(tf.zeros(v.shape, tf.float32), trainable=False, name="v")
+            for v in self._refs.items
+        ]
         self.iterations = tf.Variable(0, dtype=tf.int64, trainable=False, name="iterations")
         # Compiled steps per optimizer, not per process: a step function shared with an
         # earlier optimizer keeps traces made for that one's variables, and once those
@@ -107,18 +119,28 @@ class _SlotOptimizer(tf.Module):
             for i, (grad, var) in enumerate(zip(grads, self._refs.items)):
                 if grad is None:
                     continue
-                extended.update(var, self._update, args=(grad, self.m[i], self.v[i],
-                                                         self._excluded[i], learning_rate,
-                                                         apply_update, grad_scale),
-                                group=False)
+                extended.update(
+                    var,
+                    self._update,
+                    args=(
+                        grad,
+                        self.m[i],
+                        self.v[i],
+                        self._excluded[i],
+                        learning_rate,
+                        apply_update,
+                        grad_scale,
+                    ),
+                    group=False,
+                )
             increment = 1 if apply_update is None else tf.cast(apply_update, tf.int64)
-            extended.update(self.iterations, lambda it, inc: it.assign_add(inc),
-                            args=(increment,), group=False)
+            extended.update(
+                self.iterations, lambda it, inc: it.assign_add(inc), args=(increment,), group=False
+            )
 
         context = tf.distribute.get_replica_context()
         if context is None:  # cross-replica context
-            merged(tf.distribute.get_strategy(), grads, learning_rate, apply_update,
-                   grad_scale)
+            merged(tf.distribute.get_strategy(), grads, learning_rate, apply_update, grad_scale)
         else:
             context.merge_call(merged, args=(grads, learning_rate, apply_update, grad_scale))
 
@@ -137,19 +159,34 @@ class AdamWeightDecay(_SlotOptimizer):
     """The original release's Adam with decoupled weight decay; optionally with Adam's
     bias correction (the original has none)."""
 
-    def __init__(self, variables, weight_decay_rate=0.01, beta_1=0.9, beta_2=0.999,
-                 epsilon=1e-6, bias_correction: bool = False, fused: bool = True):
-        super().__init__(variables, weight_decay_rate, beta_1, beta_2, epsilon, "adamw",
-                         fused)
+    def __init__(
+        self,
+        variables,
+        weight_decay_rate=0.01,
+        beta_1=0.9,
+        beta_2=0.999,
+        epsilon=1e-6,
+        bias_correction: bool = False,
+        fused: bool = True,
+    ):
+        super().__init__(variables, weight_decay_rate, beta_1, beta_2, epsilon, "adamw", fused)
         self.bias_correction = bias_correction
 
     def _update(self, var, grad, m, v, excluded, learning_rate, apply_update, grad_scale):
         decay = 0.0 if excluded else float(self.weight_decay_rate)
-        update = self._fused_update("adamw", self.beta_1, self.beta_2, self.epsilon,
-                                    decay, self.bias_correction, apply_update is not None,
-                                    self._compiled())
-        return update(var, m, v, *_update_args(grad, learning_rate, self.iterations,
-                                               apply_update, grad_scale))
+        update = self._fused_update(
+            "adamw",
+            self.beta_1,
+            self.beta_2,
+            self.epsilon,
+            decay,
+            self.bias_correction,
+            apply_update is not None,
+            self._compiled(),
+        )
+        return update(
+            var, m, v, *_update_args(grad, learning_rate, self.iterations, apply_update, grad_scale)
+        )
 
 
 class Lamb(_SlotOptimizer):
@@ -158,30 +195,57 @@ class Lamb(_SlotOptimizer):
     LayerNorm and bias variables get neither weight decay nor the trust ratio.
     """
 
-    def __init__(self, variables, weight_decay_rate=0.01, beta_1=0.9, beta_2=0.999,
-                 epsilon=1e-6, fused: bool = True):
-        super().__init__(variables, weight_decay_rate, beta_1, beta_2, epsilon, "lamb",
-                         fused)
+    def __init__(
+        self,
+        variables,
+        weight_decay_rate=0.01,
+        beta_1=0.9,
+        beta_2=0.999,
+        epsilon=1e-6,
+        fused: bool = True,
+    ):
+        super().__init__(variables, weight_decay_rate, beta_1, beta_2, epsilon, "lamb", fused)
 
     def _update(self, var, grad, m, v, excluded, learning_rate, apply_update, grad_scale):
         decay = None if excluded else float(self.weight_decay_rate)
-        update = self._fused_update("lamb", self.beta_1, self.beta_2, self.epsilon, decay,
-                                    True, apply_update is not None, self._compiled())
-        return update(var, m, v, *_update_args(grad, learning_rate, self.iterations,
-                                               apply_update, grad_scale))
+        update = self._fused_update(
+            "lamb",
+            self.beta_1,
+            self.beta_2,
+            self.epsilon,
+            decay,
+            True,
+            apply_update is not None,
+            self._compiled(),
+        )
+        return update(
+            var, m, v, *_update_args(grad, learning_rate, self.iterations, apply_update, grad_scale)
+        )
 
 
 def _update_args(grad, learning_rate, iterations, apply_update, grad_scale):
     # An embedding's gradient arrives as IndexedSlices: Adam decays every row's
     # moments, so the update is dense anyway.
     grad = tf.cast(tf.convert_to_tensor(grad), tf.float32)
-    args = (grad, tf.cast(learning_rate, tf.float32),
-            tf.cast(iterations + 1, tf.float32), grad_scale)
+    args = (
+        grad,
+        tf.cast(learning_rate, tf.float32),
+        tf.cast(iterations + 1, tf.float32),
+        grad_scale,
+    )
     return args if apply_update is None else args + (apply_update,)
 
 
-def _fused_update(kind: str, beta_1: float, beta_2: float, epsilon: float, decay,
-                  bias_correction: bool, skippable: bool, compiled: bool = True):
+def _fused_update(
+    kind: str,
+    beta_1: float,
+    beta_2: float,
+    epsilon: float,
+    decay,
+    bias_correction: bool,
+    skippable: bool,
+    compiled: bool = True,
+):
     """One variable's optimizer step as a single XLA-compiled function.
 
     Unfused, the update is about a dozen element-wise TensorFlow ops, each a pass over
@@ -202,7 +266,8 @@ def _fused_update(kind: str, beta_1: float, beta_2: float, epsilon: float, decay
         next_v = beta_2 * v + (1.0 - beta_2) * tf.square(grad)
         if bias_correction:
             update = (next_m / (1.0 - tf.pow(beta_1, t))) / (
-                tf.sqrt(next_v / (1.0 - tf.pow(beta_2, t))) + epsilon)
+                tf.sqrt(next_v / (1.0 - tf.pow(beta_2, t))) + epsilon
+            )
         else:
             update = next_m / (tf.sqrt(next_v) + epsilon)
         ratio = 1.0
@@ -224,15 +289,24 @@ def _fused_update(kind: str, beta_1: float, beta_2: float, epsilon: float, decay
     return tf.function(step, jit_compile=True, autograph=False) if compiled else step
 
 
-def create_optimizer(name: str, variables, weight_decay_rate: float = 0.01,
-                     adam_bias_correction: bool = True, fused: bool = True):
+def create_optimizer(
+    name: str,
+    variables,
+    weight_decay_rate: float = 0.01,
+    adam_bias_correction: bool = True,
+    fused: bool = True,
+):
     """`--optimizer` adamw | lamb over `variables` (call under the strategy scope).
 
     `adam_bias_correction` applies to adamw (LAMB is always bias-corrected); `fused`:
     one compiled update kernel per variable (single replica)."""
     if name == "adamw":
-        return AdamWeightDecay(variables, weight_decay_rate=weight_decay_rate,
-                               bias_correction=adam_bias_correction, fused=fused)
+        return AdamWeightDecay(
+            variables,
+            weight_decay_rate=weight_decay_rate,
+            bias_correction=adam_bias_correction,
+            fused=fused,
+        )
     if name == "lamb":
         return Lamb(variables, weight_decay_rate=weight_decay_rate, fused=fused)
     raise ValueError(f"unknown --optimizer {name!r}; choose one of ['adamw', 'lamb']")

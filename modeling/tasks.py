@@ -12,12 +12,14 @@ import tensorflow as tf
 def _sparse_nll(labels, logits):
     """Per-position negative log-likelihood, float32, labels int [...], logits [..., K]."""
     return tf.nn.sparse_softmax_cross_entropy_with_logits(
-        labels=tf.cast(labels, tf.int32), logits=tf.cast(logits, tf.float32))
+        labels=tf.cast(labels, tf.int32), logits=tf.cast(logits, tf.float32)
+    )
 
 
 def _correct(labels, logits):
-    return tf.cast(tf.equal(tf.argmax(logits, -1, output_type=tf.int32),
-                            tf.cast(labels, tf.int32)), tf.float32)
+    return tf.cast(
+        tf.equal(tf.argmax(logits, -1, output_type=tf.int32), tf.cast(labels, tf.int32)), tf.float32
+    )
 
 
 class PretrainingTask:
@@ -48,7 +50,8 @@ class PretrainingTask:
         sums = {"masked_lm": tf.reduce_sum(nll * mlm_weights)}
         if self.use_next_sentence_loss:
             sums["next_sentence"] = tf.reduce_sum(
-                _sparse_nll(self._nsp_labels(features), outputs["next_sentence_logits"]))
+                _sparse_nll(self._nsp_labels(features), outputs["next_sentence_logits"])
+            )
         return sums
 
     def eval_sums(self, features, outputs):
@@ -68,10 +71,12 @@ class PretrainingTask:
     def finalize_eval(self, sums):
         weight = max(sums["mlm_weight"], 1e-5)
         examples = max(sums["examples"], 1.0)
-        return {"masked_lm_accuracy": sums["mlm_correct"] / weight,
-                "masked_lm_loss": sums["mlm_loss"] / weight,
-                "next_sentence_accuracy": sums["nsp_correct"] / examples,
-                "next_sentence_loss": sums["nsp_loss"] / examples}
+        return {
+            "masked_lm_accuracy": sums["mlm_correct"] / weight,
+            "masked_lm_loss": sums["mlm_loss"] / weight,
+            "next_sentence_accuracy": sums["nsp_correct"] / examples,
+            "next_sentence_loss": sums["nsp_loss"] / examples,
+        }
 
 
 class ClassificationTask:
@@ -100,11 +105,14 @@ class ClassificationTask:
         return {"loss": tf.reduce_sum(self._per_example_loss(features, outputs))}
 
     def eval_sums(self, features, outputs):
-        sums = {"loss": tf.reduce_sum(self._per_example_loss(features, outputs)),
-                "examples": tf.cast(tf.shape(features["input_word_ids"])[0], tf.float32)}
+        sums = {
+            "loss": tf.reduce_sum(self._per_example_loss(features, outputs)),
+            "examples": tf.cast(tf.shape(features["input_word_ids"])[0], tf.float32),
+        }
         if not self.is_regression:
             sums["correct"] = tf.reduce_sum(
-                _correct(tf.reshape(features["label_ids"], [-1]), outputs["logits"]))
+                _correct(tf.reshape(features["label_ids"], [-1]), outputs["logits"])
+            )
         return sums
 
     def finalize_eval(self, sums):
@@ -123,8 +131,7 @@ class SpanTask:
     """
 
     def _per_example_loss(self, features, outputs):
-        start = _sparse_nll(tf.reshape(features["start_positions"], [-1]),
-                            outputs["start_logits"])
+        start = _sparse_nll(tf.reshape(features["start_positions"], [-1]), outputs["start_logits"])
         end = _sparse_nll(tf.reshape(features["end_positions"], [-1]), outputs["end_logits"])
         return (start + end) / 2.0
 
@@ -135,8 +142,10 @@ class SpanTask:
         return {"loss": tf.reduce_sum(self._per_example_loss(features, outputs))}
 
     def eval_sums(self, features, outputs):
-        return {"loss": tf.reduce_sum(self._per_example_loss(features, outputs)),
-                "examples": tf.cast(tf.shape(features["input_word_ids"])[0], tf.float32)}
+        return {
+            "loss": tf.reduce_sum(self._per_example_loss(features, outputs)),
+            "examples": tf.cast(tf.shape(features["input_word_ids"])[0], tf.float32),
+        }
 
     def finalize_eval(self, sums):
         return {"eval_loss": sums["loss"] / max(sums["examples"], 1.0)}
@@ -167,9 +176,11 @@ class TokenClassificationTask:
     def eval_sums(self, features, outputs):
         mask = self._mask(features)
         labels = tf.maximum(features["label_ids"], 0)
-        return {"loss": tf.reduce_sum(self._nll(features, outputs)),
-                "correct": tf.reduce_sum(_correct(labels, outputs["logits"]) * mask),
-                "tokens": tf.reduce_sum(mask)}
+        return {
+            "loss": tf.reduce_sum(self._nll(features, outputs)),
+            "correct": tf.reduce_sum(_correct(labels, outputs["logits"]) * mask),
+            "tokens": tf.reduce_sum(mask),
+        }
 
     def finalize_eval(self, sums):
         tokens = max(sums["tokens"], 1.0)

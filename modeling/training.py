@@ -48,7 +48,7 @@ class Task(Protocol):
 class DynamicLossScale(tf.Module):
     """Loss scaling for float16: halve on overflow, double after 2000 finite steps."""
 
-    def __init__(self, initial: float = 2.0 ** 15, growth_interval: int = 2000):
+    def __init__(self, initial: float = 2.0**15, growth_interval: int = 2000):
         super().__init__(name="loss_scale")
         self.scale = tf.Variable(initial, dtype=tf.float32, trainable=False, name="scale")
         self.good_steps = tf.Variable(0, dtype=tf.int64, trainable=False, name="good_steps")
@@ -60,10 +60,17 @@ class DynamicLossScale(tf.Module):
                 good_next = tf.where(finite, good + 1, tf.zeros_like(good))
                 grow = good_next >= self.growth_interval
                 scale_next = tf.where(finite, tf.where(grow, scale * 2.0, scale), scale / 2.0)
-                return tf.group(scale.assign(tf.maximum(scale_next, 1.0)),
-                                good.assign(tf.where(grow, tf.zeros_like(good), good_next)))
-            strategy.extended.update(self.scale, lambda s, g, f: step(s, g, f),
-                                     args=(self.good_steps, finite), group=False)
+                return tf.group(
+                    scale.assign(tf.maximum(scale_next, 1.0)),
+                    good.assign(tf.where(grow, tf.zeros_like(good), good_next)),
+                )
+
+            strategy.extended.update(
+                self.scale,
+                lambda s, g, f: step(s, g, f),
+                args=(self.good_steps, finite),
+                group=False,
+            )
 
         context = tf.distribute.get_replica_context()
         if context is None:
@@ -79,9 +86,11 @@ def _tf_value(variable):
 
 def _split(features: dict, parts: int, index):
     """The `index`-th of `parts` equal slices of every feature along the batch axis."""
+
     def take(t):
         size = tf.shape(t)[0] // parts
-        return t[index * size:(index + 1) * size]
+        return t[index * size : (index + 1) * size]
+
     return tf.nest.map_structure(take, features)
 
 
@@ -94,15 +103,29 @@ class Trainer:
     is compiled.
     """
 
-    def __init__(self, strategy: tf.distribute.Strategy, model: keras.Model, task: Task,
-                 output_dir: str, *, learning_rate: float, num_train_steps: int,
-                 num_warmup_steps: int = 0, optimizer: str = "adamw",
-                 weight_decay_rate: float = 0.01, adam_bias_correction: bool = True,
-                 clip_norm: float = 1.0,
-                 dtype: str = "float32", steps_per_loop: int = 1,
-                 save_checkpoints_steps: int = 1000, gradient_accumulation_steps: int = 1,
-                 enable_xla: bool = False, max_checkpoints: int = 5,
-                 profile_steps: tuple[int, int] | None = None, kernels=None):
+    def __init__(
+        self,
+        strategy: tf.distribute.Strategy,
+        model: keras.Model,
+        task: Task,
+        output_dir: str,
+        *,
+        learning_rate: float,
+        num_train_steps: int,
+        num_warmup_steps: int = 0,
+        optimizer: str = "adamw",
+        weight_decay_rate: float = 0.01,
+        adam_bias_correction: bool = True,
+        clip_norm: float = 1.0,
+        dtype: str = "float32",
+        steps_per_loop: int = 1,
+        save_checkpoints_steps: int = 1000,
+        gradient_accumulation_steps: int = 1,
+        enable_xla: bool = False,
+        max_checkpoints: int = 5,
+        profile_steps: tuple[int, int] | None = None,
+        kernels=None,
+    ):
         if gradient_accumulation_steps < 1:
             raise ValueError("--gradient_accumulation_steps must be >= 1")
         self.strategy, self.model, self.task = strategy, model, task
@@ -119,22 +142,32 @@ class Trainer:
         with strategy.scope():
             self.variables = list(model.trainable_variables)
             self.optimizer = optimization.create_optimizer(
-                optimizer, self.variables, weight_decay_rate, adam_bias_correction,
-                fused=kernel_choices.resolve(kernels).fused_optimizer)
-            self.global_step = tf.Variable(0, dtype=tf.int64, trainable=False,
-                                           name="global_step")
+                optimizer,
+                self.variables,
+                weight_decay_rate,
+                adam_bias_correction,
+                fused=kernel_choices.resolve(kernels).fused_optimizer,
+            )
+            self.global_step = tf.Variable(0, dtype=tf.int64, trainable=False, name="global_step")
             self.loss_scale = DynamicLossScale() if dtype == "float16" else None
         # Dropout seed states, so that a resumed run draws the same masks as an
         # uninterrupted one.
         rng_states = [v for v in model.non_trainable_variables if "seed_generator" in v.path]
-        objects = dict(model=model, optimizer=self.optimizer, global_step=self.global_step,
-                       rng_states=rng_states)
+        objects = dict(
+            model=model,
+            optimizer=self.optimizer,
+            global_step=self.global_step,
+            rng_states=rng_states,
+        )
         if self.loss_scale is not None:
             objects["loss_scale"] = self.loss_scale
         self.checkpoint = tf.train.Checkpoint(**objects)
         self.manager = tf.train.CheckpointManager(
-            self.checkpoint, self._checkpoint_dir(), max_to_keep=max_checkpoints,
-            checkpoint_name="ckpt")
+            self.checkpoint,
+            self._checkpoint_dir(),
+            max_to_keep=max_checkpoints,
+            checkpoint_name="ckpt",
+        )
         self._stop_requested = False
         # Compiled once per Trainer and reused by every train / evaluate / predict call
         # (per-epoch evaluation, a resumed loop, the shorter loop before a checkpoint or
@@ -151,8 +184,9 @@ class Trainer:
         if resolver is None or not resolver.cluster_spec().as_dict():
             return True
         task_type, task_id = resolver.task_type, resolver.task_id
-        return task_type in (None, "chief") or (task_type == "worker" and task_id == 0 and
-                                                "chief" not in resolver.cluster_spec().jobs)
+        return task_type in (None, "chief") or (
+            task_type == "worker" and task_id == 0 and "chief" not in resolver.cluster_spec().jobs
+        )
 
     def _checkpoint_dir(self) -> str:
         # Under MultiWorkerMirrored every worker must save (the save is collective);
@@ -185,7 +219,8 @@ class Trainer:
 
     def _current_lr(self):
         return optimization.learning_rate_schedule(
-            self.global_step, self.learning_rate, self.num_train_steps, self.num_warmup_steps)
+            self.global_step, self.learning_rate, self.num_train_steps, self.num_warmup_steps
+        )
 
     def _local_loss_and_grads(self, features, weights):
         """Loss contribution and gradients of this replica's batch (micro-batched)."""
@@ -198,8 +233,10 @@ class Trainer:
                 loss = tf.add_n([tf.cast(sums[k], tf.float32) / weights[k] for k in sums])
                 scaled = loss * scale if scale is not None else loss
             grads = tape.gradient(scaled, self.variables)
-            grads = [tf.zeros_like(v) if g is None else tf.convert_to_tensor(g)
-                     for g, v in zip(grads, self.variables)]
+            grads = [
+                tf.zeros_like(v) if g is None else tf.convert_to_tensor(g)
+                for g, v in zip(grads, self.variables)
+            ]
             return loss, grads
 
         if self.accumulation == 1:
@@ -266,13 +303,18 @@ class Trainer:
         def handler(signum, frame):
             logging.warning("SIGTERM: saving a checkpoint at the end of this loop")
             self._stop_requested = True
+
         try:
             return signal.signal(signal.SIGTERM, handler)
         except ValueError:  # not the main thread
             return None
 
-    def train(self, dataset_fn: Callable, global_batch_size: int,
-              after_loop: Callable[[int], None] | None = None) -> dict:
+    def train(
+        self,
+        dataset_fn: Callable,
+        global_batch_size: int,
+        after_loop: Callable[[int], None] | None = None,
+    ) -> dict:
         """Trains until `num_train_steps`.
 
         Args:
@@ -308,8 +350,15 @@ class Trainer:
                     raise FloatingPointError(f"training loss is {loss} at step {step + num}")
                 step = int(self.global_step.numpy())
                 elapsed = time.time() - loop_start
-                self._log_progress(writer, step, start_step, loss, norm, num * global_batch_size
-                                   / max(elapsed, 1e-9), start_time)
+                self._log_progress(
+                    writer,
+                    step,
+                    start_step,
+                    loss,
+                    norm,
+                    num * global_batch_size / max(elapsed, 1e-9),
+                    start_time,
+                )
                 if step % self.save_checkpoints_steps == 0 or step >= self.num_train_steps:
                     self.save()
                 if after_loop is not None:
@@ -335,13 +384,17 @@ class Trainer:
         """
         max_diff, checksum = 0.0, 0.0
         for variable in self.variables:
-            locals_ = [v.numpy() for v in
-                       self.strategy.experimental_local_results(_tf_value(variable))]
+            locals_ = [
+                v.numpy() for v in self.strategy.experimental_local_results(_tf_value(variable))
+            ]
             checksum += float(np.sum(np.abs(locals_[0].astype(np.float64))))
             for other in locals_[1:]:
                 max_diff = max(max_diff, float(np.max(np.abs(other - locals_[0]))))
-        return {"weights_checksum": checksum, "replica_max_diff": max_diff,
-                "num_replicas": self.strategy.num_replicas_in_sync}
+        return {
+            "weights_checksum": checksum,
+            "replica_max_diff": max_diff,
+            "num_replicas": self.strategy.num_replicas_in_sync,
+        }
 
     def _maybe_profile(self, step: int, num: int):
         if not self.profile_steps:
@@ -356,9 +409,16 @@ class Trainer:
         lr = float(self._current_lr())
         done = step - start_step
         eta = (time.time() - start_time) / max(done, 1) * (self.num_train_steps - step)
-        logging.info("step %d/%d  loss %.4f  lr %.3g  grad_norm %.3f  %.1f examples/s  ETA %s",
-                     step, self.num_train_steps, loss, lr, norm, examples_per_sec,
-                     time.strftime("%H:%M:%S", time.gmtime(eta)))
+        logging.info(
+            "step %d/%d  loss %.4f  lr %.3g  grad_norm %.3f  %.1f examples/s  ETA %s",
+            step,
+            self.num_train_steps,
+            loss,
+            lr,
+            norm,
+            examples_per_sec,
+            time.strftime("%H:%M:%S", time.gmtime(eta)),
+        )
         with writer.as_default(step=step):
             tf.summary.scalar("loss", loss)
             tf.summary.scalar("learning_rate", lr)
@@ -377,6 +437,7 @@ class Trainer:
             def step(batch):
                 def replica(features):
                     return self.task.eval_sums(features, self.model(features, training=False))
+
                 sums = self.strategy.run(replica, args=(batch,))
                 return self.strategy.reduce(tf.distribute.ReduceOp.SUM, sums, axis=None)
 
@@ -385,17 +446,20 @@ class Trainer:
 
     def _prediction_step(self, output_fn):
         if output_fn not in self._predict_steps:
+
             @tf.function(reduce_retracing=True)
             def step(batch):
                 def replica(features):
                     return output_fn(features, self.model(features, training=False))
+
                 return self.strategy.run(replica, args=(batch,))
 
             self._predict_steps[output_fn] = step
         return self._predict_steps[output_fn]
 
-    def evaluate(self, dataset: tf.data.Dataset, max_steps: int | None = None,
-                 summary_name: str = "eval") -> dict:
+    def evaluate(
+        self, dataset: tf.data.Dataset, max_steps: int | None = None, summary_name: str = "eval"
+    ) -> dict:
         """Metrics over a batched dataset (global batches), from the task's eval sums."""
         step = self._evaluation_step()
         totals = None

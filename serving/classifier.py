@@ -26,25 +26,30 @@ def classifier_signatures(model, tokenizer, seq_length: int, labels) -> dict:
     """
     is_regression = labels is None
     if is_regression and model.num_labels != 1:
-        raise ValueError(f"labels are required for a classifier with {model.num_labels} "
-                         f"outputs (labels=None means regression, one output)")
+        raise ValueError(
+            f"labels are required for a classifier with {model.num_labels} "
+            f"outputs (labels=None means regression, one output)"
+        )
     if not is_regression and len(labels) != model.num_labels:
-        raise ValueError(f"{len(labels)} labels {list(labels)} for a classifier with "
-                         f"{model.num_labels} outputs")
+        raise ValueError(
+            f"{len(labels)} labels {list(labels)} for a classifier with {model.num_labels} outputs"
+        )
     label_names = None if is_regression else tf.constant([str(label) for label in labels])
 
     def predict(text_a, text_b):
-        logits = model(pack_text(tokenizer, seq_length, text_a, text_b),
-                       training=False)["logits"]
+        logits = model(pack_text(tokenizer, seq_length, text_a, text_b), training=False)["logits"]
         if is_regression:
             return {"predictions": logits[:, 0]}
         probabilities = tf.nn.softmax(logits, axis=-1)
-        return {"probabilities": probabilities,
-                "labels": tf.gather(label_names, tf.argmax(probabilities, axis=-1))}
+        return {
+            "probabilities": probabilities,
+            "labels": tf.gather(label_names, tf.argmax(probabilities, axis=-1)),
+        }
 
     pair = tf.function(predict, input_signature=[text_spec("text_a"), text_spec("text_b")])
-    single = tf.function(lambda text_a: predict(text_a, None),
-                         input_signature=[text_spec("text_a")])
+    single = tf.function(
+        lambda text_a: predict(text_a, None), input_signature=[text_spec("text_a")]
+    )
     return {"serving_default": pair, "serving_text_a": single}
 
 
@@ -58,13 +63,13 @@ def join_start_and_ending(start: tf.Tensor, endings: tf.Tensor) -> tf.Tensor:
       endings: tf.string [B, C].
     """
     start = tf.strings.strip(start)[:, tf.newaxis]  # [B, 1]
-    joined = tf.strings.join([tf.broadcast_to(start, tf.shape(endings)), endings],
-                             separator=" ")
+    joined = tf.strings.join([tf.broadcast_to(start, tf.shape(endings)), endings], separator=" ")
     return tf.where(tf.strings.length(start) > 0, joined, endings)
 
 
-def multiple_choice_signatures(model, tokenizer, seq_length: int,
-                               labels: Sequence[str] | None) -> dict:
+def multiple_choice_signatures(
+    model, tokenizer, seq_length: int, labels: Sequence[str] | None
+) -> dict:
     """Signatures of a `BertMultipleChoice` export (SWAG), scoring as run_classifier.py
     does.
 
@@ -89,21 +94,26 @@ def multiple_choice_signatures(model, tokenizer, seq_length: int,
     if labels is not None:
         num_choices = len(labels)
         if list(labels) != [str(i) for i in range(num_choices)]:
-            raise ValueError(f"multiple-choice labels must be the choice indices "
-                             f"{[str(i) for i in range(num_choices)]}, got {list(labels)}")
+            raise ValueError(
+                f"multiple-choice labels must be the choice indices "
+                f"{[str(i) for i in range(num_choices)]}, got {list(labels)}"
+            )
 
     def predict(context, choices):
         shape = tf.shape(choices, out_type=tf.int64)  # [B, C]
         contexts = tf.repeat(context, shape[1])  # [B * C]: each row C times, as choices
         packed = tokenizer.bert_pack_inputs(
             [tokenizer.tokenize(contexts), tokenizer.tokenize(tf.reshape(choices, [-1]))],
-            seq_length)
-        inputs = {k: tf.reshape(v, [-1, shape[1], seq_length])  # [B, C, S]
-                  for k, v in packed.items()}
+            seq_length,
+        )
+        inputs = {
+            k: tf.reshape(v, [-1, shape[1], seq_length])  # [B, C, S]
+            for k, v in packed.items()
+        }
         probabilities = tf.nn.softmax(
-            tf.cast(model(inputs, training=False)["logits"], tf.float32), axis=-1)
-        return {"probabilities": probabilities,
-                "best_choice": tf.argmax(probabilities, axis=-1)}
+            tf.cast(model(inputs, training=False)["logits"], tf.float32), axis=-1
+        )
+        return {"probabilities": probabilities, "best_choice": tf.argmax(probabilities, axis=-1)}
 
     def predict_parts(context, start, endings):
         return predict(context, join_start_and_ending(start, endings))
@@ -111,8 +121,9 @@ def multiple_choice_signatures(model, tokenizer, seq_length: int,
     def choices_spec(name):
         return tf.TensorSpec([None, num_choices], tf.string, name=name)
 
-    by_parts = tf.function(predict_parts, input_signature=[
-        text_spec("context"), text_spec("start"), choices_spec("endings")])
-    whole = tf.function(predict, input_signature=[text_spec("context"),
-                                                  choices_spec("choices")])
+    by_parts = tf.function(
+        predict_parts,
+        input_signature=[text_spec("context"), text_spec("start"), choices_spec("endings")],
+    )
+    whole = tf.function(predict, input_signature=[text_spec("context"), choices_spec("choices")])
     return {"serving_default": by_parts, "serving_choices": whole}

@@ -53,13 +53,12 @@ class ReusableModule(tf.Module):
     trainable_variables = None
     regularization_losses = None
 
-    def __init__(self, keras_layers: Sequence, call_fn: Callable, input_specs: dict,
-                 name: str):
+    def __init__(self, keras_layers: Sequence, call_fn: Callable, input_specs: dict, name: str):
         """Args:
-          keras_layers: the Keras layers whose variables the calls use.
-          call_fn: (inputs dict, training bool) -> outputs dict.
-          input_specs: TensorSpecs of the inputs dict.
-          name: module name.
+        keras_layers: the Keras layers whose variables the calls use.
+        call_fn: (inputs dict, training bool) -> outputs dict.
+        input_specs: TensorSpecs of the inputs dict.
+        name: module name.
         """
         super().__init__(name=name)
         self.variables, self.trainable_variables = savedmodel.collect_variables(keras_layers)
@@ -84,21 +83,23 @@ def encoder_outputs(encoder, inputs: dict, training: bool) -> dict:
     # A loaded function is specialised to each call's shapes; hiding the static shape
     # lets the encoder's own check name a too-long input (max_position_embeddings)
     # instead of failing shape inference deep inside the embeddings.
-    inputs = {k: tf.compat.v1.placeholder_with_default(inputs[k], [None, None])
-              for k in INPUT_KEYS}
+    inputs = {k: tf.compat.v1.placeholder_with_default(inputs[k], [None, None]) for k in INPUT_KEYS}
     outputs = encoder(inputs, training=training)
     pooled = tf.cast(outputs["pooled_output"], tf.float32)
-    return {"sequence_output": tf.cast(outputs["sequence_output"], tf.float32),
-            "pooled_output": pooled,
-            "default": tf.identity(pooled, name="default"),
-            "encoder_outputs": [tf.cast(x, tf.float32) for x in outputs["encoder_outputs"]]}
+    return {
+        "sequence_output": tf.cast(outputs["sequence_output"], tf.float32),
+        "pooled_output": pooled,
+        "default": tf.identity(pooled, name="default"),
+        "encoder_outputs": [tf.cast(x, tf.float32) for x in outputs["encoder_outputs"]],
+    }
 
 
 def masked_lm_outputs(encoder, masked_lm, inputs: dict, training: bool) -> dict:
     """encoder_outputs plus float32 `mlm_logits` [B, P, V] at `masked_lm_positions`."""
     outputs = encoder_outputs(encoder, inputs, training)
-    outputs["mlm_logits"] = masked_lm(outputs["sequence_output"], inputs[MLM_POSITIONS_KEY],
-                                      encoder.word_embeddings)
+    outputs["mlm_logits"] = masked_lm(
+        outputs["sequence_output"], inputs[MLM_POSITIONS_KEY], encoder.word_embeddings
+    )
     return outputs
 
 
@@ -120,28 +121,37 @@ class EncoderModule(ReusableModule):
       mlm: a ReusableModule with the masked-LM head, or absent.
     """
 
-    def __init__(self, encoder, vocab_file: str, do_lower_case: bool,
-                 bert_config_file: str | None = None, masked_lm=None):
+    def __init__(
+        self,
+        encoder,
+        vocab_file: str,
+        do_lower_case: bool,
+        bert_config_file: str | None = None,
+        masked_lm=None,
+    ):
         """Args:
-          encoder: a `BertEncoder` (float32 outputs are exported whatever its policy).
-          vocab_file: path of the vocabulary the encoder was trained with.
-          do_lower_case: whether that vocabulary is uncased.
-          bert_config_file: path of the encoder's `bert_config.json`, saved as an asset.
-          masked_lm: the pre-trainer's `MaskedLMHead`, exported as `mlm`.
+        encoder: a `BertEncoder` (float32 outputs are exported whatever its policy).
+        vocab_file: path of the vocabulary the encoder was trained with.
+        do_lower_case: whether that vocabulary is uncased.
+        bert_config_file: path of the encoder's `bert_config.json`, saved as an asset.
+        masked_lm: the pre-trainer's `MaskedLMHead`, exported as `mlm`.
         """
         if not tf.io.gfile.exists(vocab_file):
             raise FileNotFoundError(f"vocab file not found: {vocab_file}")
-        super().__init__([encoder], lambda x, t: encoder_outputs(encoder, x, t), id_specs(),
-                         name="bert_encoder")
+        super().__init__(
+            [encoder], lambda x, t: encoder_outputs(encoder, x, t), id_specs(), name="bert_encoder"
+        )
         self.vocab_file = tf.saved_model.Asset(vocab_file)
-        self.do_lower_case = tf.Variable(bool(do_lower_case), trainable=False,
-                                         name="do_lower_case")
+        self.do_lower_case = tf.Variable(bool(do_lower_case), trainable=False, name="do_lower_case")
         if bert_config_file:
             self.bert_config_file = tf.saved_model.Asset(bert_config_file)
         if masked_lm is not None:
             self.mlm = ReusableModule(
-                [encoder, masked_lm], lambda x, t: masked_lm_outputs(encoder, masked_lm, x, t),
-                id_specs(INPUT_KEYS + (MLM_POSITIONS_KEY,)), name="mlm")
+                [encoder, masked_lm],
+                lambda x, t: masked_lm_outputs(encoder, masked_lm, x, t),
+                id_specs(INPUT_KEYS + (MLM_POSITIONS_KEY,)),
+                name="mlm",
+            )
 
 
 def _signature(call, keys: Sequence[str]):
@@ -165,8 +175,14 @@ def encoder_signatures(module: EncoderModule) -> dict:
 
 
 @savedmodel.standard_ops
-def export_encoder(encoder, export_path: str, vocab_file: str, do_lower_case: bool,
-                   masked_lm=None, overwrite: bool = False) -> str:
+def export_encoder(
+    encoder,
+    export_path: str,
+    vocab_file: str,
+    do_lower_case: bool,
+    masked_lm=None,
+    overwrite: bool = False,
+) -> str:
     """Exports `encoder` (and optionally its masked-LM head) as a TF Hub SavedModel.
 
     Args:
@@ -187,5 +203,6 @@ def export_encoder(encoder, export_path: str, vocab_file: str, do_lower_case: bo
         encoder.config.to_json_file(config_file)
         module = EncoderModule(encoder, vocab_file, do_lower_case, config_file, masked_lm)
         kind = "encoder" if masked_lm is None else "encoder_with_mlm"
-        return savedmodel.save_atomically(module, export_path, encoder_signatures(module),
-                                          kind=kind, overwrite=overwrite)
+        return savedmodel.save_atomically(
+            module, export_path, encoder_signatures(module), kind=kind, overwrite=overwrite
+        )

@@ -14,8 +14,9 @@ def text_spec(name: str, rank: int = 1) -> tf.TensorSpec:
     return tf.TensorSpec([None] * rank, tf.string, name=name)
 
 
-def pack_text(tokenizer, seq_length: int, text_a: tf.Tensor,
-              text_b: tf.Tensor | None = None) -> dict[str, tf.Tensor]:
+def pack_text(
+    tokenizer, seq_length: int, text_a: tf.Tensor, text_b: tf.Tensor | None = None
+) -> dict[str, tf.Tensor]:
     """Tokenizes and packs raw text in-graph, as the task data writers do offline.
 
     Args:

@@ -23,8 +23,9 @@ from serving import windows as serving_windows
 NER_WORD_SEPARATORS = "[ \t\r\n]+"
 
 
-def ner_signatures(model, tokenizer, seq_length: int, labels, *, doc_stride: int,
-                   tag_scheme: str) -> dict:
+def ner_signatures(
+    model, tokenizer, seq_length: int, labels, *, doc_stride: int, tag_scheme: str
+) -> dict:
     """Signatures of a token-classification export, tagging as run_ner.py does.
 
     serving_default(text: tf.string [B]) -> each text's words (split on spaces, tabs
@@ -59,8 +60,9 @@ def ner_signatures(model, tokenizer, seq_length: int, labels, *, doc_stride: int
         raise ValueError(f"labels {wrong} are not {tag_scheme} tags")
     num_labels = getattr(model, "num_labels", len(labels))
     if len(labels) != num_labels:
-        raise ValueError(f"{len(labels)} labels {list(labels)} for a tagger with "
-                         f"{num_labels} outputs")
+        raise ValueError(
+            f"{len(labels)} labels {list(labels)} for a tagger with {num_labels} outputs"
+        )
     if seq_length < 3:
         raise ValueError(f"seq_length must be at least 3, got {seq_length}")
     if doc_stride < 1:
@@ -73,24 +75,33 @@ def ner_signatures(model, tokenizer, seq_length: int, labels, *, doc_stride: int
         words = tf_text.regex_split(text, NER_WORD_SEPARATORS)  # [B, (W)]
         word_pieces = text_inputs.word_pieces(tokenizer, words)  # [sum W, (P)]
         no_piece = tf.cast(word_pieces.row_lengths() == 0, tf.int64)
-        word_pieces = tf.concat([word_pieces, tf.RaggedTensor.from_row_lengths(
-            tf.fill([tf.reduce_sum(no_piece)], unk_id), no_piece)], axis=1)
+        word_pieces = tf.concat(
+            [
+                word_pieces,
+                tf.RaggedTensor.from_row_lengths(
+                    tf.fill([tf.reduce_sum(no_piece)], unk_id), no_piece
+                ),
+            ],
+            axis=1,
+        )
         first_piece = word_pieces.row_splits[:-1]  # [sum W], over the batch's pieces
-        pieces = tf.RaggedTensor.from_row_splits(word_pieces,
-                                                 words.row_splits).merge_dims(1, 2)
+        pieces = tf.RaggedTensor.from_row_splits(word_pieces, words.row_splits).merge_dims(1, 2)
         num_pieces = pieces.row_lengths()
         max_pieces = tf.fill(tf.shape(num_pieces), tf.cast(seq_length - 2, tf.int64))
         windows = serving_windows.make_windows(num_pieces, max_pieces, doc_stride)
         window_pieces = serving_windows.window_pieces(windows, pieces)
         _, best = serving_windows.max_context(
-            windows, window_pieces, tf.shape(pieces.flat_values, out_type=tf.int64)[0])
+            windows, window_pieces, tf.shape(pieces.flat_values, out_type=tf.int64)[0]
+        )
         inputs = tf_tokenization.combine_and_pad(
-            [tf.gather(pieces.flat_values, window_pieces)], seq_length, cls_id, sep_id)
+            [tf.gather(pieces.flat_values, window_pieces)], seq_length, cls_id, sep_id
+        )
         logits = model(inputs, training=False)["logits"]  # [N, S, L]
         label_ids = tf.argmax(logits, axis=-1, output_type=tf.int32)
         window = tf.gather(best, first_piece)  # [sum W]
-        window_first = (tf.gather(pieces.row_splits, tf.gather(windows.row, window))
-                        + tf.gather(windows.start, window))  # its first piece
+        window_first = tf.gather(pieces.row_splits, tf.gather(windows.row, window)) + tf.gather(
+            windows.start, window
+        )  # its first piece
         position = 1 + first_piece - window_first  # after [CLS]
         word_labels = tf.gather_nd(label_ids, tf.stack([window, position], axis=1))
         tags = words.with_flat_values(tf.gather(label_names, word_labels))

@@ -45,8 +45,9 @@ class PackInputsModule(tf.Module):
             return pack_inputs(list(segments), seq_length, cls_id, sep_id)
 
         seq_length = tf.TensorSpec([], tf.int32, name="seq_length")
-        by_rank = [tf.RaggedTensorSpec([None] * rank, tf.int32, ragged_rank=rank - 1)
-                   for rank in (2, 3)]
+        by_rank = [
+            tf.RaggedTensorSpec([None] * rank, tf.int32, ragged_rank=rank - 1) for rank in (2, 3)
+        ]
         for num_segments in PACK_SEGMENT_COUNTS:
             for segments in itertools.product(by_rank, repeat=num_segments):
                 pack.get_concrete_function(list(segments), seq_length=seq_length)
@@ -72,11 +73,9 @@ class PreprocessingModule(tf.Module):
         tokenizer = tf_tokenization.TFBertTokenizer(vocab_file, do_lower_case)
         self.tokenizer = tokenizer
         self.vocab_file = tokenizer.vocab_file or tf.saved_model.Asset(vocab_file)
-        self.do_lower_case = tf.Variable(bool(do_lower_case), trainable=False,
-                                         name="do_lower_case")
+        self.do_lower_case = tf.Variable(bool(do_lower_case), trainable=False, name="do_lower_case")
         self.seq_length = seq_length
-        self.bert_pack_inputs = PackInputsModule(tokenizer.cls_id, tokenizer.sep_id,
-                                                 seq_length)
+        self.bert_pack_inputs = PackInputsModule(tokenizer.cls_id, tokenizer.sep_id, seq_length)
         text = tf.TensorSpec([None], tf.string, name="inputs")
         self.tokenize = tf.function(tokenizer.tokenize_words, input_signature=[text])
 
@@ -88,13 +87,23 @@ class PreprocessingModule(tf.Module):
 
 
 @savedmodel.standard_ops
-def export_preprocessing(export_path: str, vocab_file: str, do_lower_case: bool,
-                         seq_length: int = 128, overwrite: bool = False) -> str:
+def export_preprocessing(
+    export_path: str,
+    vocab_file: str,
+    do_lower_case: bool,
+    seq_length: int = 128,
+    overwrite: bool = False,
+) -> str:
     """Exports the text -> BERT inputs preprocessing model. Returns the export path.
 
     `export_path` and `overwrite`: as `savedmodel.save_atomically`.
     """
     savedmodel.check_export_path(export_path, overwrite)
     module = PreprocessingModule(vocab_file, do_lower_case, seq_length)
-    return savedmodel.save_atomically(module, export_path, {"serving_default": module.__call__},
-                                      kind="preprocessing", overwrite=overwrite)
+    return savedmodel.save_atomically(
+        module,
+        export_path,
+        {"serving_default": module.__call__},
+        kind="preprocessing",
+        overwrite=overwrite,
+    )

@@ -37,15 +37,16 @@ MARKER_VERSION = 1
 
 def _check_local(export_path: str) -> None:
     if "://" in export_path:
-        raise ValueError(f"export path {export_path!r}: only local paths can be exported "
-                         f"atomically; export locally, then copy the folder")
+        raise ValueError(
+            f"export path {export_path!r}: only local paths can be exported "
+            f"atomically; export locally, then copy the folder"
+        )
 
 
 def read_marker(export_path: str) -> dict | None:
     """The marker of a previous export at `export_path`, None if there is none."""
     marker = os.path.join(export_path, MARKER_FILE)
-    if not (os.path.isfile(os.path.join(export_path, "saved_model.pb"))
-            and os.path.isfile(marker)):
+    if not (os.path.isfile(os.path.join(export_path, "saved_model.pb")) and os.path.isfile(marker)):
         return None
     try:
         with open(marker, encoding="utf-8") as f:
@@ -69,8 +70,10 @@ def check_export_path(export_path: str, overwrite: bool = False) -> None:
     if not os.path.lexists(export_path):
         return
     if os.path.islink(export_path):
-        raise FileExistsError(f"export path {export_path} is a symbolic link; export to a "
-                              f"new path (or to the folder it points to)")
+        raise FileExistsError(
+            f"export path {export_path} is a symbolic link; export to a "
+            f"new path (or to the folder it points to)"
+        )
     if not os.path.isdir(export_path):
         raise FileExistsError(f"export path {export_path} exists and is not a folder")
     if not os.listdir(export_path):
@@ -80,17 +83,21 @@ def check_export_path(export_path: str, overwrite: bool = False) -> None:
         raise FileExistsError(
             f"export path {export_path} is a folder holding files that are not an export "
             f"of this project (no saved_model.pb with {MARKER_FILE}); refusing to replace "
-            f"them. Choose a new or empty folder.")
+            f"them. Choose a new or empty folder."
+        )
     if not overwrite:
         raise FileExistsError(
             f"export path {export_path} holds a previous export ({marker.get('kind')}); "
-            f"pass --overwrite (overwrite=True) to replace it")
+            f"pass --overwrite (overwrite=True) to replace it"
+        )
 
 
 def write_marker(export_dir: str, kind: str) -> None:
     """Writes the marker that makes `export_dir` a previous export of `kind`."""
-    records.write_json(os.path.join(export_dir, MARKER_FILE), {
-        "format": MARKER_FORMAT, "format_version": MARKER_VERSION, "kind": kind})
+    records.write_json(
+        os.path.join(export_dir, MARKER_FILE),
+        {"format": MARKER_FORMAT, "format_version": MARKER_VERSION, "kind": kind},
+    )
 
 
 def standard_ops(export):
@@ -105,8 +112,13 @@ def standard_ops(export):
     return wrapped
 
 
-def save_atomically(module: tf.Module, export_path: str, signatures: dict | None = None,
-                    kind: str = "savedmodel", overwrite: bool = False) -> str:
+def save_atomically(
+    module: tf.Module,
+    export_path: str,
+    signatures: dict | None = None,
+    kind: str = "savedmodel",
+    overwrite: bool = False,
+) -> str:
     """`tf.saved_model.save(module, export_path, signatures)` with the rules above.
 
     Args:

@@ -54,8 +54,9 @@ def _basic_tokens(tokenizer, text: tf.Tensor) -> tf.RaggedTensor:
     each string (cleaned, lower-cased and stripped of accents if uncased, split on
     whitespace and punctuation; unlike `split_words`, long words are kept)."""
     # pylint: disable=protected-access
-    return tf_text.regex_split(tokenizer.normalize(text), tokenizer._split_delimiters,
-                               tokenizer._split_keep)
+    return tf_text.regex_split(
+        tokenizer.normalize(text), tokenizer._split_delimiters, tokenizer._split_keep
+    )
 
 
 def final_text(tokenizer, pred_text: tf.Tensor, orig_text: tf.Tensor) -> tf.Tensor:
@@ -75,8 +76,7 @@ def final_text(tokenizer, pred_text: tf.Tensor, orig_text: tf.Tensor) -> tf.Tens
     Returns:
       tf.string [B].
     """
-    tok_text = tf.strings.reduce_join(_basic_tokens(tokenizer, orig_text), axis=-1,
-                                      separator=" ")
+    tok_text = tf.strings.reduce_join(_basic_tokens(tokenizer, orig_text), axis=-1, separator=" ")
 
     def project(args):
         pred, orig, tok = args
@@ -85,11 +85,17 @@ def final_text(tokenizer, pred_text: tf.Tensor, orig_text: tf.Tensor) -> tf.Tens
         start = tf.strings.length(tf.concat([before, [""]], 0)[0], unit="UTF8_CHAR")
         orig_chars = tf.where(tf.strings.unicode_decode(orig, "UTF-8") != 32)[:, 0]
         tok_is_char = tf.strings.unicode_decode(tok, "UTF-8") != 32
-        pred_chars = tf.reduce_sum(tf.cast(
-            tf.strings.unicode_decode(pred, "UTF-8") != 32, tf.int64))
-        ok = tf.logical_and(found, tf.logical_and(
-            tf.size(orig_chars, out_type=tf.int64) == tf.reduce_sum(
-                tf.cast(tok_is_char, tf.int64)), pred_chars > 0))
+        pred_chars = tf.reduce_sum(
+            tf.cast(tf.strings.unicode_decode(pred, "UTF-8") != 32, tf.int64)
+        )
+        ok = tf.logical_and(
+            found,
+            tf.logical_and(
+                tf.size(orig_chars, out_type=tf.int64)
+                == tf.reduce_sum(tf.cast(tok_is_char, tf.int64)),
+                pred_chars > 0,
+            ),
+        )
         first = tf.reduce_sum(tf.cast(tok_is_char[:start], tf.int64))
         last = first + pred_chars - 1
         # Indices kept in range where `ok` is false (the result is then `orig`).
@@ -97,12 +103,12 @@ def final_text(tokenizer, pred_text: tf.Tensor, orig_text: tf.Tensor) -> tf.Tens
         limit = tf.size(padded, out_type=tf.int64) - 1
         begin = tf.gather(padded, tf.clip_by_value(first, 0, limit))
         end = tf.gather(padded, tf.clip_by_value(last, 0, limit))
-        answer = tf.strings.substr(orig, begin, tf.maximum(end - begin + 1, 0),
-                                   unit="UTF8_CHAR")
+        answer = tf.strings.substr(orig, begin, tf.maximum(end - begin + 1, 0), unit="UTF8_CHAR")
         return tf.where(ok, answer, orig)
 
-    return tf.map_fn(project, (pred_text, orig_text, tok_text),
-                     fn_output_signature=tf.TensorSpec([], tf.string))
+    return tf.map_fn(
+        project, (pred_text, orig_text, tok_text), fn_output_signature=tf.TensorSpec([], tf.string)
+    )
 
 
 class _SpanFeatures(NamedTuple):
@@ -118,6 +124,7 @@ class _SpanFeatures(NamedTuple):
         there has its maximum context.
       seq_length: S.
     """
+
     words: tf.RaggedTensor
     windows: serving_windows.Windows
     inputs: dict
@@ -126,8 +133,14 @@ class _SpanFeatures(NamedTuple):
     seq_length: int
 
 
-def _span_features(tokenizer, question: tf.Tensor, context: tf.Tensor, seq_length: int,
-                   max_query_length: int, doc_stride: int) -> _SpanFeatures:
+def _span_features(
+    tokenizer,
+    question: tf.Tensor,
+    context: tf.Tensor,
+    seq_length: int,
+    max_query_length: int,
+    doc_stride: int,
+) -> _SpanFeatures:
     """`squad_features.convert_examples_to_features` (prediction) in-graph, on tf.string [B]."""
     words = tf_text.regex_split(context, CONTEXT_WHITESPACE)
     word_pieces = text_inputs.word_pieces(tokenizer, words)  # [sum W, (P)]
@@ -136,31 +149,50 @@ def _span_features(tokenizer, question: tf.Tensor, context: tf.Tensor, seq_lengt
     piece_word = tf.gather(word_in_row, word_pieces.value_rowids())  # [sum D]
     query = tokenizer.tokenize(question)[:, :max_query_length]  # [B, (Q)]
     query_length = query.row_lengths()
-    windows = serving_windows.make_windows(pieces.row_lengths(),
-                                           seq_length - query_length - 3, doc_stride)
+    windows = serving_windows.make_windows(
+        pieces.row_lengths(), seq_length - query_length - 3, doc_stride
+    )
     window_pieces = serving_windows.window_pieces(windows, pieces)  # [N, (length)]
     is_max, _ = serving_windows.max_context(
-        windows, window_pieces, tf.shape(pieces.flat_values, out_type=tf.int64)[0])
+        windows, window_pieces, tf.shape(pieces.flat_values, out_type=tf.int64)[0]
+    )
     inputs = tf_tokenization.combine_and_pad(
         [tf.gather(query, windows.row), tf.gather(pieces.flat_values, window_pieces)],
-        seq_length, tokenizer.cls_id, tokenizer.sep_id)
+        seq_length,
+        tokenizer.cls_id,
+        tokenizer.sep_id,
+    )
     prefix = tf.gather(query_length, windows.row) + 2  # [CLS] question [SEP]
     num_prefix = tf.reduce_sum(prefix)
-    token_to_word = tf.concat([
-        tf.RaggedTensor.from_row_lengths(tf.fill([num_prefix], tf.constant(-1, tf.int64)),
-                                         prefix),
-        tf.gather(piece_word, window_pieces)], axis=1)
-    token_is_max = tf.concat([
-        tf.RaggedTensor.from_row_lengths(tf.zeros([num_prefix], tf.bool), prefix),
-        is_max], axis=1)
-    return _SpanFeatures(words, windows, inputs,
-                         token_to_word.to_tensor(-1, shape=[None, seq_length]),
-                         token_is_max.to_tensor(False, shape=[None, seq_length]),
-                         seq_length)
+    token_to_word = tf.concat(
+        [
+            tf.RaggedTensor.from_row_lengths(
+                tf.fill([num_prefix], tf.constant(-1, tf.int64)), prefix
+            ),
+            tf.gather(piece_word, window_pieces),
+        ],
+        axis=1,
+    )
+    token_is_max = tf.concat(
+        [tf.RaggedTensor.from_row_lengths(tf.zeros([num_prefix], tf.bool), prefix), is_max], axis=1
+    )
+    return _SpanFeatures(
+        words,
+        windows,
+        inputs,
+        token_to_word.to_tensor(-1, shape=[None, seq_length]),
+        token_is_max.to_tensor(False, shape=[None, seq_length]),
+        seq_length,
+    )
 
 
-def _best_spans(features: _SpanFeatures, start_logits: tf.Tensor, end_logits: tf.Tensor,
-                n_best_size: int, max_answer_length: int) -> dict[str, tf.Tensor]:
+def _best_spans(
+    features: _SpanFeatures,
+    start_logits: tf.Tensor,
+    end_logits: tf.Tensor,
+    n_best_size: int,
+    max_answer_length: int,
+) -> dict[str, tf.Tensor]:
     """run_squad's best non-null span of every question (`squad_postprocess.predict_example`).
 
     Candidates are the n_best_size highest start logits x the n_best_size highest end
@@ -184,41 +216,53 @@ def _best_spans(features: _SpanFeatures, start_logits: tf.Tensor, end_logits: tf
     start_at = tf.repeat(starts, top, axis=1)  # [N, top * top]
     end_at = tf.tile(ends, [1, top])
     token_to_word, token_is_max = features.token_to_word, features.token_is_max
-    valid = ((tf.gather(token_to_word, start_at, batch_dims=1) >= 0)
-             & (tf.gather(token_to_word, end_at, batch_dims=1) >= 0)
-             & tf.gather(token_is_max, start_at, batch_dims=1)
-             & (start_at <= end_at) & (end_at < start_at + max_answer_length))
-    scores = (tf.gather(tf.cast(start_logits, tf.float64), start_at, batch_dims=1)
-              + tf.gather(tf.cast(end_logits, tf.float64), end_at, batch_dims=1))
+    valid = (
+        (tf.gather(token_to_word, start_at, batch_dims=1) >= 0)
+        & (tf.gather(token_to_word, end_at, batch_dims=1) >= 0)
+        & tf.gather(token_is_max, start_at, batch_dims=1)
+        & (start_at <= end_at)
+        & (end_at < start_at + max_answer_length)
+    )
+    scores = tf.gather(tf.cast(start_logits, tf.float64), start_at, batch_dims=1) + tf.gather(
+        tf.cast(end_logits, tf.float64), end_at, batch_dims=1
+    )
     scores = tf.where(valid, scores, tf.constant(-float("inf"), tf.float64))
-    by_question = tf.RaggedTensor.from_row_splits(
-        scores, features.windows.row_splits).to_tensor(-float("inf"))  # [B, n, top^2]
+    by_question = tf.RaggedTensor.from_row_splits(scores, features.windows.row_splits).to_tensor(
+        -float("inf")
+    )  # [B, n, top^2]
     by_question = tf.reshape(by_question, [tf.shape(by_question)[0], -1])
     score = tf.reduce_max(by_question, axis=1)
     has_span = score > -float("inf")
     order = tf.range(tf.shape(by_question, out_type=tf.int64)[1])
-    best = tf.reduce_min(tf.where(tf.equal(by_question, score[:, tf.newaxis]), order,
-                                  tf.int64.max), axis=1)
+    best = tf.reduce_min(
+        tf.where(tf.equal(by_question, score[:, tf.newaxis]), order, tf.int64.max), axis=1
+    )
     best = tf.where(has_span, best, 0)
     window = features.windows.row_splits[:-1] + best // (top * top)
     candidate = tf.stack([window, best % (top * top)], axis=1)
     start = tf.cast(tf.gather_nd(start_at, candidate), tf.int64)
     end = tf.cast(tf.gather_nd(end_at, candidate), tf.int64)
-    return {"has_span": has_span, "score": score, "window": window, "start": start,
-            "end": tf.where(has_span, end, start - 1)}
+    return {
+        "has_span": has_span,
+        "score": score,
+        "window": window,
+        "start": start,
+        "end": tf.where(has_span, end, start - 1),
+    }
 
 
-def _span_text(tokenizer, features: _SpanFeatures, spans: dict,
-               vocab_tokens: tf.Tensor) -> tf.Tensor:
+def _span_text(
+    tokenizer, features: _SpanFeatures, spans: dict, vocab_tokens: tf.Tensor
+) -> tf.Tensor:
     """tf.string [B]: the text of each best span, as `squad_postprocess.candidate_text` makes it
     (the pieces joined and de-"##"-ed, projected onto the whole words holding them),
     "" where there is no span."""
     window, start, end = spans["window"], spans["start"], spans["end"]
-    piece_ids = tf.gather(tf.reshape(features.inputs["input_word_ids"], [-1]),
-                          tf.ragged.range(start, end + 1)
-                          + (window * features.seq_length)[:, tf.newaxis])
-    pred_text = tf.strings.reduce_join(tf.gather(vocab_tokens, piece_ids), axis=-1,
-                                       separator=" ")
+    piece_ids = tf.gather(
+        tf.reshape(features.inputs["input_word_ids"], [-1]),
+        tf.ragged.range(start, end + 1) + (window * features.seq_length)[:, tf.newaxis],
+    )
+    pred_text = tf.strings.reduce_join(tf.gather(vocab_tokens, piece_ids), axis=-1, separator=" ")
     pred_text = tf.strings.regex_replace(pred_text, " ##", "")
     pred_text = tf.strings.regex_replace(pred_text, "##", "")
     # " ".join(pred_text.split())
@@ -226,19 +270,28 @@ def _span_text(tokenizer, features: _SpanFeatures, spans: dict,
     pred_text = tf.strings.regex_replace(pred_text, "^ | $", "")
     window_words = tf.gather(features.token_to_word, window)  # [B, S]
     first_word = tf.gather(window_words, start, batch_dims=1)
-    last_word = tf.where(spans["has_span"],
-                         tf.gather(window_words, tf.maximum(end, 0), batch_dims=1),
-                         first_word - 1)
+    last_word = tf.where(
+        spans["has_span"], tf.gather(window_words, tf.maximum(end, 0), batch_dims=1), first_word - 1
+    )
     words = features.words
-    word_index = (tf.ragged.range(first_word, last_word + 1)
-                  + words.row_splits[:-1][:, tf.newaxis])
-    orig_text = tf.strings.reduce_join(tf.gather(words.flat_values, word_index), axis=-1,
-                                       separator=" ")
+    word_index = tf.ragged.range(first_word, last_word + 1) + words.row_splits[:-1][:, tf.newaxis]
+    orig_text = tf.strings.reduce_join(
+        tf.gather(words.flat_values, word_index), axis=-1, separator=" "
+    )
     return tf.where(spans["has_span"], final_text(tokenizer, pred_text, orig_text), "")
 
 
-def squad_signatures(model, tokenizer, seq_length: int, labels, *, max_query_length: int,
-                     max_answer_length: int, n_best_size: int, doc_stride: int) -> dict:
+def squad_signatures(
+    model,
+    tokenizer,
+    seq_length: int,
+    labels,
+    *,
+    max_query_length: int,
+    max_answer_length: int,
+    n_best_size: int,
+    doc_stride: int,
+) -> dict:
     """Signatures of a `BertSpanLabeler` export, predicting as run_squad.py does.
 
     serving_default(question: tf.string [B], context: tf.string [B]) ->
@@ -270,30 +323,35 @@ def squad_signatures(model, tokenizer, seq_length: int, labels, *, max_query_len
     if labels is not None:
         raise ValueError(f"a SQuAD export has no labels, got {list(labels)}")
     squad_features.check_lengths(seq_length, doc_stride, max_query_length)
-    for name, value in (("max_answer_length", max_answer_length),
-                        ("n_best_size", n_best_size)):
+    for name, value in (("max_answer_length", max_answer_length), ("n_best_size", n_best_size)):
         if value < 1:
             raise ValueError(f"{name} must be at least 1, got {value}")
     vocab_tokens = _vocab_tokens(tokenizer)
 
     def predict(question, context):
-        features = _span_features(tokenizer, question, context, seq_length,
-                                  max_query_length, doc_stride)
+        features = _span_features(
+            tokenizer, question, context, seq_length, max_query_length, doc_stride
+        )
         outputs = model(features.inputs, training=False)
         start_logits = tf.cast(outputs["start_logits"], tf.float32)  # [N, S]
         end_logits = tf.cast(outputs["end_logits"], tf.float32)
-        spans = _best_spans(features, start_logits, end_logits, n_best_size,
-                            max_answer_length)
-        null_scores = (tf.cast(start_logits[:, 0], tf.float64)
-                       + tf.cast(end_logits[:, 0], tf.float64))
-        null_score = tf.reduce_min(tf.RaggedTensor.from_row_splits(
-            null_scores, features.windows.row_splits), axis=1)
-        return {"answer": _span_text(tokenizer, features, spans, vocab_tokens),
-                "score": tf.cast(spans["score"], tf.float32),
-                "null_score": tf.cast(null_score, tf.float32),
-                "start_logits": tf.gather(start_logits, spans["window"]),
-                "end_logits": tf.gather(end_logits, spans["window"])}
+        spans = _best_spans(features, start_logits, end_logits, n_best_size, max_answer_length)
+        null_scores = tf.cast(start_logits[:, 0], tf.float64) + tf.cast(
+            end_logits[:, 0], tf.float64
+        )
+        null_score = tf.reduce_min(
+            tf.RaggedTensor.from_row_splits(null_scores, features.windows.row_splits), axis=1
+        )
+        return {
+            "answer": _span_text(tokenizer, features, spans, vocab_tokens),
+            "score": tf.cast(spans["score"], tf.float32),
+            "null_score": tf.cast(null_score, tf.float32),
+            "start_logits": tf.gather(start_logits, spans["window"]),
+            "end_logits": tf.gather(end_logits, spans["window"]),
+        }
 
-    serve = tf.function(predict, input_signature=[text_inputs.text_spec("question"),
-                                                  text_inputs.text_spec("context")])
+    serve = tf.function(
+        predict,
+        input_signature=[text_inputs.text_spec("question"), text_inputs.text_spec("context")],
+    )
     return {"serving_default": serve}

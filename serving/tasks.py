@@ -26,22 +26,31 @@ import tensorflow as tf
 
 from data_prep import tf_tokenization
 from serving import classifier, ner, savedmodel, squad
+
 # Re-exported: the runners check the path before training.
 from serving.savedmodel import check_export_path  # noqa: F401
 
 # kind -> builder(model, tokenizer, seq_length, labels, **options) -> {signature name:
 # tf.function}. A new task adds its builder here (and its options to TASK_OPTIONS); the
 # rest of the export is shared.
-TASK_SIGNATURE_BUILDERS = {"classifier": classifier.classifier_signatures,
-                           "multiple_choice": classifier.multiple_choice_signatures,
-                           "squad": squad.squad_signatures,
-                           "ner": ner.ner_signatures}
+TASK_SIGNATURE_BUILDERS = {
+    "classifier": classifier.classifier_signatures,
+    "multiple_choice": classifier.multiple_choice_signatures,
+    "squad": squad.squad_signatures,
+    "ner": ner.ner_signatures,
+}
 # kind -> the options of its builder and their defaults (those of the runner's flags).
-TASK_OPTIONS = {"classifier": {},
-                "multiple_choice": {},
-                "squad": {"max_query_length": 64, "max_answer_length": 30,
-                          "n_best_size": 20, "doc_stride": 128},
-                "ner": {"doc_stride": 64, "tag_scheme": "iob2"}}
+TASK_OPTIONS = {
+    "classifier": {},
+    "multiple_choice": {},
+    "squad": {
+        "max_query_length": 64,
+        "max_answer_length": 30,
+        "n_best_size": 20,
+        "doc_stride": 128,
+    },
+    "ner": {"doc_stride": 64, "tag_scheme": "iob2"},
+}
 
 
 class TaskModule(tf.Module):
@@ -49,17 +58,20 @@ class TaskModule(tf.Module):
     the label names and the preprocessing settings (seq_length, do_lower_case and the
     kind's options, e.g. max_query_length, as int tf.Variables)."""
 
-    def __init__(self, model, tokenizer, seq_length: int, labels, kind: str,
-                 options: dict | None = None):
+    def __init__(
+        self, model, tokenizer, seq_length: int, labels, kind: str, options: dict | None = None
+    ):
         super().__init__(name=f"bert_{kind}")
         self.model_variables, _ = savedmodel.collect_variables([model])
         self.tokenizer = tokenizer
         self.seq_length = tf.Variable(seq_length, trainable=False, name="seq_length")
-        self.do_lower_case = tf.Variable(bool(tokenizer.do_lower_case), trainable=False,
-                                         name="do_lower_case")
+        self.do_lower_case = tf.Variable(
+            bool(tokenizer.do_lower_case), trainable=False, name="do_lower_case"
+        )
         if labels is not None:
-            self.labels = tf.Variable([str(label) for label in labels], trainable=False,
-                                      name="labels")
+            self.labels = tf.Variable(
+                [str(label) for label in labels], trainable=False, name="labels"
+            )
         for name, value in (options or {}).items():
             setattr(self, name, tf.Variable(value, trainable=False, name=name))
 
@@ -68,20 +80,30 @@ def check_options(kind: str, options: dict) -> dict:
     """The kind's options with its defaults filled in; a clear error for an unknown
     kind or option."""
     if kind not in TASK_SIGNATURE_BUILDERS:
-        raise ValueError(f"unknown export kind {kind!r}; supported: "
-                         f"{sorted(TASK_SIGNATURE_BUILDERS)}")
+        raise ValueError(
+            f"unknown export kind {kind!r}; supported: {sorted(TASK_SIGNATURE_BUILDERS)}"
+        )
     unknown = sorted(set(options) - set(TASK_OPTIONS[kind]))
     if unknown:
-        raise ValueError(f"unknown option(s) {unknown} of a {kind} export; its options: "
-                         f"{sorted(TASK_OPTIONS[kind])}")
+        raise ValueError(
+            f"unknown option(s) {unknown} of a {kind} export; its options: "
+            f"{sorted(TASK_OPTIONS[kind])}"
+        )
     return {**TASK_OPTIONS[kind], **options}
 
 
 @savedmodel.standard_ops
-def export_task_model(model, export_dir: str, vocab_file: str, do_lower_case: bool,
-                      seq_length: int, kind: str = "classifier",
-                      labels: Sequence[str] | None = None, overwrite: bool = False,
-                      **options) -> str:
+def export_task_model(
+    model,
+    export_dir: str,
+    vocab_file: str,
+    do_lower_case: bool,
+    seq_length: int,
+    kind: str = "classifier",
+    labels: Sequence[str] | None = None,
+    overwrite: bool = False,
+    **options,
+) -> str:
     """Exports a fine-tuned task model with a raw-text serving signature.
 
     Args:
@@ -105,8 +127,8 @@ def export_task_model(model, export_dir: str, vocab_file: str, do_lower_case: bo
     options = check_options(kind, options)
     check_export_path(export_dir, overwrite)
     tokenizer = tf_tokenization.TFBertTokenizer(vocab_file, do_lower_case)
-    signatures = TASK_SIGNATURE_BUILDERS[kind](model, tokenizer, seq_length, labels,
-                                               **options)
+    signatures = TASK_SIGNATURE_BUILDERS[kind](model, tokenizer, seq_length, labels, **options)
     module = TaskModule(model, tokenizer, seq_length, labels, kind, options)
-    return savedmodel.save_atomically(module, export_dir, signatures, kind=kind,
-                                      overwrite=overwrite)
+    return savedmodel.save_atomically(
+        module, export_dir, signatures, kind=kind, overwrite=overwrite
+    )

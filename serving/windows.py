@@ -16,8 +16,7 @@ import tensorflow as tf
 
 from data_prep import context_windows
 
-TENSOR_OPS = context_windows.Ops(tf.minimum, tf.maximum,
-                                 lambda x: tf.cast(x, tf.float64))
+TENSOR_OPS = context_windows.Ops(tf.minimum, tf.maximum, lambda x: tf.cast(x, tf.float64))
 
 
 class Windows(NamedTuple):
@@ -29,6 +28,7 @@ class Windows(NamedTuple):
       start: int64 [N], index of the window's first piece among its row's pieces.
       length: int64 [N], pieces in the window.
     """
+
     row: tf.Tensor
     row_splits: tf.Tensor
     start: tf.Tensor
@@ -49,10 +49,12 @@ def make_windows(num_pieces: tf.Tensor, max_pieces: tf.Tensor, doc_stride: int) 
     count = context_windows.window_count(num_pieces, max_pieces, doc_stride, TENSOR_OPS)
     index = tf.ragged.range(count)  # [B, (windows)]: k, the window's index in its row
     row = index.value_rowids()
-    start = context_windows.window_start(index.flat_values, tf.gather(max_pieces, row),
-                                         doc_stride, TENSOR_OPS)
-    length = context_windows.window_length(start, tf.gather(num_pieces, row),
-                                           tf.gather(max_pieces, row), TENSOR_OPS)
+    start = context_windows.window_start(
+        index.flat_values, tf.gather(max_pieces, row), doc_stride, TENSOR_OPS
+    )
+    length = context_windows.window_length(
+        start, tf.gather(num_pieces, row), tf.gather(max_pieces, row), TENSOR_OPS
+    )
     return Windows(row, index.row_splits, start, length)
 
 
@@ -63,8 +65,9 @@ def window_pieces(windows: Windows, pieces: tf.RaggedTensor) -> tf.RaggedTensor:
     return tf.ragged.range(first, first + windows.length)
 
 
-def max_context(windows: Windows, pieces_of_windows: tf.RaggedTensor,
-                num_pieces: tf.Tensor) -> tuple[tf.RaggedTensor, tf.Tensor]:
+def max_context(
+    windows: Windows, pieces_of_windows: tf.RaggedTensor, num_pieces: tf.Tensor
+) -> tuple[tf.RaggedTensor, tf.Tensor]:
     """The window that gives each piece the most context, as
     `context_windows.max_context_window` chooses it: the first window with the highest
     `context_score` (float64, so equal to the Python score).
@@ -79,14 +82,16 @@ def max_context(windows: Windows, pieces_of_windows: tf.RaggedTensor,
        best: int64 [num_pieces], the best window of every piece of the batch).
     """
     window = pieces_of_windows.value_rowids()
-    position = (tf.range(tf.size(window, out_type=tf.int64))
-                - tf.gather(pieces_of_windows.row_splits, window))  # in its window
-    score = context_windows.context_score(position, 0, tf.gather(windows.length, window),
-                                          TENSOR_OPS)
+    position = tf.range(tf.size(window, out_type=tf.int64)) - tf.gather(
+        pieces_of_windows.row_splits, window
+    )  # in its window
+    score = context_windows.context_score(
+        position, 0, tf.gather(windows.length, window), TENSOR_OPS
+    )
     piece = pieces_of_windows.flat_values
     best_score = tf.math.unsorted_segment_max(score, piece, num_pieces)
     never = tf.shape(windows.row, out_type=tf.int64)[0]
     best = tf.math.unsorted_segment_min(
-        tf.where(tf.equal(score, tf.gather(best_score, piece)), window, never), piece,
-        num_pieces)
+        tf.where(tf.equal(score, tf.gather(best_score, piece)), window, never), piece, num_pieces
+    )
     return pieces_of_windows.with_flat_values(tf.equal(window, tf.gather(best, piece))), best

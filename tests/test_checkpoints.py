@@ -16,27 +16,37 @@ from modeling.checkpoint_writers import hf_config, hf_tensors
 from modeling.config import ACTIVATIONS, BertConfig
 from modeling.encoder import BertEncoder
 
-TINY = dict(vocab_size=99, hidden_size=32, num_hidden_layers=2, num_attention_heads=4,
-            intermediate_size=37, max_position_embeddings=64, type_vocab_size=2)
+TINY = dict(
+    vocab_size=99,
+    hidden_size=32,
+    num_hidden_layers=2,
+    num_attention_heads=4,
+    intermediate_size=37,
+    max_position_embeddings=64,
+    type_vocab_size=2,
+)
 CONFIG = BertConfig(**TINY)
-KINDS = ("encoder", "pretrainer", "classifier", "multiple_choice", "span",
-         "token_classifier")
-WRITERS = {"tf1": checkpoints.write_original_directory, "hf": checkpoints.write_hf_directory,
-           "tf2": checkpoints.write_tf2_directory}
+KINDS = ("encoder", "pretrainer", "classifier", "multiple_choice", "span", "token_classifier")
+WRITERS = {
+    "tf1": checkpoints.write_original_directory,
+    "hf": checkpoints.write_hf_directory,
+    "tf2": checkpoints.write_tf2_directory,
+}
 
 
 def build(kind, num_labels=3, config=CONFIG):
     encoder = BertEncoder(config)
-    return {"encoder": lambda: encoder,
-            "pretrainer": lambda: models.BertPretrainer(encoder, config),
-            "classifier": lambda: models.BertClassifier(encoder, config, num_labels),
-            "multiple_choice": lambda: models.BertMultipleChoice(encoder, config),
-            "span": lambda: models.BertSpanLabeler(encoder, config),
-            "token_classifier": lambda: models.BertTokenClassifier(encoder, config,
-                                                                   num_labels),
-            "feature_based": lambda: feature_based.BertFeatureBasedTagger(
-                encoder, config, num_labels, [0, 1], "weighted_sum", lstm_units=8),
-            }[kind]()
+    return {
+        "encoder": lambda: encoder,
+        "pretrainer": lambda: models.BertPretrainer(encoder, config),
+        "classifier": lambda: models.BertClassifier(encoder, config, num_labels),
+        "multiple_choice": lambda: models.BertMultipleChoice(encoder, config),
+        "span": lambda: models.BertSpanLabeler(encoder, config),
+        "token_classifier": lambda: models.BertTokenClassifier(encoder, config, num_labels),
+        "feature_based": lambda: feature_based.BertFeatureBasedTagger(
+            encoder, config, num_labels, [0, 1], "weighted_sum", lstm_units=8
+        ),
+    }[kind]()
 
 
 def weights(model):
@@ -87,27 +97,35 @@ def written(vocab, tmp_path_factory):
 
 def test_hugging_face_names_of_every_head():
     assert checkpoints.hf_name("cls/seq_relationship/output_bias", "bert.") == (
-        "cls.seq_relationship.bias", False)
+        "cls.seq_relationship.bias",
+        False,
+    )
     assert checkpoints.hf_name("cls/predictions/output_bias", "bert.") == (
-        "cls.predictions.bias", False)
+        "cls.predictions.bias",
+        False,
+    )
     assert checkpoints.hf_name("output_weights", "bert.") == ("classifier.weight", False)
     assert checkpoints.hf_name("output_bias", "bert.") == ("classifier.bias", False)
-    assert checkpoints.hf_name("cls/squad/output_weights", "bert.") == (
-        "qa_outputs.weight", False)
+    assert checkpoints.hf_name("cls/squad/output_weights", "bert.") == ("qa_outputs.weight", False)
     assert checkpoints.hf_name("bert/pooler/dense/kernel", "bert.") == (
-        "bert.pooler.dense.weight", True)
-    for old, new in [("cls.predictions.decoder.bias", "cls.predictions.bias"),
-                     ("bert.embeddings.LayerNorm.gamma", "bert.embeddings.LayerNorm.weight"),
-                     ("cls.predictions.transform.LayerNorm.beta",
-                      "cls.predictions.transform.LayerNorm.bias"),
-                     ("cls.seq_relationship.bias", "cls.seq_relationship.bias")]:
+        "bert.pooler.dense.weight",
+        True,
+    )
+    for old, new in [
+        ("cls.predictions.decoder.bias", "cls.predictions.bias"),
+        ("bert.embeddings.LayerNorm.gamma", "bert.embeddings.LayerNorm.weight"),
+        ("cls.predictions.transform.LayerNorm.beta", "cls.predictions.transform.LayerNorm.bias"),
+        ("cls.seq_relationship.bias", "cls.seq_relationship.bias"),
+    ]:
         assert names.canonical_hf_name(old) == new
 
 
 def test_original_names_of_task_heads(written):
     def shapes(kind):
-        return dict(tf.train.list_variables(os.path.join(written[kind, "tf1"][1],
-                                                         "bert_model.ckpt")))
+        return dict(
+            tf.train.list_variables(os.path.join(written[kind, "tf1"][1], "bert_model.ckpt"))
+        )
+
     assert shapes("classifier")["output_weights"] == [3, 32]
     assert shapes("classifier")["output_bias"] == [3]
     assert shapes("token_classifier")["output_weights"] == [3, 32]
@@ -159,10 +177,17 @@ def test_head_starts_fresh_when_the_checkpoint_has_none(written):
     assert info["fresh"] == ["classifier"]
 
 
-@pytest.mark.parametrize("fmt,name", [("tf1", "output_weights"), ("hf", "classifier.weight"),
-                                      ("tf2", "model/classifier/dense/_kernel")])
+@pytest.mark.parametrize(
+    "fmt,name",
+    [
+        ("tf1", "output_weights"),
+        ("hf", "classifier.weight"),
+        ("tf2", "model/classifier/dense/_kernel"),
+    ],
+)
 def test_head_of_another_label_count_names_both_shapes_unless_reinitialised(
-        written, fmt, name, caplog):
+    written, fmt, name, caplog
+):
     source, folder = written["classifier", fmt]
     target = build("classifier", num_labels=2)
     before = weights(target)
@@ -179,11 +204,11 @@ def test_head_of_another_label_count_names_both_shapes_unless_reinitialised(
         info = checkpoints.restore_model(folder, target, reinit_head=True)
     assert info["restored"] == ["encoder"] and info["fresh"] == ["classifier"]
     assert_same(source.encoder, target.encoder)
-    np.testing.assert_array_equal(target.classifier.dense.kernel.numpy(),
-                                  before["classifier/dense/kernel"])
+    np.testing.assert_array_equal(
+        target.classifier.dense.kernel.numpy(), before["classifier/dense/kernel"]
+    )
     warning = [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING]
-    assert any("classifier head starts from its initializer" in w and name in w
-               for w in warning)
+    assert any("classifier head starts from its initializer" in w and name in w for w in warning)
     summary = [r.getMessage() for r in caplog.records if r.getMessage().startswith("Restored")]
     assert len(summary) == 1
     assert summary[0].startswith(f"Restored encoder from {fmt} checkpoint ")
@@ -191,8 +216,7 @@ def test_head_of_another_label_count_names_both_shapes_unless_reinitialised(
 
 
 def test_reinit_head_leaves_a_fitting_head_fresh_too(written):
-    info = checkpoints.restore_model(written["span", "hf"][1], build("span"),
-                                     reinit_head=True)
+    info = checkpoints.restore_model(written["span", "hf"][1], build("span"), reinit_head=True)
     assert info["fresh"] == ["span"]
 
 
@@ -201,32 +225,40 @@ def test_summary_line_says_restored_fresh_and_unused(written, caplog):
         checkpoints.restore_model(written["classifier", "tf1"][1], build("span"))
     lines = [r.getMessage() for r in caplog.records if r.getMessage().startswith("Restored")]
     assert len(lines) == 1
-    assert lines[0] == (f"Restored encoder from tf1 checkpoint "
-                        f"{written['classifier', 'tf1'][1]}/bert_model.ckpt; starting fresh: "
-                        f"span; not used: output_bias, output_weights")
+    assert lines[0] == (
+        f"Restored encoder from tf1 checkpoint "
+        f"{written['classifier', 'tf1'][1]}/bert_model.ckpt; starting fresh: "
+        f"span; not used: output_bias, output_weights"
+    )
 
 
 def test_head_of_another_kind_is_refused(written, tmp_path):
     # TF2 and TF1: model_info.json says which kind; Hugging Face: architectures.
-    for fmt, source_says in [("tf2", "model_info.json"), ("tf1", "model_info.json"),
-                             ("hf", "config.json architectures BertForSequenceClassification")]:
+    for fmt, source_says in [
+        ("tf2", "model_info.json"),
+        ("tf1", "model_info.json"),
+        ("hf", "config.json architectures BertForSequenceClassification"),
+    ]:
         folder = written["classifier", fmt][1]
-        with pytest.raises(checkpoints.CheckpointMismatchError,
-                           match=f"holds a classifier model \\({source_says}\\), not a "
-                                 f"token_classifier"):
+        with pytest.raises(
+            checkpoints.CheckpointMismatchError,
+            match=f"holds a classifier model \\({source_says}\\), not a token_classifier",
+        ):
             checkpoints.restore_model(folder, build("token_classifier"))
         info = checkpoints.restore_model(folder, build("token_classifier"), reinit_head=True)
         assert info["fresh"] == ["classifier"]
     # Regression (one output) against multiple choice: the same [1, H] head.
     regression = build("classifier", num_labels=1)
-    checkpoints.write_original_directory(str(tmp_path / "stsb"), regression,
-                                         written["encoder", "tf1"][1] + "/vocab.txt", True)
+    checkpoints.write_original_directory(
+        str(tmp_path / "stsb"), regression, written["encoder", "tf1"][1] + "/vocab.txt", True
+    )
     with pytest.raises(checkpoints.CheckpointMismatchError, match="not a multiple_choice"):
         checkpoints.restore_model(str(tmp_path / "stsb"), build("multiple_choice"))
     # Without model_info.json a TF1 output_weights head cannot say whose it is.
     os.remove(tmp_path / "stsb" / "model_info.json")
     assert checkpoints.restore_model(str(tmp_path / "stsb"), build("multiple_choice"))[
-        "restored"] == ["encoder", "scorer"]
+        "restored"
+    ] == ["encoder", "scorer"]
 
 
 def test_older_hugging_face_names_and_masked_lm_alone(written, tmp_path):
@@ -240,9 +272,11 @@ def test_older_hugging_face_names_and_masked_lm_alone(written, tmp_path):
     for key, value in tensors.items():
         if key.startswith("cls.seq_relationship"):
             continue
-        key = key.replace("LayerNorm.weight", "LayerNorm.gamma").replace(
-            "LayerNorm.bias", "LayerNorm.beta").replace("cls.predictions.bias",
-                                                        "cls.predictions.decoder.bias")
+        key = (
+            key.replace("LayerNorm.weight", "LayerNorm.gamma")
+            .replace("LayerNorm.bias", "LayerNorm.beta")
+            .replace("cls.predictions.bias", "cls.predictions.decoder.bias")
+        )
         renamed[key] = value
     old = tmp_path / "old"
     old.mkdir()
@@ -253,10 +287,13 @@ def test_older_hugging_face_names_and_masked_lm_alone(written, tmp_path):
     target = build("pretrainer")
     info = checkpoints.restore_model(str(old), target)
     assert info["restored"] == ["encoder", "masked_lm"] and info["fresh"] == ["next_sentence"]
-    np.testing.assert_array_equal(target.masked_lm.output_bias.numpy(),
-                                  source.masked_lm.output_bias.numpy())
-    np.testing.assert_array_equal(target.encoder.embeddings.layer_norm.gamma.numpy(),
-                                  source.encoder.embeddings.layer_norm.gamma.numpy())
+    np.testing.assert_array_equal(
+        target.masked_lm.output_bias.numpy(), source.masked_lm.output_bias.numpy()
+    )
+    np.testing.assert_array_equal(
+        target.encoder.embeddings.layer_norm.gamma.numpy(),
+        source.encoder.embeddings.layer_norm.gamma.numpy(),
+    )
 
 
 def test_hugging_face_task_directory_without_pooler(written, tmp_path):
@@ -268,8 +305,11 @@ def test_hugging_face_task_directory_without_pooler(written, tmp_path):
         folder = written[kind, "hf"][1]
         no_pooler = tmp_path / kind
         no_pooler.mkdir()
-        tensors = {k: v for k, v in load_file(os.path.join(folder, "model.safetensors")).items()
-                   if "pooler" not in k}
+        tensors = {
+            k: v
+            for k, v in load_file(os.path.join(folder, "model.safetensors")).items()
+            if "pooler" not in k
+        }
         save_file(tensors, str(no_pooler / "model.safetensors"), metadata={"format": "pt"})
         (no_pooler / "config.json").write_text(open(os.path.join(folder, "config.json")).read())
         if fresh is None:
@@ -291,8 +331,7 @@ def test_feature_based_tagger(written, vocab, tmp_path):
     info = checkpoints.restore_model(str(tmp_path / "fb"), build("token_classifier"))
     assert info["fresh"] == ["classifier"]
     # From formats that cannot hold its head: the encoder alone.
-    info = checkpoints.restore_model(written["token_classifier", "hf"][1],
-                                     build("feature_based"))
+    info = checkpoints.restore_model(written["token_classifier", "hf"][1], build("feature_based"))
     assert info["restored"] == ["encoder"] and "bilstm_0" in info["fresh"]
     with pytest.raises(ValueError, match="BiLSTM head has no TF1"):
         checkpoints.write_original_checkpoint(str(tmp_path / "x" / "bert_model.ckpt"), source)
@@ -305,13 +344,21 @@ def test_run_output_dir_resolves_to_its_best_model(tmp_path):
     from modeling import tasks, training
 
     model = randomized(build("classifier"), seed=1)
-    trainer = training.Trainer(tf.distribute.get_strategy(), model,
-                               tasks.ClassificationTask(), str(tmp_path), learning_rate=1e-3,
-                               num_train_steps=10)
+    trainer = training.Trainer(
+        tf.distribute.get_strategy(),
+        model,
+        tasks.ClassificationTask(),
+        str(tmp_path),
+        learning_rate=1e-3,
+        num_train_steps=10,
+    )
     best = {k: v.copy() for k, v in weights(model).items()}
     manager = tf.train.CheckpointManager(
         tf.train.Checkpoint(model=model, step=tf.Variable(3, dtype=tf.int64)),
-        str(tmp_path / "best"), max_to_keep=1, checkpoint_name="best")
+        str(tmp_path / "best"),
+        max_to_keep=1,
+        checkpoint_name="best",
+    )
     manager.save(checkpoint_number=3)
     randomized(model, seed=2)
     trainer.global_step.assign(5)
@@ -337,16 +384,23 @@ def test_run_output_dir_resolves_to_its_best_model(tmp_path):
 def test_inspect_checkpoint_says_kind_labels_and_case(written, vocab, tmp_path):
     info = checkpoints.inspect_checkpoint(written["token_classifier", "tf1"][1])
     assert (info["model_kind"], info["num_labels"], info["do_lower_case"]) == (
-        "token_classifier", 3, True)
+        "token_classifier",
+        3,
+        True,
+    )
     assert info["candidates"] == ["classifier", "token_classifier"]
     os.remove(os.path.join(written["token_classifier", "tf1"][1], "model_info.json"))
-    assert checkpoints.inspect_checkpoint(written["token_classifier", "tf1"][1])[
-        "model_kind"] is None  # output_weights: run_classifier's or NER code's.
+    assert (
+        checkpoints.inspect_checkpoint(written["token_classifier", "tf1"][1])["model_kind"] is None
+    )  # output_weights: run_classifier's or NER code's.
     folder = str(tmp_path / "labelled")
     checkpoints.write_hf_directory(folder, build("classifier"), vocab, False, ["x", "y", "z"])
     info = checkpoints.inspect_checkpoint(folder)
     assert (info["model_kind"], info["labels"], info["do_lower_case"]) == (
-        "classifier", ["x", "y", "z"], False)
+        "classifier",
+        ["x", "y", "z"],
+        False,
+    )
     assert checkpoints.inspect_checkpoint(written["span", "tf2"][1])["model_kind"] == "span"
 
 
@@ -377,8 +431,7 @@ def test_writers_never_replace_a_users_folder(vocab, tmp_path):
     assert sorted(os.listdir(tmp_path)) == ["out", "users"]  # No temporary left behind.
     empty = tmp_path / "empty"
     empty.mkdir()
-    assert checkpoints.write_tf2_directory(str(empty), model, vocab, True) == str(
-        empty / "ckpt-0")
+    assert checkpoints.write_tf2_directory(str(empty), model, vocab, True) == str(empty / "ckpt-0")
 
 
 def _umask():
@@ -390,7 +443,8 @@ def _umask():
 def test_hugging_face_pretraining_weights_carry_the_tied_decoder():
     model = randomized(build("pretrainer"))
     tensors = hf_tensors(model)
-    np.testing.assert_array_equal(tensors["cls.predictions.decoder.weight"],
-                                  model.encoder.word_embeddings.numpy())
+    np.testing.assert_array_equal(
+        tensors["cls.predictions.decoder.weight"], model.encoder.word_embeddings.numpy()
+    )
     assert tensors["cls.seq_relationship.weight"].shape == (2, 32)
     assert "cls.predictions.bias" in tensors and "cls.seq_relationship.bias" in tensors

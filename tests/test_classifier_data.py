@@ -19,22 +19,26 @@ from data_prep import records
 from data_prep import tokenization
 
 MRPC_HEADER = "Quality\t#1 ID\t#2 ID\t#1 String\t#2 String"
-MNLI_COLUMNS = ("index\tpromptID\tpairID\tgenre\tsentence1_binary_parse\t"
-                "sentence2_binary_parse\tsentence1_parse\tsentence2_parse\t"
-                "sentence1\tsentence2")
-XNLI_HEADER = ("language\tgold_label\tsentence1_binary_parse\t"
-               "sentence2_binary_parse\tsentence1_parse\tsentence2_parse\t"
-               "sentence1\tsentence2\tpromptID\tpairID\tgenre\tlabel1\tlabel2\t"
-               "label3\tlabel4\tlabel5")
-SWAG_HEADER = (",video-id,fold-ind,startphrase,sent1,sent2,gold-source,"
-               "ending0,ending1,ending2,ending3,label")
+MNLI_COLUMNS = (
+    "index\tpromptID\tpairID\tgenre\tsentence1_binary_parse\t"
+    "sentence2_binary_parse\tsentence1_parse\tsentence2_parse\t"
+    "sentence1\tsentence2"
+)
+XNLI_HEADER = (
+    "language\tgold_label\tsentence1_binary_parse\t"
+    "sentence2_binary_parse\tsentence1_parse\tsentence2_parse\t"
+    "sentence1\tsentence2\tpromptID\tpairID\tgenre\tlabel1\tlabel2\t"
+    "label3\tlabel4\tlabel5"
+)
+SWAG_HEADER = (
+    ",video-id,fold-ind,startphrase,sent1,sent2,gold-source,ending0,ending1,ending2,ending3,label"
+)
 
 
 def _write(directory, name, lines, bom=False):
     path = directory / name
     path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(("\ufeff" if bom else "") + "\n".join(lines) + "\n",
-                    encoding="utf-8")
+    path.write_text(("\ufeff" if bom else "") + "\n".join(lines) + "\n", encoding="utf-8")
     return path
 
 
@@ -48,10 +52,18 @@ def tokenizer(vocab_file):
 
 
 # What the tests take from the original run_classifier.py.
-_ORIGINAL_NAMES = ("InputExample", "PaddingInputExample", "InputFeatures",
-                   "DataProcessor", "XnliProcessor", "MnliProcessor",
-                   "MrpcProcessor", "ColaProcessor", "convert_single_example",
-                   "_truncate_seq_pair")
+_ORIGINAL_NAMES = (
+    "InputExample",
+    "PaddingInputExample",
+    "InputFeatures",
+    "DataProcessor",
+    "XnliProcessor",
+    "MnliProcessor",
+    "MrpcProcessor",
+    "ColaProcessor",
+    "convert_single_example",
+    "_truncate_seq_pair",
+)
 
 
 @pytest.fixture(scope="module")
@@ -75,16 +87,20 @@ def original():
     if not flags.FLAGS.is_parsed():
         flags.FLAGS.mark_as_parsed()  # FullTokenizer reads a flag.
     package_dir = importlib.util.find_spec("bert").submodule_search_locations[0]
-    with open(os.path.join(package_dir, "run_classifier.py"),
-              encoding="utf-8") as f:
+    with open(os.path.join(package_dir, "run_classifier.py"), encoding="utf-8") as f:
         tree = ast.parse(f.read())
-    tree.body = [node for node in tree.body
-                 if getattr(node, "name", None) in _ORIGINAL_NAMES]
-    namespace = {"tf": tf.compat.v1, "tokenization": original_tokenization,
-                 "csv": csv, "os": os, "collections": collections}
+    tree.body = [node for node in tree.body if getattr(node, "name", None) in _ORIGINAL_NAMES]
+    namespace = {
+        "tf": tf.compat.v1,
+        "tokenization": original_tokenization,
+        "csv": csv,
+        "os": os,
+        "collections": collections,
+    }
     exec(compile(tree, "bert/run_classifier.py", "exec"), namespace)
-    return types.SimpleNamespace(run_classifier=types.SimpleNamespace(**namespace),
-                                 tokenization=original_tokenization)
+    return types.SimpleNamespace(
+        run_classifier=types.SimpleNamespace(**namespace), tokenization=original_tokenization
+    )
 
 
 # ----------------------------------------------------------------------------
@@ -93,174 +109,266 @@ def original():
 
 
 def test_cola_no_header_train_and_header_test(tmp_path, original):
-    _write(tmp_path, "train.tsv", [
-        "gj04\t1\t\tThe sailors rode the breeze clear of the rocks.",
-        'gj04\t0\t*\tThe more "we study verbs, the crazier they get.'])
+    _write(
+        tmp_path,
+        "train.tsv",
+        [
+            "gj04\t1\t\tThe sailors rode the breeze clear of the rocks.",
+            'gj04\t0\t*\tThe more "we study verbs, the crazier they get.',
+        ],
+    )
     _write(tmp_path, "dev.tsv", ["clc95\t1\t\tHarry coughed himself into a fit."])
-    _write(tmp_path, "test.tsv", ["index\tsentence",
-                                  "0\tBill whistled past the house."])
+    _write(tmp_path, "test.tsv", ["index\tsentence", "0\tBill whistled past the house."])
     processor = ct.get_processor("CoLA")
     train = processor.get_train_examples(str(tmp_path))
     assert _fields(train) == [
         ("The sailors rode the breeze clear of the rocks.", None, "1", "0"),
-        ('The more "we study verbs, the crazier they get.', None, "0", "1")]
+        ('The more "we study verbs, the crazier they get.', None, "0", "1"),
+    ]
     assert _fields(processor.get_test_examples(str(tmp_path))) == [
-        ("Bill whistled past the house.", None, None, "0")]
+        ("Bill whistled past the house.", None, None, "0")
+    ]
     theirs = original.run_classifier.ColaProcessor()
     for split in ("train", "dev"):
         ours = processor.get_examples(str(tmp_path), split)
         expected = getattr(theirs, f"get_{split}_examples")(str(tmp_path))
-        assert [(e.text_a, e.label) for e in ours] == [
-            (e.text_a, e.label) for e in expected]
+        assert [(e.text_a, e.label) for e in ours] == [(e.text_a, e.label) for e in expected]
 
 
 def test_sst2(tmp_path):
-    _write(tmp_path, "train.tsv", ["sentence\tlabel",
-                                   "hide new secretions from the parental units \t0"])
+    _write(
+        tmp_path,
+        "train.tsv",
+        ["sentence\tlabel", "hide new secretions from the parental units \t0"],
+    )
     _write(tmp_path, "test.tsv", ["index\tsentence", "0\tuneasy mishmash of styles"])
     processor = ct.get_processor("sst2")
     assert _fields(processor.get_train_examples(str(tmp_path))) == [
-        ("hide new secretions from the parental units ", None, "0", "0")]
+        ("hide new secretions from the parental units ", None, "0", "0")
+    ]
     assert _fields(processor.get_test_examples(str(tmp_path))) == [
-        ("uneasy mishmash of styles", None, None, "0")]
+        ("uneasy mishmash of styles", None, None, "0")
+    ]
 
 
 def test_mrpc_bom_header_and_quotes(tmp_path, original):
-    _write(tmp_path, "train.tsv", [
-        MRPC_HEADER,
-        '1\t702876\t702977\tHe said "the witness" lied.\t"The witness lied, he said.'],
-        bom=True)
-    _write(tmp_path, "test.tsv", [
-        "index\t#1 ID\t#2 ID\t#1 String\t#2 String",
-        "17\t1089874\t1089925\tPCCW's chief.\tThe chief."])
+    _write(
+        tmp_path,
+        "train.tsv",
+        [
+            MRPC_HEADER,
+            '1\t702876\t702977\tHe said "the witness" lied.\t"The witness lied, he said.',
+        ],
+        bom=True,
+    )
+    _write(
+        tmp_path,
+        "test.tsv",
+        [
+            "index\t#1 ID\t#2 ID\t#1 String\t#2 String",
+            "17\t1089874\t1089925\tPCCW's chief.\tThe chief.",
+        ],
+    )
     processor = ct.get_processor("mrpc")
     train = processor.get_train_examples(str(tmp_path))
-    assert _fields(train) == [('He said "the witness" lied.',
-                               '"The witness lied, he said.', "1", "0")]
-    expected = original.run_classifier.MrpcProcessor().get_train_examples(
-        str(tmp_path))
+    assert _fields(train) == [
+        ('He said "the witness" lied.', '"The witness lied, he said.', "1", "0")
+    ]
+    expected = original.run_classifier.MrpcProcessor().get_train_examples(str(tmp_path))
     assert [(e.text_a, e.text_b, e.label) for e in expected] == [
-        (e.text_a, e.text_b, e.label) for e in train]
+        (e.text_a, e.text_b, e.label) for e in train
+    ]
     test = processor.get_test_examples(str(tmp_path))
     assert _fields(test) == [("PCCW's chief.", "The chief.", None, "17")]
     assert test[0].guid == "test-2"
 
 
 def test_stsb_float_labels(tmp_path):
-    header = ("index\tgenre\tfilename\tyear\told_index\tsource1\tsource2\t"
-              "sentence1\tsentence2")
-    _write(tmp_path, "train.tsv", [
-        header + "\tscore",
-        "0\tmain-captions\tMSRvid\t2012test\t0001\tnone\tnone\tA plane is taking "
-        "off.\tAn air plane is taking off.\t5.000",
-        "1\tmain-captions\tMSRvid\t2012test\t0004\tnone\tnone\tA man is playing a "
-        "flute.\tA man is playing a bamboo flute.\t3.800"])
-    _write(tmp_path, "test.tsv", [
-        header, "0\tmain-captions\tMSRvid\t2012test\t0024\tnone\tnone\tA girl is "
-        "styling her hair.\tA girl is brushing her hair."])
+    header = "index\tgenre\tfilename\tyear\told_index\tsource1\tsource2\tsentence1\tsentence2"
+    _write(
+        tmp_path,
+        "train.tsv",
+        [
+            header + "\tscore",
+            "0\tmain-captions\tMSRvid\t2012test\t0001\tnone\tnone\tA plane is taking "
+            "off.\tAn air plane is taking off.\t5.000",
+            "1\tmain-captions\tMSRvid\t2012test\t0004\tnone\tnone\tA man is playing a "
+            "flute.\tA man is playing a bamboo flute.\t3.800",
+        ],
+    )
+    _write(
+        tmp_path,
+        "test.tsv",
+        [
+            header,
+            "0\tmain-captions\tMSRvid\t2012test\t0024\tnone\tnone\tA girl is "
+            "styling her hair.\tA girl is brushing her hair.",
+        ],
+    )
     processor = ct.get_processor("STS-B")
     assert processor.is_regression and processor.get_labels() == []
     assert _fields(processor.get_train_examples(str(tmp_path))) == [
         ("A plane is taking off.", "An air plane is taking off.", 5.0, "0"),
-        ("A man is playing a flute.", "A man is playing a bamboo flute.", 3.8, "1")]
+        ("A man is playing a flute.", "A man is playing a bamboo flute.", 3.8, "1"),
+    ]
     assert _fields(processor.get_test_examples(str(tmp_path))) == [
-        ("A girl is styling her hair.", "A girl is brushing her hair.", None, "0")]
+        ("A girl is styling her hair.", "A girl is brushing her hair.", None, "0")
+    ]
 
 
 def test_qqp(tmp_path):
-    _write(tmp_path, "train.tsv", [
-        "id\tqid1\tqid2\tquestion1\tquestion2\tis_duplicate",
-        "133273\t213221\t213222\tHow is the life of a math student?\t"
-        "Which level of prepration is enough?\t0"])
-    _write(tmp_path, "test.tsv", [
-        "id\tquestion1\tquestion2",
-        "5\tWhy do rockets look white?\tWhy are rockets white?"])
+    _write(
+        tmp_path,
+        "train.tsv",
+        [
+            "id\tqid1\tqid2\tquestion1\tquestion2\tis_duplicate",
+            "133273\t213221\t213222\tHow is the life of a math student?\t"
+            "Which level of prepration is enough?\t0",
+        ],
+    )
+    _write(
+        tmp_path,
+        "test.tsv",
+        ["id\tquestion1\tquestion2", "5\tWhy do rockets look white?\tWhy are rockets white?"],
+    )
     processor = ct.get_processor("qqp")
     assert _fields(processor.get_train_examples(str(tmp_path))) == [
-        ("How is the life of a math student?",
-         "Which level of prepration is enough?", "0", "133273")]
+        (
+            "How is the life of a math student?",
+            "Which level of prepration is enough?",
+            "0",
+            "133273",
+        )
+    ]
     assert _fields(processor.get_test_examples(str(tmp_path))) == [
-        ("Why do rockets look white?", "Why are rockets white?", None, "5")]
+        ("Why do rockets look white?", "Why are rockets white?", None, "5")
+    ]
 
 
 def test_mnli_splits_and_original(tmp_path, original):
     parses = "\t".join(["(x)"] * 4)
-    _write(tmp_path, "train.tsv", [
-        MNLI_COLUMNS + "\tlabel1\tgold_label",
-        f"0\t31193\t31193n\tgovernment\t{parses}\tConceptually cream skimming."
-        "\tProduct and geography.\tneutral\tneutral"])
+    _write(
+        tmp_path,
+        "train.tsv",
+        [
+            MNLI_COLUMNS + "\tlabel1\tgold_label",
+            f"0\t31193\t31193n\tgovernment\t{parses}\tConceptually cream skimming."
+            "\tProduct and geography.\tneutral\tneutral",
+        ],
+    )
     dev_row = "\t".join(["neutral", "entailment", "neutral", "neutral", "neutral"])
-    _write(tmp_path, "dev_matched.tsv", [
-        MNLI_COLUMNS + "\tlabel1\tlabel2\tlabel3\tlabel4\tlabel5\tgold_label",
-        f"0\t63735\t63735n\tslate\t{parses}\tThe new rights.\tEveryone loves."
-        f"\t{dev_row}\tneutral"])
-    _write(tmp_path, "dev_mismatched.tsv", [
-        MNLI_COLUMNS + "\tlabel1\tlabel2\tlabel3\tlabel4\tlabel5\tgold_label",
-        f"3\t75290\t75290c\tletters\t{parses}\tYour gift.\tNo gift.\t{dev_row}"
-        "\tcontradiction"])
-    _write(tmp_path, "test_mismatched.tsv", [
-        MNLI_COLUMNS, f"9\t1\t1n\tletters\t{parses}\tA premise.\tA hypothesis."])
+    _write(
+        tmp_path,
+        "dev_matched.tsv",
+        [
+            MNLI_COLUMNS + "\tlabel1\tlabel2\tlabel3\tlabel4\tlabel5\tgold_label",
+            f"0\t63735\t63735n\tslate\t{parses}\tThe new rights.\tEveryone loves."
+            f"\t{dev_row}\tneutral",
+        ],
+    )
+    _write(
+        tmp_path,
+        "dev_mismatched.tsv",
+        [
+            MNLI_COLUMNS + "\tlabel1\tlabel2\tlabel3\tlabel4\tlabel5\tgold_label",
+            f"3\t75290\t75290c\tletters\t{parses}\tYour gift.\tNo gift.\t{dev_row}\tcontradiction",
+        ],
+    )
+    _write(
+        tmp_path,
+        "test_mismatched.tsv",
+        [MNLI_COLUMNS, f"9\t1\t1n\tletters\t{parses}\tA premise.\tA hypothesis."],
+    )
     processor = ct.get_processor("mnli")
     assert processor.eval_splits == ("dev_matched", "dev_mismatched")
     assert _fields(processor.get_dev_examples(str(tmp_path))) == [
-        ("The new rights.", "Everyone loves.", "neutral", "0")]
+        ("The new rights.", "Everyone loves.", "neutral", "0")
+    ]
     assert _fields(processor.get_examples(str(tmp_path), "dev_mismatched")) == [
-        ("Your gift.", "No gift.", "contradiction", "3")]
+        ("Your gift.", "No gift.", "contradiction", "3")
+    ]
     assert _fields(processor.get_examples(str(tmp_path), "test_mismatched")) == [
-        ("A premise.", "A hypothesis.", None, "9")]
+        ("A premise.", "A hypothesis.", None, "9")
+    ]
     theirs = original.run_classifier.MnliProcessor()
     for split in ("train", "dev"):
         ours = processor.get_examples(str(tmp_path), split)
         expected = getattr(theirs, f"get_{split}_examples")(str(tmp_path))
         assert [(e.text_a, e.text_b, e.label) for e in ours] == [
-            (e.text_a, e.text_b, e.label) for e in expected]
+            (e.text_a, e.text_b, e.label) for e in expected
+        ]
     with pytest.raises(ValueError, match="dev_matched, dev_mismatched"):
         processor.get_examples(str(tmp_path), "validation")
 
 
-@pytest.mark.parametrize("task,question_column,labels", [
-    ("qnli", "question\tsentence", ("entailment", "not_entailment")),
-    ("rte", "sentence1\tsentence2", ("entailment", "not_entailment")),
-    ("wnli", "sentence1\tsentence2", ("0", "1")),
-])
+@pytest.mark.parametrize(
+    "task,question_column,labels",
+    [
+        ("qnli", "question\tsentence", ("entailment", "not_entailment")),
+        ("rte", "sentence1\tsentence2", ("entailment", "not_entailment")),
+        ("wnli", "sentence1\tsentence2", ("0", "1")),
+    ],
+)
 def test_index_pair_label_tasks(tmp_path, task, question_column, labels):
-    _write(tmp_path, "train.tsv", [f"index\t{question_column}\tlabel",
-                                   f"0\tFirst text.\tSecond text.\t{labels[1]}",
-                                   f"1\tThird text.\tFourth text.\t{labels[0]}"])
+    _write(
+        tmp_path,
+        "train.tsv",
+        [
+            f"index\t{question_column}\tlabel",
+            f"0\tFirst text.\tSecond text.\t{labels[1]}",
+            f"1\tThird text.\tFourth text.\t{labels[0]}",
+        ],
+    )
     _write(tmp_path, "test.tsv", [f"index\t{question_column}", "4\tA.\tB."])
     processor = ct.get_processor(task)
     assert processor.get_labels() == list(labels)
     assert _fields(processor.get_train_examples(str(tmp_path))) == [
         ("First text.", "Second text.", labels[1], "0"),
-        ("Third text.", "Fourth text.", labels[0], "1")]
-    assert _fields(processor.get_test_examples(str(tmp_path))) == [
-        ("A.", "B.", None, "4")]
+        ("Third text.", "Fourth text.", labels[0], "1"),
+    ]
+    assert _fields(processor.get_test_examples(str(tmp_path))) == [("A.", "B.", None, "4")]
 
 
 def test_ax_diagnostic(tmp_path):
-    _write(tmp_path, "diagnostic.tsv", ["index\tsentence1\tsentence2",
-                                        "0\tThe cat sat.\tThe cat did not sit."])
+    _write(
+        tmp_path,
+        "diagnostic.tsv",
+        ["index\tsentence1\tsentence2", "0\tThe cat sat.\tThe cat did not sit."],
+    )
     processor = ct.get_processor("AX")
     assert processor.get_labels() == ["contradiction", "entailment", "neutral"]
     assert _fields(processor.get_test_examples(str(tmp_path))) == [
-        ("The cat sat.", "The cat did not sit.", None, "0")]
+        ("The cat sat.", "The cat did not sit.", None, "0")
+    ]
 
 
 def test_xnli_language_filter_and_train(tmp_path, original):
     parses = "\t".join(["(x)"] * 4)
     annotations = "\t".join(["1", "1n", "fiction"] + ["neutral"] * 5)
-    _write(tmp_path, "xnli.dev.tsv", [
-        XNLI_HEADER,
-        f"de\tneutral\t{parses}\tEr sagte.\tEr ging.\t{annotations}",
-        f"zh\tentailment\t{parses}\t他说。\t他走了。\t{annotations}",
-        f"de\tcontradiction\t{parses}\tJa.\tNein.\t{annotations}"])
-    _write(tmp_path, "multinli/multinli.train.de.tsv", [
-        "premise\thypo\tlabel", "Ein Satz .\tZwei Sätze .\tcontradictory",
-        "Drei .\tVier .\tentailment"])
+    _write(
+        tmp_path,
+        "xnli.dev.tsv",
+        [
+            XNLI_HEADER,
+            f"de\tneutral\t{parses}\tEr sagte.\tEr ging.\t{annotations}",
+            f"zh\tentailment\t{parses}\t他说。\t他走了。\t{annotations}",
+            f"de\tcontradiction\t{parses}\tJa.\tNein.\t{annotations}",
+        ],
+    )
+    _write(
+        tmp_path,
+        "multinli/multinli.train.de.tsv",
+        [
+            "premise\thypo\tlabel",
+            "Ein Satz .\tZwei Sätze .\tcontradictory",
+            "Drei .\tVier .\tentailment",
+        ],
+    )
     processor = ct.get_processor("xnli", xnli_language="de")
     assert _fields(processor.get_dev_examples(str(tmp_path))) == [
         ("Er sagte.", "Er ging.", "neutral", "0"),
-        ("Ja.", "Nein.", "contradiction", "1")]
+        ("Ja.", "Nein.", "contradiction", "1"),
+    ]
     train = processor.get_train_examples(str(tmp_path))
     assert [e.label for e in train] == ["contradiction", "entailment"]
     theirs = original.run_classifier.XnliProcessor()
@@ -269,7 +377,8 @@ def test_xnli_language_filter_and_train(tmp_path, original):
         ours = processor.get_examples(str(tmp_path), split)
         expected = getattr(theirs, f"get_{split}_examples")(str(tmp_path))
         assert [(e.text_a, e.text_b, e.label) for e in ours] == [
-            (e.text_a, e.text_b, e.label) for e in expected]
+            (e.text_a, e.text_b, e.label) for e in expected
+        ]
     with pytest.raises(ValueError, match="xnli_language='xx'.*zh"):
         ct.get_processor("xnli", xnli_language="xx")
 
@@ -283,24 +392,27 @@ def test_real_mrpc_counts_labels_and_original(sample_data, original):
     data_dir = str(sample_data / "glue" / "MRPC")
     processor = ct.get_processor("MRPC")
     assert processor.get_labels() == ["0", "1"]
-    examples = {split: processor.get_examples(data_dir, split)
-                for split in ("train", "dev", "test")}
+    examples = {
+        split: processor.get_examples(data_dir, split) for split in ("train", "dev", "test")
+    }
     assert {split: len(e) for split, e in examples.items()} == {
-        "train": 3668, "dev": 408, "test": 1725}
+        "train": 3668,
+        "dev": 408,
+        "test": 1725,
+    }
     assert {e.label for e in examples["train"]} == {"0", "1"}
     assert [e.index for e in examples["test"][:3]] == ["0", "1", "2"]
     theirs = original.run_classifier.MrpcProcessor()
     for split in ("train", "dev", "test"):
         expected = getattr(theirs, f"get_{split}_examples")(data_dir)
         assert [(e.text_a, e.text_b) for e in examples[split]] == [
-            (e.text_a, e.text_b) for e in expected]
+            (e.text_a, e.text_b) for e in expected
+        ]
         if split != "test":
-            assert [e.label for e in examples[split]] == [
-                e.label for e in expected]
+            assert [e.label for e in examples[split]] == [e.label for e in expected]
 
 
-def test_real_mrpc_features_match_original(sample_data, original, tokenizer,
-                                           vocab_file):
+def test_real_mrpc_features_match_original(sample_data, original, tokenizer, vocab_file):
     data_dir = str(sample_data / "glue" / "MRPC")
     examples = ct.get_processor("mrpc").get_dev_examples(data_dir)[:120]
     theirs = original.run_classifier.MrpcProcessor().get_dev_examples(data_dir)
@@ -309,7 +421,8 @@ def test_real_mrpc_features_match_original(sample_data, original, tokenizer,
     for ours, expected_example in zip(examples, theirs):
         features = cf.convert_example(ours, ["0", "1"], 40, tokenizer)
         expected = original.run_classifier.convert_single_example(
-            10, expected_example, ["0", "1"], 40, their_tokenizer)
+            10, expected_example, ["0", "1"], 40, their_tokenizer
+        )
         assert features.input_ids == expected.input_ids
         assert features.input_mask == expected.input_mask
         assert features.segment_ids == expected.segment_ids
@@ -328,14 +441,24 @@ def _tokens(tokenizer, ids):
 
 
 def test_pair_packing_with_truncation(tokenizer):
-    example = classifier_reader.InputExample("t-1", "The quick brown fox jumps",
-                              "over the lazy dog", "1")
+    example = classifier_reader.InputExample(
+        "t-1", "The quick brown fox jumps", "over the lazy dog", "1"
+    )
     features = cf.convert_example(example, ["0", "1"], 10, tokenizer)
     # 5 + 4 tokens into 10 - 3 = 7: A loses "jumps" (longer), then B loses "dog"
     # (a tie pops from B).
     assert _tokens(tokenizer, features.input_ids) == [
-        "[CLS]", "the", "quick", "brown", "fox", "[SEP]", "over", "the", "lazy",
-        "[SEP]"]
+        "[CLS]",
+        "the",
+        "quick",
+        "brown",
+        "fox",
+        "[SEP]",
+        "over",
+        "the",
+        "lazy",
+        "[SEP]",
+    ]
     assert features.segment_ids == [0, 0, 0, 0, 0, 0, 1, 1, 1, 1]
     assert features.input_mask == [1] * 10
     assert features.label_id == 1 and features.truncated
@@ -345,7 +468,14 @@ def test_single_packing_with_padding(tokenizer):
     example = classifier_reader.InputExample("t-1", "The dog is hairy.", None, "0")
     features = cf.convert_example(example, ["0", "1"], 10, tokenizer)
     assert _tokens(tokenizer, features.input_ids[:7]) == [
-        "[CLS]", "the", "dog", "is", "hairy", ".", "[SEP]"]
+        "[CLS]",
+        "the",
+        "dog",
+        "is",
+        "hairy",
+        ".",
+        "[SEP]",
+    ]
     assert features.input_ids[7:] == [0, 0, 0]
     assert features.input_mask == [1] * 7 + [0] * 3
     assert features.segment_ids == [0] * 10
@@ -356,8 +486,7 @@ def test_unlabelled_and_regression_label_ids(tokenizer):
     unlabelled = classifier_reader.InputExample("test-1", "a", "b", None)
     assert cf.convert_example(unlabelled, ["0", "1"], 8, tokenizer).label_id == 0
     score = classifier_reader.InputExample("dev-1", "a", "b", 3.8)
-    assert cf.convert_example(score, [], 8, tokenizer,
-                              is_regression=True).label_id == 3.8
+    assert cf.convert_example(score, [], 8, tokenizer, is_regression=True).label_id == 3.8
 
 
 # ----------------------------------------------------------------------------
@@ -366,16 +495,28 @@ def test_unlabelled_and_regression_label_ids(tokenizer):
 
 
 def _write_swag(directory):
-    _write(directory, "train.csv", [
-        SWAG_HEADER,
-        '0,lsmdc3001,19,"A man sits down. He","A man sits down.",He,gold,'
-        'eats.,"runs away, fast",sleeps.,reads.,1'])
-    _write(directory, "val.csv", [
-        SWAG_HEADER, '5,anetv_x,3,A dog. It,A dog.,It,gold,barks.,runs.,sits.,'
-        'eats.,0'])
-    _write(directory, "test.csv", [
-        SWAG_HEADER.rsplit(",", 1)[0],
-        '7,anetv_y,4,A cat. It,A cat.,It,gen,purrs.,runs.,sits.,eats.'])
+    _write(
+        directory,
+        "train.csv",
+        [
+            SWAG_HEADER,
+            '0,lsmdc3001,19,"A man sits down. He","A man sits down.",He,gold,'
+            'eats.,"runs away, fast",sleeps.,reads.,1',
+        ],
+    )
+    _write(
+        directory,
+        "val.csv",
+        [SWAG_HEADER, "5,anetv_x,3,A dog. It,A dog.,It,gold,barks.,runs.,sits.,eats.,0"],
+    )
+    _write(
+        directory,
+        "test.csv",
+        [
+            SWAG_HEADER.rsplit(",", 1)[0],
+            "7,anetv_y,4,A cat. It,A cat.,It,gen,purrs.,runs.,sits.,eats.",
+        ],
+    )
 
 
 def test_swag_reader_and_features(tmp_path, tokenizer):
@@ -383,8 +524,7 @@ def test_swag_reader_and_features(tmp_path, tokenizer):
     processor = ct.get_processor("swag")
     (example,) = processor.get_train_examples(str(tmp_path))
     assert example.context == "A man sits down."
-    assert example.choices == ("He eats.", "He runs away, fast", "He sleeps.",
-                               "He reads.")
+    assert example.choices == ("He eats.", "He runs away, fast", "He sleeps.", "He reads.")
     assert example.label == "1"
     (test,) = processor.get_test_examples(str(tmp_path))
     assert test.label is None and test.choices[0] == "It purrs."
@@ -392,12 +532,34 @@ def test_swag_reader_and_features(tmp_path, tokenizer):
     features = cf.convert_example(example, processor.get_labels(), 12, tokenizer)
     assert len(features.input_ids) == 4
     assert _tokens(tokenizer, features.input_ids[0]) == [
-        "[CLS]", "a", "man", "sits", "down", ".", "[SEP]", "he", "eats", ".",
-        "[SEP]", "[PAD]"]
+        "[CLS]",
+        "a",
+        "man",
+        "sits",
+        "down",
+        ".",
+        "[SEP]",
+        "he",
+        "eats",
+        ".",
+        "[SEP]",
+        "[PAD]",
+    ]
     # 5 + 5 tokens into 12 - 3 = 9: a tie, so "fast" goes from the choice.
     assert _tokens(tokenizer, features.input_ids[1]) == [
-        "[CLS]", "a", "man", "sits", "down", ".", "[SEP]", "he", "runs", "away",
-        ",", "[SEP]"]
+        "[CLS]",
+        "a",
+        "man",
+        "sits",
+        "down",
+        ".",
+        "[SEP]",
+        "he",
+        "runs",
+        "away",
+        ",",
+        "[SEP]",
+    ]
     assert features.segment_ids[1] == [0] * 7 + [1] * 5
     assert features.input_mask[0] == [1] * 11 + [0]
     assert features.label_id == 1 and features.truncated
@@ -409,66 +571,84 @@ def test_swag_reader_and_features(tmp_path, tokenizer):
 
 
 def test_generic_tsv_with_header(tmp_path):
-    _write(tmp_path, "train.tsv", ["id\tquestion\tanswer\tlabel",
-                                   '1\tIs it "so"?\tYes.\tyes',
-                                   "2\tIs it?\tNo.\tno", "3\tMaybe?\tPerhaps.\tmaybe"])
+    _write(
+        tmp_path,
+        "train.tsv",
+        [
+            "id\tquestion\tanswer\tlabel",
+            '1\tIs it "so"?\tYes.\tyes',
+            "2\tIs it?\tNo.\tno",
+            "3\tMaybe?\tPerhaps.\tmaybe",
+        ],
+    )
     _write(tmp_path, "dev.tsv", ["id\tquestion\tanswer\tlabel", "4\tQ?\tA.\tno"])
-    processor = ct.get_processor("generic", text_a_column="question",
-                                 text_b_column="answer", label_column="label")
+    processor = ct.get_processor(
+        "generic", text_a_column="question", text_b_column="answer", label_column="label"
+    )
     assert processor.get_labels(str(tmp_path)) == ["maybe", "no", "yes"]
     assert _fields(processor.get_train_examples(str(tmp_path)))[0] == (
-        'Is it "so"?', "Yes.", "yes", "0")
-    assert _fields(processor.get_dev_examples(str(tmp_path))) == [
-        ("Q?", "A.", "no", "0")]
+        'Is it "so"?',
+        "Yes.",
+        "yes",
+        "0",
+    )
+    assert _fields(processor.get_dev_examples(str(tmp_path))) == [("Q?", "A.", "no", "0")]
     assert processor.input_files(str(tmp_path), "dev") == [
-        str(tmp_path / "dev.tsv"), str(tmp_path / "train.tsv")]
+        str(tmp_path / "dev.tsv"),
+        str(tmp_path / "train.tsv"),
+    ]
 
 
 def test_generic_csv_with_quotes_no_header(tmp_path):
-    _write(tmp_path, "train.csv", ['pos,"Great, really great."',
-                                   'neg,"Bad ""very"" bad."'])
+    _write(tmp_path, "train.csv", ['pos,"Great, really great."', 'neg,"Bad ""very"" bad."'])
     _write(tmp_path, "test.csv", ['?,"Fine, I guess."'])
-    processor = ct.get_processor("generic", text_a_column="1", label_column="0",
-                                 has_header=False)
+    processor = ct.get_processor("generic", text_a_column="1", label_column="0", has_header=False)
     assert processor.get_labels(str(tmp_path)) == ["neg", "pos"]
     assert _fields(processor.get_train_examples(str(tmp_path))) == [
         ("Great, really great.", None, "pos", "0"),
-        ('Bad "very" bad.', None, "neg", "1")]
+        ('Bad "very" bad.', None, "neg", "1"),
+    ]
     assert _fields(processor.get_test_examples(str(tmp_path))) == [
-        ("Fine, I guess.", None, None, "0")]
+        ("Fine, I guess.", None, None, "0")
+    ]
 
 
 def test_generic_regression_tsv_no_header(tmp_path):
     _write(tmp_path, "train.tsv", ["0.5\tOne.\tTwo.", "4\tThree.\tFour."])
-    processor = ct.get_processor("generic", text_a_column=1, text_b_column=2,
-                                 label_column=0, has_header=False,
-                                 is_regression=True)
+    processor = ct.get_processor(
+        "generic",
+        text_a_column=1,
+        text_b_column=2,
+        label_column=0,
+        has_header=False,
+        is_regression=True,
+    )
     assert processor.get_labels(str(tmp_path)) == []
-    assert [e.label for e in processor.get_train_examples(str(tmp_path))] == [
-        0.5, 4.0]
+    assert [e.label for e in processor.get_train_examples(str(tmp_path))] == [0.5, 4.0]
 
 
 def test_generic_errors(tmp_path):
     _write(tmp_path, "train.tsv", ["text\tlabel", "a\tx", "b\ty"])
     _write(tmp_path, "train.csv", ["text,label", "a,x"])
-    processor = ct.get_processor("generic", text_a_column="text",
-                                 label_column="label")
+    processor = ct.get_processor("generic", text_a_column="text", label_column="label")
     with pytest.raises(ValueError, match="Both train.tsv and train.csv"):
         processor.get_train_examples(str(tmp_path))
     os.remove(tmp_path / "train.csv")
-    processor = ct.get_processor("generic", text_a_column="sentence",
-                                 label_column="label")
-    with pytest.raises(ValueError, match=r"train.tsv:1: the header has no column "
-                                         r"'sentence'"):
+    processor = ct.get_processor("generic", text_a_column="sentence", label_column="label")
+    with pytest.raises(
+        ValueError,
+        match=r"train.tsv:1: the header has no column "
+        r"'sentence'",
+    ):
         processor.get_train_examples(str(tmp_path))
     with pytest.raises(ValueError, match="needs text_a_column and label_column"):
         ct.get_processor("generic", text_a_column="text", label_column=None)
     with pytest.raises(ValueError, match="0-based positions"):
-        ct.get_processor("generic", text_a_column="text", label_column=0,
-                         has_header=False)
+        ct.get_processor("generic", text_a_column="text", label_column=0, has_header=False)
     with pytest.raises(FileNotFoundError, match="dev.tsv or .*dev.csv"):
-        ct.get_processor("generic", text_a_column="text",
-                         label_column="label").get_dev_examples(str(tmp_path))
+        ct.get_processor("generic", text_a_column="text", label_column="label").get_dev_examples(
+            str(tmp_path)
+        )
 
 
 # ----------------------------------------------------------------------------
@@ -491,30 +671,50 @@ def test_missing_dev_file_names_path(tmp_path):
 
 
 def test_too_few_columns_names_file_and_line(tmp_path):
-    _write(tmp_path, "train.tsv", [MRPC_HEADER, "1\t1\t2\tOne.\tTwo.",
-                                   "0\t3\t4\tOnly one sentence."])
-    with pytest.raises(ValueError, match=r"train.tsv:3: expected at least 5 "
-                                         r"columns .* got 4"):
+    _write(
+        tmp_path, "train.tsv", [MRPC_HEADER, "1\t1\t2\tOne.\tTwo.", "0\t3\t4\tOnly one sentence."]
+    )
+    with pytest.raises(
+        ValueError,
+        match=r"train.tsv:3: expected at least 5 "
+        r"columns .* got 4",
+    ):
         ct.get_processor("mrpc").get_train_examples(str(tmp_path))
 
 
 def test_label_not_in_list(tmp_path):
-    _write(tmp_path, "train.tsv", ["index\tsentence1\tsentence2\tlabel",
-                                   "0\tA.\tB.\tentailment", "1\tC.\tD.\tneutral"])
-    with pytest.raises(ValueError, match=r"train.tsv:3: label 'neutral' is not "
-                                         r"one of \['entailment', "
-                                         r"'not_entailment'\]"):
+    _write(
+        tmp_path,
+        "train.tsv",
+        ["index\tsentence1\tsentence2\tlabel", "0\tA.\tB.\tentailment", "1\tC.\tD.\tneutral"],
+    )
+    with pytest.raises(
+        ValueError,
+        match=r"train.tsv:3: label 'neutral' is not "
+        r"one of \['entailment', "
+        r"'not_entailment'\]",
+    ):
         ct.get_processor("rte").get_train_examples(str(tmp_path))
 
 
-@pytest.mark.parametrize("score,message", [
-    ("high", "label 'high' is not a number"),
-    ("nan", "label .nan. is not a number"),
-    ("5.5", r"score 5.5 is outside \(0.0, 5.0\)")])
+@pytest.mark.parametrize(
+    "score,message",
+    [
+        ("high", "label 'high' is not a number"),
+        ("nan", "label .nan. is not a number"),
+        ("5.5", r"score 5.5 is outside \(0.0, 5.0\)"),
+    ],
+)
 def test_malformed_stsb_score(tmp_path, score, message):
-    _write(tmp_path, "dev.tsv", [
-        "index\tgenre\tfilename\tyear\told_index\tsource1\tsource2\tsentence1\t"
-        "sentence2\tscore", f"0\tg\tf\ty\t1\tnone\tnone\tA.\tB.\t{score}"])
+    _write(
+        tmp_path,
+        "dev.tsv",
+        [
+            "index\tgenre\tfilename\tyear\told_index\tsource1\tsource2\tsentence1\t"
+            "sentence2\tscore",
+            f"0\tg\tf\ty\t1\tnone\tnone\tA.\tB.\t{score}",
+        ],
+    )
     with pytest.raises(ValueError, match=f"dev.tsv:2: {message}"):
         ct.get_processor("stsb").get_dev_examples(str(tmp_path))
 
@@ -527,8 +727,15 @@ def test_empty_text(tmp_path):
 
 def test_short_max_seq_length(tmp_path, vocab_file):
     with pytest.raises(ValueError, match="max_seq_length=2"):
-        cf.create_features(ct.get_processor("rte"), str(tmp_path), "train",
-                           str(tmp_path / "x.tf_record"), vocab_file, True, 2)
+        cf.create_features(
+            ct.get_processor("rte"),
+            str(tmp_path),
+            "train",
+            str(tmp_path / "x.tf_record"),
+            vocab_file,
+            True,
+            2,
+        )
 
 
 # ----------------------------------------------------------------------------
@@ -541,41 +748,45 @@ def _labels(batches):
 
 
 def _small_mrpc(directory):
-    _write(directory, "train.tsv", [
-        MRPC_HEADER, "1\t1\t2\tThe quick brown fox jumps\tover the lazy dog",
-        "0\t3\t4\tA man sits down.\tHe eats.",
-        "1\t5\t6\tThe dog is hairy.\tThe dog has hair."], bom=True)
+    _write(
+        directory,
+        "train.tsv",
+        [
+            MRPC_HEADER,
+            "1\t1\t2\tThe quick brown fox jumps\tover the lazy dog",
+            "0\t3\t4\tA man sits down.\tHe eats.",
+            "1\t5\t6\tThe dog is hairy.\tThe dog has hair.",
+        ],
+        bom=True,
+    )
 
 
 def test_tfrecord_round_trip(tmp_path, vocab_file, tokenizer):
     _small_mrpc(tmp_path)
     processor = ct.get_processor("mrpc")
     output_file = str(tmp_path / "out" / "train.tf_record")
-    metadata = cf.get_or_create_features(processor, str(tmp_path), "train",
-                                         output_file, vocab_file, True, 12)
+    metadata = cf.get_or_create_features(
+        processor, str(tmp_path), "train", output_file, vocab_file, True, 12
+    )
     # Only the third pair (5 + 5 tokens) does not fit 12.
     assert metadata["num_examples"] == 3 and metadata["num_truncated"] == 1
     assert metadata["labels"] == ["0", "1"] and metadata["max_seq_length"] == 12
     assert metadata["vocab_file"] == "uncased_vocab.txt"
     assert metadata["do_lower_case"] is True and metadata["num_choices"] is None
     assert metadata == records.read_metadata(output_file, cf.RECORD_FORMAT)
-    assert sorted(os.listdir(tmp_path / "out")) == [
-        "train.tf_record", "train.tf_record.meta.json"]
+    assert sorted(os.listdir(tmp_path / "out")) == ["train.tf_record", "train.tf_record.meta.json"]
 
-    features = next(iter(cf.build_dataset(
-        output_file, metadata, batch_size=8, is_training=False)))
+    features = next(iter(cf.build_dataset(output_file, metadata, batch_size=8, is_training=False)))
     labels = features["label_ids"]
-    assert sorted(features) == ["input_mask", "input_type_ids", "input_word_ids",
-                                "label_ids"]
-    expected = [cf.convert_example(e, ["0", "1"], 12, tokenizer)
-                for e in processor.get_train_examples(str(tmp_path))]
+    assert sorted(features) == ["input_mask", "input_type_ids", "input_word_ids", "label_ids"]
+    expected = [
+        cf.convert_example(e, ["0", "1"], 12, tokenizer)
+        for e in processor.get_train_examples(str(tmp_path))
+    ]
     assert features["input_word_ids"].dtype == tf.int32
-    np.testing.assert_array_equal(features["input_word_ids"],
-                                  [f.input_ids for f in expected])
-    np.testing.assert_array_equal(features["input_mask"],
-                                  [f.input_mask for f in expected])
-    np.testing.assert_array_equal(features["input_type_ids"],
-                                  [f.segment_ids for f in expected])
+    np.testing.assert_array_equal(features["input_word_ids"], [f.input_ids for f in expected])
+    np.testing.assert_array_equal(features["input_mask"], [f.input_mask for f in expected])
+    np.testing.assert_array_equal(features["input_type_ids"], [f.segment_ids for f in expected])
     np.testing.assert_array_equal(labels, [1, 0, 1])
     assert labels.dtype == tf.int32
 
@@ -588,24 +799,28 @@ def test_tfrecord_round_trip(tmp_path, vocab_file, tokenizer):
 def test_training_dataset_repeats_and_drops_remainder(tmp_path, vocab_file):
     _small_mrpc(tmp_path)
     output_file = str(tmp_path / "train.tf_record")
-    metadata = cf.get_or_create_features(ct.get_processor("mrpc"), str(tmp_path),
-                                         "train", output_file, vocab_file, True, 10)
+    metadata = cf.get_or_create_features(
+        ct.get_processor("mrpc"), str(tmp_path), "train", output_file, vocab_file, True, 10
+    )
     # A shuffle buffer of one keeps file order: labels 1 0 1, 1 0 1, ...
-    batches = list(cf.build_dataset(output_file, metadata, batch_size=2,
-                                    is_training=True, shuffle_buffer_size=1
-                                    ).take(4))
+    batches = list(
+        cf.build_dataset(
+            output_file, metadata, batch_size=2, is_training=True, shuffle_buffer_size=1
+        ).take(4)
+    )
     assert [labels.numpy().tolist() for labels in _labels(batches)] == [
-        [1, 0], [1, 1], [0, 1], [1, 0]]
+        [1, 0],
+        [1, 1],
+        [0, 1],
+        [1, 0],
+    ]
     # Evaluation keeps the partial last batch and stops after one pass.
-    batches = list(cf.build_dataset(output_file, metadata, batch_size=2,
-                                    is_training=False))
+    batches = list(cf.build_dataset(output_file, metadata, batch_size=2, is_training=False))
     assert [labels.numpy().tolist() for labels in _labels(batches)] == [[1, 0], [1]]
 
     def shuffled(seed):
-        dataset = cf.build_dataset(output_file, metadata, batch_size=3,
-                                   is_training=True, seed=seed)
-        return [features["input_word_ids"].numpy().tolist()
-                for features in dataset.take(3)]
+        dataset = cf.build_dataset(output_file, metadata, batch_size=3, is_training=True, seed=seed)
+        return [features["input_word_ids"].numpy().tolist() for features in dataset.take(3)]
 
     assert shuffled(seed=1) == shuffled(seed=1)
 
@@ -613,13 +828,18 @@ def test_training_dataset_repeats_and_drops_remainder(tmp_path, vocab_file):
 def test_dataset_sharded_by_input_context(tmp_path, vocab_file):
     _small_mrpc(tmp_path)
     output_file = str(tmp_path / "train.tf_record")
-    metadata = cf.get_or_create_features(ct.get_processor("mrpc"), str(tmp_path),
-                                         "train", output_file, vocab_file, True, 10)
+    metadata = cf.get_or_create_features(
+        ct.get_processor("mrpc"), str(tmp_path), "train", output_file, vocab_file, True, 10
+    )
     context = tf.distribute.InputContext(
-        num_input_pipelines=2, input_pipeline_id=1, num_replicas_in_sync=2)
+        num_input_pipelines=2, input_pipeline_id=1, num_replicas_in_sync=2
+    )
     # Global batch 4 -> 2 per replica; pipeline 1 of 2 reads record 1 (label 0).
-    batches = list(cf.build_dataset(output_file, metadata, batch_size=4,
-                                    is_training=False, input_context=context))
+    batches = list(
+        cf.build_dataset(
+            output_file, metadata, batch_size=4, is_training=False, input_context=context
+        )
+    )
     assert [labels.numpy().tolist() for labels in _labels(batches)] == [[0]]
 
 
@@ -627,31 +847,46 @@ def test_multiple_choice_round_trip(tmp_path, vocab_file, tokenizer):
     _write_swag(tmp_path)
     processor = ct.get_processor("swag")
     output_file = str(tmp_path / "dev.tf_record")
-    metadata = cf.get_or_create_features(processor, str(tmp_path), "dev",
-                                         output_file, vocab_file, True, 9)
+    metadata = cf.get_or_create_features(
+        processor, str(tmp_path), "dev", output_file, vocab_file, True, 9
+    )
     assert metadata["num_choices"] == 4
-    features = next(iter(cf.build_dataset(output_file, metadata, 4,
-                                          is_training=False)))
+    features = next(iter(cf.build_dataset(output_file, metadata, 4, is_training=False)))
     labels = features["label_ids"]
     (example,) = processor.get_dev_examples(str(tmp_path))
     expected = cf.convert_example(example, processor.get_labels(), 9, tokenizer)
     assert features["input_word_ids"].shape == (1, 4, 9)
     np.testing.assert_array_equal(features["input_word_ids"][0], expected.input_ids)
-    np.testing.assert_array_equal(features["input_type_ids"][0],
-                                  expected.segment_ids)
+    np.testing.assert_array_equal(features["input_type_ids"][0], expected.segment_ids)
     assert _tokens(tokenizer, features["input_word_ids"][0, 2].numpy()) == [
-        "[CLS]", "a", "dog", ".", "[SEP]", "it", "sits", ".", "[SEP]"]
+        "[CLS]",
+        "a",
+        "dog",
+        ".",
+        "[SEP]",
+        "it",
+        "sits",
+        ".",
+        "[SEP]",
+    ]
     np.testing.assert_array_equal(labels, [0])
 
 
 def test_regression_round_trip(tmp_path, vocab_file):
-    _write(tmp_path, "dev.tsv", [
-        "index\tgenre\tfilename\tyear\told_index\tsource1\tsource2\tsentence1\t"
-        "sentence2\tscore", "0\tg\tf\ty\t1\tnone\tnone\tA.\tB.\t3.800",
-        "1\tg\tf\ty\t1\tnone\tnone\tC.\tD.\t0.25"])
+    _write(
+        tmp_path,
+        "dev.tsv",
+        [
+            "index\tgenre\tfilename\tyear\told_index\tsource1\tsource2\tsentence1\t"
+            "sentence2\tscore",
+            "0\tg\tf\ty\t1\tnone\tnone\tA.\tB.\t3.800",
+            "1\tg\tf\ty\t1\tnone\tnone\tC.\tD.\t0.25",
+        ],
+    )
     output_file = str(tmp_path / "dev.tf_record")
-    metadata = cf.get_or_create_features(ct.get_processor("sts-b"), str(tmp_path),
-                                         "dev", output_file, vocab_file, True, 8)
+    metadata = cf.get_or_create_features(
+        ct.get_processor("sts-b"), str(tmp_path), "dev", output_file, vocab_file, True, 8
+    )
     assert metadata["is_regression"] and metadata["labels"] == []
     labels = next(iter(cf.build_dataset(output_file, metadata, 2, False)))["label_ids"]
     assert labels.dtype == tf.float32
@@ -672,9 +907,15 @@ def test_cache_reuse_and_rebuild(tmp_path, vocab_file, monkeypatch):
     monkeypatch.setattr(cf, "create_features", counting_build)
 
     def get(max_seq_length=10, do_lower_case=True):
-        return cf.get_or_create_features(processor, str(tmp_path), "train",
-                                         output_file, vocab_file, do_lower_case,
-                                         max_seq_length)
+        return cf.get_or_create_features(
+            processor,
+            str(tmp_path),
+            "train",
+            output_file,
+            vocab_file,
+            do_lower_case,
+            max_seq_length,
+        )
 
     first = get()
     assert get() == first and len(builds) == 1  # reused
@@ -711,8 +952,13 @@ def test_a_byte_that_is_not_utf8_names_file_and_line(tmp_path):
     directory.mkdir()
     header = b"Quality\t#1 ID\t#2 ID\t#1 String\t#2 String\n"
     (directory / "train.tsv").write_bytes(
-        header + b"1\t1\t2\tA fine line.\tAnother one.\n"
-        + b"0\t3\t4\tThe caf\xe9 opened.\tIt closed.\n")
-    with pytest.raises(ValueError, match=r"train.tsv:3: not UTF-8 text \(invalid "
-                                         r"continuation byte: byte b.\\xe9. at column 14"):
+        header
+        + b"1\t1\t2\tA fine line.\tAnother one.\n"
+        + b"0\t3\t4\tThe caf\xe9 opened.\tIt closed.\n"
+    )
+    with pytest.raises(
+        ValueError,
+        match=r"train.tsv:3: not UTF-8 text \(invalid "
+        r"continuation byte: byte b.\\xe9. at column 14",
+    ):
         ct.get_processor("mrpc").get_examples(str(directory), "train")

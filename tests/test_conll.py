@@ -39,14 +39,16 @@ def _write(tmp_path, name, content):
 
 
 def test_read_two_column_file(tmp_path):
-    path = _write(tmp_path, "two.txt",
-                  "Jim B-PER\nHenson\tI-PER\n  was O  \n\n\nin O\nGävle B-LOC")
+    path = _write(tmp_path, "two.txt", "Jim B-PER\nHenson\tI-PER\n  was O  \n\n\nin O\nGävle B-LOC")
     sentences = conll.read_conll(path)
     assert sentences == [
-        conll.Sentence(words=("Jim", "Henson", "was"), tags=("B-PER", "I-PER", "O"),
-                       line_numbers=(1, 2, 3), path=path),
-        conll.Sentence(words=("in", "Gävle"), tags=("O", "B-LOC"),
-                       line_numbers=(6, 7), path=path),
+        conll.Sentence(
+            words=("Jim", "Henson", "was"),
+            tags=("B-PER", "I-PER", "O"),
+            line_numbers=(1, 2, 3),
+            path=path,
+        ),
+        conll.Sentence(words=("in", "Gävle"), tags=("O", "B-LOC"), line_numbers=(6, 7), path=path),
     ]
 
 
@@ -68,7 +70,8 @@ CONLL2003 = (
     "Peter NNP B-NP I-PER\r\n"
     "Blackburn NNP I-NP I-PER\r\n"
     "Kermit NNP I-NP B-PER\r\n"
-    "\r\n")
+    "\r\n"
+)
 
 
 def test_read_conll2003_layout_iob1_docstart_crlf(tmp_path):
@@ -77,24 +80,34 @@ def test_read_conll2003_layout_iob1_docstart_crlf(tmp_path):
     sentences = conll.read_conll(path, tag_scheme="iob1")
     assert [s.words for s in sentences] == [
         ("EU", "rejects", "German", "call", "to", "boycott", "British", "lamb", "."),
-        ("Peter", "Blackburn", "Kermit")]
+        ("Peter", "Blackburn", "Kermit"),
+    ]
     assert [s.tags for s in sentences] == [
         ("B-ORG", "O", "B-MISC", "O", "O", "O", "B-MISC", "O", "O"),
-        ("B-PER", "I-PER", "B-PER")]
+        ("B-PER", "I-PER", "B-PER"),
+    ]
     assert sentences[0].line_numbers == tuple(range(3, 12))
     assert sentences[1].line_numbers == (15, 16, 17)
     assert conll.label_list(sentences) == [
-        "O", "B-MISC", "I-MISC", "B-ORG", "I-ORG", "B-PER", "I-PER"]
+        "O",
+        "B-MISC",
+        "I-MISC",
+        "B-ORG",
+        "I-ORG",
+        "B-PER",
+        "I-PER",
+    ]
     # A model that learns IOB1 has the same labels; one that learns IOBES, four per type.
     assert conll.label_list(sentences, "iob1") == conll.label_list(sentences)
-    assert conll.label_list(sentences[1:], "iobes") == ["O", "B-PER", "I-PER", "E-PER",
-                                                        "S-PER"]
+    assert conll.label_list(sentences[1:], "iobes") == ["O", "B-PER", "I-PER", "E-PER", "S-PER"]
 
 
 def test_read_iobes_file(tmp_path):
-    path = _write(tmp_path, "iobes.txt",
-                  "Jim B-PER\nHenson E-PER\nKermit S-PER\nin O\nNew B-LOC\n"
-                  "York I-LOC\nCity E-LOC\n")
+    path = _write(
+        tmp_path,
+        "iobes.txt",
+        "Jim B-PER\nHenson E-PER\nKermit S-PER\nin O\nNew B-LOC\nYork I-LOC\nCity E-LOC\n",
+    )
     assert conll.detect_file_tag_scheme(path) == "iobes"
     [sentence] = conll.read_conll(path, tag_scheme="iobes")
     assert sentence.tags == ("B-PER", "I-PER", "B-PER", "O", "B-LOC", "I-LOC", "I-LOC")
@@ -158,8 +171,15 @@ def test_sciner_files(sample_data, tokenizer):
     assert sum(len(s.words) for s in train) == 8261
     assert sum(len(s.words) for s in dev) == 2640
     assert conll.detect_file_tag_scheme(str(sample_data / "sciner" / "train.txt")) == "iob2"
-    types = ["DatasetName", "HyperparameterName", "HyperparameterValue", "MethodName",
-             "MetricName", "MetricValue", "TaskName"]
+    types = [
+        "DatasetName",
+        "HyperparameterName",
+        "HyperparameterValue",
+        "MethodName",
+        "MetricName",
+        "MetricValue",
+        "TaskName",
+    ]
     labels = conll.label_list(train)
     assert labels == ["O"] + [f"{p}-{t}" for t in types for p in "BI"]
     assert len(labels) == 15
@@ -177,8 +197,7 @@ def test_sciner_files(sample_data, tokenizer):
 
 # jim henson was a puppet ##eer in ga ##v ##le [UNK]: "\u200b" (a format
 # character) has no word piece and becomes [UNK].
-HAND_TEXT = ("Jim B-PER\nHenson I-PER\nwas O\na O\npuppeteer O\nin O\nGävle B-LOC\n"
-             "\u200b O\n")
+HAND_TEXT = "Jim B-PER\nHenson I-PER\nwas O\na O\npuppeteer O\nin O\nGävle B-LOC\n\u200b O\n"
 HAND_IDS = [3958, 27227, 2001, 1037, 13997, 11510, 1999, 11721, 2615, 2571, 100]
 CLS, SEP = 101, 102
 
@@ -192,18 +211,45 @@ def test_alignment_of_a_hand_made_sentence(hand_sentences, tokenizer):
     labels = conll.label_list(hand_sentences)
     assert labels == ["O", "B-LOC", "I-LOC", "B-PER", "I-PER"]
     pieces, starts = ner_features.tokenize_words(hand_sentences[0].words, tokenizer)
-    assert pieces == ["jim", "henson", "was", "a", "puppet", "##eer", "in", "ga", "##v",
-                      "##le", "[UNK]"]
+    assert pieces == [
+        "jim",
+        "henson",
+        "was",
+        "a",
+        "puppet",
+        "##eer",
+        "in",
+        "ga",
+        "##v",
+        "##le",
+        "[UNK]",
+    ]
     assert starts == [0, 1, 2, 3, 4, 6, 7, 10]
-    [feature] = ner_features.convert_sentences_to_features(hand_sentences, labels, tokenizer,
-                                                           max_seq_length=16, doc_stride=8)
+    [feature] = ner_features.convert_sentences_to_features(
+        hand_sentences, labels, tokenizer, max_seq_length=16, doc_stride=8
+    )
     assert feature.input_ids == [CLS] + HAND_IDS + [SEP, 0, 0, 0]
     assert feature.input_mask == [1] * 13 + [0] * 3
     assert feature.segment_ids == [0] * 16
-    assert feature.label_ids == [IGNORE, 3, 4, 0, 0, 0, IGNORE, 0, 1, IGNORE, IGNORE, 0,
-                                 IGNORE, IGNORE, IGNORE, IGNORE]
-    assert feature.token_to_word == [-1, 0, 1, 2, 3, 4, -1, 5, 6, -1, -1, 7, -1, -1, -1,
-                                     -1]
+    assert feature.label_ids == [
+        IGNORE,
+        3,
+        4,
+        0,
+        0,
+        0,
+        IGNORE,
+        0,
+        1,
+        IGNORE,
+        IGNORE,
+        0,
+        IGNORE,
+        IGNORE,
+        IGNORE,
+        IGNORE,
+    ]
+    assert feature.token_to_word == [-1, 0, 1, 2, 3, 4, -1, 5, 6, -1, -1, 7, -1, -1, -1, -1]
     assert feature.token_is_max_context == [w >= 0 for w in feature.token_to_word]
     assert (feature.unique_id, feature.sentence_index, feature.window_index) == (0, 0, 0)
 
@@ -211,14 +257,23 @@ def test_alignment_of_a_hand_made_sentence(hand_sentences, tokenizer):
 def test_windows_and_max_context_by_hand():
     assert ner_features.make_windows(10, 6, 2) == [(0, 6), (2, 6), (4, 6)]
     assert ner_features.max_context_windows(range(10), [(0, 6), (2, 6), (4, 6)]) == [
-        0, 0, 0, 0, 1, 1, 2, 2, 2, 2]
+        0,
+        0,
+        0,
+        0,
+        1,
+        1,
+        2,
+        2,
+        2,
+        2,
+    ]
     # Position 3 scores min(3, 1) + 0.05 in both windows: the first one wins.
     assert ner_features.make_windows(7, 5, 2) == [(0, 5), (2, 5)]
     assert ner_features.max_context_windows(range(7), [(0, 5), (2, 5)]) == [0, 0, 0, 0, 1, 1, 1]
     # Position 4: min(4, 1) + 0.06 against min(1, 3) + 0.05: the longer window wins.
     assert ner_features.make_windows(8, 6, 3) == [(0, 6), (3, 5)]
-    assert ner_features.max_context_windows(range(8), [(0, 6), (3, 5)]) == [
-        0, 0, 0, 0, 0, 1, 1, 1]
+    assert ner_features.max_context_windows(range(8), [(0, 6), (3, 5)]) == [0, 0, 0, 0, 0, 1, 1, 1]
     # Position 299: min(299, 0) + 3.00 in window 0 beats min(1, 148) + 1.50 in the
     # short last window: the length term matters when lengths differ by > 100.
     windows = ner_features.make_windows(448, 300, 298)
@@ -232,15 +287,17 @@ def test_windows_and_max_context_by_hand():
 def test_windows_of_a_hand_made_sentence(hand_sentences, tokenizer):
     labels = conll.label_list(hand_sentences)
     # 11 pieces, 6 per window, stride 2: windows at pieces 0, 2, 4 and 6.
-    features = ner_features.convert_sentences_to_features(hand_sentences, labels, tokenizer,
-                                                          max_seq_length=8, doc_stride=2)
+    features = ner_features.convert_sentences_to_features(
+        hand_sentences, labels, tokenizer, max_seq_length=8, doc_stride=2
+    )
     assert [f.window_index for f in features] == [0, 1, 2, 3]
     assert [f.unique_id for f in features] == [0, 1, 2, 3]
     assert [f.input_ids for f in features] == [
         [CLS] + HAND_IDS[0:6] + [SEP],
         [CLS] + HAND_IDS[2:8] + [SEP],
         [CLS] + HAND_IDS[4:10] + [SEP],
-        [CLS] + HAND_IDS[6:11] + [SEP, 0]]
+        [CLS] + HAND_IDS[6:11] + [SEP, 0],
+    ]
     assert features[3].input_mask == [1] * 7 + [0]
     assert features[2].token_to_word == [-1, 4, -1, 5, 6, -1, -1, -1]
     assert features[2].label_ids == [IGNORE, 0, IGNORE, 0, 1, IGNORE, IGNORE, IGNORE]
@@ -248,25 +305,29 @@ def test_windows_of_a_hand_made_sentence(hand_sentences, tokenizer):
     # Words 0-3 from window 0, "puppeteer" from 1, "in" and "Gävle" from 2, the
     # [UNK] word from 3.
     assert [[i for i, m in enumerate(f.token_is_max_context) if m] for f in features] == [
-        [1, 2, 3, 4], [3], [3, 4], [5]]
+        [1, 2, 3, 4],
+        [3],
+        [3, 4],
+        [5],
+    ]
     # Stride 5: the second window starts with "##eer", which carries no label.
-    features = ner_features.convert_sentences_to_features(hand_sentences, labels, tokenizer,
-                                                          max_seq_length=8, doc_stride=5)
+    features = ner_features.convert_sentences_to_features(
+        hand_sentences, labels, tokenizer, max_seq_length=8, doc_stride=5
+    )
     assert features[1].input_ids == [CLS] + HAND_IDS[5:11] + [SEP]
     assert features[1].token_to_word == [-1, -1, 5, 6, -1, -1, 7, -1]
     assert features[1].label_ids == [IGNORE, IGNORE, 0, 1, IGNORE, IGNORE, 0, IGNORE]
-    assert features[1].token_is_max_context == [
-        False, False, True, True, False, False, True, False]
+    assert features[1].token_is_max_context == [False, False, True, True, False, False, True, False]
 
 
 def test_600_word_sentence_every_word_predicted_once_from_max_context(tokenizer):
     cycle = ["the", "puppeteer", "Gävle", "\u200b", "a", "fine-tuning", "BERT"]
     words = tuple(itertools.islice(itertools.cycle(cycle), 600))
-    sentence = conll.Sentence(words=words, tags=("O",) * 600,
-                              line_numbers=tuple(range(1, 601)))
+    sentence = conll.Sentence(words=words, tags=("O",) * 600, line_numbers=tuple(range(1, 601)))
     max_seq_length, doc_stride = 64, 24
-    features = ner_features.convert_sentences_to_features([sentence], ["O"], tokenizer,
-                                                          max_seq_length, doc_stride)
+    features = ner_features.convert_sentences_to_features(
+        [sentence], ["O"], tokenizer, max_seq_length, doc_stride
+    )
     # Expected windows and max-context windows, by brute force.
     lengths = [len(tokenizer.tokenize(w)) or 1 for w in words]
     first_piece = np.cumsum([0] + lengths[:-1])
@@ -282,9 +343,12 @@ def test_600_word_sentence_every_word_predicted_once_from_max_context(tokenizer)
         return min(position - start, start + length - 1 - position) + 0.01 * length
 
     expected_window = [
-        max((i for i, (s, n) in enumerate(windows) if s <= p < s + n),
-            key=lambda i: (score(windows[i], p), -i))
-        for p in first_piece]
+        max(
+            (i for i, (s, n) in enumerate(windows) if s <= p < s + n),
+            key=lambda i: (score(windows[i], p), -i),
+        )
+        for p in first_piece
+    ]
     # Synthetic predictions: at every word's first piece, in every window, the
     # label id encodes (word, window).
     num_features = len(features)
@@ -306,13 +370,15 @@ def test_600_word_sentence_every_word_predicted_once_from_max_context(tokenizer)
 
 
 @pytest.mark.parametrize("label_scheme", ["iob1", "iob2", "iobes"])
-def test_gold_labels_reassemble_to_gold_tags_on_sciner(sample_data, tokenizer, tmp_path,
-                                                       label_scheme):
+def test_gold_labels_reassemble_to_gold_tags_on_sciner(
+    sample_data, tokenizer, tmp_path, label_scheme
+):
     """Labels learnt in any scheme come back as the gold chunks, in every file scheme."""
     train = conll.read_conll(str(sample_data / "sciner" / "train.txt"))
     labels = conll.label_list(train, label_scheme)
     features = ner_features.convert_sentences_to_features(
-        train, labels, tokenizer, max_seq_length=32, doc_stride=8, label_scheme=label_scheme)
+        train, labels, tokenizer, max_seq_length=32, doc_stride=8, label_scheme=label_scheme
+    )
     assert sum(f.window_index > 0 for f in features) > 300  # many long sentences
     label_ids = np.array([f.label_ids for f in features])
     # Logits that put all weight on the gold label (label 0 where there is none).
@@ -321,7 +387,10 @@ def test_gold_labels_reassemble_to_gold_tags_on_sciner(sample_data, tokenizer, t
     assert tags == [tag_schemes.from_iob2(s.tags, label_scheme) for s in train]
     if label_scheme == "iob1":  # I- everywhere but between two touching chunks of a type
         assert collections.Counter(t[0] for row in tags for t in row) == {
-            "O": 7843, "I": 417, "B": 1}
+            "O": 7843,
+            "I": 417,
+            "B": 1,
+        }
     for file_scheme in ("iob1", "iob2", "iobes"):
         path = str(tmp_path / f"{label_scheme}_as_{file_scheme}.txt")
         conll.write_predictions(path, train, tags, tag_scheme=file_scheme)
@@ -340,17 +409,18 @@ def test_iob1_labels_of_a_hand_made_sentence(tmp_path, tokenizer):
     labels = conll.label_list([sentence], "iob1")
     assert labels == ["O", "B-LOC", "I-LOC", "B-PER", "I-PER"]
     [feature] = ner_features.convert_sentences_to_features(
-        [sentence], labels, tokenizer, 16, 8, label_scheme="iob1")
+        [sentence], labels, tokenizer, 16, 8, label_scheme="iob1"
+    )
     assert [i for i in feature.label_ids if i != IGNORE] == [4, 4, 3, 0, 2]
-    [feature] = ner_features.convert_sentences_to_features([sentence], labels, tokenizer,
-                                                           16, 8)
+    [feature] = ner_features.convert_sentences_to_features([sentence], labels, tokenizer, 16, 8)
     assert [i for i in feature.label_ids if i != IGNORE] == [3, 4, 3, 0, 1]
 
 
 def test_predictions_to_tags_errors(hand_sentences, tokenizer):
     labels = conll.label_list(hand_sentences)
-    features = ner_features.convert_sentences_to_features(hand_sentences, labels, tokenizer,
-                                                          max_seq_length=8, doc_stride=2)
+    features = ner_features.convert_sentences_to_features(
+        hand_sentences, labels, tokenizer, max_seq_length=8, doc_stride=2
+    )
     with pytest.raises(ValueError, match=r"must be \[F=4, S\]"):
         ner_features.predictions_to_tags(np.zeros([3, 8]), features, hand_sentences, labels)
     with pytest.raises(ValueError, match="label id 5 is not in"):
@@ -373,8 +443,9 @@ def test_bad_lengths(hand_sentences, tokenizer):
 
 def test_tfrecord_round_trip_and_metadata(tmp_path, hand_sentences, tokenizer):
     labels = conll.label_list(hand_sentences)
-    features = ner_features.convert_sentences_to_features(hand_sentences * 2, labels,
-                                                          tokenizer, 8, 2)
+    features = ner_features.convert_sentences_to_features(
+        hand_sentences * 2, labels, tokenizer, 8, 2
+    )
     path = str(tmp_path / "out" / "train.tf_record")
     ner_features.write_tfrecord(features, path)
     decoded = list(ner_features.load_dataset(path, 8).as_numpy_iterator())
@@ -389,24 +460,46 @@ def test_tfrecord_round_trip_and_metadata(tmp_path, hand_sentences, tokenizer):
     assert features[4].sentence_index == 1 and features[4].unique_id == 4
 
     metadata = ner_features.NerMetadata.describe(
-        hand_sentences * 2, features, labels, label_scheme="iob2", tag_scheme="iob2",
-        max_seq_length=8, doc_stride=2, do_lower_case=True, vocab_size=len(tokenizer.vocab))
+        hand_sentences * 2,
+        features,
+        labels,
+        label_scheme="iob2",
+        tag_scheme="iob2",
+        max_seq_length=8,
+        doc_stride=2,
+        do_lower_case=True,
+        vocab_size=len(tokenizer.vocab),
+    )
     metadata.write(path)
     assert sorted(p.name for p in (tmp_path / "out").iterdir()) == [
-        "train.tf_record", "train.tf_record.meta.json"]
+        "train.tf_record",
+        "train.tf_record.meta.json",
+    ]
     data = json.loads((tmp_path / "out" / "train.tf_record.meta.json").read_text("utf-8"))
-    assert data == {"labels": labels, "label_scheme": "iob2", "tag_scheme": "iob2",
-                    "max_seq_length": 8,
-                    "doc_stride": 2, "do_lower_case": True, "vocab_size": 30522,
-                    "num_sentences": 2, "num_words": 16, "num_features": 8,
-                    "label_ignore_id": -1, "format": "bert_ner_tfrecord/2",
-                    "record_bytes": os.path.getsize(path)}
+    assert data == {
+        "labels": labels,
+        "label_scheme": "iob2",
+        "tag_scheme": "iob2",
+        "max_seq_length": 8,
+        "doc_stride": 2,
+        "do_lower_case": True,
+        "vocab_size": 30522,
+        "num_sentences": 2,
+        "num_words": 16,
+        "num_features": 8,
+        "label_ignore_id": -1,
+        "format": "bert_ner_tfrecord/2",
+        "record_bytes": os.path.getsize(path),
+    }
     assert ner_features.NerMetadata.read(path) == metadata
     data["max_seq_lenght"] = data.pop("max_seq_length")
     bad = str(tmp_path / "bad.tf_record")
     (tmp_path / "bad.tf_record.meta.json").write_text(json.dumps(data), encoding="utf-8")
-    with pytest.raises(ValueError, match=r"bad\.tf_record\.meta\.json.*max_seq_lenght.*"
-                                         r"max_seq_length"):
+    with pytest.raises(
+        ValueError,
+        match=r"bad\.tf_record\.meta\.json.*max_seq_lenght.*"
+        r"max_seq_length",
+    ):
         ner_features.NerMetadata.read(bad)
     records.write_json(records.metadata_path(bad), dict(data, format="bert_ner_tfrecord/0"))
     with pytest.raises(ValueError, match=r"'bert_ner_tfrecord/0', not 'bert_ner_tfrecord/2'"):
@@ -415,31 +508,44 @@ def test_tfrecord_round_trip_and_metadata(tmp_path, hand_sentences, tokenizer):
 
 def test_build_dataset_batches_for_the_trainer(tmp_path, hand_sentences, tokenizer):
     labels = conll.label_list(hand_sentences)
-    features = ner_features.convert_sentences_to_features(hand_sentences * 2, labels,
-                                                          tokenizer, 8, 2)
+    features = ner_features.convert_sentences_to_features(
+        hand_sentences * 2, labels, tokenizer, 8, 2
+    )
     path = str(tmp_path / "train.tf_record")
     ner_features.write_tfrecord(features, path)
     metadata = ner_features.NerMetadata.describe(
-        hand_sentences * 2, features, labels, label_scheme="iob2", tag_scheme="iob2",
-        max_seq_length=8, doc_stride=2, do_lower_case=True, vocab_size=len(tokenizer.vocab))
+        hand_sentences * 2,
+        features,
+        labels,
+        label_scheme="iob2",
+        tag_scheme="iob2",
+        max_seq_length=8,
+        doc_stride=2,
+        do_lower_case=True,
+        vocab_size=len(tokenizer.vocab),
+    )
 
     def ids(batches, name="input_word_ids"):
         return np.concatenate([batch[name] for batch in batches]).tolist()
 
     once = list(ner_features.build_dataset(path, metadata, 3, is_training=False))
-    assert sorted(once[0]) == ["input_mask", "input_type_ids", "input_word_ids",
-                               "label_ids"]
+    assert sorted(once[0]) == ["input_mask", "input_type_ids", "input_word_ids", "label_ids"]
     assert [len(batch["label_ids"]) for batch in once] == [3, 3, 2]
     assert ids(once) == [f.input_ids for f in features]
     assert ids(once, "label_ids") == [f.label_ids for f in features]
     # A shuffle buffer of one keeps file order; training repeats and drops no record.
-    train = list(ner_features.build_dataset(path, metadata, 3, is_training=True,
-                                            shuffle_buffer_size=1).take(4))
+    train = list(
+        ner_features.build_dataset(path, metadata, 3, is_training=True, shuffle_buffer_size=1).take(
+            4
+        )
+    )
     assert ids(train) == [f.input_ids for f in (features * 2)[:12]]
-    context = tf.distribute.InputContext(num_input_pipelines=2, input_pipeline_id=1,
-                                         num_replicas_in_sync=2)
-    shard = list(ner_features.build_dataset(path, metadata, 4, is_training=False,
-                                            input_context=context))
+    context = tf.distribute.InputContext(
+        num_input_pipelines=2, input_pipeline_id=1, num_replicas_in_sync=2
+    )
+    shard = list(
+        ner_features.build_dataset(path, metadata, 4, is_training=False, input_context=context)
+    )
     assert ids(shard) == [f.input_ids for f in features[1::2]]
     assert [len(batch["label_ids"]) for batch in shard] == [2, 2]
     inference = list(ner_features.inference_dataset(features, 5))
@@ -453,16 +559,22 @@ def test_write_predictions_for_conlleval(tmp_path, hand_sentences):
     # An I- that starts a chunk is written B-: the chunks conlleval reads, valid IOB2.
     assert path.read_text(encoding="utf-8") == (
         "Jim B-PER B-PER\nHenson I-PER B-PER\nwas O O\na O O\npuppeteer O O\n"
-        "in O O\nGävle B-LOC B-LOC\n\u200b O O\n\n")
+        "in O O\nGävle B-LOC B-LOC\n\u200b O O\n\n"
+    )
     counts = conlleval.evaluate_file(str(path))
-    assert (counts.num_tokens, counts.found_correct, counts.found_guessed,
-            counts.correct_chunks) == (8, 2, 3, 1)
+    assert (
+        counts.num_tokens,
+        counts.found_correct,
+        counts.found_guessed,
+        counts.correct_chunks,
+    ) == (8, 2, 3, 1)
     conll.write_predictions(str(path), hand_sentences, guessed, tag_scheme="iobes")
     lines = path.read_text(encoding="utf-8").splitlines()
     assert lines[:2] == ["Jim B-PER S-PER", "Henson E-PER S-PER"]
     assert lines[6] == "Gävle S-LOC S-LOC"
     assert [p.name for p in tmp_path.iterdir() if p.name.startswith("predictions")] == [
-        "predictions.txt"]
+        "predictions.txt"
+    ]
     with pytest.raises(ValueError, match="sentence 0: 8 words but 1 predicted"):
         conll.write_predictions(str(path), hand_sentences, [["O"]])
 
@@ -477,9 +589,9 @@ def test_write_iob1_predictions_in_every_scheme(tmp_path, hand_sentences):
         lines = [line.split() for line in open(path, encoding="utf-8") if line.strip()]
         written[scheme] = [guess for _, _, guess in lines]
         counts = conlleval.evaluate_file(path)
-        assert (counts.found_correct, counts.found_guessed, counts.correct_chunks) == (
-            2, 4, 2)
+        assert (counts.found_correct, counts.found_guessed, counts.correct_chunks) == (2, 4, 2)
     assert written == {
         "iob1": ["I-PER", "I-PER", "B-PER", "O", "O", "O", "I-LOC", "B-LOC"],
         "iob2": ["B-PER", "I-PER", "B-PER", "O", "O", "O", "B-LOC", "B-LOC"],
-        "iobes": ["B-PER", "E-PER", "S-PER", "O", "O", "O", "S-LOC", "S-LOC"]}
+        "iobes": ["B-PER", "E-PER", "S-PER", "O", "O", "O", "S-LOC", "S-LOC"],
+    }

@@ -36,8 +36,13 @@ from evaluation import conlleval
 
 
 def _counts(counts):
-    return (counts.num_tokens, counts.correct_tags, counts.found_correct,
-            counts.found_guessed, counts.correct_chunks)
+    return (
+        counts.num_tokens,
+        counts.correct_tags,
+        counts.found_correct,
+        counts.found_guessed,
+        counts.correct_chunks,
+    )
 
 
 def _evaluate(gold, guessed, **kwargs):
@@ -52,52 +57,60 @@ def _evaluate(gold, guessed, **kwargs):
 #  (num_tokens, correct_tags, found_correct, found_guessed, correct_chunks))
 HAND_CASES = {
     "chunk starting with I-": (
-        [["O", "I-PER", "I-PER", "O"]], [["O", "B-PER", "I-PER", "O"]],
-        (4, 3, 1, 1, 1)),
+        [["O", "I-PER", "I-PER", "O"]],
+        [["O", "B-PER", "I-PER", "O"]],
+        (4, 3, 1, 1, 1),
+    ),
     "IOB1 B- splits adjacent chunks": (
-        [["I-PER", "I-PER", "B-PER"]], [["B-PER", "I-PER", "I-PER"]],
-        (3, 1, 2, 1, 0)),
+        [["I-PER", "I-PER", "B-PER"]],
+        [["B-PER", "I-PER", "I-PER"]],
+        (3, 1, 2, 1, 0),
+    ),
     "IOB1 and IOB2 of the same chunks": (
         [["I-PER", "I-PER", "B-PER", "O", "I-LOC"]],
         [["B-PER", "I-PER", "B-PER", "O", "B-LOC"]],
-        (5, 3, 3, 3, 3)),
+        (5, 3, 3, 3, 3),
+    ),
     "adjacent chunks of the same type": (
-        [["B-PER", "B-PER", "O"]], [["B-PER", "I-PER", "O"]],
-        (3, 2, 2, 1, 0)),
+        [["B-PER", "B-PER", "O"]],
+        [["B-PER", "I-PER", "O"]],
+        (3, 2, 2, 1, 0),
+    ),
     "type change inside an I- run": (
-        [["B-PER", "I-PER", "I-LOC", "I-LOC"]], [["B-PER", "I-PER", "B-LOC", "I-LOC"]],
-        (4, 3, 2, 2, 2)),
-    "I- of another type after B-": (
-        [["B-PER", "I-LOC"]], [["B-PER", "B-LOC"]],
-        (2, 1, 2, 2, 2)),
+        [["B-PER", "I-PER", "I-LOC", "I-LOC"]],
+        [["B-PER", "I-PER", "B-LOC", "I-LOC"]],
+        (4, 3, 2, 2, 2),
+    ),
+    "I- of another type after B-": ([["B-PER", "I-LOC"]], [["B-PER", "B-LOC"]], (2, 1, 2, 2, 2)),
     "chunk at the end of a sentence": (
-        [["O", "B-PER"], ["I-PER", "O"]], [["O", "B-PER"], ["B-PER", "O"]],
-        (4, 3, 2, 2, 2)),
-    "all O": (
-        [["O", "O"], ["O"]], [["O", "O"], ["O"]],
-        (3, 3, 0, 0, 0)),
-    "guess ends early": (
-        [["B-PER", "I-PER", "O"]], [["B-PER", "O", "O"]],
-        (3, 2, 1, 1, 0)),
-    "guess ends late": (
-        [["B-PER", "I-PER", "O"]], [["B-PER", "I-PER", "I-PER"]],
-        (3, 2, 1, 1, 0)),
-    "wrong type": (
-        [["B-PER", "I-PER"]], [["B-LOC", "I-LOC"]],
-        (2, 0, 1, 1, 0)),
+        [["O", "B-PER"], ["I-PER", "O"]],
+        [["O", "B-PER"], ["B-PER", "O"]],
+        (4, 3, 2, 2, 2),
+    ),
+    "all O": ([["O", "O"], ["O"]], [["O", "O"], ["O"]], (3, 3, 0, 0, 0)),
+    "guess ends early": ([["B-PER", "I-PER", "O"]], [["B-PER", "O", "O"]], (3, 2, 1, 1, 0)),
+    "guess ends late": ([["B-PER", "I-PER", "O"]], [["B-PER", "I-PER", "I-PER"]], (3, 2, 1, 1, 0)),
+    "wrong type": ([["B-PER", "I-PER"]], [["B-LOC", "I-LOC"]], (2, 0, 1, 1, 0)),
     "guess starts late": (
-        [["B-ORG", "I-ORG", "I-ORG"]], [["O", "B-ORG", "I-ORG"]],
-        (3, 1, 1, 1, 0)),
+        [["B-ORG", "I-ORG", "I-ORG"]],
+        [["O", "B-ORG", "I-ORG"]],
+        (3, 1, 1, 1, 0),
+    ),
     "hyphen in the type": (
-        [["B-Hyper-Param", "I-Hyper-Param", "O"]], [["B-Hyper-Param", "I-Hyper-Param", "O"]],
-        (3, 3, 1, 1, 1)),
+        [["B-Hyper-Param", "I-Hyper-Param", "O"]],
+        [["B-Hyper-Param", "I-Hyper-Param", "O"]],
+        (3, 3, 1, 1, 1),
+    ),
     "IOE1: E- ends a chunk followed by one of the same type": (
-        [["I-NP", "E-NP", "I-NP", "I-NP"]], [["I-NP", "I-NP", "I-NP", "I-NP"]],
-        (4, 3, 2, 1, 0)),
+        [["I-NP", "E-NP", "I-NP", "I-NP"]],
+        [["I-NP", "I-NP", "I-NP", "I-NP"]],
+        (4, 3, 2, 1, 0),
+    ),
     "IOBES": (
         [["B-PER", "E-PER", "S-LOC", "O", "B-ORG", "I-ORG", "E-ORG"]],
         [["B-PER", "E-PER", "B-LOC", "O", "B-ORG", "E-ORG", "O"]],
-        (7, 4, 3, 3, 2)),
+        (7, 4, 3, 3, 2),
+    ),
 }
 
 
@@ -137,27 +150,27 @@ def test_report_is_conlleval_text():
         "accuracy:  66.67%; precision:  50.00%; recall:  33.33%; FB1:  40.00\n"
         "              LOC: precision:   0.00%; recall:   0.00%; FB1:   0.00  0\n"
         "              ORG: precision:   0.00%; recall:   0.00%; FB1:   0.00  0\n"
-        "              PER: precision:  50.00%; recall: 100.00%; FB1:  66.67  2\n")
+        "              PER: precision:  50.00%; recall: 100.00%; FB1:  66.67  2\n"
+    )
 
 
 def test_report_all_o_and_empty():
     assert _evaluate([["O", "O", "O"]], [["O", "O", "O"]]).report() == (
         "processed 3 tokens with 0 phrases; found: 0 phrases; correct: 0.\n"
-        "accuracy: 100.00%; precision:   0.00%; recall:   0.00%; FB1:   0.00\n")
+        "accuracy: 100.00%; precision:   0.00%; recall:   0.00%; FB1:   0.00\n"
+    )
     # No token at all: the script prints only the first line.
     assert _evaluate([], []).report() == (
-        "processed 0 tokens with 0 phrases; found: 0 phrases; correct: 0.\n")
+        "processed 0 tokens with 0 phrases; found: 0 phrases; correct: 0.\n"
+    )
 
 
 def test_report_long_and_non_ascii_type_names():
-    counts = _evaluate([["B-HyperparameterValue", "B-Größe"]],
-                       [["B-HyperparameterValue", "O"]])
+    counts = _evaluate([["B-HyperparameterValue", "B-Größe"]], [["B-HyperparameterValue", "O"]])
     lines = counts.report().splitlines()
     # Perl's %17s counts bytes: "Größe" is 7 bytes of UTF-8, so 10 spaces.
-    assert lines[2] == ("          Größe: precision:   0.00%; recall:   0.00%; "
-                        "FB1:   0.00  0")
-    assert lines[3] == ("HyperparameterValue: precision: 100.00%; recall: 100.00%; "
-                        "FB1: 100.00  1")
+    assert lines[2] == ("          Größe: precision:   0.00%; recall:   0.00%; FB1:   0.00  0")
+    assert lines[3] == ("HyperparameterValue: precision: 100.00%; recall: 100.00%; FB1: 100.00  1")
 
 
 def test_iobes_rules_and_the_verbatim_script_rules():
@@ -175,8 +188,7 @@ def test_iobes_rules_and_the_verbatim_script_rules():
         assert tag_schemes.get_chunks(tags, iobes=False) == [("PER", 0, len(tags))]
     # Without S- and without E- before B-, both rule sets agree.
     for tags in (["I-NP", "E-NP", "I-NP"], ["B-A", "I-A", "B-A", "O", "I-B"]):
-        assert (_counts(_evaluate([tags], [tags]))
-                == _counts(_evaluate([tags], [tags], iobes=False)))
+        assert _counts(_evaluate([tags], [tags])) == _counts(_evaluate([tags], [tags], iobes=False))
 
 
 def test_untyped_bracket_and_zero_type_tags():
@@ -223,10 +235,12 @@ def test_evaluate_file_matches_evaluate_tags(tmp_path):
         b"\r\n"
         b"-X- -X- O O\n"
         b"EU NNP I-ORG I-ORG\n"
-        b"\n\n")
+        b"\n\n"
+    )
     counts = conlleval.evaluate_file(str(path))
-    expected = _evaluate([["B-PER", "I-PER", "O", "B-LOC"], ["I-ORG"]],
-                         [["B-PER", "I-PER", "O", "B-PER"], ["I-ORG"]])
+    expected = _evaluate(
+        [["B-PER", "I-PER", "O", "B-LOC"], ["I-ORG"]], [["B-PER", "I-PER", "O", "B-PER"], ["I-ORG"]]
+    )
     assert _counts(counts) == _counts(expected) == (5, 4, 3, 3, 2)
     assert counts.report() == expected.report()
 
@@ -242,8 +256,10 @@ def test_evaluate_file_errors_name_file_and_line(tmp_path):
 
 
 def test_eval_results_file(tmp_path):
-    counts = _evaluate([["B-PER", "I-PER", "O", "B-LOC"], ["B-ORG", "O"]],
-                       [["B-PER", "I-PER", "O", "B-PER"], ["O", "O"]])
+    counts = _evaluate(
+        [["B-PER", "I-PER", "O", "B-LOC"], ["B-ORG", "O"]],
+        [["B-PER", "I-PER", "O", "B-PER"], ["O", "O"]],
+    )
     results = conlleval.eval_results(counts)
     assert results["eval_f1"] == pytest.approx(0.4)
     assert results["eval_precision_PER"] == 0.5
@@ -282,25 +298,31 @@ def _assert_matches_seqeval(gold, guessed, counts):
     gold, guessed = [list(s) for s in gold], [list(s) for s in guessed]
     overall, by_type = _seqeval_counts(gold, guessed)
     assert (counts.found_correct, counts.found_guessed, counts.correct_chunks) == overall
-    ours_by_type = {t: (counts.found_correct_by_type[t], counts.found_guessed_by_type[t],
-                        counts.correct_chunks_by_type[t]) for t in counts.types}
+    ours_by_type = {
+        t: (
+            counts.found_correct_by_type[t],
+            counts.found_guessed_by_type[t],
+            counts.correct_chunks_by_type[t],
+        )
+        for t in counts.types
+    }
     assert ours_by_type == by_type
     # The public metrics, overall (micro) and per type.
     precision, recall, f1 = counts.precision_recall_f1()
     assert precision == pytest.approx(
-        seqeval_metrics.precision_score(gold, guessed, zero_division=0))
-    assert recall == pytest.approx(
-        seqeval_metrics.recall_score(gold, guessed, zero_division=0))
+        seqeval_metrics.precision_score(gold, guessed, zero_division=0)
+    )
+    assert recall == pytest.approx(seqeval_metrics.recall_score(gold, guessed, zero_division=0))
     assert f1 == pytest.approx(seqeval_metrics.f1_score(gold, guessed, zero_division=0))
     assert counts.accuracy == pytest.approx(seqeval_metrics.accuracy_score(gold, guessed))
     if not counts.types:
         return
-    report = seqeval_metrics.classification_report(gold, guessed, output_dict=True,
-                                                   zero_division=0)
+    report = seqeval_metrics.classification_report(gold, guessed, output_dict=True, zero_division=0)
     for chunk_type in counts.types:
         row = report[chunk_type]
         assert counts.precision_recall_f1(chunk_type) == pytest.approx(
-            (row["precision"], row["recall"], row["f1-score"])), chunk_type
+            (row["precision"], row["recall"], row["f1-score"])
+        ), chunk_type
         assert counts.found_correct_by_type[chunk_type] == row["support"]
 
 
@@ -311,8 +333,10 @@ def test_hand_made_cases_match_seqeval(name):
 
 
 def _random_sentences(rng, alphabet, num_sentences, max_length):
-    return [[str(t) for t in rng.choice(alphabet, size=rng.integers(1, max_length + 1))]
-            for _ in range(num_sentences)]
+    return [
+        [str(t) for t in rng.choice(alphabet, size=rng.integers(1, max_length + 1))]
+        for _ in range(num_sentences)
+    ]
 
 
 @pytest.mark.parametrize("seed", range(6))
@@ -321,8 +345,7 @@ def test_random_iobes_sequences_match_seqeval(seed):
     rng = np.random.default_rng(seed)
     alphabet = ["O", "O", "O", "B-A", "I-A", "E-A", "S-A", "B-B", "I-B", "E-B", "S-B"]
     gold = _random_sentences(rng, alphabet, 40, 12)
-    guessed = [[t if rng.random() < 0.7 else str(rng.choice(alphabet)) for t in s]
-               for s in gold]
+    guessed = [[t if rng.random() < 0.7 else str(rng.choice(alphabet)) for t in s] for s in gold]
     counts = _evaluate(gold, guessed)
     assert 0 < counts.correct_chunks < min(counts.found_correct, counts.found_guessed)
     _assert_matches_seqeval(gold, guessed, counts)
@@ -334,8 +357,7 @@ def test_random_iob_sequences_match_seqeval_with_verbatim_rules(seed):
     rng = np.random.default_rng(100 + seed)
     alphabet = ["O", "O", "B-PER", "I-PER", "B-LOC", "I-LOC", "I-ORG"]
     gold = _random_sentences(rng, alphabet, 40, 15)
-    guessed = [[t if rng.random() < 0.75 else str(rng.choice(alphabet)) for t in s]
-               for s in gold]
+    guessed = [[t if rng.random() < 0.75 else str(rng.choice(alphabet)) for t in s] for s in gold]
     counts = _evaluate(gold, guessed, iobes=False)
     assert 0 < counts.correct_chunks < min(counts.found_correct, counts.found_guessed)
     _assert_matches_seqeval(gold, guessed, counts)
@@ -375,15 +397,19 @@ def _corrupt(tags, types, rng):
 @pytest.mark.parametrize("seed", range(4))
 def test_corrupted_sciner_predictions_match_seqeval(sample_data, tmp_path, seed):
     # dev.txt line 170 has no tag: read it as O.
-    sentences = conll.read_conll(str(sample_data / "sciner" / "dev.txt"),
-                                 missing_tag="O")
+    sentences = conll.read_conll(str(sample_data / "sciner" / "dev.txt"), missing_tag="O")
     types = sorted({t[2:] for s in sentences for t in s.tags if t != "O"})
     rng = np.random.default_rng(seed)
     guessed = [_corrupt(s.tags, types, rng) for s in sentences]
     # Written as they are (conll.write_predictions would rewrite the I- chunk starts).
     path = tmp_path / "predictions.txt"
-    path.write_text("".join("".join(f"{w} {g} {p}\n" for w, g, p in zip(s.words, s.tags, row))
-                            + "\n" for s, row in zip(sentences, guessed)), encoding="utf-8")
+    path.write_text(
+        "".join(
+            "".join(f"{w} {g} {p}\n" for w, g, p in zip(s.words, s.tags, row)) + "\n"
+            for s, row in zip(sentences, guessed)
+        ),
+        encoding="utf-8",
+    )
     counts = conlleval.evaluate_file(str(path))
     gold = [list(s.tags) for s in sentences]
     assert _counts(counts) == _counts(_evaluate(gold, guessed))

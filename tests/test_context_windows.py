@@ -47,9 +47,9 @@ def test_python_windows_equal_the_original_loops():
                 for position in range(n):
                     best = reference_max_context(want, position)
                     assert context_windows.max_context_window(position, want) == best
-                    assert [squad_features.is_max_context(want, i, position)
-                            for i in range(len(want))] == [i == best
-                                                           for i in range(len(want))]
+                    assert [
+                        squad_features.is_max_context(want, i, position) for i in range(len(want))
+                    ] == [i == best for i in range(len(want))]
     assert context_windows.max_context_window(5, [(0, 3)]) is None
 
 
@@ -58,13 +58,11 @@ def test_in_graph_windows_equal_the_python_windows():
     rows = [(n, m) for n in SIZES for m in MAX_PIECES]
     num_pieces = tf.constant([n for n, _ in rows], tf.int64)
     max_pieces = tf.constant([m for _, m in rows], tf.int64)
-    pieces = tf.RaggedTensor.from_row_lengths(tf.range(tf.reduce_sum(num_pieces)),
-                                              num_pieces)
+    pieces = tf.RaggedTensor.from_row_lengths(tf.range(tf.reduce_sum(num_pieces)), num_pieces)
     for stride in STRIDES:
         windows = serving_windows.make_windows(num_pieces, max_pieces, stride)
         of_windows = serving_windows.window_pieces(windows, pieces)
-        is_max, best = serving_windows.max_context(windows, of_windows,
-                                                   tf.reduce_sum(num_pieces))
+        is_max, best = serving_windows.max_context(windows, of_windows, tf.reduce_sum(num_pieces))
         splits = windows.row_splits.numpy()
         starts, lengths = windows.start.numpy(), windows.length.numpy()
         best_of_piece = np.split(best.numpy(), pieces.row_splits.numpy()[1:-1])
@@ -73,7 +71,9 @@ def test_in_graph_windows_equal_the_python_windows():
             got = slice(splits[row], splits[row + 1])
             assert list(zip(starts[got], lengths[got])) == want, (n, m, stride)
             assert list(best_of_piece[row] - splits[row]) == [
-                context_windows.max_context_window(p, want) for p in range(n)]
+                context_windows.max_context_window(p, want) for p in range(n)
+            ]
         flat = is_max.flat_values.numpy()
-        np.testing.assert_array_equal(flat, best.numpy()[of_windows.flat_values.numpy()]
-                                      == of_windows.value_rowids().numpy())
+        np.testing.assert_array_equal(
+            flat, best.numpy()[of_windows.flat_values.numpy()] == of_windows.value_rowids().numpy()
+        )

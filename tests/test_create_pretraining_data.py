@@ -30,7 +30,7 @@ ENV = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2")
 # masking step (written here from its description: a "##" piece joins the word
 # before it, a word that would exceed the budget is skipped, then the 80/10/10
 # draws per piece) onto the released pipeline, which does everything else.
-WHOLE_WORD_ORACLE = '''
+WHOLE_WORD_ORACLE = """
 from absl import app, flags
 from bert import create_pretraining_data as original
 
@@ -71,7 +71,7 @@ original.create_masked_lm_predictions = whole_word_predictions
 for name in ("input_file", "output_file", "vocab_file"):
     flags.mark_flag_as_required(name)
 app.run(original.main)
-'''
+"""
 
 
 # ----------------------------------------------------------------------------
@@ -84,19 +84,22 @@ def read_records(path):
 
 
 def canonical(records):
-    return [tf.train.Example.FromString(r).SerializeToString(deterministic=True)
-            for r in records]
+    return [tf.train.Example.FromString(r).SerializeToString(deterministic=True) for r in records]
 
 
 def parse(record, max_seq_length=128, max_predictions=20):
     features = tf.io.parse_single_example(
-        record, pretraining_data.feature_spec(max_seq_length, max_predictions))
+        record, pretraining_data.feature_spec(max_seq_length, max_predictions)
+    )
     return {name: value.numpy().tolist() for name, value in features.items()}
 
 
 def flag_args(input_file, output_file, vocab_file, **extra):
-    args = ["--input_file=%s" % input_file, "--output_file=%s" % output_file,
-            "--vocab_file=%s" % vocab_file]
+    args = [
+        "--input_file=%s" % input_file,
+        "--output_file=%s" % output_file,
+        "--vocab_file=%s" % vocab_file,
+    ]
     return args + ["--%s=%s" % item for item in extra.items()]
 
 
@@ -108,9 +111,14 @@ def start_original(args, tmp_path, whole_word=False):
         command = [sys.executable, str(script)]
     else:
         command = [sys.executable, "-m", "bert.create_pretraining_data"]
-    return subprocess.Popen(command + args, cwd=tmp_path, env=ENV,
-                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                            text=True)
+    return subprocess.Popen(
+        command + args,
+        cwd=tmp_path,
+        env=ENV,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+    )
 
 
 def start_ours(args, as_script=False):
@@ -119,9 +127,14 @@ def start_ours(args, as_script=False):
         command = [sys.executable, str(script)]
     else:
         command = [sys.executable, "-m", "data_prep.create_pretraining_data"]
-    return subprocess.Popen(command + args, cwd=REPO_ROOT, env=ENV,
-                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                            text=True)
+    return subprocess.Popen(
+        command + args,
+        cwd=REPO_ROOT,
+        env=ENV,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+    )
 
 
 def finish(process):
@@ -134,17 +147,23 @@ def options(input_files, output_files, vocab_file, **kwargs):
     instance = cpd.InstanceOptions(
         max_seq_length=kwargs.pop("max_seq_length", 128),
         short_seq_prob=kwargs.pop("short_seq_prob", 0.1),
-        next_sentence_prediction=kwargs.pop("next_sentence_prediction", True))
+        next_sentence_prediction=kwargs.pop("next_sentence_prediction", True),
+    )
     masking = cpd.MaskingOptions(
         masked_lm_prob=kwargs.pop("masked_lm_prob", 0.15),
         max_predictions_per_seq=kwargs.pop("max_predictions_per_seq", 20),
         mask_token_prob=kwargs.pop("mask_token_prob", 0.8),
         random_token_prob=kwargs.pop("random_token_prob", 0.1),
-        do_whole_word_mask=kwargs.pop("do_whole_word_mask", False))
-    return cpd.RunOptions(input_files=tuple(map(str, input_files)),
-                          output_files=tuple(map(str, output_files)),
-                          vocab_file=vocab_file, instance=instance,
-                          masking=masking, **kwargs)
+        do_whole_word_mask=kwargs.pop("do_whole_word_mask", False),
+    )
+    return cpd.RunOptions(
+        input_files=tuple(map(str, input_files)),
+        output_files=tuple(map(str, output_files)),
+        vocab_file=vocab_file,
+        instance=instance,
+        masking=masking,
+        **kwargs,
+    )
 
 
 def corpus_files():
@@ -204,32 +223,40 @@ def test_module_cli_equals_original(tmp_path, vocab_file):
     """Default flags, dupe_factor 2: the same records in the same order."""
     ours = tmp_path / "ours.tfrecord"
     theirs = tmp_path / "theirs.tfrecord"
-    original = start_original(flag_args(CORPUS_GLOB, theirs, vocab_file,
-                                        dupe_factor=2), tmp_path)
+    original = start_original(flag_args(CORPUS_GLOB, theirs, vocab_file, dupe_factor=2), tmp_path)
     finish(start_ours(flag_args(CORPUS_GLOB, ours, vocab_file, dupe_factor=2)))
     finish(original)
     records = read_records(ours)
     assert len(records) == 430
     assert records == canonical(read_records(theirs))
-    assert json.loads((tmp_path / "ours.tfrecord.meta.json").read_text())[
-        "num_instances"] == 430
+    assert json.loads((tmp_path / "ours.tfrecord.meta.json").read_text())["num_instances"] == 430
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("seed,whole_word,num_outputs", [
-    (12345, True, 1),
-    (987, False, 3),
-    (987, True, 3),
-])
+@pytest.mark.parametrize(
+    "seed,whole_word,num_outputs", [(12345, True, 1), (987, False, 3), (987, True, 3)]
+)
 def test_equals_original(tmp_path, vocab_file, seed, whole_word, num_outputs):
     """Two seeds, with and without whole-word masking, one or three files."""
     ours = [tmp_path / ("ours_%d.tfrecord" % i) for i in range(num_outputs)]
     theirs = [tmp_path / ("theirs_%d.tfrecord" % i) for i in range(num_outputs)]
     original = start_original(
-        flag_args(CORPUS_GLOB, ",".join(map(str, theirs)), vocab_file,
-                  dupe_factor=2, random_seed=seed), tmp_path, whole_word)
-    cpd.run(options(corpus_files(), ours, vocab_file, dupe_factor=2,
-                    random_seed=seed, do_whole_word_mask=whole_word))
+        flag_args(
+            CORPUS_GLOB, ",".join(map(str, theirs)), vocab_file, dupe_factor=2, random_seed=seed
+        ),
+        tmp_path,
+        whole_word,
+    )
+    cpd.run(
+        options(
+            corpus_files(),
+            ours,
+            vocab_file,
+            dupe_factor=2,
+            random_seed=seed,
+            do_whole_word_mask=whole_word,
+        )
+    )
     finish(original)
     for our_file, their_file in zip(ours, theirs):
         records = read_records(our_file)
@@ -243,11 +270,17 @@ def test_workers_shard_equals_original_on_each_file(tmp_path, vocab_file):
     inputs = corpus_files()
     assert len(inputs) == 2
     out_dir = tmp_path / "shards"
-    originals = [start_original(flag_args(path, tmp_path / ("theirs_%d" % i),
-                                          vocab_file, dupe_factor=2), tmp_path)
-                 for i, path in enumerate(inputs)]
-    finish(start_ours(flag_args(CORPUS_GLOB, str(out_dir) + "/", vocab_file,
-                                dupe_factor=2, num_workers=2)))
+    originals = [
+        start_original(
+            flag_args(path, tmp_path / ("theirs_%d" % i), vocab_file, dupe_factor=2), tmp_path
+        )
+        for i, path in enumerate(inputs)
+    ]
+    finish(
+        start_ours(
+            flag_args(CORPUS_GLOB, str(out_dir) + "/", vocab_file, dupe_factor=2, num_workers=2)
+        )
+    )
     for process in originals:
         finish(process)
     for i, path in enumerate(inputs):
@@ -264,11 +297,20 @@ def test_workers_shard_equals_original_on_each_file(tmp_path, vocab_file):
 def test_script_cli_runs(tmp_path, vocab_file):
     """`python data_prep/create_pretraining_data.py` imports from the repo root."""
     out = tmp_path / "script.tfrecord"
-    finish(start_ours(flag_args(CORPUS_GLOB, out, vocab_file, dupe_factor=1,
-                                next_sentence_prediction="false"), as_script=True))
+    finish(
+        start_ours(
+            flag_args(
+                CORPUS_GLOB, out, vocab_file, dupe_factor=1, next_sentence_prediction="false"
+            ),
+            as_script=True,
+        )
+    )
     expected = tmp_path / "library.tfrecord"
-    cpd.run(options(corpus_files(), [expected], vocab_file, dupe_factor=1,
-                    next_sentence_prediction=False))
+    cpd.run(
+        options(
+            corpus_files(), [expected], vocab_file, dupe_factor=1, next_sentence_prediction=False
+        )
+    )
     assert read_records(out) == read_records(expected)
 
 
@@ -304,8 +346,7 @@ def test_round_robin_and_metadata(tmp_path, vocab_file):
     assert first["input_files"] == corpus_files()
     assert first["run"]["instances"] == len(records) == stats.instances
     assert 0.14 < first["run"]["masked_fraction"] < 0.16
-    assert first["features"]["masked_lm_weights"] == {"dtype": "float32",
-                                                      "shape": [20]}
+    assert first["features"]["masked_lm_weights"] == {"dtype": "float32", "shape": [20]}
     tokens_in_records = sum(sum(parse(r)["input_mask"]) for r in records)
     assert tokens_in_records == stats.tokens
     assert not list(tmp_path.glob("*.tmp-*"))
@@ -314,8 +355,7 @@ def test_round_robin_and_metadata(tmp_path, vocab_file):
 def test_per_input_file_equals_separate_runs(tmp_path, vocab_file):
     inputs = corpus_files()
     outputs = [tmp_path / ("per_file_%d.tfrecord" % i) for i in range(2)]
-    cpd.run(options(inputs, outputs, vocab_file, dupe_factor=1,
-                    per_input_file=True))
+    cpd.run(options(inputs, outputs, vocab_file, dupe_factor=1, per_input_file=True))
     for i, path in enumerate(inputs):
         alone = tmp_path / ("alone_%d.tfrecord" % i)
         cpd.run(options([path], [alone], vocab_file, dupe_factor=1))
@@ -334,9 +374,9 @@ def test_records_parse_and_are_consistent(tmp_path, tokenizer, vocab, vocab_file
         assert f["input_ids"][length - 1] == vocab.sep_id
         assert f["input_ids"][length:] == [0] * (128 - length)
         first_sep = f["input_ids"].index(vocab.sep_id)
-        assert f["segment_ids"] == ([0] * (first_sep + 1) +
-                                    [1] * (length - first_sep - 1) +
-                                    [0] * (128 - length))
+        assert f["segment_ids"] == (
+            [0] * (first_sep + 1) + [1] * (length - first_sep - 1) + [0] * (128 - length)
+        )
         count = int(sum(f["masked_lm_weights"]))
         assert count == max(1, min(20, round(length * 0.15)))
         positions = f["masked_lm_positions"][:count]
@@ -353,20 +393,18 @@ def test_records_parse_and_are_consistent(tmp_path, tokenizer, vocab, vocab_file
 
 def test_whole_word_masking_masks_whole_words(tmp_path, vocab, vocab_file):
     out = tmp_path / "wwm.tfrecord"
-    cpd.run(options(corpus_files(), [out], vocab_file, dupe_factor=1,
-                    do_whole_word_mask=True))
+    cpd.run(options(corpus_files(), [out], vocab_file, dupe_factor=1, do_whole_word_mask=True))
     split_words = 0
     for record in read_records(out):
         f = parse(record)
         count = int(sum(f["masked_lm_weights"]))
         original = list(f["input_ids"])
-        for position, label in zip(f["masked_lm_positions"][:count],
-                                   f["masked_lm_ids"][:count]):
+        for position, label in zip(f["masked_lm_positions"][:count], f["masked_lm_ids"][:count]):
             original[position] = label
         masked = set(f["masked_lm_positions"][:count])
         # A word: a head piece and the "##" pieces after it ([SEP] skipped).
         word = []
-        for position, token_id in enumerate(original[:sum(f["input_mask"])]):
+        for position, token_id in enumerate(original[: sum(f["input_mask"])]):
             if token_id in (vocab.cls_id, vocab.sep_id):
                 continue
             if word and vocab.is_continuation[token_id]:
@@ -381,8 +419,16 @@ def test_whole_word_masking_masks_whole_words(tmp_path, vocab, vocab_file):
 
 def test_no_next_sentence_prediction(tmp_path, vocab, vocab_file):
     out = tmp_path / "single.tfrecord"
-    cpd.run(options(corpus_files(), [out], vocab_file, dupe_factor=1,
-                    next_sentence_prediction=False, short_seq_prob=0.0))
+    cpd.run(
+        options(
+            corpus_files(),
+            [out],
+            vocab_file,
+            dupe_factor=1,
+            next_sentence_prediction=False,
+            short_seq_prob=0.0,
+        )
+    )
     records = read_records(out)
     full = 0
     for record in records:
@@ -399,8 +445,16 @@ def test_no_next_sentence_prediction(tmp_path, vocab, vocab_file):
 
 def test_mask_split_ablation(tmp_path, vocab, vocab_file):
     out = tmp_path / "ablation.tfrecord"
-    cpd.run(options(corpus_files(), [out], vocab_file, dupe_factor=2,
-                    mask_token_prob=0.5, random_token_prob=0.3))
+    cpd.run(
+        options(
+            corpus_files(),
+            [out],
+            vocab_file,
+            dupe_factor=2,
+            mask_token_prob=0.5,
+            random_token_prob=0.3,
+        )
+    )
     counts = {"mask": 0, "kept": 0, "other": 0}
     for record in read_records(out):
         f = parse(record)
@@ -408,8 +462,7 @@ def test_mask_split_ablation(tmp_path, vocab, vocab_file):
             if not position:
                 break
             token_id = f["input_ids"][position]
-            kind = ("mask" if token_id == vocab.mask_id else
-                    "kept" if token_id == label else "other")
+            kind = "mask" if token_id == vocab.mask_id else "kept" if token_id == label else "other"
             counts[kind] += 1
     total = sum(counts.values())
     assert total > 5000
@@ -424,45 +477,67 @@ def test_mask_split_ablation(tmp_path, vocab, vocab_file):
 
 
 def packed(tokenizer, text_a, text_b):
-    return ids(tokenizer, ["[CLS]"] + tokenizer.tokenize(text_a) + ["[SEP]"] +
-               tokenizer.tokenize(text_b) + ["[SEP]"])
+    return ids(
+        tokenizer,
+        ["[CLS]"] + tokenizer.tokenize(text_a) + ["[SEP]"] + tokenizer.tokenize(text_b) + ["[SEP]"],
+    )
 
 
 def test_masking_all_tokens_become_mask(tokenizer, vocab):
     input_ids = packed(tokenizer, "the cat sat", "unaffable dogs")
-    masking = cpd.MaskingOptions(masked_lm_prob=1.0, max_predictions_per_seq=20,
-                                 mask_token_prob=1.0, random_token_prob=0.0)
+    masking = cpd.MaskingOptions(
+        masked_lm_prob=1.0, max_predictions_per_seq=20, mask_token_prob=1.0, random_token_prob=0.0
+    )
     output, positions, labels = cpd.create_masked_lm_predictions(
-        input_ids, masking, vocab, random.Random(1))
+        input_ids, masking, vocab, random.Random(1)
+    )
     assert tokens(tokenizer, input_ids) == [
-        "[CLS]", "the", "cat", "sat", "[SEP]", "una", "##ffa", "##ble", "dogs",
-        "[SEP]"]
+        "[CLS]",
+        "the",
+        "cat",
+        "sat",
+        "[SEP]",
+        "una",
+        "##ffa",
+        "##ble",
+        "dogs",
+        "[SEP]",
+    ]
     assert tokens(tokenizer, output) == [
-        "[CLS]", "[MASK]", "[MASK]", "[MASK]", "[SEP]", "[MASK]", "[MASK]",
-        "[MASK]", "[MASK]", "[SEP]"]
+        "[CLS]",
+        "[MASK]",
+        "[MASK]",
+        "[MASK]",
+        "[SEP]",
+        "[MASK]",
+        "[MASK]",
+        "[MASK]",
+        "[MASK]",
+        "[SEP]",
+    ]
     assert positions == [1, 2, 3, 5, 6, 7, 8]
-    assert tokens(tokenizer, labels) == ["the", "cat", "sat", "una", "##ffa",
-                                         "##ble", "dogs"]
+    assert tokens(tokenizer, labels) == ["the", "cat", "sat", "una", "##ffa", "##ble", "dogs"]
 
 
 def test_masking_keep_and_random_shares(tokenizer, vocab):
     input_ids = packed(tokenizer, "the cat sat", "on the mat")
-    keep_all = cpd.MaskingOptions(masked_lm_prob=1.0, mask_token_prob=0.0,
-                                  random_token_prob=0.0)
+    keep_all = cpd.MaskingOptions(masked_lm_prob=1.0, mask_token_prob=0.0, random_token_prob=0.0)
     output, positions, labels = cpd.create_masked_lm_predictions(
-        input_ids, keep_all, vocab, random.Random(3))
+        input_ids, keep_all, vocab, random.Random(3)
+    )
     assert output == input_ids
     assert positions == [1, 2, 3, 5, 6, 7]
     assert tokens(tokenizer, labels) == ["the", "cat", "sat", "on", "the", "mat"]
 
     # Random words drawn from a one-word vocabulary: always "zebra".
     zebra = tokenizer.vocab["zebra"]
-    one_word = cpd.VocabIds(vocab.cls_id, vocab.sep_id, vocab.mask_id, (zebra,),
-                            vocab.is_continuation)
-    all_random = cpd.MaskingOptions(masked_lm_prob=0.4, mask_token_prob=0.0,
-                                    random_token_prob=1.0)
+    one_word = cpd.VocabIds(
+        vocab.cls_id, vocab.sep_id, vocab.mask_id, (zebra,), vocab.is_continuation
+    )
+    all_random = cpd.MaskingOptions(masked_lm_prob=0.4, mask_token_prob=0.0, random_token_prob=1.0)
     output, positions, labels = cpd.create_masked_lm_predictions(
-        input_ids, all_random, one_word, random.Random(3))
+        input_ids, all_random, one_word, random.Random(3)
+    )
     assert len(positions) == 4  # round(10 * 0.4)
     assert [t for t in tokens(tokenizer, output)].count("zebra") == 4
     assert all(output[p] == zebra for p in positions)
@@ -473,12 +548,20 @@ def test_masking_draws_like_the_original(tokenizer, vocab):
     input_ids = packed(tokenizer, "the cat sat", "on the mat")
     masking = cpd.MaskingOptions(masked_lm_prob=0.3)  # round(10 * 0.3) = 3
     rng = ScriptedRng(randoms=[0.1, 0.9, 0.3, 0.95, 0.7], randints=[2003])
-    output, positions, labels = cpd.create_masked_lm_predictions(
-        input_ids, masking, vocab, rng)
+    output, positions, labels = cpd.create_masked_lm_predictions(input_ids, masking, vocab, rng)
     # Reversed candidates: mat(7), the(6), on(5). mat -> [MASK] (0.1 < 0.8);
     # the -> kept (0.9, then 0.3 < 0.5); on -> random word 2003 (0.95, 0.7).
     assert tokens(tokenizer, output) == [
-        "[CLS]", "the", "cat", "sat", "[SEP]", "is", "the", "[MASK]", "[SEP]"]
+        "[CLS]",
+        "the",
+        "cat",
+        "sat",
+        "[SEP]",
+        "is",
+        "the",
+        "[MASK]",
+        "[SEP]",
+    ]
     assert positions == [5, 6, 7]
     assert tokens(tokenizer, labels) == ["on", "the", "mat"]
     assert rng.exhausted()
@@ -490,28 +573,40 @@ def test_whole_word_groups_and_budget(tokenizer, vocab):
     assert groups == [[1, 2, 3], [5]]
     assert cpd.masking_candidates(input_ids, vocab, False) == [[1], [2], [3], [5]]
     # Budget 1 (round(7 * 0.15)): reversed order tries "cat" first and takes it.
-    masking = cpd.MaskingOptions(do_whole_word_mask=True, mask_token_prob=1.0,
-                                 random_token_prob=0.0)
+    masking = cpd.MaskingOptions(
+        do_whole_word_mask=True, mask_token_prob=1.0, random_token_prob=0.0
+    )
     rng = ScriptedRng(randoms=[0.0])
-    output, positions, _ = cpd.create_masked_lm_predictions(
-        input_ids, masking, vocab, rng)
-    assert tokens(tokenizer, output) == ["[CLS]", "una", "##ffa", "##ble",
-                                         "[SEP]", "[MASK]", "[SEP]"]
+    output, positions, _ = cpd.create_masked_lm_predictions(input_ids, masking, vocab, rng)
+    assert tokens(tokenizer, output) == [
+        "[CLS]",
+        "una",
+        "##ffa",
+        "##ble",
+        "[SEP]",
+        "[MASK]",
+        "[SEP]",
+    ]
     assert positions == [5]
     # Budget 3, "cat" first, then the 3-piece word would exceed it: skipped.
     masking = cpd.MaskingOptions(masked_lm_prob=0.4, do_whole_word_mask=True)
     rng = ScriptedRng(randoms=[0.0])
-    _, positions, _ = cpd.create_masked_lm_predictions(input_ids, masking,
-                                                       vocab, rng)
+    _, positions, _ = cpd.create_masked_lm_predictions(input_ids, masking, vocab, rng)
     assert positions == [5] and rng.exhausted()
     # The word comes first in reversed order: all its pieces, within budget.
     input_ids = packed(tokenizer, "cat", "unaffable")  # cat | una ##ffa ##ble
     rng = ScriptedRng(randoms=[0.0, 0.0, 0.0])
-    output, positions, labels = cpd.create_masked_lm_predictions(
-        input_ids, masking, vocab, rng)
+    output, positions, labels = cpd.create_masked_lm_predictions(input_ids, masking, vocab, rng)
     assert positions == [3, 4, 5]
-    assert tokens(tokenizer, output) == ["[CLS]", "cat", "[SEP]", "[MASK]",
-                                         "[MASK]", "[MASK]", "[SEP]"]
+    assert tokens(tokenizer, output) == [
+        "[CLS]",
+        "cat",
+        "[SEP]",
+        "[MASK]",
+        "[MASK]",
+        "[MASK]",
+        "[SEP]",
+    ]
     assert tokens(tokenizer, labels) == ["una", "##ffa", "##ble"]
 
 
@@ -530,10 +625,7 @@ def test_truncate_seq_pair_front_and_back():
 
 
 def test_sentence_pairs_split_random_next_and_put_back():
-    documents = [
-        [[1, 1], [2, 2], [3, 3], [4, 4]],
-        [[9], [8], [7]],
-    ]
+    documents = [[[1, 1], [2, 2], [3, 3], [4, 4]], [[9], [8], [7]]]
     # Target 5: sentences 1-3 (6 tokens) form a chunk; A = the first 2
     # (randint 2); random next (0.3 < 0.5): document 1 (randint 1), from its
     # sentence 1 (randint 1) until 5 - 4 = 1 token; sentence 3 goes back.
@@ -556,19 +648,28 @@ def test_sentence_pairs_single_sentence_is_always_random_next():
 
 
 def test_instances_from_document_exact(tokenizer, vocab):
-    documents = [[ids(tokenizer, ["the", "cat"]), ids(tokenizer, ["sat", "down"])],
-                 [ids(tokenizer, ["dogs"])]]
+    documents = [
+        [ids(tokenizer, ["the", "cat"]), ids(tokenizer, ["sat", "down"])],
+        [ids(tokenizer, ["dogs"])],
+    ]
     instance_options = cpd.InstanceOptions(max_seq_length=8)
-    masking = cpd.MaskingOptions(masked_lm_prob=0.1, mask_token_prob=1.0,
-                                 random_token_prob=0.0)
+    masking = cpd.MaskingOptions(masked_lm_prob=0.1, mask_token_prob=1.0, random_token_prob=0.0)
     # Target: short (0.05 < 0.1) -> randint 3. Chunk [the cat][sat down]:
     # A = 1 sentence (randint 1), actual next (0.9). No truncation (4 <= 5).
     # Masking: budget 1 of reversed candidates -> "down" -> [MASK] (0.0).
     rng = ScriptedRng(randoms=[0.05, 0.9, 0.0], randints=[3, 1])
     [instance] = cpd.create_instances_from_document(
-        documents, 0, instance_options, masking, vocab, rng)
+        documents, 0, instance_options, masking, vocab, rng
+    )
     assert tokens(tokenizer, instance.input_ids) == [
-        "[CLS]", "the", "cat", "[SEP]", "sat", "[MASK]", "[SEP]"]
+        "[CLS]",
+        "the",
+        "cat",
+        "[SEP]",
+        "sat",
+        "[MASK]",
+        "[SEP]",
+    ]
     assert instance.segment_ids == [0, 0, 0, 0, 1, 1, 1]
     assert instance.masked_lm_positions == [5]
     assert tokens(tokenizer, instance.masked_lm_ids) == ["down"]
@@ -577,19 +678,24 @@ def test_instances_from_document_exact(tokenizer, vocab):
 
 
 def test_single_segment_instances_exact(tokenizer, vocab):
-    documents = [[ids(tokenizer, ["the", "cat"]), ids(tokenizer, ["sat", "down"]),
-                  ids(tokenizer, ["on", "the", "mat"])]]
-    instance_options = cpd.InstanceOptions(max_seq_length=6,
-                                           next_sentence_prediction=False)
-    masking = cpd.MaskingOptions(masked_lm_prob=0.1, mask_token_prob=1.0,
-                                 random_token_prob=0.0)
+    documents = [
+        [
+            ids(tokenizer, ["the", "cat"]),
+            ids(tokenizer, ["sat", "down"]),
+            ids(tokenizer, ["on", "the", "mat"]),
+        ]
+    ]
+    instance_options = cpd.InstanceOptions(max_seq_length=6, next_sentence_prediction=False)
+    masking = cpd.MaskingOptions(masked_lm_prob=0.1, mask_token_prob=1.0, random_token_prob=0.0)
     # Target 4 (0.5 >= 0.1): [the cat sat down] fits; [on the mat] is the rest.
     rng = ScriptedRng(randoms=[0.5, 0.0, 0.0])
     instances = cpd.create_instances_from_document(
-        documents, 0, instance_options, masking, vocab, rng)
+        documents, 0, instance_options, masking, vocab, rng
+    )
     assert [tokens(tokenizer, i.input_ids) for i in instances] == [
         ["[CLS]", "the", "cat", "sat", "[MASK]", "[SEP]"],
-        ["[CLS]", "on", "the", "[MASK]", "[SEP]"]]
+        ["[CLS]", "on", "the", "[MASK]", "[SEP]"],
+    ]
     assert [i.segment_ids for i in instances] == [[0] * 6, [0] * 5]
     assert [i.is_random_next for i in instances] == [False, False]
     assert rng.exhausted()
@@ -597,15 +703,22 @@ def test_single_segment_instances_exact(tokenizer, vocab):
 
 def test_serialization_round_trip(tokenizer, vocab):
     instance = cpd.TrainingInstance(
-        input_ids=ids(tokenizer, ["[CLS]", "the", "[MASK]", "[SEP]", "sat",
-                                  "[SEP]"]),
-        segment_ids=[0, 0, 0, 0, 1, 1], masked_lm_positions=[2],
-        masked_lm_ids=ids(tokenizer, ["cat"]), is_random_next=True)
-    record = cpd.serialize_instance(instance, max_seq_length=8,
-                                    max_predictions_per_seq=3)
+        input_ids=ids(tokenizer, ["[CLS]", "the", "[MASK]", "[SEP]", "sat", "[SEP]"]),
+        segment_ids=[0, 0, 0, 0, 1, 1],
+        masked_lm_positions=[2],
+        masked_lm_ids=ids(tokenizer, ["cat"]),
+        is_random_next=True,
+    )
+    record = cpd.serialize_instance(instance, max_seq_length=8, max_predictions_per_seq=3)
     f = parse(record, 8, 3)
     assert tokens(tokenizer, f["input_ids"][:6]) == [
-        "[CLS]", "the", "[MASK]", "[SEP]", "sat", "[SEP]"]
+        "[CLS]",
+        "the",
+        "[MASK]",
+        "[SEP]",
+        "sat",
+        "[SEP]",
+    ]
     assert f["input_ids"][6:] == [0, 0]
     assert f["input_mask"] == [1] * 6 + [0, 0]
     assert f["segment_ids"] == [0, 0, 0, 0, 1, 1, 0, 0]
@@ -630,10 +743,8 @@ def test_shuffle_matches_random_shuffle():
 
 def test_keep_share_is_exact():
     assert cpd.MaskingOptions().keep_share == 0.5
-    assert cpd.MaskingOptions(mask_token_prob=0.5, random_token_prob=0.2
-                              ).keep_share == 0.6
-    assert cpd.MaskingOptions(mask_token_prob=1.0, random_token_prob=0.0
-                              ).keep_share == 0.0
+    assert cpd.MaskingOptions(mask_token_prob=0.5, random_token_prob=0.2).keep_share == 0.6
+    assert cpd.MaskingOptions(mask_token_prob=1.0, random_token_prob=0.0).keep_share == 0.0
 
 
 # ----------------------------------------------------------------------------
@@ -658,8 +769,7 @@ def test_vocab_without_special_tokens_names_the_file(tmp_path):
     bad_vocab = tmp_path / "bad_vocab.txt"
     bad_vocab.write_text("[PAD]\n[UNK]\n[CLS]\n[SEP]\nthe\ncat\n")
     with pytest.raises(ValueError, match=r"bad_vocab.txt.*\[MASK\]"):
-        cpd.run(options([CORPUS_GLOB], [tmp_path / "out.tfrecord"],
-                        str(bad_vocab)))
+        cpd.run(options([CORPUS_GLOB], [tmp_path / "out.tfrecord"], str(bad_vocab)))
 
 
 def test_bad_settings():
@@ -677,12 +787,12 @@ def test_bad_settings():
 def test_short_documents_and_long_lines_are_counted(tmp_path, vocab_file, caplog):
     corpus = tmp_path / "odd.txt"
     long_line = " ".join(["word"] * 40)
-    corpus.write_text("One sentence only.\n\nFirst of two.\nSecond of two.\n\n" +
-                      long_line + "\nshort.\n")
+    corpus.write_text(
+        "One sentence only.\n\nFirst of two.\nSecond of two.\n\n" + long_line + "\nshort.\n"
+    )
     out = tmp_path / "odd.tfrecord"
     caplog.set_level("WARNING", logger="absl")
-    stats = cpd.run(options([corpus], [out], vocab_file, dupe_factor=3,
-                            max_seq_length=32))
+    stats = cpd.run(options([corpus], [out], vocab_file, dupe_factor=3, max_seq_length=32))
     assert stats.documents == 3
     assert stats.one_sentence_documents == 1
     assert stats.long_lines == 1
@@ -695,8 +805,11 @@ def test_short_documents_and_long_lines_are_counted(tmp_path, vocab_file, caplog
 def test_invalid_utf8_names_file_and_line(tmp_path, vocab_file):
     corpus = tmp_path / "latin1.txt"
     corpus.write_bytes(b"fine line\ncaf\xe9\n")
-    with pytest.raises(ValueError, match=r"latin1.txt:2: not UTF-8 text \(invalid "
-                                         r"continuation byte: byte b.\\xe9. at column 4\)"):
+    with pytest.raises(
+        ValueError,
+        match=r"latin1.txt:2: not UTF-8 text \(invalid "
+        r"continuation byte: byte b.\\xe9. at column 4\)",
+    ):
         cpd.run(options([corpus], [tmp_path / "o.tfrecord"], vocab_file))
 
 
@@ -724,7 +837,9 @@ def test_output_files_per_input(tmp_path):
     assert cpd.resolve_output_files("a,b", inputs, per_input_file=True) == ["a", "b"]
     out_dir = str(tmp_path / "shards") + "/"
     assert cpd.resolve_output_files(out_dir, inputs, True) == [
-        out_dir + "one.tfrecord", out_dir + "two.tfrecord"]
+        out_dir + "one.tfrecord",
+        out_dir + "two.tfrecord",
+    ]
     with pytest.raises(ValueError, match="one file per input file"):
         cpd.resolve_output_files("a", inputs, True)
     with pytest.raises(ValueError, match="share a name"):
@@ -734,9 +849,17 @@ def test_output_files_per_input(tmp_path):
 def test_flags_build_options(tmp_path, vocab_file):
     flag_values = flags.FlagValues()
     cpd.define_flags(flag_values)
-    flag_values(["prog"] + flag_args(CORPUS_GLOB, str(tmp_path) + "/", vocab_file,
-                                     num_workers=2, mask_token_prob=0.6,
-                                     next_sentence_prediction="false"))
+    flag_values(
+        ["prog"]
+        + flag_args(
+            CORPUS_GLOB,
+            str(tmp_path) + "/",
+            vocab_file,
+            num_workers=2,
+            mask_token_prob=0.6,
+            next_sentence_prediction="false",
+        )
+    )
     run_options = cpd.options_from_flags(flag_values)
     assert run_options.per_input_file and run_options.num_workers == 2
     assert len(run_options.output_files) == 2
@@ -751,23 +874,27 @@ def test_flags_build_options(tmp_path, vocab_file):
 
 def test_progress_logger(caplog):
     now = [0.0]
-    progress = cpd.ProgressLogger("corpus", total=100, interval_s=10,
-                                  clock=lambda: now[0])
+    progress = cpd.ProgressLogger("corpus", total=100, interval_s=10, clock=lambda: now[0])
     caplog.set_level("INFO", logger="absl")
     now[0] = 5.0
     progress.update(10, 50)
     assert "documents" not in caplog.text
     now[0] = 20.0
     progress.update(25, 200)
-    assert "corpus: 25/100 documents (25.0%), 200 instances, 10 instances/s, " \
-           "ETA 0:01:00" in caplog.text
+    assert (
+        "corpus: 25/100 documents (25.0%), 200 instances, 10 instances/s, "
+        "ETA 0:01:00" in caplog.text
+    )
 
 
 def test_contradictory_masking_options_are_refused():
     """No masked position allowed while asking for masking: the shards would train
     nothing, so it is an error, not a run."""
-    with pytest.raises(ValueError, match=r"max_predictions_per_seq=0 with "
-                                         r"masked_lm_prob=0.15: no position could be masked"):
+    with pytest.raises(
+        ValueError,
+        match=r"max_predictions_per_seq=0 with "
+        r"masked_lm_prob=0.15: no position could be masked",
+    ):
         cpd.MaskingOptions(masked_lm_prob=0.15, max_predictions_per_seq=0)
     with pytest.raises(ValueError, match="must not be negative"):
         cpd.MaskingOptions(max_predictions_per_seq=-1)

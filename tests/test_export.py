@@ -34,9 +34,16 @@ from tests.conftest import REPO_ROOT
 # Odd sizes catch transposes; the real vocabulary so that text tokenizes into range; a
 # wide initializer so that the pooled output depends clearly on the input (at 0.02 it
 # varies by 1e-4 between inputs, below what a parity test could see).
-TINY = dict(vocab_size=30522, hidden_size=32, num_hidden_layers=2, num_attention_heads=4,
-            intermediate_size=37, type_vocab_size=2, max_position_embeddings=64,
-            initializer_range=0.2)
+TINY = dict(
+    vocab_size=30522,
+    hidden_size=32,
+    num_hidden_layers=2,
+    num_attention_heads=4,
+    intermediate_size=37,
+    type_vocab_size=2,
+    max_position_embeddings=64,
+    initializer_range=0.2,
+)
 ATOL = 1e-5
 
 
@@ -55,8 +62,9 @@ def assert_encoder_outputs_equal(got, want, num_layers, atol=ATOL, rtol=2e-5):
     # An export traces plain TF ops where the in-memory model runs fused XLA kernels
     # (GELU, LayerNorm): float32 rounding differs by a few ulps, hence rtol as well.
     for key in ("sequence_output", "pooled_output"):
-        np.testing.assert_allclose(np.asarray(got[key]), np.asarray(want[key]), atol=atol,
-                                   rtol=rtol, err_msg=key)
+        np.testing.assert_allclose(
+            np.asarray(got[key]), np.asarray(want[key]), atol=atol, rtol=rtol, err_msg=key
+        )
     assert len(got["encoder_outputs"]) == num_layers
     for g, w in zip(got["encoder_outputs"], want["encoder_outputs"]):
         np.testing.assert_allclose(np.asarray(g), np.asarray(w), atol=atol, rtol=rtol)
@@ -74,9 +82,11 @@ def python_pack(tokenizer, pairs, seq_length):
     for a, b in pairs:
         ids_a = tokenizer.convert_tokens_to_ids(tokenizer.tokenize(a))
         ids_b = tokenizer.convert_tokens_to_ids(tokenizer.tokenize(b)) if b else None
-        rows.append(tokenization.pack_inputs(ids_a, ids_b, seq_length,
-                                             tokenizer.vocab["[CLS]"],
-                                             tokenizer.vocab["[SEP]"]))
+        rows.append(
+            tokenization.pack_inputs(
+                ids_a, ids_b, seq_length, tokenizer.vocab["[CLS]"], tokenizer.vocab["[SEP]"]
+            )
+        )
     return {k: np.array([r[k] for r in rows], np.int32) for k in rows[0]}
 
 
@@ -104,8 +114,12 @@ def encoder(pretrainer):
 @pytest.fixture(scope="module")
 def encoder_path(pretrainer, vocab_file, tmp_path_factory):
     path = str(tmp_path_factory.mktemp("hub") / "encoder")
-    assert serving_encoder.export_encoder(pretrainer.encoder, path, vocab_file, True,
-                                          masked_lm=pretrainer.masked_lm) == path
+    assert (
+        serving_encoder.export_encoder(
+            pretrainer.encoder, path, vocab_file, True, masked_lm=pretrainer.masked_lm
+        )
+        == path
+    )
     return path
 
 
@@ -117,13 +131,17 @@ def test_export_holds_only_standard_ops(encoder_path):
     # Training fuses element-wise chains with XLA; an export must not (TF Serving,
     # TFLite and hub users without XLA). The encoder was built and called before export.
     from tensorflow.core.protobuf import saved_model_pb2
+
     proto = saved_model_pb2.SavedModel()
     with open(os.path.join(encoder_path, "saved_model.pb"), "rb") as f:
         proto.ParseFromString(f.read())
     functions = proto.meta_graphs[0].graph_def.library.function
     assert len(functions) > 5
-    compiled = [f.signature.name for f in functions
-                if f.attr["_XlaMustCompile"].b or "XlaLaunch" in str(f.node_def)]
+    compiled = [
+        f.signature.name
+        for f in functions
+        if f.attr["_XlaMustCompile"].b or "XlaLaunch" in str(f.node_def)
+    ]
     assert not compiled
 
 
@@ -142,8 +160,9 @@ def test_hub_load_matches_in_memory_encoder(encoder_path, encoder, vocab_file):
     assert np.abs(first - encoder(inputs)["pooled_output"]).max() > 1e-3
     assert np.abs(first - second).max() > 1e-3
     # Reusable SavedModel attributes: __call__ traced once per training value.
-    assert sorted(f.structured_input_signature[0][1]
-                  for f in loaded.__call__.concrete_functions) == [False, True]
+    assert sorted(
+        f.structured_input_signature[0][1] for f in loaded.__call__.concrete_functions
+    ) == [False, True]
     assert len(loaded.trainable_variables) == len(encoder.trainable_variables) == 39
     assert len(loaded.variables) == len(encoder.variables)
     assert list(loaded.regularization_losses) == []
@@ -176,8 +195,13 @@ def test_serving_signatures(encoder_path, encoder, pretrainer):
     inputs = random_inputs(2, 6, seed=4)
     got = loaded.signatures["serving_default"](**{k: tf.constant(v) for k, v in inputs.items()})
     want = encoder(inputs)
-    assert set(got) == {"sequence_output", "pooled_output", "default", "encoder_outputs_0",
-                        "encoder_outputs_1"}
+    assert set(got) == {
+        "sequence_output",
+        "pooled_output",
+        "default",
+        "encoder_outputs_0",
+        "encoder_outputs_1",
+    }
     np.testing.assert_allclose(got["encoder_outputs_1"], want["sequence_output"], atol=ATOL)
     np.testing.assert_allclose(got["default"], want["pooled_output"], atol=ATOL)
     inputs["masked_lm_positions"] = np.array([[1], [2]], np.int32)
@@ -194,15 +218,25 @@ def test_keras3_tfsm_layer_matches(encoder_path, encoder):
 @pytest.mark.slow
 def test_saved_model_cli_lists_signatures(encoder_path):
     cli = os.path.join(os.path.dirname(sys.executable), "saved_model_cli")
-    result = subprocess.run([cli, "show", "--all", "--dir", encoder_path],
-                            capture_output=True, text=True, timeout=120,
-                            env=dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3"))
+    result = subprocess.run(
+        [cli, "show", "--all", "--dir", encoder_path],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env=dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3"),
+    )
     assert result.returncode == 0, result.stderr[-2000:]
     out = result.stdout
-    for text in ("signature_def['serving_default']", "signature_def['mlm']",
-                 "inputs['input_word_ids']", "inputs['masked_lm_positions']",
-                 "outputs['pooled_output']", "outputs['encoder_outputs_1']",
-                 "outputs['mlm_logits']", "Function Name: '__call__'"):
+    for text in (
+        "signature_def['serving_default']",
+        "signature_def['mlm']",
+        "inputs['input_word_ids']",
+        "inputs['masked_lm_positions']",
+        "outputs['pooled_output']",
+        "outputs['encoder_outputs_1']",
+        "outputs['mlm_logits']",
+        "Function Name: '__call__'",
+    ):
         assert text in out, text
 
 
@@ -231,8 +265,10 @@ def test_tf_keras_hub_layer_fine_tunes(encoder_path, encoder):
     logits = tf_keras.layers.Dense(2)(layer(symbolic)["pooled_output"])
     model = tf_keras.Model(symbolic, logits)
     assert len(layer.trainable_weights) == 39
-    model.compile(optimizer=tf_keras.optimizers.Adam(3e-3),
-                  loss=tf_keras.losses.SparseCategoricalCrossentropy(from_logits=True))
+    model.compile(
+        optimizer=tf_keras.optimizers.Adam(3e-3),
+        loss=tf_keras.losses.SparseCategoricalCrossentropy(from_logits=True),
+    )
     labels = np.array([0, 1] * 4)
     word_embeddings = [w for w in layer.trainable_weights if "word_embeddings" in w.name][0]
     before_weights = word_embeddings.numpy().copy()
@@ -272,8 +308,9 @@ def test_hub_encoder_fine_tunes_in_keras3_model(encoder_path, encoder):
 
     def loss_fn(training):
         logits = model(inputs, training=training)["logits"]
-        return tf.reduce_mean(keras.losses.sparse_categorical_crossentropy(
-            labels, logits, from_logits=True))
+        return tf.reduce_mean(
+            keras.losses.sparse_categorical_crossentropy(labels, logits, from_logits=True)
+        )
 
     before = float(loss_fn(False))
     for _ in range(8):
@@ -290,8 +327,13 @@ def test_hub_encoder_fine_tunes_in_keras3_model(encoder_path, encoder):
 
 def test_inferred_config_for_a_foreign_encoder(encoder_path, encoder, tmp_path):
     config = hub.infer_config(tf.saved_model.load(encoder_path))
-    assert (config.hidden_size, config.num_hidden_layers, config.vocab_size,
-            config.type_vocab_size, config.max_position_embeddings) == (32, 2, 30522, 2, 64)
+    assert (
+        config.hidden_size,
+        config.num_hidden_layers,
+        config.vocab_size,
+        config.type_vocab_size,
+        config.max_position_embeddings,
+    ) == (32, 2, 30522, 2, 64)
 
 
 def test_hub_encoder_errors(tmp_path, preprocess_path):
@@ -320,9 +362,16 @@ def test_hub_encoder_fine_tunes_with_trainer_and_resumes(encoder_path, encoder, 
         with strategy.scope():
             layer = hub.HubEncoder(encoder_path)
             model = models.BertClassifier(layer, layer.config, 2)
-        trainer = training.Trainer(strategy, model, ClassificationTask(), output_dir,
-                                   learning_rate=3e-3, num_train_steps=6, steps_per_loop=3,
-                                   save_checkpoints_steps=6)
+        trainer = training.Trainer(
+            strategy,
+            model,
+            ClassificationTask(),
+            output_dir,
+            learning_rate=3e-3,
+            num_train_steps=6,
+            steps_per_loop=3,
+            save_checkpoints_steps=6,
+        )
         return layer, model, trainer
 
     keras.utils.set_random_seed(0)
@@ -358,23 +407,24 @@ def python_tokenizer(vocab_file):
     return tokenization.FullTokenizer(vocab_file, do_lower_case=True)
 
 
-def test_preprocessing_tokenize_matches_python_tokenizer(preprocess_path, python_tokenizer,
-                                                         sample_data):
+def test_preprocessing_tokenize_matches_python_tokenizer(
+    preprocess_path, python_tokenizer, sample_data
+):
     preprocessor = tf.saved_model.load(preprocess_path)
     sentences = [s for pair in mrpc_pairs(sample_data) for s in pair] + ["", "Héllo, wörld!"]
     words = preprocessor.tokenize(tf.constant(sentences))
     assert words.shape.rank == 3 and words.dtype == tf.int32  # [B, (words), (pieces)]
     got = [[piece for word in row for piece in word] for row in words.to_list()]
-    want = [python_tokenizer.convert_tokens_to_ids(python_tokenizer.tokenize(s))
-            for s in sentences]
+    want = [python_tokenizer.convert_tokens_to_ids(python_tokenizer.tokenize(s)) for s in sentences]
     assert len(sentences) == 818 and got == want
     basic = tokenization.BasicTokenizer(do_lower_case=True)
     assert [len(row) for row in words.to_list()] == [len(basic.tokenize(s)) for s in sentences]
     assert bool(preprocessor.do_lower_case.numpy())
 
 
-def test_preprocessing_call_and_pack_match_python_packing(preprocess_path, python_tokenizer,
-                                                          sample_data):
+def test_preprocessing_call_and_pack_match_python_packing(
+    preprocess_path, python_tokenizer, sample_data
+):
     preprocessor = tf.saved_model.load(preprocess_path)
     pairs = mrpc_pairs(sample_data, count=40)
     texts_a = tf.constant([a for a, _ in pairs])
@@ -388,17 +438,19 @@ def test_preprocessing_call_and_pack_match_python_packing(preprocess_path, pytho
     # The same inside tf.data.
     batches = list(tf.data.Dataset.from_tensor_slices(texts_a).batch(16).map(preprocessor))
     np.testing.assert_array_equal(
-        np.concatenate([b["input_word_ids"] for b in batches]), want["input_word_ids"])
+        np.concatenate([b["input_word_ids"] for b in batches]), want["input_word_ids"]
+    )
     # bert_pack_inputs: one and two segments, truncated, rank-2 and rank-3 segments,
     # seq_length as a Python int and as a tensor.
     words_a, words_b = preprocessor.tokenize(texts_a), preprocessor.tokenize(texts_b)
     flat_a, flat_b = words_a.merge_dims(1, 2), words_b.merge_dims(1, 2)
     for seq_length, segments, examples in (
-            (24, [words_a, words_b], pairs),
-            (tf.constant(50), [flat_a, words_b], pairs),
-            (30, [flat_a, flat_b], pairs),
-            (9, [flat_a], [(a, None) for a, _ in pairs]),
-            (tf.constant(128), [words_a], [(a, None) for a, _ in pairs])):
+        (24, [words_a, words_b], pairs),
+        (tf.constant(50), [flat_a, words_b], pairs),
+        (30, [flat_a, flat_b], pairs),
+        (9, [flat_a], [(a, None) for a, _ in pairs]),
+        (tf.constant(128), [words_a], [(a, None) for a, _ in pairs]),
+    ):
         want = python_pack(python_tokenizer, examples, int(seq_length))
         got = preprocessor.bert_pack_inputs(segments, seq_length=seq_length)
         for key in want:
@@ -407,13 +459,15 @@ def test_preprocessing_call_and_pack_match_python_packing(preprocess_path, pytho
         preprocessor.bert_pack_inputs([words_a, words_b], seq_length=2)
     # Without seq_length: the exported default.
     got = preprocessor.bert_pack_inputs([words_a, words_b])
-    np.testing.assert_array_equal(got["input_word_ids"],
-                                  python_pack(python_tokenizer, pairs, 24)["input_word_ids"])
+    np.testing.assert_array_equal(
+        got["input_word_ids"], python_pack(python_tokenizer, pairs, 24)["input_word_ids"]
+    )
 
 
 @pytest.mark.slow
-def test_preprocessing_in_tf_data_feeds_the_encoder(preprocess_path, encoder_path, sample_data,
-                                                    python_tokenizer, encoder):
+def test_preprocessing_in_tf_data_feeds_the_encoder(
+    preprocess_path, encoder_path, sample_data, python_tokenizer, encoder
+):
     preprocessor = tf.saved_model.load(preprocess_path)
     loaded = tf.saved_model.load(encoder_path)
     pairs = mrpc_pairs(sample_data, count=12)
@@ -422,8 +476,11 @@ def test_preprocessing_in_tf_data_feeds_the_encoder(preprocess_path, encoder_pat
         segments = [preprocessor.tokenize(a), preprocessor.tokenize(b)]
         return preprocessor.bert_pack_inputs(segments, seq_length=32)
 
-    dataset = tf.data.Dataset.from_tensor_slices(
-        ([a for a, _ in pairs], [b for _, b in pairs])).batch(5).map(pack)
+    dataset = (
+        tf.data.Dataset.from_tensor_slices(([a for a, _ in pairs], [b for _, b in pairs]))
+        .batch(5)
+        .map(pack)
+    )
     batches = list(dataset)
     assert [int(b["input_word_ids"].shape[0]) for b in batches] == [5, 5, 2]
     got = {k: np.concatenate([b[k] for b in batches]) for k in batches[0]}
@@ -431,8 +488,9 @@ def test_preprocessing_in_tf_data_feeds_the_encoder(preprocess_path, encoder_pat
     for key in want:
         np.testing.assert_array_equal(got[key], want[key])
     outputs = dataset.map(lambda x: loaded(x, training=False)["pooled_output"])
-    np.testing.assert_allclose(np.concatenate(list(outputs)),
-                               encoder(want)["pooled_output"], atol=ATOL)
+    np.testing.assert_allclose(
+        np.concatenate(list(outputs)), encoder(want)["pooled_output"], atol=ATOL
+    )
 
 
 # ---------------------------------------------------------------------------------
@@ -450,18 +508,27 @@ def centered_classifier(encoder, config, inputs, num_labels, seed=2):
     return model
 
 
-def test_classifier_export_answers_raw_text(encoder, config, vocab_file, python_tokenizer,
-                                            sample_data, tmp_path):
+def test_classifier_export_answers_raw_text(
+    encoder, config, vocab_file, python_tokenizer, sample_data, tmp_path
+):
     pairs = mrpc_pairs(sample_data, count=10) + [("A sentence alone.", "")]
     packed = python_pack(python_tokenizer, pairs, 32)
     classifier = centered_classifier(encoder, config, packed, 3)
     labels = ["not_paraphrase", "paraphrase", "other"]
-    path = tasks.export_task_model(classifier, str(tmp_path / "clf"), vocab_file, True,
-                                   seq_length=32, kind="classifier", labels=labels)
+    path = tasks.export_task_model(
+        classifier,
+        str(tmp_path / "clf"),
+        vocab_file,
+        True,
+        seq_length=32,
+        kind="classifier",
+        labels=labels,
+    )
     loaded = tf.saved_model.load(path)
     assert set(loaded.signatures) == {"serving_default", "serving_text_a"}
     got = loaded.signatures["serving_default"](
-        text_a=tf.constant([a for a, _ in pairs]), text_b=tf.constant([b for _, b in pairs]))
+        text_a=tf.constant([a for a, _ in pairs]), text_b=tf.constant([b for _, b in pairs])
+    )
     assert packed["input_mask"].sum(1).max() == 32 and packed["input_type_ids"][-1].max() == 0
     want = tf.nn.softmax(classifier(packed, training=False)["logits"]).numpy()
     np.testing.assert_allclose(got["probabilities"], want, atol=1e-5)
@@ -469,28 +536,34 @@ def test_classifier_export_answers_raw_text(encoder, config, vocab_file, python_
     assert len(set(want.argmax(1))) > 1  # The test tells labels apart.
 
     single = loaded.signatures["serving_text_a"](text_a=tf.constant([a for a, _ in pairs]))
-    want = tf.nn.softmax(classifier(python_pack(
-        python_tokenizer, [(a, None) for a, _ in pairs], 32))["logits"]).numpy()
+    want = tf.nn.softmax(
+        classifier(python_pack(python_tokenizer, [(a, None) for a, _ in pairs], 32))["logits"]
+    ).numpy()
     np.testing.assert_allclose(single["probabilities"], want, atol=1e-5)
     assert [s.decode() for s in loaded.labels.numpy()] == labels
 
 
 @pytest.mark.slow
-def test_regression_export_and_errors(encoder, config, vocab_file, python_tokenizer,
-                                      tmp_path):
+def test_regression_export_and_errors(encoder, config, vocab_file, python_tokenizer, tmp_path):
     regressor = models.BertClassifier(encoder, config, num_labels=1)
-    path = tasks.export_task_model(regressor, str(tmp_path / "reg"), vocab_file, True,
-                                   seq_length=16, labels=None)
+    path = tasks.export_task_model(
+        regressor, str(tmp_path / "reg"), vocab_file, True, seq_length=16, labels=None
+    )
     texts = ["The cat sat.", "A dog ran away from the house"]
     got = tf.saved_model.load(path).signatures["serving_text_a"](text_a=tf.constant(texts))
     want = regressor(python_pack(python_tokenizer, [(t, None) for t in texts], 16))
     np.testing.assert_allclose(got["predictions"], want["logits"][:, 0], atol=1e-6)
     with pytest.raises(ValueError, match="2 labels"):
-        tasks.export_task_model(models.BertClassifier(encoder, config, 3), str(tmp_path / "x"),
-                                vocab_file, True, 16, labels=["a", "b"])
+        tasks.export_task_model(
+            models.BertClassifier(encoder, config, 3),
+            str(tmp_path / "x"),
+            vocab_file,
+            True,
+            16,
+            labels=["a", "b"],
+        )
     with pytest.raises(ValueError, match="unknown export kind 'swag'"):
-        tasks.export_task_model(regressor, str(tmp_path / "x"), vocab_file, True, 16,
-                                kind="swag")
+        tasks.export_task_model(regressor, str(tmp_path / "x"), vocab_file, True, 16, kind="swag")
     assert not (tmp_path / "x").exists()
 
 
@@ -565,9 +638,13 @@ def test_killed_export_is_never_at_export_path(tmp_path):
         target = tmp_path / f"export_{existing}"
         if existing:
             _previous_export(target, b"previous")
-        result = subprocess.run([sys.executable, "-c", _KILL_SCRIPT, str(target)],
-                                cwd=REPO_ROOT, capture_output=True, timeout=120,
-                                env=dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3"))
+        result = subprocess.run(
+            [sys.executable, "-c", _KILL_SCRIPT, str(target)],
+            cwd=REPO_ROOT,
+            capture_output=True,
+            timeout=120,
+            env=dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3"),
+        )
         assert result.returncode == -signal.SIGKILL
         if existing:
             assert (target / "saved_model.pb").read_bytes() == b"previous"
@@ -583,9 +660,14 @@ def test_killed_export_is_never_at_export_path(tmp_path):
 
 
 def run_export_tfhub(*args):
-    result = subprocess.run([sys.executable, str(REPO_ROOT / "export_tfhub.py"), *args],
-                            cwd=REPO_ROOT, capture_output=True, text=True, timeout=600,
-                            env=dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3"))
+    result = subprocess.run(
+        [sys.executable, str(REPO_ROOT / "export_tfhub.py"), *args],
+        cwd=REPO_ROOT,
+        capture_output=True,
+        text=True,
+        timeout=600,
+        env=dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3"),
+    )
     return result
 
 
@@ -595,16 +677,24 @@ def test_export_tfhub_real_checkpoint_parity(minilm_dir, sample_data, tmp_path):
     export (hub.KerasLayer, hub.load, HubEncoder) equals our in-memory encoder and
     Hugging Face transformers (an independent implementation)."""
     encoder_path, preprocess_path = str(tmp_path / "encoder"), str(tmp_path / "preprocess")
-    result = run_export_tfhub(f"--init_checkpoint={minilm_dir}", "--export_type=encoder",
-                              f"--export_path={encoder_path}")
+    result = run_export_tfhub(
+        f"--init_checkpoint={minilm_dir}", "--export_type=encoder", f"--export_path={encoder_path}"
+    )
     assert result.returncode == 0, result.stderr[-3000:]
-    result = run_export_tfhub(f"--init_checkpoint={minilm_dir}", "--export_type=preprocessing",
-                              "--seq_length=128", f"--export_path={preprocess_path}")
+    result = run_export_tfhub(
+        f"--init_checkpoint={minilm_dir}",
+        "--export_type=preprocessing",
+        "--seq_length=128",
+        f"--export_path={preprocess_path}",
+    )
     assert result.returncode == 0, result.stderr[-3000:]
     # This checkpoint has no masked-LM head: a clear error and no export.
     mlm_path = tmp_path / "mlm"
-    result = run_export_tfhub(f"--init_checkpoint={minilm_dir}",
-                              "--export_type=encoder_with_mlm", f"--export_path={mlm_path}")
+    result = run_export_tfhub(
+        f"--init_checkpoint={minilm_dir}",
+        "--export_type=encoder_with_mlm",
+        f"--export_path={mlm_path}",
+    )
     assert result.returncode != 0 and "no masked-LM head" in result.stderr
     assert not mlm_path.exists()
 
@@ -612,7 +702,8 @@ def test_export_tfhub_real_checkpoint_parity(minilm_dir, sample_data, tmp_path):
     preprocessor = tf.saved_model.load(preprocess_path)
     texts_a, texts_b = (tf.constant([p[i] for p in pairs]) for i in (0, 1))
     inputs = preprocessor.bert_pack_inputs(
-        [preprocessor.tokenize(texts_a), preprocessor.tokenize(texts_b)], seq_length=128)
+        [preprocessor.tokenize(texts_a), preprocessor.tokenize(texts_b)], seq_length=128
+    )
     python_tokenizer = tokenization.FullTokenizer(os.path.join(minilm_dir, "vocab.txt"))
     want_ids = python_pack(python_tokenizer, pairs, 128)
     np.testing.assert_array_equal(inputs["input_word_ids"], want_ids["input_word_ids"])
@@ -621,26 +712,33 @@ def test_export_tfhub_real_checkpoint_parity(minilm_dir, sample_data, tmp_path):
     ours = BertEncoder(config)
     checkpoints.load_checkpoint(minilm_dir, ours)
     want = ours(inputs, training=False)
-    assert_encoder_outputs_equal(tf.saved_model.load(encoder_path)(inputs, training=False),
-                                 want, num_layers=6, atol=1e-4)
-    assert_encoder_outputs_equal(hub.HubEncoder(encoder_path)(inputs), want, num_layers=6,
-                                 atol=1e-4)
+    assert_encoder_outputs_equal(
+        tf.saved_model.load(encoder_path)(inputs, training=False), want, num_layers=6, atol=1e-4
+    )
+    assert_encoder_outputs_equal(
+        hub.HubEncoder(encoder_path)(inputs), want, num_layers=6, atol=1e-4
+    )
     hub_lib = pytest.importorskip("tensorflow_hub")
-    assert_encoder_outputs_equal(hub_lib.KerasLayer(encoder_path)(inputs), want, num_layers=6,
-                                 atol=1e-4)
+    assert_encoder_outputs_equal(
+        hub_lib.KerasLayer(encoder_path)(inputs), want, num_layers=6, atol=1e-4
+    )
 
     torch = pytest.importorskip("torch")
     transformers = pytest.importorskip("transformers")
     reference = transformers.BertModel.from_pretrained(minilm_dir).eval()
     with torch.no_grad():
-        hf = reference(input_ids=torch.tensor(want_ids["input_word_ids"], dtype=torch.long),
-                       attention_mask=torch.tensor(want_ids["input_mask"], dtype=torch.long),
-                       token_type_ids=torch.tensor(want_ids["input_type_ids"],
-                                                   dtype=torch.long))
+        hf = reference(
+            input_ids=torch.tensor(want_ids["input_word_ids"], dtype=torch.long),
+            attention_mask=torch.tensor(want_ids["input_mask"], dtype=torch.long),
+            token_type_ids=torch.tensor(want_ids["input_type_ids"], dtype=torch.long),
+        )
     got = tf.saved_model.load(encoder_path)(inputs, training=False)
     mask = want_ids["input_mask"][..., None].astype(bool)
-    np.testing.assert_allclose(np.where(mask, got["sequence_output"], 0),
-                               np.where(mask, hf.last_hidden_state.numpy(), 0), atol=1e-4)
+    np.testing.assert_allclose(
+        np.where(mask, got["sequence_output"], 0),
+        np.where(mask, hf.last_hidden_state.numpy(), 0),
+        atol=1e-4,
+    )
     np.testing.assert_allclose(got["pooled_output"], hf.pooler_output.numpy(), atol=1e-4)
 
 
@@ -651,12 +749,16 @@ def test_export_tfhub_tf1_checkpoint_with_mlm(pretrainer, config, vocab_file, tm
     checkpoint_dir = tmp_path / "tf1"
     checkpoint_dir.mkdir()
     prefix = checkpoints.write_original_checkpoint(
-        str(checkpoint_dir / "bert_model.ckpt"), pretrainer.encoder, pretrainer)
+        str(checkpoint_dir / "bert_model.ckpt"), pretrainer.encoder, pretrainer
+    )
     config.to_json_file(str(checkpoint_dir / "bert_config.json"))
     export_path = tmp_path / "encoder_mlm"
-    result = run_export_tfhub(f"--init_checkpoint={prefix}", f"--vocab_file={vocab_file}",
-                              "--export_type=encoder_with_mlm",
-                              f"--export_path={export_path}")
+    result = run_export_tfhub(
+        f"--init_checkpoint={prefix}",
+        f"--vocab_file={vocab_file}",
+        "--export_type=encoder_with_mlm",
+        f"--export_path={export_path}",
+    )
     assert result.returncode == 0, result.stderr[-3000:]
     loaded = tf.saved_model.load(str(export_path))
     inputs = random_inputs(2, 13, seed=12)
@@ -664,5 +766,4 @@ def test_export_tfhub_tf1_checkpoint_with_mlm(pretrainer, config, vocab_file, tm
     got = loaded.mlm(inputs, training=False)
     np.testing.assert_allclose(got["mlm_logits"], pretrainer(inputs)["mlm_logits"], atol=1e-4)
     encoder_inputs = {k: inputs[k] for k in INPUT_KEYS}
-    assert_encoder_outputs_equal(loaded(encoder_inputs), pretrainer.encoder(inputs),
-                                 num_layers=2)
+    assert_encoder_outputs_equal(loaded(encoder_inputs), pretrainer.encoder(inputs), num_layers=2)

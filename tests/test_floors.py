@@ -33,8 +33,11 @@ def _floor(module: str) -> int | None:
 
 
 def _library_modules() -> dict[str, pathlib.Path]:
-    return {f"{package}.{path.stem}": path for package in FLOORS
-            for path in sorted((REPO_ROOT / package).glob("*.py"))}
+    return {
+        f"{package}.{path.stem}": path
+        for package in FLOORS
+        for path in sorted((REPO_ROOT / package).glob("*.py"))
+    }
 
 
 def _imports(module: str, path: pathlib.Path, modules) -> set[str]:
@@ -49,8 +52,10 @@ def _imports(module: str, path: pathlib.Path, modules) -> set[str]:
             base = node.module or ""
             if node.level:  # relative: from the package of `module`
                 base = ".".join([package] + ([base] if base else []))
-            found.update(f"{base}.{alias.name}" if f"{base}.{alias.name}" in modules
-                         else base for alias in node.names)
+            found.update(
+                f"{base}.{alias.name}" if f"{base}.{alias.name}" in modules else base
+                for alias in node.names
+            )
     found = {f"{name}.__init__" if name in FLOORS else name for name in found}
     return {name for name in found if name in modules or name.split(".")[0] in SCRIPTS}
 
@@ -81,8 +86,9 @@ def test_benchmarks_import_the_library_never_a_runner():
     runners = {name for name in SCRIPTS}
     wrong = {}
     for path in sorted((REPO_ROOT / "benchmarks").glob("*.py")):
-        imported = {name.split(".")[0] for name in _imports("benchmarks." + path.stem, path,
-                                                             modules)}
+        imported = {
+            name.split(".")[0] for name in _imports("benchmarks." + path.stem, path, modules)
+        }
         if imported & runners:
             wrong[path.name] = sorted(imported & runners)
     assert wrong == KNOWN_BENCHMARK_VIOLATIONS
@@ -97,7 +103,7 @@ def test_no_import_runs_in_a_circle():
         path.append(module)
         for name in sorted(graph.get(module, ())):
             if state.get(name) == "open":
-                circles.append(path[path.index(name):] + [name])
+                circles.append(path[path.index(name) :] + [name])
             elif name in graph and name not in state:
                 visit(name)
         path.pop()

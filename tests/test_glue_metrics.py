@@ -52,8 +52,7 @@ def test_multiclass_mcc_by_hand():
     # (4*6 - (4+6+2)) / sqrt((36 - 14) * (36 - 12)) = 12 / sqrt(528).
     predictions = [0, 1, 1, 1, 2, 0]
     labels = [0, 0, 1, 1, 2, 2]
-    assert gm.matthews_corrcoef(predictions, labels) == pytest.approx(
-        12 / math.sqrt(528))
+    assert gm.matthews_corrcoef(predictions, labels) == pytest.approx(12 / math.sqrt(528))
 
 
 def test_mcc_matches_scikit_learn():
@@ -61,20 +60,24 @@ def test_mcc_matches_scikit_learn():
     rng = np.random.default_rng(1)
     for num_classes in (2, 3):
         labels = rng.integers(0, num_classes, 300)
-        predictions = np.where(rng.random(300) < 0.6, labels,
-                               rng.integers(0, num_classes, 300))
+        predictions = np.where(rng.random(300) < 0.6, labels, rng.integers(0, num_classes, 300))
         assert gm.matthews_corrcoef(predictions, labels) == pytest.approx(
-            metrics.matthews_corrcoef(labels, predictions))
+            metrics.matthews_corrcoef(labels, predictions)
+        )
         if num_classes == 2:
             assert gm.f1_score(predictions, labels) == pytest.approx(
-                metrics.f1_score(labels, predictions))
+                metrics.f1_score(labels, predictions)
+            )
 
 
-@pytest.mark.parametrize("predictions,labels", [
-    ([1, 1, 1, 1], [1, 1, 1, 1]),  # everything in one class
-    ([1, 0, 1, 0], [1, 1, 1, 1]),  # labels in one class
-    ([0, 0, 0, 0], [1, 0, 1, 0]),  # predictions in one class
-])
+@pytest.mark.parametrize(
+    "predictions,labels",
+    [
+        ([1, 1, 1, 1], [1, 1, 1, 1]),  # everything in one class
+        ([1, 0, 1, 0], [1, 1, 1, 1]),  # labels in one class
+        ([0, 0, 0, 0], [1, 0, 1, 0]),  # predictions in one class
+    ],
+)
 def test_degenerate_mcc_is_zero_without_warning(predictions, labels):
     with warnings.catch_warnings():
         warnings.simplefilter("error")
@@ -91,19 +94,19 @@ def test_correlations_match_scipy():
     labels = rng.uniform(0, 5, 100).round(1)  # rounding makes ties
     predictions = (labels + rng.normal(0, 1, 100)).round(0)
     assert gm.pearson_correlation(predictions, labels) == pytest.approx(
-        stats.pearsonr(predictions, labels)[0])
+        stats.pearsonr(predictions, labels)[0]
+    )
     assert gm.spearman_correlation(predictions, labels) == pytest.approx(
-        stats.spearmanr(predictions, labels)[0])
+        stats.spearmanr(predictions, labels)[0]
+    )
 
 
 def test_spearman_by_hand_with_ties():
     # Ranks of [10, 20, 20, 30] are [1, 2.5, 2.5, 4]; of labels [1, 2, 3, 4].
     ranks = np.array([1, 2.5, 2.5, 4])
     expected = np.corrcoef(ranks, [1, 2, 3, 4])[0, 1]
-    assert gm.spearman_correlation([10, 20, 20, 30], [1, 2, 3, 4]) == \
-        pytest.approx(expected)
-    assert gm.spearman_correlation([1, 5, 7, 100], [0, 1, 2, 3]) == \
-        pytest.approx(1.0)
+    assert gm.spearman_correlation([10, 20, 20, 30], [1, 2, 3, 4]) == pytest.approx(expected)
+    assert gm.spearman_correlation([1, 5, 7, 100], [0, 1, 2, 3]) == pytest.approx(1.0)
 
 
 def test_constant_correlation_is_zero():
@@ -134,8 +137,7 @@ def test_compute_metrics_mrpc_from_logits():
 
 def test_compute_metrics_per_task_keys():
     ids = [0, 1, 1, 0]
-    assert set(gm.compute_metrics("CoLA", ids, ids)) == {"eval_accuracy",
-                                                        "eval_mcc"}
+    assert set(gm.compute_metrics("CoLA", ids, ids)) == {"eval_accuracy", "eval_mcc"}
     assert set(gm.compute_metrics("qqp", ids, ids)) == {"eval_accuracy", "eval_f1"}
     assert set(gm.compute_metrics("sst-2", ids, ids)) == {"eval_accuracy"}
     assert set(gm.compute_metrics("generic", ids, ids)) == {"eval_accuracy"}
@@ -146,16 +148,14 @@ def test_compute_metrics_stsb_and_generic_regression():
     labels = [1.0, 2.0, 5.0, 2.5]
     result = gm.compute_metrics("sts-b", predictions, labels)
     assert set(result) == {"eval_pearson", "eval_spearman"}
-    assert result["eval_pearson"] == pytest.approx(
-        stats.pearsonr(predictions[:, 0], labels)[0])
+    assert result["eval_pearson"] == pytest.approx(stats.pearsonr(predictions[:, 0], labels)[0])
     assert result["eval_spearman"] == pytest.approx(1.0)
     generic = gm.compute_metrics("generic", predictions, labels, is_regression=True)
     assert generic == result
 
 
 def test_compute_metrics_mnli_mismatched_prefix():
-    result = gm.compute_metrics("mnli", [0, 1, 2], [0, 1, 1],
-                                prefix="eval_mismatched_")
+    result = gm.compute_metrics("mnli", [0, 1, 2], [0, 1, 1], prefix="eval_mismatched_")
     assert result == {"eval_mismatched_accuracy": pytest.approx(2 / 3)}
 
 
@@ -170,8 +170,7 @@ def _no_temp_files(directory):
 
 def test_test_results_probabilities_and_scores(tmp_path):
     path = tmp_path / "test_results.tsv"
-    gm.write_test_results(str(path), np.array([[0.25, 0.75], [0.5, 0.5]],
-                                              dtype=np.float32))
+    gm.write_test_results(str(path), np.array([[0.25, 0.75], [0.5, 0.5]], dtype=np.float32))
     assert path.read_text() == "0.25\t0.75\n0.5\t0.5\n"
     gm.write_test_results(str(path), [3.5, 1.25])
     assert path.read_text() == "3.5\n1.25\n"
@@ -179,15 +178,24 @@ def test_test_results_probabilities_and_scores(tmp_path):
 
 
 def test_glue_submission_files(tmp_path):
-    path = gm.write_glue_submission(str(tmp_path), "mrpc", ["0", "1", "2"],
-                                    np.array([[0.9, 0.1], [0.2, 0.8], [0.4, 0.6]]),
-                                    ["0", "1"])
+    path = gm.write_glue_submission(
+        str(tmp_path),
+        "mrpc",
+        ["0", "1", "2"],
+        np.array([[0.9, 0.1], [0.2, 0.8], [0.4, 0.6]]),
+        ["0", "1"],
+    )
     assert os.path.basename(path) == "MRPC.tsv"
     assert open(path).read() == "index\tprediction\n0\t0\n1\t1\n2\t1\n"
 
     path = gm.write_glue_submission(
-        str(tmp_path), "mnli", [7, 8], [2, 0],
-        ["contradiction", "entailment", "neutral"], split="test_mismatched")
+        str(tmp_path),
+        "mnli",
+        [7, 8],
+        [2, 0],
+        ["contradiction", "entailment", "neutral"],
+        split="test_mismatched",
+    )
     assert os.path.basename(path) == "MNLI-mm.tsv"
     assert open(path).read() == "index\tprediction\n7\tneutral\n8\tcontradiction\n"
 
@@ -197,12 +205,19 @@ def test_glue_submission_files(tmp_path):
 
 
 def test_submission_file_names():
-    expected = {("cola", "test"): "CoLA.tsv", ("sst-2", "test"): "SST-2.tsv",
-                ("MRPC", "test"): "MRPC.tsv", ("sts-b", "test"): "STS-B.tsv",
-                ("qqp", "test"): "QQP.tsv", ("mnli", "test_matched"): "MNLI-m.tsv",
-                ("mnli", "test_mismatched"): "MNLI-mm.tsv",
-                ("qnli", "test"): "QNLI.tsv", ("rte", "test"): "RTE.tsv",
-                ("wnli", "test"): "WNLI.tsv", ("ax", "test"): "AX.tsv"}
+    expected = {
+        ("cola", "test"): "CoLA.tsv",
+        ("sst-2", "test"): "SST-2.tsv",
+        ("MRPC", "test"): "MRPC.tsv",
+        ("sts-b", "test"): "STS-B.tsv",
+        ("qqp", "test"): "QQP.tsv",
+        ("mnli", "test_matched"): "MNLI-m.tsv",
+        ("mnli", "test_mismatched"): "MNLI-mm.tsv",
+        ("qnli", "test"): "QNLI.tsv",
+        ("rte", "test"): "RTE.tsv",
+        ("wnli", "test"): "WNLI.tsv",
+        ("ax", "test"): "AX.tsv",
+    }
     for (task, split), name in expected.items():
         assert gm.submission_file_name(task, split) == name
     with pytest.raises(ValueError, match="xnli"):
@@ -211,5 +226,6 @@ def test_submission_file_names():
 
 def test_submission_length_mismatch_raises(tmp_path):
     with pytest.raises(ValueError, match="`indices` has 1"):
-        gm.write_glue_submission(str(tmp_path), "rte", ["0"], [0, 1],
-                                 ["entailment", "not_entailment"])
+        gm.write_glue_submission(
+            str(tmp_path), "rte", ["0"], [0, 1], ["entailment", "not_entailment"]
+        )

@@ -35,13 +35,23 @@ from modeling.encoder import BertEncoder
 
 # Hidden 32 with 4 heads: the old inference (hidden / 64) said 1. A wide initializer, so
 # that outputs depend clearly on every weight.
-CONFIG = BertConfig(vocab_size=30522, hidden_size=32, num_hidden_layers=2,
-                    num_attention_heads=4, intermediate_size=37, hidden_act="gelu",
-                    hidden_dropout_prob=0.05, attention_probs_dropout_prob=0.15,
-                    max_position_embeddings=64, type_vocab_size=2, initializer_range=0.2)
+CONFIG = BertConfig(
+    vocab_size=30522,
+    hidden_size=32,
+    num_hidden_layers=2,
+    num_attention_heads=4,
+    intermediate_size=37,
+    hidden_act="gelu",
+    hidden_dropout_prob=0.05,
+    attention_probs_dropout_prob=0.15,
+    max_position_embeddings=64,
+    type_vocab_size=2,
+    initializer_range=0.2,
+)
 TFHUB_HANDLE = "https://tfhub.dev/tensorflow/bert_en_uncased_L-12_H-768_A-12/4"
-KAGGLE_HANDLE = ("https://www.kaggle.com/models/tensorflow/bert/tensorFlow2/"
-                 "en-uncased-l-12-h-768-a-12/4")
+KAGGLE_HANDLE = (
+    "https://www.kaggle.com/models/tensorflow/bert/tensorFlow2/en-uncased-l-12-h-768-a-12/4"
+)
 
 
 def _official_weights(encoder: BertEncoder) -> dict[str, np.ndarray]:
@@ -49,24 +59,28 @@ def _official_weights(encoder: BertEncoder) -> dict[str, np.ndarray]:
     c = encoder.config
     n, d = c.num_attention_heads, c.head_size
     e = encoder.embeddings
-    weights = {"word_embeddings/embeddings": e.word_embeddings,
-               "type_embeddings/embeddings": e.token_type_embeddings,
-               "position_embedding/embeddings": e.position_embeddings,
-               "embeddings/layer_norm/gamma": e.layer_norm.gamma,
-               "embeddings/layer_norm/beta": e.layer_norm.beta,
-               "pooler_transform/kernel": encoder.pooler.kernel,
-               "pooler_transform/bias": encoder.pooler.bias}
+    weights = {
+        "word_embeddings/embeddings": e.word_embeddings,
+        "type_embeddings/embeddings": e.token_type_embeddings,
+        "position_embedding/embeddings": e.position_embeddings,
+        "embeddings/layer_norm/gamma": e.layer_norm.gamma,
+        "embeddings/layer_norm/beta": e.layer_norm.beta,
+        "pooler_transform/kernel": encoder.pooler.kernel,
+        "pooler_transform/bias": encoder.pooler.bias,
+    }
     weights = {k: v.numpy() for k, v in weights.items()}
     for i, layer in enumerate(encoder.encoder_layers):
         p = f"transformer/layer_{i}/"
         for part in ("query", "key", "value"):
             dense = getattr(layer.attention_self, part)
             weights[p + f"self_attention/{part}/kernel"] = dense.kernel.numpy().reshape(
-                c.hidden_size, n, d)  # [H, N, D]
+                c.hidden_size, n, d
+            )  # [H, N, D]
             weights[p + f"self_attention/{part}/bias"] = dense.bias.numpy().reshape(n, d)
         output = layer.attention_output
-        weights[p + "self_attention/attention_output/kernel"] = (
-            output.dense.kernel.numpy().reshape(n, d, c.hidden_size))  # [N, D, H]
+        weights[p + "self_attention/attention_output/kernel"] = output.dense.kernel.numpy().reshape(
+            n, d, c.hidden_size
+        )  # [N, D, H]
         weights[p + "self_attention/attention_output/bias"] = output.dense.bias.numpy()
         weights[p + "self_attention_layer_norm/gamma"] = output.layer_norm.gamma.numpy()
         weights[p + "self_attention_layer_norm/beta"] = output.layer_norm.beta.numpy()
@@ -81,61 +95,84 @@ def _official_weights(encoder: BertEncoder) -> dict[str, np.ndarray]:
 
 def _layer_norm(x, w, prefix):
     mean, variance = tf.nn.moments(x, axes=[-1], keepdims=True)
-    return ((x - mean) * tf.math.rsqrt(variance + 1e-12) * w[prefix + "gamma"]
-            + w[prefix + "beta"])
+    return (x - mean) * tf.math.rsqrt(variance + 1e-12) * w[prefix + "gamma"] + w[prefix + "beta"]
 
 
 def _official_call(w: dict, num_layers: int, inputs: dict) -> dict:
     """BERT on the official variables (post-LayerNorm, tanh GELU, einsum attention)."""
     ids, types = inputs["input_word_ids"], inputs["input_type_ids"]
     mask = tf.cast(inputs["input_mask"], tf.float32)
-    x = (tf.gather(w["word_embeddings/embeddings"], ids)
-         + tf.gather(w["type_embeddings/embeddings"], types)
-         + w["position_embedding/embeddings"][:tf.shape(ids)[1]])
+    x = (
+        tf.gather(w["word_embeddings/embeddings"], ids)
+        + tf.gather(w["type_embeddings/embeddings"], types)
+        + w["position_embedding/embeddings"][: tf.shape(ids)[1]]
+    )
     x = _layer_norm(x, w, "embeddings/layer_norm/")
     bias = (1.0 - mask[:, tf.newaxis, tf.newaxis, :]) * -10000.0  # [B, 1, 1, S]
     outputs = []
     for i in range(num_layers):
         p = f"transformer/layer_{i}/self_attention"
-        q, k, v = (tf.einsum("bsh,hnd->bsnd", x, w[f"{p}/{part}/kernel"])
-                   + w[f"{p}/{part}/bias"] for part in ("query", "key", "value"))
+        q, k, v = (
+            tf.einsum("bsh,hnd->bsnd", x, w[f"{p}/{part}/kernel"]) + w[f"{p}/{part}/bias"]
+            for part in ("query", "key", "value")
+        )
         scale = tf.math.rsqrt(tf.cast(tf.shape(q)[-1], tf.float32))
         probs = tf.nn.softmax(tf.einsum("bsnd,btnd->bnst", q, k) * scale + bias)
         context = tf.einsum("bnst,btnd->bsnd", probs, v)
-        attention = (tf.einsum("bsnd,ndh->bsh", context, w[f"{p}/attention_output/kernel"])
-                     + w[f"{p}/attention_output/bias"])
+        attention = (
+            tf.einsum("bsnd,ndh->bsh", context, w[f"{p}/attention_output/kernel"])
+            + w[f"{p}/attention_output/bias"]
+        )
         x = _layer_norm(x + attention, w, f"{p}_layer_norm/")
         p = f"transformer/layer_{i}/"
-        inner = tf.nn.gelu(x @ w[p + "intermediate/kernel"] + w[p + "intermediate/bias"],
-                           approximate=True)
-        x = _layer_norm(x + inner @ w[p + "output/kernel"] + w[p + "output/bias"], w,
-                        p + "output_layer_norm/")
+        inner = tf.nn.gelu(
+            x @ w[p + "intermediate/kernel"] + w[p + "intermediate/bias"], approximate=True
+        )
+        x = _layer_norm(
+            x + inner @ w[p + "output/kernel"] + w[p + "output/bias"], w, p + "output_layer_norm/"
+        )
         outputs.append(x)
     pooled = tf.tanh(x[:, 0] @ w["pooler_transform/kernel"] + w["pooler_transform/bias"])
-    return {"sequence_output": x, "pooled_output": pooled, "default": pooled,
-            "encoder_outputs": outputs}
+    return {
+        "sequence_output": x,
+        "pooled_output": pooled,
+        "default": pooled,
+        "encoder_outputs": outputs,
+    }
 
 
 def _write_keras_metadata(path: str, config: BertConfig) -> None:
     """keras_metadata.pb with the encoder node as a Keras-saved official encoder has it."""
     from tf_keras.protobuf import saved_metadata_pb2
+
     saved = saved_metadata_pb2.SavedMetadata()
-    saved.nodes.add(node_id=1, node_path="root.layer_with_weights-0",
-                    identifier="_tf_keras_network", metadata=json.dumps({
-                        "name": "bert_encoder", "class_name": "Text>BertEncoder",
-                        "config": {
-                            "vocab_size": config.vocab_size, "hidden_size": config.hidden_size,
-                            "num_layers": config.num_hidden_layers,
-                            "num_attention_heads": config.num_attention_heads,
-                            "max_sequence_length": config.max_position_embeddings,
-                            "type_vocab_size": config.type_vocab_size,
-                            "inner_dim": config.intermediate_size,
-                            "inner_activation": "Text>gelu",
-                            "output_dropout": config.hidden_dropout_prob,
-                            "attention_dropout": config.attention_probs_dropout_prob,
-                            "initializer": {"class_name": "TruncatedNormal", "config": {
-                                "mean": 0.0, "stddev": config.initializer_range,
-                                "seed": None}}}}))
+    saved.nodes.add(
+        node_id=1,
+        node_path="root.layer_with_weights-0",
+        identifier="_tf_keras_network",
+        metadata=json.dumps(
+            {
+                "name": "bert_encoder",
+                "class_name": "Text>BertEncoder",
+                "config": {
+                    "vocab_size": config.vocab_size,
+                    "hidden_size": config.hidden_size,
+                    "num_layers": config.num_hidden_layers,
+                    "num_attention_heads": config.num_attention_heads,
+                    "max_sequence_length": config.max_position_embeddings,
+                    "type_vocab_size": config.type_vocab_size,
+                    "inner_dim": config.intermediate_size,
+                    "inner_activation": "Text>gelu",
+                    "output_dropout": config.hidden_dropout_prob,
+                    "attention_dropout": config.attention_probs_dropout_prob,
+                    "initializer": {
+                        "class_name": "TruncatedNormal",
+                        "config": {"mean": 0.0, "stddev": config.initializer_range, "seed": None},
+                    },
+                },
+            }
+        ),
+    )
     with open(os.path.join(path, "keras_metadata.pb"), "wb") as f:
         f.write(saved.SerializeToString())
 
@@ -148,12 +185,18 @@ class _ReusableModule(tf.Module):
     regularization_losses = None
 
 
-def save_official_encoder(path: str, encoder: BertEncoder, vocab_file: str,
-                          do_lower_case: bool, with_keras_metadata: bool = True) -> str:
+def save_official_encoder(
+    path: str,
+    encoder: BertEncoder,
+    vocab_file: str,
+    do_lower_case: bool,
+    with_keras_metadata: bool = True,
+) -> str:
     """Saves `encoder`'s weights as an official-format TF Hub BERT encoder."""
     module = _ReusableModule()
-    variables = {name: tf.Variable(value, name=name)
-                 for name, value in _official_weights(encoder).items()}
+    variables = {
+        name: tf.Variable(value, name=name) for name, value in _official_weights(encoder).items()
+    }
     num_layers = encoder.config.num_hidden_layers
 
     @tf.function
@@ -161,8 +204,10 @@ def save_official_encoder(path: str, encoder: BertEncoder, vocab_file: str,
         del training  # No dropout: the tests compare outputs.
         return _official_call(variables, num_layers, inputs)
 
-    specs = {k: tf.TensorSpec([None, None], tf.int32, name=k)
-             for k in ("input_word_ids", "input_mask", "input_type_ids")}
+    specs = {
+        k: tf.TensorSpec([None, None], tf.int32, name=k)
+        for k in ("input_word_ids", "input_mask", "input_type_ids")
+    }
     for training in (False, True):
         call.get_concrete_function(specs, training=training)
     module.__call__ = call
@@ -185,22 +230,28 @@ def encoder():
 
 @pytest.fixture(scope="module")
 def official_dir(encoder, vocab_file, tmp_path_factory):
-    return save_official_encoder(str(tmp_path_factory.mktemp("official") / "bert"),
-                                 encoder, vocab_file, do_lower_case=True)
+    return save_official_encoder(
+        str(tmp_path_factory.mktemp("official") / "bert"), encoder, vocab_file, do_lower_case=True
+    )
 
 
 def _inputs(batch=3, seq=12, seed=0):
     rng = np.random.default_rng(seed)
     mask = (np.arange(seq)[None] < rng.integers(3, seq + 1, size=[batch, 1])).astype("i4")
-    return {"input_word_ids": rng.integers(1, CONFIG.vocab_size, [batch, seq]).astype("i4")
-            * mask, "input_mask": mask,
-            "input_type_ids": (np.arange(seq)[None] >= seq // 2).astype("i4") * mask}
+    return {
+        "input_word_ids": rng.integers(1, CONFIG.vocab_size, [batch, seq]).astype("i4") * mask,
+        "input_mask": mask,
+        "input_type_ids": (np.arange(seq)[None] >= seq // 2).astype("i4") * mask,
+    }
 
 
 def _assert_outputs_equal(got, want, mask):
     keep = mask[..., None].astype(bool)
-    np.testing.assert_allclose(np.where(keep, got["sequence_output"], 0),
-                               np.where(keep, want["sequence_output"], 0), atol=2e-5)
+    np.testing.assert_allclose(
+        np.where(keep, got["sequence_output"], 0),
+        np.where(keep, want["sequence_output"], 0),
+        atol=2e-5,
+    )
     np.testing.assert_allclose(got["pooled_output"], want["pooled_output"], atol=2e-5)
 
 
@@ -210,7 +261,8 @@ def test_official_encoder_config_vocab_and_case_are_read(official_dir, encoder, 
     assert layer.config_is_complete and layer.inferred_fields == ()
     sources = layer.config_sources
     assert sources["num_attention_heads"] == (
-        "transformer/layer_0/self_attention/query/kernel [32, 4, 8]")
+        "transformer/layer_0/self_attention/query/kernel [32, 4, 8]"
+    )
     assert sources["intermediate_size"] == "transformer/layer_0/intermediate/kernel [32, 37]"
     assert sources["hidden_act"] == "keras_metadata inner_activation='Text>gelu'"
     assert layer.do_lower_case is True
@@ -227,11 +279,20 @@ def test_without_metadata_the_activation_is_not_claimed(official_dir, tmp_path):
     os.remove(bare / "keras_metadata.pb")
     layer = hub.HubEncoder(str(bare))
     assert not layer.config_is_complete
-    assert set(layer.inferred_fields) == {"hidden_act", "hidden_dropout_prob",
-                                          "attention_probs_dropout_prob",
-                                          "initializer_range"}
-    for field in ("num_attention_heads", "intermediate_size", "num_hidden_layers",
-                  "vocab_size", "type_vocab_size", "max_position_embeddings"):
+    assert set(layer.inferred_fields) == {
+        "hidden_act",
+        "hidden_dropout_prob",
+        "attention_probs_dropout_prob",
+        "initializer_range",
+    }
+    for field in (
+        "num_attention_heads",
+        "intermediate_size",
+        "num_hidden_layers",
+        "vocab_size",
+        "type_vocab_size",
+        "max_position_embeddings",
+    ):
         assert getattr(layer.config, field) == getattr(CONFIG, field), field
 
 
@@ -244,8 +305,9 @@ def test_official_encoder_fine_tunes_in_keras3_model(official_dir):
 
     def loss_fn():
         logits = model(inputs, training=True)["logits"]
-        return tf.reduce_mean(keras.losses.sparse_categorical_crossentropy(
-            labels, logits, from_logits=True))
+        return tf.reduce_mean(
+            keras.losses.sparse_categorical_crossentropy(labels, logits, from_logits=True)
+        )
 
     before = float(loss_fn())
     for _ in range(6):

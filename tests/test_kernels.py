@@ -16,13 +16,16 @@ flags\t\t: fpu
 """
 
 
-@pytest.mark.parametrize("flags,kind", [
-    ("avx avx2 fma avx512f avx512_bf16 amx_bf16 amx_tile amx_int8", "amx"),
-    ("avx avx2 fma avx512f avx512_bf16 avx512_vnni", "avx512_bf16"),
-    ("avx avx2 fma avx512f", "avx2"),
-    ("avx avx2 fma", "avx2"),
-    ("", "avx2"),
-])
+@pytest.mark.parametrize(
+    "flags,kind",
+    [
+        ("avx avx2 fma avx512f avx512_bf16 amx_bf16 amx_tile amx_int8", "amx"),
+        ("avx avx2 fma avx512f avx512_bf16 avx512_vnni", "avx512_bf16"),
+        ("avx avx2 fma avx512f", "avx2"),
+        ("avx avx2 fma", "avx2"),
+        ("", "avx2"),
+    ],
+)
 def test_cpu_kind_from_proc_cpuinfo(tmp_path, flags, kind):
     path = tmp_path / "cpuinfo"
     path.write_text(CPUINFO.format(vendor="AuthenticAMD", model="AMD EPYC", flags=flags))
@@ -72,8 +75,7 @@ def test_optimizer_scales_gradients_inside_the_update(fused):
     finals = []
     for scale in (0.25, None):
         var = tf.Variable(start)
-        opt = optimization.create_optimizer("adamw", [Named(var, "dense/kernel")],
-                                            fused=fused)
+        opt = optimization.create_optimizer("adamw", [Named(var, "dense/kernel")], fused=fused)
         for g in grads:
             if scale is None:  # the reference: gradients scaled beforehand
                 opt.apply([tf.constant(g * 0.25)], tf.constant(1e-2))

@@ -14,14 +14,24 @@ VOCAB = str(SAMPLE_DATA / "vocab" / "uncased_vocab.txt")
 
 
 def _config(path, vocab_size=30522):
-    path.write_text(BertConfig(vocab_size=vocab_size, hidden_size=32, num_hidden_layers=2,
-                               num_attention_heads=4, intermediate_size=37).to_json_string())
+    path.write_text(
+        BertConfig(
+            vocab_size=vocab_size,
+            hidden_size=32,
+            num_hidden_layers=2,
+            num_attention_heads=4,
+            intermediate_size=37,
+        ).to_json_string()
+    )
     return str(path)
 
 
 def test_an_uncased_hugging_face_directory_refuses_do_lower_case_false(minilm_dir):
-    with pytest.raises(ValueError, match=r"--do_lower_case=False does not match the model: "
-                                         r".*tokenizer_config.json says do_lower_case=True"):
+    with pytest.raises(
+        ValueError,
+        match=r"--do_lower_case=False does not match the model: "
+        r".*tokenizer_config.json says do_lower_case=True",
+    ):
         model_files.resolve(None, None, minilm_dir, do_lower_case=False)
     files = model_files.resolve(None, None, minilm_dir, do_lower_case=None)
     assert files.do_lower_case is True and files.vocab_file.endswith("vocab.txt")
@@ -50,8 +60,11 @@ def test_case_from_the_original_checkpoint_names_and_the_vocabulary(tmp_path):
 
 def test_vocabulary_larger_than_the_config_fails_before_any_work(tmp_path, caplog):
     small = _config(tmp_path / "small.json", vocab_size=1000)
-    with pytest.raises(ValueError, match=r"has 30522 entries but the model's config has "
-                                         r"vocab_size=1000"):
+    with pytest.raises(
+        ValueError,
+        match=r"has 30522 entries but the model's config has "
+        r"vocab_size=1000",
+    ):
         model_files.resolve(small, VOCAB, None, None)
     large = _config(tmp_path / "large.json", vocab_size=30600)
     files = model_files.resolve(large, VOCAB, None, None)
@@ -59,8 +72,10 @@ def test_vocabulary_larger_than_the_config_fails_before_any_work(tmp_path, caplo
 
 
 def test_missing_files_are_named(tmp_path):
-    with pytest.raises(ValueError, match="--bert_config_file is required: the checkpoint "
-                                         "folder .* has no bert_config.json"):
+    with pytest.raises(
+        ValueError,
+        match="--bert_config_file is required: the checkpoint folder .* has no bert_config.json",
+    ):
         model_files.resolve(None, None, str(tmp_path / "model.ckpt"), None)
     config = _config(tmp_path / "bert_config.json")
     with pytest.raises(ValueError, match="--vocab_file is required"):
@@ -70,12 +85,16 @@ def test_missing_files_are_named(tmp_path):
 
 
 def test_an_output_folder_is_self_contained(tmp_path):
-    files = model_files.ModelFiles(BertConfig.from_json_file(_config(tmp_path / "c.json")),
-                                   VOCAB, do_lower_case=True)
+    files = model_files.ModelFiles(
+        BertConfig.from_json_file(_config(tmp_path / "c.json")), VOCAB, do_lower_case=True
+    )
     out = tmp_path / "run"
     model_files.write_model_files(str(out), files, "classifier", labels=["0", "1"])
     assert sorted(p.name for p in out.iterdir()) == [
-        "bert_config.json", "model_info.json", "vocab.txt"]
+        "bert_config.json",
+        "model_info.json",
+        "vocab.txt",
+    ]
     info = json.loads((out / "model_info.json").read_text())
     assert info == {"model_kind": "classifier", "do_lower_case": True, "labels": ["0", "1"]}
     again = model_files.resolve(None, None, str(out), None)

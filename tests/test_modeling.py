@@ -14,8 +14,15 @@ from modeling.config import BertConfig
 from modeling.encoder import BertEncoder
 
 # Odd sizes catch transposes.
-TINY = dict(vocab_size=99, hidden_size=32, num_hidden_layers=2, num_attention_heads=4,
-            intermediate_size=37, type_vocab_size=2, max_position_embeddings=64)
+TINY = dict(
+    vocab_size=99,
+    hidden_size=32,
+    num_hidden_layers=2,
+    num_attention_heads=4,
+    intermediate_size=37,
+    type_vocab_size=2,
+    max_position_embeddings=64,
+)
 
 
 @pytest.fixture(scope="module")
@@ -41,14 +48,17 @@ def make_inputs(batch=3, seq=7, seed=0, vocab=99):
 
 def numpy_attention(x, attention, mask):
     """Reference multi-head attention on float64 numpy arrays. x [B,S,H], mask [B,S]."""
+
     def dense(layer, v):
         return v @ layer.kernel.numpy().astype(np.float64) + layer.bias.numpy()
 
     b, s, h = x.shape
     n = attention.num_heads
     d = h // n
-    q, k, v = (dense(getattr(attention, name), x).reshape(b, s, n, d).transpose(0, 2, 1, 3)
-               for name in ("query", "key", "value"))
+    q, k, v = (
+        dense(getattr(attention, name), x).reshape(b, s, n, d).transpose(0, 2, 1, 3)
+        for name in ("query", "key", "value")
+    )
     scores = q @ k.transpose(0, 1, 3, 2) / math.sqrt(d)
     scores = scores + (1.0 - mask[:, None, None, :]) * -10000.0
     probs = np.exp(scores - scores.max(-1, keepdims=True))
@@ -69,14 +79,20 @@ def test_attention_matches_numpy_reference(encoder):
 
 def test_gelu_is_the_tanh_approximation():
     x = np.linspace(-5, 5, 41).astype(np.float32)
-    want = 0.5 * x * (1 + np.tanh(np.sqrt(2 / np.pi) * (x + 0.044715 * x ** 3)))
+    want = 0.5 * x * (1 + np.tanh(np.sqrt(2 / np.pi) * (x + 0.044715 * x**3)))
     np.testing.assert_allclose(layers.gelu(tf.constant(x)).numpy(), want, atol=1e-6)
     from scipy.special import erf
-    np.testing.assert_allclose(layers.gelu_exact(tf.constant(x)).numpy(),
-                               0.5 * x * (1 + erf(x / np.sqrt(2))), atol=1e-6)
+
+    np.testing.assert_allclose(
+        layers.gelu_exact(tf.constant(x)).numpy(), 0.5 * x * (1 + erf(x / np.sqrt(2))), atol=1e-6
+    )
     # The two forms differ measurably, so a mix-up would show in parity tests.
-    assert np.abs(layers.gelu(tf.constant(x)).numpy() -
-                  layers.gelu_exact(tf.constant(x)).numpy()).max() > 1e-4
+    assert (
+        np.abs(
+            layers.gelu(tf.constant(x)).numpy() - layers.gelu_exact(tf.constant(x)).numpy()
+        ).max()
+        > 1e-4
+    )
 
 
 def test_output_dict_shapes_and_layers(encoder):
@@ -86,8 +102,10 @@ def test_output_dict_shapes_and_layers(encoder):
     assert len(outputs["encoder_outputs"]) == 2
     np.testing.assert_array_equal(outputs["encoder_outputs"][-1], outputs["sequence_output"])
     assert not np.allclose(outputs["encoder_outputs"][0], outputs["encoder_outputs"][1])
-    pooled = np.tanh(outputs["sequence_output"][:, 0].numpy() @ encoder.pooler.kernel.numpy()
-                     + encoder.pooler.bias.numpy())
+    pooled = np.tanh(
+        outputs["sequence_output"][:, 0].numpy() @ encoder.pooler.kernel.numpy()
+        + encoder.pooler.bias.numpy()
+    )
     np.testing.assert_allclose(outputs["pooled_output"], pooled, atol=1e-5)
 
 
@@ -99,8 +117,7 @@ def test_padding_invariance(encoder):
     long = padded["sequence_output"].numpy()
     mask = inputs["input_mask"].astype(bool)
     np.testing.assert_allclose(long[:, :6][mask], short[mask], atol=1e-5)
-    np.testing.assert_allclose(padded["pooled_output"], encoder(inputs)["pooled_output"],
-                               atol=1e-5)
+    np.testing.assert_allclose(padded["pooled_output"], encoder(inputs)["pooled_output"], atol=1e-5)
 
 
 def test_training_false_is_deterministic_and_training_true_drops(encoder):
@@ -152,27 +169,30 @@ def test_mixed_precision_dtypes(config, dtype, compute):
     ref = BertEncoder(config)
     for a, b in zip(ref.weights, enc.weights):
         a.assign(b)
-    np.testing.assert_allclose(tf.cast(out["sequence_output"], tf.float32),
-                               ref(inputs)["sequence_output"], atol=0.1)
+    np.testing.assert_allclose(
+        tf.cast(out["sequence_output"], tf.float32), ref(inputs)["sequence_output"], atol=0.1
+    )
 
 
 @pytest.mark.parametrize("kernels", ["avx2", "avx512_bf16"])
-def test_mixed_precision_casts_the_vocabulary_table_only_for_a_bfloat16_decoder(
-        config, kernels):
+def test_mixed_precision_casts_the_vocabulary_table_only_for_a_bfloat16_decoder(config, kernels):
     # The embedding lookup gathers float32 rows (casting the [V, H] table would cost a
     # pass over it each step). The masked-LM decoder multiplies by the float32 table,
     # except where the kernels run it in bfloat16 (CPUs with AVX512-BF16): then the
     # table is cast once, in the head.
     pretrainer = models.BertPretrainer(
-        BertEncoder(config, dtype="bfloat16", kernels=kernels), config)
+        BertEncoder(config, dtype="bfloat16", kernels=kernels), config
+    )
     inputs = dict(make_inputs(), masked_lm_positions=np.array([[1, 2]] * 3, np.int32))
-    graph = tf.function(lambda: pretrainer(inputs, training=True)).get_concrete_function(
-        ).graph
+    graph = tf.function(lambda: pretrainer(inputs, training=True)).get_concrete_function().graph
     casts = [op for op in graph.get_operations() if op.type == "Cast"]
     assert casts  # the layers do cast their [H, H] kernels and activations
     table = [config.vocab_size, config.hidden_size]
-    table_casts = [op.name for op in casts if op.inputs[0].shape.rank is not None
-                   and op.inputs[0].shape.as_list() == table]
+    table_casts = [
+        op.name
+        for op in casts
+        if op.inputs[0].shape.rank is not None and op.inputs[0].shape.as_list() == table
+    ]
     if kernels == "avx2":
         assert table_casts == []
     else:
@@ -186,7 +206,8 @@ def test_layer_norm_runs_in_float32_and_keeps_input_dtype():
     assert y.dtype == tf.bfloat16
     ref = tf.cast(x, tf.float32)
     ref = (ref - tf.reduce_mean(ref, -1, keepdims=True)) / tf.math.reduce_std(
-        ref, -1, keepdims=True)
+        ref, -1, keepdims=True
+    )
     np.testing.assert_allclose(tf.cast(y, tf.float32), ref, atol=0.02)
 
 
@@ -202,8 +223,11 @@ def test_fused_kernels_equal_plain_ops_with_gradients(dtype, atol):
     norm.gamma.assign(rng.normal(size=48).astype(np.float32))
     norm.beta.assign(rng.normal(size=48).astype(np.float32))
     weights = tf.constant(rng.normal(size=(3, 6, 48)), tf.float32)
-    functions = {"layer_norm": norm, "gelu": layers.get_activation("gelu"),
-                 "gelu_exact": layers.get_activation("gelu_exact")}
+    functions = {
+        "layer_norm": norm,
+        "gelu": layers.get_activation("gelu"),
+        "gelu_exact": layers.get_activation("gelu_exact"),
+    }
     for name, fn in functions.items():
         results = []
         for fused in (True, False):
@@ -218,8 +242,9 @@ def test_fused_kernels_equal_plain_ops_with_gradients(dtype, atol):
             results.append([y] + tape.gradient(loss, sources))
         for got, want in zip(*results):
             scale = max(1.0, float(tf.reduce_max(tf.abs(tf.cast(want, tf.float32)))))
-            np.testing.assert_allclose(tf.cast(got, tf.float32), tf.cast(want, tf.float32),
-                                       atol=atol * scale, err_msg=name)
+            np.testing.assert_allclose(
+                tf.cast(got, tf.float32), tf.cast(want, tf.float32), atol=atol * scale, err_msg=name
+            )
 
 
 def test_fused_decoder_equals_plain_ops_with_gradients():
@@ -235,11 +260,11 @@ def test_fused_decoder_equals_plain_ops_with_gradients():
         with context, tf.GradientTape() as tape:
             tape.watch([x, table, bias])
             logits = layers.decoder_logits(x, table, bias)
-            loss = tf.reduce_sum(tf.nn.sparse_softmax_cross_entropy_with_logits(
-                labels, logits))
+            loss = tf.reduce_sum(tf.nn.sparse_softmax_cross_entropy_with_logits(labels, logits))
         results.append([logits] + tape.gradient(loss, [x, table, bias]))
-    np.testing.assert_allclose(results[0][0], x.numpy() @ table.numpy().T + bias.numpy(),
-                               rtol=1e-5, atol=1e-5)
+    np.testing.assert_allclose(
+        results[0][0], x.numpy() @ table.numpy().T + bias.numpy(), rtol=1e-5, atol=1e-5
+    )
     for got, want in zip(*results):
         np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5)
 
@@ -269,8 +294,7 @@ def test_dropout_drops_at_its_rate_and_masks_the_gradient(dtype):
 
 def test_masked_lm_head_is_tied_to_word_embeddings(config, encoder):
     pretrainer = models.BertPretrainer(encoder, config)
-    inputs = dict(make_inputs(), masked_lm_positions=np.array([[0, 3], [1, 1], [2, 0]],
-                                                               np.int32))
+    inputs = dict(make_inputs(), masked_lm_positions=np.array([[0, 3], [1, 1], [2, 0]], np.int32))
     out = pretrainer(inputs)
     assert out["mlm_logits"].shape == (3, 2, 99)
     assert out["next_sentence_logits"].shape == (3, 2)
@@ -299,18 +323,23 @@ def test_task_models(config, encoder):
     np.testing.assert_allclose(logits[1], logits[0][::-1], atol=1e-5)
 
 
-@pytest.mark.parametrize("build", [
-    lambda e, c, init: models.BertClassifier(e, c, 100, head_initializer=init).classifier,
-    lambda e, c, init: models.BertMultipleChoice(e, c, head_initializer=init).scorer,
-    lambda e, c, init: models.BertSpanLabeler(e, c, head_initializer=init).span,
-    lambda e, c, init: models.BertTokenClassifier(e, c, 100, head_initializer=init).classifier,
-])
+@pytest.mark.parametrize(
+    "build",
+    [
+        lambda e, c, init: models.BertClassifier(e, c, 100, head_initializer=init).classifier,
+        lambda e, c, init: models.BertMultipleChoice(e, c, head_initializer=init).scorer,
+        lambda e, c, init: models.BertSpanLabeler(e, c, head_initializer=init).span,
+        lambda e, c, init: models.BertTokenClassifier(e, c, 100, head_initializer=init).classifier,
+    ],
+)
 def test_head_initializer(config, encoder, build):
     """Heads draw from the original's truncated normal (nothing beyond 2 stddev) unless
     asked for Hugging Face's plain normal (about 4.6% beyond)."""
     stddev = config.initializer_range
-    kinds = {"truncated_normal": keras.initializers.TruncatedNormal,
-             "normal": keras.initializers.RandomNormal}
+    kinds = {
+        "truncated_normal": keras.initializers.TruncatedNormal,
+        "normal": keras.initializers.RandomNormal,
+    }
     for distribution in layers.INITIALIZERS:
         keras.utils.set_random_seed(3)
         dense = build(encoder, config, distribution).dense
@@ -320,8 +349,10 @@ def test_head_initializer(config, encoder, build):
         if distribution == "truncated_normal":
             assert beyond == 0.0
         if kernel.size > 1000:  # 100 outputs: the spread tells the two apart
-            expected = {"truncated_normal": (0.0, 0.0, 0.84, 0.92),
-                        "normal": (0.03, 0.07, 0.95, 1.05)}[distribution]
+            expected = {
+                "truncated_normal": (0.0, 0.0, 0.84, 0.92),
+                "normal": (0.03, 0.07, 0.95, 1.05),
+            }[distribution]
             assert expected[0] <= beyond <= expected[1]
             assert expected[2] * stddev < kernel.std() < expected[3] * stddev
     with pytest.raises(ValueError, match="unknown initializer 'uniform'"):
@@ -343,8 +374,9 @@ def test_tf2_checkpoint_round_trip(config, tmp_path):
 def test_original_checkpoint_round_trip_and_names(config, tmp_path):
     src = BertEncoder(config)
     pretrainer = models.BertPretrainer(src, config)
-    prefix = checkpoints.write_original_checkpoint(str(tmp_path / "bert_model.ckpt"), src,
-                                                   pretrainer)
+    prefix = checkpoints.write_original_checkpoint(
+        str(tmp_path / "bert_model.ckpt"), src, pretrainer
+    )
     names = dict(tf.train.list_variables(prefix))
     assert names["bert/encoder/layer_1/attention/self/query/kernel"] == [32, 32]
     assert names["bert/encoder/layer_0/intermediate/dense/kernel"] == [32, 37]
@@ -357,25 +389,28 @@ def test_original_checkpoint_round_trip_and_names(config, tmp_path):
     for a, b in zip(pretrainer.weights, dst_pre.weights):
         np.testing.assert_array_equal(a.numpy(), b.numpy())
     # Encoder-only checkpoints load with heads left at their initializers.
-    enc_only = checkpoints.write_original_checkpoint(str(tmp_path / "enc" / "bert_model.ckpt"),
-                                                     src)
-    assert not checkpoints.load_checkpoint(enc_only, BertEncoder(config),
-                                           models.BertPretrainer(BertEncoder(config),
-                                                                 config))["heads"]
+    enc_only = checkpoints.write_original_checkpoint(str(tmp_path / "enc" / "bert_model.ckpt"), src)
+    assert not checkpoints.load_checkpoint(
+        enc_only, BertEncoder(config), models.BertPretrainer(BertEncoder(config), config)
+    )["heads"]
 
 
 def test_checkpoint_of_another_size_names_variable_and_shapes(config, tmp_path):
-    prefix = checkpoints.write_original_checkpoint(str(tmp_path / "bert_model.ckpt"),
-                                                   BertEncoder(config))
+    prefix = checkpoints.write_original_checkpoint(
+        str(tmp_path / "bert_model.ckpt"), BertEncoder(config)
+    )
     other = BertConfig(**dict(TINY, vocab_size=120))
-    with pytest.raises(checkpoints.CheckpointMismatchError,
-                       match=r"bert/embeddings/word_embeddings.*\[99, 32\].*\[120, 32\]"):
+    with pytest.raises(
+        checkpoints.CheckpointMismatchError,
+        match=r"bert/embeddings/word_embeddings.*\[99, 32\].*\[120, 32\]",
+    ):
         checkpoints.load_checkpoint(prefix, BertEncoder(other))
     deeper = BertConfig(**dict(TINY, num_hidden_layers=3))
     with pytest.raises(checkpoints.CheckpointMismatchError, match="layer_2"):
         checkpoints.load_checkpoint(prefix, BertEncoder(deeper))
     tf2 = tf.train.Checkpoint(model=models.BertPretrainer(BertEncoder(config), config)).save(
-        str(tmp_path / "tf2" / "ckpt"))
+        str(tmp_path / "tf2" / "ckpt")
+    )
     with pytest.raises(checkpoints.CheckpointMismatchError, match=r"\(99, 32\)|\[99, 32\]"):
         checkpoints.load_checkpoint(tf2, BertEncoder(other))
     with pytest.raises(FileNotFoundError, match="nowhere"):
@@ -384,23 +419,35 @@ def test_checkpoint_of_another_size_names_variable_and_shapes(config, tmp_path):
 
 def test_hf_names_derive_from_original_names():
     assert checkpoints.hf_name("bert/encoder/layer_3/attention/self/query/kernel", "") == (
-        "encoder.layer.3.attention.self.query.weight", True)
+        "encoder.layer.3.attention.self.query.weight",
+        True,
+    )
     assert checkpoints.hf_name("bert/embeddings/LayerNorm/gamma", "bert.") == (
-        "bert.embeddings.LayerNorm.weight", False)
+        "bert.embeddings.LayerNorm.weight",
+        False,
+    )
     assert checkpoints.hf_name("bert/embeddings/word_embeddings", "") == (
-        "embeddings.word_embeddings.weight", False)
+        "embeddings.word_embeddings.weight",
+        False,
+    )
     assert checkpoints.hf_name("cls/predictions/transform/dense/kernel", "bert.") == (
-        "cls.predictions.transform.dense.weight", True)
+        "cls.predictions.transform.dense.weight",
+        True,
+    )
     assert checkpoints.hf_name("cls/seq_relationship/output_weights", "") == (
-        "cls.seq_relationship.weight", False)
+        "cls.seq_relationship.weight",
+        False,
+    )
 
 
 def test_safetensors_reader_handles_bfloat16(tmp_path):
     import ml_dtypes
+
     values = np.arange(6, dtype=np.float32).reshape(2, 3) / 4
     raw = values.astype(ml_dtypes.bfloat16).tobytes()
-    header = json.dumps({"w": {"dtype": "BF16", "shape": [2, 3],
-                               "data_offsets": [0, len(raw)]}}).encode()
+    header = json.dumps(
+        {"w": {"dtype": "BF16", "shape": [2, 3], "data_offsets": [0, len(raw)]}}
+    ).encode()
     path = tmp_path / "x.safetensors"
     path.write_bytes(len(header).to_bytes(8, "little") + header + raw)
     np.testing.assert_array_equal(checkpoints.read_safetensors(str(path))["w"], values)

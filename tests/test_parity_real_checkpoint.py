@@ -34,7 +34,7 @@ def real_sentences(count=24):
 
 def real_pairs(count=8):
     rows = (SAMPLE_DATA / "glue" / "MRPC" / "dev.tsv").read_text(encoding="utf-8-sig").splitlines()
-    return [tuple(r.split("\t")[3:5]) for r in rows[1:count + 1]]
+    return [tuple(r.split("\t")[3:5]) for r in rows[1 : count + 1]]
 
 
 def encode(tokenizer, examples, max_seq_length=128):
@@ -44,8 +44,11 @@ def encode(tokenizer, examples, max_seq_length=128):
         a, b = (example, None) if isinstance(example, str) else example
         ids_a = tokenizer.convert_tokens_to_ids(tokenizer.tokenize(a))
         ids_b = tokenizer.convert_tokens_to_ids(tokenizer.tokenize(b)) if b else None
-        rows.append(tokenization.pack_inputs(ids_a, ids_b, max_seq_length,
-                                             tokenizer.vocab["[CLS]"], tokenizer.vocab["[SEP]"]))
+        rows.append(
+            tokenization.pack_inputs(
+                ids_a, ids_b, max_seq_length, tokenizer.vocab["[CLS]"], tokenizer.vocab["[SEP]"]
+            )
+        )
     batch = {k: np.array([r[k] for r in rows], np.int32) for k in rows[0]}
     longest = int(batch["input_mask"].sum(1).max())
     return {k: v[:, :longest] for k, v in batch.items()}
@@ -64,10 +67,12 @@ def models(minilm_dir):
 
 def compare(ours, theirs, batch):
     with torch.no_grad():
-        ref = theirs(input_ids=torch.tensor(batch["input_word_ids"], dtype=torch.long),
-                     attention_mask=torch.tensor(batch["input_mask"], dtype=torch.long),
-                     token_type_ids=torch.tensor(batch["input_type_ids"], dtype=torch.long),
-                     output_hidden_states=True)
+        ref = theirs(
+            input_ids=torch.tensor(batch["input_word_ids"], dtype=torch.long),
+            attention_mask=torch.tensor(batch["input_mask"], dtype=torch.long),
+            token_type_ids=torch.tensor(batch["input_type_ids"], dtype=torch.long),
+            output_hidden_states=True,
+        )
     out = ours(batch)
     real = batch["input_mask"].astype(bool)
     assert len(out["encoder_outputs"]) == len(ref.hidden_states) - 1 == 6
@@ -119,10 +124,20 @@ def test_extract_features_output_equals_in_memory_model(models, minilm_dir, tmp_
     input_file.write_text("\n".join(examples) + "\n", encoding="utf-8")
     output_file = tmp_path / "features.jsonl"
     # No --bert_config_file / --vocab_file: both come from the checkpoint directory.
-    subprocess.run([sys.executable, str(REPO_ROOT / "extract_features.py"),
-                    f"--input_file={input_file}", f"--output_file={output_file}",
-                    f"--init_checkpoint={minilm_dir}", "--layers=-1,-2,0",
-                    "--max_seq_length=64", "--batch_size=3"], check=True, cwd=tmp_path)
+    subprocess.run(
+        [
+            sys.executable,
+            str(REPO_ROOT / "extract_features.py"),
+            f"--input_file={input_file}",
+            f"--output_file={output_file}",
+            f"--init_checkpoint={minilm_dir}",
+            "--layers=-1,-2,0",
+            "--max_seq_length=64",
+            "--batch_size=3",
+        ],
+        check=True,
+        cwd=tmp_path,
+    )
     lines = [json.loads(line) for line in output_file.read_text().splitlines()]
     assert [line["linex_index"] for line in lines] == list(range(len(examples)))
     parsed = [e if " ||| " not in e else tuple(e.split(" ||| ")) for e in examples]
@@ -159,15 +174,23 @@ def test_squad_span_loss_and_gradients_equal_hugging_face(minilm_dir):
     ours = BertSpanLabeler(encoder, config)
     tokenizer = tokenization.FullTokenizer(minilm_dir + "/vocab.txt", do_lower_case=True)
     examples = squad_reader.read_squad_examples(
-        str(SAMPLE_DATA / "squad" / "dev-v2.0-first5articles.json"), True, True)[:40]
-    features = list(squad_features.convert_examples_to_features(
-        examples, tokenizer, 256, 128, 64, True))[::4][:8]
+        str(SAMPLE_DATA / "squad" / "dev-v2.0-first5articles.json"), True, True
+    )[:40]
+    features = list(
+        squad_features.convert_examples_to_features(examples, tokenizer, 256, 128, 64, True)
+    )[::4][:8]
     assert {f.start_position == 0 for f in features} == {True, False}
-    columns = {"input_word_ids": "input_ids", "input_mask": "input_mask",
-               "input_type_ids": "segment_ids", "start_positions": "start_position",
-               "end_positions": "end_position"}
-    batch = {ours_name: np.array([getattr(f, name) for f in features], np.int32)
-             for ours_name, name in columns.items()}
+    columns = {
+        "input_word_ids": "input_ids",
+        "input_mask": "input_mask",
+        "input_type_ids": "segment_ids",
+        "start_positions": "start_position",
+        "end_positions": "end_position",
+    }
+    batch = {
+        ours_name: np.array([getattr(f, name) for f in features], np.int32)
+        for ours_name, name in columns.items()
+    }
     with tf.GradientTape() as tape:
         loss = SpanTask().loss_sums(batch, ours(batch, training=False))["loss"] / len(features)
     variables = {v.path: v for v in ours.trainable_variables}
@@ -177,9 +200,13 @@ def test_squad_span_loss_and_gradients_equal_hugging_face(minilm_dir):
     with torch.no_grad():
         theirs.qa_outputs.weight.copy_(torch.tensor(variables["squad/dense/kernel"].numpy().T))
         theirs.qa_outputs.bias.copy_(torch.tensor(variables["squad/dense/bias"].numpy()))
-    hf_names = {"input_word_ids": "input_ids", "input_mask": "attention_mask",
-                "input_type_ids": "token_type_ids", "start_positions": "start_positions",
-                "end_positions": "end_positions"}
+    hf_names = {
+        "input_word_ids": "input_ids",
+        "input_mask": "attention_mask",
+        "input_type_ids": "token_type_ids",
+        "start_positions": "start_positions",
+        "end_positions": "end_positions",
+    }
     output = theirs(**{hf_names[k]: torch.tensor(v, dtype=torch.long) for k, v in batch.items()})
     output.loss.backward()
     assert float(loss) == pytest.approx(float(output.loss.detach()), rel=1e-5)
@@ -191,11 +218,15 @@ def test_squad_span_loss_and_gradients_equal_hugging_face(minilm_dir):
 
     layer = theirs.bert.encoder.layer[0]
     close(grads["squad/dense/kernel"], theirs.qa_outputs.weight.grad.numpy().T)
-    close(grads["layer_0/attention_self/query/kernel"],
-          layer.attention.self.query.weight.grad.numpy().T)
+    close(
+        grads["layer_0/attention_self/query/kernel"],
+        layer.attention.self.query.weight.grad.numpy().T,
+    )
     close(grads["layer_0/output/dense/kernel"], layer.output.dense.weight.grad.numpy().T)
-    close(tf.convert_to_tensor(grads["embeddings/word_embeddings"])[1:],
-          theirs.bert.embeddings.word_embeddings.weight.grad.numpy()[1:])
+    close(
+        tf.convert_to_tensor(grads["embeddings/word_embeddings"])[1:],
+        theirs.bert.embeddings.word_embeddings.weight.grad.numpy()[1:],
+    )
 
 
 @pytest.mark.slow
@@ -226,17 +257,27 @@ def test_squad_fine_tuning_follows_hugging_face_step_by_step(minilm_dir, tmp_pat
 
     tokenizer = tokenization.FullTokenizer(minilm_dir + "/vocab.txt", do_lower_case=True)
     examples = squad_reader.read_squad_examples(
-        str(SAMPLE_DATA / "squad" / "dev-v2.0-first5articles.json"), True, True)
-    features = list(squad_features.convert_examples_to_features(
-        examples, tokenizer, 128, 64, 64, True))
-    picks = np.random.RandomState(0).permutation(len(features))[:(steps + 1) * batch_size]
-    columns = {"input_word_ids": "input_ids", "input_mask": "input_mask",
-               "input_type_ids": "segment_ids", "start_positions": "start_position",
-               "end_positions": "end_position"}
-    data = {ours_name: np.array([getattr(features[i], name) for i in picks], np.int32)
-            for ours_name, name in columns.items()}
-    batches = [{k: v[s * batch_size:(s + 1) * batch_size] for k, v in data.items()}
-               for s in range(steps + 1)]
+        str(SAMPLE_DATA / "squad" / "dev-v2.0-first5articles.json"), True, True
+    )
+    features = list(
+        squad_features.convert_examples_to_features(examples, tokenizer, 128, 64, 64, True)
+    )
+    picks = np.random.RandomState(0).permutation(len(features))[: (steps + 1) * batch_size]
+    columns = {
+        "input_word_ids": "input_ids",
+        "input_mask": "input_mask",
+        "input_type_ids": "segment_ids",
+        "start_positions": "start_position",
+        "end_positions": "end_position",
+    }
+    data = {
+        ours_name: np.array([getattr(features[i], name) for i in picks], np.int32)
+        for ours_name, name in columns.items()
+    }
+    batches = [
+        {k: v[s * batch_size : (s + 1) * batch_size] for k, v in data.items()}
+        for s in range(steps + 1)
+    ]
     assert {int(p) == 0 for p in data["start_positions"]} == {True, False}
 
     config = BertConfig.from_json_file(str(checkpoint / "config.json"))
@@ -246,9 +287,16 @@ def test_squad_fine_tuning_follows_hugging_face_step_by_step(minilm_dir, tmp_pat
     task = SpanTask()
     ours(batches[0], training=False)
     head = {v.path: v.numpy() for v in ours.trainable_variables if v.path.startswith("squad/")}
-    trainer = training.Trainer(tf.distribute.get_strategy(), ours, task, str(tmp_path / "ours"),
-                               learning_rate=lr, num_train_steps=steps,
-                               num_warmup_steps=warmup, save_checkpoints_steps=1000)
+    trainer = training.Trainer(
+        tf.distribute.get_strategy(),
+        ours,
+        task,
+        str(tmp_path / "ours"),
+        learning_rate=lr,
+        num_train_steps=steps,
+        num_warmup_steps=warmup,
+        save_checkpoints_steps=1000,
+    )
 
     theirs = transformers.BertForQuestionAnswering.from_pretrained(str(checkpoint))
     with torch.no_grad():
@@ -256,20 +304,36 @@ def test_squad_fine_tuning_follows_hugging_face_step_by_step(minilm_dir, tmp_pat
         theirs.qa_outputs.bias.copy_(torch.tensor(head["squad/dense/bias"]))
     no_decay = ("bias", "LayerNorm.weight")
     optimizer = torch.optim.AdamW(
-        [{"params": [p for n, p in theirs.named_parameters()
-                     if not any(k in n for k in no_decay)], "weight_decay": 0.01},
-         {"params": [p for n, p in theirs.named_parameters()
-                     if any(k in n for k in no_decay)], "weight_decay": 0.0}],
-        lr=lr, eps=1e-6)
+        [
+            {
+                "params": [
+                    p for n, p in theirs.named_parameters() if not any(k in n for k in no_decay)
+                ],
+                "weight_decay": 0.01,
+            },
+            {
+                "params": [
+                    p for n, p in theirs.named_parameters() if any(k in n for k in no_decay)
+                ],
+                "weight_decay": 0.0,
+            },
+        ],
+        lr=lr,
+        eps=1e-6,
+    )
     scheduler = torch.optim.lr_scheduler.LambdaLR(
-        optimizer, lambda s: s / warmup if s < warmup else max(0.0, 1.0 - s / steps))
-    hf_names = {"input_word_ids": "input_ids", "input_mask": "attention_mask",
-                "input_type_ids": "token_type_ids", "start_positions": "start_positions",
-                "end_positions": "end_positions"}
+        optimizer, lambda s: s / warmup if s < warmup else max(0.0, 1.0 - s / steps)
+    )
+    hf_names = {
+        "input_word_ids": "input_ids",
+        "input_mask": "attention_mask",
+        "input_type_ids": "token_type_ids",
+        "start_positions": "start_positions",
+        "end_positions": "end_positions",
+    }
 
     def hf_batch(step):
-        return {hf_names[k]: torch.tensor(v, dtype=torch.long)
-                for k, v in batches[step].items()}
+        return {hf_names[k]: torch.tensor(v, dtype=torch.long) for k, v in batches[step].items()}
 
     def our_loss(step):
         batch = batches[step]
@@ -290,17 +354,25 @@ def test_squad_fine_tuning_follows_hugging_face_step_by_step(minilm_dir, tmp_pat
 
     untrained = our_loss(steps)
     our_losses = []
-    trainer.train(lambda context: tf.data.Dataset.from_tensor_slices(data).batch(
-        batch_size, drop_remainder=True), batch_size,
-        after_loop=lambda step: our_losses.append(our_loss(step)))
+    trainer.train(
+        lambda context: tf.data.Dataset.from_tensor_slices(data).batch(
+            batch_size, drop_remainder=True
+        ),
+        batch_size,
+        after_loop=lambda step: our_losses.append(our_loss(step)),
+    )
 
     assert our_losses == pytest.approx(their_losses, abs=5e-3)
     assert their_losses[-1] < untrained - 0.2  # It learned: the comparison is not vacuous.
     variables = {v.path: v.numpy() for v in ours.trainable_variables}
     layer = theirs.bert.encoder.layer[5]
-    for name, value in [("squad/dense/kernel", theirs.qa_outputs.weight.T),
-                        ("layer_5/output/dense/kernel", layer.output.dense.weight.T),
-                        ("layer_0/attention_self/query/kernel",
-                         theirs.bert.encoder.layer[0].attention.self.query.weight.T)]:
+    for name, value in [
+        ("squad/dense/kernel", theirs.qa_outputs.weight.T),
+        ("layer_5/output/dense/kernel", layer.output.dense.weight.T),
+        (
+            "layer_0/attention_self/query/kernel",
+            theirs.bert.encoder.layer[0].attention.self.query.weight.T,
+        ),
+    ]:
         value = value.detach().numpy()
         assert np.abs(variables[name] - value).max() <= 1e-3 * np.abs(value).max(), name

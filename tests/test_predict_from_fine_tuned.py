@@ -23,38 +23,76 @@ VOCAB = str(SAMPLE_DATA / "vocab" / "uncased_vocab.txt")
 
 
 def run(script: str, *flags: str) -> None:
-    result = subprocess.run([sys.executable, str(REPO_ROOT / script), *flags], cwd=REPO_ROOT,
-                            env=ENV, capture_output=True, text=True, timeout=900)
+    result = subprocess.run(
+        [sys.executable, str(REPO_ROOT / script), *flags],
+        cwd=REPO_ROOT,
+        env=ENV,
+        capture_output=True,
+        text=True,
+        timeout=900,
+    )
     assert result.returncode == 0, result.stderr[-4000:]
 
 
 @pytest.fixture(scope="module")
 def config_file(tmp_path_factory):
     path = tmp_path_factory.mktemp("model") / "bert_config.json"
-    path.write_text(json.dumps(dict(
-        vocab_size=30522, hidden_size=32, num_hidden_layers=2, num_attention_heads=4,
-        intermediate_size=37, hidden_act="gelu", hidden_dropout_prob=0.1,
-        attention_probs_dropout_prob=0.1, max_position_embeddings=128, type_vocab_size=2,
-        initializer_range=0.02)))
+    path.write_text(
+        json.dumps(
+            dict(
+                vocab_size=30522,
+                hidden_size=32,
+                num_hidden_layers=2,
+                num_attention_heads=4,
+                intermediate_size=37,
+                hidden_act="gelu",
+                hidden_dropout_prob=0.1,
+                attention_probs_dropout_prob=0.1,
+                max_position_embeddings=128,
+                type_vocab_size=2,
+                initializer_range=0.02,
+            )
+        )
+    )
     return str(path)
 
 
 def test_squad(config_file, tmp_path):
-    sample = json.loads((SAMPLE_DATA / "squad" / "dev-v2.0-first5articles.json").read_text(
-        encoding="utf-8"))
+    sample = json.loads(
+        (SAMPLE_DATA / "squad" / "dev-v2.0-first5articles.json").read_text(encoding="utf-8")
+    )
     data = tmp_path / "squad.json"
-    data.write_text(json.dumps({"version": "v2.0", "data": [dict(
-        sample["data"][0], paragraphs=sample["data"][0]["paragraphs"][:2])]}))
-    common = [f"--predict_file={data}", "--version_2_with_negative", "--max_seq_length=96",
-              "--doc_stride=40", "--max_query_length=24", "--do_predict"]
+    data.write_text(
+        json.dumps(
+            {
+                "version": "v2.0",
+                "data": [dict(sample["data"][0], paragraphs=sample["data"][0]["paragraphs"][:2])],
+            }
+        )
+    )
+    common = [
+        f"--predict_file={data}",
+        "--version_2_with_negative",
+        "--max_seq_length=96",
+        "--doc_stride=40",
+        "--max_query_length=24",
+        "--do_predict",
+    ]
     trained = tmp_path / "trained"
-    run("run_squad.py", *common, f"--train_file={data}", "--do_train",
-        f"--bert_config_file={config_file}", f"--vocab_file={VOCAB}",
-        "--train_batch_size=8", "--num_train_epochs=1", "--learning_rate=1e-3",
-        f"--output_dir={trained}")
+    run(
+        "run_squad.py",
+        *common,
+        f"--train_file={data}",
+        "--do_train",
+        f"--bert_config_file={config_file}",
+        f"--vocab_file={VOCAB}",
+        "--train_batch_size=8",
+        "--num_train_epochs=1",
+        "--learning_rate=1e-3",
+        f"--output_dir={trained}",
+    )
     out = tmp_path / "predicted"
-    run("run_squad.py", *common, f"--init_checkpoint={trained}", "--seed=7",
-        f"--output_dir={out}")
+    run("run_squad.py", *common, f"--init_checkpoint={trained}", "--seed=7", f"--output_dir={out}")
     for name in ("predictions.json", "null_odds.json"):
         want, got = (json.loads((d / name).read_text()) for d in (trained, out))
         assert got.keys() == want.keys()
@@ -75,13 +113,29 @@ def test_ner(config_file, tmp_path):
     _conll_slice(SAMPLE_DATA / "sciner" / "train.txt", data / "train.txt", 40)
     _conll_slice(SAMPLE_DATA / "sciner" / "train.txt", data / "test.txt", 20)
     trained = tmp_path / "trained"
-    run("run_ner.py", f"--data_dir={data}", f"--bert_config_file={config_file}",
-        f"--vocab_file={VOCAB}", "--do_train", "--do_predict", "--max_seq_length=64",
-        "--train_batch_size=8", "--num_train_epochs=1", "--learning_rate=1e-3",
-        f"--output_dir={trained}")
+    run(
+        "run_ner.py",
+        f"--data_dir={data}",
+        f"--bert_config_file={config_file}",
+        f"--vocab_file={VOCAB}",
+        "--do_train",
+        "--do_predict",
+        "--max_seq_length=64",
+        "--train_batch_size=8",
+        "--num_train_epochs=1",
+        "--learning_rate=1e-3",
+        f"--output_dir={trained}",
+    )
     out = tmp_path / "predicted"
-    run("run_ner.py", f"--data_dir={data}", f"--init_checkpoint={trained}", "--do_predict",
-        "--max_seq_length=64", "--seed=7", f"--output_dir={out}")
+    run(
+        "run_ner.py",
+        f"--data_dir={data}",
+        f"--init_checkpoint={trained}",
+        "--do_predict",
+        "--max_seq_length=64",
+        "--seed=7",
+        f"--output_dir={out}",
+    )
     want = (trained / "test_predictions.txt").read_text()
     assert (out / "test_predictions.txt").read_text() == want
     # Not the initializer's all-one-tag output: the trained head predicts several tags.
@@ -94,23 +148,51 @@ def test_classifier_through_the_original_tf1_format(config_file, tmp_path):
     glue = tmp_path / "MRPC"
     glue.mkdir()
     for name, rows in (("train.tsv", 64), ("dev.tsv", 16), ("test.tsv", 16)):
-        lines = (SAMPLE_DATA / "glue" / "MRPC" / name).read_text(
-            encoding="utf-8").splitlines(keepends=True)
-        (glue / name).write_text("".join(lines[:rows + 1]), encoding="utf-8")
+        lines = (
+            (SAMPLE_DATA / "glue" / "MRPC" / name)
+            .read_text(encoding="utf-8")
+            .splitlines(keepends=True)
+        )
+        (glue / name).write_text("".join(lines[: rows + 1]), encoding="utf-8")
     trained = tmp_path / "trained"
-    run("run_classifier.py", "--task_name=MRPC", f"--data_dir={glue}",
-        f"--bert_config_file={config_file}", f"--vocab_file={VOCAB}", "--do_train",
-        "--do_predict", "--max_seq_length=64", "--num_train_epochs=1",
-        "--learning_rate=1e-3", f"--output_dir={trained}")
+    run(
+        "run_classifier.py",
+        "--task_name=MRPC",
+        f"--data_dir={glue}",
+        f"--bert_config_file={config_file}",
+        f"--vocab_file={VOCAB}",
+        "--do_train",
+        "--do_predict",
+        "--max_seq_length=64",
+        "--num_train_epochs=1",
+        "--learning_rate=1e-3",
+        f"--output_dir={trained}",
+    )
     converted = tmp_path / "tf1"
-    run("convert_checkpoint.py", f"--init_checkpoint={trained}", "--output_format=tf1",
-        f"--output_dir={converted}")
-    names = [name for name, _ in __import__("tensorflow").train.list_variables(
-        str(converted / "bert_model.ckpt"))]
+    run(
+        "convert_checkpoint.py",
+        f"--init_checkpoint={trained}",
+        "--output_format=tf1",
+        f"--output_dir={converted}",
+    )
+    names = [
+        name
+        for name, _ in __import__("tensorflow").train.list_variables(
+            str(converted / "bert_model.ckpt")
+        )
+    ]
     assert {"output_weights", "output_bias", "bert/pooler/dense/kernel"} <= set(names)
     out = tmp_path / "predicted"
-    run("run_classifier.py", "--task_name=MRPC", f"--data_dir={glue}", "--do_predict",
-        f"--init_checkpoint={converted / 'bert_model.ckpt'}", "--max_seq_length=64",
-        "--seed=7", f"--output_dir={out}")
-    np.testing.assert_allclose(np.loadtxt(out / "test_results.tsv"),
-                               np.loadtxt(trained / "test_results.tsv"), atol=1e-5)
+    run(
+        "run_classifier.py",
+        "--task_name=MRPC",
+        f"--data_dir={glue}",
+        "--do_predict",
+        f"--init_checkpoint={converted / 'bert_model.ckpt'}",
+        "--max_seq_length=64",
+        "--seed=7",
+        f"--output_dir={out}",
+    )
+    np.testing.assert_allclose(
+        np.loadtxt(out / "test_results.tsv"), np.loadtxt(trained / "test_results.tsv"), atol=1e-5
+    )

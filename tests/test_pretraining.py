@@ -24,22 +24,41 @@ SEQ, PREDS = 64, 10
 
 
 def tiny_config(path, dropout=0.1, hidden=64):
-    config = dict(vocab_size=30522, hidden_size=hidden, num_hidden_layers=2,
-                  num_attention_heads=4, intermediate_size=2 * hidden, hidden_act="gelu",
-                  hidden_dropout_prob=dropout,
-                  attention_probs_dropout_prob=dropout, max_position_embeddings=SEQ,
-                  type_vocab_size=2, initializer_range=0.02)
+    config = dict(
+        vocab_size=30522,
+        hidden_size=hidden,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        intermediate_size=2 * hidden,
+        hidden_act="gelu",
+        hidden_dropout_prob=dropout,
+        attention_probs_dropout_prob=dropout,
+        max_position_embeddings=SEQ,
+        type_vocab_size=2,
+        initializer_range=0.02,
+    )
     path.write_text(json.dumps(config))
     return str(path)
 
 
 def make_shard(corpus_file, output, seed=12345, dupe_factor=5):
-    subprocess.run([sys.executable, "-m", "data_prep.create_pretraining_data",
-                    f"--input_file={corpus_file}", f"--output_file={output}",
-                    f"--vocab_file={VOCAB}", f"--max_seq_length={SEQ}",
-                    f"--max_predictions_per_seq={PREDS}", f"--dupe_factor={dupe_factor}",
-                    f"--random_seed={seed}"], check=True, cwd=REPO_ROOT,
-                   capture_output=True)
+    subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "data_prep.create_pretraining_data",
+            f"--input_file={corpus_file}",
+            f"--output_file={output}",
+            f"--vocab_file={VOCAB}",
+            f"--max_seq_length={SEQ}",
+            f"--max_predictions_per_seq={PREDS}",
+            f"--dupe_factor={dupe_factor}",
+            f"--random_seed={seed}",
+        ],
+        check=True,
+        cwd=REPO_ROOT,
+        capture_output=True,
+    )
     return str(output)
 
 
@@ -47,25 +66,40 @@ def make_shard(corpus_file, output, seed=12345, dupe_factor=5):
 def shards(tmp_path_factory):
     d = tmp_path_factory.mktemp("shards")
     corpus = SAMPLE_DATA / "corpus"
-    return {"train": make_shard(corpus / "bert_paper_v1.txt", d / "train.tfrecord"),
-            "eval": make_shard(corpus / "bert_paper_v2.txt", d / "eval.tfrecord", seed=7,
-                               dupe_factor=1)}
+    return {
+        "train": make_shard(corpus / "bert_paper_v1.txt", d / "train.tfrecord"),
+        "eval": make_shard(
+            corpus / "bert_paper_v2.txt", d / "eval.tfrecord", seed=7, dupe_factor=1
+        ),
+    }
 
 
-def run_pretraining(output_dir, config_file, train_file, *extra, env=None, wait=True,
-                    steps=6, batch=8, warmup=2):
-    args = [sys.executable, str(REPO_ROOT / "run_pretraining.py"),
-            f"--input_file={train_file}", f"--output_dir={output_dir}",
-            f"--bert_config_file={config_file}", f"--max_seq_length={SEQ}",
-            f"--max_predictions_per_seq={PREDS}", f"--train_batch_size={batch}",
-            f"--num_train_steps={steps}", f"--num_warmup_steps={warmup}",
-            "--learning_rate=1e-3", "--steps_per_loop=2", "--do_train", "--alsologtostderr",
-            *extra]
+def run_pretraining(
+    output_dir, config_file, train_file, *extra, env=None, wait=True, steps=6, batch=8, warmup=2
+):
+    args = [
+        sys.executable,
+        str(REPO_ROOT / "run_pretraining.py"),
+        f"--input_file={train_file}",
+        f"--output_dir={output_dir}",
+        f"--bert_config_file={config_file}",
+        f"--max_seq_length={SEQ}",
+        f"--max_predictions_per_seq={PREDS}",
+        f"--train_batch_size={batch}",
+        f"--num_train_steps={steps}",
+        f"--num_warmup_steps={warmup}",
+        "--learning_rate=1e-3",
+        "--steps_per_loop=2",
+        "--do_train",
+        "--alsologtostderr",
+        *extra,
+    ]
     full_env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2", **(env or {}))
     if not wait:
         log = open(f"{output_dir}.log", "w")
-        return subprocess.Popen(args, env=full_env, stdout=subprocess.DEVNULL, stderr=log,
-                                text=True)
+        return subprocess.Popen(
+            args, env=full_env, stdout=subprocess.DEVNULL, stderr=log, text=True
+        )
     result = subprocess.run(args, env=full_env, capture_output=True, text=True)
     assert result.returncode == 0, result.stderr[-3000:]
     return result
@@ -73,8 +107,11 @@ def run_pretraining(output_dir, config_file, train_file, *extra, env=None, wait=
 
 def model_weights(prefix):
     reader = tf.train.load_checkpoint(prefix)
-    return {name: reader.get_tensor(name) for name, _ in tf.train.list_variables(prefix)
-            if name.startswith("model/")}
+    return {
+        name: reader.get_tensor(name)
+        for name, _ in tf.train.list_variables(prefix)
+        if name.startswith("model/")
+    }
 
 
 def assert_close_weights(a, b, atol):
@@ -93,9 +130,12 @@ def write_records(path, seq, preds, count=2):
             feature = {
                 "input_ids": tf.train.Feature(int64_list=tf.train.Int64List(value=[1] * seq)),
                 "masked_lm_positions": tf.train.Feature(
-                    int64_list=tf.train.Int64List(value=[1] * preds))}
-            writer.write(tf.train.Example(features=tf.train.Features(
-                feature=feature)).SerializeToString())
+                    int64_list=tf.train.Int64List(value=[1] * preds)
+                ),
+            }
+            writer.write(
+                tf.train.Example(features=tf.train.Features(feature=feature)).SerializeToString()
+            )
 
 
 def test_shards_of_another_length_are_a_clear_error(tmp_path):
@@ -103,8 +143,11 @@ def test_shards_of_another_length_are_a_clear_error(tmp_path):
     write_records(path, 128, 20)
     with pytest.raises(ValueError, match=r"input_ids has length 128 but --max_seq_length=64"):
         pretraining_data.check_shard_shapes([str(path)], 64, 20)
-    with pytest.raises(ValueError, match=r"masked_lm_positions has length 20 but "
-                                         r"--max_predictions_per_seq=10"):
+    with pytest.raises(
+        ValueError,
+        match=r"masked_lm_positions has length 20 but "
+        r"--max_predictions_per_seq=10",
+    ):
         pretraining_data.check_shard_shapes([str(path)], 128, 10)
     pretraining_data.check_shard_shapes([str(path)], 128, 20)
     empty = tmp_path / "empty.tfrecord"
@@ -117,15 +160,25 @@ def test_shards_of_another_length_are_a_clear_error(tmp_path):
 
 def test_pipeline_slices_global_batches_across_workers(shards):
     """Two input pipelines over one file read exactly the single pipeline's batches."""
-    single = next(iter(pretraining_data.pretraining_dataset(
-        [shards["train"]], 8, SEQ, PREDS, is_training=True)))
+    single = next(
+        iter(
+            pretraining_data.pretraining_dataset([shards["train"]], 8, SEQ, PREDS, is_training=True)
+        )
+    )
     halves = []
     for pipeline_id in range(2):
-        context = tf.distribute.InputContext(num_input_pipelines=2,
-                                             input_pipeline_id=pipeline_id,
-                                             num_replicas_in_sync=2)
-        halves.append(next(iter(pretraining_data.pretraining_dataset(
-            [shards["train"]], 4, SEQ, PREDS, is_training=True, input_context=context))))
+        context = tf.distribute.InputContext(
+            num_input_pipelines=2, input_pipeline_id=pipeline_id, num_replicas_in_sync=2
+        )
+        halves.append(
+            next(
+                iter(
+                    pretraining_data.pretraining_dataset(
+                        [shards["train"]], 4, SEQ, PREDS, is_training=True, input_context=context
+                    )
+                )
+            )
+        )
     for key in single:
         np.testing.assert_array_equal(np.concatenate([h[key] for h in halves]), single[key])
     assert single["input_word_ids"].dtype == tf.int32
@@ -144,12 +197,20 @@ def test_pipeline_slices_global_batches_across_workers(shards):
 def test_mirrored_on_two_devices_equals_one_device(shards, tmp_path):
     config = tiny_config(tmp_path / "config.json", dropout=0.0)
     run_pretraining(tmp_path / "one", config, shards["train"])
-    run_pretraining(tmp_path / "mirrored", config, shards["train"],
-                    "--distribution_strategy=mirrored", "--num_cpu_devices=2")
+    run_pretraining(
+        tmp_path / "mirrored",
+        config,
+        shards["train"],
+        "--distribution_strategy=mirrored",
+        "--num_cpu_devices=2",
+    )
     summary = json.loads((tmp_path / "mirrored" / "train_summary.json").read_text())
     assert summary["num_replicas"] == 2 and summary["replica_max_diff"] == 0.0
-    assert_close_weights(model_weights(str(tmp_path / "one" / "ckpt-6")),
-                         model_weights(str(tmp_path / "mirrored" / "ckpt-6")), atol=1e-4)
+    assert_close_weights(
+        model_weights(str(tmp_path / "one" / "ckpt-6")),
+        model_weights(str(tmp_path / "mirrored" / "ckpt-6")),
+        atol=1e-4,
+    )
 
 
 def free_port():
@@ -165,11 +226,19 @@ def test_multi_worker_mirrored_equals_one_device(shards, tmp_path):
     workers = [f"127.0.0.1:{free_port()}", f"127.0.0.1:{free_port()}"]
     procs = []
     for index in range(2):
-        tf_config = json.dumps({"cluster": {"worker": workers},
-                                "task": {"type": "worker", "index": index}})
-        procs.append(run_pretraining(tmp_path / f"worker{index}", config, shards["train"],
-                                     "--distribution_strategy=multi_worker_mirrored",
-                                     env={"TF_CONFIG": tf_config}, wait=False))
+        tf_config = json.dumps(
+            {"cluster": {"worker": workers}, "task": {"type": "worker", "index": index}}
+        )
+        procs.append(
+            run_pretraining(
+                tmp_path / f"worker{index}",
+                config,
+                shards["train"],
+                "--distribution_strategy=multi_worker_mirrored",
+                env={"TF_CONFIG": tf_config},
+                wait=False,
+            )
+        )
     for index, proc in enumerate(procs):
         proc.wait(timeout=600)
         assert proc.returncode == 0, open(f"{tmp_path / f'worker{index}'}.log").read()[-3000:]
@@ -178,8 +247,11 @@ def test_multi_worker_mirrored_equals_one_device(shards, tmp_path):
     assert chief["num_replicas"] == 2
     assert chief["weights_checksum"] == other["weights_checksum"]
     assert not (tmp_path / "worker1" / ".worker_1_tmp").exists()
-    assert_close_weights(model_weights(str(tmp_path / "one" / "ckpt-6")),
-                         model_weights(str(tmp_path / "worker0" / "ckpt-6")), atol=1e-4)
+    assert_close_weights(
+        model_weights(str(tmp_path / "one" / "ckpt-6")),
+        model_weights(str(tmp_path / "worker0" / "ckpt-6")),
+        atol=1e-4,
+    )
 
 
 @pytest.mark.slow
@@ -189,8 +261,9 @@ def test_killed_run_resumes_to_the_same_weights(shards, tmp_path):
     config = tiny_config(tmp_path / "config.json", dropout=0.1)
     common = ("--deterministic", "--steps_per_loop=1", "--save_checkpoints_steps=2")
     run_pretraining(tmp_path / "straight", config, shards["train"], *common, steps=10)
-    proc = run_pretraining(tmp_path / "killed", config, shards["train"], *common, steps=10,
-                           wait=False)
+    proc = run_pretraining(
+        tmp_path / "killed", config, shards["train"], *common, steps=10, wait=False
+    )
     deadline = time.time() + 300
     while not (tmp_path / "killed" / "ckpt-4.index").exists():
         assert proc.poll() is None, open(f"{tmp_path / 'killed'}.log").read()[-3000:]
@@ -202,15 +275,25 @@ def test_killed_run_resumes_to_the_same_weights(shards, tmp_path):
     assert latest is not None and not latest.endswith("ckpt-10")
     result = run_pretraining(tmp_path / "killed", config, shards["train"], *common, steps=10)
     assert "Resumed from" in result.stderr
-    assert_close_weights(model_weights(str(tmp_path / "straight" / "ckpt-10")),
-                         model_weights(str(tmp_path / "killed" / "ckpt-10")), atol=0.0)
+    assert_close_weights(
+        model_weights(str(tmp_path / "straight" / "ckpt-10")),
+        model_weights(str(tmp_path / "killed" / "ckpt-10")),
+        atol=0.0,
+    )
 
 
 @pytest.mark.slow
 def test_sigterm_saves_a_checkpoint_and_exits(shards, tmp_path):
     config = tiny_config(tmp_path / "config.json")
-    proc = run_pretraining(tmp_path / "out", config, shards["train"], "--steps_per_loop=1",
-                           "--save_checkpoints_steps=1000", steps=100000, wait=False)
+    proc = run_pretraining(
+        tmp_path / "out",
+        config,
+        shards["train"],
+        "--steps_per_loop=1",
+        "--save_checkpoints_steps=1000",
+        steps=100000,
+        wait=False,
+    )
     deadline = time.time() + 300
     while not list((tmp_path / "out" / "train").glob("events*")):
         assert proc.poll() is None, open(f"{tmp_path / 'out'}.log").read()[-3000:]
@@ -227,14 +310,23 @@ def test_sigterm_saves_a_checkpoint_and_exits(shards, tmp_path):
 @pytest.mark.slow
 def test_bad_input_to_the_runner(shards, tmp_path):
     config = tiny_config(tmp_path / "config.json")
-    args = [sys.executable, str(REPO_ROOT / "run_pretraining.py"),
-            f"--input_file={shards['train']}", f"--output_dir={tmp_path / 'o'}",
-            f"--bert_config_file={config}", "--do_train", "--num_train_steps=1"]
+    args = [
+        sys.executable,
+        str(REPO_ROOT / "run_pretraining.py"),
+        f"--input_file={shards['train']}",
+        f"--output_dir={tmp_path / 'o'}",
+        f"--bert_config_file={config}",
+        "--do_train",
+        "--num_train_steps=1",
+    ]
     result = subprocess.run(args + ["--max_seq_length=128"], capture_output=True, text=True)
     assert result.returncode != 0
     assert "max_position_embeddings=64" in result.stderr
-    result = subprocess.run(args + [f"--max_seq_length={SEQ}", "--max_predictions_per_seq=20"],
-                            capture_output=True, text=True)
+    result = subprocess.run(
+        args + [f"--max_seq_length={SEQ}", "--max_predictions_per_seq=20"],
+        capture_output=True,
+        text=True,
+    )
     assert result.returncode != 0 and "max_predictions_per_seq=20" in result.stderr
 
 
@@ -243,11 +335,17 @@ def test_shard_metadata_is_checked_against_the_run(shards):
     made with; a run that does not fit it fails before any work, naming both."""
     files = [shards["train"]]
     assert pretraining_data.check_shard_metadata(files, SEQ, PREDS, 30522, True) == 1
-    with pytest.raises(ValueError, match=r"made with max_predictions_per_seq=10 .* but "
-                                         r"--max_predictions_per_seq=20"):
+    with pytest.raises(
+        ValueError,
+        match=r"made with max_predictions_per_seq=10 .* but "
+        r"--max_predictions_per_seq=20",
+    ):
         pretraining_data.check_shard_metadata(files, SEQ, 20, 30522)
-    with pytest.raises(ValueError, match=r"vocabulary of 30522 entries .* vocab_size is "
-                                         r"1000"):
+    with pytest.raises(
+        ValueError,
+        match=r"vocabulary of 30522 entries .* vocab_size is "
+        r"1000",
+    ):
         pretraining_data.check_shard_metadata(files, SEQ, PREDS, 1000)
     with pytest.raises(ValueError, match="made with do_lower_case=True"):
         pretraining_data.check_shard_metadata(files, SEQ, PREDS, 30522, False)

@@ -35,18 +35,27 @@ CORPUS = sorted((REPO_ROOT / "sample_data" / "corpus").glob("*.txt"))
 SQUAD_JSONL = REPO_ROOT / "sample_data" / "raw" / "squad_dev_articles.jsonl"
 
 
-def settings(tmp_path, inputs, vocab_file, input_format="sentences", dupe_factor=2,
-             **kwargs) -> cp.PipelineSettings:
-    masking = cpd.MaskingOptions(do_whole_word_mask=kwargs.pop("do_whole_word_mask",
-                                                               False))
-    run = cpd.RunOptions(input_files=(), output_files=(), vocab_file=vocab_file,
-                         dupe_factor=dupe_factor, masking=masking,
-                         random_seed=kwargs.pop("random_seed", 12345))
+def settings(
+    tmp_path, inputs, vocab_file, input_format="sentences", dupe_factor=2, **kwargs
+) -> cp.PipelineSettings:
+    masking = cpd.MaskingOptions(do_whole_word_mask=kwargs.pop("do_whole_word_mask", False))
+    run = cpd.RunOptions(
+        input_files=(),
+        output_files=(),
+        vocab_file=vocab_file,
+        dupe_factor=dupe_factor,
+        masking=masking,
+        random_seed=kwargs.pop("random_seed", 12345),
+    )
     return cp.PipelineSettings(
         input_files=tuple(cp.match_input_files(",".join(map(str, inputs)))),
-        input_format=input_format, output_dir=str(tmp_path / "shards"),
+        input_format=input_format,
+        output_dir=str(tmp_path / "shards"),
         sentences_dir=str(tmp_path / "shards" / "sentences"),
-        vocab_file=vocab_file, run=run, **kwargs)
+        vocab_file=vocab_file,
+        run=run,
+        **kwargs,
+    )
 
 
 def run_in_process(pipeline_settings) -> dict:
@@ -56,25 +65,35 @@ def run_in_process(pipeline_settings) -> dict:
 def alone(tmp_path, text_file, vocab_file, seed, name, **kwargs) -> list:
     """Records of create_pretraining_data run on one file alone."""
     out = tmp_path / "alone" / (name + ".tfrecord")
-    cpd.run(cpd_tests.options([text_file], [out], vocab_file, random_seed=seed,
-                              dupe_factor=2, **kwargs))
+    cpd.run(
+        cpd_tests.options([text_file], [out], vocab_file, random_seed=seed, dupe_factor=2, **kwargs)
+    )
     return cpd_tests.read_records(out)
 
 
 def test_each_file_equals_the_original_and_num_workers(tmp_path, vocab_file):
     """Two files below the shard size: one shard each, named after the file,
     equal to --num_workers' shards and to the original's run on each file."""
-    original = cpd_tests.start_original(cpd_tests.flag_args(
-        CORPUS[1], tmp_path / "original.tfrecord", vocab_file, dupe_factor=2),
-        tmp_path)
+    original = cpd_tests.start_original(
+        cpd_tests.flag_args(CORPUS[1], tmp_path / "original.tfrecord", vocab_file, dupe_factor=2),
+        tmp_path,
+    )
     summary = run_in_process(settings(tmp_path, CORPUS, vocab_file))
     workers = tmp_path / "workers"
-    cpd.run(cpd_tests.options(CORPUS, [workers / "bert_paper_v1.tfrecord",
-                                       workers / "bert_paper_v2.tfrecord"],
-                              vocab_file, dupe_factor=2, per_input_file=True))
+    cpd.run(
+        cpd_tests.options(
+            CORPUS,
+            [workers / "bert_paper_v1.tfrecord", workers / "bert_paper_v2.tfrecord"],
+            vocab_file,
+            dupe_factor=2,
+            per_input_file=True,
+        )
+    )
     shards = tmp_path / "shards"
     assert sorted(p.name for p in shards.glob("*.tfrecord")) == [
-        "bert_paper_v1.tfrecord", "bert_paper_v2.tfrecord"]
+        "bert_paper_v1.tfrecord",
+        "bert_paper_v2.tfrecord",
+    ]
     counted = 0
     for path in CORPUS:
         ours = cpd_tests.read_records(shards / (path.stem + ".tfrecord"))
@@ -87,11 +106,16 @@ def test_each_file_equals_the_original_and_num_workers(tmp_path, vocab_file):
         assert metadata["document_shard"]["end_byte"] == path.stat().st_size
         counted += len(ours)
     cpd_tests.finish(original)
-    assert cpd_tests.read_records(shards / "bert_paper_v2.tfrecord") == \
-        cpd_tests.canonical(cpd_tests.read_records(tmp_path / "original.tfrecord"))
+    assert cpd_tests.read_records(shards / "bert_paper_v2.tfrecord") == cpd_tests.canonical(
+        cpd_tests.read_records(tmp_path / "original.tfrecord")
+    )
     assert summary["instances"] == counted
-    non_blank = sum(1 for path in CORPUS
-                    for line in path.read_text(encoding="utf-8").split("\n") if line.strip())
+    non_blank = sum(
+        1
+        for path in CORPUS
+        for line in path.read_text(encoding="utf-8").split("\n")
+        if line.strip()
+    )
     assert summary["sentences"] == non_blank and summary["documents"] == 41
     assert summary["shards_written"] == summary["document_shards"] == 2
     assert sum(summary["length_histogram"].values()) == counted
@@ -106,8 +130,11 @@ def test_cut_file_pieces_equal_runs_on_each_piece(tmp_path, vocab_file):
     big.parent.mkdir()
     data = b"\n\n".join(path.read_bytes() for path in CORPUS)
     big.write_bytes(data)
-    run_in_process(settings(tmp_path, [big], vocab_file, shard_bytes=20_000,
-                            do_whole_word_mask=True, random_seed=7))
+    run_in_process(
+        settings(
+            tmp_path, [big], vocab_file, shard_bytes=20_000, do_whole_word_mask=True, random_seed=7
+        )
+    )
     outputs = sorted((tmp_path / "shards").glob("*.tfrecord"))
     assert [p.name for p in outputs] == ["paper-%05d.tfrecord" % k for k in range(4)]
     starts = []
@@ -115,10 +142,11 @@ def test_cut_file_pieces_equal_runs_on_each_piece(tmp_path, vocab_file):
         described = cpd.load_metadata(str(output))["document_shard"]
         assert described["window"] == k
         piece = tmp_path / ("piece_%d.txt" % k)
-        piece.write_bytes(data[described["first_byte"]:described["end_byte"]])
-        assert described["first_line"] == data[:described["first_byte"]].count(b"\n") + 1
+        piece.write_bytes(data[described["first_byte"] : described["end_byte"]])
+        assert described["first_line"] == data[: described["first_byte"]].count(b"\n") + 1
         assert cpd_tests.read_records(output) == alone(
-            tmp_path, piece, vocab_file, 7 + k, "piece_%d" % k, do_whole_word_mask=True)
+            tmp_path, piece, vocab_file, 7 + k, "piece_%d" % k, do_whole_word_mask=True
+        )
         starts.append((described["first_byte"], described["end_byte"]))
     assert starts[0][0] == 0 and starts[-1][1] == len(data)
     assert all(a[1] == b[0] for a, b in zip(starts, starts[1:]))
@@ -126,6 +154,7 @@ def test_cut_file_pieces_equal_runs_on_each_piece(tmp_path, vocab_file):
 
 def test_compressed_file_is_one_shard_read_through_its_decompressor(tmp_path, vocab_file):
     import gzip
+
     compressed = tmp_path / "in" / "paper.txt.gz"
     compressed.parent.mkdir()
     data = b"\n\n".join(path.read_bytes() for path in CORPUS)
@@ -133,14 +162,15 @@ def test_compressed_file_is_one_shard_read_through_its_decompressor(tmp_path, vo
     plain = tmp_path / "paper.txt"
     plain.write_bytes(data)
     # Below the compressed size: an uncompressed file would be cut.
-    summary = run_in_process(settings(tmp_path, [compressed], vocab_file,
-                                      shard_bytes=10_000))
-    assert sorted(p.name for p in (tmp_path / "shards").glob("*.tfrecord")) == [
-        "paper.tfrecord"]
+    summary = run_in_process(settings(tmp_path, [compressed], vocab_file, shard_bytes=10_000))
+    assert sorted(p.name for p in (tmp_path / "shards").glob("*.tfrecord")) == ["paper.tfrecord"]
     assert cpd_tests.read_records(tmp_path / "shards" / "paper.tfrecord") == alone(
-        tmp_path, plain, vocab_file, 12345, "paper")
-    assert cpd.load_metadata(str(tmp_path / "shards" / "paper.tfrecord"))[
-        "document_shard"]["end_byte"] is None
+        tmp_path, plain, vocab_file, 12345, "paper"
+    )
+    assert (
+        cpd.load_metadata(str(tmp_path / "shards" / "paper.tfrecord"))["document_shard"]["end_byte"]
+        is None
+    )
     assert summary["shards_written"] == 1
 
 
@@ -149,33 +179,40 @@ def test_raw_documents_to_sentences_vocab_and_shards(tmp_path):
     format) -> a learned vocabulary -> shards equal to the original run on each
     sentence file with the seed + its window."""
     size = 2000
-    pipeline_settings = settings(tmp_path, [SQUAD_JSONL], str(tmp_path / "vocab.txt"),
-                                 input_format="jsonl", learn_vocab_size=size,
-                                 max_input_words=400, shard_bytes=30_000)
+    pipeline_settings = settings(
+        tmp_path,
+        [SQUAD_JSONL],
+        str(tmp_path / "vocab.txt"),
+        input_format="jsonl",
+        learn_vocab_size=size,
+        max_input_words=400,
+        shard_bytes=30_000,
+    )
     summary = run_in_process(pipeline_settings)
     # 5 articles of 15-27 KB: windows 0, 1 and 2 hold 2, 1 and 2 of them.
     names = ["squad_dev_articles-%05d" % k for k in range(3)]
-    sentence_files = [tmp_path / "shards" / "sentences" / (name + ".txt")
-                      for name in names]
+    sentence_files = [tmp_path / "shards" / "sentences" / (name + ".txt") for name in names]
     texts = [path.read_text(encoding="utf-8") for path in sentence_files]
     assert [len(text.split("\n\n")) for text in texts] == [2, 1, 2]
     assert summary["raw_documents"] == 5 and summary["shards_written"] == 3
     assert texts[0].startswith(
         "The Normans (Norman: Nourmands; French: Normands; Latin: Normanni) were "
         "the people who in the 10th and 11th centuries gave their name to "
-        "Normandy, a region in France.\nThey were descended from Norse")
+        "Normandy, a region in France.\nThey were descended from Norse"
+    )
     lines = [line for text in texts for line in text.split("\n") if line]
     assert all(line.strip() == line for line in lines)
     # The vocabulary: that of the word counts of all sentences, in the layout.
     expected = wordpiece_vocab.learn_vocab(
-        wordpiece_vocab.count_words(lines, do_lower_case=True), size,
-        max_input_words=400)
+        wordpiece_vocab.count_words(lines, do_lower_case=True), size, max_input_words=400
+    )
     vocab = (tmp_path / "vocab.txt").read_text(encoding="utf-8").split("\n")[:-1]
     assert vocab == expected and len(vocab) == size
     # Each shard: the original run on its sentence file, learned vocabulary, seed + k.
     for k, (name, path) in enumerate(zip(names, sentence_files)):
-        assert cpd_tests.read_records(tmp_path / "shards" / (name + ".tfrecord")) == \
-            alone(tmp_path, path, str(tmp_path / "vocab.txt"), 12345 + k, name)
+        assert cpd_tests.read_records(tmp_path / "shards" / (name + ".tfrecord")) == alone(
+            tmp_path, path, str(tmp_path / "vocab.txt"), 12345 + k, name
+        )
     assert summary["instances"] > 300
 
 
@@ -184,12 +221,19 @@ def test_raw_text_documents_keep_their_words(tmp_path, vocab_file):
     sentences of each document hold exactly its text, in order (whitespace
     aside: a boundary may fall between a period and a quote)."""
     import textwrap
-    documents = [" ".join(block.split("\n")) for block in
-                 CORPUS[1].read_text(encoding="utf-8").split("\n\n") if block.strip()]
+
+    documents = [
+        " ".join(block.split("\n"))
+        for block in CORPUS[1].read_text(encoding="utf-8").split("\n\n")
+        if block.strip()
+    ]
     raw = tmp_path / "paper.txt"
-    raw.write_text("\n\n".join(textwrap.fill(d, 70, break_on_hyphens=False,
-                                                    break_long_words=False)
-                                      for d in documents) + "\n")
+    raw.write_text(
+        "\n\n".join(
+            textwrap.fill(d, 70, break_on_hyphens=False, break_long_words=False) for d in documents
+        )
+        + "\n"
+    )
     summary = run_in_process(settings(tmp_path, [raw], vocab_file, input_format="text"))
     sentences_file = tmp_path / "shards" / "sentences" / "paper.txt"
     written = sentences_file.read_text(encoding="utf-8").rstrip("\n").split("\n\n")
@@ -198,7 +242,8 @@ def test_raw_text_documents_keep_their_words(tmp_path, vocab_file):
         assert "".join(sentences.split()) == "".join(document.split())
     assert summary["sentences_written"] > len(documents) * 5
     assert cpd_tests.read_records(tmp_path / "shards" / "paper.tfrecord") == alone(
-        tmp_path, sentences_file, vocab_file, 12345, "paper")
+        tmp_path, sentences_file, vocab_file, 12345, "paper"
+    )
 
 
 def test_bad_input_is_named_counted_and_skipped(tmp_path, vocab_file):
@@ -206,44 +251,49 @@ def test_bad_input_is_named_counted_and_skipped(tmp_path, vocab_file):
     inputs.mkdir()
     (inputs / "good.txt").write_text(CORPUS[1].read_text(encoding="utf-8"))
     (inputs / "latin1.txt").write_bytes(
-        b"A fine sentence.\nAnother one.\ncaf\xe9 au lait.\n\nNext document.\n")
+        b"A fine sentence.\nAnother one.\ncaf\xe9 au lait.\n\nNext document.\n"
+    )
     (inputs / "empty.txt").write_text("\x00\n\x01 \x02\n\nReal text here.\n")
-    pipeline_settings = settings(tmp_path, [inputs / "*.txt"], vocab_file,
-                                 bad_input="skip")
+    pipeline_settings = settings(tmp_path, [inputs / "*.txt"], vocab_file, bad_input="skip")
     missing = str(inputs / "vanished.txt")
     pipeline_settings = dataclasses.replace(
-        pipeline_settings,
-        input_files=pipeline_settings.input_files + ((missing, 100),))
+        pipeline_settings, input_files=pipeline_settings.input_files + ((missing, 100),)
+    )
     summary = run_in_process(pipeline_settings)
-    assert summary["bad_input"] == {"non_utf8_line": 1, "empty_document": 1,
-                                    "unreadable_file": 1}
+    assert summary["bad_input"] == {"non_utf8_line": 1, "empty_document": 1, "unreadable_file": 1}
     examples = "\n".join(summary["bad_input_examples"])
     assert "latin1.txt:3: not valid UTF-8" in examples
     assert "empty.txt:1: an empty document" in examples
     assert "vanished.txt: cannot be read" in examples
     assert sorted(p.name for p in (tmp_path / "shards").glob("*.tfrecord")) == [
-        "empty.tfrecord", "good.tfrecord", "latin1.tfrecord"]
+        "empty.tfrecord",
+        "good.tfrecord",
+        "latin1.tfrecord",
+    ]
     assert summary["shards_written"] == 3
 
     jsonl = tmp_path / "docs.jsonl"
-    jsonl.write_text('{"text": "One doc. Two sentences."}\n{"title": "x"}\n'
-                     '{"text": "  "}\n{"text": "Second doc."}\n')
-    summary = run_in_process(settings(tmp_path / "j", [jsonl], vocab_file,
-                                      input_format="jsonl", bad_input="skip"))
+    jsonl.write_text(
+        '{"text": "One doc. Two sentences."}\n{"title": "x"}\n'
+        '{"text": "  "}\n{"text": "Second doc."}\n'
+    )
+    summary = run_in_process(
+        settings(tmp_path / "j", [jsonl], vocab_file, input_format="jsonl", bad_input="skip")
+    )
     assert summary["bad_input"] == {"json_line_without_text": 1, "empty_document": 1}
-    assert any("docs.jsonl:2: a JSON line without" in example
-               for example in summary["bad_input_examples"])
-    assert (tmp_path / "j" / "shards" / "sentences" / "docs.txt").read_text() == \
-        "One doc.\nTwo sentences.\n\nSecond doc.\n"
+    assert any(
+        "docs.jsonl:2: a JSON line without" in example for example in summary["bad_input_examples"]
+    )
+    assert (
+        tmp_path / "j" / "shards" / "sentences" / "docs.txt"
+    ).read_text() == "One doc.\nTwo sentences.\n\nSecond doc.\n"
 
 
-def test_failed_run_stops_naming_file_and_line_and_leaves_nothing_complete(
-        tmp_path, vocab_file):
+def test_failed_run_stops_naming_file_and_line_and_leaves_nothing_complete(tmp_path, vocab_file):
     inputs = tmp_path / "in"
     inputs.mkdir()
     (inputs / "a_good.txt").write_text(CORPUS[1].read_text(encoding="utf-8"))
-    (inputs / "b_bad.txt").write_bytes(
-        CORPUS[1].read_bytes()[:5000] + b"\nbad \xff byte\n")
+    (inputs / "b_bad.txt").write_bytes(CORPUS[1].read_bytes()[:5000] + b"\nbad \xff byte\n")
     shards = tmp_path / "shards"
     shards.mkdir()
     (shards / cp.SUMMARY_NAME).write_text("{}")  # From an earlier run.
@@ -254,8 +304,10 @@ def test_failed_run_stops_naming_file_and_line_and_leaves_nothing_complete(
     # other file's shard, if it was written, is whole, with its metadata.
     assert set(names) <= {"a_good.tfrecord", "a_good.tfrecord.meta.json"}
     if "a_good.tfrecord" in names:
-        assert len(cpd_tests.read_records(shards / "a_good.tfrecord")) == \
-            cpd.load_metadata(str(shards / "a_good.tfrecord"))["num_instances"]
+        assert (
+            len(cpd_tests.read_records(shards / "a_good.tfrecord"))
+            == cpd.load_metadata(str(shards / "a_good.tfrecord"))["num_instances"]
+        )
 
 
 def test_learned_vocab_reads_in_both_tokenizers(tmp_path):
@@ -263,9 +315,9 @@ def test_learned_vocab_reads_in_both_tokenizers(tmp_path):
     held-out MRPC sentences our Python and in-graph tokenizers give the same
     ids on every line."""
     from data_prep import tf_tokenization
+
     path = tmp_path / "vocab.txt"
-    run_in_process(settings(tmp_path, CORPUS, str(path), learn_vocab_size=3000,
-                            stop_after="vocab"))
+    run_in_process(settings(tmp_path, CORPUS, str(path), learn_vocab_size=3000, stop_after="vocab"))
     assert not list((tmp_path / "shards").glob("*.tfrecord"))
     vocab = path.read_text(encoding="utf-8").split("\n")[:-1]
     assert len(vocab) == 3000 and len(set(vocab)) == 3000
@@ -273,17 +325,17 @@ def test_learned_vocab_reads_in_both_tokenizers(tmp_path):
     assert vocab[100:104] == ["[UNK]", "[CLS]", "[SEP]", "[MASK]"]
     assert vocab[998] == "[unused993]"
     characters = [token for token in vocab[999:] if len(token) == 1]
-    assert characters == sorted(characters) == vocab[999:999 + len(characters)]
+    assert characters == sorted(characters) == vocab[999 : 999 + len(characters)]
     assert all("##" + c in vocab for c in characters)
     held_out = []
-    with open(REPO_ROOT / "sample_data" / "glue" / "MRPC" / "dev.tsv",
-              encoding="utf-8-sig") as f:
+    with open(REPO_ROOT / "sample_data" / "glue" / "MRPC" / "dev.tsv", encoding="utf-8-sig") as f:
         for row in f.read().split("\n")[1:]:
             held_out += row.split("\t")[3:5]
     python_tokenizer = tokenization.FullTokenizer(str(path), do_lower_case=True)
     graph_tokenizer = tf_tokenization.TFBertTokenizer(str(path), do_lower_case=True)
-    expected = [python_tokenizer.convert_tokens_to_ids(python_tokenizer.tokenize(line))
-                for line in held_out]
+    expected = [
+        python_tokenizer.convert_tokens_to_ids(python_tokenizer.tokenize(line)) for line in held_out
+    ]
     ids = graph_tokenizer.tokenize(tf.constant(held_out))
     assert ids.to_list() == expected
     pieces = sum(map(len, expected))
@@ -294,16 +346,32 @@ def test_learned_vocab_reads_in_both_tokenizers(tmp_path):
 def test_flags_give_settings_and_leave_beam_its_options(tmp_path, vocab_file):
     flag_values = flags.FlagValues()
     pp.define_flags(flag_values)
-    rest = flag_values([
-        "prog", "--input_file=%s" % ",".join(map(str, CORPUS)),
-        "--output_dir=%s" % tmp_path, "--vocab_file=%s" % vocab_file,
-        "--do_lower_case", "--max_seq_length=64", "--max_predictions_per_seq=10",
-        "--masked_lm_prob=0.2", "--random_seed=3", "--dupe_factor=2",
-        "--do_whole_word_mask", "--shard_size_mb=0.5", "--runner=DirectRunner",
-        "--direct_num_workers=2", "--direct_running_mode=multi_processing"],
-        known_only=True)
-    assert rest == ["prog", "--runner=DirectRunner", "--direct_num_workers=2",
-                    "--direct_running_mode=multi_processing"]
+    rest = flag_values(
+        [
+            "prog",
+            "--input_file=%s" % ",".join(map(str, CORPUS)),
+            "--output_dir=%s" % tmp_path,
+            "--vocab_file=%s" % vocab_file,
+            "--do_lower_case",
+            "--max_seq_length=64",
+            "--max_predictions_per_seq=10",
+            "--masked_lm_prob=0.2",
+            "--random_seed=3",
+            "--dupe_factor=2",
+            "--do_whole_word_mask",
+            "--shard_size_mb=0.5",
+            "--runner=DirectRunner",
+            "--direct_num_workers=2",
+            "--direct_running_mode=multi_processing",
+        ],
+        known_only=True,
+    )
+    assert rest == [
+        "prog",
+        "--runner=DirectRunner",
+        "--direct_num_workers=2",
+        "--direct_running_mode=multi_processing",
+    ]
     s = pp.settings_from_flags(flag_values)
     assert [path for path, _ in s.input_files] == list(map(str, CORPUS))
     assert s.shard_bytes == 500_000 and s.input_format == "sentences"
@@ -326,15 +394,19 @@ def check_killed_run_leaves_only_complete_shards(tmp_path, command, env):
     inputs = tmp_path / "kill_corpus"
     inputs.mkdir()
     for name, copies in (("small", 0), ("medium", 18), ("large", 36)):
-        (inputs / (name + ".txt")).write_bytes(b"\n\n".join(
-            [CORPUS[1].read_bytes()] + [CORPUS[0].read_bytes()] * copies))
+        (inputs / (name + ".txt")).write_bytes(
+            b"\n\n".join([CORPUS[1].read_bytes()] + [CORPUS[0].read_bytes()] * copies)
+        )
     out = tmp_path / "killed"
-    command = [arg for arg in command if not arg.startswith(("--input_file=",
-                                                             "--output_dir="))]
+    command = [arg for arg in command if not arg.startswith(("--input_file=", "--output_dir="))]
     process = subprocess.Popen(
         command + ["--input_file=%s/*.txt" % inputs, "--output_dir=%s" % out],
-        cwd=tmp_path, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-        start_new_session=True)
+        cwd=tmp_path,
+        env=env,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+        start_new_session=True,
+    )
     deadline = time.monotonic() + 300
     try:
         while not (out.is_dir() and list(out.glob("*.tfrecord"))):
@@ -343,14 +415,15 @@ def check_killed_run_leaves_only_complete_shards(tmp_path, command, env):
     finally:
         os.killpg(process.pid, signal.SIGKILL)
         process.wait()
-    visible = sorted(path.name for path in out.iterdir()
-                     if not path.name.startswith("."))
+    visible = sorted(path.name for path in out.iterdir() if not path.name.startswith("."))
     shards = [name for name in visible if name.endswith(".tfrecord")]
     assert 1 <= len(shards) < 3
     assert visible == sorted(shards + [name + ".meta.json" for name in shards])
     for name in shards:
-        assert len(cpd_tests.read_records(out / name)) == \
-            cpd.load_metadata(str(out / name))["num_instances"]
+        assert (
+            len(cpd_tests.read_records(out / name))
+            == cpd.load_metadata(str(out / name))["num_instances"]
+        )
 
 
 @pytest.mark.slow
@@ -362,38 +435,64 @@ def test_command_line_with_two_worker_processes(tmp_path, vocab_file):
     corpus_dir.mkdir()
     for path in CORPUS:
         (corpus_dir / path.name).write_bytes(path.read_bytes())
-    originals = [cpd_tests.start_original(cpd_tests.flag_args(
-        path, tmp_path / ("original_%s.tfrecord" % path.stem), vocab_file,
-        dupe_factor=2), tmp_path, whole_word=True) for path in CORPUS]
-    command = [sys.executable, "-m", "data_prep.pretraining_pipeline",
-               "--input_file=corpus/*.txt", "--output_dir=shards",
-               "--vocab_file=%s" % vocab_file, "--do_lower_case",
-               "--max_seq_length=128", "--max_predictions_per_seq=20",
-               "--masked_lm_prob=0.15", "--random_seed=12345", "--dupe_factor=2",
-               "--do_whole_word_mask", "--runner=DirectRunner",
-               "--direct_num_workers=2", "--direct_running_mode=multi_processing"]
+    originals = [
+        cpd_tests.start_original(
+            cpd_tests.flag_args(
+                path, tmp_path / ("original_%s.tfrecord" % path.stem), vocab_file, dupe_factor=2
+            ),
+            tmp_path,
+            whole_word=True,
+        )
+        for path in CORPUS
+    ]
+    command = [
+        sys.executable,
+        "-m",
+        "data_prep.pretraining_pipeline",
+        "--input_file=corpus/*.txt",
+        "--output_dir=shards",
+        "--vocab_file=%s" % vocab_file,
+        "--do_lower_case",
+        "--max_seq_length=128",
+        "--max_predictions_per_seq=20",
+        "--masked_lm_prob=0.15",
+        "--random_seed=12345",
+        "--dupe_factor=2",
+        "--do_whole_word_mask",
+        "--runner=DirectRunner",
+        "--direct_num_workers=2",
+        "--direct_running_mode=multi_processing",
+    ]
     env = dict(cpd_tests.ENV, PYTHONPATH=str(REPO_ROOT))
     check_killed_run_leaves_only_complete_shards(tmp_path, command, env)
-    result = subprocess.run(command, cwd=tmp_path, env=env, capture_output=True,
-                            text=True, timeout=600)
+    result = subprocess.run(
+        command, cwd=tmp_path, env=env, capture_output=True, text=True, timeout=600
+    )
     assert result.returncode == 0, result.stderr[-3000:]
     workers = tmp_path / "workers"
-    cpd.run(cpd_tests.options([corpus_dir / p.name for p in CORPUS],
-                              [workers / (p.stem + ".tfrecord") for p in CORPUS],
-                              vocab_file, dupe_factor=2, do_whole_word_mask=True,
-                              per_input_file=True))
+    cpd.run(
+        cpd_tests.options(
+            [corpus_dir / p.name for p in CORPUS],
+            [workers / (p.stem + ".tfrecord") for p in CORPUS],
+            vocab_file,
+            dupe_factor=2,
+            do_whole_word_mask=True,
+            per_input_file=True,
+        )
+    )
     for process in originals:
         cpd_tests.finish(process)
     assert sorted(os.listdir(tmp_path / "shards")) == sorted(
-        [cp.SUMMARY_NAME] +
-        [p.stem + suffix for p in CORPUS for suffix in (".tfrecord",
-                                                        ".tfrecord.meta.json")])
+        [cp.SUMMARY_NAME]
+        + [p.stem + suffix for p in CORPUS for suffix in (".tfrecord", ".tfrecord.meta.json")]
+    )
     for path in CORPUS:
         ours = cpd_tests.read_records(tmp_path / "shards" / (path.stem + ".tfrecord"))
         assert len(ours) > 100
         assert ours == cpd_tests.read_records(workers / (path.stem + ".tfrecord"))
-        assert ours == cpd_tests.canonical(cpd_tests.read_records(
-            tmp_path / ("original_%s.tfrecord" % path.stem)))
+        assert ours == cpd_tests.canonical(
+            cpd_tests.read_records(tmp_path / ("original_%s.tfrecord" % path.stem))
+        )
     summary = json.loads((tmp_path / "shards" / cp.SUMMARY_NAME).read_text())
     assert summary["shards_written"] == 2 and summary["settings"]["do_whole_word_mask"]
     assert "Done in" in result.stderr and "instances (" in result.stderr

@@ -46,8 +46,7 @@ def test_expand_globs_order_and_errors(tmp_path):
     (tmp_path / "folder").mkdir()
     files = records.expand_globs(f"{tmp_path}/c, {tmp_path}/*")
     assert [os.path.basename(f) for f in files] == ["c", "a", "b"]
-    assert len(records.expand_globs([f"{tmp_path}/a", f"{tmp_path}/a"],
-                                    original_order=True)) == 2
+    assert len(records.expand_globs([f"{tmp_path}/a", f"{tmp_path}/a"], original_order=True)) == 2
     with pytest.raises(FileNotFoundError, match="--input_file pattern .*nothing"):
         records.expand_globs(f"{tmp_path}/nothing*")
     with pytest.raises(ValueError, match="--train_file is empty"):
@@ -92,8 +91,9 @@ def test_metadata_format_fingerprints_and_reuse(tmp_path):
     path = str(tmp_path / "train.tf_record")
     records.write_tfrecord(path, [b"x"])
     settings = {"max_seq_length": 8, "labels": ("0", "1")}
-    written = records.write_metadata(path, "test_tfrecord/1", dict(settings, count=1),
-                                     input_files=[str(source)])
+    written = records.write_metadata(
+        path, "test_tfrecord/1", dict(settings, count=1), input_files=[str(source)]
+    )
     assert written == records.read_metadata(path, "test_tfrecord/1")
     assert written["format"] == "test_tfrecord/1" and written["labels"] == ["0", "1"]
     assert written["record_bytes"] == os.path.getsize(path)
@@ -102,15 +102,21 @@ def test_metadata_format_fingerprints_and_reuse(tmp_path):
     assert fingerprint["sha256"] == records.file_sha256(str(source))
 
     def reused(**changes):
-        return records.reusable_metadata(path, changes.pop("record_format",
-                                                           "test_tfrecord/1"),
-                                         dict(settings, **changes), [str(source)])
+        return records.reusable_metadata(
+            path,
+            changes.pop("record_format", "test_tfrecord/1"),
+            dict(settings, **changes),
+            [str(source)],
+        )
 
     assert reused() == written
     assert reused(max_seq_length=9) is None
     assert reused(record_format="test_tfrecord/2") is None
-    with pytest.raises(ValueError, match=r"meta\.json.*'test_tfrecord/1', not "
-                                         r"'test_tfrecord/2'"):
+    with pytest.raises(
+        ValueError,
+        match=r"meta\.json.*'test_tfrecord/1', not "
+        r"'test_tfrecord/2'",
+    ):
         records.read_metadata(path, "test_tfrecord/2")
     os.utime(source, ns=(1, 1))  # Another mtime, the same content: still the same file.
     assert reused() == written
@@ -143,10 +149,10 @@ def test_read_json_and_results_name_the_file(tmp_path):
 def test_tfrecord_dataset_shards_by_input_pipeline(tmp_path):
     path = str(tmp_path / "r.tf_record")
     records.write_tfrecord(path, [bytes([i]) for i in range(5)])
-    context = tf.distribute.InputContext(num_input_pipelines=2, input_pipeline_id=1,
-                                         num_replicas_in_sync=2)
-    assert [r.numpy() for r in records.tfrecord_dataset(path, context)] == [
-        b"\x01", b"\x03"]
+    context = tf.distribute.InputContext(
+        num_input_pipelines=2, input_pipeline_id=1, num_replicas_in_sync=2
+    )
+    assert [r.numpy() for r in records.tfrecord_dataset(path, context)] == [b"\x01", b"\x03"]
     assert len(list(records.tfrecord_dataset([path]))) == 5
     assert records.per_replica_batch_size(8, context) == 4
     assert records.per_replica_batch_size(8, None) == 8
@@ -156,18 +162,18 @@ def test_eval_results_sorted_key_value_lines(tmp_path):
     """eval_results.txt of the GLUE runs (moved from test_glue_metrics)."""
     path = tmp_path / "eval_results.txt"
     path.write_text("stale\n")
-    records.write_results(str(path), {"global_step": 343, "eval_loss": 0.5,
-                                      "eval_accuracy": 0.75, "eval_f1": 0.8})
+    records.write_results(
+        str(path), {"global_step": 343, "eval_loss": 0.5, "eval_accuracy": 0.75, "eval_f1": 0.8}
+    )
     assert path.read_text() == (
-        "eval_accuracy = 0.75\neval_f1 = 0.8\neval_loss = 0.5\n"
-        "global_step = 343\n")
+        "eval_accuracy = 0.75\neval_f1 = 0.8\neval_loss = 0.5\nglobal_step = 343\n"
+    )
     assert [name for name in os.listdir(tmp_path) if ".tmp" in name] == []
 
 
 def test_eval_results_file(tmp_path):
     """eval_results.txt of the SQuAD runs (moved from test_squad_eval)."""
     output = tmp_path / "eval_results.txt"
-    records.write_results(str(output), collections.OrderedDict(
-        f1=95.0, exact=75.0, total=4))
+    records.write_results(str(output), collections.OrderedDict(f1=95.0, exact=75.0, total=4))
     assert output.read_text() == "exact = 75.0\nf1 = 95.0\ntotal = 4\n"
     assert [p.name for p in tmp_path.iterdir()] == ["eval_results.txt"]

@@ -27,11 +27,19 @@ MRPC_TRAIN, MRPC_DEV, MRPC_TEST = 64, 30, 13
 
 
 def _tiny_config(path: pathlib.Path, dropout: float) -> str:
-    config = {"vocab_size": 30522, "hidden_size": 32, "num_hidden_layers": 2,
-              "num_attention_heads": 4, "intermediate_size": 37, "hidden_act": "gelu",
-              "hidden_dropout_prob": dropout, "attention_probs_dropout_prob": dropout,
-              "max_position_embeddings": 64, "type_vocab_size": 2,
-              "initializer_range": 0.02}
+    config = {
+        "vocab_size": 30522,
+        "hidden_size": 32,
+        "num_hidden_layers": 2,
+        "num_attention_heads": 4,
+        "intermediate_size": 37,
+        "hidden_act": "gelu",
+        "hidden_dropout_prob": dropout,
+        "attention_probs_dropout_prob": dropout,
+        "max_position_embeddings": 64,
+        "type_vocab_size": 2,
+        "initializer_range": 0.02,
+    }
     path.write_text(json.dumps(config), encoding="utf-8")
     return str(path)
 
@@ -40,8 +48,13 @@ def _run(args, vocab_file, check=True, env=None):
     """Runs run_classifier.py; returns the CompletedProcess."""
     command = [sys.executable, str(SCRIPT), f"--vocab_file={vocab_file}", *args]
     process = subprocess.run(
-        command, capture_output=True, text=True, cwd=REPO, timeout=600,
-        env=dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2", **(env or {})))
+        command,
+        capture_output=True,
+        text=True,
+        cwd=REPO,
+        timeout=600,
+        env=dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2", **(env or {})),
+    )
     if check and process.returncode != 0:
         raise AssertionError(f"{' '.join(command)} failed:\n{process.stderr[-5000:]}")
     return process
@@ -65,7 +78,7 @@ def _copy_head(source: pathlib.Path, target: pathlib.Path, rows: int) -> None:
     """The header and the first `rows` rows of a file, bytes unchanged (BOM kept)."""
     with open(source, "rb") as f:
         lines = f.read().split(b"\n")
-    target.write_bytes(b"\n".join(lines[:rows + 1]) + b"\n")
+    target.write_bytes(b"\n".join(lines[: rows + 1]) + b"\n")
 
 
 # ----------------------------------------------------------------------------
@@ -77,19 +90,29 @@ def _copy_head(source: pathlib.Path, target: pathlib.Path, rows: int) -> None:
 def mrpc_dir(tmp_path_factory, sample_data):
     directory = tmp_path_factory.mktemp("MRPC")
     source = sample_data / "glue" / "MRPC"
-    for name, rows in (("train.tsv", MRPC_TRAIN), ("dev.tsv", MRPC_DEV),
-                       ("test.tsv", MRPC_TEST)):
+    for name, rows in (("train.tsv", MRPC_TRAIN), ("dev.tsv", MRPC_DEV), ("test.tsv", MRPC_TEST)):
         _copy_head(source / name, directory / name, rows)
     return directory
 
 
 def _mrpc_flags(data_dir, config_file, output_dir, *extra):
     # No dropout, so that one-device and mirrored runs compute the same steps.
-    return ["--task_name=MRPC", f"--data_dir={data_dir}",
-            f"--bert_config_file={config_file}", "--do_train", "--do_eval",
-            "--do_predict", "--max_seq_length=32", "--train_batch_size=8",
-            "--num_train_epochs=2", "--learning_rate=1e-3", "--steps_per_loop=3",
-            "--seed=7", f"--output_dir={output_dir}", *extra]
+    return [
+        "--task_name=MRPC",
+        f"--data_dir={data_dir}",
+        f"--bert_config_file={config_file}",
+        "--do_train",
+        "--do_eval",
+        "--do_predict",
+        "--max_seq_length=32",
+        "--train_batch_size=8",
+        "--num_train_epochs=2",
+        "--learning_rate=1e-3",
+        "--steps_per_loop=3",
+        "--seed=7",
+        f"--output_dir={output_dir}",
+        *extra,
+    ]
 
 
 @pytest.fixture(scope="module")
@@ -105,8 +128,7 @@ def mrpc_run(tmp_path_factory, mrpc_dir, vocab_file):
 def test_mrpc_end_to_end(mrpc_run, mrpc_dir):
     output_dir, _ = mrpc_run
     results = _read_results(output_dir / "eval_results.txt")
-    assert set(results) == {"eval_accuracy", "eval_f1", "eval_loss", "loss",
-                            "global_step"}
+    assert set(results) == {"eval_accuracy", "eval_f1", "eval_loss", "loss", "global_step"}
     # 64 examples / 8 per batch * 2 epochs: an evaluation after steps 8 and 16; the
     # results are those of the better one, the model kept in best/.
     history = json.loads((output_dir / "eval_history.json").read_text())
@@ -152,24 +174,39 @@ def test_mrpc_second_run_resumes_without_training(mrpc_run, vocab_file, tmp_path
     assert "Resumed from" in log and "Already trained 16 steps" in log
     assert "Reusing" in log  # the TFRecord cache
     after = {p.name: p.stat().st_mtime_ns for p in copy.iterdir() if p.is_file()}
-    for name in ("ckpt-16.index", "train.tf_record", "dev.tf_record", "test.tf_record",
-                 "eval_history.json"):
+    for name in (
+        "ckpt-16.index",
+        "train.tf_record",
+        "dev.tf_record",
+        "test.tf_record",
+        "eval_history.json",
+    ):
         assert after[name] == files[name], name
     assert sorted(n for n in after if n.startswith("ckpt-")) == sorted(
-        n for n in files if n.startswith("ckpt-"))
+        n for n in files if n.startswith("ckpt-")
+    )
     assert _read_results(copy / "eval_results.txt") == pytest.approx(
-        _read_results(output_dir / "eval_results.txt"), rel=1e-6)
-    np.testing.assert_allclose(_read_tsv(copy / "test_results.tsv"),
-                               _read_tsv(output_dir / "test_results.tsv"), rtol=1e-5)
+        _read_results(output_dir / "eval_results.txt"), rel=1e-6
+    )
+    np.testing.assert_allclose(
+        _read_tsv(copy / "test_results.tsv"), _read_tsv(output_dir / "test_results.tsv"), rtol=1e-5
+    )
 
 
 @pytest.mark.slow
 def test_mirrored_on_two_cpus_matches_one_device(mrpc_run, mrpc_dir, vocab_file, tmp_path):
     output_dir, _ = mrpc_run
     config_file = _tiny_config(tmp_path / "bert_config.json", dropout=0.0)
-    _run(_mrpc_flags(mrpc_dir, config_file, tmp_path / "out",
-                     "--distribution_strategy=mirrored", "--num_cpu_devices=2"),
-         vocab_file)
+    _run(
+        _mrpc_flags(
+            mrpc_dir,
+            config_file,
+            tmp_path / "out",
+            "--distribution_strategy=mirrored",
+            "--num_cpu_devices=2",
+        ),
+        vocab_file,
+    )
     summary = json.loads((tmp_path / "out" / "train_summary.json").read_text())
     assert summary["num_replicas"] == 2 and summary["replica_max_diff"] == 0.0
     one = json.loads((output_dir / "eval_history.json").read_text())
@@ -179,8 +216,11 @@ def test_mirrored_on_two_cpus_matches_one_device(mrpc_run, mrpc_dir, vocab_file,
         assert a["global_step"] == b["global_step"]
         assert a["eval_accuracy"] == b["eval_accuracy"]
         assert b["eval_loss"] == pytest.approx(a["eval_loss"], rel=1e-4)
-    np.testing.assert_allclose(_read_tsv(tmp_path / "out" / "test_results.tsv"),
-                               _read_tsv(output_dir / "test_results.tsv"), atol=1e-4)
+    np.testing.assert_allclose(
+        _read_tsv(tmp_path / "out" / "test_results.tsv"),
+        _read_tsv(output_dir / "test_results.tsv"),
+        atol=1e-4,
+    )
 
 
 def test_hub_module_gives_the_same_metrics_as_the_checkpoint(mrpc_dir, vocab_file, tmp_path):
@@ -194,26 +234,46 @@ def test_hub_module_gives_the_same_metrics_as_the_checkpoint(mrpc_dir, vocab_fil
 
     config_file = _tiny_config(tmp_path / "bert_config.json", dropout=0.0)
     encoder = BertEncoder(BertConfig.from_json_file(config_file))
-    checkpoint = checkpoints.write_original_checkpoint(str(tmp_path / "bert_model.ckpt"),
-                                                       encoder)
-    serving_encoder.export_encoder(encoder, str(tmp_path / "hub"), vocab_file,
-                                   do_lower_case=True)
-    runs = {"checkpoint": ["--task_name=MRPC", f"--data_dir={mrpc_dir}",
-                           f"--bert_config_file={config_file}",
-                           f"--init_checkpoint={checkpoint}"],
-            "hub": ["--task_name=MRPC", f"--data_dir={mrpc_dir}",
-                    f"--hub_module_url={tmp_path / 'hub'}"]}
+    checkpoint = checkpoints.write_original_checkpoint(str(tmp_path / "bert_model.ckpt"), encoder)
+    serving_encoder.export_encoder(encoder, str(tmp_path / "hub"), vocab_file, do_lower_case=True)
+    runs = {
+        "checkpoint": [
+            "--task_name=MRPC",
+            f"--data_dir={mrpc_dir}",
+            f"--bert_config_file={config_file}",
+            f"--init_checkpoint={checkpoint}",
+        ],
+        "hub": [
+            "--task_name=MRPC",
+            f"--data_dir={mrpc_dir}",
+            f"--hub_module_url={tmp_path / 'hub'}",
+        ],
+    }
     for name, model_flags in runs.items():
-        _run([*model_flags, "--do_train", "--do_eval", "--do_predict", "--max_seq_length=32",
-              "--train_batch_size=8", "--num_train_epochs=2", "--learning_rate=1e-3",
-              "--seed=3", f"--output_dir={tmp_path / name}"], vocab_file)
+        _run(
+            [
+                *model_flags,
+                "--do_train",
+                "--do_eval",
+                "--do_predict",
+                "--max_seq_length=32",
+                "--train_batch_size=8",
+                "--num_train_epochs=2",
+                "--learning_rate=1e-3",
+                "--seed=3",
+                f"--output_dir={tmp_path / name}",
+            ],
+            vocab_file,
+        )
     one, two = (_read_results(tmp_path / name / "eval_results.txt") for name in runs)
     assert set(one) == set(two)  # global_step: the best epoch's, the same in both
     for key in one:
         assert two[key] == pytest.approx(one[key], rel=1e-4, abs=1e-6), key
-    np.testing.assert_allclose(_read_tsv(tmp_path / "hub" / "test_results.tsv"),
-                               _read_tsv(tmp_path / "checkpoint" / "test_results.tsv"),
-                               atol=1e-4)
+    np.testing.assert_allclose(
+        _read_tsv(tmp_path / "hub" / "test_results.tsv"),
+        _read_tsv(tmp_path / "checkpoint" / "test_results.tsv"),
+        atol=1e-4,
+    )
     # Training moved the weights: the runs did not merely agree on an untrained model.
     history = json.loads((tmp_path / "hub" / "eval_history.json").read_text())
     assert [h["global_step"] for h in history] == [8, 16]
@@ -240,16 +300,18 @@ def _stsb_rows(count: int, offset: int) -> list[tuple[str, str, float]]:
 
 def _write_stsb(directory: pathlib.Path) -> list[float]:
     """train.tsv, dev.tsv and test.tsv (the dev pairs, unlabelled); returns dev scores."""
-    header = ("index\tgenre\tfilename\tyear\told_index\tsource1\tsource2\tsentence1\t"
-              "sentence2")
+    header = "index\tgenre\tfilename\tyear\told_index\tsource1\tsource2\tsentence1\tsentence2"
     for split, rows in (("train", _stsb_rows(96, 0)), ("dev", _stsb_rows(15, 1))):
         lines = [header + "\tscore"] + [
             f"{i}\tmain-captions\tMSRvid\t2012test\t{i:04d}\tnone\tnone\t{a}\t{b}\t{s:.3f}"
-            for i, (a, b, s) in enumerate(rows)]
+            for i, (a, b, s) in enumerate(rows)
+        ]
         (directory / f"{split}.tsv").write_text("\n".join(lines) + "\n", encoding="utf-8")
     rows = _stsb_rows(15, 1)
-    lines = [header] + [f"{i}\tmain-captions\tMSRvid\t2012test\t{i:04d}\tnone\tnone\t{a}\t{b}"
-                        for i, (a, b, _) in enumerate(rows)]
+    lines = [header] + [
+        f"{i}\tmain-captions\tMSRvid\t2012test\t{i:04d}\tnone\tnone\t{a}\t{b}"
+        for i, (a, b, _) in enumerate(rows)
+    ]
     (directory / "test.tsv").write_text("\n".join(lines) + "\n", encoding="utf-8")
     return [s for _, _, s in rows]
 
@@ -260,10 +322,23 @@ def test_stsb_regression_learns_and_metrics_match_scipy(tmp_path, vocab_file):
     labels = np.array(_write_stsb(data_dir))
     config_file = _tiny_config(tmp_path / "bert_config.json", dropout=0.1)
     output_dir = tmp_path / "out"
-    _run(["--task_name=STS-B", f"--data_dir={data_dir}", f"--bert_config_file={config_file}",
-          "--do_train", "--do_eval", "--do_predict", "--max_seq_length=16",
-          "--train_batch_size=8", "--num_train_epochs=8", "--learning_rate=5e-3",
-          "--steps_per_loop=6", f"--output_dir={output_dir}"], vocab_file)
+    _run(
+        [
+            "--task_name=STS-B",
+            f"--data_dir={data_dir}",
+            f"--bert_config_file={config_file}",
+            "--do_train",
+            "--do_eval",
+            "--do_predict",
+            "--max_seq_length=16",
+            "--train_batch_size=8",
+            "--num_train_epochs=8",
+            "--learning_rate=5e-3",
+            "--steps_per_loop=6",
+            f"--output_dir={output_dir}",
+        ],
+        vocab_file,
+    )
 
     history = json.loads((output_dir / "eval_history.json").read_text())
     assert len(history) == 8
@@ -273,17 +348,14 @@ def test_stsb_regression_learns_and_metrics_match_scipy(tmp_path, vocab_file):
     assert losses[-1] < losses[0] and losses[-1] < 0.5 * labels.var()
 
     results = _read_results(output_dir / "eval_results.txt")
-    assert set(results) == {"eval_pearson", "eval_spearman", "eval_loss", "loss",
-                            "global_step"}
+    assert set(results) == {"eval_pearson", "eval_spearman", "eval_loss", "loss", "global_step"}
     scores = _read_tsv(output_dir / "test_results.tsv")
     assert scores.shape == (15, 1)
     scores = scores[:, 0]
     # test.tsv holds the dev pairs, so the predictions of the best model are its dev
     # predictions: the metrics follow from them.
-    assert results["eval_pearson"] == pytest.approx(stats.pearsonr(scores, labels)[0],
-                                                    abs=1e-5)
-    assert results["eval_spearman"] == pytest.approx(
-        stats.spearmanr(scores, labels)[0], abs=1e-5)
+    assert results["eval_pearson"] == pytest.approx(stats.pearsonr(scores, labels)[0], abs=1e-5)
+    assert results["eval_spearman"] == pytest.approx(stats.spearmanr(scores, labels)[0], abs=1e-5)
     assert results["eval_loss"] == pytest.approx(np.mean((scores - labels) ** 2), rel=1e-5)
     assert results["eval_pearson"] > 0.8
 
@@ -294,8 +366,14 @@ def test_stsb_regression_learns_and_metrics_match_scipy(tmp_path, vocab_file):
     np.testing.assert_allclose([float(r[1]) for r in rows[1:]], scores, atol=1e-6)
 
 
-_ACTIONS = ("walks to the door", "picks up the cup", "opens the box", "sits on the bench",
-            "looks at the sky", "turns on the light")
+_ACTIONS = (
+    "walks to the door",
+    "picks up the cup",
+    "opens the box",
+    "sits on the bench",
+    "looks at the sky",
+    "turns on the light",
+)
 _WRONG = ("falls asleep sadly.", "cries sadly.", "leaves sadly.")
 
 
@@ -312,11 +390,24 @@ def _swag_rows(count: int, offset: int) -> list[tuple[str, str, list[str], int]]
 
 
 def _write_swag(directory: pathlib.Path) -> list[int]:
-    header = ["", "video-id", "fold-ind", "startphrase", "sent1", "sent2", "gold-source",
-              "ending0", "ending1", "ending2", "ending3"]
-    for name, rows, labelled in (("train.csv", _swag_rows(80, 0), True),
-                                 ("val.csv", _swag_rows(16, 1), True),
-                                 ("test.csv", _swag_rows(16, 1), False)):
+    header = [
+        "",
+        "video-id",
+        "fold-ind",
+        "startphrase",
+        "sent1",
+        "sent2",
+        "gold-source",
+        "ending0",
+        "ending1",
+        "ending2",
+        "ending3",
+    ]
+    for name, rows, labelled in (
+        ("train.csv", _swag_rows(80, 0), True),
+        ("val.csv", _swag_rows(16, 1), True),
+        ("test.csv", _swag_rows(16, 1), False),
+    ):
         with open(directory / name, "w", encoding="utf-8", newline="") as f:
             writer = csv.writer(f)
             writer.writerow(header + ["label"] if labelled else header)
@@ -332,11 +423,24 @@ def test_swag_multiple_choice_learns_and_accuracy_matches(tmp_path, vocab_file):
     labels = np.array(_write_swag(data_dir))
     config_file = _tiny_config(tmp_path / "bert_config.json", dropout=0.1)
     output_dir = tmp_path / "out"
-    _run(["--task_name=swag", f"--data_dir={data_dir}", f"--bert_config_file={config_file}",
-          "--do_train", "--do_eval", "--do_predict", "--max_seq_length=16",
-          "--train_batch_size=8", "--num_train_epochs=3", "--learning_rate=2e-3",
-          "--steps_per_loop=5", f"--output_dir={output_dir}",
-          f"--export_dir={tmp_path / 'export'}"], vocab_file)
+    _run(
+        [
+            "--task_name=swag",
+            f"--data_dir={data_dir}",
+            f"--bert_config_file={config_file}",
+            "--do_train",
+            "--do_eval",
+            "--do_predict",
+            "--max_seq_length=16",
+            "--train_batch_size=8",
+            "--num_train_epochs=3",
+            "--learning_rate=2e-3",
+            "--steps_per_loop=5",
+            f"--output_dir={output_dir}",
+            f"--export_dir={tmp_path / 'export'}",
+        ],
+        vocab_file,
+    )
 
     history = json.loads((output_dir / "eval_history.json").read_text())
     losses = [h["eval_loss"] for h in history]
@@ -357,10 +461,13 @@ def test_swag_multiple_choice_learns_and_accuracy_matches(tmp_path, vocab_file):
     # The export answers the CSV's fields with the probabilities --do_predict wrote.
     import tensorflow as tf
     import tensorflow_text  # noqa: F401  (registers the tokenizer ops)
+
     rows = _swag_rows(16, 1)
     got = tf.saved_model.load(str(tmp_path / "export")).signatures["serving_default"](
-        context=tf.constant([r[0] for r in rows]), start=tf.constant([r[1] for r in rows]),
-        endings=tf.constant([r[2] for r in rows]))
+        context=tf.constant([r[0] for r in rows]),
+        start=tf.constant([r[1] for r in rows]),
+        endings=tf.constant([r[2] for r in rows]),
+    )
     np.testing.assert_allclose(got["probabilities"].numpy(), probabilities, atol=1e-5)
     np.testing.assert_array_equal(got["best_choice"].numpy(), probabilities.argmax(axis=1))
 
@@ -404,9 +511,11 @@ _DRIVER = textwrap.dedent("""
     print("RESULTS" + json.dumps(results))
 """)
 
-_NLI = (("a man plays a guitar.", "a person makes music.", "entailment"),
-        ("a man plays a guitar.", "nobody plays.", "contradiction"),
-        ("a dog runs in a park.", "the dog is old.", "neutral"))
+_NLI = (
+    ("a man plays a guitar.", "a person makes music.", "entailment"),
+    ("a man plays a guitar.", "nobody plays.", "contradiction"),
+    ("a dog runs in a park.", "the dog is old.", "neutral"),
+)
 
 
 def _write_lines(path: pathlib.Path, lines) -> pathlib.Path:
@@ -417,48 +526,84 @@ def _write_lines(path: pathlib.Path, lines) -> pathlib.Path:
 
 def _write_mnli(directory: pathlib.Path) -> None:
     """dev_{matched,mismatched}.tsv (3 and 6 pairs) and test_{...}.tsv (2 and 4)."""
-    header = ("index\tpromptID\tpairID\tgenre\tsentence1_binary_parse\t"
-              "sentence2_binary_parse\tsentence1_parse\tsentence2_parse\tsentence1\t"
-              "sentence2")
+    header = (
+        "index\tpromptID\tpairID\tgenre\tsentence1_binary_parse\t"
+        "sentence2_binary_parse\tsentence1_parse\tsentence2_parse\tsentence1\t"
+        "sentence2"
+    )
     for part, count in (("matched", 3), ("mismatched", 6)):
         rows = [_NLI[i % 3] for i in range(count)]
-        _write_lines(directory / f"dev_{part}.tsv", [header + "\tlabel1\tgold_label"] + [
-            f"{i}\t1\t1e\tfiction\t( x )\t( y )\t(S x)\t(S y)\t{a}\t{b}\t{label}\t{label}"
-            for i, (a, b, label) in enumerate(rows)])
-        _write_lines(directory / f"test_{part}.tsv", [header] + [
-            f"{100 + i}\t1\t1e\tfiction\t( x )\t( y )\t(S x)\t(S y)\t{a}\t{b}"
-            for i, (a, b, _) in enumerate(rows[:count * 2 // 3])])
+        _write_lines(
+            directory / f"dev_{part}.tsv",
+            [header + "\tlabel1\tgold_label"]
+            + [
+                f"{i}\t1\t1e\tfiction\t( x )\t( y )\t(S x)\t(S y)\t{a}\t{b}\t{label}\t{label}"
+                for i, (a, b, label) in enumerate(rows)
+            ],
+        )
+        _write_lines(
+            directory / f"test_{part}.tsv",
+            [header]
+            + [
+                f"{100 + i}\t1\t1e\tfiction\t( x )\t( y )\t(S x)\t(S y)\t{a}\t{b}"
+                for i, (a, b, _) in enumerate(rows[: count * 2 // 3])
+            ],
+        )
 
 
 def _write_xnli(directory: pathlib.Path) -> None:
     """XNLI-MT German training data and xnli.dev.tsv with German and other rows."""
-    _write_lines(directory / "multinli" / "multinli.train.de.tsv",
-                 ["premise\thypo\tlabel"] + [
-                     f"{a}\t{b}\t{'contradictory' if label == 'contradiction' else label}"
-                     for a, b, label in _NLI * 4])
-    header = ("language\tgold_label\tsentence1_binary_parse\tsentence2_binary_parse\t"
-              "sentence1_parse\tsentence2_parse\tsentence1\tsentence2\tpromptID\tpairID\t"
-              "genre\tlabel1")
-    rows = [f"{language}\t{label}\tx\ty\tx\ty\t{a}\t{b}\t1\t1\tfiction\t{label}"
-            for language in ("de", "en", "de") for a, b, label in _NLI]
+    _write_lines(
+        directory / "multinli" / "multinli.train.de.tsv",
+        ["premise\thypo\tlabel"]
+        + [
+            f"{a}\t{b}\t{'contradictory' if label == 'contradiction' else label}"
+            for a, b, label in _NLI * 4
+        ],
+    )
+    header = (
+        "language\tgold_label\tsentence1_binary_parse\tsentence2_binary_parse\t"
+        "sentence1_parse\tsentence2_parse\tsentence1\tsentence2\tpromptID\tpairID\t"
+        "genre\tlabel1"
+    )
+    rows = [
+        f"{language}\t{label}\tx\ty\tx\ty\t{a}\t{b}\t1\t1\tfiction\t{label}"
+        for language in ("de", "en", "de")
+        for a, b, label in _NLI
+    ]
     _write_lines(directory / "xnli.dev.tsv", [header] + rows)
 
 
 def _write_generic(directory: pathlib.Path) -> None:
     """A user's CSV files with a header, quoted commas and string labels."""
-    rows = [('"great, really good"', "pos"), ('"bad, really bad"', "neg"),
-            ("fine film", "pos"), ("dull film", "neg")] * 4
+    rows = [
+        ('"great, really good"', "pos"),
+        ('"bad, really bad"', "neg"),
+        ("fine film", "pos"),
+        ("dull film", "neg"),
+    ] * 4
     for split in ("train", "dev", "test"):
-        _write_lines(directory / f"{split}.csv", ["id,review,sentiment"] + [
-            f"{i},{text},{label}" for i, (text, label) in enumerate(rows[:12])])
+        _write_lines(
+            directory / f"{split}.csv",
+            ["id,review,sentiment"]
+            + [f"{i},{text},{label}" for i, (text, label) in enumerate(rows[:12])],
+        )
 
 
 def _write_cola(directory: pathlib.Path) -> None:
     """CoLA's dev.tsv: no header; source, label, author's label, sentence."""
-    _write_lines(directory / "dev.tsv", [
-        f"gj04\t{label}\t\t{sentence}" for label, sentence in (
-            ("1", "the dog barked."), ("0", "dog the barked."), ("1", "she left."),
-            ("0", "left she the."))])
+    _write_lines(
+        directory / "dev.tsv",
+        [
+            f"gj04\t{label}\t\t{sentence}"
+            for label, sentence in (
+                ("1", "the dog barked."),
+                ("0", "dog the barked."),
+                ("1", "she left."),
+                ("0", "left she the."),
+            )
+        ],
+    )
 
 
 @pytest.fixture(scope="module")
@@ -469,11 +614,23 @@ def driver(tmp_path_factory, mrpc_dir, vocab_file):
     config_file = _tiny_config(root / "bert_config.json", dropout=0.1)
     cases = {}
 
-    def add(case, directory, *extra, task="MRPC", do=("--do_train", "--do_eval"),
-            model=(f"--bert_config_file={config_file}", f"--vocab_file={vocab_file}")):
-        cases[case] = [f"--task_name={task}", f"--data_dir={directory}", *model,
-                       "--max_seq_length=32", *do, f"--output_dir={root / f'out_{case}'}",
-                       *extra]
+    def add(
+        case,
+        directory,
+        *extra,
+        task="MRPC",
+        do=("--do_train", "--do_eval"),
+        model=(f"--bert_config_file={config_file}", f"--vocab_file={vocab_file}"),
+    ):
+        cases[case] = [
+            f"--task_name={task}",
+            f"--data_dir={directory}",
+            *model,
+            "--max_seq_length=32",
+            *do,
+            f"--output_dir={root / f'out_{case}'}",
+            *extra,
+        ]
 
     def mrpc_copy(name, train_edit=None, with_dev=True):
         directory = root / name
@@ -493,49 +650,95 @@ def driver(tmp_path_factory, mrpc_dir, vocab_file):
     add("long_sequence", good, "--max_seq_length=128")
     add("nothing_to_do", good, do=())
     add("missing_hub_module", good, "--hub_module_url=/nonexistent/hub", model=())
-    add("hub_module", good, f"--hub_module_url={root / 'hub'}", "--num_train_epochs=1",
-        "--train_batch_size=16", model=())
+    add(
+        "hub_module",
+        good,
+        f"--hub_module_url={root / 'hub'}",
+        "--num_train_epochs=1",
+        "--train_batch_size=16",
+        model=(),
+    )
     (root / "user_files").mkdir()
     (root / "user_files" / "notes.txt").write_text("mine")
     add("export_over_user_files", good, f"--export_dir={root / 'user_files'}")
     add("missing_test", good, do=("--do_predict",))
-    for name, write in (("mnli", _write_mnli), ("xnli", _write_xnli),
-                        ("generic", _write_generic), ("cola", _write_cola),
-                        ("swag", _write_swag)):
+    for name, write in (
+        ("mnli", _write_mnli),
+        ("xnli", _write_xnli),
+        ("generic", _write_generic),
+        ("cola", _write_cola),
+        ("swag", _write_swag),
+    ):
         (root / name).mkdir(exist_ok=True)
         write(root / name)
     add("mnli", root / "mnli", task="MNLI", do=("--do_eval", "--do_predict"))
-    add("xnli", root / "xnli", "--xnli_language=de", "--train_batch_size=4",
-        "--num_train_epochs=1", task="XNLI")
-    add("generic", root / "generic", "--text_a_column=review", "--label_column=sentiment",
-        "--train_batch_size=4", "--num_train_epochs=1", f"--export_dir={root / 'export'}",
-        task="generic", do=("--do_train", "--do_eval", "--do_predict"))
+    add(
+        "xnli",
+        root / "xnli",
+        "--xnli_language=de",
+        "--train_batch_size=4",
+        "--num_train_epochs=1",
+        task="XNLI",
+    )
+    add(
+        "generic",
+        root / "generic",
+        "--text_a_column=review",
+        "--label_column=sentiment",
+        "--train_batch_size=4",
+        "--num_train_epochs=1",
+        f"--export_dir={root / 'export'}",
+        task="generic",
+        do=("--do_train", "--do_eval", "--do_predict"),
+    )
     add("cola", root / "cola", task="CoLA", do=("--do_eval",))
     process = subprocess.run(
-        [sys.executable, "-c", _DRIVER, json.dumps(
-            {name: [str(a) for a in argv] for name, argv in cases.items()}),
-         str(root / "hub"), config_file, vocab_file],
-        capture_output=True, text=True, cwd=REPO, timeout=600,
-        env=dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2"))
+        [
+            sys.executable,
+            "-c",
+            _DRIVER,
+            json.dumps({name: [str(a) for a in argv] for name, argv in cases.items()}),
+            str(root / "hub"),
+            config_file,
+            vocab_file,
+        ],
+        capture_output=True,
+        text=True,
+        cwd=REPO,
+        timeout=600,
+        env=dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2"),
+    )
     marker = [line for line in process.stdout.splitlines() if line.startswith("RESULTS")]
     assert marker, process.stderr[-5000:]
-    return {"root": root, **json.loads(marker[0][len("RESULTS"):])}
+    return {"root": root, **json.loads(marker[0][len("RESULTS") :])}
 
 
-@pytest.mark.parametrize("case,error,parts", [
-    ("unknown_task", "ValueError", ["Unknown task 'MRPCX'", "known tasks: cola, sst-2, mrpc"]),
-    ("missing_dev", "FileNotFoundError", ["mrpc dev file not found", "no_dev/dev.tsv"]),
-    ("missing_test", "FileNotFoundError", ["mrpc test file not found", "good/test.tsv"]),
-    ("short_row", "ValueError", ["short_row/train.tsv:3", "expected at least 5 columns",
-                                 "got 4"]),
-    ("bad_label", "ValueError", ["bad_label/train.tsv:3", "label '2' is not one of "
-                                 "['0', '1']"]),
-    ("long_sequence", "ValueError", ["--max_seq_length=128", "max_position_embeddings=64"]),
-    ("nothing_to_do", "UsageError", ["--do_train, --do_eval or --do_predict"]),
-    ("missing_hub_module", "FileNotFoundError", ["/nonexistent/hub is not a folder"]),
-    ("export_over_user_files", "FileExistsError", ["--export_dir=", "user_files",
-                                                   "not an export of this project"]),
-])
+@pytest.mark.parametrize(
+    "case,error,parts",
+    [
+        ("unknown_task", "ValueError", ["Unknown task 'MRPCX'", "known tasks: cola, sst-2, mrpc"]),
+        ("missing_dev", "FileNotFoundError", ["mrpc dev file not found", "no_dev/dev.tsv"]),
+        ("missing_test", "FileNotFoundError", ["mrpc test file not found", "good/test.tsv"]),
+        (
+            "short_row",
+            "ValueError",
+            ["short_row/train.tsv:3", "expected at least 5 columns", "got 4"],
+        ),
+        (
+            "bad_label",
+            "ValueError",
+            ["bad_label/train.tsv:3", "label '2' is not one of ['0', '1']"],
+        ),
+        ("long_sequence", "ValueError", ["--max_seq_length=128", "max_position_embeddings=64"]),
+        ("nothing_to_do", "UsageError", ["--do_train, --do_eval or --do_predict"]),
+        ("missing_hub_module", "FileNotFoundError", ["/nonexistent/hub is not a folder"]),
+        (
+            "export_over_user_files",
+            "FileExistsError",
+            ["--export_dir=", "user_files", "not an export of this project"],
+        ),
+    ],
+)
 def test_bad_input_is_a_clear_error(driver, case, error, parts):
     got_error, message = driver[case]
     assert got_error == error, message
@@ -565,16 +768,25 @@ def test_mnli_matched_and_mismatched(driver):
     assert driver["mnli"] == ["no error", ""]
     output_dir = driver["root"] / "out_mnli"
     results = _read_results(output_dir / "eval_results.txt")
-    assert set(results) == {"eval_accuracy", "eval_loss", "eval_mismatched_accuracy",
-                            "eval_mismatched_loss", "loss", "global_step"}
+    assert set(results) == {
+        "eval_accuracy",
+        "eval_loss",
+        "eval_mismatched_accuracy",
+        "eval_mismatched_loss",
+        "loss",
+        "global_step",
+    }
     # An untrained model: accuracies are multiples of 1/3 and 1/6.
     assert results["eval_accuracy"] * 3 == pytest.approx(round(results["eval_accuracy"] * 3))
     assert results["eval_mismatched_accuracy"] * 6 == pytest.approx(
-        round(results["eval_mismatched_accuracy"] * 6))
+        round(results["eval_mismatched_accuracy"] * 6)
+    )
     assert _read_tsv(output_dir / "test_results.tsv").shape == (2, 3)
     assert _read_tsv(output_dir / "test_mismatched_results.tsv").shape == (4, 3)
-    for name, indices in (("MNLI-m.tsv", ["100", "101"]),
-                          ("MNLI-mm.tsv", ["100", "101", "102", "103"])):
+    for name, indices in (
+        ("MNLI-m.tsv", ["100", "101"]),
+        ("MNLI-mm.tsv", ["100", "101", "102", "103"]),
+    ):
         with open(output_dir / name, encoding="utf-8") as f:
             rows = list(csv.reader(f, delimiter="\t"))
         assert rows[0] == ["index", "prediction"]
@@ -599,7 +811,11 @@ def test_generic_csv_task(driver):
     config = json.loads((output_dir / "run_config.json").read_text())
     assert config["labels"] == ["neg", "pos"]  # sorted labels of train.csv
     assert set(_read_results(output_dir / "eval_results.txt")) == {
-        "eval_accuracy", "eval_loss", "loss", "global_step"}
+        "eval_accuracy",
+        "eval_loss",
+        "loss",
+        "global_step",
+    }
     assert _read_tsv(output_dir / "test_results.tsv").shape == (12, 2)
     assert not list(output_dir.glob("[A-Z]*.tsv"))  # no GLUE submission file
 
@@ -615,7 +831,8 @@ def test_generic_export_answers_raw_text_as_predicted(driver):
     want = _read_tsv(driver["root"] / "out_generic" / "test_results.tsv")
     np.testing.assert_allclose(outputs["probabilities"].numpy(), want, atol=1e-5)
     assert [label.decode() for label in outputs["labels"].numpy()] == [
-        ["neg", "pos"][i] for i in want.argmax(axis=1)]
+        ["neg", "pos"][i] for i in want.argmax(axis=1)
+    ]
 
 
 def test_hub_module_fine_tunes_with_its_own_vocabulary(driver):
@@ -633,8 +850,7 @@ def test_hub_module_fine_tunes_with_its_own_vocabulary(driver):
 def test_cola_reports_matthews_correlation(driver):
     assert driver["cola"] == ["no error", ""]
     results = _read_results(driver["root"] / "out_cola" / "eval_results.txt")
-    assert set(results) == {"eval_accuracy", "eval_mcc", "eval_loss", "loss",
-                            "global_step"}
+    assert set(results) == {"eval_accuracy", "eval_mcc", "eval_loss", "loss", "global_step"}
     assert results["global_step"] == 0
 
 
@@ -645,8 +861,7 @@ def test_feature_cache_is_not_fooled_by_another_data_dir(tmp_path, mrpc_dir, voc
     from data_prep import classifier_features, classifier_tasks
 
     lines = (mrpc_dir / "train.tsv").read_text(encoding="utf-8").splitlines()
-    flipped = [lines[0]] + [("1" if line[0] == "0" else "0") + line[1:]
-                            for line in lines[1:]]
+    flipped = [lines[0]] + [("1" if line[0] == "0" else "0") + line[1:] for line in lines[1:]]
     first = _write_lines(tmp_path / "a" / "train.tsv", lines)
     second = _write_lines(tmp_path / "b" / "train.tsv", flipped)
     os.utime(first, ns=(10**18, 10**18))
@@ -656,7 +871,8 @@ def test_feature_cache_is_not_fooled_by_another_data_dir(tmp_path, mrpc_dir, voc
 
     def labels(data_dir):
         metadata = classifier_features.get_or_create_features(
-            processor, str(data_dir), "train", output_file, vocab_file, True, 16)
+            processor, str(data_dir), "train", output_file, vocab_file, True, 16
+        )
         dataset = classifier_features.build_dataset(output_file, metadata, 64, False)
         return np.concatenate([batch["label_ids"].numpy() for batch in dataset])
 

@@ -27,8 +27,7 @@ from evaluation import conlleval
 from modeling import checkpoints
 from modeling.config import BertConfig
 from modeling.encoder import BertEncoder
-from modeling.feature_based import (BertFeatureBasedTagger, LayerCombination,
-                                    parse_feature_layers)
+from modeling.feature_based import BertFeatureBasedTagger, LayerCombination, parse_feature_layers
 from modeling.models import BertTokenClassifier
 from serving import encoder as serving_encoder
 
@@ -38,10 +37,19 @@ ENV = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2", PYTHONPATH=str(REPO_ROOT))
 LONG_SENTENCE_WORDS = 600
 VOCAB_FILE = str(REPO_ROOT / "sample_data" / "vocab" / "uncased_vocab.txt")
 
-TINY_CONFIG = dict(vocab_size=30522, hidden_size=32, num_hidden_layers=2,
-                   num_attention_heads=4, intermediate_size=37, hidden_act="gelu",
-                   hidden_dropout_prob=0.1, attention_probs_dropout_prob=0.1,
-                   max_position_embeddings=64, type_vocab_size=2, initializer_range=0.02)
+TINY_CONFIG = dict(
+    vocab_size=30522,
+    hidden_size=32,
+    num_hidden_layers=2,
+    num_attention_heads=4,
+    intermediate_size=37,
+    hidden_act="gelu",
+    hidden_dropout_prob=0.1,
+    attention_probs_dropout_prob=0.1,
+    max_position_embeddings=64,
+    type_vocab_size=2,
+    initializer_range=0.02,
+)
 
 
 # ----------------------------------------------------------------------------
@@ -50,17 +58,20 @@ TINY_CONFIG = dict(vocab_size=30522, hidden_size=32, num_hidden_layers=2,
 
 
 def _conll_text(sentences, tags_of=lambda s: s.tags) -> str:
-    return "".join("".join(f"{w} {t}\n" for w, t in zip(s.words, tags_of(s))) + "\n"
-                   for s in sentences)
+    return "".join(
+        "".join(f"{w} {t}\n" for w, t in zip(s.words, tags_of(s))) + "\n" for s in sentences
+    )
 
 
 def _long_sentence(sentences, num_words: int) -> conll.Sentence:
     """num_words words (with their IOB2 tags) of `sentences`, cycled, as one sentence."""
     pairs = [(w, t) for s in sentences for w, t in zip(s.words, s.tags)]
     pairs = [pairs[i % len(pairs)] for i in range(num_words)]
-    return conll.Sentence(words=tuple(w for w, _ in pairs),
-                          tags=tuple(tag_schemes.to_iob2([t for _, t in pairs])),
-                          line_numbers=tuple(range(1, num_words + 1)))
+    return conll.Sentence(
+        words=tuple(w for w, _ in pairs),
+        tags=tuple(tag_schemes.to_iob2([t for _, t in pairs])),
+        line_numbers=tuple(range(1, num_words + 1)),
+    )
 
 
 @pytest.fixture(scope="module")
@@ -72,10 +83,10 @@ def inputs(tmp_path_factory, sample_data):
     config = BertConfig.from_json_file(str(config_file))
     keras.utils.set_random_seed(7)
     encoder = BertEncoder(config)
-    init_checkpoint = checkpoints.write_original_checkpoint(str(root / "bert_model.ckpt"),
-                                                            encoder)
-    hub_module = serving_encoder.export_encoder(encoder, str(root / "hub"), VOCAB_FILE,
-                                                do_lower_case=True)
+    init_checkpoint = checkpoints.write_original_checkpoint(str(root / "bert_model.ckpt"), encoder)
+    hub_module = serving_encoder.export_encoder(
+        encoder, str(root / "hub"), VOCAB_FILE, do_lower_case=True
+    )
     train = conll.read_conll(str(sample_data / "sciner" / "train.txt"))[:48]
     # Dev sentences with entities of the types in the training slice, and two without.
     labels = set(conll.label_list(train))
@@ -83,27 +94,45 @@ def inputs(tmp_path_factory, sample_data):
     dev = dev[:2] + [s for s in dev if set(s.tags) - {"O"} and set(s.tags) <= labels][:10]
     long = _long_sentence(dev, LONG_SENTENCE_WORDS)
     (root / "train.txt").write_text(
-        _conll_text(train, lambda s: tag_schemes.from_iob2(s.tags, "iob1")), encoding="utf-8")
-    (root / "dev.txt").write_text(_conll_text(dev[:6] + [long] + dev[6:]),
-                                  encoding="utf-8")
+        _conll_text(train, lambda s: tag_schemes.from_iob2(s.tags, "iob1")), encoding="utf-8"
+    )
+    (root / "dev.txt").write_text(_conll_text(dev[:6] + [long] + dev[6:]), encoding="utf-8")
     (root / "test_iobes.txt").write_text(
-        _conll_text(dev, lambda s: tag_schemes.from_iob2(s.tags, "iobes")), encoding="utf-8")
-    return dict(root=root, config_file=str(config_file), config=config,
-                init_checkpoint=init_checkpoint, hub_module=hub_module, train=train,
-                dev=dev, long=long,
-                train_file=str(root / "train.txt"), dev_file=str(root / "dev.txt"),
-                test_file=str(root / "test_iobes.txt"))
+        _conll_text(dev, lambda s: tag_schemes.from_iob2(s.tags, "iobes")), encoding="utf-8"
+    )
+    return dict(
+        root=root,
+        config_file=str(config_file),
+        config=config,
+        init_checkpoint=init_checkpoint,
+        hub_module=hub_module,
+        train=train,
+        dev=dev,
+        long=long,
+        train_file=str(root / "train.txt"),
+        dev_file=str(root / "dev.txt"),
+        test_file=str(root / "test_iobes.txt"),
+    )
 
 
 _GOOD = "BERT B-MethodName\nworks O\n\n"
 # name -> (train.txt, dev.txt, (file, line) the error must name, its words, flags).
 BAD_INPUTS = {
-    "missing_tag": (_GOOD + "Pre B-MethodName\ntraining\n", _GOOD, ("train", 5),
-                    "missing tag", []),
-    "tag_outside_scheme": (_GOOD + "GLUE S-DatasetName\n", _GOOD, ("train", 4),
-                           "not an iob2 tag", ["--tag_scheme=iob2"]),
-    "unknown_eval_tag": (_GOOD, "SQuAD B-DatasetName\n", ("dev", 1),
-                         "not in the training label list", []),
+    "missing_tag": (_GOOD + "Pre B-MethodName\ntraining\n", _GOOD, ("train", 5), "missing tag", []),
+    "tag_outside_scheme": (
+        _GOOD + "GLUE S-DatasetName\n",
+        _GOOD,
+        ("train", 4),
+        "not an iob2 tag",
+        ["--tag_scheme=iob2"],
+    ),
+    "unknown_eval_tag": (
+        _GOOD,
+        "SQuAD B-DatasetName\n",
+        ("dev", 1),
+        "not in the training label list",
+        [],
+    ),
     "empty_file": ("", _GOOD, ("train", 1), "no sentence in the file", []),
 }
 
@@ -118,11 +147,23 @@ BAD_FLAGS = {
 
 def _command(output_dir, inputs, *flags, model=None):
     if model is None:
-        model = (f"--bert_config_file={inputs['config_file']}", f"--vocab_file={VOCAB_FILE}",
-                 f"--init_checkpoint={inputs['init_checkpoint']}")
-    return [sys.executable, RUN_NER, *model, "--max_seq_length=32", "--doc_stride=8",
-            "--train_batch_size=8", "--eval_batch_size=16", "--predict_batch_size=16",
-            f"--output_dir={output_dir}", *flags]
+        model = (
+            f"--bert_config_file={inputs['config_file']}",
+            f"--vocab_file={VOCAB_FILE}",
+            f"--init_checkpoint={inputs['init_checkpoint']}",
+        )
+    return [
+        sys.executable,
+        RUN_NER,
+        *model,
+        "--max_seq_length=32",
+        "--doc_stride=8",
+        "--train_batch_size=8",
+        "--eval_batch_size=16",
+        "--predict_batch_size=16",
+        f"--output_dir={output_dir}",
+        *flags,
+    ]
 
 
 @pytest.fixture(scope="module")
@@ -131,23 +172,50 @@ def runs(inputs):
     root = inputs["root"]
     commands = {
         "fine_tune": _command(
-            root / "fine_tune", inputs, f"--train_file={inputs['train_file']}",
-            f"--eval_file={inputs['dev_file']}", f"--predict_file={inputs['test_file']}",
-            "--do_train", "--do_eval", "--do_predict", "--num_train_epochs=1",
-            "--learning_rate=1e-3", f"--export_dir={root / 'fine_tune_export'}"),
+            root / "fine_tune",
+            inputs,
+            f"--train_file={inputs['train_file']}",
+            f"--eval_file={inputs['dev_file']}",
+            f"--predict_file={inputs['test_file']}",
+            "--do_train",
+            "--do_eval",
+            "--do_predict",
+            "--num_train_epochs=1",
+            "--learning_rate=1e-3",
+            f"--export_dir={root / 'fine_tune_export'}",
+        ),
         "feature_based": _command(
-            root / "feature_based", inputs, f"--train_file={inputs['train_file']}",
-            f"--eval_file={inputs['train_file']}", "--do_train", "--do_eval",
-            "--num_train_epochs=0.5", "--learning_rate=1e-2", "--feature_based",
-            "--feature_layers=-1,-2", "--lstm_units=8", "--save_checkpoints_steps=1",
-            "--keep_checkpoint_max=100", "--distribution_strategy=mirrored",
-            "--num_cpu_devices=2", "--eval_batch_size=7"),
+            root / "feature_based",
+            inputs,
+            f"--train_file={inputs['train_file']}",
+            f"--eval_file={inputs['train_file']}",
+            "--do_train",
+            "--do_eval",
+            "--num_train_epochs=0.5",
+            "--learning_rate=1e-2",
+            "--feature_based",
+            "--feature_layers=-1,-2",
+            "--lstm_units=8",
+            "--save_checkpoints_steps=1",
+            "--keep_checkpoint_max=100",
+            "--distribution_strategy=mirrored",
+            "--num_cpu_devices=2",
+            "--eval_batch_size=7",
+        ),
         "hub_module": _command(
-            root / "hub_module", inputs, f"--train_file={inputs['train_file']}",
-            f"--eval_file={inputs['train_file']}", "--do_train", "--do_eval",
-            "--num_train_epochs=0.5", "--learning_rate=1e-2", "--feature_based",
-            "--feature_layers=all", "--lstm_units=8",
-            model=(f"--hub_module_url={inputs['hub_module']}",)),
+            root / "hub_module",
+            inputs,
+            f"--train_file={inputs['train_file']}",
+            f"--eval_file={inputs['train_file']}",
+            "--do_train",
+            "--do_eval",
+            "--num_train_epochs=0.5",
+            "--learning_rate=1e-2",
+            "--feature_based",
+            "--feature_layers=all",
+            "--lstm_units=8",
+            model=(f"--hub_module_url={inputs['hub_module']}",),
+        ),
     }
     bad_inputs = {}
     for name, (train_text, dev_text, _, _, flags) in BAD_INPUTS.items():
@@ -155,18 +223,27 @@ def runs(inputs):
         directory.mkdir()
         (directory / "train.txt").write_text(train_text, encoding="utf-8")
         (directory / "dev.txt").write_text(dev_text, encoding="utf-8")
-        bad_inputs[name] = _command(directory / "out", inputs, f"--data_dir={directory}",
-                                    "--do_train", "--do_eval", *flags)[2:]
+        bad_inputs[name] = _command(
+            directory / "out", inputs, f"--data_dir={directory}", "--do_train", "--do_eval", *flags
+        )[2:]
     for name, flags in BAD_FLAGS.items():
-        bad_inputs[name] = _command(root / name, inputs, f"--train_file={inputs['train_file']}",
-                                    f"--eval_file={inputs['dev_file']}", *flags)[2:]
-    commands["bad_inputs"] = [sys.executable, "-c", _BAD_INPUT_DRIVER,
-                              json.dumps(bad_inputs)]
+        bad_inputs[name] = _command(
+            root / name,
+            inputs,
+            f"--train_file={inputs['train_file']}",
+            f"--eval_file={inputs['dev_file']}",
+            *flags,
+        )[2:]
+    commands["bad_inputs"] = [sys.executable, "-c", _BAD_INPUT_DRIVER, json.dumps(bad_inputs)]
     started = {}
     for name, command in commands.items():
         output_dir = root / name
-        started[name] = (output_dir, subprocess.Popen(
-            command, env=ENV, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True))
+        started[name] = (
+            output_dir,
+            subprocess.Popen(
+                command, env=ENV, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True
+            ),
+        )
     yield started
     for _, process in started.values():
         if process.poll() is None:
@@ -220,8 +297,11 @@ def _read_prediction_file(path) -> list[list[list[str]]]:
 
 
 def _restore_model(model, output_dir, step=None):
-    path = (tf.train.latest_checkpoint(str(output_dir)) if step is None
-            else str(output_dir / f"ckpt-{step}"))
+    path = (
+        tf.train.latest_checkpoint(str(output_dir))
+        if step is None
+        else str(output_dir / f"ckpt-{step}")
+    )
     tf.train.Checkpoint(model=model).read(path).expect_partial()
     return model
 
@@ -251,7 +331,8 @@ def test_fine_tune_end_to_end(runs, inputs):
         for metric in ("precision", "recall", "f1"):
             assert f"eval_{metric}_{chunk_type}" in results
     assert results["eval_found_correct"] == sum(
-        len(tag_schemes.get_chunks(s.tags)) for s in inputs["dev"] + [inputs["long"]])
+        len(tag_schemes.get_chunks(s.tags)) for s in inputs["dev"] + [inputs["long"]]
+    )
     assert np.isfinite(results["eval_loss"]) and results["eval_loss"] > 0
     assert (output_dir / "eval_report.txt").read_text(encoding="utf-8") == counts.report()
 
@@ -263,8 +344,9 @@ def test_fine_tune_end_to_end(runs, inputs):
     assert [len(s) for s in written] == [len(s.words) for s in expected_sentences]
     assert len(written[6]) == LONG_SENTENCE_WORDS
     for lines, sentence in zip(written, expected_sentences):
-        assert [fields[:2] for fields in lines] == [list(p) for p in
-                                                    zip(sentence.words, sentence.tags)]
+        assert [fields[:2] for fields in lines] == [
+            list(p) for p in zip(sentence.words, sentence.tags)
+        ]
 
     # The label list of the training file and its scheme (IOB1, the file's own), in the
     # metadata JSON, model_info.json and run_config.json; the records hold IOB1 labels.
@@ -276,11 +358,16 @@ def test_fine_tune_end_to_end(runs, inputs):
     model_info = json.loads((output_dir / "model_info.json").read_text())
     assert model_info["labels"] == labels and model_info["label_scheme"] == "iob1"
     learnt = collections.Counter(
-        labels[i] for _, label_ids in ner_features.load_dataset(
-            str(output_dir / "train.tf_record"), 32).as_numpy_iterator()
-        for i in label_ids if i >= 0)
-    iob1 = collections.Counter(t for s in inputs["train"]
-                               for t in tag_schemes.from_iob2(s.tags, "iob1"))
+        labels[i]
+        for _, label_ids in ner_features.load_dataset(
+            str(output_dir / "train.tf_record"), 32
+        ).as_numpy_iterator()
+        for i in label_ids
+        if i >= 0
+    )
+    iob1 = collections.Counter(
+        t for s in inputs["train"] for t in tag_schemes.from_iob2(s.tags, "iob1")
+    )
     assert set(learnt) == set(iob1) and learnt["O"] >= iob1["O"]
     assert not any(t.startswith("B-") for t in learnt)  # No touching chunks in the slice.
     assert metadata.num_features > 48  # Some sentences need two windows of 30 pieces.
@@ -293,17 +380,21 @@ def test_fine_tune_end_to_end(runs, inputs):
     # test_predictions.txt is in the IOBES scheme of its input file.
     test = _read_prediction_file(output_dir / "test_predictions.txt")
     assert [[f[1] for f in lines] for lines in test] == [
-        tag_schemes.from_iob2(s.tags, "iobes") for s in dev]
+        tag_schemes.from_iob2(s.tags, "iobes") for s in dev
+    ]
     assert all(tag_schemes.tag_error(f[2], "iobes") is None for lines in test for f in lines)
 
     # Fine-tuning changes the encoder (the contrast of the feature-based test).
     config = inputs["config"]
     initial = BertEncoder(config)
     checkpoints.load_checkpoint(inputs["init_checkpoint"], initial)
-    trained = _restore_model(BertTokenClassifier(BertEncoder(config), config, len(labels)),
-                             output_dir)
-    assert any(not np.array_equal(a, b) for a, b in
-               zip(_encoder_weights(initial), _encoder_weights(trained.encoder)))
+    trained = _restore_model(
+        BertTokenClassifier(BertEncoder(config), config, len(labels)), output_dir
+    )
+    assert any(
+        not np.array_equal(a, b)
+        for a, b in zip(_encoder_weights(initial), _encoder_weights(trained.encoder))
+    )
 
 
 def test_export_tags_raw_text_as_predicted(runs, inputs):
@@ -321,19 +412,22 @@ def test_export_tags_raw_text_as_predicted(runs, inputs):
     assert model.doc_stride.numpy() == 8 and model.seq_length.numpy() == 32
     assert model.tag_scheme.numpy().decode() == "iob1"
     for path, sentences in (
-            (inputs["dev_file"], inputs["dev"][:6] + [inputs["long"]] + inputs["dev"][6:]),
-            (inputs["test_file"], inputs["dev"])):
+        (inputs["dev_file"], inputs["dev"][:6] + [inputs["long"]] + inputs["dev"][6:]),
+        (inputs["test_file"], inputs["dev"]),
+    ):
         scheme = conll.detect_file_tag_scheme(path)
         split = "eval" if path == inputs["dev_file"] else "test"
         written = _read_prediction_file(output_dir / f"{split}_predictions.txt")
         got = model.signatures["serving_default"](
-            text=tf.constant([" ".join(s.words) for s in sentences]))
+            text=tf.constant([" ".join(s.words) for s in sentences])
+        )
         words = [[w.decode() for w in row if w] for row in got["words"].numpy()]
         tags = [[t.decode() for t in row if t] for row in got["tags"].numpy()]
         assert words == [list(s.words) for s in sentences]
         assert all(tag in labels for row in tags for tag in row)
         assert [tag_schemes.from_iob2(row, scheme) for row in tags] == [
-            [fields[2] for fields in lines] for lines in written], split
+            [fields[2] for fields in lines] for lines in written
+        ], split
 
 
 @pytest.fixture(scope="module")
@@ -345,14 +439,30 @@ def later_runs(runs, inputs):
     root = inputs["root"] / "later"
     model = (f"--init_checkpoint={fine_tune}",)
     argv = {
-        "predict": _command(root / "predict", inputs, "--do_predict",
-                            f"--predict_file={inputs['dev_file']}", model=model)[2:],
-        "other_scheme": _command(root / "other_scheme", inputs, "--do_train",
-                                 f"--train_file={inputs['train_file']}",
-                                 "--train_tag_scheme=iob2", model=model)[2:]}
-    result = subprocess.run([sys.executable, "-c", _BAD_INPUT_DRIVER, json.dumps(argv)],
-                            env=ENV, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                            text=True, timeout=600)
+        "predict": _command(
+            root / "predict",
+            inputs,
+            "--do_predict",
+            f"--predict_file={inputs['dev_file']}",
+            model=model,
+        )[2:],
+        "other_scheme": _command(
+            root / "other_scheme",
+            inputs,
+            "--do_train",
+            f"--train_file={inputs['train_file']}",
+            "--train_tag_scheme=iob2",
+            model=model,
+        )[2:],
+    }
+    result = subprocess.run(
+        [sys.executable, "-c", _BAD_INPUT_DRIVER, json.dumps(argv)],
+        env=ENV,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        timeout=600,
+    )
     assert result.returncode == 0, result.stdout
     return json.loads(result.stdout.strip().splitlines()[-1]), root
 
@@ -365,12 +475,15 @@ def test_predict_with_the_labels_and_scheme_of_the_trained_model(later_runs, run
     assert errors["predict"] is None
     fine_tune = runs["fine_tune"][0]
     assert (root / "predict" / "test_predictions.txt").read_text(encoding="utf-8") == (
-        fine_tune / "eval_predictions.txt").read_text(encoding="utf-8")
+        fine_tune / "eval_predictions.txt"
+    ).read_text(encoding="utf-8")
     info = json.loads((root / "predict" / "model_info.json").read_text())
     assert info["label_scheme"] == "iob1"
     assert errors["other_scheme"].startswith("ValueError: ")
-    assert ("learnt its labels in iob1, this run would train them in iob2: give "
-            "--train_tag_scheme=iob1, or --reinit_head") in errors["other_scheme"]
+    assert (
+        "learnt its labels in iob1, this run would train them in iob2: give "
+        "--train_tag_scheme=iob1, or --reinit_head"
+    ) in errors["other_scheme"]
     assert not (root / "other_scheme" / "checkpoint").exists()
 
 
@@ -385,8 +498,9 @@ def test_feature_based_trains_only_the_lstm_head(runs, inputs):
     checkpoints.load_checkpoint(inputs["init_checkpoint"], initial)
 
     def restored(step):
-        model = BertFeatureBasedTagger(BertEncoder(config), config, len(labels), [1, 0],
-                                       "concat", lstm_units=8)
+        model = BertFeatureBasedTagger(
+            BertEncoder(config), config, len(labels), [1, 0], "concat", lstm_units=8
+        )
         return _restore_model(model, output_dir, step)
 
     metadata = ner_features.NerMetadata.read(str(output_dir / "train.tf_record"))
@@ -408,7 +522,8 @@ def test_feature_based_trains_only_the_lstm_head(runs, inputs):
     written = _read_prediction_file(output_dir / "eval_predictions.txt")
     assert [[f[:2] for f in lines] for lines in written] == [
         [list(p) for p in zip(s.words, tag_schemes.from_iob2(s.tags, "iob1"))]
-        for s in inputs["train"]]
+        for s in inputs["train"]
+    ]
     summary = json.loads((output_dir / "train_summary.json").read_text())
     assert summary["num_replicas"] == 2 and summary["replica_max_diff"] == 0.0
     counts = conlleval.evaluate_file(str(output_dir / "eval_predictions.txt"))
@@ -455,14 +570,16 @@ def test_bad_input_names_file_and_line(bad_input_errors, inputs, case):
 
 def test_bad_flags(bad_input_errors, inputs):
     assert bad_input_errors["eval_without_training"].startswith("FileNotFoundError: ")
-    assert "The label list comes from the training file" in bad_input_errors[
-        "eval_without_training"]
+    assert (
+        "The label list comes from the training file" in bad_input_errors["eval_without_training"]
+    )
     assert bad_input_errors["export_dir"].startswith(
-        "ValueError: --export_dir=gs://bucket/unused: ")
+        "ValueError: --export_dir=gs://bucket/unused: "
+    )
     assert "only local paths" in bad_input_errors["export_dir"]
     assert bad_input_errors["feature_layers"] == (
-        "ValueError: feature layers '-1,-3': layer -3 does not exist in an encoder of 2 "
-        "layers")
+        "ValueError: feature layers '-1,-3': layer -3 does not exist in an encoder of 2 layers"
+    )
     for name in BAD_FLAGS:
         assert not (inputs["root"] / name / "checkpoint").exists()
 
@@ -476,9 +593,13 @@ def test_parse_feature_layers():
     assert parse_feature_layers("-1,-2,-3,-4", 12) == [11, 10, 9, 8]
     assert parse_feature_layers(" 0, -1 ", 3) == [0, 2]
     assert parse_feature_layers("all", 3) == [0, 1, 2]
-    for spec, message in [("-4", "does not exist"), ("3", "does not exist"),
-                          ("-1,2", "named twice"), ("", "not a layer number"),
-                          ("top", "not a layer number")]:
+    for spec, message in [
+        ("-4", "does not exist"),
+        ("3", "does not exist"),
+        ("-1,2", "named twice"),
+        ("", "not a layer number"),
+        ("top", "not a layer number"),
+    ]:
         with pytest.raises(ValueError, match=message):
             parse_feature_layers(spec, 3)
 
@@ -499,9 +620,12 @@ def test_layer_combinations_values():
     np.testing.assert_allclose(mixed, sum(arrays) / 3, rtol=1e-5)  # equal at the start
     layer.layer_weights.assign([0.0, np.log(3.0), 0.0])
     layer.gamma.assign(2.0)
-    np.testing.assert_allclose(layer(tensors).numpy(),
-                               2.0 * (0.2 * arrays[0] + 0.6 * arrays[1] + 0.2 * arrays[2]),
-                               rtol=1e-5, atol=1e-6)
+    np.testing.assert_allclose(
+        layer(tensors).numpy(),
+        2.0 * (0.2 * arrays[0] + 0.6 * arrays[1] + 0.2 * arrays[2]),
+        rtol=1e-5,
+        atol=1e-6,
+    )
     with pytest.raises(ValueError, match="unknown feature combination"):
         LayerCombination("max", 3)
 
@@ -512,17 +636,18 @@ def small_config():
 
 
 def _inputs(ids, mask):
-    return {"input_word_ids": tf.constant(ids, tf.int32),
-            "input_mask": tf.constant(mask, tf.int32),
-            "input_type_ids": tf.zeros_like(tf.constant(ids, tf.int32))}
+    return {
+        "input_word_ids": tf.constant(ids, tf.int32),
+        "input_mask": tf.constant(mask, tf.int32),
+        "input_type_ids": tf.zeros_like(tf.constant(ids, tf.int32)),
+    }
 
 
 @pytest.mark.parametrize("combination", ["concat", "sum", "weighted_sum"])
 def test_feature_based_tagger(small_config, combination):
     keras.utils.set_random_seed(3)
     encoder = BertEncoder(small_config)
-    model = BertFeatureBasedTagger(encoder, small_config, 5, [1, 0], combination,
-                                   lstm_units=6)
+    model = BertFeatureBasedTagger(encoder, small_config, 5, [1, 0], combination, lstm_units=6)
     # Only the head trains: the encoder is frozen, and no gradient reaches it.
     names = [v.path for v in model.trainable_variables]
     assert not any(n.startswith("bert/") for n in names)
@@ -533,14 +658,15 @@ def test_feature_based_tagger(small_config, combination):
     ids[1, 5:], mask[1, 5:] = 0, 0
     with tf.GradientTape() as tape:
         logits = model(_inputs(ids, mask), training=True)["logits"]
-        loss = tf.reduce_sum(logits ** 2)
+        loss = tf.reduce_sum(logits**2)
     grads = tape.gradient(loss, encoder.weights + model.trainable_variables)
-    assert all(g is None for g in grads[:len(encoder.weights)])
-    assert all(g is not None for g in grads[len(encoder.weights):])
+    assert all(g is None for g in grads[: len(encoder.weights)])
+    assert all(g is not None for g in grads[len(encoder.weights) :])
     # Padding invariance: extra padding changes no real token's logits.
     logits = model(_inputs(ids, mask))["logits"].numpy()
-    padded = model(_inputs(np.pad(ids, [[0, 0], [0, 4]]),
-                           np.pad(mask, [[0, 0], [0, 4]])))["logits"].numpy()
+    padded = model(_inputs(np.pad(ids, [[0, 0], [0, 4]]), np.pad(mask, [[0, 0], [0, 4]])))[
+        "logits"
+    ].numpy()
     assert logits.shape == (2, 9, 5) and logits.dtype == np.float32
     np.testing.assert_allclose(padded[0, :9], logits[0], atol=1e-5)
     np.testing.assert_allclose(padded[1, :5], logits[1, :5], atol=1e-5)
@@ -548,13 +674,17 @@ def test_feature_based_tagger(small_config, combination):
     outputs = encoder(_inputs(ids, mask))["encoder_outputs"]
     features = model.features(_inputs(ids, mask)).numpy()
     if combination == "concat":
-        np.testing.assert_allclose(features, np.concatenate(
-            [outputs[1].numpy(), outputs[0].numpy()], -1), atol=1e-6)
+        np.testing.assert_allclose(
+            features, np.concatenate([outputs[1].numpy(), outputs[0].numpy()], -1), atol=1e-6
+        )
     else:
-        np.testing.assert_allclose(features, outputs[0].numpy() + outputs[1].numpy()
-                                   if combination == "sum" else
-                                   (outputs[0].numpy() + outputs[1].numpy()) / 2,
-                                   atol=1e-5)
+        np.testing.assert_allclose(
+            features,
+            outputs[0].numpy() + outputs[1].numpy()
+            if combination == "sum"
+            else (outputs[0].numpy() + outputs[1].numpy()) / 2,
+            atol=1e-5,
+        )
 
 
 # ----------------------------------------------------------------------------
@@ -564,11 +694,21 @@ def test_feature_based_tagger(small_config, combination):
 
 def _run_on_sciner(tmp_path, minilm_dir, sample_data, *flags) -> dict:
     output_dir = tmp_path / "out"
-    command = [sys.executable, RUN_NER, f"--data_dir={sample_data / 'sciner'}",
-               f"--init_checkpoint={minilm_dir}", "--do_train", "--do_eval",
-               "--max_seq_length=64", "--doc_stride=32", "--train_batch_size=16",
-               "--eval_batch_size=32", "--save_checkpoints_steps=100000",
-               f"--output_dir={output_dir}", *flags]
+    command = [
+        sys.executable,
+        RUN_NER,
+        f"--data_dir={sample_data / 'sciner'}",
+        f"--init_checkpoint={minilm_dir}",
+        "--do_train",
+        "--do_eval",
+        "--max_seq_length=64",
+        "--doc_stride=32",
+        "--train_batch_size=16",
+        "--eval_batch_size=32",
+        "--save_checkpoints_steps=100000",
+        f"--output_dir={output_dir}",
+        *flags,
+    ]
     result = subprocess.run(command, env=ENV, capture_output=True, text=True)
     assert result.returncode == 0, result.stderr[-3000:]
     results = _read_results(output_dir / "eval_results.txt")
@@ -587,6 +727,13 @@ def test_real_checkpoint_feature_based_learns_sciner(tmp_path, minilm_dir, sampl
     real entity F1 on the dev set (59.5 after 15 epochs at max_seq_length 128 in
     compare_ner_hf.py; 22 after 5 epochs, 0 for the all-O prediction; 51.2 in this
     test's 295 steps at max_seq_length 64)."""
-    results = _run_on_sciner(tmp_path, minilm_dir, sample_data, "--learning_rate=1e-3",
-                             "--num_train_epochs=10", "--feature_based", "--seed=1")
+    results = _run_on_sciner(
+        tmp_path,
+        minilm_dir,
+        sample_data,
+        "--learning_rate=1e-3",
+        "--num_train_epochs=10",
+        "--feature_based",
+        "--seed=1",
+    )
     assert results["eval_f1"] > 0.35, results

@@ -46,21 +46,37 @@ _DRIVER = textwrap.dedent("""
 def run_driver(runs: dict) -> dict:
     """Runs run_squad.main once per {name: argv}; {name: [error type, message]}."""
     process = subprocess.run(
-        [sys.executable, "-c", _DRIVER,
-         json.dumps({name: [str(a) for a in argv] for name, argv in runs.items()})],
-        capture_output=True, text=True, cwd=REPO, timeout=900,
-        env=dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2"))
+        [
+            sys.executable,
+            "-c",
+            _DRIVER,
+            json.dumps({name: [str(a) for a in argv] for name, argv in runs.items()}),
+        ],
+        capture_output=True,
+        text=True,
+        cwd=REPO,
+        timeout=900,
+        env=dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2"),
+    )
     marker = [line for line in process.stdout.splitlines() if line.startswith("RESULTS")]
     assert marker, process.stderr[-5000:]
-    return json.loads(marker[0][len("RESULTS"):])
+    return json.loads(marker[0][len("RESULTS") :])
 
 
 def tiny_config(path: pathlib.Path, dropout: float = 0.1) -> str:
-    config = {"vocab_size": 30522, "hidden_size": 32, "num_hidden_layers": 2,
-              "num_attention_heads": 4, "intermediate_size": 37, "hidden_act": "gelu",
-              "hidden_dropout_prob": dropout, "attention_probs_dropout_prob": dropout,
-              "max_position_embeddings": 128, "type_vocab_size": 2,
-              "initializer_range": 0.02}
+    config = {
+        "vocab_size": 30522,
+        "hidden_size": 32,
+        "num_hidden_layers": 2,
+        "num_attention_heads": 4,
+        "intermediate_size": 37,
+        "hidden_act": "gelu",
+        "hidden_dropout_prob": dropout,
+        "attention_probs_dropout_prob": dropout,
+        "max_position_embeddings": 128,
+        "type_vocab_size": 2,
+        "initializer_range": 0.02,
+    }
     path.write_text(json.dumps(config), encoding="utf-8")
     return str(path)
 
@@ -84,8 +100,12 @@ def write_json(path: pathlib.Path, value) -> str:
 
 
 def question_ids(squad_file) -> list:
-    return [qa["id"] for article in read_json(squad_file)["data"]
-            for paragraph in article["paragraphs"] for qa in paragraph["qas"]]
+    return [
+        qa["id"]
+        for article in read_json(squad_file)["data"]
+        for paragraph in article["paragraphs"]
+        for qa in paragraph["qas"]
+    ]
 
 
 @pytest.fixture(scope="module")
@@ -98,28 +118,53 @@ def root(tmp_path_factory, sample_data):
     sample = read_json(sample_data / "squad" / "dev-v2.0-first5articles.json")
     article = sample["data"][0]
     paragraphs = article["paragraphs"][:2]
-    write_json(directory / "v2.json", {"version": "v2.0", "data": [
-        {"title": article["title"], "paragraphs": paragraphs}]})
-    v1_paragraphs = [dict(p, qas=[{k: v for k, v in qa.items() if k != "is_impossible"}
-                                  for qa in p["qas"] if not qa["is_impossible"]])
-                     for p in paragraphs]
-    write_json(directory / "v1.json", {"version": "1.1", "data": [
-        {"title": article["title"], "paragraphs": v1_paragraphs}]})
+    write_json(
+        directory / "v2.json",
+        {"version": "v2.0", "data": [{"title": article["title"], "paragraphs": paragraphs}]},
+    )
+    v1_paragraphs = [
+        dict(
+            p,
+            qas=[
+                {k: v for k, v in qa.items() if k != "is_impossible"}
+                for qa in p["qas"]
+                if not qa["is_impossible"]
+            ],
+        )
+        for p in paragraphs
+    ]
+    write_json(
+        directory / "v1.json",
+        {"version": "1.1", "data": [{"title": article["title"], "paragraphs": v1_paragraphs}]},
+    )
     return directory
 
 
 def squad_flags(root, output_dir, version_2=True, *extra):
     data = root / ("v2.json" if version_2 else "v1.json")
-    return [f"--bert_config_file={root / 'bert_config.json'}",
-            f"--vocab_file={REPO / 'sample_data' / 'vocab' / 'uncased_vocab.txt'}",
-            f"--train_file={data}", f"--predict_file={data}",
-            "--do_train", "--do_predict", "--do_eval",
-            *(["--version_2_with_negative"] if version_2 else []),
-            f"--max_seq_length={SEQ}", f"--max_query_length={QUERY}",
-            f"--doc_stride={STRIDE}", f"--train_batch_size={TRAIN_BATCH}",
-            "--predict_batch_size=7", "--num_train_epochs=2", "--learning_rate=1e-3",
-            "--steps_per_loop=2", "--save_checkpoints_steps=2", "--deterministic",
-            "--seed=7", f"--output_dir={output_dir}", *extra]
+    return [
+        f"--bert_config_file={root / 'bert_config.json'}",
+        f"--vocab_file={REPO / 'sample_data' / 'vocab' / 'uncased_vocab.txt'}",
+        f"--train_file={data}",
+        f"--predict_file={data}",
+        "--do_train",
+        "--do_predict",
+        "--do_eval",
+        *(["--version_2_with_negative"] if version_2 else []),
+        f"--max_seq_length={SEQ}",
+        f"--max_query_length={QUERY}",
+        f"--doc_stride={STRIDE}",
+        f"--train_batch_size={TRAIN_BATCH}",
+        "--predict_batch_size=7",
+        "--num_train_epochs=2",
+        "--learning_rate=1e-3",
+        "--steps_per_loop=2",
+        "--save_checkpoints_steps=2",
+        "--deterministic",
+        "--seed=7",
+        f"--output_dir={output_dir}",
+        *extra,
+    ]
 
 
 def bad_squad(root, name, edit) -> str:
@@ -130,8 +175,7 @@ def bad_squad(root, name, edit) -> str:
 
 
 def _edit_first_answer(dataset, **changes):
-    qa = next(qa for qa in dataset["data"][0]["paragraphs"][0]["qas"]
-              if not qa["is_impossible"])
+    qa = next(qa for qa in dataset["data"][0]["paragraphs"][0]["qas"] if not qa["is_impossible"])
     qa["answers"][0].update(changes)
     return qa["id"]
 
@@ -139,6 +183,7 @@ def _edit_first_answer(dataset, **changes):
 @pytest.fixture(scope="module")
 def runs(root):
     """The good runs (v2, v1) and the runs with bad input, in one process."""
+
     def flags(name, *extra, train_file=None, predict_file=None, version_2=True):
         argv = squad_flags(root, root / name, version_2, *extra)
         if train_file:
@@ -153,12 +198,15 @@ def runs(root):
         return [a for a in argv if a not in ("--do_predict", "--do_eval")]
 
     no_data = write_json(root / "no_data.json", {"version": "v2.0", "articles": []})
-    no_context = bad_squad(root, "no_context", lambda d: d["data"][0]["paragraphs"][1].pop(
-        "context"))
-    past_context = bad_squad(root, "past_context", lambda d: _edit_first_answer(
-        d, answer_start=10000))
-    unrecoverable = bad_squad(root, "unrecoverable", lambda d: _edit_first_answer(
-        d, text="Zanzibar"))
+    no_context = bad_squad(
+        root, "no_context", lambda d: d["data"][0]["paragraphs"][1].pop("context")
+    )
+    past_context = bad_squad(
+        root, "past_context", lambda d: _edit_first_answer(d, answer_start=10000)
+    )
+    unrecoverable = bad_squad(
+        root, "unrecoverable", lambda d: _edit_first_answer(d, text="Zanzibar")
+    )
     eval_alone = root / "eval_alone"
     eval_alone.mkdir()
     predictions, null_odds, _ = _known_predictions(root)
@@ -166,8 +214,7 @@ def runs(root):
     write_json(eval_alone / "null_odds.json", null_odds)
     cases = {
         "v2": flags("v2", f"--export_dir={root / 'v2_export'}"),
-        "eval_alone": [a for a in flags("eval_alone")
-                       if a not in ("--do_train", "--do_predict")],
+        "eval_alone": [a for a in flags("eval_alone") if a not in ("--do_train", "--do_predict")],
         "v1": flags("v1", version_2=False),
         "no_data": train_only(flags("bad", train_file=no_data)),
         "no_context": train_only(flags("bad", train_file=no_context)),
@@ -176,16 +223,21 @@ def runs(root):
         "bad_predict_file": flags("bad_predict", predict_file=no_context),
         "unrecoverable": train_only(flags("unrecoverable", train_file=unrecoverable)),
         "query_too_long": flags("bad", "--max_seq_length=20", "--max_query_length=17"),
-        "v2_without_flag": train_only(flags("bad", train_file=root / "v2.json",
-                                            version_2=False)),
-        "v2_gold_without_flag": [a for a in flags("bad", predict_file=root / "v2.json",
-                                                  version_2=False) if a != "--do_train"],
+        "v2_without_flag": train_only(flags("bad", train_file=root / "v2.json", version_2=False)),
+        "v2_gold_without_flag": [
+            a
+            for a in flags("bad", predict_file=root / "v2.json", version_2=False)
+            if a != "--do_train"
+        ],
         "missing_file": flags("bad", train_file=root / "missing.json"),
         "long_sequence": flags("bad", "--max_seq_length=512"),
         "nothing_to_do": [a for a in flags("bad") if not a.startswith("--do_")],
         "export": flags("bad", "--export_dir=gs://bucket/export"),
-        "hub_module": [a for a in flags("bad", "--hub_module_url=/nonexistent/hub")
-                       if not a.startswith(("--bert_config_file", "--vocab_file"))],
+        "hub_module": [
+            a
+            for a in flags("bad", "--hub_module_url=/nonexistent/hub")
+            if not a.startswith(("--bert_config_file", "--vocab_file"))
+        ],
     }
     return run_driver(cases)
 
@@ -214,14 +266,29 @@ def test_v2_end_to_end_writes_the_original_files(runs, root):
 
 def test_v2_eval_results_equal_official_scoring_of_the_written_files(runs, root):
     from evaluation import squad_eval
+
     out = root / "v2"
-    want = squad_eval.evaluate_file(str(root / "v2.json"),
-                                    read_json(out / "predictions.json"),
-                                    read_json(out / "null_odds.json"))
+    want = squad_eval.evaluate_file(
+        str(root / "v2.json"),
+        read_json(out / "predictions.json"),
+        read_json(out / "null_odds.json"),
+    )
     got = read_results(out / "eval_results.txt")
-    assert set(got) == {"exact", "f1", "total", "HasAns_exact", "HasAns_f1", "HasAns_total",
-                        "NoAns_exact", "NoAns_f1", "NoAns_total", "best_exact",
-                        "best_exact_thresh", "best_f1", "best_f1_thresh"}
+    assert set(got) == {
+        "exact",
+        "f1",
+        "total",
+        "HasAns_exact",
+        "HasAns_f1",
+        "HasAns_total",
+        "NoAns_exact",
+        "NoAns_f1",
+        "NoAns_total",
+        "best_exact",
+        "best_exact_thresh",
+        "best_f1",
+        "best_f1_thresh",
+    }
     assert got == pytest.approx(dict(want), rel=1e-12)
     assert got["total"] == 17 and got["HasAns_total"] == 8 and got["NoAns_total"] == 9
 
@@ -229,12 +296,17 @@ def test_v2_eval_results_equal_official_scoring_of_the_written_files(runs, root)
 def test_v2_trains_over_the_features(runs, root):
     """Steps = training features / batch size x epochs (features, not questions)."""
     from data_prep import squad_features, squad_reader, tokenization
+
     out = root / "v2"
     tokenizer = tokenization.FullTokenizer(
-        str(REPO / "sample_data" / "vocab" / "uncased_vocab.txt"))
+        str(REPO / "sample_data" / "vocab" / "uncased_vocab.txt")
+    )
     examples = squad_reader.read_squad_examples(str(root / "v2.json"), True, True)
-    features = list(squad_features.convert_examples_to_features(
-        examples, tokenizer, SEQ, STRIDE, QUERY, is_training=True))
+    features = list(
+        squad_features.convert_examples_to_features(
+            examples, tokenizer, SEQ, STRIDE, QUERY, is_training=True
+        )
+    )
     metadata = read_json(out / "train.tf_record.meta.json")
     assert metadata["num_features"] == len(features) > 3 * len(examples)
     assert metadata["num_examples"] == 17 and metadata["num_skipped"] == 0
@@ -246,14 +318,20 @@ def test_v2_trains_over_the_features(runs, root):
     assert (out / f"ckpt-{steps}.index").is_file()
     # Same records as the data module writes (the runner shuffles the questions first).
     import tensorflow as tf
-    records = [tf.train.Example.FromString(r.numpy())
-               for r in tf.data.TFRecordDataset(str(out / "train.tf_record"))]
-    positions = sorted((list(r.features.feature["input_ids"].int64_list.value),
-                        r.features.feature["start_positions"].int64_list.value[0],
-                        r.features.feature["end_positions"].int64_list.value[0])
-                       for r in records)
-    assert positions == sorted((f.input_ids, f.start_position, f.end_position)
-                               for f in features)
+
+    records = [
+        tf.train.Example.FromString(r.numpy())
+        for r in tf.data.TFRecordDataset(str(out / "train.tf_record"))
+    ]
+    positions = sorted(
+        (
+            list(r.features.feature["input_ids"].int64_list.value),
+            r.features.feature["start_positions"].int64_list.value[0],
+            r.features.feature["end_positions"].int64_list.value[0],
+        )
+        for r in records
+    )
+    assert positions == sorted((f.input_ids, f.start_position, f.end_position) for f in features)
 
 
 def test_predictions_follow_from_the_final_checkpoint(runs, root):
@@ -264,32 +342,49 @@ def test_predictions_follow_from_the_final_checkpoint(runs, root):
     from modeling.config import BertConfig
     from modeling.encoder import BertEncoder
     from modeling.models import BertSpanLabeler
+
     out = root / "v2"
     config = BertConfig.from_json_file(str(out / "bert_config.json"))
     model = BertSpanLabeler(BertEncoder(config), config)
     tf.train.Checkpoint(model=model).read(
-        tf.train.latest_checkpoint(str(out))).expect_partial().assert_existing_objects_matched()
+        tf.train.latest_checkpoint(str(out))
+    ).expect_partial().assert_existing_objects_matched()
     tokenizer = tokenization.FullTokenizer(
-        str(REPO / "sample_data" / "vocab" / "uncased_vocab.txt"))
+        str(REPO / "sample_data" / "vocab" / "uncased_vocab.txt")
+    )
     examples = squad_reader.read_squad_examples(str(root / "v2.json"), False, True)
-    features = list(squad_features.convert_examples_to_features(
-        examples, tokenizer, SEQ, STRIDE, QUERY, is_training=False))
-    outputs = model({"input_word_ids": np.array([f.input_ids for f in features]),
-                     "input_mask": np.array([f.input_mask for f in features]),
-                     "input_type_ids": np.array([f.segment_ids for f in features])})
-    results = [squad_postprocess.RawResult(f.unique_id, s, e) for f, s, e in zip(
-        features, outputs["start_logits"].numpy(), outputs["end_logits"].numpy())]
-    want = squad_postprocess.compute_predictions(examples, features, results,
-                                                 version_2_with_negative=True)
+    features = list(
+        squad_features.convert_examples_to_features(
+            examples, tokenizer, SEQ, STRIDE, QUERY, is_training=False
+        )
+    )
+    outputs = model(
+        {
+            "input_word_ids": np.array([f.input_ids for f in features]),
+            "input_mask": np.array([f.input_mask for f in features]),
+            "input_type_ids": np.array([f.segment_ids for f in features]),
+        }
+    )
+    results = [
+        squad_postprocess.RawResult(f.unique_id, s, e)
+        for f, s, e in zip(features, outputs["start_logits"].numpy(), outputs["end_logits"].numpy())
+    ]
+    want = squad_postprocess.compute_predictions(
+        examples, features, results, version_2_with_negative=True
+    )
     assert read_json(out / "predictions.json") == dict(want.predictions)
     null_odds = read_json(out / "null_odds.json")
-    np.testing.assert_allclose([null_odds[q] for q in want.null_odds],
-                               list(want.null_odds.values()), rtol=1e-4, atol=1e-4)
+    np.testing.assert_allclose(
+        [null_odds[q] for q in want.null_odds], list(want.null_odds.values()), rtol=1e-4, atol=1e-4
+    )
     nbest = read_json(out / "nbest_predictions.json")
     for qas_id, entries in want.nbest.items():
         assert [e["text"] for e in nbest[qas_id]] == [e["text"] for e in entries]
-        np.testing.assert_allclose([e["start_logit"] for e in nbest[qas_id]],
-                                   [e["start_logit"] for e in entries], atol=1e-4)
+        np.testing.assert_allclose(
+            [e["start_logit"] for e in nbest[qas_id]],
+            [e["start_logit"] for e in entries],
+            atol=1e-4,
+        )
 
 
 def test_export_answers_raw_text_as_predicted(runs, root):
@@ -301,14 +396,16 @@ def test_export_answers_raw_text_as_predicted(runs, root):
 
     assert runs["v2"] == ["no error", ""]
     out = root / "v2"
-    rows = [(qa["id"], qa["question"], paragraph["context"])
-            for paragraph in read_json(root / "v2.json")["data"][0]["paragraphs"]
-            for qa in paragraph["qas"]]
+    rows = [
+        (qa["id"], qa["question"], paragraph["context"])
+        for paragraph in read_json(root / "v2.json")["data"][0]["paragraphs"]
+        for qa in paragraph["qas"]
+    ]
     model = tf.saved_model.load(str(root / "v2_export"))
     assert model.max_query_length.numpy() == QUERY and model.doc_stride.numpy() == STRIDE
     got = model.signatures["serving_default"](
-        question=tf.constant([q for _, q, _ in rows]),
-        context=tf.constant([c for _, _, c in rows]))
+        question=tf.constant([q for _, q, _ in rows]), context=tf.constant([c for _, _, c in rows])
+    )
     got = {k: v.numpy() for k, v in got.items()}
     predictions = read_json(out / "predictions.json")
     nbest = read_json(out / "nbest_predictions.json")
@@ -326,6 +423,7 @@ def test_export_answers_raw_text_as_predicted(runs, root):
 def test_v1_mode(runs, root):
     assert runs["v1"] == ["no error", ""]
     from evaluation import squad_eval
+
     out = root / "v1"
     predictions = read_json(out / "predictions.json")
     assert list(predictions) == question_ids(root / "v1.json")
@@ -333,8 +431,14 @@ def test_v1_mode(runs, root):
     assert not (out / "null_odds.json").exists()
     got = read_results(out / "eval_results.txt")
     assert set(got) == {"exact_match", "f1"}
-    assert got == pytest.approx(dict(squad_eval.evaluate_file(
-        str(root / "v1.json"), predictions, version_2_with_negative=False)), rel=1e-12)
+    assert got == pytest.approx(
+        dict(
+            squad_eval.evaluate_file(
+                str(root / "v1.json"), predictions, version_2_with_negative=False
+            )
+        ),
+        rel=1e-12,
+    )
     metadata = read_json(out / "train.tf_record.meta.json")
     assert metadata["num_examples"] == 8 and not metadata["version_2_with_negative"]
 
@@ -357,11 +461,13 @@ def test_eval_alone_scores_the_prediction_files_in_output_dir(runs, root):
     """--do_eval without --do_predict scores the files already in output_dir."""
     assert runs["eval_alone"] == ["no error", ""]
     from evaluation import squad_eval
+
     out = root / "eval_alone"
     predictions, null_odds, _ = _known_predictions(root)
     got = read_results(out / "eval_results.txt")
-    assert got == pytest.approx(dict(squad_eval.evaluate_file(
-        str(root / "v2.json"), predictions, null_odds)), rel=1e-12)
+    assert got == pytest.approx(
+        dict(squad_eval.evaluate_file(str(root / "v2.json"), predictions, null_odds)), rel=1e-12
+    )
     # 16 of 17 right; the wrong answer shares no word with its gold answers.
     assert got["exact"] == pytest.approx(100 * 16 / 17)
     assert got["NoAns_exact"] == 100.0 and got["HasAns_exact"] == pytest.approx(100 * 7 / 8)
@@ -369,24 +475,31 @@ def test_eval_alone_scores_the_prediction_files_in_output_dir(runs, root):
     assert not list(out.glob("ckpt-*")) and not (out / "eval.tf_record").exists()
 
 
-@pytest.mark.parametrize("case,error,parts", [
-    ("no_data", "ValueError", ["no_data.json", "no top-level \"data\" list"]),
-    ("no_context", "ValueError", ["no_context.json", "paragraph 1 of article 0",
-                                  "'context'"]),
-    ("past_context", "ValueError", ["past_context.json", "character 10000",
-                                    "runs outside its context"]),
-    ("bad_predict_file", "ValueError", ["no_context.json", "'context'"]),
-    ("query_too_long", "ValueError", ["max_seq_length (20)", "max_query_length (17)"]),
-    ("v2_without_flag", "ValueError", ["not marked is_impossible",
-                                       "version_2_with_negative"]),
-    ("v2_gold_without_flag", "ValueError", ["v2.json is SQuAD 2.0",
-                                            "--version_2_with_negative"]),
-    ("missing_file", "FileNotFoundError", ["--train_file=", "missing.json"]),
-    ("long_sequence", "ValueError", ["--max_seq_length=512", "max_position_embeddings=128"]),
-    ("nothing_to_do", "UsageError", ["At least one of --do_train, --do_eval or --do_predict"]),
-    ("export", "ValueError", ["--export_dir=gs://bucket/export", "only local paths"]),
-    ("hub_module", "FileNotFoundError", ["/nonexistent/hub"]),
-])
+@pytest.mark.parametrize(
+    "case,error,parts",
+    [
+        ("no_data", "ValueError", ["no_data.json", 'no top-level "data" list']),
+        ("no_context", "ValueError", ["no_context.json", "paragraph 1 of article 0", "'context'"]),
+        (
+            "past_context",
+            "ValueError",
+            ["past_context.json", "character 10000", "runs outside its context"],
+        ),
+        ("bad_predict_file", "ValueError", ["no_context.json", "'context'"]),
+        ("query_too_long", "ValueError", ["max_seq_length (20)", "max_query_length (17)"]),
+        ("v2_without_flag", "ValueError", ["not marked is_impossible", "version_2_with_negative"]),
+        (
+            "v2_gold_without_flag",
+            "ValueError",
+            ["v2.json is SQuAD 2.0", "--version_2_with_negative"],
+        ),
+        ("missing_file", "FileNotFoundError", ["--train_file=", "missing.json"]),
+        ("long_sequence", "ValueError", ["--max_seq_length=512", "max_position_embeddings=128"]),
+        ("nothing_to_do", "UsageError", ["At least one of --do_train, --do_eval or --do_predict"]),
+        ("export", "ValueError", ["--export_dir=gs://bucket/export", "only local paths"]),
+        ("hub_module", "FileNotFoundError", ["/nonexistent/hub"]),
+    ],
+)
 def test_bad_input_is_a_clear_error(runs, case, error, parts):
     got_error, message = runs[case]
     assert got_error == error, message
@@ -407,9 +520,13 @@ def test_unrecoverable_answer_is_a_counted_skip(runs, root):
 
 def _model_weights(prefix: str) -> dict:
     import tensorflow as tf
+
     reader = tf.train.load_checkpoint(prefix)
-    return {name: reader.get_tensor(name) for name, _ in tf.train.list_variables(prefix)
-            if name.startswith("model/")}
+    return {
+        name: reader.get_tensor(name)
+        for name, _ in tf.train.list_variables(prefix)
+        if name.startswith("model/")
+    }
 
 
 def test_interrupted_run_resumes_to_the_same_model(runs, root, tmp_path):
@@ -417,6 +534,7 @@ def test_interrupted_run_resumes_to_the_same_model(runs, root, tmp_path):
     reuses train.tf_record and ends with the weights and predictions of the
     uninterrupted run (op determinism on, dropout active)."""
     import tensorflow as tf
+
     done = root / "v2"
     final = read_json(done / "train_summary.json")["global_step"]
     assert final > 4
@@ -424,11 +542,15 @@ def test_interrupted_run_resumes_to_the_same_model(runs, root, tmp_path):
     shutil.copytree(done, out)
     for path in out.iterdir():
         step = path.name.split(".")[0].removeprefix("ckpt-")
-        if (path.name.startswith("ckpt-") and int(step) > 4) or path.suffix in (
-                ".json", ".txt") and not path.name.startswith("train.tf_record"):
+        if (
+            (path.name.startswith("ckpt-") and int(step) > 4)
+            or path.suffix in (".json", ".txt")
+            and not path.name.startswith("train.tf_record")
+        ):
             path.unlink()
-    (out / "checkpoint").write_text('model_checkpoint_path: "ckpt-4"\n'
-                                    'all_model_checkpoint_paths: "ckpt-4"\n')
+    (out / "checkpoint").write_text(
+        'model_checkpoint_path: "ckpt-4"\nall_model_checkpoint_paths: "ckpt-4"\n'
+    )
     assert tf.train.latest_checkpoint(str(out)).endswith("ckpt-4")
     record_mtime = (out / "train.tf_record").stat().st_mtime_ns
     existing_logs = set(out.glob("*.INFO.*"))
@@ -438,14 +560,17 @@ def test_interrupted_run_resumes_to_the_same_model(runs, root, tmp_path):
     log = log_file.read_text(encoding="utf-8")
     assert "ckpt-4 at step 4" in log and "Reusing" in log
     assert (out / "train.tf_record").stat().st_mtime_ns == record_mtime
-    want, got = _model_weights(str(done / f"ckpt-{final}")), _model_weights(
-        str(out / f"ckpt-{final}"))
+    want, got = (
+        _model_weights(str(done / f"ckpt-{final}")),
+        _model_weights(str(out / f"ckpt-{final}")),
+    )
     assert want.keys() == got.keys()
     for name in want:
         np.testing.assert_allclose(got[name], want[name], atol=1e-6, err_msg=name)
     assert read_json(out / "predictions.json") == read_json(done / "predictions.json")
     assert read_results(out / "eval_results.txt") == pytest.approx(
-        read_results(done / "eval_results.txt"))
+        read_results(done / "eval_results.txt")
+    )
 
 
 # ----------------------------------------------------------------------------
@@ -458,11 +583,25 @@ def test_tiny_model_learns_the_training_questions(root, tmp_path):
     """Trained long enough on 17 questions, predicting the same questions beats the
     answer-nothing baseline (the 9/17 unanswerable) by far."""
     out = tmp_path / "learn"
-    argv = [a for a in squad_flags(root, out) if not a.startswith(
-        ("--num_train_epochs", "--save_checkpoints_steps", "--steps_per_loop",
-         "--learning_rate"))]
-    argv += ["--num_train_epochs=60", "--learning_rate=2e-3", "--steps_per_loop=50",
-             "--save_checkpoints_steps=100000", "--warmup_proportion=0.05"]
+    argv = [
+        a
+        for a in squad_flags(root, out)
+        if not a.startswith(
+            (
+                "--num_train_epochs",
+                "--save_checkpoints_steps",
+                "--steps_per_loop",
+                "--learning_rate",
+            )
+        )
+    ]
+    argv += [
+        "--num_train_epochs=60",
+        "--learning_rate=2e-3",
+        "--steps_per_loop=50",
+        "--save_checkpoints_steps=100000",
+        "--warmup_proportion=0.05",
+    ]
     assert run_driver({"learn": argv})["learn"] == ["no error", ""]
     results = read_results(out / "eval_results.txt")
     baseline = 100.0 * 9 / 17
@@ -478,15 +617,18 @@ def test_tf_hub_encoder(root, tmp_path, vocab_file):
     from serving import encoder as serving_encoder
     from modeling.config import BertConfig
     from modeling.encoder import BertEncoder
+
     keras.utils.set_random_seed(3)
     config = BertConfig.from_json_file(str(root / "bert_config.json"))
     hub_dir = str(tmp_path / "hub")
     serving_encoder.export_encoder(BertEncoder(config), hub_dir, vocab_file, True)
     out = tmp_path / "out"
-    argv = [a for a in squad_flags(root, out) if not a.startswith(
-        ("--bert_config_file", "--vocab_file"))]
-    assert run_driver({"hub": [*argv, f"--hub_module_url={hub_dir}"]})["hub"] == [
-        "no error", ""]
+    argv = [
+        a
+        for a in squad_flags(root, out)
+        if not a.startswith(("--bert_config_file", "--vocab_file"))
+    ]
+    assert run_driver({"hub": [*argv, f"--hub_module_url={hub_dir}"]})["hub"] == ["no error", ""]
     run_config = read_json(out / "run_config.json")
     assert run_config["resolved_vocab_file"].endswith("vocab.txt")
     assert read_json(out / "bert_config.json")["hidden_size"] == 32
@@ -501,22 +643,26 @@ def test_mirrored_on_two_cpus_matches_one_device(root, tmp_path):
     prediction batches of 7 split unevenly over the replicas). No dropout."""
     config = tiny_config(tmp_path / "bert_config.json", dropout=0.0)
     outputs = {}
-    for name, extra in (("one", []), ("mirrored", ["--distribution_strategy=mirrored",
-                                                   "--num_cpu_devices=2"])):
+    for name, extra in (
+        ("one", []),
+        ("mirrored", ["--distribution_strategy=mirrored", "--num_cpu_devices=2"]),
+    ):
         outputs[name] = tmp_path / name
-        argv = [a for a in squad_flags(root, outputs[name], True, *extra)
-                if not a.startswith("--bert_config_file")]
+        argv = [
+            a
+            for a in squad_flags(root, outputs[name], True, *extra)
+            if not a.startswith("--bert_config_file")
+        ]
         # One process per run: the CPU is split before TensorFlow starts.
-        assert run_driver({name: [*argv, f"--bert_config_file={config}"]})[name] == [
-            "no error", ""]
+        assert run_driver({name: [*argv, f"--bert_config_file={config}"]})[name] == ["no error", ""]
     one, mirrored = outputs["one"], outputs["mirrored"]
     assert read_json(mirrored / "train_summary.json")["num_replicas"] == 2
     assert read_json(mirrored / "predictions.json") == read_json(one / "predictions.json")
     odds_one, odds_mirrored = (read_json(d / "null_odds.json") for d in (one, mirrored))
-    np.testing.assert_allclose(list(odds_mirrored.values()), list(odds_one.values()),
-                               atol=1e-3)
+    np.testing.assert_allclose(list(odds_mirrored.values()), list(odds_one.values()), atol=1e-3)
     assert read_results(mirrored / "eval_results.txt") == pytest.approx(
-        read_results(one / "eval_results.txt"))
+        read_results(one / "eval_results.txt")
+    )
 
 
 @pytest.mark.slow
@@ -525,14 +671,27 @@ def test_sigterm_stops_with_a_checkpoint_and_predicts_nothing(root, tmp_path):
     predictions or scores from the unfinished model."""
     import signal
     import time
+
     out = tmp_path / "out"
-    argv = [a for a in squad_flags(root, out) if not a.startswith(
-        ("--num_train_epochs", "--save_checkpoints_steps", "--steps_per_loop"))]
+    argv = [
+        a
+        for a in squad_flags(root, out)
+        if not a.startswith(("--num_train_epochs", "--save_checkpoints_steps", "--steps_per_loop"))
+    ]
     process = subprocess.Popen(
-        [sys.executable, str(REPO / "run_squad.py"), *argv, "--num_train_epochs=10000",
-         "--steps_per_loop=1", "--save_checkpoints_steps=100000"],
-        stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
-        env=dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2"))
+        [
+            sys.executable,
+            str(REPO / "run_squad.py"),
+            *argv,
+            "--num_train_epochs=10000",
+            "--steps_per_loop=1",
+            "--save_checkpoints_steps=100000",
+        ],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        text=True,
+        env=dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2"),
+    )
     deadline = time.time() + 300
     while not list((out / "train").glob("events*")):
         assert process.poll() is None, process.stderr.read()[-3000:]
@@ -545,6 +704,10 @@ def test_sigterm_stops_with_a_checkpoint_and_predicts_nothing(root, tmp_path):
     (log_file,) = out.glob("run_squad.*.INFO.*")
     assert "Training stopped at step" in log_file.read_text(encoding="utf-8")
     assert list(out.glob("ckpt-*.index"))
-    for name in ("predictions.json", "nbest_predictions.json", "null_odds.json",
-                 "eval_results.txt"):
+    for name in (
+        "predictions.json",
+        "nbest_predictions.json",
+        "null_odds.json",
+        "eval_results.txt",
+    ):
         assert not (out / name).exists(), name

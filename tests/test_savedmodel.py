@@ -26,7 +26,8 @@ def _snapshot(folder) -> dict:
         for name in dirs + names:
             path = os.path.join(root, name)
             files[os.path.relpath(path, folder)] = (
-                None if os.path.isdir(path) else open(path, "rb").read())
+                None if os.path.isdir(path) else open(path, "rb").read()
+            )
     return {"files": files, "mode": stat.S_IMODE(os.stat(folder).st_mode)}
 
 
@@ -55,11 +56,13 @@ def test_a_previous_export_is_replaced_only_with_overwrite(tmp_path):
     target = str(tmp_path / "export")
     assert savedmodel.save_atomically(_module(1.0), target, kind="encoder") == target
     marker = json.loads((tmp_path / "export" / savedmodel.MARKER_FILE).read_text())
-    assert marker == {"format": savedmodel.MARKER_FORMAT, "format_version": 1,
-                      "kind": "encoder"}
+    assert marker == {"format": savedmodel.MARKER_FORMAT, "format_version": 1, "kind": "encoder"}
     assert savedmodel.read_marker(target) == marker
-    with pytest.raises(FileExistsError, match=r"holds a previous export \(encoder\); pass "
-                                              r"--overwrite"):
+    with pytest.raises(
+        FileExistsError,
+        match=r"holds a previous export \(encoder\); pass "
+        r"--overwrite",
+    ):
         savedmodel.save_atomically(_module(2.0), target)
     assert float(tf.saved_model.load(target).v.numpy()) == 1.0
     savedmodel.save_atomically(_module(2.0), target, kind="squad", overwrite=True)
@@ -113,13 +116,17 @@ def test_export_tfhub_refuses_user_files_and_needs_overwrite(tmp_path, monkeypat
     vocab_file = tmp_path / "vocab.txt"
     vocab_file.write_text("[PAD]\n[UNK]\n[CLS]\n[SEP]\n[MASK]\nhello\n")
     calls = []
-    monkeypatch.setattr(export_tfhub.preprocessing, "export_preprocessing",
-                        lambda *args, **kwargs: calls.append(kwargs))
+    monkeypatch.setattr(
+        export_tfhub.preprocessing,
+        "export_preprocessing",
+        lambda *args, **kwargs: calls.append(kwargs),
+    )
 
     def run(*argv):
         export_tfhub.FLAGS.unparse_flags()
-        export_tfhub.FLAGS(["export_tfhub.py", "--export_type=preprocessing",
-                            f"--vocab_file={vocab_file}", *argv])
+        export_tfhub.FLAGS(
+            ["export_tfhub.py", "--export_type=preprocessing", f"--vocab_file={vocab_file}", *argv]
+        )
         export_tfhub.main([])
 
     user = tmp_path / "user"

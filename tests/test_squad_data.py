@@ -26,8 +26,12 @@ from data_prep import squad_reader
 from data_prep import squad_records
 from data_prep import tokenization
 
-SAMPLE_FILE = (pathlib.Path(__file__).resolve().parent.parent / "sample_data"
-               / "squad" / "dev-v2.0-first5articles.json")
+SAMPLE_FILE = (
+    pathlib.Path(__file__).resolve().parent.parent
+    / "sample_data"
+    / "squad"
+    / "dev-v2.0-first5articles.json"
+)
 # Questions of the sample used by the default (fast) suite.
 NUM_FAST_QUESTIONS = 150
 # (max_seq_length, doc_stride): the defaults, and short windows (many per
@@ -53,6 +57,7 @@ def orig():
     from absl import flags
     from bert import run_squad
     import tensorflow as tf
+
     if not flags.FLAGS.is_parsed():
         flags.FLAGS.mark_as_parsed()
     verbosity = tf.compat.v1.logging.get_verbosity()
@@ -64,20 +69,19 @@ def orig():
 @contextlib.contextmanager
 def orig_version(orig, version_2_with_negative, null_score_diff_threshold=0.0):
     """Sets the original's --version_2_with_negative (and threshold)."""
-    old = (orig.FLAGS.version_2_with_negative,
-           orig.FLAGS.null_score_diff_threshold)
+    old = (orig.FLAGS.version_2_with_negative, orig.FLAGS.null_score_diff_threshold)
     orig.FLAGS.version_2_with_negative = version_2_with_negative
     orig.FLAGS.null_score_diff_threshold = null_score_diff_threshold
     try:
         yield
     finally:
-        (orig.FLAGS.version_2_with_negative,
-         orig.FLAGS.null_score_diff_threshold) = old
+        (orig.FLAGS.version_2_with_negative, orig.FLAGS.null_score_diff_threshold) = old
 
 
 @pytest.fixture(scope="module")
 def orig_tokenizer(orig, vocab_file):
     from bert import tokenization as orig_tokenization
+
     return orig_tokenization.FullTokenizer(vocab_file, do_lower_case=True)
 
 
@@ -86,8 +90,9 @@ def tokenizer(vocab_file):
     return tokenization.FullTokenizer(vocab_file, do_lower_case=True)
 
 
-def write_variant(directory, max_questions=None, first_answer_only=False,
-                  drop_impossible=False) -> str:
+def write_variant(
+    directory, max_questions=None, first_answer_only=False, drop_impossible=False
+) -> str:
     """A copy of the sample: its first questions, optionally reduced to the
     first answer each (the original's training reader wants exactly one) or
     to answerable questions (SQuAD v1.1 style)."""
@@ -112,22 +117,22 @@ def write_variant(directory, max_questions=None, first_answer_only=False,
                 paragraphs.append(dict(paragraph, qas=qas))
         if paragraphs:
             articles.append(dict(article, paragraphs=paragraphs))
-    name = "sample_%s_%s_%s.json" % (max_questions, first_answer_only,
-                                     drop_impossible)
+    name = "sample_%s_%s_%s.json" % (max_questions, first_answer_only, drop_impossible)
     path = pathlib.Path(directory) / name
     path.write_text(json.dumps(dict(data, data=articles)), encoding="utf-8")
     return str(path)
 
 
-def sample_file(tmp_path, version_2_with_negative, is_training,
-                max_questions):
-    return write_variant(tmp_path, max_questions,
-                         first_answer_only=is_training,
-                         drop_impossible=not version_2_with_negative)
+def sample_file(tmp_path, version_2_with_negative, is_training, max_questions):
+    return write_variant(
+        tmp_path,
+        max_questions,
+        first_answer_only=is_training,
+        drop_impossible=not version_2_with_negative,
+    )
 
 
-def orig_features(orig, examples, tokenizer, max_seq_length, doc_stride,
-                  is_training):
+def orig_features(orig, examples, tokenizer, max_seq_length, doc_stride, is_training):
     """The original's features, each with the start of its window.
 
     The original keeps its windows local; they are read from the arguments of
@@ -151,28 +156,54 @@ def orig_features(orig, examples, tokenizer, max_seq_length, doc_stride,
     orig._check_is_max_context = spy
     try:
         orig.convert_examples_to_features(
-            examples, tokenizer, max_seq_length, doc_stride, MAX_QUERY_LENGTH,
-            is_training, output_fn)
+            examples,
+            tokenizer,
+            max_seq_length,
+            doc_stride,
+            MAX_QUERY_LENGTH,
+            is_training,
+            output_fn,
+        )
     finally:
         orig._check_is_max_context = check
     return features
 
 
-EXAMPLE_FIELDS = ("qas_id", "question_text", "doc_tokens", "orig_answer_text",
-                  "start_position", "end_position", "is_impossible")
-FEATURE_FIELDS = ("unique_id", "example_index", "doc_span_index",
-                  "doc_span_start", "tokens", "token_to_orig_map",
-                  "token_is_max_context", "input_ids", "input_mask",
-                  "segment_ids", "start_position", "end_position",
-                  "is_impossible")
+EXAMPLE_FIELDS = (
+    "qas_id",
+    "question_text",
+    "doc_tokens",
+    "orig_answer_text",
+    "start_position",
+    "end_position",
+    "is_impossible",
+)
+FEATURE_FIELDS = (
+    "unique_id",
+    "example_index",
+    "doc_span_index",
+    "doc_span_start",
+    "tokens",
+    "token_to_orig_map",
+    "token_is_max_context",
+    "input_ids",
+    "input_mask",
+    "segment_ids",
+    "start_position",
+    "end_position",
+    "is_impossible",
+)
 
 
 def assert_same_fields(ours, theirs, fields, what):
     assert len(ours) == len(theirs), what
     for index, (a, b) in enumerate(zip(ours, theirs)):
         for field in fields:
-            assert getattr(a, field) == getattr(b, field), (
-                "%s %d: %s differs" % (what, index, field))
+            assert getattr(a, field) == getattr(b, field), "%s %d: %s differs" % (
+                what,
+                index,
+                field,
+            )
 
 
 # ----------------------------------------------------------------------------
@@ -180,10 +211,8 @@ def assert_same_fields(ours, theirs, fields, what):
 # ----------------------------------------------------------------------------
 
 
-def check_examples(orig, tmp_path, version_2_with_negative, is_training,
-                   max_questions):
-    path = sample_file(tmp_path, version_2_with_negative, is_training,
-                       max_questions)
+def check_examples(orig, tmp_path, version_2_with_negative, is_training, max_questions):
+    path = sample_file(tmp_path, version_2_with_negative, is_training, max_questions)
     with orig_version(orig, version_2_with_negative):
         theirs = orig.read_squad_examples(path, is_training)
     result = squad_reader.read_squad_file(path, is_training, version_2_with_negative)
@@ -193,17 +222,28 @@ def check_examples(orig, tmp_path, version_2_with_negative, is_training,
     return result.examples, theirs
 
 
-def check_features(orig, tokenizer, orig_tokenizer, tmp_path,
-                   version_2_with_negative, is_training, window,
-                   max_questions):
+def check_features(
+    orig,
+    tokenizer,
+    orig_tokenizer,
+    tmp_path,
+    version_2_with_negative,
+    is_training,
+    window,
+    max_questions,
+):
     ours_examples, their_examples = check_examples(
-        orig, tmp_path, version_2_with_negative, is_training, max_questions)
+        orig, tmp_path, version_2_with_negative, is_training, max_questions
+    )
     max_seq_length, doc_stride = window
-    theirs = orig_features(orig, their_examples, orig_tokenizer,
-                           max_seq_length, doc_stride, is_training)
-    ours = list(squad_features.convert_examples_to_features(
-        ours_examples, tokenizer, max_seq_length, doc_stride,
-        MAX_QUERY_LENGTH, is_training))
+    theirs = orig_features(
+        orig, their_examples, orig_tokenizer, max_seq_length, doc_stride, is_training
+    )
+    ours = list(
+        squad_features.convert_examples_to_features(
+            ours_examples, tokenizer, max_seq_length, doc_stride, MAX_QUERY_LENGTH, is_training
+        )
+    )
     assert_same_fields(ours, theirs, FEATURE_FIELDS, "feature")
     # The cases that matter occur: several windows per question, and in
     # training answers inside a later window, outside their window and (v2.0)
@@ -219,26 +259,39 @@ def check_features(orig, tokenizer, orig_tokenizer, tmp_path,
 
 @pytest.mark.parametrize("window", WINDOWS, ids=lambda w: "seq%d_stride%d" % w)
 @pytest.mark.parametrize("is_training", [True, False], ids=["train", "predict"])
-@pytest.mark.parametrize("version_2_with_negative", [False, True],
-                         ids=["v1.1", "v2.0"])
-def test_features_equal_original(orig, tokenizer, orig_tokenizer, tmp_path,
-                                 version_2_with_negative, is_training, window):
-    check_features(orig, tokenizer, orig_tokenizer, tmp_path,
-                   version_2_with_negative, is_training, window,
-                   NUM_FAST_QUESTIONS)
+@pytest.mark.parametrize("version_2_with_negative", [False, True], ids=["v1.1", "v2.0"])
+def test_features_equal_original(
+    orig, tokenizer, orig_tokenizer, tmp_path, version_2_with_negative, is_training, window
+):
+    check_features(
+        orig,
+        tokenizer,
+        orig_tokenizer,
+        tmp_path,
+        version_2_with_negative,
+        is_training,
+        window,
+        NUM_FAST_QUESTIONS,
+    )
 
 
 @pytest.mark.slow
 @pytest.mark.parametrize("window", WINDOWS, ids=lambda w: "seq%d_stride%d" % w)
 @pytest.mark.parametrize("is_training", [True, False], ids=["train", "predict"])
-@pytest.mark.parametrize("version_2_with_negative", [False, True],
-                         ids=["v1.1", "v2.0"])
+@pytest.mark.parametrize("version_2_with_negative", [False, True], ids=["v1.1", "v2.0"])
 def test_features_equal_original_full_sample(
-        orig, tokenizer, orig_tokenizer, tmp_path, version_2_with_negative,
-        is_training, window):
-    features = check_features(orig, tokenizer, orig_tokenizer, tmp_path,
-                              version_2_with_negative, is_training, window,
-                              None)
+    orig, tokenizer, orig_tokenizer, tmp_path, version_2_with_negative, is_training, window
+):
+    features = check_features(
+        orig,
+        tokenizer,
+        orig_tokenizer,
+        tmp_path,
+        version_2_with_negative,
+        is_training,
+        window,
+        None,
+    )
     if window == (384, 128) and not version_2_with_negative:
         assert len({f.example_index for f in features}) == 705
 
@@ -250,23 +303,34 @@ def test_sample_feature_values(tokenizer, tmp_path):
     (example,) = squad_reader.read_squad_examples(path, True, True)
     assert example.question_text == "In what country is Normandy located?"
     assert example.doc_tokens[example.start_position] == "France."
-    features = list(squad_features.convert_examples_to_features(
-        [example], tokenizer, 64, 32, 16, True))
+    features = list(
+        squad_features.convert_examples_to_features([example], tokenizer, 64, 32, 16, True)
+    )
     first = features[0]
-    assert first.tokens[:11] == ["[CLS]", "in", "what", "country", "is",
-                                 "normandy", "located", "?", "[SEP]", "the",
-                                 "norman"]
+    assert first.tokens[:11] == [
+        "[CLS]",
+        "in",
+        "what",
+        "country",
+        "is",
+        "normandy",
+        "located",
+        "?",
+        "[SEP]",
+        "the",
+        "norman",
+    ]
     assert first.tokens[-1] == "[SEP]" and len(first.tokens) == 64
     assert first.segment_ids == [0] * 9 + [1] * 55
     assert first.input_ids[:3] == [101, 1999, 2054]
     assert first.token_to_orig_map[9] == 0  # "the" <- "The"
-    assert [f.doc_span_start for f in features] == [
-        32 * i for i in range(len(features))]
+    assert [f.doc_span_start for f in features] == [32 * i for i in range(len(features))]
     # The answer "France" is a piece of "France." in the first window.
     assert first.tokens[first.start_position] == "france"
     assert first.start_position == first.end_position
     assert [f.unique_id for f in features] == [
-        squad_features.FIRST_UNIQUE_ID + i for i in range(len(features))]
+        squad_features.FIRST_UNIQUE_ID + i for i in range(len(features))
+    ]
 
 
 # ----------------------------------------------------------------------------
@@ -274,19 +338,23 @@ def test_sample_feature_values(tokenizer, tmp_path):
 # ----------------------------------------------------------------------------
 
 
-def squad_json(tmp_path, qas, context="The cat sat on the mat.",
-               name="data.json"):
+def squad_json(tmp_path, qas, context="The cat sat on the mat.", name="data.json"):
     path = tmp_path / name
-    path.write_text(json.dumps({"version": "v2.0", "data": [
-        {"title": "t", "paragraphs": [{"context": context, "qas": qas}]}]}),
-        encoding="utf-8")
+    path.write_text(
+        json.dumps(
+            {
+                "version": "v2.0",
+                "data": [{"title": "t", "paragraphs": [{"context": context, "qas": qas}]}],
+            }
+        ),
+        encoding="utf-8",
+    )
     return str(path)
 
 
 def question(qas_id, text, start, is_impossible=False):
     answers = [] if is_impossible else [{"text": text, "answer_start": start}]
-    return {"id": qas_id, "question": "Where?", "answers": answers,
-            "is_impossible": is_impossible}
+    return {"id": qas_id, "question": "Where?", "answers": answers, "is_impossible": is_impossible}
 
 
 def test_split_context_offsets():
@@ -300,15 +368,16 @@ def test_training_reads_first_answer_and_impossible(tmp_path):
     qa["answers"].append({"text": "the mat", "answer_start": 15})
     path = squad_json(tmp_path, [qa, question("q2", "", 0, True)])
     first, impossible = squad_reader.read_squad_examples(path, True, True)
-    assert (first.orig_answer_text, first.start_position,
-            first.end_position) == ("mat", 5, 5)
-    assert (impossible.is_impossible, impossible.start_position,
-            impossible.orig_answer_text) == (True, -1, "")
+    assert (first.orig_answer_text, first.start_position, first.end_position) == ("mat", 5, 5)
+    assert (impossible.is_impossible, impossible.start_position, impossible.orig_answer_text) == (
+        True,
+        -1,
+        "",
+    )
 
 
 def test_unrecoverable_answer_is_counted_and_logged(tmp_path, caplog):
-    path = squad_json(tmp_path, [question("good", "cat", 4),
-                                 question("bad", "dog", 4)])
+    path = squad_json(tmp_path, [question("good", "cat", 4), question("bad", "dog", 4)])
     with caplog.at_level(logging.WARNING, logger="absl"):
         result = squad_reader.read_squad_file(path, True, True)
     assert [e.qas_id for e in result.examples] == ["good"]
@@ -319,14 +388,21 @@ def test_unrecoverable_answer_is_counted_and_logged(tmp_path, caplog):
     assert len(squad_reader.read_squad_examples(path, False, True)) == 2
 
 
-@pytest.mark.parametrize("content, message", [
-    ({"version": "1.1"}, "no top-level \"data\" list"),
-    ({"data": [{"paragraphs": [{"context": "x", "qas": []}, {"qas": []}]}]},
-     "paragraph 1 of article 0 has no 'context' string"),
-    ({"data": [{"title": "t"}]}, "article 0 has no 'paragraphs' list"),
-    ({"data": [{"paragraphs": [{"context": "x", "qas": [{"id": "q7"}]}]}]},
-     "question q7 has no 'question' string"),
-])
+@pytest.mark.parametrize(
+    "content, message",
+    [
+        ({"version": "1.1"}, 'no top-level "data" list'),
+        (
+            {"data": [{"paragraphs": [{"context": "x", "qas": []}, {"qas": []}]}]},
+            "paragraph 1 of article 0 has no 'context' string",
+        ),
+        ({"data": [{"title": "t"}]}, "article 0 has no 'paragraphs' list"),
+        (
+            {"data": [{"paragraphs": [{"context": "x", "qas": [{"id": "q7"}]}]}]},
+            "question q7 has no 'question' string",
+        ),
+    ],
+)
 def test_malformed_file_is_a_clear_error(tmp_path, content, message):
     path = tmp_path / "bad.json"
     path.write_text(json.dumps(content), encoding="utf-8")
@@ -337,7 +413,7 @@ def test_malformed_file_is_a_clear_error(tmp_path, content, message):
 
 def test_not_json_and_missing_file(tmp_path):
     path = tmp_path / "broken.json"
-    path.write_text("{\"data\": [", encoding="utf-8")
+    path.write_text('{"data": [', encoding="utf-8")
     with pytest.raises(ValueError, match="broken.json is not valid JSON"):
         squad_reader.read_squad_examples(str(path), False)
     with pytest.raises(ValueError, match="absent.json does not exist"):
@@ -346,8 +422,9 @@ def test_not_json_and_missing_file(tmp_path):
 
 def test_answer_offset_past_context(tmp_path):
     path = squad_json(tmp_path, [question("q9", "mat.", 21)])
-    with pytest.raises(ValueError, match="question q9: answer 'mat.' at "
-                       "character 21 runs outside its context") as info:
+    with pytest.raises(
+        ValueError, match="question q9: answer 'mat.' at character 21 runs outside its context"
+    ) as info:
         squad_reader.read_squad_examples(path, True, True)
     assert path in str(info.value)
 
@@ -355,8 +432,7 @@ def test_answer_offset_past_context(tmp_path):
 def test_training_question_without_answer(tmp_path):
     path = squad_json(tmp_path, [question("q3", "", 0, is_impossible=True)])
     # v1.1 mode does not read is_impossible, as in the original.
-    with pytest.raises(ValueError, match="question q3 has no answer .*"
-                       "version_2_with_negative"):
+    with pytest.raises(ValueError, match="question q3 has no answer .*version_2_with_negative"):
         squad_reader.read_squad_examples(path, True, False)
 
 
@@ -366,19 +442,24 @@ def test_training_question_without_answer(tmp_path):
 
 
 def test_length_check_at_call(tokenizer):
-    with pytest.raises(ValueError, match=r"max_seq_length \(67\) must be "
-                       r"greater than max_query_length \(64\) \+ 3"):
+    with pytest.raises(
+        ValueError,
+        match=r"max_seq_length \(67\) must be "
+        r"greater than max_query_length \(64\) \+ 3",
+    ):
         squad_features.convert_examples_to_features([], tokenizer, 67, 128, 64, False)
-    assert list(squad_features.convert_examples_to_features(
-        [], tokenizer, 68, 128, 64, False)) == []
+    assert (
+        list(squad_features.convert_examples_to_features([], tokenizer, 68, 128, 64, False)) == []
+    )
 
 
 def test_improve_answer_span(tokenizer):
     words = "The leader was John Smith (1895-1943).".split()
     pieces, _, word_to_piece = squad_features.tokenize_document(tokenizer, words)
-    assert pieces[word_to_piece[5]:] == ["(", "1895", "-", "1943", ")", "."]
+    assert pieces[word_to_piece[5] :] == ["(", "1895", "-", "1943", ")", "."]
     start, end = squad_features.improve_answer_span(
-        pieces, word_to_piece[5], len(pieces) - 1, tokenizer, "1895")
+        pieces, word_to_piece[5], len(pieces) - 1, tokenizer, "1895"
+    )
     assert (start, end) == (word_to_piece[5] + 1, word_to_piece[5] + 1)
     # "Japan" is inside the piece "japanese": the word span stays.
     pieces, _, _ = squad_features.tokenize_document(tokenizer, ["Japanese", "cars"])
@@ -390,19 +471,23 @@ def test_doc_spans_and_max_context():
     assert spans == [(0, 5), (3, 5), (6, 5), (9, 3)]
     # "bought" (position 7) has context (1, 2) in span 2, (4, 0) in span 1.
     assert [squad_features.is_max_context(spans, i, 7) for i in range(4)] == [
-        False, False, True, False]
+        False,
+        False,
+        True,
+        False,
+    ]
     # Ties go to the longer window: position 9 is (3, 1) in span 2, (0, 2) in 3.
     assert squad_features.is_max_context(spans, 2, 9)
     assert squad_features.doc_spans(0, 5, 3) == []
     assert squad_features.doc_spans(4, 5, 3) == [(0, 4)]
 
 
-def test_features_are_generated_lazily_with_progress(tokenizer, tmp_path,
-                                                     caplog):
+def test_features_are_generated_lazily_with_progress(tokenizer, tmp_path, caplog):
     path = write_variant(tmp_path, 6)
     examples = squad_reader.read_squad_examples(path, False, True)
     generator = squad_features.convert_examples_to_features(
-        examples, tokenizer, 384, 128, 64, False, log_every=2)
+        examples, tokenizer, 384, 128, 64, False, log_every=2
+    )
     first = next(generator)
     assert first.unique_id == squad_features.FIRST_UNIQUE_ID
     with caplog.at_level(logging.INFO, logger="absl"):
@@ -416,9 +501,9 @@ def test_features_are_generated_lazily_with_progress(tokenizer, tmp_path,
 # ----------------------------------------------------------------------------
 
 
-def test_tfrecords_equal_original_and_decode(orig, tokenizer, orig_tokenizer,
-                                             tmp_path):
+def test_tfrecords_equal_original_and_decode(orig, tokenizer, orig_tokenizer, tmp_path):
     import tensorflow as tf
+
     path = write_variant(tmp_path, 20, first_answer_only=True)
     with orig_version(orig, True):
         their_examples = orig.read_squad_examples(path, True)
@@ -429,25 +514,36 @@ def test_tfrecords_equal_original_and_decode(orig, tokenizer, orig_tokenizer,
     writer.close()
 
     examples = squad_reader.read_squad_examples(path, True, True)
-    features = list(squad_features.convert_examples_to_features(
-        examples, tokenizer, 128, 64, 64, True))
+    features = list(
+        squad_features.convert_examples_to_features(examples, tokenizer, 128, 64, 64, True)
+    )
     output = str(tmp_path / "train.tf_record")
     assert squad_records.write_features(iter(features), output, True) == len(theirs)
-    assert sorted(p.name for p in tmp_path.iterdir()
-                  if "tf_record" in p.name) == ["orig.tf_record",
-                                                "train.tf_record"]
+    assert sorted(p.name for p in tmp_path.iterdir() if "tf_record" in p.name) == [
+        "orig.tf_record",
+        "train.tf_record",
+    ]
 
     def parsed(record_file):
-        return [tf.train.Example.FromString(r.numpy())
-                for r in tf.data.TFRecordDataset(record_file)]
+        return [
+            tf.train.Example.FromString(r.numpy()) for r in tf.data.TFRecordDataset(record_file)
+        ]
 
     assert parsed(output) == parsed(str(tmp_path / "orig.tf_record"))
 
     decoded = list(squad_records.load_dataset(output, 128, True))
     assert len(decoded) == len(features)
-    assert sorted(decoded[0]) == sorted([
-        "unique_ids", "input_word_ids", "input_mask", "input_type_ids",
-        "start_positions", "end_positions", "is_impossible"])
+    assert sorted(decoded[0]) == sorted(
+        [
+            "unique_ids",
+            "input_word_ids",
+            "input_mask",
+            "input_type_ids",
+            "start_positions",
+            "end_positions",
+            "is_impossible",
+        ]
+    )
     assert all(t.dtype == tf.int32 for t in decoded[0].values())
     for record, feature in zip(decoded, features):
         assert record["unique_ids"].numpy() == feature.unique_id
@@ -461,14 +557,15 @@ def test_tfrecords_equal_original_and_decode(orig, tokenizer, orig_tokenizer,
 
 def test_predict_records_have_no_labels(tokenizer, tmp_path):
     path = write_variant(tmp_path, 3)
-    features = list(squad_features.convert_examples_to_features(
-        squad_reader.read_squad_examples(path, False, True), tokenizer, 384, 128, 64,
-        False))
+    features = list(
+        squad_features.convert_examples_to_features(
+            squad_reader.read_squad_examples(path, False, True), tokenizer, 384, 128, 64, False
+        )
+    )
     output = str(tmp_path / "eval.tf_record")
     squad_records.write_features(features, output, False)
     (record,) = list(squad_records.load_dataset(output, 384, False).take(1))
-    assert sorted(record) == ["input_mask", "input_type_ids", "input_word_ids",
-                              "unique_ids"]
+    assert sorted(record) == ["input_mask", "input_type_ids", "input_word_ids", "unique_ids"]
     with pytest.raises(Exception, match="_positions .* is required"):
         list(squad_records.load_dataset(output, 384, True))
 
@@ -488,19 +585,40 @@ def test_metadata_round_trip(tmp_path):
     path = str(tmp_path / "train.tf_record")
     squad_records.write_features([], path, True)
     written = squad_records.write_metadata(
-        path, max_seq_length=384, doc_stride=128, max_query_length=64,
-        do_lower_case=True, is_training=True, version_2_with_negative=True,
-        num_questions=10, num_examples=9, num_features=12, num_skipped=1,
-        vocab_file="vocab.txt")
+        path,
+        max_seq_length=384,
+        doc_stride=128,
+        max_query_length=64,
+        do_lower_case=True,
+        is_training=True,
+        version_2_with_negative=True,
+        num_questions=10,
+        num_examples=9,
+        num_features=12,
+        num_skipped=1,
+        vocab_file="vocab.txt",
+    )
     assert records.read_metadata(path, squad_records.RECORD_FORMAT) == written
     assert written == {
-        "task": "squad", "is_training": True, "version_2_with_negative": True,
-        "max_seq_length": 384, "doc_stride": 128, "max_query_length": 64,
-        "do_lower_case": True, "num_questions": 10, "num_examples": 9,
-        "num_features": 12, "num_skipped": 1, "vocab_file": "vocab.txt",
-        "format": "bert_squad_tfrecord/2", "record_bytes": 0}
+        "task": "squad",
+        "is_training": True,
+        "version_2_with_negative": True,
+        "max_seq_length": 384,
+        "doc_stride": 128,
+        "max_query_length": 64,
+        "do_lower_case": True,
+        "num_questions": 10,
+        "num_examples": 9,
+        "num_features": 12,
+        "num_skipped": 1,
+        "vocab_file": "vocab.txt",
+        "format": "bert_squad_tfrecord/2",
+        "record_bytes": 0,
+    }
     assert sorted(p.name for p in tmp_path.iterdir()) == [
-        "train.tf_record", "train.tf_record.meta.json"]
+        "train.tf_record",
+        "train.tf_record.meta.json",
+    ]
 
 
 # ----------------------------------------------------------------------------
@@ -514,48 +632,62 @@ def random_results(features, seed, max_seq_length):
     rng = np.random.default_rng(seed)
     results = []
     for feature in features:
-        logits = (3.0 * rng.standard_normal((2, max_seq_length))).astype(
-            np.float32)
+        logits = (3.0 * rng.standard_normal((2, max_seq_length))).astype(np.float32)
         if feature.example_index % 3 == 0:
             logits[:, 0] += 6.0
-        results.append(squad_postprocess.RawResult(feature.unique_id, logits[0],
-                                                   logits[1]))
+        results.append(squad_postprocess.RawResult(feature.unique_id, logits[0], logits[1]))
     return results
 
 
 def as_orig_results(orig, results):
-    return [orig.RawResult(r.unique_id, [float(x) for x in r.start_logits],
-                           [float(x) for x in r.end_logits])
-            for r in results]
+    return [
+        orig.RawResult(
+            r.unique_id, [float(x) for x in r.start_logits], [float(x) for x in r.end_logits]
+        )
+        for r in results
+    ]
 
 
-def orig_prediction_files(orig, examples, features, results, directory,
-                          version_2_with_negative, threshold=0.0):
+def orig_prediction_files(
+    orig, examples, features, results, directory, version_2_with_negative, threshold=0.0
+):
     directory.mkdir()
-    files = [str(directory / name) for name in (
-        "predictions.json", "nbest_predictions.json", "null_odds.json")]
+    files = [
+        str(directory / name)
+        for name in ("predictions.json", "nbest_predictions.json", "null_odds.json")
+    ]
     with orig_version(orig, version_2_with_negative, threshold):
-        orig.write_predictions(examples, features, results, 20, 30, True,
-                               *files)
-    return [json.loads(pathlib.Path(f).read_text()) if pathlib.Path(f).exists()
-            else None for f in files]
+        orig.write_predictions(examples, features, results, 20, 30, True, *files)
+    return [
+        json.loads(pathlib.Path(f).read_text()) if pathlib.Path(f).exists() else None for f in files
+    ]
 
 
-def our_prediction_files(examples, features, results, directory,
-                         version_2_with_negative, threshold=0.0):
+def our_prediction_files(
+    examples, features, results, directory, version_2_with_negative, threshold=0.0
+):
     directory.mkdir()
-    files = [str(directory / name) for name in (
-        "predictions.json", "nbest_predictions.json", "null_odds.json")]
+    files = [
+        str(directory / name)
+        for name in ("predictions.json", "nbest_predictions.json", "null_odds.json")
+    ]
     predictions = squad_postprocess.compute_predictions(
-        examples, features, results, n_best_size=20, max_answer_length=30,
-        do_lower_case=True, version_2_with_negative=version_2_with_negative,
-        null_score_diff_threshold=threshold)
+        examples,
+        features,
+        results,
+        n_best_size=20,
+        max_answer_length=30,
+        do_lower_case=True,
+        version_2_with_negative=version_2_with_negative,
+        null_score_diff_threshold=threshold,
+    )
     squad_postprocess.write_predictions(predictions, *files)
     assert sorted(p.name for p in directory.iterdir()) == sorted(
-        pathlib.Path(f).name for f in files[:3 if version_2_with_negative
-                                            else 2])
-    return [json.loads(pathlib.Path(f).read_text()) if pathlib.Path(f).exists()
-            else None for f in files]
+        pathlib.Path(f).name for f in files[: 3 if version_2_with_negative else 2]
+    )
+    return [
+        json.loads(pathlib.Path(f).read_text()) if pathlib.Path(f).exists() else None for f in files
+    ]
 
 
 def without(examples, features, results, excluded_ids):
@@ -569,35 +701,39 @@ def without(examples, features, results, excluded_ids):
             feature.example_index = new_index[feature.example_index]
             kept_features.append(feature)
     unique_ids = {f.unique_id for f in kept_features}
-    return ([examples[i] for i in kept], kept_features,
-            [r for r in results if r.unique_id in unique_ids])
+    return (
+        [examples[i] for i in kept],
+        kept_features,
+        [r for r in results if r.unique_id in unique_ids],
+    )
 
 
-def check_predictions(orig, tokenizer, orig_tokenizer, tmp_path,
-                      max_questions):
+def check_predictions(orig, tokenizer, orig_tokenizer, tmp_path, max_questions):
     path = write_variant(tmp_path, max_questions)
     their_examples = orig.read_squad_examples(path, False)
-    theirs = orig_features(orig, their_examples, orig_tokenizer, 128, 64,
-                           False)
+    theirs = orig_features(orig, their_examples, orig_tokenizer, 128, 64, False)
     examples = squad_reader.read_squad_examples(path, False, True)
-    features = list(squad_features.convert_examples_to_features(
-        examples, tokenizer, 128, 64, 64, False))
+    features = list(
+        squad_features.convert_examples_to_features(examples, tokenizer, 128, 64, 64, False)
+    )
     results = random_results(features, seed=1234, max_seq_length=128)
     their_results = as_orig_results(orig, results)
 
     # SQuAD v1.1 rules. Where no span is valid the original predicts "empty"
     # (a nonce answer) and we predict "".
-    their_v1 = orig_prediction_files(orig, their_examples, theirs,
-                                     their_results, tmp_path / "orig_v1", False)
-    ours_v1 = our_prediction_files(examples, features, results,
-                                   tmp_path / "ours_v1", False)
+    their_v1 = orig_prediction_files(
+        orig, their_examples, theirs, their_results, tmp_path / "orig_v1", False
+    )
+    ours_v1 = our_prediction_files(examples, features, results, tmp_path / "ours_v1", False)
     no_span = {q for q, text in their_v1[0].items() if text == "empty"}
     assert {q for q, t in ours_v1[0].items() if t == ""} == no_span
     for qas_id in no_span:
-        assert their_v1[1][qas_id] == [{"text": "empty", "probability": 1.0,
-                                        "start_logit": 0.0, "end_logit": 0.0}]
-        assert ours_v1[1][qas_id] == [{"text": "", "probability": 1.0,
-                                       "start_logit": 0.0, "end_logit": 0.0}]
+        assert their_v1[1][qas_id] == [
+            {"text": "empty", "probability": 1.0, "start_logit": 0.0, "end_logit": 0.0}
+        ]
+        assert ours_v1[1][qas_id] == [
+            {"text": "", "probability": 1.0, "start_logit": 0.0, "end_logit": 0.0}
+        ]
         their_v1[0][qas_id] = ours_v1[0][qas_id]
         their_v1[1][qas_id] = ours_v1[1][qas_id]
     assert ours_v1[0] == their_v1[0]
@@ -609,12 +745,16 @@ def check_predictions(orig, tokenizer, orig_tokenizer, tmp_path,
     num_null = []
     for threshold in (0.0, 2.5):
         name = "v2_%s" % threshold
-        ours_v2 = our_prediction_files(examples, features, results,
-                                       tmp_path / ("ours_" + name), True,
-                                       threshold)
+        ours_v2 = our_prediction_files(
+            examples, features, results, tmp_path / ("ours_" + name), True, threshold
+        )
         their_v2 = orig_prediction_files(
-            orig, *without(their_examples, theirs, their_results, no_span),
-            tmp_path / ("orig_" + name), True, threshold)
+            orig,
+            *without(their_examples, theirs, their_results, no_span),
+            tmp_path / ("orig_" + name),
+            True,
+            threshold,
+        )
         for qas_id in no_span:
             assert ours_v2[0].pop(qas_id) == ""
             assert ours_v2[2].pop(qas_id) == squad_postprocess.NO_SPAN_NULL_ODDS
@@ -627,17 +767,13 @@ def check_predictions(orig, tokenizer, orig_tokenizer, tmp_path,
     return no_span
 
 
-def test_predictions_equal_original(orig, tokenizer, orig_tokenizer,
-                                    tmp_path):
-    check_predictions(orig, tokenizer, orig_tokenizer, tmp_path,
-                      NUM_FAST_QUESTIONS)
+def test_predictions_equal_original(orig, tokenizer, orig_tokenizer, tmp_path):
+    check_predictions(orig, tokenizer, orig_tokenizer, tmp_path, NUM_FAST_QUESTIONS)
 
 
 @pytest.mark.slow
-def test_predictions_equal_original_full_sample(orig, tokenizer,
-                                                orig_tokenizer, tmp_path):
-    no_span = check_predictions(orig, tokenizer, orig_tokenizer, tmp_path,
-                                None)
+def test_predictions_equal_original_full_sample(orig, tokenizer, orig_tokenizer, tmp_path):
+    no_span = check_predictions(orig, tokenizer, orig_tokenizer, tmp_path, None)
     # Random logits over 128 positions hit the original's crash at least once.
     assert no_span
 
@@ -645,62 +781,76 @@ def test_predictions_equal_original_full_sample(orig, tokenizer,
 def test_predictions_accept_numpy_lists_and_dicts(tokenizer, tmp_path):
     path = write_variant(tmp_path, 8)
     examples = squad_reader.read_squad_examples(path, False, True)
-    features = list(squad_features.convert_examples_to_features(
-        examples, tokenizer, 384, 128, 64, False))
+    features = list(
+        squad_features.convert_examples_to_features(examples, tokenizer, 384, 128, 64, False)
+    )
     results = random_results(features, seed=5, max_seq_length=384)
-    as_lists = [squad_postprocess.RawResult(r.unique_id, r.start_logits.tolist(),
-                                            r.end_logits.tolist()) for r in results]
+    as_lists = [
+        squad_postprocess.RawResult(r.unique_id, r.start_logits.tolist(), r.end_logits.tolist())
+        for r in results
+    ]
     as_dict = {r.unique_id: r for r in results}
-    outputs = [squad_postprocess.compute_predictions(examples, features, r,
-                                                     version_2_with_negative=True)
-               for r in (results, as_lists, as_dict)]
+    outputs = [
+        squad_postprocess.compute_predictions(examples, features, r, version_2_with_negative=True)
+        for r in (results, as_lists, as_dict)
+    ]
     assert outputs[0] == outputs[1] == outputs[2]
-    with pytest.raises(ValueError, match="No result for feature 1000000003 "
-                       r"\(window 0 of question .*\)"):
+    with pytest.raises(
+        ValueError,
+        match="No result for feature 1000000003 "
+        r"\(window 0 of question .*\)",
+    ):
         squad_postprocess.compute_predictions(examples, features, results[:3])
 
 
-def test_all_null_candidates_do_not_crash(orig, tokenizer, orig_tokenizer,
-                                          tmp_path):
+def test_all_null_candidates_do_not_crash(orig, tokenizer, orig_tokenizer, tmp_path):
     """Logits that peak on the question only: no valid non-null span."""
     path = write_variant(tmp_path, 2)
     examples = squad_reader.read_squad_examples(path, False, True)
-    features = list(squad_features.convert_examples_to_features(
-        examples, tokenizer, 384, 128, 64, False))
+    features = list(
+        squad_features.convert_examples_to_features(examples, tokenizer, 384, 128, 64, False)
+    )
     results = []
     for feature in features:
         # Highest on [CLS] and the question, then on the padding.
         logits = np.full(384, 0.0, np.float32)
-        logits[:len(feature.tokens)] = -20.0
-        logits[:feature.tokens.index("[SEP]")] = 5.0
+        logits[: len(feature.tokens)] = -20.0
+        logits[: feature.tokens.index("[SEP]")] = 5.0
         assert 384 - len(feature.tokens) > 20
         results.append(squad_postprocess.RawResult(feature.unique_id, logits, logits))
     with orig_version(orig, True), pytest.raises(AttributeError):
         orig.write_predictions(
-            orig.read_squad_examples(path, False), features,
-            as_orig_results(orig, results), 20, 30, True,
-            *[str(tmp_path / n) for n in ("p.json", "n.json", "o.json")])
+            orig.read_squad_examples(path, False),
+            features,
+            as_orig_results(orig, results),
+            20,
+            30,
+            True,
+            *[str(tmp_path / n) for n in ("p.json", "n.json", "o.json")],
+        )
 
-    predictions = squad_postprocess.compute_predictions(examples, features, results,
-                                                        version_2_with_negative=True)
+    predictions = squad_postprocess.compute_predictions(
+        examples, features, results, version_2_with_negative=True
+    )
     assert list(predictions.predictions.values()) == ["", ""]
     assert list(predictions.null_odds.values()) == [squad_postprocess.NO_SPAN_NULL_ODDS] * 2
     for entries in predictions.nbest.values():
-        assert entries == [{"text": "", "probability": 1.0,
-                            "start_logit": 5.0, "end_logit": 5.0}]
+        assert entries == [{"text": "", "probability": 1.0, "start_logit": 5.0, "end_logit": 5.0}]
     v1 = squad_postprocess.compute_predictions(examples, features, results)
     assert list(v1.predictions.values()) == ["", ""]
     assert v1.null_odds == {}
 
 
 def test_question_without_features_predicts_empty(tokenizer, tmp_path):
-    path = squad_json(tmp_path, [{"id": "q", "question": "Why?",
-                                  "answers": []}], context=" \n ")
+    path = squad_json(tmp_path, [{"id": "q", "question": "Why?", "answers": []}], context=" \n ")
     (example,) = squad_reader.read_squad_examples(path, False, True)
-    assert list(squad_features.convert_examples_to_features(
-        [example], tokenizer, 384, 128, 64, False)) == []
-    predictions = squad_postprocess.compute_predictions([example], [], [],
-                                                        version_2_with_negative=True)
+    assert (
+        list(squad_features.convert_examples_to_features([example], tokenizer, 384, 128, 64, False))
+        == []
+    )
+    predictions = squad_postprocess.compute_predictions(
+        [example], [], [], version_2_with_negative=True
+    )
     assert predictions.predictions == {"q": ""}
     assert predictions.nbest["q"][0]["text"] == ""
 
@@ -708,39 +858,45 @@ def test_question_without_features_predicts_empty(tokenizer, tmp_path):
 def test_null_threshold(tokenizer, tmp_path):
     path = write_variant(tmp_path, 4)
     examples = squad_reader.read_squad_examples(path, False, True)
-    features = list(squad_features.convert_examples_to_features(
-        examples, tokenizer, 384, 128, 64, False))
+    features = list(
+        squad_features.convert_examples_to_features(examples, tokenizer, 384, 128, 64, False)
+    )
     results = random_results(features, seed=7, max_seq_length=384)
-    base = squad_postprocess.compute_predictions(examples, features, results,
-                                                 version_2_with_negative=True)
+    base = squad_postprocess.compute_predictions(
+        examples, features, results, version_2_with_negative=True
+    )
     for threshold in (-1e9, 1e9):
         shifted = squad_postprocess.compute_predictions(
-            examples, features, results, version_2_with_negative=True,
-            null_score_diff_threshold=threshold)
+            examples,
+            features,
+            results,
+            version_2_with_negative=True,
+            null_score_diff_threshold=threshold,
+        )
         assert shifted.null_odds == base.null_odds
         for qas_id, text in shifted.predictions.items():
-            best_non_null = next(e["text"] for e in base.nbest[qas_id]
-                                 if e["text"])
+            best_non_null = next(e["text"] for e in base.nbest[qas_id] if e["text"])
             assert text == ("" if threshold < 0 else best_non_null)
 
 
-@pytest.mark.parametrize("pred_text, orig_text, do_lower_case", [
-    ("steve smith", "Steve Smith's", True),
-    ("1895", "(1895-1943).", True),
-    ("munchen", "München,", True),
-    ("Steve", "Steve Smith's", False),
-    ("xyz", "Steve", True),
-    ("ss", "Straße", True),
-])
-def test_get_final_text_equals_original(orig, pred_text, orig_text,
-                                        do_lower_case):
+@pytest.mark.parametrize(
+    "pred_text, orig_text, do_lower_case",
+    [
+        ("steve smith", "Steve Smith's", True),
+        ("1895", "(1895-1943).", True),
+        ("munchen", "München,", True),
+        ("Steve", "Steve Smith's", False),
+        ("xyz", "Steve", True),
+        ("ss", "Straße", True),
+    ],
+)
+def test_get_final_text_equals_original(orig, pred_text, orig_text, do_lower_case):
     expected = orig.get_final_text(pred_text, orig_text, do_lower_case)
     assert squad_postprocess.get_final_text(pred_text, orig_text, do_lower_case) == expected
 
 
 def test_get_final_text_values():
-    assert squad_postprocess.get_final_text("steve smith", "Steve Smith's",
-                                            True) == "Steve Smith"
+    assert squad_postprocess.get_final_text("steve smith", "Steve Smith's", True) == "Steve Smith"
     assert squad_postprocess.get_final_text("munchen", "München,", True) == "München"
     assert squad_postprocess.get_final_text("xyz", "Steve", True) == "Steve"
 

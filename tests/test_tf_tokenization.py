@@ -16,9 +16,15 @@ import tensorflow_text  # noqa: F401  (registers the ops a loaded SavedModel nee
 
 from data_prep import tf_tokenization
 from data_prep import tokenization
-from test_tokenization import (TINY_VOCAB, TINY_VOCAB_CASES, UNCASED_VOCAB_CASES,
-                               cased_vocab_tokens, every_code_point_texts,
-                               real_text_lines, write_vocab)
+from test_tokenization import (
+    TINY_VOCAB,
+    TINY_VOCAB_CASES,
+    UNCASED_VOCAB_CASES,
+    cased_vocab_tokens,
+    every_code_point_texts,
+    real_text_lines,
+    write_vocab,
+)
 
 CLS, SEP = 101, 102
 
@@ -50,12 +56,18 @@ def tf_tokens(tokenizer, python_tokenizer, texts):
 # ----------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("do_lower_case, which_vocab", [
-    (True, "uncased"), (False, "cased"),
-    pytest.param(False, "uncased", marks=pytest.mark.slow),
-    pytest.param(True, "cased", marks=pytest.mark.slow)])
-def test_identical_to_python_on_real_text(text_lines, vocab_file, cased_vocab_file,
-                                          do_lower_case, which_vocab):
+@pytest.mark.parametrize(
+    "do_lower_case, which_vocab",
+    [
+        (True, "uncased"),
+        (False, "cased"),
+        pytest.param(False, "uncased", marks=pytest.mark.slow),
+        pytest.param(True, "cased", marks=pytest.mark.slow),
+    ],
+)
+def test_identical_to_python_on_real_text(
+    text_lines, vocab_file, cased_vocab_file, do_lower_case, which_vocab
+):
     path = vocab_file if which_vocab == "uncased" else cased_vocab_file
     expected = python_ids(tokenization.FullTokenizer(path, do_lower_case), text_lines)
     tokenizer = tf_tokenization.TFBertTokenizer(path, do_lower_case)
@@ -71,8 +83,10 @@ def test_fast_and_classic_wordpiece_agree_on_real_text(text_lines, vocab_file):
     assert isinstance(tokenizer._wordpiece, tensorflow_text.FastWordpieceTokenizer)
     vocab = tokenization.load_vocab(vocab_file)
     classic = tf_tokenization._wordpiece_tokenizer(
-        dict(vocab, **{"[UNUSED-GAP]": len(vocab) + 5}), tokenizer.vocab_table,
-        4 * tokenization.MAX_INPUT_CHARS_PER_WORD)
+        dict(vocab, **{"[UNUSED-GAP]": len(vocab) + 5}),
+        tokenizer.vocab_table,
+        4 * tokenization.MAX_INPUT_CHARS_PER_WORD,
+    )
     assert isinstance(classic, tensorflow_text.WordpieceTokenizer)
     words = tokenizer.split_words(tf.constant(text_lines[:20000]))
     fast_ids = tokenizer._wordpiece.tokenize(words)
@@ -83,8 +97,11 @@ def test_fast_and_classic_wordpiece_agree_on_real_text(text_lines, vocab_file):
 def test_tiny_vocab_cases(tmp_path):
     path = write_vocab(tmp_path / "tiny.txt", TINY_VOCAB)
     for lower in (True, False):
-        cases = [(text, expected) for text, case_lower, expected in TINY_VOCAB_CASES
-                 if case_lower == lower]
+        cases = [
+            (text, expected)
+            for text, case_lower, expected in TINY_VOCAB_CASES
+            if case_lower == lower
+        ]
         python_tokenizer = tokenization.FullTokenizer(path, lower)
         tokenizer = tf_tokenization.TFBertTokenizer(path, lower)
         got = tf_tokens(tokenizer, python_tokenizer, [text for text, _ in cases])
@@ -96,29 +113,59 @@ def test_uncased_vocab_cases(vocab_file):
     tokenizer = tf_tokenization.TFBertTokenizer(vocab_file)
     texts = [text for text, _ in UNCASED_VOCAB_CASES]
     assert tf_tokens(tokenizer, python_tokenizer, texts) == [
-        expected for _, expected in UNCASED_VOCAB_CASES]
+        expected for _, expected in UNCASED_VOCAB_CASES
+    ]
 
 
 def test_word_length_limit_counts_characters(vocab_file):
     python_tokenizer = tokenization.FullTokenizer(vocab_file)
     tokenizer = tf_tokenization.TFBertTokenizer(vocab_file)
-    got = tf_tokens(tokenizer, python_tokenizer,
-                    ["e" * 200, "é" * 200, "e" * 201, "é" * 201, "x " + "€" * 201 + " x",
-                     "я" * 200, "क" * 200, "я" * 201, "क" * 201])
+    got = tf_tokens(
+        tokenizer,
+        python_tokenizer,
+        [
+            "e" * 200,
+            "é" * 200,
+            "e" * 201,
+            "é" * 201,
+            "x " + "€" * 201 + " x",
+            "я" * 200,
+            "क" * 200,
+            "я" * 201,
+            "क" * 201,
+        ],
+    )
     pieces_200 = ["ee"] + ["##ee"] * 99
-    assert got == [pieces_200, pieces_200, ["[UNK]"], ["[UNK]"], ["x", "[UNK]", "x"],
-                   ["я"] + ["##я"] * 199, ["क"] + ["##क"] * 199, ["[UNK]"], ["[UNK]"]]
+    assert got == [
+        pieces_200,
+        pieces_200,
+        ["[UNK]"],
+        ["[UNK]"],
+        ["x", "[UNK]", "x"],
+        ["я"] + ["##я"] * 199,
+        ["क"] + ["##क"] * 199,
+        ["[UNK]"],
+        ["[UNK]"],
+    ]
 
 
 def test_invalid_utf8_and_special_characters(vocab_file):
-    texts = [b"caf\xc3\xa9 a\xffb", b"\xe4\xb8a", b"\xed\xa0\x80x", b"ab\xe4",
-             "ΑΣ. ΑΣΑ aΣ'a".encode(), "İstanbul ıi".encode(),
-             "a\u2028b\u2029c\x85d\x1ce\x0bf".encode(), "ﬁ ½ Ａ ǅ ẞ ß".encode()]
+    texts = [
+        b"caf\xc3\xa9 a\xffb",
+        b"\xe4\xb8a",
+        b"\xed\xa0\x80x",
+        b"ab\xe4",
+        "ΑΣ. ΑΣΑ aΣ'a".encode(),
+        "İstanbul ıi".encode(),
+        "a\u2028b\u2029c\x85d\x1ce\x0bf".encode(),
+        "ﬁ ½ Ａ ǅ ẞ ß".encode(),
+    ]
     for lower in (True, False):
         python_tokenizer = tokenization.FullTokenizer(vocab_file, lower)
         tokenizer = tf_tokenization.TFBertTokenizer(vocab_file, lower)
         assert tokenizer.tokenize(tf.constant(texts)).to_list() == python_ids(
-            python_tokenizer, texts)
+            python_tokenizer, texts
+        )
 
 
 def test_tokenize_words_layout(vocab_file):
@@ -142,8 +189,8 @@ def test_in_tf_data_and_tf_function(vocab_file, text_lines):
 
     packed = pack(tf.constant(lines))
     assert packed["input_word_ids"].numpy().tolist() == [
-        tokenization.pack_inputs(ids, None, 16, CLS, SEP)["input_word_ids"]
-        for ids in expected]
+        tokenization.pack_inputs(ids, None, 16, CLS, SEP)["input_word_ids"] for ids in expected
+    ]
 
 
 def test_saved_model_keeps_vocab_as_asset(vocab_file, tmp_path):
@@ -157,19 +204,27 @@ def test_saved_model_keeps_vocab_as_asset(vocab_file, tmp_path):
     assert (tmp_path / "saved" / "assets" / "vocab.txt").exists()
     texts = tf.constant(["Héllo, wörld!", "", "unaffable [MASK]"])
     assert loaded.tokenize(texts).to_list() == [
-        [7592, 1010, 2088, 999], [], [14477, 20961, 3468, 1031, 7308, 1033]]
+        [7592, 1010, 2088, 999],
+        [],
+        [14477, 20961, 3468, 1031, 7308, 1033],
+    ]
     assert loaded.tokenize_words(texts).to_list()[0] == [[7592], [1010], [2088], [999]]
 
 
 def test_irregular_vocab_file_gets_python_ids(tmp_path):
     # Whitespace around tokens and a repeated token: line numbers are not ids.
-    path = write_vocab(tmp_path / "odd.txt", [
-        "[PAD]", " [UNK] ", "[CLS]", "[SEP]", "a", "a", "##b", "c "])
+    path = write_vocab(
+        tmp_path / "odd.txt", ["[PAD]", " [UNK] ", "[CLS]", "[SEP]", "a", "a", "##b", "c "]
+    )
     tokenizer = tf_tokenization.TFBertTokenizer(path)
     assert tokenizer.vocab_file is None
     assert tokenizer.tokenize(tf.constant(["ab c x"])).to_list() == [[4, 5, 6, 1]]
-    assert tokenization.FullTokenizer(path).convert_tokens_to_ids(
-        ["a", "##b", "c", "[UNK]"]) == [4, 5, 6, 1]
+    assert tokenization.FullTokenizer(path).convert_tokens_to_ids(["a", "##b", "c", "[UNK]"]) == [
+        4,
+        5,
+        6,
+        1,
+    ]
 
 
 def test_vocab_errors(tmp_path):
@@ -187,7 +242,7 @@ def test_identical_to_python_on_every_code_point(vocab_file, do_lower_case):
     tokenizer = tf_tokenization.TFBertTokenizer(vocab_file, do_lower_case)
     texts = list(every_code_point_texts())
     for start in range(0, len(texts), 100_000):
-        batch = texts[start:start + 100_000]
+        batch = texts[start : start + 100_000]
         got = tokenizer.tokenize(tf.constant(batch)).to_list()
         expected = python_ids(python_tokenizer, batch)
         mismatches = [text for text, e, g in zip(batch, expected, got) if e != g]
@@ -204,8 +259,10 @@ def ragged(rows):
 
 
 def expected_packing(rows_a, rows_b, seq_length):
-    packed = [tokenization.pack_inputs(a, b, seq_length, CLS, SEP)
-              for a, b in zip(rows_a, rows_b or [None] * len(rows_a))]
+    packed = [
+        tokenization.pack_inputs(a, b, seq_length, CLS, SEP)
+        for a, b in zip(rows_a, rows_b or [None] * len(rows_a))
+    ]
     return {key: [p[key] for p in packed] for key in packed[0]}
 
 
@@ -217,17 +274,24 @@ def numpy_lists(features):
 
 def test_bert_pack_inputs_exact_lists():
     packed = tf_tokenization.bert_pack_inputs(
-        [ragged([[1, 2, 3, 4, 5], [], [7]]), ragged([[6, 7], [8], []])], 8, CLS, SEP)
+        [ragged([[1, 2, 3, 4, 5], [], [7]]), ragged([[6, 7], [8], []])], 8, CLS, SEP
+    )
     assert numpy_lists(packed) == {
-        "input_word_ids": [[101, 1, 2, 3, 102, 6, 7, 102],
-                           [101, 102, 8, 102, 0, 0, 0, 0],
-                           [101, 7, 102, 102, 0, 0, 0, 0]],
-        "input_mask": [[1, 1, 1, 1, 1, 1, 1, 1],
-                       [1, 1, 1, 1, 0, 0, 0, 0],
-                       [1, 1, 1, 1, 0, 0, 0, 0]],
-        "input_type_ids": [[0, 0, 0, 0, 0, 1, 1, 1],
-                           [0, 0, 1, 1, 0, 0, 0, 0],
-                           [0, 0, 0, 1, 0, 0, 0, 0]],
+        "input_word_ids": [
+            [101, 1, 2, 3, 102, 6, 7, 102],
+            [101, 102, 8, 102, 0, 0, 0, 0],
+            [101, 7, 102, 102, 0, 0, 0, 0],
+        ],
+        "input_mask": [
+            [1, 1, 1, 1, 1, 1, 1, 1],
+            [1, 1, 1, 1, 0, 0, 0, 0],
+            [1, 1, 1, 1, 0, 0, 0, 0],
+        ],
+        "input_type_ids": [
+            [0, 0, 0, 0, 0, 1, 1, 1],
+            [0, 0, 1, 1, 0, 0, 0, 0],
+            [0, 0, 0, 1, 0, 0, 0, 0],
+        ],
     }
 
 
@@ -239,8 +303,9 @@ def test_bert_pack_inputs_equals_pack_inputs_on_all_length_pairs(seq_length):
     single = tf_tokenization.bert_pack_inputs([ragged(rows_a)], seq_length, CLS, SEP)
     assert numpy_lists(single) == expected_packing(rows_a, None, seq_length)
     if seq_length >= 3:
-        pair = tf_tokenization.bert_pack_inputs([ragged(rows_a), ragged(rows_b)],
-                                                seq_length, CLS, SEP)
+        pair = tf_tokenization.bert_pack_inputs(
+            [ragged(rows_a), ragged(rows_b)], seq_length, CLS, SEP
+        )
         assert numpy_lists(pair) == expected_packing(rows_a, rows_b, seq_length)
 
 
@@ -251,16 +316,19 @@ def test_bert_pack_inputs_on_tokenized_text_with_empty_strings(vocab_file, text_
     tokenizer = tf_tokenization.TFBertTokenizer(vocab_file)
     for seq_length in (8, 64):
         packed = tokenizer.bert_pack_inputs(
-            [tokenizer.tokenize(tf.constant(lines_a)),
-             tokenizer.tokenize_words(tf.constant(lines_b))], seq_length)
+            [
+                tokenizer.tokenize(tf.constant(lines_a)),
+                tokenizer.tokenize_words(tf.constant(lines_b)),
+            ],
+            seq_length,
+        )
         assert numpy_lists(packed) == expected_packing(
-            python_ids(python_tokenizer, lines_a), python_ids(python_tokenizer, lines_b),
-            seq_length)
+            python_ids(python_tokenizer, lines_a), python_ids(python_tokenizer, lines_b), seq_length
+        )
 
 
 def test_bert_pack_inputs_all_empty_batch():
-    packed = tf_tokenization.bert_pack_inputs([ragged([[], []]), ragged([[], []])],
-                                              4, CLS, SEP)
+    packed = tf_tokenization.bert_pack_inputs([ragged([[], []]), ragged([[], []])], 4, CLS, SEP)
     np.testing.assert_array_equal(packed["input_word_ids"], [[101, 102, 102, 0]] * 2)
     np.testing.assert_array_equal(packed["input_type_ids"], [[0, 0, 1, 0]] * 2)
 
@@ -279,12 +347,18 @@ def test_lower_casing_ignores_the_locale(vocab_file):
         "import sys, tensorflow as tf\n"
         "from data_prep import tf_tokenization\n"
         "tokenizer = tf_tokenization.TFBertTokenizer(sys.argv[1])\n"
-        "print(tokenizer.tokenize(tf.constant(['IBM Istanbul İ'])).to_list())\n")
-    env = dict(os.environ, LANG="tr_TR.UTF-8", LC_ALL="tr_TR.UTF-8",
-               TF_CPP_MIN_LOG_LEVEL="3")
+        "print(tokenizer.tokenize(tf.constant(['IBM Istanbul İ'])).to_list())\n"
+    )
+    env = dict(os.environ, LANG="tr_TR.UTF-8", LC_ALL="tr_TR.UTF-8", TF_CPP_MIN_LOG_LEVEL="3")
     root = pathlib.Path(__file__).resolve().parent.parent
-    result = subprocess.run([sys.executable, "-c", script, vocab_file], env=env, cwd=root,
-                            capture_output=True, text=True, check=True)
+    result = subprocess.run(
+        [sys.executable, "-c", script, vocab_file],
+        env=env,
+        cwd=root,
+        capture_output=True,
+        text=True,
+        check=True,
+    )
     expected = tokenization.FullTokenizer(vocab_file).tokenize("IBM Istanbul İ")
     assert expected == ["ibm", "istanbul", "i"]
     vocab = tokenization.load_vocab(vocab_file)

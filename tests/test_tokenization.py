@@ -11,11 +11,49 @@ from data_prep import tokenization
 
 # A tiny vocabulary in which cased pieces and "##" continuations are explicit.
 TINY_VOCAB = [
-    "[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]",
-    "hello", "H", "##é", "##llo", "w", "W", "##ö", "##or", "##rld", "##ld",
-    "un", "##aff", "##able", "aff", ",", "!", "$", "1", ".", "50", "5", "##0",
-    "[", "]", "cls", "mask", "and", "中", "文", "a", "b", "c", "##b", "##c",
-    "x", "##x", "xx", "##xx",
+    "[PAD]",
+    "[UNK]",
+    "[CLS]",
+    "[SEP]",
+    "[MASK]",
+    "hello",
+    "H",
+    "##é",
+    "##llo",
+    "w",
+    "W",
+    "##ö",
+    "##or",
+    "##rld",
+    "##ld",
+    "un",
+    "##aff",
+    "##able",
+    "aff",
+    ",",
+    "!",
+    "$",
+    "1",
+    ".",
+    "50",
+    "5",
+    "##0",
+    "[",
+    "]",
+    "cls",
+    "mask",
+    "and",
+    "中",
+    "文",
+    "a",
+    "b",
+    "c",
+    "##b",
+    "##c",
+    "x",
+    "##x",
+    "xx",
+    "##xx",
 ]
 
 
@@ -162,8 +200,7 @@ def test_ids_and_continuations(uncased):
     assert ids == [14477, 20961, 3468]
     assert uncased.convert_ids_to_tokens(ids) == tokens
     assert uncased.inv_vocab[3468] == "##ble"
-    assert uncased.special_ids() == {"cls": 101, "sep": 102, "unk": 100,
-                                     "mask": 103, "pad": 0}
+    assert uncased.special_ids() == {"cls": 101, "sep": 102, "unk": 100, "mask": 103, "pad": 0}
 
 
 def test_bytes_input_drops_invalid_utf8(uncased):
@@ -172,12 +209,16 @@ def test_bytes_input_drops_invalid_utf8(uncased):
 
 def test_component_api(uncased):
     assert uncased.basic_tokenizer.tokenize("HÉLLO, Wörld") == ["hello", ",", "world"]
-    assert tokenization.BasicTokenizer(do_lower_case=False).tokenize("Wörld!") == [
-        "Wörld", "!"]
+    assert tokenization.BasicTokenizer(do_lower_case=False).tokenize("Wörld!") == ["Wörld", "!"]
     assert uncased.wordpiece_tokenizer.tokenize("unaffable hello") == [
-        "una", "##ffa", "##ble", "hello"]
-    wordpiece = tokenization.WordpieceTokenizer({"ab": 0, "##c": 1, "[UNK]": 2},
-                                                max_input_chars_per_word=3)
+        "una",
+        "##ffa",
+        "##ble",
+        "hello",
+    ]
+    wordpiece = tokenization.WordpieceTokenizer(
+        {"ab": 0, "##c": 1, "[UNK]": 2}, max_input_chars_per_word=3
+    )
     assert wordpiece.tokenize("abc abcc ab abd") == ["ab", "##c", "[UNK]", "ab", "[UNK]"]
     assert tokenization.whitespace_tokenize("  a \t b\n") == ["a", "b"]
     assert tokenization.convert_to_unicode(b"\xc3\xa9") == "é"
@@ -238,8 +279,7 @@ def test_vocab_without_special_tokens(tmp_path):
     with pytest.raises(ValueError, match=r"nomask\.txt.*\[PAD\], \[MASK\]"):
         tokenizer.special_ids()
     with pytest.raises(ValueError, match=r"v\.txt.*\[MASK\]"):
-        tokenization.validate_vocab(tokenizer.vocab, required=["[MASK]"],
-                                    vocab_file="v.txt")
+        tokenization.validate_vocab(tokenizer.vocab, required=["[MASK]"], vocab_file="v.txt")
     tokenization.validate_vocab(tokenizer.vocab, required=["[CLS]", "a"])
 
 
@@ -249,10 +289,12 @@ def test_validate_case_matches_checkpoint():
     tokenization.validate_case_matches_checkpoint(False, None)
     with pytest.raises(ValueError, match="do_lower_case=False"):
         tokenization.validate_case_matches_checkpoint(
-            True, "x/cased_L-12_H-768_A-12/bert_model.ckpt")
+            True, "x/cased_L-12_H-768_A-12/bert_model.ckpt"
+        )
     with pytest.raises(ValueError, match="do_lower_case=True"):
         tokenization.validate_case_matches_checkpoint(
-            False, "x/uncased_L-24_H-1024_A-16/bert_model.ckpt")
+            False, "x/uncased_L-24_H-1024_A-16/bert_model.ckpt"
+        )
 
 
 # ----------------------------------------------------------------------------
@@ -260,16 +302,19 @@ def test_validate_case_matches_checkpoint():
 # ----------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("len_a, len_b, max_num, kept_a, kept_b", [
-    (5, 5, 10, 5, 5),
-    (5, 5, 7, 4, 3),    # B loses on ties.
-    (5, 5, 6, 3, 3),
-    (8, 2, 6, 4, 2),    # Only the longer one is cut.
-    (2, 8, 6, 2, 4),
-    (3, 10, 5, 3, 2),
-    (0, 7, 4, 0, 4),
-    (4, 4, 0, 0, 0),
-])
+@pytest.mark.parametrize(
+    "len_a, len_b, max_num, kept_a, kept_b",
+    [
+        (5, 5, 10, 5, 5),
+        (5, 5, 7, 4, 3),  # B loses on ties.
+        (5, 5, 6, 3, 3),
+        (8, 2, 6, 4, 2),  # Only the longer one is cut.
+        (2, 8, 6, 2, 4),
+        (3, 10, 5, 3, 2),
+        (0, 7, 4, 0, 4),
+        (4, 4, 0, 0, 0),
+    ],
+)
 def test_truncate_seq_pair(len_a, len_b, max_num, kept_a, kept_b):
     tokens_a, tokens_b = list(range(len_a)), list(range(100, 100 + len_b))
     tokenization.truncate_seq_pair(tokens_a, tokens_b, max_num)
@@ -325,6 +370,7 @@ def test_pack_inputs_leaves_inputs_alone_and_rejects_short_length():
 def original_tokenization():
     from absl import flags
     from bert import tokenization as original  # Defines --preserve_unused_tokens.
+
     if not flags.FLAGS.is_parsed():
         flags.FLAGS.mark_as_parsed()
     return original
@@ -343,25 +389,29 @@ def cased_vocab_file(vocab_file, tmp_path_factory):
     return write_vocab(path, cased_vocab_tokens(vocab_file))
 
 
-@pytest.mark.parametrize("do_lower_case, which_vocab", [
-    (True, "uncased"), (False, "cased"),
-    pytest.param(False, "uncased", marks=pytest.mark.slow),
-    pytest.param(True, "cased", marks=pytest.mark.slow)])
-def test_identical_to_original_release(original_tokenization, text_lines, vocab_file,
-                                       cased_vocab_file, do_lower_case, which_vocab):
+@pytest.mark.parametrize(
+    "do_lower_case, which_vocab",
+    [
+        (True, "uncased"),
+        (False, "cased"),
+        pytest.param(False, "uncased", marks=pytest.mark.slow),
+        pytest.param(True, "cased", marks=pytest.mark.slow),
+    ],
+)
+def test_identical_to_original_release(
+    original_tokenization, text_lines, vocab_file, cased_vocab_file, do_lower_case, which_vocab
+):
     path = vocab_file if which_vocab == "uncased" else cased_vocab_file
     ours = tokenization.FullTokenizer(path, do_lower_case=do_lower_case)
     theirs = original_tokenization.FullTokenizer(path, do_lower_case=do_lower_case)
     assert ours.vocab == theirs.vocab
-    mismatches = [line for line in text_lines
-                  if ours.tokenize(line) != theirs.tokenize(line)]
+    mismatches = [line for line in text_lines if ours.tokenize(line) != theirs.tokenize(line)]
     assert not mismatches[:5]
     if which_vocab == "cased" and not do_lower_case:
         # Cased words and "##" pieces are really exercised.
         pieces = [piece for line in text_lines for piece in ours.tokenize(line)]
         assert sum(piece != piece.lower() for piece in pieces) > 50_000
-        assert sum(piece.startswith("##") and piece != piece.lower()
-                   for piece in pieces) > 1_000
+        assert sum(piece.startswith("##") and piece != piece.lower() for piece in pieces) > 1_000
 
 
 def test_tokenize_to_ids_equals_tokens_then_ids(text_lines, vocab_file):
@@ -369,19 +419,24 @@ def test_tokenize_to_ids_equals_tokens_then_ids(text_lines, vocab_file):
     the memory has been cleared and refilled."""
     tokenizer = tokenization.FullTokenizer(vocab_file, do_lower_case=True)
     tokenizer.WORD_CACHE_SIZE = 1000
-    text_lines = text_lines + ["a\x1cb c", "x\x0by\x85z", "\u00adΣ, \u3000ΣΑ.",
-                               "un\x00aff\u200bable", b"caf\xc3\xa9 \xff"]
+    text_lines = text_lines + [
+        "a\x1cb c",
+        "x\x0by\x85z",
+        "\u00adΣ, \u3000ΣΑ.",
+        "un\x00aff\u200bable",
+        b"caf\xc3\xa9 \xff",
+    ]
     ids = [tokenizer.tokenize_to_ids(line) for line in text_lines]
-    expected = [tokenizer.convert_tokens_to_ids(tokenizer.tokenize(line))
-                for line in text_lines]
+    expected = [tokenizer.convert_tokens_to_ids(tokenizer.tokenize(line)) for line in text_lines]
     assert ids == expected
     assert sum(map(len, ids)) > 300_000
 
 
 @pytest.mark.slow
 @pytest.mark.parametrize("do_lower_case", [True, False])
-def test_identical_to_original_release_on_every_code_point(original_tokenization,
-                                                           vocab_file, do_lower_case):
+def test_identical_to_original_release_on_every_code_point(
+    original_tokenization, vocab_file, do_lower_case
+):
     ours = tokenization.FullTokenizer(vocab_file, do_lower_case=do_lower_case)
     theirs = original_tokenization.FullTokenizer(vocab_file, do_lower_case=do_lower_case)
     for text in every_code_point_texts():

@@ -10,9 +10,17 @@ from modeling.config import BertConfig
 from modeling.encoder import BertEncoder
 from modeling.tasks import ClassificationTask, PretrainingTask
 
-TINY = dict(vocab_size=99, hidden_size=32, num_hidden_layers=2, num_attention_heads=4,
-            intermediate_size=37, type_vocab_size=2, max_position_embeddings=64,
-            hidden_dropout_prob=0.0, attention_probs_dropout_prob=0.0)
+TINY = dict(
+    vocab_size=99,
+    hidden_size=32,
+    num_hidden_layers=2,
+    num_attention_heads=4,
+    intermediate_size=37,
+    type_vocab_size=2,
+    max_position_embeddings=64,
+    hidden_dropout_prob=0.0,
+    attention_probs_dropout_prob=0.0,
+)
 
 
 def test_learning_rate_schedule_matches_the_original():
@@ -44,8 +52,11 @@ def numpy_adamw(params, grads_seq, lr, decay_mask, wd=0.01, b1=0.9, b2=0.999, ep
 
 def test_adamw_matches_the_original_algorithm():
     rng = np.random.default_rng(0)
-    values = [rng.normal(size=(3, 4)).astype(np.float32), rng.normal(size=(4,)).astype(np.float32),
-              rng.normal(size=(4,)).astype(np.float32)]
+    values = [
+        rng.normal(size=(3, 4)).astype(np.float32),
+        rng.normal(size=(4,)).astype(np.float32),
+        rng.normal(size=(4,)).astype(np.float32),
+    ]
     names = ["layer_0/dense/kernel", "layer_0/dense/bias", "layer_0/LayerNorm/gamma"]
     variables = [tf.Variable(v, name=n.replace("/", "_")) for v, n in zip(values, names)]
 
@@ -54,10 +65,10 @@ def test_adamw_matches_the_original_algorithm():
             self.value, self.path = var, path
             self.shape = var.shape
 
-    opt = optimization.AdamWeightDecay([Named(v, n) for v, n in zip(variables, names)],
-                                       bias_correction=False)
-    grads_seq = [[rng.normal(size=v.shape).astype(np.float32) for v in values]
-                 for _ in range(3)]
+    opt = optimization.AdamWeightDecay(
+        [Named(v, n) for v, n in zip(variables, names)], bias_correction=False
+    )
+    grads_seq = [[rng.normal(size=v.shape).astype(np.float32) for v in values] for _ in range(3)]
     for grads in grads_seq:
         opt.apply([tf.constant(g) for g in grads], tf.constant(0.1))
     want = numpy_adamw(values, grads_seq, 0.1, [True, False, False])
@@ -83,17 +94,24 @@ def test_bias_corrected_adamw_matches_torch_adamw():
     the same epsilon and decoupled decay, decay off for bias and LayerNorm."""
     torch = pytest.importorskip("torch")
     rng = np.random.default_rng(1)
-    shapes = {"layer_0/dense/kernel": (3, 4), "layer_0/dense/bias": (4,),
-              "layer_0/LayerNorm/gamma": (4,)}
+    shapes = {
+        "layer_0/dense/kernel": (3, 4),
+        "layer_0/dense/bias": (4,),
+        "layer_0/LayerNorm/gamma": (4,),
+    }
     values = [rng.normal(size=s).astype(np.float32) for s in shapes.values()]
     variables = [tf.Variable(v) for v in values]
     opt = optimization.create_optimizer(
-        "adamw", [_Named(v, n) for v, n in zip(variables, shapes)], weight_decay_rate=0.01)
+        "adamw", [_Named(v, n) for v, n in zip(variables, shapes)], weight_decay_rate=0.01
+    )
     assert opt.bias_correction  # the default
     params = [torch.nn.Parameter(torch.tensor(v)) for v in values]
-    reference = torch.optim.AdamW([{"params": params[:1], "weight_decay": 0.01},
-                                   {"params": params[1:], "weight_decay": 0.0}],
-                                  lr=1e-3, betas=(0.9, 0.999), eps=1e-6)
+    reference = torch.optim.AdamW(
+        [{"params": params[:1], "weight_decay": 0.01}, {"params": params[1:], "weight_decay": 0.0}],
+        lr=1e-3,
+        betas=(0.9, 0.999),
+        eps=1e-6,
+    )
     for step in range(5):
         grads = [rng.normal(size=v.shape).astype(np.float32) * (step + 1) for v in values]
         opt.apply([tf.constant(g) for g in grads], tf.constant(1e-3))
@@ -107,7 +125,8 @@ def test_bias_corrected_adamw_matches_torch_adamw():
     for correct, size in ((True, 1e-3), (False, 1e-3 * 0.1 / np.sqrt(0.001))):
         fresh.assign(np.zeros(4, np.float32))
         optimization.AdamWeightDecay([_Named(fresh, "x/bias")], bias_correction=correct).apply(
-            [tf.constant([1.0, -2.0, 3.0, -4.0])], tf.constant(1e-3))
+            [tf.constant([1.0, -2.0, 3.0, -4.0])], tf.constant(1e-3)
+        )
         np.testing.assert_allclose(np.abs(fresh.numpy()), size, rtol=1e-3)
 
 
@@ -129,6 +148,7 @@ def test_optimizer_after_one_over_restored_variables_is_gone(tmp_path):
     deleted, a new optimizer over ordinary variables of the same shapes still steps
     (a compiled step shared between optimizers kept traces of the deleted ones)."""
     import gc
+
     module = tf.Module()
     module.w = tf.Variable(tf.ones([3]))
     tf.saved_model.save(module, str(tmp_path / "saved"))
@@ -159,22 +179,44 @@ def classification_data(n=256, seq=8, seed=0):
     ids = rng.integers(1, 99, size=(n, seq)).astype(np.int32)
     labels = rng.integers(0, 2, size=n).astype(np.int32)
     ids[:, 1] = 5 + labels  # the label is written in one token: learnable, generalises
-    return {"input_word_ids": ids, "input_mask": np.ones_like(ids),
-            "input_type_ids": np.zeros_like(ids), "label_ids": labels}
+    return {
+        "input_word_ids": ids,
+        "input_mask": np.ones_like(ids),
+        "input_type_ids": np.zeros_like(ids),
+        "label_ids": labels,
+    }
 
 
-def train_classifier(tmp_path, name, accumulation=1, steps=6, dtype="float32", lr=1e-3,
-                     seed=7, restore=False, xla=False):
+def train_classifier(
+    tmp_path,
+    name,
+    accumulation=1,
+    steps=6,
+    dtype="float32",
+    lr=1e-3,
+    seed=7,
+    restore=False,
+    xla=False,
+):
     keras.utils.set_random_seed(seed)
     config = BertConfig(**TINY)
     strategy = tf.distribute.OneDeviceStrategy("/cpu:0")
     with strategy.scope():
         model = models.BertClassifier(BertEncoder(config, dtype=dtype), config, 2)
-    trainer = training.Trainer(strategy, model, ClassificationTask(), str(tmp_path / name),
-                               learning_rate=lr, num_train_steps=steps, num_warmup_steps=0,
-                               steps_per_loop=2, save_checkpoints_steps=100,
-                               gradient_accumulation_steps=accumulation, dtype=dtype,
-                               enable_xla=xla)
+    trainer = training.Trainer(
+        strategy,
+        model,
+        ClassificationTask(),
+        str(tmp_path / name),
+        learning_rate=lr,
+        num_train_steps=steps,
+        num_warmup_steps=0,
+        steps_per_loop=2,
+        save_checkpoints_steps=100,
+        gradient_accumulation_steps=accumulation,
+        dtype=dtype,
+        enable_xla=xla,
+    )
     if restore:
         assert trainer.restore_or_initialize()
     data = classification_data()
@@ -241,8 +283,12 @@ def test_training_learns_evaluates_predicts_and_resumes(tmp_path):
     # Compiled once per trainer: loops of another length, evaluation and prediction
     # again (a smaller last batch adds one trace of any batch size) reuse the traces.
     trainer.num_train_steps, trainer.steps_per_loop = 43, 2  # loops of 2, then 1
-    trainer.train(lambda context=None: tf.data.Dataset.from_tensor_slices(data).repeat()
-                  .batch(16, drop_remainder=True), 16)
+    trainer.train(
+        lambda context=None: (
+            tf.data.Dataset.from_tensor_slices(data).repeat().batch(16, drop_remainder=True)
+        ),
+        16,
+    )
     assert int(trainer.global_step.numpy()) == 43
     uneven = tf.data.Dataset.from_tensor_slices(data).batch(24)  # 10 x 24, then 16
     for _ in range(2):
@@ -254,8 +300,9 @@ def test_training_learns_evaluates_predicts_and_resumes(tmp_path):
     assert tf.train.latest_checkpoint(str(tmp_path / "run")).endswith("ckpt-43")
     # A new trainer over the same output_dir resumes at step 43 and trains no further.
     # (Another seed: the weights equal only if they were restored.)
-    again, model2, summary2 = train_classifier(tmp_path, "run", steps=43, lr=5e-3, seed=8,
-                                               restore=True)
+    again, model2, summary2 = train_classifier(
+        tmp_path, "run", steps=43, lr=5e-3, seed=8, restore=True
+    )
     assert summary2["global_step"] == 43
     np.testing.assert_array_equal(model2.weights[0].numpy(), model.weights[0].numpy())
 
@@ -269,13 +316,17 @@ def test_float16_and_bfloat16_training_runs(tmp_path):
 
 def test_pretraining_loss_normalises_over_the_global_batch():
     task = PretrainingTask()
-    features = {"masked_lm_ids": tf.constant([[1, 2], [3, 0]]),
-                "masked_lm_weights": tf.constant([[1.0, 1.0], [1.0, 0.0]]),
-                "next_sentence_labels": tf.constant([[0], [1]])}
+    features = {
+        "masked_lm_ids": tf.constant([[1, 2], [3, 0]]),
+        "masked_lm_weights": tf.constant([[1.0, 1.0], [1.0, 0.0]]),
+        "next_sentence_labels": tf.constant([[0], [1]]),
+    }
     logits = tf.zeros([2, 2, 5])
     outputs = {"mlm_logits": logits, "next_sentence_logits": tf.zeros([2, 2])}
     assert {k: float(v) for k, v in task.loss_weights(features).items()} == {
-        "masked_lm": 3.0, "next_sentence": 2.0}
+        "masked_lm": 3.0,
+        "next_sentence": 2.0,
+    }
     sums = task.loss_sums(features, outputs)
     np.testing.assert_allclose(float(sums["masked_lm"]), 3 * np.log(5), rtol=1e-6)
     np.testing.assert_allclose(float(sums["next_sentence"]), 2 * np.log(2), rtol=1e-6)
