@@ -452,6 +452,27 @@ class GenericProcessor(DataProcessor):
         return list(self._labels_by_dir[data_dir])
 
 
+class PawsProcessor(DataProcessor):
+    """PAWS-Wiki (Labeled, Final): is sentence 2 a paraphrase of sentence 1? "0" no,
+    "1" yes. Pairs made by word swapping and back translation, so that word overlap
+    alone does not tell (Zhang et al., 2019).
+
+    train.tsv, dev.tsv, test.tsv (as the release unpacks them, in `final/`): header
+    `id  sentence1  sentence2  label`; every split is labelled, so --do_eval scores
+    dev and test (eval_test_accuracy) and --do_predict writes test_results.tsv.
+    """
+
+    name = "paws"
+    labels = ("0", "1")
+    layouts = {
+        split: tsv(
+            f"{split}.tsv", text_a="sentence1", text_b="sentence2", label="label", index="id"
+        )
+        for split in ("train", "dev", "test")
+    }
+    eval_splits = ("dev", "test")
+
+
 # ----------------------------------------------------------------------------
 # By name.
 # ----------------------------------------------------------------------------
@@ -470,6 +491,7 @@ PROCESSORS = {
         RteProcessor,
         WnliProcessor,
         AxProcessor,
+        PawsProcessor,
         XnliProcessor,
         SwagProcessor,
         GenericProcessor,

@@ -45,6 +45,7 @@ _TASK_METRICS = {
     "wnli": ("accuracy",),
     "ax": ("accuracy", "mcc"),
     "xnli": ("accuracy",),
+    "paws": ("accuracy",),
     "swag": ("accuracy",),
 }
 _REGRESSION_TASKS = frozenset({"stsb"})

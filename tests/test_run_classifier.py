@@ -551,6 +551,19 @@ def _write_mnli(directory: pathlib.Path) -> None:
         )
 
 
+def _write_paws(directory: pathlib.Path, mrpc_dir: pathlib.Path) -> None:
+    """PAWS-Wiki's layout (`id  sentence1  sentence2  label`, every split labelled),
+    filled with real pairs: MRPC's training file, rows 1-24 / 25-36 / 37-48."""
+    lines = (mrpc_dir / "train.tsv").read_text(encoding="utf-8-sig").splitlines()
+    rows = [line.split("\t") for line in lines]
+    for split, (start, stop) in (("train", (1, 25)), ("dev", (25, 37)), ("test", (37, 49))):
+        _write_lines(
+            directory / f"{split}.tsv",
+            ["id\tsentence1\tsentence2\tlabel"]
+            + [f"{i}\t{r[3]}\t{r[4]}\t{r[0]}" for i, r in enumerate(rows[start:stop], start)],
+        )
+
+
 def _write_xnli(directory: pathlib.Path) -> None:
     """XNLI-MT German training data and xnli.dev.tsv with German and other rows."""
     _write_lines(
@@ -692,6 +705,15 @@ def driver(tmp_path_factory, mrpc_dir, vocab_file):
         do=("--do_train", "--do_eval", "--do_predict"),
     )
     add("cola", root / "cola", task="CoLA", do=("--do_eval",))
+    _write_paws(root / "paws", mrpc_dir)
+    add(
+        "paws",
+        root / "paws",
+        "--train_batch_size=8",
+        "--num_train_epochs=1",
+        task="PAWS",
+        do=("--do_train", "--do_eval", "--do_predict"),
+    )
     process = subprocess.run(
         [
             sys.executable,
@@ -792,6 +814,26 @@ def test_mnli_matched_and_mismatched(driver):
         assert rows[0] == ["index", "prediction"]
         assert [r[0] for r in rows[1:]] == indices
         assert {r[1] for r in rows[1:]} <= {"contradiction", "entailment", "neutral"}
+
+
+def test_paws_a_task_added_as_one_class(driver):
+    """PAWS (classifier_tasks.PawsProcessor): trained, scored on dev and on its labelled
+    test split, and predicted, through the same runner as every GLUE task."""
+    assert driver["paws"] == ["no error", ""]
+    output_dir = driver["root"] / "out_paws"
+    results = _read_results(output_dir / "eval_results.txt")
+    assert set(results) == {
+        "eval_accuracy",
+        "eval_loss",
+        "eval_test_accuracy",
+        "eval_test_loss",
+        "loss",
+        "global_step",
+    }
+    assert results["global_step"] == 3  # 24 pairs, batch 8, one epoch
+    assert results["eval_accuracy"] * 12 == pytest.approx(round(results["eval_accuracy"] * 12))
+    assert _read_tsv(output_dir / "test_results.tsv").shape == (12, 2)
+    assert json.loads((output_dir / "run_config.json").read_text())["labels"] == ["0", "1"]
 
 
 def test_xnli_reads_only_its_language(driver):
