@@ -34,7 +34,8 @@ import sys
 import tempfile
 import time
 
-from bench_training import SHAPES, VOCAB, cpu_description, matmul_limit, run_worker
+from bench_training import cpu_description, run_worker
+from training_workers import SHAPES, VOCAB, matmul_limit
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 IMPLS = ("ours", "ours_savedmodel", "keras_hub", "hf")

@@ -71,19 +71,20 @@ def texts() -> tuple[list[str], list[str]]:
 def pipeline_vocab(lines, size: int, directory: pathlib.Path) -> str:
     """The pipeline's vocabulary of `size` learned from `lines`; its path."""
     from apache_beam.options.pipeline_options import PipelineOptions
-    from data_prep import create_pretraining_data as cpd
     from data_prep import corpus_pipeline as cp
+    from data_prep import corpus_settings
+    from data_prep import pretraining_records as ptr
 
     text = directory / "learning.txt"
     text.write_text("\n".join(lines) + "\n", encoding="utf-8")
     vocab = str(directory / ("pipeline_%d.txt" % size))
-    settings = cp.PipelineSettings(
+    settings = corpus_settings.PipelineSettings(
         input_files=tuple(cp.match_input_files(str(text))),
         input_format="sentences",
         output_dir=str(directory / ("out_%d" % size)),
         sentences_dir=str(directory / "sentences"),
         vocab_file=vocab,
-        run=cpd.RunOptions(input_files=(), output_files=(), vocab_file=vocab),
+        run=ptr.RunOptions(input_files=(), output_files=(), vocab_file=vocab),
         learn_vocab_size=size,
         stop_after="vocab",
     )

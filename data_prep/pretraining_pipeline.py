@@ -17,11 +17,6 @@ Usage (the corpus in the original format, 2 local worker processes):
 
 import os
 import pathlib
-import sys
-
-if __package__ in (None, ""):
-    # Run as a script: make the repository root importable.
-    sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent.parent))
 
 from absl import app
 from absl import flags
@@ -30,6 +25,7 @@ from apache_beam.options.pipeline_options import PipelineOptions
 
 from data_prep import corpus
 from data_prep import corpus_pipeline
+from data_prep import corpus_settings
 from data_prep import create_pretraining_data as cpd
 
 
@@ -106,21 +102,21 @@ def define_flags(flag_values: flags.FlagValues = flags.FLAGS) -> None:
         **define,
     )
     flags.DEFINE_enum(
-        "stop_after", "shards", corpus_pipeline.STAGES, "The last stage to run.", **define
+        "stop_after", "shards", corpus_settings.STAGES, "The last stage to run.", **define
     )
     cpd.define_instance_flags(flag_values)
     for name in ("input_file", "output_dir", "vocab_file"):
         flags.mark_flag_as_required(name, flag_values=flag_values)
 
 
-def settings_from_flags(flag_values: flags.FlagValues) -> corpus_pipeline.PipelineSettings:
+def settings_from_flags(flag_values: flags.FlagValues) -> corpus_settings.PipelineSettings:
     """`PipelineSettings` from parsed flags (the only place that reads them)."""
     fv = flag_values
-    return corpus_pipeline.PipelineSettings(
+    return corpus_settings.PipelineSettings(
         input_files=tuple(corpus_pipeline.match_input_files(fv.input_file)),
         input_format=fv.input_format,
         output_dir=fv.output_dir,
-        sentences_dir=fv.sentences_dir or corpus_pipeline.join_path(fv.output_dir, "sentences"),
+        sentences_dir=fv.sentences_dir or corpus_settings.join_path(fv.output_dir, "sentences"),
         vocab_file=fv.vocab_file,
         learn_vocab_size=fv.learn_vocab_size,
         max_input_words=fv.max_input_words,

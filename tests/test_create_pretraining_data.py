@@ -1,4 +1,6 @@
-"""Tests of data_prep/create_pretraining_data.py.
+"""Tests of data_prep/create_pretraining_data.py (the command line) and the modules it
+runs: pretraining_instances.py (instances and masking) and pretraining_records.py
+(records, metadata, shards).
 
 The oracle is the original release (`bert-tensorflow` 1.0.4) run as a
 subprocess. The original serializes the feature map in an order its protobuf
@@ -19,6 +21,8 @@ import tensorflow as tf
 from absl import flags
 
 from data_prep import create_pretraining_data as cpd
+from data_prep import pretraining_instances as pti
+from data_prep import pretraining_records as ptr
 from data_prep import pretraining_data, tokenization
 
 REPO_ROOT = pathlib.Path(__file__).resolve().parent.parent
@@ -144,19 +148,19 @@ def finish(process):
 
 
 def options(input_files, output_files, vocab_file, **kwargs):
-    instance = cpd.InstanceOptions(
+    instance = pti.InstanceOptions(
         max_seq_length=kwargs.pop("max_seq_length", 128),
         short_seq_prob=kwargs.pop("short_seq_prob", 0.1),
         next_sentence_prediction=kwargs.pop("next_sentence_prediction", True),
     )
-    masking = cpd.MaskingOptions(
+    masking = pti.MaskingOptions(
         masked_lm_prob=kwargs.pop("masked_lm_prob", 0.15),
         max_predictions_per_seq=kwargs.pop("max_predictions_per_seq", 20),
         mask_token_prob=kwargs.pop("mask_token_prob", 0.8),
         random_token_prob=kwargs.pop("random_token_prob", 0.1),
         do_whole_word_mask=kwargs.pop("do_whole_word_mask", False),
     )
-    return cpd.RunOptions(
+    return ptr.RunOptions(
         input_files=tuple(map(str, input_files)),
         output_files=tuple(map(str, output_files)),
         vocab_file=vocab_file,
@@ -203,7 +207,7 @@ def tokenizer(vocab_file):
 
 @pytest.fixture(scope="module")
 def vocab(tokenizer, vocab_file):
-    return cpd.VocabIds.from_vocab(tokenizer.vocab, vocab_file)
+    return pti.VocabIds.from_vocab(tokenizer.vocab, vocab_file)
 
 
 def ids(tokenizer, tokens):
@@ -247,7 +251,7 @@ def test_equals_original(tmp_path, vocab_file, seed, whole_word, num_outputs):
         tmp_path,
         whole_word,
     )
-    cpd.run(
+    ptr.run(
         options(
             corpus_files(),
             ours,
@@ -288,14 +292,15 @@ def test_workers_shard_equals_original_on_each_file(tmp_path, vocab_file):
         records = read_records(shard)
         assert len(records) > 100
         assert records == canonical(read_records(tmp_path / ("theirs_%d" % i)))
-        metadata = cpd.load_metadata(str(shard))
+        metadata = ptr.load_metadata(str(shard))
         assert metadata["input_files"] == [path]
         assert metadata["num_instances"] == len(records)
 
 
 @pytest.mark.slow
 def test_script_cli_runs(tmp_path, vocab_file):
-    """`python data_prep/create_pretraining_data.py` imports from the repo root."""
+    """`python data_prep/create_pretraining_data.py` runs as a script (the package is
+    importable: installed with `pip install -e .`)."""
     out = tmp_path / "script.tfrecord"
     finish(
         start_ours(
@@ -306,7 +311,7 @@ def test_script_cli_runs(tmp_path, vocab_file):
         )
     )
     expected = tmp_path / "library.tfrecord"
-    cpd.run(
+    ptr.run(
         options(
             corpus_files(), [expected], vocab_file, dupe_factor=1, next_sentence_prediction=False
         )
@@ -322,13 +327,13 @@ def test_script_cli_runs(tmp_path, vocab_file):
 def test_round_robin_and_metadata(tmp_path, vocab_file):
     single = tmp_path / "single.tfrecord"
     shards = [tmp_path / ("shard_%d.tfrecord" % i) for i in range(3)]
-    stats = cpd.run(options(corpus_files(), [single], vocab_file, dupe_factor=1))
-    cpd.run(options(corpus_files(), shards, vocab_file, dupe_factor=1))
+    stats = ptr.run(options(corpus_files(), [single], vocab_file, dupe_factor=1))
+    ptr.run(options(corpus_files(), shards, vocab_file, dupe_factor=1))
     records = read_records(single)
     for i, shard in enumerate(shards):
         assert read_records(shard) == records[i::3]
 
-    metadata = [cpd.load_metadata(str(shard)) for shard in shards]
+    metadata = [ptr.load_metadata(str(shard)) for shard in shards]
     expected_counts = [len(records[i::3]) for i in range(3)]
     assert [m["num_instances"] for m in metadata] == expected_counts
     assert sum(m["num_tokens"] for m in metadata) == stats.tokens
@@ -355,16 +360,16 @@ def test_round_robin_and_metadata(tmp_path, vocab_file):
 def test_per_input_file_equals_separate_runs(tmp_path, vocab_file):
     inputs = corpus_files()
     outputs = [tmp_path / ("per_file_%d.tfrecord" % i) for i in range(2)]
-    cpd.run(options(inputs, outputs, vocab_file, dupe_factor=1, per_input_file=True))
+    ptr.run(options(inputs, outputs, vocab_file, dupe_factor=1, per_input_file=True))
     for i, path in enumerate(inputs):
         alone = tmp_path / ("alone_%d.tfrecord" % i)
-        cpd.run(options([path], [alone], vocab_file, dupe_factor=1))
+        ptr.run(options([path], [alone], vocab_file, dupe_factor=1))
         assert read_records(outputs[i]) == read_records(alone)
 
 
 def test_records_parse_and_are_consistent(tmp_path, tokenizer, vocab, vocab_file):
     out = tmp_path / "new" / "dir" / "out.tfrecord"  # Directories are created.
-    cpd.run(options(corpus_files(), [out], vocab_file, dupe_factor=1))
+    ptr.run(options(corpus_files(), [out], vocab_file, dupe_factor=1))
     labels = set()
     for record in read_records(out):
         f = parse(record)
@@ -393,7 +398,7 @@ def test_records_parse_and_are_consistent(tmp_path, tokenizer, vocab, vocab_file
 
 def test_whole_word_masking_masks_whole_words(tmp_path, vocab, vocab_file):
     out = tmp_path / "wwm.tfrecord"
-    cpd.run(options(corpus_files(), [out], vocab_file, dupe_factor=1, do_whole_word_mask=True))
+    ptr.run(options(corpus_files(), [out], vocab_file, dupe_factor=1, do_whole_word_mask=True))
     split_words = 0
     for record in read_records(out):
         f = parse(record)
@@ -419,7 +424,7 @@ def test_whole_word_masking_masks_whole_words(tmp_path, vocab, vocab_file):
 
 def test_no_next_sentence_prediction(tmp_path, vocab, vocab_file):
     out = tmp_path / "single.tfrecord"
-    cpd.run(
+    ptr.run(
         options(
             corpus_files(),
             [out],
@@ -445,7 +450,7 @@ def test_no_next_sentence_prediction(tmp_path, vocab, vocab_file):
 
 def test_mask_split_ablation(tmp_path, vocab, vocab_file):
     out = tmp_path / "ablation.tfrecord"
-    cpd.run(
+    ptr.run(
         options(
             corpus_files(),
             [out],
@@ -485,10 +490,10 @@ def packed(tokenizer, text_a, text_b):
 
 def test_masking_all_tokens_become_mask(tokenizer, vocab):
     input_ids = packed(tokenizer, "the cat sat", "unaffable dogs")
-    masking = cpd.MaskingOptions(
+    masking = pti.MaskingOptions(
         masked_lm_prob=1.0, max_predictions_per_seq=20, mask_token_prob=1.0, random_token_prob=0.0
     )
-    output, positions, labels = cpd.create_masked_lm_predictions(
+    output, positions, labels = pti.create_masked_lm_predictions(
         input_ids, masking, vocab, random.Random(1)
     )
     assert tokens(tokenizer, input_ids) == [
@@ -521,8 +526,8 @@ def test_masking_all_tokens_become_mask(tokenizer, vocab):
 
 def test_masking_keep_and_random_shares(tokenizer, vocab):
     input_ids = packed(tokenizer, "the cat sat", "on the mat")
-    keep_all = cpd.MaskingOptions(masked_lm_prob=1.0, mask_token_prob=0.0, random_token_prob=0.0)
-    output, positions, labels = cpd.create_masked_lm_predictions(
+    keep_all = pti.MaskingOptions(masked_lm_prob=1.0, mask_token_prob=0.0, random_token_prob=0.0)
+    output, positions, labels = pti.create_masked_lm_predictions(
         input_ids, keep_all, vocab, random.Random(3)
     )
     assert output == input_ids
@@ -531,11 +536,11 @@ def test_masking_keep_and_random_shares(tokenizer, vocab):
 
     # Random words drawn from a one-word vocabulary: always "zebra".
     zebra = tokenizer.vocab["zebra"]
-    one_word = cpd.VocabIds(
+    one_word = pti.VocabIds(
         vocab.cls_id, vocab.sep_id, vocab.mask_id, (zebra,), vocab.is_continuation
     )
-    all_random = cpd.MaskingOptions(masked_lm_prob=0.4, mask_token_prob=0.0, random_token_prob=1.0)
-    output, positions, labels = cpd.create_masked_lm_predictions(
+    all_random = pti.MaskingOptions(masked_lm_prob=0.4, mask_token_prob=0.0, random_token_prob=1.0)
+    output, positions, labels = pti.create_masked_lm_predictions(
         input_ids, all_random, one_word, random.Random(3)
     )
     assert len(positions) == 4  # round(10 * 0.4)
@@ -546,9 +551,9 @@ def test_masking_keep_and_random_shares(tokenizer, vocab):
 def test_masking_draws_like_the_original(tokenizer, vocab):
     """Scripted draws: shuffle reverses, then [MASK] / keep / random per token."""
     input_ids = packed(tokenizer, "the cat sat", "on the mat")
-    masking = cpd.MaskingOptions(masked_lm_prob=0.3)  # round(10 * 0.3) = 3
+    masking = pti.MaskingOptions(masked_lm_prob=0.3)  # round(10 * 0.3) = 3
     rng = ScriptedRng(randoms=[0.1, 0.9, 0.3, 0.95, 0.7], randints=[2003])
-    output, positions, labels = cpd.create_masked_lm_predictions(input_ids, masking, vocab, rng)
+    output, positions, labels = pti.create_masked_lm_predictions(input_ids, masking, vocab, rng)
     # Reversed candidates: mat(7), the(6), on(5). mat -> [MASK] (0.1 < 0.8);
     # the -> kept (0.9, then 0.3 < 0.5); on -> random word 2003 (0.95, 0.7).
     assert tokens(tokenizer, output) == [
@@ -569,15 +574,15 @@ def test_masking_draws_like_the_original(tokenizer, vocab):
 
 def test_whole_word_groups_and_budget(tokenizer, vocab):
     input_ids = packed(tokenizer, "unaffable", "cat")  # una ##ffa ##ble | cat
-    groups = cpd.masking_candidates(input_ids, vocab, do_whole_word_mask=True)
+    groups = pti.masking_candidates(input_ids, vocab, do_whole_word_mask=True)
     assert groups == [[1, 2, 3], [5]]
-    assert cpd.masking_candidates(input_ids, vocab, False) == [[1], [2], [3], [5]]
+    assert pti.masking_candidates(input_ids, vocab, False) == [[1], [2], [3], [5]]
     # Budget 1 (round(7 * 0.15)): reversed order tries "cat" first and takes it.
-    masking = cpd.MaskingOptions(
+    masking = pti.MaskingOptions(
         do_whole_word_mask=True, mask_token_prob=1.0, random_token_prob=0.0
     )
     rng = ScriptedRng(randoms=[0.0])
-    output, positions, _ = cpd.create_masked_lm_predictions(input_ids, masking, vocab, rng)
+    output, positions, _ = pti.create_masked_lm_predictions(input_ids, masking, vocab, rng)
     assert tokens(tokenizer, output) == [
         "[CLS]",
         "una",
@@ -589,14 +594,14 @@ def test_whole_word_groups_and_budget(tokenizer, vocab):
     ]
     assert positions == [5]
     # Budget 3, "cat" first, then the 3-piece word would exceed it: skipped.
-    masking = cpd.MaskingOptions(masked_lm_prob=0.4, do_whole_word_mask=True)
+    masking = pti.MaskingOptions(masked_lm_prob=0.4, do_whole_word_mask=True)
     rng = ScriptedRng(randoms=[0.0])
-    _, positions, _ = cpd.create_masked_lm_predictions(input_ids, masking, vocab, rng)
+    _, positions, _ = pti.create_masked_lm_predictions(input_ids, masking, vocab, rng)
     assert positions == [5] and rng.exhausted()
     # The word comes first in reversed order: all its pieces, within budget.
     input_ids = packed(tokenizer, "cat", "unaffable")  # cat | una ##ffa ##ble
     rng = ScriptedRng(randoms=[0.0, 0.0, 0.0])
-    output, positions, labels = cpd.create_masked_lm_predictions(input_ids, masking, vocab, rng)
+    output, positions, labels = pti.create_masked_lm_predictions(input_ids, masking, vocab, rng)
     assert positions == [3, 4, 5]
     assert tokens(tokenizer, output) == [
         "[CLS]",
@@ -615,11 +620,11 @@ def test_truncate_seq_pair_front_and_back():
     tokens_b = [6, 7]
     # a is longer: front (0.2), back (0.7), front (0.1) -> [3, 4] + [6, 7]...
     rng = ScriptedRng(randoms=[0.2, 0.7, 0.1])
-    cpd.truncate_seq_pair(tokens_a, tokens_b, 4, rng)
+    pti.truncate_seq_pair(tokens_a, tokens_b, 4, rng)
     assert (tokens_a, tokens_b) == ([3, 4], [6, 7])
     # ...then a tie: b is cut (back).
     rng = ScriptedRng(randoms=[0.9])
-    cpd.truncate_seq_pair(tokens_a, tokens_b, 3, rng)
+    pti.truncate_seq_pair(tokens_a, tokens_b, 3, rng)
     assert (tokens_a, tokens_b) == ([3, 4], [6])
     assert rng.exhausted()
 
@@ -632,7 +637,7 @@ def test_sentence_pairs_split_random_next_and_put_back():
     # Next chunk: sentences 3-4 (end of document): A = sentence 3 (randint 1),
     # actual next (0.6): B = sentence 4.
     rng = ScriptedRng(randoms=[0.3, 0.6], randints=[2, 1, 1, 1])
-    pairs = list(cpd.sentence_pairs(documents, 0, 5, rng))
+    pairs = list(pti.sentence_pairs(documents, 0, 5, rng))
     assert pairs == [([1, 1, 2, 2], [8], True), ([3, 3], [4, 4], False)]
     assert rng.exhausted()
 
@@ -642,7 +647,7 @@ def test_sentence_pairs_single_sentence_is_always_random_next():
     # One sentence: no A/B draw, no coin; the random document draw hits itself
     # (randint 0) then 1; start at its sentence 0; B fills to 10 - 3 tokens.
     rng = ScriptedRng(randints=[0, 1, 0])
-    pairs = list(cpd.sentence_pairs(documents, 0, 10, rng))
+    pairs = list(pti.sentence_pairs(documents, 0, 10, rng))
     assert pairs == [([1, 2, 3], [5, 6], True)]
     assert rng.exhausted()
 
@@ -652,13 +657,13 @@ def test_instances_from_document_exact(tokenizer, vocab):
         [ids(tokenizer, ["the", "cat"]), ids(tokenizer, ["sat", "down"])],
         [ids(tokenizer, ["dogs"])],
     ]
-    instance_options = cpd.InstanceOptions(max_seq_length=8)
-    masking = cpd.MaskingOptions(masked_lm_prob=0.1, mask_token_prob=1.0, random_token_prob=0.0)
+    instance_options = pti.InstanceOptions(max_seq_length=8)
+    masking = pti.MaskingOptions(masked_lm_prob=0.1, mask_token_prob=1.0, random_token_prob=0.0)
     # Target: short (0.05 < 0.1) -> randint 3. Chunk [the cat][sat down]:
     # A = 1 sentence (randint 1), actual next (0.9). No truncation (4 <= 5).
     # Masking: budget 1 of reversed candidates -> "down" -> [MASK] (0.0).
     rng = ScriptedRng(randoms=[0.05, 0.9, 0.0], randints=[3, 1])
-    [instance] = cpd.create_instances_from_document(
+    [instance] = pti.create_instances_from_document(
         documents, 0, instance_options, masking, vocab, rng
     )
     assert tokens(tokenizer, instance.input_ids) == [
@@ -685,11 +690,11 @@ def test_single_segment_instances_exact(tokenizer, vocab):
             ids(tokenizer, ["on", "the", "mat"]),
         ]
     ]
-    instance_options = cpd.InstanceOptions(max_seq_length=6, next_sentence_prediction=False)
-    masking = cpd.MaskingOptions(masked_lm_prob=0.1, mask_token_prob=1.0, random_token_prob=0.0)
+    instance_options = pti.InstanceOptions(max_seq_length=6, next_sentence_prediction=False)
+    masking = pti.MaskingOptions(masked_lm_prob=0.1, mask_token_prob=1.0, random_token_prob=0.0)
     # Target 4 (0.5 >= 0.1): [the cat sat down] fits; [on the mat] is the rest.
     rng = ScriptedRng(randoms=[0.5, 0.0, 0.0])
-    instances = cpd.create_instances_from_document(
+    instances = pti.create_instances_from_document(
         documents, 0, instance_options, masking, vocab, rng
     )
     assert [tokens(tokenizer, i.input_ids) for i in instances] == [
@@ -702,14 +707,14 @@ def test_single_segment_instances_exact(tokenizer, vocab):
 
 
 def test_serialization_round_trip(tokenizer, vocab):
-    instance = cpd.TrainingInstance(
+    instance = pti.TrainingInstance(
         input_ids=ids(tokenizer, ["[CLS]", "the", "[MASK]", "[SEP]", "sat", "[SEP]"]),
         segment_ids=[0, 0, 0, 0, 1, 1],
         masked_lm_positions=[2],
         masked_lm_ids=ids(tokenizer, ["cat"]),
         is_random_next=True,
     )
-    record = cpd.serialize_instance(instance, max_seq_length=8, max_predictions_per_seq=3)
+    record = ptr.serialize_instance(instance, max_seq_length=8, max_predictions_per_seq=3)
     f = parse(record, 8, 3)
     assert tokens(tokenizer, f["input_ids"][:6]) == [
         "[CLS]",
@@ -726,25 +731,25 @@ def test_serialization_round_trip(tokenizer, vocab):
     assert f["masked_lm_ids"] == [tokenizer.vocab["cat"], 0, 0]
     assert f["masked_lm_weights"] == [1.0, 0.0, 0.0]
     assert f["next_sentence_labels"] == [1]
-    assert cpd.canonical_record(record) == record
+    assert ptr.canonical_record(record) == record
 
 
 def test_shuffle_matches_random_shuffle():
-    assert cpd._INLINED_SHUFFLE_IS_EXACT
+    assert pti._INLINED_SHUFFLE_IS_EXACT
     for seed in (0, 12345):
         for size in (0, 1, 2, 5, 128, 4097):
             expected, rng_a = list(range(size)), random.Random(seed)
             actual, rng_b = list(range(size)), random.Random(seed)
             rng_a.shuffle(expected)
-            cpd.shuffle(actual, rng_b)
+            pti.shuffle(actual, rng_b)
             assert actual == expected
             assert rng_a.random() == rng_b.random()
 
 
 def test_keep_share_is_exact():
-    assert cpd.MaskingOptions().keep_share == 0.5
-    assert cpd.MaskingOptions(mask_token_prob=0.5, random_token_prob=0.2).keep_share == 0.6
-    assert cpd.MaskingOptions(mask_token_prob=1.0, random_token_prob=0.0).keep_share == 0.0
+    assert pti.MaskingOptions().keep_share == 0.5
+    assert pti.MaskingOptions(mask_token_prob=0.5, random_token_prob=0.2).keep_share == 0.6
+    assert pti.MaskingOptions(mask_token_prob=1.0, random_token_prob=0.0).keep_share == 0.0
 
 
 # ----------------------------------------------------------------------------
@@ -756,7 +761,7 @@ def test_empty_corpus_names_the_files(tmp_path, vocab_file):
     empty = tmp_path / "empty.txt"
     empty.write_text("\n   \n\n\x00\n")
     with pytest.raises(ValueError, match="empty.*empty.txt"):
-        cpd.run(options([empty], [tmp_path / "out.tfrecord"], vocab_file))
+        ptr.run(options([empty], [tmp_path / "out.tfrecord"], vocab_file))
     assert not list(tmp_path.glob("out.tfrecord*"))
 
 
@@ -769,19 +774,19 @@ def test_vocab_without_special_tokens_names_the_file(tmp_path):
     bad_vocab = tmp_path / "bad_vocab.txt"
     bad_vocab.write_text("[PAD]\n[UNK]\n[CLS]\n[SEP]\nthe\ncat\n")
     with pytest.raises(ValueError, match=r"bad_vocab.txt.*\[MASK\]"):
-        cpd.run(options([CORPUS_GLOB], [tmp_path / "out.tfrecord"], str(bad_vocab)))
+        ptr.run(options([CORPUS_GLOB], [tmp_path / "out.tfrecord"], str(bad_vocab)))
 
 
 def test_bad_settings():
     with pytest.raises(ValueError, match="max_seq_length=4"):
-        cpd.InstanceOptions(max_seq_length=4)
-    cpd.InstanceOptions(max_seq_length=4, next_sentence_prediction=False)
+        pti.InstanceOptions(max_seq_length=4)
+    pti.InstanceOptions(max_seq_length=4, next_sentence_prediction=False)
     with pytest.raises(ValueError, match="exceeds 1"):
-        cpd.MaskingOptions(mask_token_prob=0.8, random_token_prob=0.3)
+        pti.MaskingOptions(mask_token_prob=0.8, random_token_prob=0.3)
     with pytest.raises(ValueError, match="masked_lm_prob"):
-        cpd.MaskingOptions(masked_lm_prob=1.5)
+        pti.MaskingOptions(masked_lm_prob=1.5)
     with pytest.raises(ValueError, match="dupe_factor"):
-        cpd.RunOptions(("a",), ("b",), "v", dupe_factor=0)
+        ptr.RunOptions(("a",), ("b",), "v", dupe_factor=0)
 
 
 def test_short_documents_and_long_lines_are_counted(tmp_path, vocab_file, caplog):
@@ -792,7 +797,7 @@ def test_short_documents_and_long_lines_are_counted(tmp_path, vocab_file, caplog
     )
     out = tmp_path / "odd.tfrecord"
     caplog.set_level("WARNING", logger="absl")
-    stats = cpd.run(options([corpus], [out], vocab_file, dupe_factor=3, max_seq_length=32))
+    stats = ptr.run(options([corpus], [out], vocab_file, dupe_factor=3, max_seq_length=32))
     assert stats.documents == 3
     assert stats.one_sentence_documents == 1
     assert stats.long_lines == 1
@@ -810,12 +815,12 @@ def test_invalid_utf8_names_file_and_line(tmp_path, vocab_file):
         match=r"latin1.txt:2: not UTF-8 text \(invalid "
         r"continuation byte: byte b.\\xe9. at column 4\)",
     ):
-        cpd.run(options([corpus], [tmp_path / "o.tfrecord"], vocab_file))
+        ptr.run(options([corpus], [tmp_path / "o.tfrecord"], vocab_file))
 
 
 def test_interrupted_write_leaves_no_shard(tmp_path, vocab_file, monkeypatch):
     outputs = [tmp_path / "a.tfrecord", tmp_path / "b.tfrecord"]
-    real_getitem = cpd.RecordSpill.__getitem__
+    real_getitem = ptr.RecordSpill.__getitem__
     calls = []
 
     def failing_getitem(self, index):
@@ -824,9 +829,9 @@ def test_interrupted_write_leaves_no_shard(tmp_path, vocab_file, monkeypatch):
             raise KeyboardInterrupt("simulated interruption")
         return real_getitem(self, index)
 
-    monkeypatch.setattr(cpd.RecordSpill, "__getitem__", failing_getitem)
+    monkeypatch.setattr(ptr.RecordSpill, "__getitem__", failing_getitem)
     with pytest.raises(KeyboardInterrupt):
-        cpd.run(options(corpus_files(), outputs, vocab_file, dupe_factor=1))
+        ptr.run(options(corpus_files(), outputs, vocab_file, dupe_factor=1))
     assert len(calls) == 50
     assert sorted(p.name for p in tmp_path.iterdir()) == []
 
@@ -874,7 +879,7 @@ def test_flags_build_options(tmp_path, vocab_file):
 
 def test_progress_logger(caplog):
     now = [0.0]
-    progress = cpd.ProgressLogger("corpus", total=100, interval_s=10, clock=lambda: now[0])
+    progress = ptr.ProgressLogger("corpus", total=100, interval_s=10, clock=lambda: now[0])
     caplog.set_level("INFO", logger="absl")
     now[0] = 5.0
     progress.update(10, 50)
@@ -895,7 +900,7 @@ def test_contradictory_masking_options_are_refused():
         match=r"max_predictions_per_seq=0 with "
         r"masked_lm_prob=0.15: no position could be masked",
     ):
-        cpd.MaskingOptions(masked_lm_prob=0.15, max_predictions_per_seq=0)
+        pti.MaskingOptions(masked_lm_prob=0.15, max_predictions_per_seq=0)
     with pytest.raises(ValueError, match="must not be negative"):
-        cpd.MaskingOptions(max_predictions_per_seq=-1)
-    assert cpd.MaskingOptions(masked_lm_prob=0.0, max_predictions_per_seq=0)
+        pti.MaskingOptions(max_predictions_per_seq=-1)
+    assert pti.MaskingOptions(masked_lm_prob=0.0, max_predictions_per_seq=0)

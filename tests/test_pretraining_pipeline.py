@@ -1,5 +1,6 @@
-"""Tests of data_prep/corpus_pipeline.py (the Beam pipeline) and its command line,
-data_prep/pretraining_pipeline.py.
+"""Tests of data_prep/corpus_pipeline.py (the Beam pipeline, with its settings, stages
+and summary in corpus_settings.py, corpus_stages.py and corpus_summary.py) and its
+command line, data_prep/pretraining_pipeline.py.
 
 Most runs are in-process (the DirectRunner's in-memory mode, a few seconds
 each); the slow test runs the command line of the issue with two worker
@@ -24,7 +25,9 @@ from apache_beam.options.pipeline_options import PipelineOptions
 
 from data_prep import corpus
 from data_prep import corpus_pipeline as cp
-from data_prep import create_pretraining_data as cpd
+from data_prep import corpus_settings, corpus_summary
+from data_prep import pretraining_instances as pti
+from data_prep import pretraining_records as ptr
 from data_prep import pretraining_pipeline as pp
 from data_prep import tokenization
 from data_prep import wordpiece_vocab
@@ -37,9 +40,9 @@ SQUAD_JSONL = REPO_ROOT / "sample_data" / "raw" / "squad_dev_articles.jsonl"
 
 def settings(
     tmp_path, inputs, vocab_file, input_format="sentences", dupe_factor=2, **kwargs
-) -> cp.PipelineSettings:
-    masking = cpd.MaskingOptions(do_whole_word_mask=kwargs.pop("do_whole_word_mask", False))
-    run = cpd.RunOptions(
+) -> corpus_settings.PipelineSettings:
+    masking = pti.MaskingOptions(do_whole_word_mask=kwargs.pop("do_whole_word_mask", False))
+    run = ptr.RunOptions(
         input_files=(),
         output_files=(),
         vocab_file=vocab_file,
@@ -47,7 +50,7 @@ def settings(
         masking=masking,
         random_seed=kwargs.pop("random_seed", 12345),
     )
-    return cp.PipelineSettings(
+    return corpus_settings.PipelineSettings(
         input_files=tuple(cp.match_input_files(",".join(map(str, inputs)))),
         input_format=input_format,
         output_dir=str(tmp_path / "shards"),
@@ -65,7 +68,7 @@ def run_in_process(pipeline_settings) -> dict:
 def alone(tmp_path, text_file, vocab_file, seed, name, **kwargs) -> list:
     """Records of create_pretraining_data run on one file alone."""
     out = tmp_path / "alone" / (name + ".tfrecord")
-    cpd.run(
+    ptr.run(
         cpd_tests.options([text_file], [out], vocab_file, random_seed=seed, dupe_factor=2, **kwargs)
     )
     return cpd_tests.read_records(out)
@@ -80,7 +83,7 @@ def test_each_file_equals_the_original_and_num_workers(tmp_path, vocab_file):
     )
     summary = run_in_process(settings(tmp_path, CORPUS, vocab_file))
     workers = tmp_path / "workers"
-    cpd.run(
+    ptr.run(
         cpd_tests.options(
             CORPUS,
             [workers / "bert_paper_v1.tfrecord", workers / "bert_paper_v2.tfrecord"],
@@ -99,7 +102,7 @@ def test_each_file_equals_the_original_and_num_workers(tmp_path, vocab_file):
         ours = cpd_tests.read_records(shards / (path.stem + ".tfrecord"))
         assert len(ours) > 100
         assert ours == cpd_tests.read_records(workers / (path.stem + ".tfrecord"))
-        metadata = cpd.load_metadata(str(shards / (path.stem + ".tfrecord")))
+        metadata = ptr.load_metadata(str(shards / (path.stem + ".tfrecord")))
         assert metadata["num_instances"] == len(ours)
         assert metadata["random_seed"] == 12345
         assert metadata["document_shard"]["first_byte"] == 0
@@ -139,7 +142,7 @@ def test_cut_file_pieces_equal_runs_on_each_piece(tmp_path, vocab_file):
     assert [p.name for p in outputs] == ["paper-%05d.tfrecord" % k for k in range(4)]
     starts = []
     for k, output in enumerate(outputs):
-        described = cpd.load_metadata(str(output))["document_shard"]
+        described = ptr.load_metadata(str(output))["document_shard"]
         assert described["window"] == k
         piece = tmp_path / ("piece_%d.txt" % k)
         piece.write_bytes(data[described["first_byte"] : described["end_byte"]])
@@ -168,7 +171,7 @@ def test_compressed_file_is_one_shard_read_through_its_decompressor(tmp_path, vo
         tmp_path, plain, vocab_file, 12345, "paper"
     )
     assert (
-        cpd.load_metadata(str(tmp_path / "shards" / "paper.tfrecord"))["document_shard"]["end_byte"]
+        ptr.load_metadata(str(tmp_path / "shards" / "paper.tfrecord"))["document_shard"]["end_byte"]
         is None
     )
     assert summary["shards_written"] == 1
@@ -296,7 +299,7 @@ def test_failed_run_stops_naming_file_and_line_and_leaves_nothing_complete(tmp_p
     (inputs / "b_bad.txt").write_bytes(CORPUS[1].read_bytes()[:5000] + b"\nbad \xff byte\n")
     shards = tmp_path / "shards"
     shards.mkdir()
-    (shards / cp.SUMMARY_NAME).write_text("{}")  # From an earlier run.
+    (shards / corpus_summary.SUMMARY_NAME).write_text("{}")  # From an earlier run.
     with pytest.raises(corpus.BadInputError, match=r"b_bad.txt:\d+: not valid UTF-8"):
         run_in_process(settings(tmp_path, [inputs / "*.txt"], vocab_file))
     names = sorted(p.name for p in shards.iterdir())
@@ -306,7 +309,7 @@ def test_failed_run_stops_naming_file_and_line_and_leaves_nothing_complete(tmp_p
     if "a_good.tfrecord" in names:
         assert (
             len(cpd_tests.read_records(shards / "a_good.tfrecord"))
-            == cpd.load_metadata(str(shards / "a_good.tfrecord"))["num_instances"]
+            == ptr.load_metadata(str(shards / "a_good.tfrecord"))["num_instances"]
         )
 
 
@@ -422,7 +425,7 @@ def check_killed_run_leaves_only_complete_shards(tmp_path, command, env):
     for name in shards:
         assert (
             len(cpd_tests.read_records(out / name))
-            == cpd.load_metadata(str(out / name))["num_instances"]
+            == ptr.load_metadata(str(out / name))["num_instances"]
         )
 
 
@@ -470,7 +473,7 @@ def test_command_line_with_two_worker_processes(tmp_path, vocab_file):
     )
     assert result.returncode == 0, result.stderr[-3000:]
     workers = tmp_path / "workers"
-    cpd.run(
+    ptr.run(
         cpd_tests.options(
             [corpus_dir / p.name for p in CORPUS],
             [workers / (p.stem + ".tfrecord") for p in CORPUS],
@@ -483,7 +486,7 @@ def test_command_line_with_two_worker_processes(tmp_path, vocab_file):
     for process in originals:
         cpd_tests.finish(process)
     assert sorted(os.listdir(tmp_path / "shards")) == sorted(
-        [cp.SUMMARY_NAME]
+        [corpus_summary.SUMMARY_NAME]
         + [p.stem + suffix for p in CORPUS for suffix in (".tfrecord", ".tfrecord.meta.json")]
     )
     for path in CORPUS:
@@ -493,6 +496,6 @@ def test_command_line_with_two_worker_processes(tmp_path, vocab_file):
         assert ours == cpd_tests.canonical(
             cpd_tests.read_records(tmp_path / ("original_%s.tfrecord" % path.stem))
         )
-    summary = json.loads((tmp_path / "shards" / cp.SUMMARY_NAME).read_text())
+    summary = json.loads((tmp_path / "shards" / corpus_summary.SUMMARY_NAME).read_text())
     assert summary["shards_written"] == 2 and summary["settings"]["do_whole_word_mask"]
     assert "Done in" in result.stderr and "instances (" in result.stderr

@@ -1,0 +1,501 @@
+"""Pre-training records: a run of `create_pretraining_data`, text files to TFRecord shards.
+
+This module owns what a run does around the instances: its settings
+(`RunOptions`); `dupe_factor` passes over the shuffled documents, each instance
+serialized as a `tf.train.Example` with sorted feature keys (`serialize_instance`,
+`canonical_record`) into an unnamed temporary file (`RecordSpill`); the final
+shuffle; the shards, written round-robin under temporary names with
+`<shard>.meta.json` beside each (`write_shards`, `shard_metadata`,
+`load_metadata`); and one shard per input file, built in a pool of processes
+(`run`). Progress and the run's summary are logged.
+
+Reading documents and making instances is `pretraining_instances`; the command
+line is `create_pretraining_data`.
+"""
+
+import array
+import collections
+import contextlib
+import dataclasses
+import json
+import mmap
+import multiprocessing
+import os
+import random
+import tempfile
+import time
+from typing import Callable, Sequence
+
+from absl import logging
+import tensorflow as tf
+
+from data_prep import pretraining_data, records
+from data_prep import tokenization
+from data_prep.pretraining_instances import (
+    InstanceOptions,
+    MaskingOptions,
+    Stats,
+    TrainingInstance,
+    VocabIds,
+    create_instances_from_document,
+    read_documents,
+    shuffle,
+)
+
+METADATA_SUFFIX = ".meta.json"
+METADATA_FORMAT = "bert_pretraining_tfrecord/1"
+
+
+# ----------------------------------------------------------------------------
+# Options.
+# ----------------------------------------------------------------------------
+
+
+@dataclasses.dataclass(frozen=True)
+class RunOptions:
+    """Everything one run needs (the command line, as values).
+
+    Attributes:
+        input_files: text files, in the order they are read.
+        output_files: TFRecord files. Pooled (`per_input_file` False): instances
+            go round-robin across them. Per input file: one per input file.
+        vocab_file, do_lower_case: the tokenizer.
+        dupe_factor: passes over the corpus, each with fresh masks.
+        random_seed: seed of the `random.Random` of a run (of each shard when
+            `per_input_file`).
+        instance, masking: see `InstanceOptions` and `MaskingOptions`.
+        per_input_file: build one shard per input file, as a run on that file alone.
+        num_workers: processes building shards when `per_input_file`.
+        progress_interval_s: seconds between progress lines.
+    """
+
+    input_files: tuple
+    output_files: tuple
+    vocab_file: str
+    do_lower_case: bool = True
+    dupe_factor: int = 10
+    random_seed: int = 12345
+    instance: InstanceOptions = InstanceOptions()
+    masking: MaskingOptions = MaskingOptions()
+    per_input_file: bool = False
+    num_workers: int = 1
+    progress_interval_s: float = 30.0
+
+    def __post_init__(self):
+        if self.dupe_factor < 1:
+            raise ValueError("dupe_factor=%d must be at least 1." % self.dupe_factor)
+        if self.per_input_file and len(self.input_files) != len(self.output_files):
+            raise ValueError(
+                "One output file per input file is needed: %d input files, %d "
+                "output files." % (len(self.input_files), len(self.output_files))
+            )
+
+
+# ----------------------------------------------------------------------------
+# Progress.
+# ----------------------------------------------------------------------------
+
+
+class ProgressLogger:
+    """Logs documents done, instances/s and ETA every `interval_s` seconds."""
+
+    def __init__(
+        self, label: str, total: int, interval_s: float, clock: Callable[[], float] = time.monotonic
+    ):
+        self.label = label
+        self.total = total
+        self.interval_s = interval_s
+        self.clock = clock
+        self.start = clock()
+        self.last = self.start
+
+    def update(self, done: int, instances: int) -> None:
+        now = self.clock()
+        if now - self.last < self.interval_s:
+            return
+        self.last = now
+        elapsed = max(now - self.start, 1e-9)
+        eta = elapsed * (self.total - done) / max(done, 1)
+        logging.info(
+            "%s: %d/%d documents (%.1f%%), %d instances, %.0f instances/s, ETA %s",
+            self.label,
+            done,
+            self.total,
+            100.0 * done / max(self.total, 1),
+            instances,
+            instances / elapsed,
+            _format_seconds(eta),
+        )
+
+
+def _format_seconds(seconds: float) -> str:
+    minutes, seconds = divmod(int(seconds), 60)
+    hours, minutes = divmod(minutes, 60)
+    return "%d:%02d:%02d" % (hours, minutes, seconds)
+
+
+# ----------------------------------------------------------------------------
+# Serialization and files.
+# ----------------------------------------------------------------------------
+
+
+def instance_to_example(
+    instance: TrainingInstance, max_seq_length: int, max_predictions_per_seq: int
+) -> tf.train.Example:
+    """Pads an instance to S and P and makes it a `tf.train.Example`."""
+    num_tokens = len(instance.input_ids)
+    seq_padding = [0] * (max_seq_length - num_tokens)
+    num_masked = len(instance.masked_lm_positions)
+    lm_padding = [0] * (max_predictions_per_seq - num_masked)
+    example = tf.train.Example()
+    feature = example.features.feature
+    # Filling the map in place is twice as fast as building Feature objects.
+    feature["input_ids"].int64_list.value[:] = instance.input_ids + seq_padding
+    feature["input_mask"].int64_list.value[:] = [1] * num_tokens + seq_padding
+    feature["segment_ids"].int64_list.value[:] = instance.segment_ids + seq_padding
+    feature["masked_lm_positions"].int64_list.value[:] = instance.masked_lm_positions + lm_padding
+    feature["masked_lm_ids"].int64_list.value[:] = instance.masked_lm_ids + lm_padding
+    feature["masked_lm_weights"].float_list.value[:] = [1.0] * num_masked + [0.0] * len(lm_padding)
+    feature["next_sentence_labels"].int64_list.value[:] = [int(instance.is_random_next)]
+    return example
+
+
+def serialize_instance(
+    instance: TrainingInstance, max_seq_length: int, max_predictions_per_seq: int
+) -> bytes:
+    """The record of an instance, its features in the order of their names.
+
+    The original serializes the feature map in an order that the protobuf
+    runtime (upb) seeds afresh in every process, so its files differ from run to
+    run; sorted keys make ours reproducible, and equal to its records parsed and
+    re-serialized deterministically.
+    """
+    example = instance_to_example(instance, max_seq_length, max_predictions_per_seq)
+    return example.SerializeToString(deterministic=True)
+
+
+def canonical_record(record: bytes) -> bytes:
+    """A serialized `tf.train.Example` re-serialized with sorted feature keys."""
+    return tf.train.Example.FromString(record).SerializeToString(deterministic=True)
+
+
+class RecordSpill:
+    """Serialized instances in an unnamed temporary file, read back in any order.
+
+    The final shuffle needs every instance of a run; this keeps them on disk
+    (12 bytes of bookkeeping in memory per instance).
+    """
+
+    def __init__(self, directory: str | None = None):
+        self._file = tempfile.TemporaryFile(dir=directory)
+        self._offsets = array.array("q", [0])
+        self.num_tokens = array.array("H")
+        self.num_masked = array.array("H")
+        self._map = None
+
+    def __len__(self) -> int:
+        return len(self.num_tokens)
+
+    def append(self, record: bytes, num_tokens: int, num_masked: int) -> None:
+        self._file.write(record)
+        self._offsets.append(self._offsets[-1] + len(record))
+        self.num_tokens.append(num_tokens)
+        self.num_masked.append(num_masked)
+
+    def __getitem__(self, index: int) -> bytes:
+        if self._map is None:
+            self._file.flush()
+            self._map = mmap.mmap(self._file.fileno(), 0, access=mmap.ACCESS_READ)
+        return self._map[self._offsets[index] : self._offsets[index + 1]]
+
+    def close(self) -> None:
+        if self._map is not None:
+            self._map.close()
+        self._file.close()
+
+
+def shard_counts(spill: RecordSpill, order: Sequence[int], num_files: int) -> list[dict]:
+    """Per output file: {"instances", "tokens", "masked"} of `write_shards`."""
+    counts = [{"instances": 0, "tokens": 0, "masked": 0} for _ in range(num_files)]
+    for k, index in enumerate(order):
+        shard = counts[k % num_files]
+        shard["instances"] += 1
+        shard["tokens"] += spill.num_tokens[index]
+        shard["masked"] += spill.num_masked[index]
+    return counts
+
+
+def write_shards(
+    spill: RecordSpill, order: Sequence[int], output_files: Sequence[str], metadata: Sequence[dict]
+) -> None:
+    """Writes `spill[order[k]]` to `output_files[k % len(output_files)]`.
+
+    Each file is written under a hidden temporary name (`records`); when all
+    are complete, `metadata[i]` is written to `<output_files[i]>.meta.json`,
+    then the files are renamed. A shard never appears without its metadata;
+    on an error the temporary files are removed.
+    """
+    with contextlib.ExitStack() as stack:
+        writers = [
+            stack.enter_context(records.atomic_tfrecord_writer(path)) for path in output_files
+        ]
+        for k, index in enumerate(order):
+            writers[k % len(writers)].write(spill[index])
+        for path, shard_metadata_ in zip(output_files, metadata):
+            records.write_json(metadata_path(path), shard_metadata_, sort_keys=False)
+
+
+def metadata_path(tfrecord_path: str) -> str:
+    """Where the metadata of a shard lives: `<shard>.meta.json`."""
+    return tfrecord_path + METADATA_SUFFIX
+
+
+def shard_metadata(
+    options: RunOptions,
+    vocab_size: int,
+    input_files: Sequence[str],
+    output_files: Sequence[str],
+    shard_index: int,
+    counts: dict,
+    stats: Stats,
+) -> dict:
+    """The metadata JSON of one shard: settings, its counts and the run's.
+
+    Counts: `num_instances` records; `num_tokens` real tokens ([CLS] and [SEP]
+    included, padding not); `num_masked` predictions; `masked_fraction` the
+    ratio of the last two. `run` holds the same counts over the whole run, with
+    lines and documents read. `features` gives the dtype and shape of each
+    feature (see `pretraining_data.feature_spec`).
+    """
+    instance, masking = options.instance, options.masking
+    spec = pretraining_data.feature_spec(instance.max_seq_length, masking.max_predictions_per_seq)
+    return {
+        "format": METADATA_FORMAT,
+        "max_seq_length": instance.max_seq_length,
+        "max_predictions_per_seq": masking.max_predictions_per_seq,
+        "vocab_file": os.path.basename(options.vocab_file),
+        "vocab_size": vocab_size,
+        "do_lower_case": options.do_lower_case,
+        "do_whole_word_mask": masking.do_whole_word_mask,
+        "next_sentence_prediction": instance.next_sentence_prediction,
+        "random_seed": options.random_seed,
+        "dupe_factor": options.dupe_factor,
+        "short_seq_prob": instance.short_seq_prob,
+        "masked_lm_prob": masking.masked_lm_prob,
+        "mask_token_prob": masking.mask_token_prob,
+        "random_token_prob": masking.random_token_prob,
+        "num_instances": counts["instances"],
+        "num_tokens": counts["tokens"],
+        "num_masked": counts["masked"],
+        "masked_fraction": counts["masked"] / max(counts["tokens"], 1),
+        "shard_index": shard_index,
+        "shards": [os.path.basename(path) for path in output_files],
+        "input_files": list(input_files),
+        "run": stats.summary(),
+        "features": {
+            name: {"dtype": spec[name].dtype.name, "shape": list(spec[name].shape)} for name in spec
+        },
+    }
+
+
+def load_metadata(tfrecord_path: str) -> dict:
+    """Reads the metadata of a shard written by this module.
+
+    Raises:
+        ValueError: the file is missing or is not such metadata.
+    """
+    path = metadata_path(tfrecord_path)
+    if not tf.io.gfile.exists(path):
+        raise ValueError("%s has no metadata file %s." % (tfrecord_path, path))
+    with tf.io.gfile.GFile(path, "r") as f:
+        metadata = json.load(f)
+    if metadata.get("format") != METADATA_FORMAT:
+        raise ValueError(
+            "%s is not pre-training metadata (format %r)." % (path, metadata.get("format"))
+        )
+    return metadata
+
+
+# ----------------------------------------------------------------------------
+# A run.
+# ----------------------------------------------------------------------------
+
+
+def generate_instances(
+    documents,
+    options: RunOptions,
+    vocab: VocabIds,
+    rng: random.Random,
+    spill: RecordSpill,
+    stats: Stats,
+    label: str,
+) -> None:
+    """`dupe_factor` passes over the documents, serialized into `spill`."""
+    progress = ProgressLogger(
+        label, options.dupe_factor * len(documents), options.progress_interval_s
+    )
+    max_seq_length = options.instance.max_seq_length
+    max_predictions = options.masking.max_predictions_per_seq
+    done = 0
+    for _ in range(options.dupe_factor):
+        for document_index in range(len(documents)):
+            for instance in create_instances_from_document(
+                documents, document_index, options.instance, options.masking, vocab, rng
+            ):
+                spill.append(
+                    serialize_instance(instance, max_seq_length, max_predictions),
+                    len(instance.input_ids),
+                    len(instance.masked_lm_positions),
+                )
+                stats.random_next += instance.is_random_next
+            done += 1
+            progress.update(done, len(spill))
+    stats.instances += len(spill)
+    stats.tokens += sum(spill.num_tokens)
+    stats.masked += sum(spill.num_masked)
+    for length, count in collections.Counter(spill.num_tokens).items():
+        stats.lengths[length] = stats.lengths.get(length, 0) + count
+
+
+def build_shards(
+    input_files: Sequence[str], output_files: Sequence[str], options: RunOptions
+) -> Stats:
+    """The original's run: read, shuffle documents, generate, shuffle, write.
+
+    Args:
+        input_files: text files, pooled into one corpus.
+        output_files: TFRecord files, filled round-robin; `<file>.meta.json`
+            is written beside each.
+
+    Returns:
+        The run's statistics.
+
+    Raises:
+        ValueError: the vocabulary lacks a special token; the corpus is empty.
+    """
+    tokenizer = tokenization.FullTokenizer(options.vocab_file, options.do_lower_case)
+    vocab = VocabIds.from_vocab(tokenizer.vocab, options.vocab_file)
+    stats = Stats()
+    documents = read_documents(
+        input_files, tokenizer, options.instance.max_num_tokens, stats, options.progress_interval_s
+    )
+    return write_instances(
+        documents, len(tokenizer.vocab), input_files, output_files, options, vocab, stats
+    )
+
+
+def write_instances(
+    documents: list,
+    vocab_size: int,
+    input_files: Sequence[str],
+    output_files: Sequence[str],
+    options: RunOptions,
+    vocab: VocabIds,
+    stats: Stats,
+    extra_metadata: dict | None = None,
+) -> Stats:
+    """The original's run from its documents on: shuffle, generate, shuffle, write.
+
+    Args:
+        documents: as `read_documents` returns them; emptied once the
+            instances are generated, to free their memory.
+        vocab_size: entries of the vocabulary (for the metadata).
+        input_files: where the documents come from (for messages and metadata).
+        output_files: TFRecord files, filled round-robin; `<file>.meta.json`
+            is written beside each.
+        options: the run's settings (`options.random_seed` seeds the run).
+        vocab: special and vocabulary ids.
+        stats: the counts of reading; receives those of the instances.
+        extra_metadata: more entries for every metadata file.
+
+    Returns:
+        `stats`.
+
+    Raises:
+        ValueError: there is no document.
+    """
+    label = input_files[0] if len(input_files) == 1 else "corpus"
+    if not documents:
+        raise ValueError("The corpus is empty: no line of %s has a token." % ", ".join(input_files))
+    rng = random.Random(options.random_seed)
+    shuffle(documents, rng)
+    spill = RecordSpill(_spill_directory(output_files[0]))
+    try:
+        generate_instances(documents, options, vocab, rng, spill, stats, label)
+        documents.clear()
+        order = array.array("q", range(len(spill)))
+        shuffle(order, rng)
+        counts = shard_counts(spill, order, len(output_files))
+        metadata = [
+            dict(
+                shard_metadata(
+                    options, vocab_size, input_files, output_files, index, counts[index], stats
+                ),
+                **(extra_metadata or {}),
+            )
+            for index in range(len(output_files))
+        ]
+        write_shards(spill, order, output_files, metadata)
+    finally:
+        spill.close()
+    _log_summary(label, stats)
+    return stats
+
+
+def _spill_directory(output_file: str) -> str | None:
+    """Beside the output when it is local (temp dirs may be small or in RAM)."""
+    if "://" in output_file:
+        return None
+    return os.path.dirname(os.path.abspath(output_file))
+
+
+def _log_summary(label: str, stats: Stats) -> None:
+    summary = stats.summary()
+    logging.info(
+        "%s: %d instances, %d tokens, masked fraction %.4f, random next "
+        "%.3f; %d documents (%d of a single sentence, giving fewer "
+        "instances), %d lines longer than an instance (truncated).",
+        label,
+        stats.instances,
+        stats.tokens,
+        summary["masked_fraction"],
+        summary["random_next_fraction"],
+        stats.documents,
+        stats.one_sentence_documents,
+        stats.long_lines,
+    )
+
+
+def _build_one_shard(task: tuple) -> Stats:
+    """Pool task: one input file -> one shard."""
+    input_file, output_file, options = task
+    return build_shards([input_file], [output_file], options)
+
+
+def _init_worker(verbosity: int) -> None:
+    logging.set_verbosity(verbosity)
+
+
+def run(options: RunOptions) -> Stats:
+    """Builds the shards of `options`; returns the statistics of all of them."""
+    # Fail on a bad vocabulary before reading (or forking for) the corpus.
+    VocabIds.from_vocab(tokenization.load_vocab(options.vocab_file), options.vocab_file)
+    for directory in {os.path.dirname(path) for path in options.output_files}:
+        if directory:
+            tf.io.gfile.makedirs(directory)
+    if not options.per_input_file:
+        return build_shards(options.input_files, options.output_files, options)
+    tasks = [(i, o, options) for i, o in zip(options.input_files, options.output_files)]
+    total = Stats()
+    if options.num_workers <= 1:
+        for task in tasks:
+            total.add(_build_one_shard(task))
+    else:
+        context = multiprocessing.get_context("spawn")
+        with context.Pool(
+            min(options.num_workers, len(tasks)), _init_worker, (logging.get_verbosity(),)
+        ) as pool:
+            for stats in pool.imap_unordered(_build_one_shard, tasks):
+                total.add(stats)
+    _log_summary("all shards", total)
+    return total
