@@ -1,5 +1,6 @@
 """Shared test fixtures."""
 
+import json
 import os
 import pathlib
 
@@ -25,6 +26,42 @@ absl_flags.FlagValues.__setitem__ = _set_flag_allowing_override
 
 REPO_ROOT = pathlib.Path(__file__).resolve().parent.parent
 SAMPLE_DATA = REPO_ROOT / "sample_data"
+
+
+def tiny_config(dropout: float = 0.1, **overrides) -> dict:
+    """The `bert_config.json` keys of a tiny random BERT: 2 layers, hidden 32 with 4
+    heads, an odd intermediate size (37, to catch transposes), the bundled uncased
+    vocabulary's size. `dropout` sets both dropout rates; `overrides` replace keys."""
+    config = dict(
+        vocab_size=30522,
+        hidden_size=32,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        intermediate_size=37,
+        hidden_act="gelu",
+        hidden_dropout_prob=dropout,
+        attention_probs_dropout_prob=dropout,
+        max_position_embeddings=64,
+        type_vocab_size=2,
+        initializer_range=0.02,
+    )
+    config.update(overrides)
+    return config
+
+
+def write_tiny_config(path: pathlib.Path, dropout: float = 0.1, **overrides) -> str:
+    """Writes `tiny_config(dropout, **overrides)` as JSON to `path`; returns the path."""
+    path.write_text(json.dumps(tiny_config(dropout, **overrides)), encoding="utf-8")
+    return str(path)
+
+
+def read_results(path) -> dict:
+    """A runner's eval_results.txt (`key = value` lines) -> {key: float}."""
+    results = {}
+    for line in pathlib.Path(path).read_text(encoding="utf-8").splitlines():
+        key, value = line.split(" = ")
+        results[key] = float(value)
+    return results
 
 
 @pytest.fixture(scope="session")
