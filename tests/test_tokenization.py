@@ -376,19 +376,6 @@ def original_tokenization():
     return original
 
 
-@pytest.fixture(scope="module")
-def text_lines(sample_data):
-    lines = real_text_lines(sample_data)
-    assert sum(len(line) for line in lines) >= 1_000_000
-    return lines
-
-
-@pytest.fixture(scope="module")
-def cased_vocab_file(vocab_file, tmp_path_factory):
-    path = tmp_path_factory.mktemp("cased") / "cased_vocab.txt"
-    return write_vocab(path, cased_vocab_tokens(vocab_file))
-
-
 @pytest.mark.parametrize(
     "do_lower_case, which_vocab",
     [
