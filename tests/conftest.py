@@ -3,6 +3,8 @@
 import json
 import os
 import pathlib
+import subprocess
+import sys
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 
@@ -26,6 +28,21 @@ absl_flags.FlagValues.__setitem__ = _set_flag_allowing_override
 
 REPO_ROOT = pathlib.Path(__file__).resolve().parent.parent
 SAMPLE_DATA = REPO_ROOT / "sample_data"
+
+# The columns of the official SWAG csv files, the label column (train and val) aside.
+SWAG_HEADER = [
+    "",
+    "video-id",
+    "fold-ind",
+    "startphrase",
+    "sent1",
+    "sent2",
+    "gold-source",
+    "ending0",
+    "ending1",
+    "ending2",
+    "ending3",
+]
 
 
 def tiny_config(dropout: float = 0.1, **overrides) -> dict:
@@ -53,6 +70,29 @@ def write_tiny_config(path: pathlib.Path, dropout: float = 0.1, **overrides) -> 
     """Writes `tiny_config(dropout, **overrides)` as JSON to `path`; returns the path."""
     path.write_text(json.dumps(tiny_config(dropout, **overrides)), encoding="utf-8")
     return str(path)
+
+
+def run_results_driver(driver: str, runs: dict, *args: str, timeout: int) -> dict:
+    """Runs the Python program `driver` in a new process in the repository, with the
+    runs {name: argv} as JSON and then `args` as its arguments; returns the JSON it
+    prints after "RESULTS"."""
+    process = subprocess.run(
+        [
+            sys.executable,
+            "-c",
+            driver,
+            json.dumps({name: [str(a) for a in argv] for name, argv in runs.items()}),
+            *args,
+        ],
+        capture_output=True,
+        text=True,
+        cwd=REPO_ROOT,
+        timeout=timeout,
+        env=dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2"),
+    )
+    marker = [line for line in process.stdout.splitlines() if line.startswith("RESULTS")]
+    assert marker, process.stderr[-5000:]
+    return json.loads(marker[0][len("RESULTS") :])
 
 
 def read_results(path) -> dict:

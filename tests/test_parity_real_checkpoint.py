@@ -23,6 +23,16 @@ transformers = pytest.importorskip("transformers")
 ATOL = 1e-4
 
 
+# The training batch's keys -> the squad_features.InputFeatures fields they come from.
+SQUAD_COLUMNS = {
+    "input_word_ids": "input_ids",
+    "input_mask": "input_mask",
+    "input_type_ids": "segment_ids",
+    "start_positions": "start_position",
+    "end_positions": "end_position",
+}
+
+
 def real_sentences(count=24):
     """Real sentences of varied length from the bundled paper text."""
     text = (SAMPLE_DATA / "corpus" / "bert_paper_v1.txt").read_text(encoding="utf-8")
@@ -180,16 +190,9 @@ def test_squad_span_loss_and_gradients_equal_hugging_face(minilm_dir):
         squad_features.convert_examples_to_features(examples, tokenizer, 256, 128, 64, True)
     )[::4][:8]
     assert {f.start_position == 0 for f in features} == {True, False}
-    columns = {
-        "input_word_ids": "input_ids",
-        "input_mask": "input_mask",
-        "input_type_ids": "segment_ids",
-        "start_positions": "start_position",
-        "end_positions": "end_position",
-    }
     batch = {
         ours_name: np.array([getattr(f, name) for f in features], np.int32)
-        for ours_name, name in columns.items()
+        for ours_name, name in SQUAD_COLUMNS.items()
     }
     with tf.GradientTape() as tape:
         loss = SpanTask().loss_sums(batch, ours(batch, training=False))["loss"] / len(features)
@@ -263,16 +266,9 @@ def test_squad_fine_tuning_follows_hugging_face_step_by_step(minilm_dir, tmp_pat
         squad_features.convert_examples_to_features(examples, tokenizer, 128, 64, 64, True)
     )
     picks = np.random.RandomState(0).permutation(len(features))[: (steps + 1) * batch_size]
-    columns = {
-        "input_word_ids": "input_ids",
-        "input_mask": "input_mask",
-        "input_type_ids": "segment_ids",
-        "start_positions": "start_position",
-        "end_positions": "end_position",
-    }
     data = {
         ours_name: np.array([getattr(features[i], name) for i in picks], np.int32)
-        for ours_name, name in columns.items()
+        for ours_name, name in SQUAD_COLUMNS.items()
     }
     batches = [
         {k: v[s * batch_size : (s + 1) * batch_size] for k, v in data.items()}

@@ -19,7 +19,7 @@ import numpy as np
 import pytest
 from scipy import stats
 
-from tests.conftest import read_results, write_tiny_config
+from tests.conftest import SWAG_HEADER, read_results, run_results_driver, write_tiny_config
 
 REPO = pathlib.Path(__file__).resolve().parent.parent
 SCRIPT = REPO / "run_classifier.py"
@@ -365,19 +365,6 @@ def _swag_rows(count: int, offset: int) -> list[tuple[str, str, list[str], int]]
 
 
 def _write_swag(directory: pathlib.Path) -> list[int]:
-    header = [
-        "",
-        "video-id",
-        "fold-ind",
-        "startphrase",
-        "sent1",
-        "sent2",
-        "gold-source",
-        "ending0",
-        "ending1",
-        "ending2",
-        "ending3",
-    ]
     for name, rows, labelled in (
         ("train.csv", _swag_rows(80, 0), True),
         ("val.csv", _swag_rows(16, 1), True),
@@ -385,7 +372,7 @@ def _write_swag(directory: pathlib.Path) -> list[int]:
     ):
         with open(directory / name, "w", encoding="utf-8", newline="") as f:
             writer = csv.writer(f)
-            writer.writerow(header + ["label"] if labelled else header)
+            writer.writerow(SWAG_HEADER + ["label"] if labelled else SWAG_HEADER)
             for i, (sent1, sent2, endings, label) in enumerate(rows):
                 row = [i, f"lsmdc{i}", i, f"{sent1} {sent2}", sent1, sent2, "gold", *endings]
                 writer.writerow(row + [label] if labelled else row)
@@ -689,25 +676,10 @@ def driver(tmp_path_factory, mrpc_dir, vocab_file):
         task="PAWS",
         do=("--do_train", "--do_eval", "--do_predict"),
     )
-    process = subprocess.run(
-        [
-            sys.executable,
-            "-c",
-            _DRIVER,
-            json.dumps({name: [str(a) for a in argv] for name, argv in cases.items()}),
-            str(root / "hub"),
-            config_file,
-            vocab_file,
-        ],
-        capture_output=True,
-        text=True,
-        cwd=REPO,
-        timeout=600,
-        env=dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2"),
+    results = run_results_driver(
+        _DRIVER, cases, str(root / "hub"), config_file, vocab_file, timeout=600
     )
-    marker = [line for line in process.stdout.splitlines() if line.startswith("RESULTS")]
-    assert marker, process.stderr[-5000:]
-    return {"root": root, **json.loads(marker[0][len("RESULTS") :])}
+    return {"root": root, **results}
 
 
 @pytest.mark.parametrize(

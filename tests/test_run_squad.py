@@ -17,7 +17,7 @@ import textwrap
 import numpy as np
 import pytest
 
-from tests.conftest import read_results, write_tiny_config
+from tests.conftest import read_results, run_results_driver, write_tiny_config
 
 REPO = pathlib.Path(__file__).resolve().parent.parent
 
@@ -47,22 +47,7 @@ _DRIVER = textwrap.dedent("""
 
 def run_driver(runs: dict) -> dict:
     """Runs run_squad.main once per {name: argv}; {name: [error type, message]}."""
-    process = subprocess.run(
-        [
-            sys.executable,
-            "-c",
-            _DRIVER,
-            json.dumps({name: [str(a) for a in argv] for name, argv in runs.items()}),
-        ],
-        capture_output=True,
-        text=True,
-        cwd=REPO,
-        timeout=900,
-        env=dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2"),
-    )
-    marker = [line for line in process.stdout.splitlines() if line.startswith("RESULTS")]
-    assert marker, process.stderr[-5000:]
-    return json.loads(marker[0][len("RESULTS") :])
+    return run_results_driver(_DRIVER, runs, timeout=900)
 
 
 def tiny_config(path: pathlib.Path, dropout: float = 0.1) -> str:

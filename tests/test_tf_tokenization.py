@@ -17,6 +17,7 @@ import tensorflow_text  # noqa: F401  (registers the ops a loaded SavedModel nee
 from data_prep import tf_tokenization
 from data_prep import tokenization
 from test_tokenization import (
+    REAL_TEXT_CASES,
     TINY_VOCAB,
     TINY_VOCAB_CASES,
     UNCASED_VOCAB_CASES,
@@ -41,15 +42,7 @@ def tf_tokens(tokenizer, python_tokenizer, texts):
 # ----------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize(
-    "do_lower_case, which_vocab",
-    [
-        (True, "uncased"),
-        (False, "cased"),
-        pytest.param(False, "uncased", marks=pytest.mark.slow),
-        pytest.param(True, "cased", marks=pytest.mark.slow),
-    ],
-)
+@pytest.mark.parametrize("do_lower_case, which_vocab", REAL_TEXT_CASES)
 def test_identical_to_python_on_real_text(
     text_lines, vocab_file, cased_vocab_file, do_lower_case, which_vocab
 ):
