@@ -31,6 +31,14 @@ SQUAD_COLUMNS = {
     "start_positions": "start_position",
     "end_positions": "end_position",
 }
+# The training batch's keys -> Hugging Face's names of them.
+HF_SQUAD_NAMES = {
+    "input_word_ids": "input_ids",
+    "input_mask": "attention_mask",
+    "input_type_ids": "token_type_ids",
+    "start_positions": "start_positions",
+    "end_positions": "end_positions",
+}
 
 
 def real_sentences(count=24):
@@ -203,14 +211,9 @@ def test_squad_span_loss_and_gradients_equal_hugging_face(minilm_dir):
     with torch.no_grad():
         theirs.qa_outputs.weight.copy_(torch.tensor(variables["squad/dense/kernel"].numpy().T))
         theirs.qa_outputs.bias.copy_(torch.tensor(variables["squad/dense/bias"].numpy()))
-    hf_names = {
-        "input_word_ids": "input_ids",
-        "input_mask": "attention_mask",
-        "input_type_ids": "token_type_ids",
-        "start_positions": "start_positions",
-        "end_positions": "end_positions",
-    }
-    output = theirs(**{hf_names[k]: torch.tensor(v, dtype=torch.long) for k, v in batch.items()})
+    output = theirs(
+        **{HF_SQUAD_NAMES[k]: torch.tensor(v, dtype=torch.long) for k, v in batch.items()}
+    )
     output.loss.backward()
     assert float(loss) == pytest.approx(float(output.loss.detach()), rel=1e-5)
 
@@ -320,16 +323,11 @@ def test_squad_fine_tuning_follows_hugging_face_step_by_step(minilm_dir, tmp_pat
     scheduler = torch.optim.lr_scheduler.LambdaLR(
         optimizer, lambda s: s / warmup if s < warmup else max(0.0, 1.0 - s / steps)
     )
-    hf_names = {
-        "input_word_ids": "input_ids",
-        "input_mask": "attention_mask",
-        "input_type_ids": "token_type_ids",
-        "start_positions": "start_positions",
-        "end_positions": "end_positions",
-    }
 
     def hf_batch(step):
-        return {hf_names[k]: torch.tensor(v, dtype=torch.long) for k, v in batches[step].items()}
+        return {
+            HF_SQUAD_NAMES[k]: torch.tensor(v, dtype=torch.long) for k, v in batches[step].items()
+        }
 
     def our_loss(step):
         batch = batches[step]
