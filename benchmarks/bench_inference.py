@@ -104,17 +104,24 @@ def _time_calls(call, batches, warmup=2):
     return time.perf_counter() - start
 
 
+def _time_sequence_output(model, tensors, xla):
+    """Times `model`'s `sequence_output` over `tensors` in one tf.function (XLA if
+    `xla`)."""
+    import tensorflow as tf
+
+    @tf.function(jit_compile=xla)
+    def forward(inputs):
+        return model(inputs, training=False)["sequence_output"]
+
+    return _time_calls(lambda b: forward(b).numpy(), tensors)
+
+
 def run_ours(shape, dtype, xla, batches):
     import tensorflow as tf
 
     encoder = _our_encoder(shape, dtype)
-
-    @tf.function(jit_compile=xla)
-    def forward(inputs):
-        return encoder(inputs, training=False)["sequence_output"]
-
     tensors = [{k: tf.constant(v) for k, v in b.items()} for b in batches]
-    return _time_calls(lambda b: forward(b).numpy(), tensors)
+    return _time_sequence_output(encoder, tensors, xla)
 
 
 def run_ours_savedmodel(shape, dtype, xla, batches):
@@ -149,11 +156,6 @@ def run_keras_hub(shape, dtype, xla, batches):
         max_sequence_length=512,
         num_segments=2,
     )
-
-    @tf.function(jit_compile=xla)
-    def forward(inputs):
-        return backbone(inputs, training=False)["sequence_output"]
-
     tensors = [
         {
             "token_ids": tf.constant(b["input_word_ids"]),
@@ -162,7 +164,7 @@ def run_keras_hub(shape, dtype, xla, batches):
         }
         for b in batches
     ]
-    return _time_calls(lambda b: forward(b).numpy(), tensors)
+    return _time_sequence_output(backbone, tensors, xla)
 
 
 def run_hf(shape, dtype, xla, batches):

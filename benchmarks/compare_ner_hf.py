@@ -253,15 +253,11 @@ def ours_batches(args, seed: int, ours_dir: str) -> tuple[list[str], list[dict]]
         seed=seed,
         shuffle_buffer_size=run_config["shuffle_buffer_size"],
     )
-    names = {
-        "input_word_ids": "input_ids",
-        "input_mask": "attention_mask",
-        "input_type_ids": "token_type_ids",
-    }
     batches = []
     for batch in dataset.take(run_config["num_train_steps"]):
         inputs = {
-            hf: torch.tensor(batch[name].numpy(), dtype=torch.long) for name, hf in names.items()
+            hf: torch.tensor(batch[name].numpy(), dtype=torch.long)
+            for name, hf in common.HF_INPUT_NAMES.items()
         }
         labels = batch["label_ids"].numpy()
         inputs["labels"] = torch.tensor(np.where(labels < 0, -100, labels), dtype=torch.long)

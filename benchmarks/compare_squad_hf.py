@@ -438,13 +438,9 @@ def ours_batches(args, seed: int, ours_dir: str) -> list[dict]:
         seed=seed,
         shuffle_buffer_size=run_config["shuffle_buffer_size"],
     )
-    names = {
-        "input_word_ids": "input_ids",
-        "input_mask": "attention_mask",
-        "input_type_ids": "token_type_ids",
-        "start_positions": "start_positions",
-        "end_positions": "end_positions",
-    }
+    names = dict(
+        common.HF_INPUT_NAMES, start_positions="start_positions", end_positions="end_positions"
+    )
     return [
         {hf: torch.tensor(batch[name].numpy(), dtype=torch.long) for name, hf in names.items()}
         for batch in dataset.take(run_config["num_train_steps"])

@@ -39,6 +39,12 @@ from data_prep import records
 
 REPO = pathlib.Path(__file__).resolve().parent.parent
 SAMPLE_DATA = REPO / "sample_data"
+# Ours' encoder input names -> Hugging Face's.
+HF_INPUT_NAMES = {
+    "input_word_ids": "input_ids",
+    "input_mask": "attention_mask",
+    "input_type_ids": "token_type_ids",
+}
 # Settings of a saved result that must match for it to be reused.
 _RECIPE_KEYS = (
     "checkpoint",

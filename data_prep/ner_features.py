@@ -461,12 +461,10 @@ def build_dataset(
     )
     dataset = dataset.map(lambda inputs, labels: dict(inputs, label_ids=labels))
     if is_training:
-        buffer_size = max(1, min(shuffle_buffer_size, metadata.num_features))
-        dataset = dataset.shuffle(buffer_size, seed=seed, reshuffle_each_iteration=True).repeat()
-    dataset = dataset.batch(
-        records.per_replica_batch_size(batch_size, input_context), drop_remainder=is_training
-    )
-    return dataset.prefetch(tf.data.AUTOTUNE)
+        dataset = records.shuffle_and_repeat(
+            dataset, shuffle_buffer_size, metadata.num_features, seed
+        )
+    return records.replica_batches(dataset, batch_size, input_context, is_training)
 
 
 def inference_dataset(features: Sequence[InputFeatures], batch_size: int) -> tf.data.Dataset:

@@ -482,3 +482,25 @@ def per_replica_batch_size(
     if input_context is None:
         return batch_size
     return input_context.get_per_replica_batch_size(batch_size)
+
+
+def shuffle_and_repeat(
+    dataset: tf.data.Dataset, shuffle_buffer_size: int, num_records: int, seed: int | None
+) -> tf.data.Dataset:
+    """Training order: a new, seeded order every epoch (a buffer of at most
+    `num_records`), repeated."""
+    buffer_size = max(1, min(shuffle_buffer_size, num_records))
+    return dataset.shuffle(buffer_size, seed=seed, reshuffle_each_iteration=True).repeat()
+
+
+def replica_batches(
+    dataset: tf.data.Dataset,
+    batch_size: int,
+    input_context: tf.distribute.InputContext | None,
+    drop_remainder: bool,
+) -> tf.data.Dataset:
+    """Batches of one replica's share of the global `batch_size`, prefetched."""
+    dataset = dataset.batch(
+        per_replica_batch_size(batch_size, input_context), drop_remainder=drop_remainder
+    )
+    return dataset.prefetch(tf.data.AUTOTUNE)

@@ -338,12 +338,10 @@ def build_dataset(
     """
     dataset = records.tfrecord_dataset(record_file, input_context)
     if is_training:
-        buffer_size = max(1, min(shuffle_buffer_size, metadata["num_features"]))
-        dataset = dataset.shuffle(buffer_size, seed=seed, reshuffle_each_iteration=True).repeat()
+        dataset = records.shuffle_and_repeat(
+            dataset, shuffle_buffer_size, metadata["num_features"], seed
+        )
     dataset = dataset.map(
         make_decoder(metadata["max_seq_length"], is_training), num_parallel_calls=tf.data.AUTOTUNE
     )
-    dataset = dataset.batch(
-        records.per_replica_batch_size(batch_size, input_context), drop_remainder=is_training
-    )
-    return dataset.prefetch(tf.data.AUTOTUNE)
+    return records.replica_batches(dataset, batch_size, input_context, is_training)

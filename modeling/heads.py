@@ -84,61 +84,50 @@ class MaskedLMHead(keras.layers.Layer):
         return tf.reshape(logits, tf.concat([batch_shape, [self.config.vocab_size]], 0))
 
 
-class PooledClassifierHead(keras.layers.Layer):
+class _DropoutDenseHead(keras.layers.Layer):
+    """dropout -> Dense(num_outputs) on the last axis; float32 logits. `LEADING_AXES`
+    gives the axes before H that the dense kernel is built for."""
+
+    LEADING_AXES = ()
+
+    def __init__(
+        self,
+        config: BertConfig,
+        num_outputs: int,
+        dropout_rate: float = None,
+        initializer: str = "truncated_normal",
+        **kwargs,
+    ):
+        super().__init__(**kwargs)
+        rate = config.hidden_dropout_prob if dropout_rate is None else dropout_rate
+        self.dropout = layers.Dropout(rate, dtype=self.dtype_policy)
+        self.dense = layers._dense(
+            config, num_outputs, "dense", self.dtype_policy, distribution=initializer
+        )
+        self.hidden_size = config.hidden_size
+
+    def build(self, input_shape=None):
+        self.dense.build((*self.LEADING_AXES, self.hidden_size))
+
+    def call(self, x, training=False):
+        return tf.cast(self.dense(self.dropout(x, training=training)), tf.float32)
+
+
+class PooledClassifierHead(_DropoutDenseHead):
     """dropout -> Dense(num_outputs) on a [B, H] vector; float32 logits [B, num_outputs].
 
     Serves as the next-sentence head (`cls/seq_relationship`, 2 outputs, no dropout),
     the sequence classifier / regressor and the per-choice scorer of multiple choice.
     """
 
-    def __init__(
-        self,
-        config: BertConfig,
-        num_outputs: int,
-        dropout_rate: float = None,
-        initializer: str = "truncated_normal",
-        **kwargs,
-    ):
-        super().__init__(**kwargs)
-        rate = config.hidden_dropout_prob if dropout_rate is None else dropout_rate
-        self.dropout = layers.Dropout(rate, dtype=self.dtype_policy)
-        self.dense = layers._dense(
-            config, num_outputs, "dense", self.dtype_policy, distribution=initializer
-        )
-        self.hidden_size = config.hidden_size
-
-    def build(self, input_shape=None):
-        self.dense.build((None, self.hidden_size))
-
-    def call(self, x, training=False):
-        return tf.cast(self.dense(self.dropout(x, training=training)), tf.float32)
+    LEADING_AXES = (None,)
 
 
-class TokenClassifierHead(keras.layers.Layer):
+class TokenClassifierHead(_DropoutDenseHead):
     """dropout -> Dense(num_outputs) at every position; float32 logits [B, S, num_outputs].
 
     Token classification (NER) and, with 2 outputs and no dropout, the SQuAD span head
     (`cls/squad`: start and end logits).
     """
 
-    def __init__(
-        self,
-        config: BertConfig,
-        num_outputs: int,
-        dropout_rate: float = None,
-        initializer: str = "truncated_normal",
-        **kwargs,
-    ):
-        super().__init__(**kwargs)
-        rate = config.hidden_dropout_prob if dropout_rate is None else dropout_rate
-        self.dropout = layers.Dropout(rate, dtype=self.dtype_policy)
-        self.dense = layers._dense(
-            config, num_outputs, "dense", self.dtype_policy, distribution=initializer
-        )
-        self.hidden_size = config.hidden_size
-
-    def build(self, input_shape=None):
-        self.dense.build((None, None, self.hidden_size))
-
-    def call(self, x, training=False):
-        return tf.cast(self.dense(self.dropout(x, training=training)), tf.float32)
+    LEADING_AXES = (None, None)

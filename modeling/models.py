@@ -58,11 +58,12 @@ class BertPretrainer(keras.Model):
         return {"mlm_logits": mlm_logits, "next_sentence_logits": nsp_logits}
 
 
-class BertClassifier(keras.Model):
-    """Sequence classification (num_labels > 1) or regression (num_labels == 1) on the
-    pooled output. Returns `logits` [B, num_labels]."""
+class _LabelClassifier(keras.Model):
+    """One encoder output (`ENCODER_OUTPUT`) through a `HEAD` named `classifier` with
+    one output per label. Returns `logits`."""
 
-    MODEL_KIND = "classifier"
+    HEAD = None
+    ENCODER_OUTPUT = None
 
     def __init__(
         self,
@@ -75,7 +76,7 @@ class BertClassifier(keras.Model):
         super().__init__(dtype=encoder.dtype_policy, **kwargs)
         self.encoder = encoder
         self.num_labels = num_labels
-        self.classifier = heads.PooledClassifierHead(
+        self.classifier = self.HEAD(
             config,
             num_labels,
             name="classifier",
@@ -86,8 +87,17 @@ class BertClassifier(keras.Model):
         self.built = True
 
     def call(self, inputs, training=False):
-        pooled = self.encoder(_encoder_inputs(inputs), training=training)["pooled_output"]
-        return {"logits": self.classifier(pooled, training=training)}
+        outputs = self.encoder(_encoder_inputs(inputs), training=training)
+        return {"logits": self.classifier(outputs[self.ENCODER_OUTPUT], training=training)}
+
+
+class BertClassifier(_LabelClassifier):
+    """Sequence classification (num_labels > 1) or regression (num_labels == 1) on the
+    pooled output. Returns `logits` [B, num_labels]."""
+
+    MODEL_KIND = "classifier"
+    HEAD = heads.PooledClassifierHead
+    ENCODER_OUTPUT = "pooled_output"
 
 
 class BertMultipleChoice(keras.Model):
@@ -145,32 +155,9 @@ class BertSpanLabeler(keras.Model):
         return {"start_logits": logits[..., 0], "end_logits": logits[..., 1]}
 
 
-class BertTokenClassifier(keras.Model):
+class BertTokenClassifier(_LabelClassifier):
     """Token classification (NER) on the sequence output. Returns `logits` [B, S, L]."""
 
     MODEL_KIND = "token_classifier"
-
-    def __init__(
-        self,
-        encoder,
-        config: BertConfig,
-        num_labels: int,
-        head_initializer: str = "truncated_normal",
-        **kwargs,
-    ):
-        super().__init__(dtype=encoder.dtype_policy, **kwargs)
-        self.encoder = encoder
-        self.num_labels = num_labels
-        self.classifier = heads.TokenClassifierHead(
-            config,
-            num_labels,
-            name="classifier",
-            dtype=self.dtype_policy,
-            initializer=head_initializer,
-        )
-        self.classifier.build()
-        self.built = True
-
-    def call(self, inputs, training=False):
-        sequence = self.encoder(_encoder_inputs(inputs), training=training)["sequence_output"]
-        return {"logits": self.classifier(sequence, training=training)}
+    HEAD = heads.TokenClassifierHead
+    ENCODER_OUTPUT = "sequence_output"

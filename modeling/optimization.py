@@ -75,6 +75,7 @@ class _SlotOptimizer(tf.Module):
         fused: bool = True,
     ):
         super().__init__(name=name)
+        self.kind = name  # "adamw" or "lamb": the fused update's `kind`
         self.fused = fused
         self.weight_decay_rate = weight_decay_rate
         self.beta_1, self.beta_2, self.epsilon = beta_1, beta_2, epsilon
@@ -144,8 +145,24 @@ class _SlotOptimizer(tf.Module):
         else:
             context.merge_call(merged, args=(grads, learning_rate, apply_update, grad_scale))
 
-    def _update(self, var, grad, m, v, excluded, learning_rate, apply_update, grad_scale):
+    def _decay(self, excluded: bool):
+        """The fused update's `decay` for a variable (see `_fused_update`)."""
         raise NotImplementedError
+
+    def _update(self, var, grad, m, v, excluded, learning_rate, apply_update, grad_scale):
+        update = self._fused_update(
+            self.kind,
+            self.beta_1,
+            self.beta_2,
+            self.epsilon,
+            self._decay(excluded),
+            self.bias_correction,
+            apply_update is not None,
+            self._compiled(),
+        )
+        return update(
+            var, m, v, *_update_args(grad, learning_rate, self.iterations, apply_update, grad_scale)
+        )
 
     def _compiled(self) -> bool:
         # One compiled kernel per variable on a single replica. With several replicas the
@@ -172,21 +189,8 @@ class AdamWeightDecay(_SlotOptimizer):
         super().__init__(variables, weight_decay_rate, beta_1, beta_2, epsilon, "adamw", fused)
         self.bias_correction = bias_correction
 
-    def _update(self, var, grad, m, v, excluded, learning_rate, apply_update, grad_scale):
-        decay = 0.0 if excluded else float(self.weight_decay_rate)
-        update = self._fused_update(
-            "adamw",
-            self.beta_1,
-            self.beta_2,
-            self.epsilon,
-            decay,
-            self.bias_correction,
-            apply_update is not None,
-            self._compiled(),
-        )
-        return update(
-            var, m, v, *_update_args(grad, learning_rate, self.iterations, apply_update, grad_scale)
-        )
+    def _decay(self, excluded: bool):
+        return 0.0 if excluded else float(self.weight_decay_rate)
 
 
 class Lamb(_SlotOptimizer):
@@ -206,21 +210,10 @@ class Lamb(_SlotOptimizer):
     ):
         super().__init__(variables, weight_decay_rate, beta_1, beta_2, epsilon, "lamb", fused)
 
-    def _update(self, var, grad, m, v, excluded, learning_rate, apply_update, grad_scale):
-        decay = None if excluded else float(self.weight_decay_rate)
-        update = self._fused_update(
-            "lamb",
-            self.beta_1,
-            self.beta_2,
-            self.epsilon,
-            decay,
-            True,
-            apply_update is not None,
-            self._compiled(),
-        )
-        return update(
-            var, m, v, *_update_args(grad, learning_rate, self.iterations, apply_update, grad_scale)
-        )
+    bias_correction = True
+
+    def _decay(self, excluded: bool):
+        return None if excluded else float(self.weight_decay_rate)
 
 
 def _update_args(grad, learning_rate, iterations, apply_update, grad_scale):

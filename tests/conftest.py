@@ -1,7 +1,10 @@
 """Shared test fixtures."""
 
+import json
 import os
 import pathlib
+import subprocess
+import sys
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 
@@ -26,6 +29,80 @@ absl_flags.FlagValues.__setitem__ = _set_flag_allowing_override
 REPO_ROOT = pathlib.Path(__file__).resolve().parent.parent
 SAMPLE_DATA = REPO_ROOT / "sample_data"
 
+# The columns of the official SWAG csv files, the label column (train and val) aside.
+SWAG_HEADER = [
+    "",
+    "video-id",
+    "fold-ind",
+    "startphrase",
+    "sent1",
+    "sent2",
+    "gold-source",
+    "ending0",
+    "ending1",
+    "ending2",
+    "ending3",
+]
+
+
+def tiny_config(dropout: float = 0.1, **overrides) -> dict:
+    """The `bert_config.json` keys of a tiny random BERT: 2 layers, hidden 32 with 4
+    heads, an odd intermediate size (37, to catch transposes), the bundled uncased
+    vocabulary's size. `dropout` sets both dropout rates; `overrides` replace keys."""
+    config = dict(
+        vocab_size=30522,
+        hidden_size=32,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        intermediate_size=37,
+        hidden_act="gelu",
+        hidden_dropout_prob=dropout,
+        attention_probs_dropout_prob=dropout,
+        max_position_embeddings=64,
+        type_vocab_size=2,
+        initializer_range=0.02,
+    )
+    config.update(overrides)
+    return config
+
+
+def write_tiny_config(path: pathlib.Path, dropout: float = 0.1, **overrides) -> str:
+    """Writes `tiny_config(dropout, **overrides)` as JSON to `path`; returns the path."""
+    path.write_text(json.dumps(tiny_config(dropout, **overrides)), encoding="utf-8")
+    return str(path)
+
+
+def run_results_driver(driver: str, runs: dict, *args: str, timeout: int) -> dict:
+    """Runs the Python program `driver` in a new process in the repository, with the
+    runs {name: argv} as JSON and then `args` as its arguments; returns the JSON it
+    prints after "RESULTS"."""
+    process = subprocess.run(
+        [
+            sys.executable,
+            "-c",
+            driver,
+            json.dumps({name: [str(a) for a in argv] for name, argv in runs.items()}),
+            *args,
+        ],
+        capture_output=True,
+        text=True,
+        cwd=REPO_ROOT,
+        timeout=timeout,
+        env=dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2"),
+    )
+    marker = [line for line in process.stdout.splitlines() if line.startswith("RESULTS")]
+    assert marker, process.stderr[-5000:]
+    return json.loads(marker[0][len("RESULTS") :])
+
+
+def read_results(path) -> dict:
+    """A runner's eval_results.txt (`key = value` lines) -> {key: float}."""
+    results = {}
+    for line in pathlib.Path(path).read_text(encoding="utf-8").splitlines():
+        key, value = line.split(" = ")
+        results[key] = float(value)
+    return results
+
 
 @pytest.fixture(scope="session")
 def sample_data():
@@ -35,6 +112,25 @@ def sample_data():
 @pytest.fixture(scope="session")
 def vocab_file():
     return str(SAMPLE_DATA / "vocab" / "uncased_vocab.txt")
+
+
+@pytest.fixture(scope="module")
+def text_lines(sample_data):
+    """Every text line of the bundled sample data (test_tokenization.real_text_lines)."""
+    from test_tokenization import real_text_lines
+
+    lines = real_text_lines(sample_data)
+    assert sum(len(line) for line in lines) >= 1_000_000
+    return lines
+
+
+@pytest.fixture(scope="module")
+def cased_vocab_file(vocab_file, tmp_path_factory):
+    """A cased vocabulary made from the uncased one (test_tokenization.cased_vocab_tokens)."""
+    from test_tokenization import cased_vocab_tokens, write_vocab
+
+    path = tmp_path_factory.mktemp("cased") / "cased_vocab.txt"
+    return write_vocab(path, cased_vocab_tokens(vocab_file))
 
 
 @pytest.fixture(scope="session")

@@ -15,16 +15,9 @@ from modeling import checkpoints, feature_based, model_files, models
 from modeling.checkpoint_writers import hf_config, hf_tensors
 from modeling.config import ACTIVATIONS, BertConfig
 from modeling.encoder import BertEncoder
+from tests.conftest import tiny_config
 
-TINY = dict(
-    vocab_size=99,
-    hidden_size=32,
-    num_hidden_layers=2,
-    num_attention_heads=4,
-    intermediate_size=37,
-    max_position_embeddings=64,
-    type_vocab_size=2,
-)
+TINY = tiny_config(vocab_size=99)
 CONFIG = BertConfig(**TINY)
 KINDS = ("encoder", "pretrainer", "classifier", "multiple_choice", "span", "token_classifier")
 WRITERS = {
@@ -139,13 +132,15 @@ def test_original_names_of_task_heads(written):
 
 def test_hugging_face_config_reads_back_unchanged():
     for act in ACTIVATIONS:
-        config = BertConfig(**TINY, hidden_act=act)
+        config = BertConfig(**dict(TINY, hidden_act=act))
         values = hf_config(config, "classifier", ["a", "b"], 2)
         assert BertConfig.from_hf_dict(values) == config
         assert values["architectures"] == ["BertForSequenceClassification"]
         assert values["id2label"] == {"0": "a", "1": "b"}
     assert hf_config(CONFIG, "encoder")["hidden_act"] == "gelu_new"  # tanh form
-    assert hf_config(BertConfig(**TINY, hidden_act="gelu_exact"), "span")["hidden_act"] == "gelu"
+    assert (
+        hf_config(BertConfig(**dict(TINY, hidden_act="gelu_exact")), "span")["hidden_act"] == "gelu"
+    )
 
 
 # ------------------------------------------------------------------ restoring

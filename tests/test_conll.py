@@ -441,24 +441,14 @@ def test_bad_lengths(hand_sentences, tokenizer):
 # ----------------------------------------------------------------------------
 
 
-def test_tfrecord_round_trip_and_metadata(tmp_path, hand_sentences, tokenizer):
+def _write_hand_windows(path: str, hand_sentences, tokenizer):
+    """The hand sentences, twice, as windows of 8 tokens (stride 2) written to `path`;
+    returns (labels, features, metadata)."""
     labels = conll.label_list(hand_sentences)
     features = ner_features.convert_sentences_to_features(
         hand_sentences * 2, labels, tokenizer, 8, 2
     )
-    path = str(tmp_path / "out" / "train.tf_record")
     ner_features.write_tfrecord(features, path)
-    decoded = list(ner_features.load_dataset(path, 8).as_numpy_iterator())
-    assert len(decoded) == len(features) == 8
-    for (inputs, label_ids), feature in zip(decoded, features):
-        assert sorted(inputs) == ["input_mask", "input_type_ids", "input_word_ids"]
-        assert inputs["input_word_ids"].dtype == np.int32 and label_ids.dtype == np.int32
-        assert inputs["input_word_ids"].tolist() == feature.input_ids
-        assert inputs["input_mask"].tolist() == feature.input_mask
-        assert inputs["input_type_ids"].tolist() == feature.segment_ids
-        assert label_ids.tolist() == feature.label_ids
-    assert features[4].sentence_index == 1 and features[4].unique_id == 4
-
     metadata = ner_features.NerMetadata.describe(
         hand_sentences * 2,
         features,
@@ -470,6 +460,23 @@ def test_tfrecord_round_trip_and_metadata(tmp_path, hand_sentences, tokenizer):
         do_lower_case=True,
         vocab_size=len(tokenizer.vocab),
     )
+    return labels, features, metadata
+
+
+def test_tfrecord_round_trip_and_metadata(tmp_path, hand_sentences, tokenizer):
+    path = str(tmp_path / "out" / "train.tf_record")
+    labels, features, metadata = _write_hand_windows(path, hand_sentences, tokenizer)
+    decoded = list(ner_features.load_dataset(path, 8).as_numpy_iterator())
+    assert len(decoded) == len(features) == 8
+    for (inputs, label_ids), feature in zip(decoded, features):
+        assert sorted(inputs) == ["input_mask", "input_type_ids", "input_word_ids"]
+        assert inputs["input_word_ids"].dtype == np.int32 and label_ids.dtype == np.int32
+        assert inputs["input_word_ids"].tolist() == feature.input_ids
+        assert inputs["input_mask"].tolist() == feature.input_mask
+        assert inputs["input_type_ids"].tolist() == feature.segment_ids
+        assert label_ids.tolist() == feature.label_ids
+    assert features[4].sentence_index == 1 and features[4].unique_id == 4
+
     metadata.write(path)
     assert sorted(p.name for p in (tmp_path / "out").iterdir()) == [
         "train.tf_record",
@@ -507,23 +514,8 @@ def test_tfrecord_round_trip_and_metadata(tmp_path, hand_sentences, tokenizer):
 
 
 def test_build_dataset_batches_for_the_trainer(tmp_path, hand_sentences, tokenizer):
-    labels = conll.label_list(hand_sentences)
-    features = ner_features.convert_sentences_to_features(
-        hand_sentences * 2, labels, tokenizer, 8, 2
-    )
     path = str(tmp_path / "train.tf_record")
-    ner_features.write_tfrecord(features, path)
-    metadata = ner_features.NerMetadata.describe(
-        hand_sentences * 2,
-        features,
-        labels,
-        label_scheme="iob2",
-        tag_scheme="iob2",
-        max_seq_length=8,
-        doc_stride=2,
-        do_lower_case=True,
-        vocab_size=len(tokenizer.vocab),
-    )
+    _, features, metadata = _write_hand_windows(path, hand_sentences, tokenizer)
 
     def ids(batches, name="input_word_ids"):
         return np.concatenate([batch[name] for batch in batches]).tolist()

@@ -19,7 +19,7 @@ from modeling import checkpoints, models
 from modeling.checkpoint_readers import read_safetensors
 from modeling.config import BertConfig
 from modeling.encoder import BertEncoder
-from tests.conftest import REPO_ROOT
+from tests.conftest import REPO_ROOT, tiny_config
 from tests.test_parity_real_checkpoint import encode, real_pairs, real_sentences
 
 torch = pytest.importorskip("torch")
@@ -277,13 +277,7 @@ print(json.dumps(results))
 
 def test_command_line_reads_beside_the_input_and_says_what_is_wrong(tmp_path):
     """One process runs several command lines (the TF start-up is paid once)."""
-    tiny = dict(
-        vocab_size=99,
-        hidden_size=32,
-        num_hidden_layers=2,
-        num_attention_heads=4,
-        intermediate_size=37,
-    )
+    tiny = tiny_config(vocab_size=99)
     config = BertConfig(**tiny)
     vocab = tmp_path / "vocab.txt"
     vocab.write_text("".join(f"w{i}\n" for i in range(99)))

@@ -29,21 +29,12 @@ from modeling.encoder import INPUT_KEYS, BertEncoder
 from modeling.tasks import ClassificationTask
 from serving import encoder as serving_encoder
 from serving import preprocessing, savedmodel, tasks
-from tests.conftest import REPO_ROOT
+from tests.conftest import REPO_ROOT, tiny_config
 
 # Odd sizes catch transposes; the real vocabulary so that text tokenizes into range; a
 # wide initializer so that the pooled output depends clearly on the input (at 0.02 it
 # varies by 1e-4 between inputs, below what a parity test could see).
-TINY = dict(
-    vocab_size=30522,
-    hidden_size=32,
-    num_hidden_layers=2,
-    num_attention_heads=4,
-    intermediate_size=37,
-    type_vocab_size=2,
-    max_position_embeddings=64,
-    initializer_range=0.2,
-)
+TINY = tiny_config(initializer_range=0.2)
 ATOL = 1e-5
 
 

@@ -32,21 +32,14 @@ import tensorflow as tf
 from modeling import hub, models
 from modeling.config import BertConfig
 from modeling.encoder import BertEncoder
+from tests.conftest import tiny_config
 
 # Hidden 32 with 4 heads: the old inference (hidden / 64) said 1. A wide initializer, so
 # that outputs depend clearly on every weight.
 CONFIG = BertConfig(
-    vocab_size=30522,
-    hidden_size=32,
-    num_hidden_layers=2,
-    num_attention_heads=4,
-    intermediate_size=37,
-    hidden_act="gelu",
-    hidden_dropout_prob=0.05,
-    attention_probs_dropout_prob=0.15,
-    max_position_embeddings=64,
-    type_vocab_size=2,
-    initializer_range=0.2,
+    **tiny_config(
+        hidden_dropout_prob=0.05, attention_probs_dropout_prob=0.15, initializer_range=0.2
+    )
 )
 TFHUB_HANDLE = "https://tfhub.dev/tensorflow/bert_en_uncased_L-12_H-768_A-12/4"
 KAGGLE_HANDLE = (

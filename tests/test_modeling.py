@@ -12,17 +12,9 @@ import tensorflow as tf
 from modeling import checkpoints, layers, models
 from modeling.config import BertConfig
 from modeling.encoder import BertEncoder
+from tests.conftest import tiny_config
 
-# Odd sizes catch transposes.
-TINY = dict(
-    vocab_size=99,
-    hidden_size=32,
-    num_hidden_layers=2,
-    num_attention_heads=4,
-    intermediate_size=37,
-    type_vocab_size=2,
-    max_position_embeddings=64,
-)
+TINY = tiny_config(vocab_size=99)
 
 
 @pytest.fixture(scope="module")

@@ -10,14 +10,13 @@ current meaning with one warning line.
 
 import json
 import os
-import pathlib
 import subprocess
 import sys
 
 import numpy as np
 import pytest
 
-from tests.conftest import REPO_ROOT, SAMPLE_DATA
+from tests.conftest import REPO_ROOT, SAMPLE_DATA, read_results
 
 ENV = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2")
 
@@ -39,15 +38,6 @@ def run(script: str, *flags: str, expect_ok: bool = True) -> subprocess.Complete
     if expect_ok:
         assert result.returncode == 0, result.stderr[-4000:]
     return result
-
-
-def read_results(path) -> dict:
-    return {
-        key: float(value)
-        for key, value in (
-            line.split(" = ") for line in pathlib.Path(path).read_text().splitlines()
-        )
-    }
 
 
 @pytest.fixture(scope="module")

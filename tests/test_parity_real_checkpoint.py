@@ -23,6 +23,24 @@ transformers = pytest.importorskip("transformers")
 ATOL = 1e-4
 
 
+# The training batch's keys -> the squad_features.InputFeatures fields they come from.
+SQUAD_COLUMNS = {
+    "input_word_ids": "input_ids",
+    "input_mask": "input_mask",
+    "input_type_ids": "segment_ids",
+    "start_positions": "start_position",
+    "end_positions": "end_position",
+}
+# The training batch's keys -> Hugging Face's names of them.
+HF_SQUAD_NAMES = {
+    "input_word_ids": "input_ids",
+    "input_mask": "attention_mask",
+    "input_type_ids": "token_type_ids",
+    "start_positions": "start_positions",
+    "end_positions": "end_positions",
+}
+
+
 def real_sentences(count=24):
     """Real sentences of varied length from the bundled paper text."""
     text = (SAMPLE_DATA / "corpus" / "bert_paper_v1.txt").read_text(encoding="utf-8")
@@ -180,16 +198,9 @@ def test_squad_span_loss_and_gradients_equal_hugging_face(minilm_dir):
         squad_features.convert_examples_to_features(examples, tokenizer, 256, 128, 64, True)
     )[::4][:8]
     assert {f.start_position == 0 for f in features} == {True, False}
-    columns = {
-        "input_word_ids": "input_ids",
-        "input_mask": "input_mask",
-        "input_type_ids": "segment_ids",
-        "start_positions": "start_position",
-        "end_positions": "end_position",
-    }
     batch = {
         ours_name: np.array([getattr(f, name) for f in features], np.int32)
-        for ours_name, name in columns.items()
+        for ours_name, name in SQUAD_COLUMNS.items()
     }
     with tf.GradientTape() as tape:
         loss = SpanTask().loss_sums(batch, ours(batch, training=False))["loss"] / len(features)
@@ -200,14 +211,9 @@ def test_squad_span_loss_and_gradients_equal_hugging_face(minilm_dir):
     with torch.no_grad():
         theirs.qa_outputs.weight.copy_(torch.tensor(variables["squad/dense/kernel"].numpy().T))
         theirs.qa_outputs.bias.copy_(torch.tensor(variables["squad/dense/bias"].numpy()))
-    hf_names = {
-        "input_word_ids": "input_ids",
-        "input_mask": "attention_mask",
-        "input_type_ids": "token_type_ids",
-        "start_positions": "start_positions",
-        "end_positions": "end_positions",
-    }
-    output = theirs(**{hf_names[k]: torch.tensor(v, dtype=torch.long) for k, v in batch.items()})
+    output = theirs(
+        **{HF_SQUAD_NAMES[k]: torch.tensor(v, dtype=torch.long) for k, v in batch.items()}
+    )
     output.loss.backward()
     assert float(loss) == pytest.approx(float(output.loss.detach()), rel=1e-5)
 
@@ -263,16 +269,9 @@ def test_squad_fine_tuning_follows_hugging_face_step_by_step(minilm_dir, tmp_pat
         squad_features.convert_examples_to_features(examples, tokenizer, 128, 64, 64, True)
     )
     picks = np.random.RandomState(0).permutation(len(features))[: (steps + 1) * batch_size]
-    columns = {
-        "input_word_ids": "input_ids",
-        "input_mask": "input_mask",
-        "input_type_ids": "segment_ids",
-        "start_positions": "start_position",
-        "end_positions": "end_position",
-    }
     data = {
         ours_name: np.array([getattr(features[i], name) for i in picks], np.int32)
-        for ours_name, name in columns.items()
+        for ours_name, name in SQUAD_COLUMNS.items()
     }
     batches = [
         {k: v[s * batch_size : (s + 1) * batch_size] for k, v in data.items()}
@@ -324,16 +323,11 @@ def test_squad_fine_tuning_follows_hugging_face_step_by_step(minilm_dir, tmp_pat
     scheduler = torch.optim.lr_scheduler.LambdaLR(
         optimizer, lambda s: s / warmup if s < warmup else max(0.0, 1.0 - s / steps)
     )
-    hf_names = {
-        "input_word_ids": "input_ids",
-        "input_mask": "attention_mask",
-        "input_type_ids": "token_type_ids",
-        "start_positions": "start_positions",
-        "end_positions": "end_positions",
-    }
 
     def hf_batch(step):
-        return {hf_names[k]: torch.tensor(v, dtype=torch.long) for k, v in batches[step].items()}
+        return {
+            HF_SQUAD_NAMES[k]: torch.tensor(v, dtype=torch.long) for k, v in batches[step].items()
+        }
 
     def our_loss(step):
         batch = batches[step]

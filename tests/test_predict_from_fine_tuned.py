@@ -16,7 +16,7 @@ import sys
 import numpy as np
 import pytest
 
-from tests.conftest import REPO_ROOT, SAMPLE_DATA
+from tests.conftest import REPO_ROOT, SAMPLE_DATA, write_tiny_config
 
 ENV = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2")
 VOCAB = str(SAMPLE_DATA / "vocab" / "uncased_vocab.txt")
@@ -37,24 +37,7 @@ def run(script: str, *flags: str) -> None:
 @pytest.fixture(scope="module")
 def config_file(tmp_path_factory):
     path = tmp_path_factory.mktemp("model") / "bert_config.json"
-    path.write_text(
-        json.dumps(
-            dict(
-                vocab_size=30522,
-                hidden_size=32,
-                num_hidden_layers=2,
-                num_attention_heads=4,
-                intermediate_size=37,
-                hidden_act="gelu",
-                hidden_dropout_prob=0.1,
-                attention_probs_dropout_prob=0.1,
-                max_position_embeddings=128,
-                type_vocab_size=2,
-                initializer_range=0.02,
-            )
-        )
-    )
-    return str(path)
+    return write_tiny_config(path, max_position_embeddings=128)
 
 
 def test_squad(config_file, tmp_path):

@@ -17,28 +17,16 @@ import pytest
 import tensorflow as tf
 
 from data_prep import pretraining_data
-from tests.conftest import REPO_ROOT, SAMPLE_DATA
+from tests.conftest import REPO_ROOT, SAMPLE_DATA, write_tiny_config
 
 VOCAB = str(SAMPLE_DATA / "vocab" / "uncased_vocab.txt")
 SEQ, PREDS = 64, 10
 
 
-def tiny_config(path, dropout=0.1, hidden=64):
-    config = dict(
-        vocab_size=30522,
-        hidden_size=hidden,
-        num_hidden_layers=2,
-        num_attention_heads=4,
-        intermediate_size=2 * hidden,
-        hidden_act="gelu",
-        hidden_dropout_prob=dropout,
-        attention_probs_dropout_prob=dropout,
-        max_position_embeddings=SEQ,
-        type_vocab_size=2,
-        initializer_range=0.02,
+def tiny_config(path, dropout=0.1):
+    return write_tiny_config(
+        path, dropout, hidden_size=64, intermediate_size=128, max_position_embeddings=SEQ
     )
-    path.write_text(json.dumps(config))
-    return str(path)
 
 
 def make_shard(corpus_file, output, seed=12345, dupe_factor=5):

@@ -19,29 +19,13 @@ import numpy as np
 import pytest
 from scipy import stats
 
+from tests.conftest import SWAG_HEADER, read_results, run_results_driver, write_tiny_config
+
 REPO = pathlib.Path(__file__).resolve().parent.parent
 SCRIPT = REPO / "run_classifier.py"
 
 # Dev and test end in partial batches (of 6 and 5 at batch size 8).
 MRPC_TRAIN, MRPC_DEV, MRPC_TEST = 64, 30, 13
-
-
-def _tiny_config(path: pathlib.Path, dropout: float) -> str:
-    config = {
-        "vocab_size": 30522,
-        "hidden_size": 32,
-        "num_hidden_layers": 2,
-        "num_attention_heads": 4,
-        "intermediate_size": 37,
-        "hidden_act": "gelu",
-        "hidden_dropout_prob": dropout,
-        "attention_probs_dropout_prob": dropout,
-        "max_position_embeddings": 64,
-        "type_vocab_size": 2,
-        "initializer_range": 0.02,
-    }
-    path.write_text(json.dumps(config), encoding="utf-8")
-    return str(path)
 
 
 def _run(args, vocab_file, check=True, env=None):
@@ -58,15 +42,6 @@ def _run(args, vocab_file, check=True, env=None):
     if check and process.returncode != 0:
         raise AssertionError(f"{' '.join(command)} failed:\n{process.stderr[-5000:]}")
     return process
-
-
-def _read_results(path) -> dict:
-    """eval_results.txt -> {key: float}."""
-    results = {}
-    for line in pathlib.Path(path).read_text(encoding="utf-8").splitlines():
-        key, value = line.split(" = ")
-        results[key] = float(value)
-    return results
 
 
 def _read_tsv(path) -> np.ndarray:
@@ -119,7 +94,7 @@ def _mrpc_flags(data_dir, config_file, output_dir, *extra):
 def mrpc_run(tmp_path_factory, mrpc_dir, vocab_file):
     """(output_dir, flags) of one training run with evaluation and prediction."""
     directory = tmp_path_factory.mktemp("mrpc_run")
-    config_file = _tiny_config(directory / "bert_config.json", dropout=0.0)
+    config_file = write_tiny_config(directory / "bert_config.json", dropout=0.0)
     flags = _mrpc_flags(mrpc_dir, config_file, directory / "out")
     _run(flags, vocab_file)
     return directory / "out", flags
@@ -127,7 +102,7 @@ def mrpc_run(tmp_path_factory, mrpc_dir, vocab_file):
 
 def test_mrpc_end_to_end(mrpc_run, mrpc_dir):
     output_dir, _ = mrpc_run
-    results = _read_results(output_dir / "eval_results.txt")
+    results = read_results(output_dir / "eval_results.txt")
     assert set(results) == {"eval_accuracy", "eval_f1", "eval_loss", "loss", "global_step"}
     # 64 examples / 8 per batch * 2 epochs: an evaluation after steps 8 and 16; the
     # results are those of the better one, the model kept in best/.
@@ -185,8 +160,8 @@ def test_mrpc_second_run_resumes_without_training(mrpc_run, vocab_file, tmp_path
     assert sorted(n for n in after if n.startswith("ckpt-")) == sorted(
         n for n in files if n.startswith("ckpt-")
     )
-    assert _read_results(copy / "eval_results.txt") == pytest.approx(
-        _read_results(output_dir / "eval_results.txt"), rel=1e-6
+    assert read_results(copy / "eval_results.txt") == pytest.approx(
+        read_results(output_dir / "eval_results.txt"), rel=1e-6
     )
     np.testing.assert_allclose(
         _read_tsv(copy / "test_results.tsv"), _read_tsv(output_dir / "test_results.tsv"), rtol=1e-5
@@ -196,7 +171,7 @@ def test_mrpc_second_run_resumes_without_training(mrpc_run, vocab_file, tmp_path
 @pytest.mark.slow
 def test_mirrored_on_two_cpus_matches_one_device(mrpc_run, mrpc_dir, vocab_file, tmp_path):
     output_dir, _ = mrpc_run
-    config_file = _tiny_config(tmp_path / "bert_config.json", dropout=0.0)
+    config_file = write_tiny_config(tmp_path / "bert_config.json", dropout=0.0)
     _run(
         _mrpc_flags(
             mrpc_dir,
@@ -232,7 +207,7 @@ def test_hub_module_gives_the_same_metrics_as_the_checkpoint(mrpc_dir, vocab_fil
     from modeling.config import BertConfig
     from modeling.encoder import BertEncoder
 
-    config_file = _tiny_config(tmp_path / "bert_config.json", dropout=0.0)
+    config_file = write_tiny_config(tmp_path / "bert_config.json", dropout=0.0)
     encoder = BertEncoder(BertConfig.from_json_file(config_file))
     checkpoint = checkpoints.write_original_checkpoint(str(tmp_path / "bert_model.ckpt"), encoder)
     serving_encoder.export_encoder(encoder, str(tmp_path / "hub"), vocab_file, do_lower_case=True)
@@ -265,7 +240,7 @@ def test_hub_module_gives_the_same_metrics_as_the_checkpoint(mrpc_dir, vocab_fil
             ],
             vocab_file,
         )
-    one, two = (_read_results(tmp_path / name / "eval_results.txt") for name in runs)
+    one, two = (read_results(tmp_path / name / "eval_results.txt") for name in runs)
     assert set(one) == set(two)  # global_step: the best epoch's, the same in both
     for key in one:
         assert two[key] == pytest.approx(one[key], rel=1e-4, abs=1e-6), key
@@ -320,7 +295,7 @@ def test_stsb_regression_learns_and_metrics_match_scipy(tmp_path, vocab_file):
     data_dir = tmp_path / "STS-B"
     data_dir.mkdir()
     labels = np.array(_write_stsb(data_dir))
-    config_file = _tiny_config(tmp_path / "bert_config.json", dropout=0.1)
+    config_file = write_tiny_config(tmp_path / "bert_config.json", dropout=0.1)
     output_dir = tmp_path / "out"
     _run(
         [
@@ -347,7 +322,7 @@ def test_stsb_regression_learns_and_metrics_match_scipy(tmp_path, vocab_file):
     # end well below it.
     assert losses[-1] < losses[0] and losses[-1] < 0.5 * labels.var()
 
-    results = _read_results(output_dir / "eval_results.txt")
+    results = read_results(output_dir / "eval_results.txt")
     assert set(results) == {"eval_pearson", "eval_spearman", "eval_loss", "loss", "global_step"}
     scores = _read_tsv(output_dir / "test_results.tsv")
     assert scores.shape == (15, 1)
@@ -390,19 +365,6 @@ def _swag_rows(count: int, offset: int) -> list[tuple[str, str, list[str], int]]
 
 
 def _write_swag(directory: pathlib.Path) -> list[int]:
-    header = [
-        "",
-        "video-id",
-        "fold-ind",
-        "startphrase",
-        "sent1",
-        "sent2",
-        "gold-source",
-        "ending0",
-        "ending1",
-        "ending2",
-        "ending3",
-    ]
     for name, rows, labelled in (
         ("train.csv", _swag_rows(80, 0), True),
         ("val.csv", _swag_rows(16, 1), True),
@@ -410,7 +372,7 @@ def _write_swag(directory: pathlib.Path) -> list[int]:
     ):
         with open(directory / name, "w", encoding="utf-8", newline="") as f:
             writer = csv.writer(f)
-            writer.writerow(header + ["label"] if labelled else header)
+            writer.writerow(SWAG_HEADER + ["label"] if labelled else SWAG_HEADER)
             for i, (sent1, sent2, endings, label) in enumerate(rows):
                 row = [i, f"lsmdc{i}", i, f"{sent1} {sent2}", sent1, sent2, "gold", *endings]
                 writer.writerow(row + [label] if labelled else row)
@@ -421,7 +383,7 @@ def test_swag_multiple_choice_learns_and_accuracy_matches(tmp_path, vocab_file):
     data_dir = tmp_path / "swag"
     data_dir.mkdir()
     labels = np.array(_write_swag(data_dir))
-    config_file = _tiny_config(tmp_path / "bert_config.json", dropout=0.1)
+    config_file = write_tiny_config(tmp_path / "bert_config.json", dropout=0.1)
     output_dir = tmp_path / "out"
     _run(
         [
@@ -445,7 +407,7 @@ def test_swag_multiple_choice_learns_and_accuracy_matches(tmp_path, vocab_file):
     history = json.loads((output_dir / "eval_history.json").read_text())
     losses = [h["eval_loss"] for h in history]
     assert len(history) == 3 and losses[-1] < losses[0] < np.log(4) + 0.1
-    results = _read_results(output_dir / "eval_results.txt")
+    results = read_results(output_dir / "eval_results.txt")
     assert set(results) == {"eval_accuracy", "eval_loss", "loss", "global_step"}
 
     probabilities = _read_tsv(output_dir / "test_results.tsv")
@@ -624,7 +586,7 @@ def driver(tmp_path_factory, mrpc_dir, vocab_file):
     """Runs every case in one process: {case: (exception name or "no error",
     message)}, and "root": the directory of the data and output_dirs (out_<case>)."""
     root = tmp_path_factory.mktemp("driver")
-    config_file = _tiny_config(root / "bert_config.json", dropout=0.1)
+    config_file = write_tiny_config(root / "bert_config.json", dropout=0.1)
     cases = {}
 
     def add(
@@ -714,25 +676,10 @@ def driver(tmp_path_factory, mrpc_dir, vocab_file):
         task="PAWS",
         do=("--do_train", "--do_eval", "--do_predict"),
     )
-    process = subprocess.run(
-        [
-            sys.executable,
-            "-c",
-            _DRIVER,
-            json.dumps({name: [str(a) for a in argv] for name, argv in cases.items()}),
-            str(root / "hub"),
-            config_file,
-            vocab_file,
-        ],
-        capture_output=True,
-        text=True,
-        cwd=REPO,
-        timeout=600,
-        env=dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2"),
+    results = run_results_driver(
+        _DRIVER, cases, str(root / "hub"), config_file, vocab_file, timeout=600
     )
-    marker = [line for line in process.stdout.splitlines() if line.startswith("RESULTS")]
-    assert marker, process.stderr[-5000:]
-    return {"root": root, **json.loads(marker[0][len("RESULTS") :])}
+    return {"root": root, **results}
 
 
 @pytest.mark.parametrize(
@@ -789,7 +736,7 @@ def test_schedule_epochs_and_scores(driver):
 def test_mnli_matched_and_mismatched(driver):
     assert driver["mnli"] == ["no error", ""]
     output_dir = driver["root"] / "out_mnli"
-    results = _read_results(output_dir / "eval_results.txt")
+    results = read_results(output_dir / "eval_results.txt")
     assert set(results) == {
         "eval_accuracy",
         "eval_loss",
@@ -821,7 +768,7 @@ def test_paws_a_task_added_as_one_class(driver):
     test split, and predicted, through the same runner as every GLUE task."""
     assert driver["paws"] == ["no error", ""]
     output_dir = driver["root"] / "out_paws"
-    results = _read_results(output_dir / "eval_results.txt")
+    results = read_results(output_dir / "eval_results.txt")
     assert set(results) == {
         "eval_accuracy",
         "eval_loss",
@@ -843,7 +790,7 @@ def test_xnli_reads_only_its_language(driver):
     train = json.loads((output_dir / "train.tf_record.meta.json").read_text())
     assert dev["num_examples"] == 6 and train["num_examples"] == 12
     assert dev["processor_options"] == {"xnli_language": "de"}
-    results = _read_results(output_dir / "eval_results.txt")
+    results = read_results(output_dir / "eval_results.txt")
     assert results["global_step"] == 3 and "eval_accuracy" in results
 
 
@@ -852,7 +799,7 @@ def test_generic_csv_task(driver):
     output_dir = driver["root"] / "out_generic"
     config = json.loads((output_dir / "run_config.json").read_text())
     assert config["labels"] == ["neg", "pos"]  # sorted labels of train.csv
-    assert set(_read_results(output_dir / "eval_results.txt")) == {
+    assert set(read_results(output_dir / "eval_results.txt")) == {
         "eval_accuracy",
         "eval_loss",
         "loss",
@@ -883,7 +830,7 @@ def test_hub_module_fine_tunes_with_its_own_vocabulary(driver):
     config = json.loads((output_dir / "run_config.json").read_text())
     assert config["resolved_vocab_file"].startswith(str(driver["root"] / "hub"))
     assert config["resolved_do_lower_case"] is True
-    results = _read_results(output_dir / "eval_results.txt")
+    results = read_results(output_dir / "eval_results.txt")
     assert results["global_step"] == 4  # 64 examples / 16 per batch, 1 epoch
     history = json.loads((output_dir / "eval_history.json").read_text())
     assert [h["global_step"] for h in history] == [4]
@@ -891,7 +838,7 @@ def test_hub_module_fine_tunes_with_its_own_vocabulary(driver):
 
 def test_cola_reports_matthews_correlation(driver):
     assert driver["cola"] == ["no error", ""]
-    results = _read_results(driver["root"] / "out_cola" / "eval_results.txt")
+    results = read_results(driver["root"] / "out_cola" / "eval_results.txt")
     assert set(results) == {"eval_accuracy", "eval_mcc", "eval_loss", "loss", "global_step"}
     assert results["global_step"] == 0
 

@@ -30,6 +30,7 @@ from modeling.encoder import BertEncoder
 from modeling.feature_based import BertFeatureBasedTagger, LayerCombination, parse_feature_layers
 from modeling.models import BertTokenClassifier
 from serving import encoder as serving_encoder
+from tests.conftest import read_results, tiny_config
 
 REPO_ROOT = pathlib.Path(__file__).resolve().parent.parent
 RUN_NER = str(REPO_ROOT / "run_ner.py")
@@ -37,19 +38,7 @@ ENV = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2", PYTHONPATH=str(REPO_ROOT))
 LONG_SENTENCE_WORDS = 600
 VOCAB_FILE = str(REPO_ROOT / "sample_data" / "vocab" / "uncased_vocab.txt")
 
-TINY_CONFIG = dict(
-    vocab_size=30522,
-    hidden_size=32,
-    num_hidden_layers=2,
-    num_attention_heads=4,
-    intermediate_size=37,
-    hidden_act="gelu",
-    hidden_dropout_prob=0.1,
-    attention_probs_dropout_prob=0.1,
-    max_position_embeddings=64,
-    type_vocab_size=2,
-    initializer_range=0.02,
-)
+TINY_CONFIG = tiny_config()
 
 
 # ----------------------------------------------------------------------------
@@ -275,14 +264,6 @@ def _finish(runs, name, timeout=600) -> tuple[pathlib.Path, int, str]:
     return output_dir, process.returncode, output
 
 
-def _read_results(path) -> dict:
-    results = {}
-    for line in pathlib.Path(path).read_text(encoding="utf-8").splitlines():
-        key, value = line.split(" = ")
-        results[key] = float(value)
-    return results
-
-
 def _read_prediction_file(path) -> list[list[list[str]]]:
     """Sentences of `token gold guess` lines, each a list of field lists."""
     sentences, current = [], []
@@ -322,7 +303,7 @@ def test_fine_tune_end_to_end(runs, inputs):
     # eval_results.txt holds exactly what conlleval counts in the written file.
     predictions_file = output_dir / "eval_predictions.txt"
     counts = conlleval.evaluate_file(str(predictions_file))
-    results = _read_results(output_dir / "eval_results.txt")
+    results = read_results(output_dir / "eval_results.txt")
     expected = conlleval.eval_results(counts)
     assert {k: results[k] for k in expected} == expected
     gold_types = {tag_schemes.split_tag(t)[1] for s in inputs["dev"] for t in s.tags} - {""}
@@ -516,7 +497,7 @@ def test_feature_based_trains_only_the_lstm_head(runs, inputs):
 
     assert len(head(last)) == 2 * 6 + 2  # 2 BiLSTMs x 2 directions x 3, dense x 2.
     assert all(not np.array_equal(a, b) for a, b in zip(head(first), head(last)))
-    results = _read_results(output_dir / "eval_results.txt")
+    results = read_results(output_dir / "eval_results.txt")
     assert results["global_step"] == num_steps
     # Two replicas and batches of 7 windows: every word still once, in order.
     written = _read_prediction_file(output_dir / "eval_predictions.txt")
@@ -544,7 +525,7 @@ def test_hub_module_feature_based(runs, inputs):
     assert saved == TINY_CONFIG
     variables = [name for name, _ in tf.train.list_variables(str(output_dir))]
     assert any("layer_weights" in name for name in variables)
-    results = _read_results(output_dir / "eval_results.txt")
+    results = read_results(output_dir / "eval_results.txt")
     counts = conlleval.evaluate_file(str(output_dir / "eval_predictions.txt"))
     assert results["eval_f1"] == counts.precision_recall_f1()[2]
 
@@ -711,7 +692,7 @@ def _run_on_sciner(tmp_path, minilm_dir, sample_data, *flags) -> dict:
     ]
     result = subprocess.run(command, env=ENV, capture_output=True, text=True)
     assert result.returncode == 0, result.stderr[-3000:]
-    results = _read_results(output_dir / "eval_results.txt")
+    results = read_results(output_dir / "eval_results.txt")
     counts = conlleval.evaluate_file(str(output_dir / "eval_predictions.txt"))
     assert results["eval_f1"] == counts.precision_recall_f1()[2]
     return results

@@ -17,6 +17,8 @@ import textwrap
 import numpy as np
 import pytest
 
+from tests.conftest import read_results, run_results_driver, write_tiny_config
+
 REPO = pathlib.Path(__file__).resolve().parent.parent
 
 # Short windows, so that the two paragraphs make many overlapping windows.
@@ -45,49 +47,11 @@ _DRIVER = textwrap.dedent("""
 
 def run_driver(runs: dict) -> dict:
     """Runs run_squad.main once per {name: argv}; {name: [error type, message]}."""
-    process = subprocess.run(
-        [
-            sys.executable,
-            "-c",
-            _DRIVER,
-            json.dumps({name: [str(a) for a in argv] for name, argv in runs.items()}),
-        ],
-        capture_output=True,
-        text=True,
-        cwd=REPO,
-        timeout=900,
-        env=dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2"),
-    )
-    marker = [line for line in process.stdout.splitlines() if line.startswith("RESULTS")]
-    assert marker, process.stderr[-5000:]
-    return json.loads(marker[0][len("RESULTS") :])
+    return run_results_driver(_DRIVER, runs, timeout=900)
 
 
 def tiny_config(path: pathlib.Path, dropout: float = 0.1) -> str:
-    config = {
-        "vocab_size": 30522,
-        "hidden_size": 32,
-        "num_hidden_layers": 2,
-        "num_attention_heads": 4,
-        "intermediate_size": 37,
-        "hidden_act": "gelu",
-        "hidden_dropout_prob": dropout,
-        "attention_probs_dropout_prob": dropout,
-        "max_position_embeddings": 128,
-        "type_vocab_size": 2,
-        "initializer_range": 0.02,
-    }
-    path.write_text(json.dumps(config), encoding="utf-8")
-    return str(path)
-
-
-def read_results(path) -> dict:
-    """eval_results.txt -> {key: float}."""
-    results = {}
-    for line in pathlib.Path(path).read_text(encoding="utf-8").splitlines():
-        key, value = line.split(" = ")
-        results[key] = float(value)
-    return results
+    return write_tiny_config(path, dropout, max_position_embeddings=128)
 
 
 def read_json(path):

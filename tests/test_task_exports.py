@@ -27,17 +27,9 @@ from modeling.config import BertConfig
 from modeling.encoder import BertEncoder
 from serving import savedmodel, tasks
 from serving import squad as serving_squad
+from tests.conftest import SWAG_HEADER, tiny_config
 
-TINY = dict(
-    vocab_size=30522,
-    hidden_size=32,
-    num_hidden_layers=2,
-    num_attention_heads=4,
-    intermediate_size=37,
-    type_vocab_size=2,
-    max_position_embeddings=64,
-    initializer_range=0.2,
-)
+TINY = tiny_config(initializer_range=0.2)
 # Short windows, so that a sample paragraph needs several; non-default options, so that
 # they demonstrably reach the export.
 SEQ, QUERY, STRIDE, MAX_ANSWER, N_BEST = 48, 12, 16, 5, 7
@@ -317,22 +309,9 @@ SWAG_ROWS = [
 
 def _write_swag_test(directory) -> None:
     """test.csv in the official SWAG layout (no label column)."""
-    header = [
-        "",
-        "video-id",
-        "fold-ind",
-        "startphrase",
-        "sent1",
-        "sent2",
-        "gold-source",
-        "ending0",
-        "ending1",
-        "ending2",
-        "ending3",
-    ]
     with open(directory / "test.csv", "w", encoding="utf-8", newline="") as f:
         writer = csv.writer(f)
-        writer.writerow(header)
+        writer.writerow(SWAG_HEADER)
         for i, (sent1, sent2, endings) in enumerate(SWAG_ROWS):
             writer.writerow([i, f"v{i}", i, f"{sent1} {sent2}", sent1, sent2, "gold", *endings])
 

@@ -17,29 +17,15 @@ import tensorflow_text  # noqa: F401  (registers the ops a loaded SavedModel nee
 from data_prep import tf_tokenization
 from data_prep import tokenization
 from test_tokenization import (
+    REAL_TEXT_CASES,
     TINY_VOCAB,
     TINY_VOCAB_CASES,
     UNCASED_VOCAB_CASES,
-    cased_vocab_tokens,
     every_code_point_texts,
-    real_text_lines,
     write_vocab,
 )
 
 CLS, SEP = 101, 102
-
-
-@pytest.fixture(scope="module")
-def text_lines(sample_data):
-    lines = real_text_lines(sample_data)
-    assert sum(len(line) for line in lines) >= 1_000_000
-    return lines
-
-
-@pytest.fixture(scope="module")
-def cased_vocab_file(vocab_file, tmp_path_factory):
-    path = tmp_path_factory.mktemp("cased") / "cased_vocab.txt"
-    return write_vocab(path, cased_vocab_tokens(vocab_file))
 
 
 def python_ids(tokenizer, texts):
@@ -56,15 +42,7 @@ def tf_tokens(tokenizer, python_tokenizer, texts):
 # ----------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize(
-    "do_lower_case, which_vocab",
-    [
-        (True, "uncased"),
-        (False, "cased"),
-        pytest.param(False, "uncased", marks=pytest.mark.slow),
-        pytest.param(True, "cased", marks=pytest.mark.slow),
-    ],
-)
+@pytest.mark.parametrize("do_lower_case, which_vocab", REAL_TEXT_CASES)
 def test_identical_to_python_on_real_text(
     text_lines, vocab_file, cased_vocab_file, do_lower_case, which_vocab
 ):

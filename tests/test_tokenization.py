@@ -57,6 +57,16 @@ TINY_VOCAB = [
 ]
 
 
+# (do_lower_case, vocabulary) of the real-text comparisons: the usual pairs, and
+# (slow) the crossed ones.
+REAL_TEXT_CASES = [
+    (True, "uncased"),
+    (False, "cased"),
+    pytest.param(False, "uncased", marks=pytest.mark.slow),
+    pytest.param(True, "cased", marks=pytest.mark.slow),
+]
+
+
 def write_vocab(path: pathlib.Path, tokens) -> str:
     path.write_text("".join(token + "\n" for token in tokens), encoding="utf-8")
     return str(path)
@@ -376,28 +386,7 @@ def original_tokenization():
     return original
 
 
-@pytest.fixture(scope="module")
-def text_lines(sample_data):
-    lines = real_text_lines(sample_data)
-    assert sum(len(line) for line in lines) >= 1_000_000
-    return lines
-
-
-@pytest.fixture(scope="module")
-def cased_vocab_file(vocab_file, tmp_path_factory):
-    path = tmp_path_factory.mktemp("cased") / "cased_vocab.txt"
-    return write_vocab(path, cased_vocab_tokens(vocab_file))
-
-
-@pytest.mark.parametrize(
-    "do_lower_case, which_vocab",
-    [
-        (True, "uncased"),
-        (False, "cased"),
-        pytest.param(False, "uncased", marks=pytest.mark.slow),
-        pytest.param(True, "cased", marks=pytest.mark.slow),
-    ],
-)
+@pytest.mark.parametrize("do_lower_case, which_vocab", REAL_TEXT_CASES)
 def test_identical_to_original_release(
     original_tokenization, text_lines, vocab_file, cased_vocab_file, do_lower_case, which_vocab
 ):

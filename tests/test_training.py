@@ -9,18 +9,9 @@ from modeling import models, optimization, training
 from modeling.config import BertConfig
 from modeling.encoder import BertEncoder
 from modeling.tasks import ClassificationTask, PretrainingTask
+from tests.conftest import tiny_config
 
-TINY = dict(
-    vocab_size=99,
-    hidden_size=32,
-    num_hidden_layers=2,
-    num_attention_heads=4,
-    intermediate_size=37,
-    type_vocab_size=2,
-    max_position_embeddings=64,
-    hidden_dropout_prob=0.0,
-    attention_probs_dropout_prob=0.0,
-)
+TINY = tiny_config(0.0, vocab_size=99)
 
 
 def test_learning_rate_schedule_matches_the_original():
