@@ -279,12 +279,12 @@ def labels_of_earlier_run(output_dir: str, init_checkpoint: str | None) -> Label
 
 
 def check_scheme_of_init_checkpoint(labels: Labels, settings: finetuning.Settings) -> None:
-    """Training on from a fine-tuned NER model keeps the scheme its head learnt (IOB1
-    and IOB2 share one label list, so the labels alone do not tell)."""
+    """Training on from a fine-tuned NER model keeps the scheme its head learnt (its
+    labels are that scheme's: another scheme's would be read as them)."""
     if settings.reinit_head or not settings.init_checkpoint:
         return
     earlier = fine_tuned_labels(model_files.read_model_info(settings.init_checkpoint))
-    if earlier and earlier.labels == labels.labels and earlier.scheme != labels.scheme:
+    if earlier and earlier.scheme != labels.scheme:
         raise ValueError(
             f"--init_checkpoint={settings.init_checkpoint} learnt its labels in "
             f"{earlier.scheme}, this run would train them in {labels.scheme}: give "

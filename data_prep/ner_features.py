@@ -44,13 +44,14 @@ from typing import Sequence
 
 import numpy as np
 import tensorflow as tf
+from absl import logging
 
 from data_prep import context_windows, records, tag_schemes, tokenization
 from data_prep.conll import Sentence
 
 LABEL_IGNORE_ID = -1
 # Raise the version when the records written for the same inputs change.
-RECORD_FORMAT = "bert_ner_tfrecord/2"
+RECORD_FORMAT = "bert_ner_tfrecord/3"
 
 
 # ----------------------------------------------------------------------------
@@ -124,16 +125,25 @@ def max_context_windows(positions: Sequence[int], windows: Sequence[tuple[int, i
     return best
 
 
-def _label_ids(sentence: Sentence, label_map: dict[str, int], label_scheme: str) -> list[int]:
+def _label_ids(
+    sentence: Sentence, label_map: dict[str, int], label_scheme: str, unlearnt: list
+) -> list[int]:
+    """Label ids of a sentence's words; LABEL_IGNORE_ID for a tag of a known type whose
+    label training never had (appended to `unlearnt` as (path, line, tag))."""
+    known_types = {tag_schemes.split_tag(label)[1] for label in label_map}
     ids = []
     tags = tag_schemes.from_iob2(sentence.tags, label_scheme)
     for tag, line_number in zip(tags, sentence.line_numbers):
-        if tag not in label_map:
+        if tag in label_map:
+            ids.append(label_map[tag])
+        elif tag_schemes.split_tag(tag)[1] in known_types:
+            unlearnt.append((sentence.path, line_number, tag))
+            ids.append(LABEL_IGNORE_ID)
+        else:
             raise ValueError(
                 f"{sentence.path}:{line_number}: tag {tag!r} ({label_scheme} form) is "
                 f"not in the training label list {list(label_map)}"
             )
-        ids.append(label_map[tag])
     return ids
 
 
@@ -163,11 +173,13 @@ def convert_sentences_to_features(
             each sentence's tags are rewritten in it before they become label ids.
 
     Returns:
-        The features, sentence by sentence, window by window.
+        The features, sentence by sentence, window by window. A tag of a type in
+        `labels` whose label is not (IOB1's rare B- when training had none) carries
+        LABEL_IGNORE_ID, with one warning naming how many and the first one.
 
     Raises:
-        ValueError: bad lengths, or a tag missing from `labels` (naming the file
-            and line of the word).
+        ValueError: bad lengths, or a tag of a type missing from `labels` (naming
+            the file and line of the word).
     """
     if max_seq_length < 3:
         raise ValueError(f"max_seq_length must be at least 3, got {max_seq_length}")
@@ -178,9 +190,9 @@ def convert_sentences_to_features(
     cls_id, sep_id = tokenizer.convert_tokens_to_ids(
         [tokenization.CLS_TOKEN, tokenization.SEP_TOKEN]
     )
-    features = []
+    features, unlearnt = [], []
     for sentence_index, sentence in enumerate(sentences):
-        word_labels = _label_ids(sentence, label_map, label_scheme)
+        word_labels = _label_ids(sentence, label_map, label_scheme, unlearnt)
         pieces, word_starts = tokenize_words(sentence.words, tokenizer)
         piece_ids = tokenizer.convert_tokens_to_ids(pieces)
         piece_word = [-1] * len(pieces)
@@ -212,6 +224,16 @@ def convert_sentences_to_features(
                     ),
                 )
             )
+    if unlearnt:
+        path, line_number, tag = unlearnt[0]
+        logging.warning(
+            "%d tags have a label training never had, left out of the loss (the model "
+            "cannot predict them); the first: %s:%d %r",
+            len(unlearnt),
+            path,
+            line_number,
+            tag,
+        )
     return features
 
 

@@ -88,18 +88,24 @@ def test_read_conll2003_layout_iob1_docstart_crlf(tmp_path):
     ]
     assert sentences[0].line_numbers == tuple(range(3, 12))
     assert sentences[1].line_numbers == (15, 16, 17)
-    assert conll.label_list(sentences) == [
-        "O",
-        "B-MISC",
-        "I-MISC",
-        "B-ORG",
-        "I-ORG",
-        "B-PER",
-        "I-PER",
-    ]
-    # A model that learns IOB1 has the same labels; one that learns IOBES, four per type.
-    assert conll.label_list(sentences, "iob1") == conll.label_list(sentences)
-    assert conll.label_list(sentences[1:], "iobes") == ["O", "B-PER", "I-PER", "E-PER", "S-PER"]
+    # The labels that occur, in the scheme the model learns: IOB2 here has no I-MISC.
+    assert conll.label_list(sentences) == ["O", "B-MISC", "B-ORG", "B-PER", "I-PER"]
+    # In IOB1 a chunk starts with I- unless it follows one of its type.
+    assert conll.label_list(sentences, "iob1") == ["O", "I-MISC", "I-ORG", "B-PER", "I-PER"]
+    assert conll.label_list(sentences[1:], "iobes") == ["O", "B-PER", "E-PER", "S-PER"]
+
+
+def test_eval_tag_with_a_label_training_never_had_is_left_out_of_the_loss(tokenizer, caplog):
+    train = conll.parse_conll("Jim I-PER\nHenson I-PER\n", path="train.txt", tag_scheme="iob1")
+    labels = conll.label_list(train, "iob1")
+    assert labels == ["O", "I-PER"]
+    dev = conll.parse_conll("Ann I-PER\nBob B-PER\n", path="dev.txt", tag_scheme="iob1")
+    [feature] = ner_features.convert_sentences_to_features(
+        dev, labels, tokenizer, 16, 8, label_scheme="iob1"
+    )
+    # Ann's first piece carries I-PER; Bob's B-PER has no label id, so no position does.
+    assert [i for i in feature.label_ids if i != ner_features.LABEL_IGNORE_ID] == [1]
+    assert "dev.txt:2 'B-PER'" in caplog.text
 
 
 def test_read_iobes_file(tmp_path):
@@ -181,8 +187,11 @@ def test_sciner_files(sample_data, tokenizer):
         "TaskName",
     ]
     labels = conll.label_list(train)
-    assert labels == ["O"] + [f"{p}-{t}" for t in types for p in "BI"]
-    assert len(labels) == 15
+    # Every type's B- and I-, but I-HyperparameterValue: no such value spans two words.
+    assert labels == ["O"] + [
+        f"{p}-{t}" for t in types for p in "BI" if f"{p}-{t}" != "I-HyperparameterValue"
+    ]
+    assert len(labels) == 14
     assert train[0].words[:4] == ("BERT", ":", "Pre", "-")
     assert train[0].tags[:4] == ("B-MethodName", "O", "B-MethodName", "I-MethodName")
     assert sum(len(tag_schemes.get_chunks(s.tags)) for s in dev) == 134
@@ -208,8 +217,8 @@ def hand_sentences(tmp_path):
 
 
 def test_alignment_of_a_hand_made_sentence(hand_sentences, tokenizer):
-    labels = conll.label_list(hand_sentences)
-    assert labels == ["O", "B-LOC", "I-LOC", "B-PER", "I-PER"]
+    assert conll.label_list(hand_sentences) == ["O", "B-LOC", "B-PER", "I-PER"]
+    labels = ["O", "B-LOC", "I-LOC", "B-PER", "I-PER"]  # any list holding them will do
     pieces, starts = ner_features.tokenize_words(hand_sentences[0].words, tokenizer)
     assert pieces == [
         "jim",
@@ -407,13 +416,15 @@ def test_iob1_labels_of_a_hand_made_sentence(tmp_path, tokenizer):
     text = "Jim I-PER\nHenson I-PER\nKermit B-PER\nin O\nParis I-LOC\n"
     [sentence] = conll.read_conll(_write(tmp_path, "iob1.txt", text), tag_scheme="iob1")
     labels = conll.label_list([sentence], "iob1")
-    assert labels == ["O", "B-LOC", "I-LOC", "B-PER", "I-PER"]
+    assert labels == ["O", "I-LOC", "B-PER", "I-PER"]
     [feature] = ner_features.convert_sentences_to_features(
         [sentence], labels, tokenizer, 16, 8, label_scheme="iob1"
     )
-    assert [i for i in feature.label_ids if i != IGNORE] == [4, 4, 3, 0, 2]
+    assert [i for i in feature.label_ids if i != IGNORE] == [3, 3, 2, 0, 1]
+    labels = conll.label_list([sentence])
+    assert labels == ["O", "B-LOC", "B-PER", "I-PER"]
     [feature] = ner_features.convert_sentences_to_features([sentence], labels, tokenizer, 16, 8)
-    assert [i for i in feature.label_ids if i != IGNORE] == [3, 4, 3, 0, 1]
+    assert [i for i in feature.label_ids if i != IGNORE] == [2, 3, 2, 0, 1]
 
 
 def test_predictions_to_tags_errors(hand_sentences, tokenizer):
@@ -495,7 +506,7 @@ def test_tfrecord_round_trip_and_metadata(tmp_path, hand_sentences, tokenizer):
         "num_words": 16,
         "num_features": 8,
         "label_ignore_id": -1,
-        "format": "bert_ner_tfrecord/2",
+        "format": "bert_ner_tfrecord/3",
         "record_bytes": os.path.getsize(path),
     }
     assert ner_features.NerMetadata.read(path) == metadata
@@ -509,7 +520,7 @@ def test_tfrecord_round_trip_and_metadata(tmp_path, hand_sentences, tokenizer):
     ):
         ner_features.NerMetadata.read(bad)
     records.write_json(records.metadata_path(bad), dict(data, format="bert_ner_tfrecord/0"))
-    with pytest.raises(ValueError, match=r"'bert_ner_tfrecord/0', not 'bert_ner_tfrecord/2'"):
+    with pytest.raises(ValueError, match=r"'bert_ner_tfrecord/0', not 'bert_ner_tfrecord/3'"):
         ner_features.NerMetadata.read(bad)
 
 

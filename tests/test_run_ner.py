@@ -388,7 +388,7 @@ def test_export_tags_raw_text_as_predicted(runs, inputs):
     output_dir, returncode, output = _finish(runs, "fine_tune")
     assert returncode == 0, output
     model = tf.saved_model.load(str(inputs["root"] / "fine_tune_export"))
-    labels = conll.label_list(inputs["train"])
+    labels = conll.label_list(inputs["train"], "iob1")
     assert [label.decode() for label in model.labels.numpy()] == labels
     assert model.doc_stride.numpy() == 8 and model.seq_length.numpy() == 32
     assert model.tag_scheme.numpy().decode() == "iob1"
@@ -474,7 +474,7 @@ def test_feature_based_trains_only_the_lstm_head(runs, inputs):
     output_dir, returncode, output = _finish(runs, "feature_based")
     assert returncode == 0, output
     config = inputs["config"]
-    labels = conll.label_list(inputs["train"])
+    labels = conll.label_list(inputs["train"], "iob1")
     initial = BertEncoder(config)
     checkpoints.load_checkpoint(inputs["init_checkpoint"], initial)
 
@@ -520,7 +520,7 @@ def test_hub_module_feature_based(runs, inputs):
     assert returncode == 0, output
     run_config = json.loads((output_dir / "run_config.json").read_text())
     assert run_config["resolved_vocab_file"].startswith(inputs["hub_module"])
-    assert run_config["labels"] == conll.label_list(inputs["train"])
+    assert run_config["labels"] == conll.label_list(inputs["train"], "iob1")
     saved = json.loads((output_dir / "bert_config.json").read_text())
     assert saved == TINY_CONFIG
     variables = [name for name, _ in tf.train.list_variables(str(output_dir))]
