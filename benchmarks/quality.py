@@ -1,6 +1,6 @@
 """On-demand quality runs: the long learning-on-real-data checks behind the README's
 figures, run as a user runs the project (each runner in its own process, with the
-flags a user types). They take about an hour on 2 CPU cores, so they are not part of
+flags a user types). They take about 25 minutes on 2 CPU cores, so they are not part of
 the test suite; run them after a change to the model, the optimizer, the training loop
 or a task's data path.
 
