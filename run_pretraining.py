@@ -109,21 +109,18 @@ def evaluate(trainer: training.Trainer, files: list[str]) -> dict:
     return results
 
 
-def main(_):
-    if not FLAGS.do_train and not FLAGS.do_eval:
-        raise app.UsageError("At least one of --do_train or --do_eval must be set.")
-    strategy = runner_flags.setup(FLAGS)
-    files = resolve_model_files()
+def input_shards() -> tuple[list[str], list[str]]:
+    """(training shards, evaluation shards): --input_file's, and --eval_input_file's
+    (default: the same)."""
     shards = pretraining_data.expand_input_files(FLAGS.input_file)
-    eval_shards = (
-        pretraining_data.expand_input_files(FLAGS.eval_input_file, "--eval_input_file")
-        if FLAGS.eval_input_file
-        else shards
-    )
-    check_shards(shards + eval_shards, files)
-    with strategy.scope():
-        model = build_model(files.config, FLAGS.dtype, FLAGS.kernels)
-    trainer = training.Trainer(
+    if not FLAGS.eval_input_file:
+        return shards, shards
+    return shards, pretraining_data.expand_input_files(FLAGS.eval_input_file, "--eval_input_file")
+
+
+def build_trainer(strategy, model) -> training.Trainer:
+    """The Trainer of the masked-LM (and next-sentence) losses, with the flags' schedule."""
+    return training.Trainer(
         strategy,
         model,
         PretrainingTask(FLAGS.use_next_sentence_loss),
@@ -133,6 +130,18 @@ def main(_):
         num_warmup_steps=FLAGS.num_warmup_steps,
         **runner_flags.trainer_options(FLAGS),
     )
+
+
+def main(_):
+    if not FLAGS.do_train and not FLAGS.do_eval:
+        raise app.UsageError("At least one of --do_train or --do_eval must be set.")
+    strategy = runner_flags.setup(FLAGS)
+    files = resolve_model_files()
+    shards, eval_shards = input_shards()
+    check_shards(shards + eval_shards, files)
+    with strategy.scope():
+        model = build_model(files.config, FLAGS.dtype, FLAGS.kernels)
+    trainer = build_trainer(strategy, model)
     model_files.write_model_files(FLAGS.output_dir, files, BertPretrainer.MODEL_KIND)
     records.write_json(
         os.path.join(FLAGS.output_dir, "run_config.json"),
