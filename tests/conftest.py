@@ -5,6 +5,7 @@ import os
 import pathlib
 import subprocess
 import sys
+import types
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 
@@ -147,3 +148,32 @@ def tokenizer(vocab_file):
     from data_prep import tokenization
 
     return tokenization.FullTokenizer(vocab_file, do_lower_case=True)
+
+
+@pytest.fixture(scope="module")
+def orig():
+    """The original `run_squad` module, importable under TF 2 with a stand-in
+    `tensorflow.contrib` (only `modeling.py` touches it, at import)."""
+    if "tensorflow.contrib" not in sys.modules:
+        contrib = types.ModuleType("tensorflow.contrib")
+        contrib.layers = types.ModuleType("tensorflow.contrib.layers")
+        sys.modules["tensorflow.contrib"] = contrib
+        sys.modules["tensorflow.contrib.layers"] = contrib.layers
+    from absl import flags
+    from bert import run_squad
+    import tensorflow as tf
+
+    if not flags.FLAGS.is_parsed():
+        flags.FLAGS.mark_as_parsed()
+    verbosity = tf.compat.v1.logging.get_verbosity()
+    tf.compat.v1.logging.set_verbosity(tf.compat.v1.logging.ERROR)
+    yield run_squad
+    tf.compat.v1.logging.set_verbosity(verbosity)
+
+
+@pytest.fixture(scope="module")
+def orig_tokenizer(orig, vocab_file):
+    """The original release's uncased `FullTokenizer` of the bundled vocabulary."""
+    from bert import tokenization as orig_tokenization
+
+    return orig_tokenization.FullTokenizer(vocab_file, do_lower_case=True)
