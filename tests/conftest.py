@@ -177,3 +177,11 @@ def orig_tokenizer(orig, vocab_file):
     from bert import tokenization as orig_tokenization
 
     return orig_tokenization.FullTokenizer(vocab_file, do_lower_case=True)
+
+
+@pytest.fixture(scope="module")
+def vocab(tokenizer, vocab_file):
+    """The special tokens' ids of the bundled uncased vocabulary (`VocabIds`)."""
+    from data_prep import pretraining_instances as pti
+
+    return pti.VocabIds.from_vocab(tokenizer.vocab, vocab_file)
