@@ -185,3 +185,15 @@ def vocab(tokenizer, vocab_file):
     from data_prep import pretraining_instances as pti
 
     return pti.VocabIds.from_vocab(tokenizer.vocab, vocab_file)
+
+
+@pytest.fixture(scope="module")
+def mrpc_dir(tmp_path_factory, sample_data):
+    """A slice of the real MRPC files (test_run_classifier*.py)."""
+    from tests.run_classifier_helpers import MRPC_DEV, MRPC_TEST, MRPC_TRAIN, _copy_head
+
+    directory = tmp_path_factory.mktemp("MRPC")
+    source = sample_data / "glue" / "MRPC"
+    for name, rows in (("train.tsv", MRPC_TRAIN), ("dev.tsv", MRPC_DEV), ("test.tsv", MRPC_TEST)):
+        _copy_head(source / name, directory / name, rows)
+    return directory
