@@ -197,3 +197,37 @@ def mrpc_dir(tmp_path_factory, sample_data):
     for name, rows in (("train.tsv", MRPC_TRAIN), ("dev.tsv", MRPC_DEV), ("test.tsv", MRPC_TEST)):
         _copy_head(source / name, directory / name, rows)
     return directory
+
+
+@pytest.fixture(scope="module")
+def root(tmp_path_factory, sample_data):
+    """A directory with the tiny config and the SQuAD files of test_run_squad*.py:
+    v2.json (the first two paragraphs of the sample: 17 questions, 9 unanswerable),
+    v1.json (the same without the unanswerable questions, as SQuAD 1.1)."""
+    from tests.run_squad_helpers import read_json, tiny_config, write_json
+
+    directory = tmp_path_factory.mktemp("squad")
+    tiny_config(directory / "bert_config.json")
+    sample = read_json(sample_data / "squad" / "dev-v2.0-first5articles.json")
+    article = sample["data"][0]
+    paragraphs = article["paragraphs"][:2]
+    write_json(
+        directory / "v2.json",
+        {"version": "v2.0", "data": [{"title": article["title"], "paragraphs": paragraphs}]},
+    )
+    v1_paragraphs = [
+        dict(
+            p,
+            qas=[
+                {k: v for k, v in qa.items() if k != "is_impossible"}
+                for qa in p["qas"]
+                if not qa["is_impossible"]
+            ],
+        )
+        for p in paragraphs
+    ]
+    write_json(
+        directory / "v1.json",
+        {"version": "1.1", "data": [{"title": article["title"], "paragraphs": v1_paragraphs}]},
+    )
+    return directory
