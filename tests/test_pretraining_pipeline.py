@@ -31,7 +31,7 @@ from data_prep import pretraining_records as ptr
 from data_prep import pretraining_pipeline as pp
 from data_prep import tokenization
 from data_prep import wordpiece_vocab
-import test_create_pretraining_data as cpd_tests
+from tests import pretraining_data_helpers as cpd_tests
 
 REPO_ROOT = pathlib.Path(__file__).resolve().parent.parent
 CORPUS = sorted((REPO_ROOT / "sample_data" / "corpus").glob("*.txt"))

@@ -3,132 +3,29 @@
 The model is a tiny random BERT (2 layers, hidden 32) with the bundled uncased
 vocabulary. The runs execute in one subprocess per fixture, one after the other
 (`_DRIVER`): the runner's absl flags would clash with other runners' in the test
-process, and one TensorFlow start-up for several runs keeps the tests fast.
+process, and one TensorFlow start-up for several runs keeps the tests fast. The
+slow tests, each with runs of its own, are in test_run_squad_slow.py.
 """
 
 import json
-import os
-import pathlib
 import shutil
-import subprocess
-import sys
-import textwrap
 
 import numpy as np
 import pytest
 
-from tests.conftest import read_results, run_results_driver, write_tiny_config
-
-REPO = pathlib.Path(__file__).resolve().parent.parent
-
-# Short windows, so that the two paragraphs make many overlapping windows.
-SEQ, QUERY, STRIDE = 96, 24, 40
-TRAIN_BATCH = 16
-
-_DRIVER = textwrap.dedent("""
-    import json, sys, traceback
-    from absl import logging
-    import run_squad
-    results = {}
-    for name, argv in json.loads(sys.argv[1]).items():
-        run_squad.FLAGS.unparse_flags()
-        run_squad.FLAGS(["run_squad.py", *argv])
-        logging.use_absl_handler()  # As app.run does: the log file in output_dir.
-        logging.set_verbosity(logging.INFO)
-        try:
-            run_squad.main([])
-            results[name] = ["no error", ""]
-        except Exception as e:
-            traceback.print_exc()
-            results[name] = [type(e).__name__, str(e)]
-    print("RESULTS" + json.dumps(results))
-""")
-
-
-def run_driver(runs: dict) -> dict:
-    """Runs run_squad.main once per {name: argv}; {name: [error type, message]}."""
-    return run_results_driver(_DRIVER, runs, timeout=900)
-
-
-def tiny_config(path: pathlib.Path, dropout: float = 0.1) -> str:
-    return write_tiny_config(path, dropout, max_position_embeddings=128)
-
-
-def read_json(path):
-    return json.loads(pathlib.Path(path).read_text(encoding="utf-8"))
-
-
-def write_json(path: pathlib.Path, value) -> str:
-    path.write_text(json.dumps(value), encoding="utf-8")
-    return str(path)
-
-
-def question_ids(squad_file) -> list:
-    return [
-        qa["id"]
-        for article in read_json(squad_file)["data"]
-        for paragraph in article["paragraphs"]
-        for qa in paragraph["qas"]
-    ]
-
-
-@pytest.fixture(scope="module")
-def root(tmp_path_factory, sample_data):
-    """A directory with the tiny config and the SQuAD files of the tests:
-    v2.json (the first two paragraphs of the sample: 17 questions, 9 unanswerable),
-    v1.json (the same without the unanswerable questions, as SQuAD 1.1)."""
-    directory = tmp_path_factory.mktemp("squad")
-    tiny_config(directory / "bert_config.json")
-    sample = read_json(sample_data / "squad" / "dev-v2.0-first5articles.json")
-    article = sample["data"][0]
-    paragraphs = article["paragraphs"][:2]
-    write_json(
-        directory / "v2.json",
-        {"version": "v2.0", "data": [{"title": article["title"], "paragraphs": paragraphs}]},
-    )
-    v1_paragraphs = [
-        dict(
-            p,
-            qas=[
-                {k: v for k, v in qa.items() if k != "is_impossible"}
-                for qa in p["qas"]
-                if not qa["is_impossible"]
-            ],
-        )
-        for p in paragraphs
-    ]
-    write_json(
-        directory / "v1.json",
-        {"version": "1.1", "data": [{"title": article["title"], "paragraphs": v1_paragraphs}]},
-    )
-    return directory
-
-
-def squad_flags(root, output_dir, version_2=True, *extra):
-    data = root / ("v2.json" if version_2 else "v1.json")
-    return [
-        f"--bert_config_file={root / 'bert_config.json'}",
-        f"--vocab_file={REPO / 'sample_data' / 'vocab' / 'uncased_vocab.txt'}",
-        f"--train_file={data}",
-        f"--predict_file={data}",
-        "--do_train",
-        "--do_predict",
-        "--do_eval",
-        *(["--version_2_with_negative"] if version_2 else []),
-        f"--max_seq_length={SEQ}",
-        f"--max_query_length={QUERY}",
-        f"--doc_stride={STRIDE}",
-        f"--train_batch_size={TRAIN_BATCH}",
-        "--predict_batch_size=7",
-        "--num_train_epochs=2",
-        "--learning_rate=1e-3",
-        "--steps_per_loop=2",
-        "--save_checkpoints_steps=2",
-        "--deterministic",
-        "--seed=7",
-        f"--output_dir={output_dir}",
-        *extra,
-    ]
+from tests.conftest import read_results
+from tests.run_squad_helpers import (
+    QUERY,
+    REPO,
+    SEQ,
+    STRIDE,
+    TRAIN_BATCH,
+    question_ids,
+    read_json,
+    run_driver,
+    squad_flags,
+    write_json,
+)
 
 
 def bad_squad(root, name, edit) -> str:
@@ -535,143 +432,3 @@ def test_interrupted_run_resumes_to_the_same_model(runs, root, tmp_path):
     assert read_results(out / "eval_results.txt") == pytest.approx(
         read_results(done / "eval_results.txt")
     )
-
-
-# ----------------------------------------------------------------------------
-# Slow.
-# ----------------------------------------------------------------------------
-
-
-@pytest.mark.slow
-def test_tiny_model_learns_the_training_questions(root, tmp_path):
-    """Trained long enough on 17 questions, predicting the same questions beats the
-    answer-nothing baseline (the 9/17 unanswerable) by far."""
-    out = tmp_path / "learn"
-    argv = [
-        a
-        for a in squad_flags(root, out)
-        if not a.startswith(
-            (
-                "--num_train_epochs",
-                "--save_checkpoints_steps",
-                "--steps_per_loop",
-                "--learning_rate",
-            )
-        )
-    ]
-    argv += [
-        "--num_train_epochs=60",
-        "--learning_rate=2e-3",
-        "--steps_per_loop=50",
-        "--save_checkpoints_steps=100000",
-        "--warmup_proportion=0.05",
-    ]
-    assert run_driver({"learn": argv})["learn"] == ["no error", ""]
-    results = read_results(out / "eval_results.txt")
-    baseline = 100.0 * 9 / 17
-    assert results["f1"] > baseline + 20, results
-    assert results["HasAns_f1"] > 40, results
-
-
-@pytest.mark.slow
-def test_tf_hub_encoder(root, tmp_path, vocab_file):
-    """--hub_module_url: a TF Hub encoder (our export) fine-tuned in place of the
-    checkpoint; its vocabulary and config come from the SavedModel."""
-    import keras
-    from serving import encoder as serving_encoder
-    from modeling.config import BertConfig
-    from modeling.encoder import BertEncoder
-
-    keras.utils.set_random_seed(3)
-    config = BertConfig.from_json_file(str(root / "bert_config.json"))
-    hub_dir = str(tmp_path / "hub")
-    serving_encoder.export_encoder(BertEncoder(config), hub_dir, vocab_file, True)
-    out = tmp_path / "out"
-    argv = [
-        a
-        for a in squad_flags(root, out)
-        if not a.startswith(("--bert_config_file", "--vocab_file"))
-    ]
-    assert run_driver({"hub": [*argv, f"--hub_module_url={hub_dir}"]})["hub"] == ["no error", ""]
-    run_config = read_json(out / "run_config.json")
-    assert run_config["resolved_vocab_file"].endswith("vocab.txt")
-    assert read_json(out / "bert_config.json")["hidden_size"] == 32
-    assert list(read_json(out / "predictions.json")) == question_ids(root / "v2.json")
-    assert read_results(out / "eval_results.txt")["total"] == 17
-
-
-@pytest.mark.slow
-def test_mirrored_on_two_cpus_matches_one_device(root, tmp_path):
-    """Two replicas (the CPU split in two) train and predict as one device: the same
-    global batches, and every window's logits back under its own question (the
-    prediction batches of 7 split unevenly over the replicas). No dropout."""
-    config = tiny_config(tmp_path / "bert_config.json", dropout=0.0)
-    outputs = {}
-    for name, extra in (
-        ("one", []),
-        ("mirrored", ["--distribution_strategy=mirrored", "--num_cpu_devices=2"]),
-    ):
-        outputs[name] = tmp_path / name
-        argv = [
-            a
-            for a in squad_flags(root, outputs[name], True, *extra)
-            if not a.startswith("--bert_config_file")
-        ]
-        # One process per run: the CPU is split before TensorFlow starts.
-        assert run_driver({name: [*argv, f"--bert_config_file={config}"]})[name] == ["no error", ""]
-    one, mirrored = outputs["one"], outputs["mirrored"]
-    assert read_json(mirrored / "train_summary.json")["num_replicas"] == 2
-    assert read_json(mirrored / "predictions.json") == read_json(one / "predictions.json")
-    odds_one, odds_mirrored = (read_json(d / "null_odds.json") for d in (one, mirrored))
-    np.testing.assert_allclose(list(odds_mirrored.values()), list(odds_one.values()), atol=1e-3)
-    assert read_results(mirrored / "eval_results.txt") == pytest.approx(
-        read_results(one / "eval_results.txt")
-    )
-
-
-@pytest.mark.slow
-def test_sigterm_stops_with_a_checkpoint_and_predicts_nothing(root, tmp_path):
-    """A preempted run (SIGTERM) saves a checkpoint and exits cleanly, without
-    predictions or scores from the unfinished model."""
-    import signal
-    import time
-
-    out = tmp_path / "out"
-    argv = [
-        a
-        for a in squad_flags(root, out)
-        if not a.startswith(("--num_train_epochs", "--save_checkpoints_steps", "--steps_per_loop"))
-    ]
-    process = subprocess.Popen(
-        [
-            sys.executable,
-            str(REPO / "run_squad.py"),
-            *argv,
-            "--num_train_epochs=10000",
-            "--steps_per_loop=1",
-            "--save_checkpoints_steps=100000",
-        ],
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.PIPE,
-        text=True,
-        env=dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2"),
-    )
-    deadline = time.time() + 300
-    while not list((out / "train").glob("events*")):
-        assert process.poll() is None, process.stderr.read()[-3000:]
-        assert time.time() < deadline
-        time.sleep(0.2)
-    time.sleep(2)
-    process.send_signal(signal.SIGTERM)
-    _, stderr = process.communicate(timeout=300)
-    assert process.returncode == 0, stderr[-3000:]
-    (log_file,) = out.glob("run_squad.*.INFO.*")
-    assert "Training stopped at step" in log_file.read_text(encoding="utf-8")
-    assert list(out.glob("ckpt-*.index"))
-    for name in (
-        "predictions.json",
-        "nbest_predictions.json",
-        "null_odds.json",
-        "eval_results.txt",
-    ):
-        assert not (out / name).exists(), name

@@ -109,7 +109,7 @@ def test_a_killed_export_leaves_a_hidden_folder_that_the_next_export_clears(tmp_
 
 def test_export_tfhub_refuses_user_files_and_needs_overwrite(tmp_path, monkeypatch):
     """The command line checks --export_path before any work and passes --overwrite on
-    (its real exports are the slow tests of test_export.py)."""
+    (its real exports are the slow tests of test_export.py and test_export_tfhub.py)."""
     import export_tfhub
     from absl import app
 

@@ -1,0 +1,59 @@
+"""What test_export.py and test_export_tfhub.py share: comparing encoder outputs,
+the bundled MRPC text and its offline packing, running export_tfhub.py.
+"""
+
+import csv
+import os
+import subprocess
+import sys
+
+import numpy as np
+
+from data_prep import tokenization
+from tests.conftest import REPO_ROOT
+
+ATOL = 1e-5
+
+
+def assert_encoder_outputs_equal(got, want, num_layers, atol=ATOL, rtol=2e-5):
+    # An export traces plain TF ops where the in-memory model runs fused XLA kernels
+    # (GELU, LayerNorm): float32 rounding differs by a few ulps, hence rtol as well.
+    for key in ("sequence_output", "pooled_output"):
+        np.testing.assert_allclose(
+            np.asarray(got[key]), np.asarray(want[key]), atol=atol, rtol=rtol, err_msg=key
+        )
+    assert len(got["encoder_outputs"]) == num_layers
+    for g, w in zip(got["encoder_outputs"], want["encoder_outputs"]):
+        np.testing.assert_allclose(np.asarray(g), np.asarray(w), atol=atol, rtol=rtol)
+
+
+def mrpc_pairs(sample_data, split="dev.tsv", count=None):
+    with open(sample_data / "glue" / "MRPC" / split, encoding="utf-8-sig") as f:
+        rows = list(csv.reader(f, delimiter="\t", quoting=csv.QUOTE_NONE))[1:]
+    return [(r[3], r[4]) for r in rows[:count]]
+
+
+def python_pack(tokenizer, pairs, seq_length):
+    """The offline packing (Python tokenizer + tokenization.pack_inputs) as arrays."""
+    rows = []
+    for a, b in pairs:
+        ids_a = tokenizer.convert_tokens_to_ids(tokenizer.tokenize(a))
+        ids_b = tokenizer.convert_tokens_to_ids(tokenizer.tokenize(b)) if b else None
+        rows.append(
+            tokenization.pack_inputs(
+                ids_a, ids_b, seq_length, tokenizer.vocab["[CLS]"], tokenizer.vocab["[SEP]"]
+            )
+        )
+    return {k: np.array([r[k] for r in rows], np.int32) for k in rows[0]}
+
+
+def run_export_tfhub(*args):
+    result = subprocess.run(
+        [sys.executable, str(REPO_ROOT / "export_tfhub.py"), *args],
+        cwd=REPO_ROOT,
+        capture_output=True,
+        text=True,
+        timeout=600,
+        env=dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3"),
+    )
+    return result
