@@ -35,7 +35,7 @@ import tempfile
 import time
 
 from bench_training import cpu_description, run_worker
-from training_workers import SHAPES, VOCAB, matmul_limit
+from training_workers import SHAPES, VOCAB, keras_hub_backbone, matmul_limit, ratio_to_best_peer
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 IMPLS = ("ours", "ours_savedmodel", "keras_hub", "hf")
@@ -141,21 +141,9 @@ def run_ours_savedmodel(shape, dtype, xla, batches):
 
 
 def run_keras_hub(shape, dtype, xla, batches):
-    import keras
-    import keras_hub
     import tensorflow as tf
 
-    layers, hidden, heads, inter, seq = SHAPES[shape]
-    keras.config.set_dtype_policy({"float32": "float32", "bfloat16": "mixed_bfloat16"}[dtype])
-    backbone = keras_hub.models.BertBackbone(
-        vocabulary_size=VOCAB,
-        num_layers=layers,
-        num_heads=heads,
-        hidden_dim=hidden,
-        intermediate_dim=inter,
-        max_sequence_length=512,
-        num_segments=2,
-    )
+    backbone = keras_hub_backbone(shape, dtype)
     tensors = [
         {
             "token_ids": tf.constant(b["input_word_ids"]),
@@ -310,19 +298,7 @@ def main():
                 f"{'on' if row['xla'] else 'off'} | error: {row['error']} | | | |"
             )
             continue
-        peers = [
-            r["seq_per_s"]
-            for r in rows
-            if "error" not in r
-            and not r["impl"].startswith("ours")
-            and r["shape"] == row["shape"]
-            and r["dtype"] == row["dtype"]
-        ]
-        ratio = (
-            f"{row['seq_per_s'] / max(peers):.2f}x"
-            if peers and row["impl"].startswith("ours")
-            else ""
-        )
+        ratio = ratio_to_best_peer(row, rows, lambda impl: not impl.startswith("ours"))
         print(
             f"| {row['shape']} | {row['dtype']} | {row['impl']} | "
             f"{'on' if row['xla'] else 'off'} | {row['seq_per_s']:.1f} | "

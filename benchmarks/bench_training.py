@@ -45,7 +45,7 @@ import sys
 import tempfile
 import time
 
-from training_workers import PREDICTIONS, SHAPES, bert_config, worker
+from training_workers import PREDICTIONS, SHAPES, bert_config, ratio_to_best_peer, worker
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 CORPUS = [os.path.join(REPO, "sample_data", "corpus", f"bert_paper_v{i}.txt") for i in (1, 2)]
@@ -377,19 +377,7 @@ def print_table(args, rows, limits, load):
         if "error" in row:
             print(f"{head} error: {row['error']} | | | | | |")
             continue
-        peers = [
-            r["seq_per_s"]
-            for r in rows
-            if "error" not in r
-            and r["impl"] in PEERS
-            and r["shape"] == row["shape"]
-            and r["dtype"] == row["dtype"]
-        ]
-        ratio = (
-            f"{row['seq_per_s'] / max(peers):.2f}x"
-            if peers and row["impl"].startswith("ours")
-            else ""
-        )
+        ratio = ratio_to_best_peer(row, rows, lambda impl: impl in PEERS)
         first = "" if row["first_step_s"] is None else f"{row['first_step_s']:.1f}"
         print(
             f"{head} {row['seq_per_s']:.2f} | {row['tokens_per_s']:.0f} | {row['mfu']:.0%} | "

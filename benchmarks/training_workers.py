@@ -120,13 +120,15 @@ def run_ours_loop(args):
     return time.perf_counter() - start, loss
 
 
-def keras_hub_model(args):
+def keras_hub_backbone(shape: str, dtype: str):
+    """keras-hub's BertBackbone of `shape` under the Keras dtype policy of `dtype`
+    (mixed_bfloat16 for bfloat16)."""
     import keras
     import keras_hub
 
-    layers, hidden, heads, inter, seq = SHAPES[args.shape]
-    keras.config.set_dtype_policy({"float32": "float32", "bfloat16": "mixed_bfloat16"}[args.dtype])
-    backbone = keras_hub.models.BertBackbone(
+    layers, hidden, heads, inter, _ = SHAPES[shape]
+    keras.config.set_dtype_policy({"float32": "float32", "bfloat16": "mixed_bfloat16"}[dtype])
+    return keras_hub.models.BertBackbone(
         vocabulary_size=VOCAB,
         num_layers=layers,
         num_heads=heads,
@@ -135,6 +137,29 @@ def keras_hub_model(args):
         max_sequence_length=512,
         num_segments=2,
     )
+
+
+def ratio_to_best_peer(row: dict, rows: list[dict], is_peer) -> str:
+    """ "N.NNx": an `ours` row's seq/s over the best peer's (is_peer(impl)) of the same
+    shape and dtype; "" for a peer's row or when no peer ran."""
+    peers = [
+        r["seq_per_s"]
+        for r in rows
+        if "error" not in r
+        and is_peer(r["impl"])
+        and r["shape"] == row["shape"]
+        and r["dtype"] == row["dtype"]
+    ]
+    if not peers or not row["impl"].startswith("ours"):
+        return ""
+    return f"{row['seq_per_s'] / max(peers):.2f}x"
+
+
+def keras_hub_model(args):
+    import keras
+    import keras_hub
+
+    backbone = keras_hub_backbone(args.shape, args.dtype)
     model = keras_hub.models.BertMaskedLM(backbone=backbone, preprocessor=None)
     steps_per_execution = args.steps if args.mode == "loop" else args.steps_per_loop
     model.compile(
