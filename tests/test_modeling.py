@@ -239,6 +239,30 @@ def test_fused_kernels_equal_plain_ops_with_gradients(dtype, atol):
             )
 
 
+@pytest.mark.parametrize("policy, atol", [("float32", 1e-5), ("mixed_bfloat16", 0.05)])
+def test_dense_plain_ops_form_equals_keras_with_gradients(policy, atol):
+    # Under plain_ops() a 3-D input runs as a 2-D MatMul + BiasAdd + activation (the
+    # chain TensorFlow fuses on CPU): Keras' values and gradients, Keras' dtypes.
+    rng = np.random.default_rng(7)
+    dense = layers.Dense(40, activation=layers.get_activation("gelu"), dtype=policy)
+    x = tf.constant(rng.normal(size=(3, 5, 24)), tf.float32)
+    dense.build(x.shape)
+    dense.bias.assign(rng.normal(size=40).astype(np.float32))
+    results = []
+    for context in (contextlib.nullcontext(), layers.plain_ops()):
+        with context, tf.GradientTape() as tape:
+            tape.watch(x)
+            y = dense(x)
+            loss = tf.reduce_sum(tf.cast(y, tf.float32) ** 2)
+        assert y.shape == (3, 5, 40) and y.dtype == dense.compute_dtype
+        results.append([y] + tape.gradient(loss, [x, dense.kernel, dense.bias]))
+    for got, want in zip(*results):
+        scale = max(1.0, float(tf.reduce_max(tf.abs(tf.cast(want, tf.float32)))))
+        np.testing.assert_allclose(
+            tf.cast(got, tf.float32), tf.cast(want, tf.float32), atol=atol * scale
+        )
+
+
 def test_fused_decoder_equals_plain_ops_with_gradients():
     # The masked-LM output layer: XLA forward, TensorFlow gradient products; the same
     # values and gradients (of the hidden states, the table and the bias) as plain ops.

@@ -146,6 +146,19 @@ def test_invalid_utf8_and_special_characters(vocab_file):
         )
 
 
+@pytest.mark.parametrize("do_lower_case", [True, False])
+def test_plain_ascii_rows_and_other_rows_keep_their_order(vocab_file, do_lower_case):
+    # Rows of printable ASCII skip the full normalization; the others take it; the
+    # batch comes back in its own order whatever the mix, empty batches included.
+    plain = ["Hello, World!", "", "A $5 fee (10%) <b>", "ISN'T it ~ok~?"]
+    other = ["Café ÉTÉ", "tab\there", "naïve\nline", "東京 Tower", "x\x00y"]
+    python_tokenizer = tokenization.FullTokenizer(vocab_file, do_lower_case)
+    tokenizer = tf_tokenization.TFBertTokenizer(vocab_file, do_lower_case)
+    for texts in (plain, other, plain[:2] + other[:2] + plain[2:] + other[2:], []):
+        got = tokenizer.tokenize(tf.constant(texts, tf.string)).to_list()
+        assert got == python_ids(python_tokenizer, texts), texts
+
+
 def test_tokenize_words_layout(vocab_file):
     tokenizer = tf_tokenization.TFBertTokenizer(vocab_file)
     words = tokenizer.tokenize_words(tf.constant(["Unaffable hello!", ""]))
