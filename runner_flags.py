@@ -180,6 +180,13 @@ def define_training_flags(flag_values=FLAGS, learning_rate: float = 5e-5) -> Non
         "early updates can destabilise fine-tuning at high learning rates.",
         flag_values=f,
     )
+    flags.DEFINE_float(
+        "adam_epsilon",
+        1e-6,
+        "Epsilon of Adam's denominator (AdamW and LAMB): 1e-6 as the original release; "
+        "Hugging Face's Trainer uses 1e-8.",
+        flag_values=f,
+    )
     flags.DEFINE_integer(
         "gradient_accumulation_steps",
         1,
@@ -489,6 +496,7 @@ def trainer_options(FLAGS) -> dict:
         optimizer=FLAGS.optimizer,
         weight_decay_rate=FLAGS.weight_decay_rate,
         adam_bias_correction=FLAGS.adam_bias_correction,
+        adam_epsilon=FLAGS.adam_epsilon,
         dtype=FLAGS.dtype,
         steps_per_loop=FLAGS.steps_per_loop,
         save_checkpoints_steps=FLAGS.save_checkpoints_steps,

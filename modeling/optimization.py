@@ -287,19 +287,24 @@ def create_optimizer(
     variables,
     weight_decay_rate: float = 0.01,
     adam_bias_correction: bool = True,
+    epsilon: float = 1e-6,
     fused: bool = True,
 ):
     """`--optimizer` adamw | lamb over `variables` (call under the strategy scope).
 
-    `adam_bias_correction` applies to adamw (LAMB is always bias-corrected); `fused`:
-    one compiled update kernel per variable (single replica)."""
+    `adam_bias_correction` applies to adamw (LAMB is always bias-corrected); `epsilon`:
+    added to the root of the second moment (`--adam_epsilon`); `fused`: one compiled
+    update kernel per variable (single replica)."""
+    if not epsilon > 0:
+        raise ValueError(f"--adam_epsilon must be > 0, got {epsilon}")
     if name == "adamw":
         return AdamWeightDecay(
             variables,
             weight_decay_rate=weight_decay_rate,
+            epsilon=epsilon,
             bias_correction=adam_bias_correction,
             fused=fused,
         )
     if name == "lamb":
-        return Lamb(variables, weight_decay_rate=weight_decay_rate, fused=fused)
+        return Lamb(variables, weight_decay_rate=weight_decay_rate, epsilon=epsilon, fused=fused)
     raise ValueError(f"unknown --optimizer {name!r}; choose one of ['adamw', 'lamb']")

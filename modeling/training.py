@@ -116,6 +116,7 @@ class Trainer:
         optimizer: str = "adamw",
         weight_decay_rate: float = 0.01,
         adam_bias_correction: bool = True,
+        adam_epsilon: float = 1e-6,
         clip_norm: float = 1.0,
         dtype: str = "float32",
         steps_per_loop: int = 1,
@@ -146,6 +147,7 @@ class Trainer:
                 self.variables,
                 weight_decay_rate,
                 adam_bias_correction,
+                epsilon=adam_epsilon,
                 fused=kernel_choices.resolve(kernels).fused_optimizer,
             )
             self.global_step = tf.Variable(0, dtype=tf.int64, trainable=False, name="global_step")

@@ -121,6 +121,39 @@ def test_bias_corrected_adamw_matches_torch_adamw():
         np.testing.assert_allclose(np.abs(fresh.numpy()), size, rtol=1e-3)
 
 
+@pytest.mark.parametrize("epsilon", [1e-6, 1e-8])
+def test_adam_epsilon_reaches_the_update(epsilon):
+    """--adam_epsilon (1e-6 as the original; Hugging Face uses 1e-8): with gradients of
+    1e-7 the epsilon dominates the denominator, and the update is PyTorch's AdamW's with
+    the same epsilon."""
+    torch = pytest.importorskip("torch")
+    grads = np.array([1e-7, -3e-7, 2e-6, 0.0], np.float32)
+    variable = tf.Variable(np.ones(4, np.float32))
+    opt = optimization.create_optimizer(
+        "adamw", [_Named(variable, "x/bias")], weight_decay_rate=0.0, epsilon=epsilon
+    )
+    param = torch.nn.Parameter(torch.ones(4))
+    reference = torch.optim.AdamW([param], lr=1e-3, eps=epsilon, weight_decay=0.0)
+    for _ in range(3):
+        opt.apply([tf.constant(grads)], tf.constant(1e-3))
+        param.grad = torch.tensor(grads)
+        reference.step()
+    np.testing.assert_allclose(variable.numpy(), param.detach().numpy(), rtol=0, atol=1e-7)
+    with pytest.raises(ValueError, match="adam_epsilon"):
+        optimization.create_optimizer("adamw", [_Named(variable, "x/bias")], epsilon=0.0)
+
+
+def test_adam_epsilon_flag_defaults_to_the_original():
+    from absl import flags
+
+    import runner_flags
+
+    values = flags.FlagValues()
+    runner_flags.define_training_flags(values)
+    values(["runner", "--adam_epsilon=1e-8"])
+    assert values["adam_epsilon"].default == 1e-6 and values.adam_epsilon == 1e-8
+
+
 def test_lamb_scales_by_trust_ratio():
     w = tf.Variable(np.full((2, 2), 3.0, np.float32))
 
