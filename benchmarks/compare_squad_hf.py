@@ -272,6 +272,8 @@ def run_ours(args, seed: int, run_dir: str, train_file: str, eval_file: str, int
     with open(os.path.join(run_dir, "run_config.json"), encoding="utf-8") as f:
         run_config = json.load(f)
     total = run_config["num_train_steps"]
+    with open(os.path.join(run_dir, "train.tf_record.meta.json"), encoding="utf-8") as f:
+        train_meta = json.load(f)
     curve = [
         {"step": step, "results": predict_checkpoint(args, run_dir, step, eval_file)}
         for step in (range(interval, total, interval) if interval else ())
@@ -279,7 +281,7 @@ def run_ours(args, seed: int, run_dir: str, train_file: str, eval_file: str, int
     return {
         **run,
         "results": common.read_results(os.path.join(run_dir, "eval_results.txt")),
-        "num_train_features": run_config["num_train_features"],
+        "num_train_features": train_meta["num_features"],
         "steps": total,
         "losses": common.runner_losses(run_dir, "run_squad"),
         "curve": curve,
