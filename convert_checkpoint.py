@@ -24,6 +24,7 @@ from __future__ import annotations
 
 from absl import app, flags, logging
 
+from common.errors import UserError
 import runner_flags
 from modeling import checkpoint_names as names
 from modeling import checkpoints, model_files, models
@@ -66,7 +67,7 @@ WRITERS = {
 def build_model(kind: str, config: BertConfig, num_labels: int | None):
     """A float32 model of `kind` (checkpoint_names.MODEL_KINDS) on a new encoder."""
     if kind not in CONVERTIBLE_KINDS:
-        raise ValueError(
+        raise UserError(
             f"cannot convert a {kind} model: the feature-based tagger's BiLSTM "
             f"head exists only in this project's TF2 format "
             f"(--model_kind=encoder converts its encoder)"
@@ -88,14 +89,14 @@ def choose_kind(info: dict, model_kind: str | None) -> str:
     head), else the detected one."""
     if model_kind is None:
         if info["model_kind"] is None:
-            raise ValueError(
+            raise UserError(
                 f"checkpoint {info['path']} has a head that fits several kinds of model "
                 f"({', '.join(info['candidates'])}) and no model_info.json says which: pass "
                 f"--model_kind"
             )
         return info["model_kind"]
     if model_kind != names.ENCODER and model_kind not in info["candidates"]:
-        raise ValueError(
+        raise UserError(
             f"--model_kind={model_kind}: checkpoint {info['path']} has no "
             f"{model_kind} head (its variables fit: "
             f"{', '.join(info['candidates'])})"
@@ -134,7 +135,7 @@ def convert(
         )
     missing = [part for part in restored["fresh"] if part != "pooler"]
     if missing:
-        raise ValueError(
+        raise UserError(
             f"checkpoint {input_checkpoint} has no {', '.join(missing)} for a "
             f"{kind} model: nothing to convert there (--model_kind=encoder "
             f"converts the encoder alone)"

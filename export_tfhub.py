@@ -24,6 +24,7 @@ from __future__ import annotations
 
 from absl import app, flags, logging
 
+from common.errors import UserError
 import runner_flags
 from modeling import checkpoint_readers, checkpoints, model_files
 from modeling.config import BertConfig
@@ -59,7 +60,7 @@ def build_encoder(config: BertConfig, init_checkpoint: str, with_mlm: bool):
         "restored"
     ]
     if with_mlm and "masked_lm" not in restored:
-        raise ValueError(
+        raise UserError(
             f"--export_type=encoder_with_mlm: checkpoint {init_checkpoint} has "
             f"no masked-LM head (cls/predictions); export --export_type=encoder"
         )

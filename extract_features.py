@@ -25,6 +25,7 @@ import numpy as np
 import tensorflow as tf
 from absl import app, flags, logging
 
+from common.errors import MissingFileError, UserError
 import runner_flags
 from data_prep import records, tokenization
 from modeling import checkpoints
@@ -54,9 +55,9 @@ _PAIR = re.compile(r"^(.*) \|\|\| (.*)$")
 def read_examples(path: str) -> Iterator[tuple[int, str, str | None]]:
     """Yields (line index, text_a, text_b or None), streaming the file."""
     if not os.path.isfile(path):
-        raise FileNotFoundError(f"--input_file not found: {path}")
+        raise MissingFileError(f"--input_file not found: {path}")
     if os.path.getsize(path) == 0:
-        raise ValueError(f"--input_file is empty: {path}")
+        raise UserError(f"--input_file is empty: {path}")
     with open(path, encoding="utf-8") as f:
         for index, line in enumerate(f):
             line = tokenization.convert_to_unicode(line).strip()
@@ -103,7 +104,7 @@ def make_feature_fn(encoder: BertEncoder, layer_indexes: list[int]):
     num_layers = encoder.config.num_hidden_layers
     for index in layer_indexes:
         if not -num_layers <= index < num_layers:
-            raise ValueError(
+            raise UserError(
                 f"--layers index {index} is out of range for a {num_layers}-layer model"
             )
     spec = tf.TensorSpec([None, None], tf.int32)
@@ -143,7 +144,7 @@ def extract(
 ) -> int:
     """Writes the features of every line of `input_file`; returns the example count."""
     if max_seq_length > encoder.config.max_position_embeddings:
-        raise ValueError(
+        raise UserError(
             f"--max_seq_length={max_seq_length} exceeds max_position_embeddings="
             f"{encoder.config.max_position_embeddings} of the BERT config"
         )

@@ -39,6 +39,7 @@ import numpy as np
 import tensorflow as tf
 from absl import app, flags, logging
 
+from common.errors import UserError
 import runner_flags
 from data_prep import classifier_features, classifier_reader, classifier_tasks, records
 from evaluation import glue_metrics
@@ -171,7 +172,7 @@ def build_features(
         processor, data_dir, split, file, files.vocab_file, files.do_lower_case, max_seq_length
     )
     if metadata["num_examples"] == 0:
-        raise ValueError(
+        raise UserError(
             f"{processor.name} {split}: no examples in {processor.input_files(data_dir, split)[0]}"
         )
     return Features(split, file, metadata)
@@ -200,7 +201,7 @@ def build_task_features(
         test=of(processor.test_splits, settings.do_predict),
     )
     if settings.do_eval and not data.eval:
-        raise ValueError(f"Task {processor.name!r} has no labelled dev split to evaluate")
+        raise UserError(f"Task {processor.name!r} has no labelled dev split to evaluate")
     return data
 
 

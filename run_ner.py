@@ -68,6 +68,7 @@ import numpy as np
 import tensorflow as tf
 from absl import app, flags, logging
 
+from common.errors import MissingFileError, UserError
 import runner_flags
 from data_prep import conll, ner_features, records, tag_schemes, tokenization
 from evaluation import conlleval
@@ -168,7 +169,7 @@ def input_file(split: str, explicit: str | None, data_dir: str | None) -> str:
     if path is None:
         raise app.UsageError(f"--do_{split} needs --{split}_file or --data_dir")
     if not tf.io.gfile.exists(path):
-        raise FileNotFoundError(f"{split} file {path} does not exist")
+        raise MissingFileError(f"{split} file {path} does not exist")
     return path
 
 
@@ -270,7 +271,7 @@ def labels_of_earlier_run(output_dir: str, init_checkpoint: str | None) -> Label
     labels = fine_tuned_labels(model_files.read_model_info(init_checkpoint))
     if labels:
         return labels
-    raise FileNotFoundError(
+    raise MissingFileError(
         f"No label list: {info_file} does not hold one and --init_checkpoint="
         f"{init_checkpoint} is not a fine-tuned NER model (no model_info.json with "
         f"labels). The label list comes from the training file: run with --do_train "
@@ -285,7 +286,7 @@ def check_scheme_of_init_checkpoint(labels: Labels, settings: finetuning.Setting
         return
     earlier = fine_tuned_labels(model_files.read_model_info(settings.init_checkpoint))
     if earlier and earlier.scheme != labels.scheme:
-        raise ValueError(
+        raise UserError(
             f"--init_checkpoint={settings.init_checkpoint} learnt its labels in "
             f"{earlier.scheme}, this run would train them in {labels.scheme}: give "
             f"--train_tag_scheme={earlier.scheme}, or --reinit_head to train a new head."

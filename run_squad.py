@@ -41,6 +41,7 @@ import keras
 import tensorflow as tf
 from absl import app, flags, logging
 
+from common.errors import MissingFileError, UserError
 import runner_flags
 from data_prep import records, squad_features, squad_postprocess, squad_reader
 from data_prep import squad_records, tokenization
@@ -140,7 +141,7 @@ def check_gold_file(gold_file: str, version_2_with_negative: bool) -> None:
     """Fails early (not after training) if the gold file cannot be scored as asked."""
     dataset = squad_reader.read_squad_json(gold_file)
     if not version_2_with_negative and squad_eval.is_version_2(dataset):
-        raise ValueError(
+        raise UserError(
             f"{gold_file} is SQuAD 2.0 (it has unanswerable questions or "
             f"says version 2): set --version_2_with_negative"
         )
@@ -253,7 +254,7 @@ def _require_file(path: str | None, flag: str, needed_by: str) -> None:
     if not path:
         raise app.UsageError(f"{needed_by} needs --{flag}.")
     if not tf.io.gfile.exists(path):
-        raise FileNotFoundError(f"--{flag}={path} does not exist")
+        raise MissingFileError(f"--{flag}={path} does not exist")
 
 
 def check_flags() -> None:
@@ -266,7 +267,7 @@ def check_flags() -> None:
     if FLAGS.do_eval and not (FLAGS.do_predict or FLAGS.do_train):
         predictions = os.path.join(FLAGS.output_dir, PREDICTIONS)
         if not os.path.isfile(predictions):
-            raise FileNotFoundError(
+            raise MissingFileError(
                 f"--do_eval without --do_predict scores {predictions}, which does not exist"
             )
     squad_features.check_lengths(FLAGS.max_seq_length, FLAGS.doc_stride, FLAGS.max_query_length)

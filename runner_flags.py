@@ -16,6 +16,7 @@ import keras
 import tensorflow as tf
 from absl import app, flags, logging
 
+from common.errors import UserError
 from modeling import checkpoint_readers, distribution, finetuning, kernels, model_files
 from modeling.encoder import BertEncoder
 from serving import savedmodel
@@ -331,7 +332,7 @@ def apply_original_flags(FLAGS) -> None:
             and given(FLAGS, "distribution_strategy")
             and FLAGS.distribution_strategy != "tpu"
         ):
-            raise ValueError(
+            raise UserError(
                 f"--use_tpu contradicts --distribution_strategy={FLAGS.distribution_strategy}"
             )
         if FLAGS.use_tpu:
@@ -367,7 +368,7 @@ def apply_original_flags(FLAGS) -> None:
         )
     if given(FLAGS, "bert_hub_module_handle"):
         if given(FLAGS, "hub_module_url") and FLAGS.hub_module_url != FLAGS.bert_hub_module_handle:
-            raise ValueError("--bert_hub_module_handle contradicts --hub_module_url")
+            raise UserError("--bert_hub_module_handle contradicts --hub_module_url")
         FLAGS.hub_module_url = FLAGS.bert_hub_module_handle
         said.append(f"--bert_hub_module_handle -> --hub_module_url={FLAGS.bert_hub_module_handle}")
     if given(FLAGS, "use_one_hot_embeddings"):
@@ -410,7 +411,7 @@ def setup(FLAGS) -> tf.distribute.Strategy:
 
 def check_max_seq_length(max_seq_length: int, config) -> None:
     if max_seq_length > config.max_position_embeddings:
-        raise ValueError(
+        raise UserError(
             f"--max_seq_length={max_seq_length} is larger than the model's "
             f"max_position_embeddings={config.max_position_embeddings}"
         )
@@ -420,7 +421,7 @@ def check_init_checkpoint(FLAGS) -> None:
     """Fails before any work when --init_checkpoint cannot be read, or when it and
     --hub_module_url are both given."""
     if given(FLAGS, "hub_module_url") and FLAGS.hub_module_url and FLAGS.init_checkpoint:
-        raise ValueError("Give --hub_module_url or --init_checkpoint, not both.")
+        raise UserError("Give --hub_module_url or --init_checkpoint, not both.")
     if FLAGS.init_checkpoint:
         try:
             checkpoint_readers.resolve_checkpoint(FLAGS.init_checkpoint)
@@ -453,7 +454,7 @@ def hub_model_files(FLAGS, encoder) -> model_files.ModelFiles:
         )
     vocab_file = FLAGS.vocab_file or encoder.vocab_file
     if vocab_file is None:
-        raise ValueError(
+        raise UserError(
             f"--vocab_file is required: the TF Hub encoder "
             f"{FLAGS.hub_module_url} has no vocab_file asset"
         )

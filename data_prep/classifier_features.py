@@ -32,6 +32,7 @@ from typing import Sequence
 from absl import logging
 import tensorflow as tf
 
+from common.errors import UserError
 from data_prep import records, tokenization
 from data_prep.classifier_reader import (
     DataProcessor,
@@ -92,7 +93,7 @@ def _label_id(label, label_map: dict[str, int], is_regression: bool, guid: str) 
     if is_regression:
         return float(label)
     if label not in label_map:
-        raise ValueError(f"Example {guid}: label {label!r} is not one of {list(label_map)}")
+        raise UserError(f"Example {guid}: label {label!r} is not one of {list(label_map)}")
     return label_map[label]
 
 
@@ -210,7 +211,7 @@ def create_features(
     `records.write_metadata` (format, record_bytes, input_files).
     """
     if max_seq_length < 3:
-        raise ValueError(
+        raise UserError(
             f"max_seq_length={max_seq_length} is below 3, the room for [CLS] and two [SEP]"
         )
     split = processor.split_name(split)

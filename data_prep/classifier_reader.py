@@ -22,6 +22,7 @@ from typing import Iterator, Sequence
 
 import tensorflow as tf
 
+from common.errors import MissingFileError, UserError
 from data_prep import records
 
 # A column of a file: a header name, or a 0-based position.
@@ -89,7 +90,7 @@ def file_exists(path: str) -> bool:
 def require_file(path: str, what: str) -> str:
     """Returns `path`, or raises FileNotFoundError naming it and `what` it is."""
     if not file_exists(path):
-        raise FileNotFoundError(f"{what} not found: {path}")
+        raise MissingFileError(f"{what} not found: {path}")
     return path
 
 
@@ -121,7 +122,7 @@ def iter_rows(
             if fields:
                 yield reader.line_num, fields
     except csv.Error as e:
-        raise ValueError(f"{path}:{reader.line_num}: {e}") from None
+        raise UserError(f"{path}:{reader.line_num}: {e}") from None
 
 
 def rows_and_header(
@@ -134,7 +135,7 @@ def rows_and_header(
     try:
         return rows, next(rows)[1]
     except StopIteration:
-        raise ValueError(f"{path}: empty file, expected a header") from None
+        raise UserError(f"{path}: empty file, expected a header") from None
 
 
 def resolve_column(column: Column, header: list[str] | None, path: str) -> int:
@@ -142,12 +143,12 @@ def resolve_column(column: Column, header: list[str] | None, path: str) -> int:
     if isinstance(column, int):
         return column
     if header is None:
-        raise ValueError(
+        raise UserError(
             f"{path}: column {column!r} is named, but the file is read without a "
             f"header; give its 0-based position instead"
         )
     if column not in header:
-        raise ValueError(f"{path}:1: the header has no column {column!r}; header: {header}")
+        raise UserError(f"{path}:1: the header has no column {column!r}; header: {header}")
     return header.index(column)
 
 
@@ -157,13 +158,13 @@ def read_field(
     """Returns one field, raising if a text field is empty."""
     value = fields[position]
     if not allow_empty and not value.strip():
-        raise ValueError(f"{path}:{line}: empty {name} (column {position})")
+        raise UserError(f"{path}:{line}: empty {name} (column {position})")
     return value
 
 
 def check_width(fields: list[str], width: int, delimiter: str, path: str, line: int) -> None:
     if len(fields) < width:
-        raise ValueError(
+        raise UserError(
             f"{path}:{line}: expected at least {width} columns separated by "
             f"{delimiter!r}, got {len(fields)}"
         )
@@ -244,7 +245,7 @@ class DataProcessor:
         """The canonical name of `split` ("dev" -> "dev_matched" for MNLI)."""
         split = self.split_aliases.get(split, split)
         if split not in self.layouts:
-            raise ValueError(
+            raise UserError(
                 f"Task {self.name!r} has no split {split!r}; its splits: {', '.join(self.layouts)}"
             )
         return split
@@ -289,15 +290,15 @@ class DataProcessor:
             except ValueError:
                 score = math.nan
             if not math.isfinite(score):
-                raise ValueError(f"{path}:{line}: label {value!r} is not a number")
+                raise UserError(f"{path}:{line}: label {value!r} is not a number")
             if self.label_range and not (self.label_range[0] <= score <= self.label_range[1]):
-                raise ValueError(f"{path}:{line}: score {score} is outside {self.label_range}")
+                raise UserError(f"{path}:{line}: score {score} is outside {self.label_range}")
             return score
         if labels is None:
             if not value.strip():
-                raise ValueError(f"{path}:{line}: empty label")
+                raise UserError(f"{path}:{line}: empty label")
         elif value not in labels:
-            raise ValueError(f"{path}:{line}: label {value!r} is not one of {list(labels)}")
+            raise UserError(f"{path}:{line}: label {value!r} is not one of {list(labels)}")
         return value
 
     def _read(

@@ -22,6 +22,7 @@ import inspect
 import os
 from typing import Sequence
 
+from common.errors import MissingFileError, UserError
 from data_prep.classifier_reader import (
     Column,
     DataProcessor,
@@ -247,7 +248,7 @@ class XnliProcessor(DataProcessor):
 
     def __init__(self, xnli_language: str = "zh"):
         if xnli_language not in XNLI_LANGUAGES:
-            raise ValueError(
+            raise UserError(
                 f"xnli_language={xnli_language!r} is not an XNLI language; "
                 f"known: {', '.join(XNLI_LANGUAGES)}"
             )
@@ -333,7 +334,7 @@ def _column_spec(value: Column | None, has_header: bool, argument: str) -> Colum
     try:
         return int(value)
     except ValueError:
-        raise ValueError(
+        raise UserError(
             f"{argument}={value!r}: without a header, columns are 0-based positions"
         ) from None
 
@@ -364,7 +365,7 @@ class GenericProcessor(DataProcessor):
         labels: Sequence[str] | None = None,
     ):
         if text_a_column is None or label_column is None:
-            raise ValueError(
+            raise UserError(
                 "The generic task needs text_a_column and label_column "
                 f"(got {text_a_column!r}, {label_column!r})"
             )
@@ -395,12 +396,12 @@ class GenericProcessor(DataProcessor):
         names = [f"{split}.{extension}" for extension in _EXTENSION_DELIMITERS]
         found = [name for name in names if file_exists(os.path.join(data_dir, name))]
         if not found:
-            raise FileNotFoundError(
+            raise MissingFileError(
                 f"generic {split} file not found: "
                 f"{' or '.join(os.path.join(data_dir, name) for name in names)}"
             )
         if len(found) > 1:
-            raise ValueError(f"Both {' and '.join(found)} are in {data_dir}: keep one")
+            raise UserError(f"Both {' and '.join(found)} are in {data_dir}: keep one")
         return found[0]
 
     def layout(self, data_dir: str, split: str) -> FileLayout:
@@ -435,7 +436,7 @@ class GenericProcessor(DataProcessor):
         if self._given_labels is not None:
             return list(self._given_labels)
         if data_dir is None:
-            raise ValueError(
+            raise UserError(
                 "The generic task reads its labels from train.tsv/csv: pass "
                 "data_dir, or give labels"
             )
@@ -444,7 +445,7 @@ class GenericProcessor(DataProcessor):
             examples = self._read(path, self.layout(data_dir, "train"), "train", labels=None)
             labels = sorted({example.label for example in examples})
             if len(labels) < 2:
-                raise ValueError(
+                raise UserError(
                     f"{path}: column {self.label_column!r} has fewer than two "
                     f"distinct labels: {labels}"
                 )
@@ -519,12 +520,12 @@ def get_processor(task_name: str, **options) -> DataProcessor:
     by_lookup = {_lookup_name(name): cls for name, cls in PROCESSORS.items()}
     cls = by_lookup.get(_lookup_name(task_name))
     if cls is None:
-        raise ValueError(f"Unknown task {task_name!r}; known tasks: {', '.join(PROCESSORS)}")
+        raise UserError(f"Unknown task {task_name!r}; known tasks: {', '.join(PROCESSORS)}")
     options = {key: value for key, value in options.items() if value is not None}
     accepted = set(inspect.signature(cls).parameters)
     unknown = sorted(set(options) - accepted)
     if unknown:
-        raise ValueError(
+        raise UserError(
             f"Task {cls.name!r} does not take {', '.join(unknown)}; it takes: "
             f"{', '.join(sorted(accepted)) or 'no options'}"
         )

@@ -34,6 +34,7 @@ import re
 from typing import Sequence
 
 
+from common.errors import UserError
 from data_prep import records, tag_schemes
 
 DOCSTART = "-DOCSTART-"
@@ -113,19 +114,19 @@ def _split_sentences(
             continue
         if len(fields) == 1:
             if missing_tag is None:
-                raise ValueError(
+                raise UserError(
                     f"{path}:{line_number}: missing tag: expected "
                     f"'token ... TAG', got only {line!r}"
                 )
             fields.append(missing_tag)
         error = tag_schemes.tag_error(fields[-1], tag_scheme)
         if error:
-            raise ValueError(f"{path}:{line_number}: {error}")
+            raise UserError(f"{path}:{line_number}: {error}")
         current.append((fields[0], fields[-1], line_number))
     if current:
         sentences.append(current)
     if not sentences:
-        raise ValueError(
+        raise UserError(
             f"{path}:{line_number}: no sentence in the file (it is empty "
             "or holds only blank and -DOCSTART- lines)"
         )
@@ -197,13 +198,11 @@ def write_predictions(
     """
     tag_schemes.check_scheme(tag_scheme)
     if len(sentences) != len(predicted_tags):
-        raise ValueError(
-            f"{len(sentences)} sentences but {len(predicted_tags)} predicted tag lists"
-        )
+        raise UserError(f"{len(sentences)} sentences but {len(predicted_tags)} predicted tag lists")
     lines = []
     for index, (sentence, guessed) in enumerate(zip(sentences, predicted_tags)):
         if len(guessed) != len(sentence.words):
-            raise ValueError(
+            raise UserError(
                 f"sentence {index}: {len(sentence.words)} words but {len(guessed)} predicted tags"
             )
         gold = tag_schemes.from_iob2(sentence.tags, tag_scheme)

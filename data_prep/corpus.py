@@ -42,6 +42,8 @@ from typing import BinaryIO, Callable, Iterable, Iterator
 
 from absl import logging
 
+from common.errors import UserError
+
 FORMATS = ("sentences", "text", "jsonl")
 BAD_INPUT_KINDS = (
     "unreadable_file",
@@ -55,7 +57,7 @@ NUM_LOGGED_PER_KIND = 20
 _READ_BYTES = 1 << 20
 
 
-class BadInputError(ValueError):
+class BadInputError(UserError):
     """Bad input under the policy "fail"; the message names file and line."""
 
 
@@ -70,9 +72,7 @@ class BadInputLog:
 
     def __init__(self, policy: str = "fail"):
         if policy not in POLICIES:
-            raise ValueError(
-                "Bad-input policy %r is not one of %s." % (policy, ", ".join(POLICIES))
-            )
+            raise UserError("Bad-input policy %r is not one of %s." % (policy, ", ".join(POLICIES)))
         self.policy = policy
         self.counts = {}
         self.examples = []
@@ -252,7 +252,7 @@ def plan_shards(path: str, size: int, scans: Iterable[WindowScan]) -> list[Docum
     """The document shards of one file from the scans of all its windows."""
     scans = sorted(scans, key=lambda scan: scan.index)
     if [scan.index for scan in scans] != list(range(len(scans))):
-        raise ValueError("%s: window scans missing (%s)." % (path, [scan.index for scan in scans]))
+        raise UserError("%s: window scans missing (%s)." % (path, [scan.index for scan in scans]))
     shards = []
     lines_before_window = 0
     for k, scan in enumerate(scans):
@@ -333,7 +333,7 @@ def raw_documents(
                 yield RawDocument(line_number, text.split("\n"))
         return
     if input_format != "text":
-        raise ValueError("Not a raw-text format: %r." % input_format)
+        raise UserError("Not a raw-text format: %r." % input_format)
     document = None
     for line_number, line in lines:
         if not line.strip():

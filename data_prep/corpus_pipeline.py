@@ -45,6 +45,7 @@ import apache_beam as beam
 from apache_beam.io.filesystems import FileSystems
 from apache_beam.options.pipeline_options import PipelineOptions
 
+from common.errors import UserError
 from data_prep import corpus
 from data_prep import pretraining_instances
 from data_prep import records
@@ -83,7 +84,7 @@ def match_input_files(patterns: str) -> list[tuple[str, int]]:
             if not os.path.basename(m.path).startswith(".")
         ]
         if not matches:
-            raise ValueError("--input_file pattern %r matches no file." % pattern)
+            raise UserError("--input_file pattern %r matches no file." % pattern)
         for match in matches:
             files[match.path] = match.size_in_bytes
     return sorted(files.items())
@@ -97,7 +98,7 @@ def check_output_names(input_files, shard_bytes: int) -> None:
         for index in range(windows):
             name = corpus.shard_name(path, index, windows)
             if name in owners:
-                raise ValueError(
+                raise UserError(
                     "%s and %s would both write shards named %s: rename one."
                     % (owners[name], path, name)
                 )

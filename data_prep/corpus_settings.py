@@ -12,6 +12,7 @@ import os
 
 from apache_beam.io.filesystems import FileSystems
 
+from common.errors import UserError
 from data_prep import corpus
 from data_prep.pretraining_records import RunOptions
 
@@ -51,24 +52,24 @@ class PipelineSettings:
 
     def __post_init__(self):
         if self.input_format not in corpus.FORMATS:
-            raise ValueError(
+            raise UserError(
                 "--input_format=%s is not one of %s."
                 % (self.input_format, ", ".join(corpus.FORMATS))
             )
         if self.stop_after not in STAGES:
-            raise ValueError(
+            raise UserError(
                 "--stop_after=%s is not one of %s." % (self.stop_after, ", ".join(STAGES))
             )
         if self.stop_after == "vocab" and not self.learn_vocab_size:
-            raise ValueError("--stop_after=vocab needs --learn_vocab_size.")
+            raise UserError("--stop_after=vocab needs --learn_vocab_size.")
         if self.stop_after == "sentences" and self.input_format == "sentences":
-            raise ValueError(
+            raise UserError(
                 "--stop_after=sentences needs raw input (--input_format=text or jsonl)."
             )
         if self.shard_bytes < 1:
-            raise ValueError("The shard size must be positive.")
+            raise UserError("The shard size must be positive.")
         if self.bad_input not in corpus.POLICIES:
-            raise ValueError(
+            raise UserError(
                 "--bad_input=%s is not one of %s." % (self.bad_input, ", ".join(corpus.POLICIES))
             )
 

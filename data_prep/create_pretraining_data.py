@@ -47,6 +47,7 @@ from absl import flags
 from absl import logging
 import tensorflow as tf
 
+from common.errors import UserError
 from data_prep.pretraining_instances import InstanceOptions, MaskingOptions
 from data_prep.pretraining_records import RunOptions, run
 
@@ -69,7 +70,7 @@ def expand_input_patterns(patterns: str) -> list[str]:
     for pattern in patterns.split(","):
         matches = tf.io.gfile.glob(pattern)
         if not matches:
-            raise ValueError("Input pattern %r matches no file." % pattern)
+            raise UserError("Input pattern %r matches no file." % pattern)
         files.extend(matches)
     return files
 
@@ -96,13 +97,13 @@ def resolve_output_files(
             for path in input_files
         ]
         if len(set(outputs)) != len(outputs):
-            raise ValueError(
+            raise UserError(
                 "Input files share a name, so their shards in %s "
                 "would collide: list the output files instead." % output_file
             )
         return outputs
     if len(outputs) != len(input_files):
-        raise ValueError(
+        raise UserError(
             "With --num_workers > 1, --output_file needs one file per input file "
             "(%d given for %d input files) or a directory." % (len(outputs), len(input_files))
         )
@@ -221,7 +222,7 @@ def options_from_flags(flag_values: flags.FlagValues) -> RunOptions:
     """`RunOptions` from parsed flags (the only place that reads them)."""
     fv = flag_values
     if fv.num_workers < 1:
-        raise ValueError("--num_workers=%d must be at least 1." % fv.num_workers)
+        raise UserError("--num_workers=%d must be at least 1." % fv.num_workers)
     per_input_file = fv.num_workers > 1
     input_files = expand_input_patterns(fv.input_file)
     return run_options_from_flags(

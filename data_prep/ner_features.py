@@ -46,6 +46,7 @@ import numpy as np
 import tensorflow as tf
 from absl import logging
 
+from common.errors import UserError
 from data_prep import context_windows, records, tag_schemes, tokenization
 from data_prep.conll import Sentence
 
@@ -140,7 +141,7 @@ def _label_ids(
             unlearnt.append((sentence.path, line_number, tag))
             ids.append(LABEL_IGNORE_ID)
         else:
-            raise ValueError(
+            raise UserError(
                 f"{sentence.path}:{line_number}: tag {tag!r} ({label_scheme} form) is "
                 f"not in the training label list {list(label_map)}"
             )
@@ -182,9 +183,9 @@ def convert_sentences_to_features(
             the file and line of the word).
     """
     if max_seq_length < 3:
-        raise ValueError(f"max_seq_length must be at least 3, got {max_seq_length}")
+        raise UserError(f"max_seq_length must be at least 3, got {max_seq_length}")
     if doc_stride < 1:
-        raise ValueError(f"doc_stride must be at least 1, got {doc_stride}")
+        raise UserError(f"doc_stride must be at least 1, got {doc_stride}")
     tag_schemes.check_scheme(label_scheme)
     label_map = {label: index for index, label in enumerate(labels)}
     cls_id, sep_id = tokenizer.convert_tokens_to_ids(
@@ -267,14 +268,14 @@ def predictions_to_tags(
     if predictions.ndim == 3:
         predictions = np.argmax(predictions, axis=-1)
     if predictions.ndim != 2 or predictions.shape[0] != len(features):
-        raise ValueError(
+        raise UserError(
             f"predictions must be [F={len(features)}, S] or [F, S, L], "
             f"got shape {np.shape(predictions)}"
         )
     tags = [[None] * len(sentence.words) for sentence in sentences]
     for row, feature in zip(predictions, features):
         if len(row) != len(feature.token_to_word):
-            raise ValueError(
+            raise UserError(
                 f"predictions have {len(row)} positions per feature, "
                 f"features {len(feature.token_to_word)}"
             )
@@ -284,12 +285,12 @@ def predictions_to_tags(
                 continue
             label_id = int(row[position])
             if not 0 <= label_id < len(labels):
-                raise ValueError(
+                raise UserError(
                     f"feature {feature.unique_id}, position {position}: "
                     f"label id {label_id} is not in [0, {len(labels)})"
                 )
             if sentence_tags[word] is not None:
-                raise ValueError(
+                raise UserError(
                     f"sentence {feature.sentence_index}, word {word}: "
                     "predicted by more than one window"
                 )
@@ -297,7 +298,7 @@ def predictions_to_tags(
     for sentence_index, sentence_tags in enumerate(tags):
         if None in sentence_tags:
             word = sentence_tags.index(None)
-            raise ValueError(
+            raise UserError(
                 f"sentence {sentence_index}, word {word}: no prediction "
                 "(the features do not cover it)"
             )
@@ -407,7 +408,7 @@ class NerMetadata:
         }
         missing = sorted(required - set(data))
         if unknown or missing:
-            raise ValueError(
+            raise UserError(
                 f"{records.metadata_path(record_file)}: bad NER metadata: "
                 f"unknown keys {unknown}, missing keys {missing}"
             )

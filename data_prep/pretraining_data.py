@@ -13,6 +13,7 @@ import os
 
 import tensorflow as tf
 
+from common.errors import UserError
 from data_prep import records
 
 
@@ -57,12 +58,12 @@ def check_shard_metadata(
             ("max_predictions_per_seq", max_predictions_per_seq, "--max_predictions_per_seq"),
         ):
             if key in metadata and metadata[key] != want:
-                raise ValueError(
+                raise UserError(
                     f"{path} was made with {key}={metadata[key]} "
                     f"({metadata_file}) but {flag}={want}"
                 )
         if metadata.get("vocab_size", 0) > vocab_size:
-            raise ValueError(
+            raise UserError(
                 f"{path} was made with a vocabulary of "
                 f"{metadata['vocab_size']} entries ({metadata_file}) but the "
                 f"model's vocab_size is {vocab_size}: its ids would index past "
@@ -73,7 +74,7 @@ def check_shard_metadata(
             and metadata.get("do_lower_case") is not None
             and metadata["do_lower_case"] != do_lower_case
         ):
-            raise ValueError(
+            raise UserError(
                 f"{path} was made with do_lower_case="
                 f"{metadata['do_lower_case']} ({metadata_file}) but the model "
                 f"is do_lower_case={do_lower_case}"
@@ -87,7 +88,7 @@ def check_shard_shapes(files: list[str], max_seq_length: int, max_predictions_pe
     made with another max_seq_length / max_predictions_per_seq than the flags."""
     path = files[0]
     if os.path.getsize(path) == 0:
-        raise ValueError(f"pre-training shard {path} is empty")
+        raise UserError(f"pre-training shard {path} is empty")
     for raw in tf.data.TFRecordDataset(path).take(1):
         example = tf.train.Example.FromString(raw.numpy())
         feature = example.features.feature
@@ -96,18 +97,18 @@ def check_shard_shapes(files: list[str], max_seq_length: int, max_predictions_pe
             ("masked_lm_positions", max_predictions_per_seq, "max_predictions_per_seq"),
         ):
             if name not in feature:
-                raise ValueError(
+                raise UserError(
                     f"{path}: record has no feature {name!r}; is it a "
                     f"pre-training shard from create_pretraining_data?"
                 )
             have = len(feature[name].int64_list.value)
             if have != want:
-                raise ValueError(
+                raise UserError(
                     f"{path}: {name} has length {have} but --{flag}={want}; "
                     f"use the value the shards were made with"
                 )
         return
-    raise ValueError(f"pre-training shard {path} holds no record")
+    raise UserError(f"pre-training shard {path} holds no record")
 
 
 def _decode(record, spec):

@@ -23,6 +23,7 @@ from typing import Callable, Iterable, Iterator, Sequence
 
 from absl import logging
 
+from common.errors import UserError
 from data_prep import records
 from data_prep import tokenization
 
@@ -47,7 +48,7 @@ def _exact(x: float) -> fractions.Fraction:
 
 def _check_probability(name: str, value: float) -> None:
     if not 0.0 <= value <= 1.0:
-        raise ValueError("%s=%r must lie in [0, 1]." % (name, value))
+        raise UserError("%s=%r must lie in [0, 1]." % (name, value))
 
 
 @dataclasses.dataclass(frozen=True)
@@ -71,7 +72,7 @@ class InstanceOptions:
         _check_probability("short_seq_prob", self.short_seq_prob)
         minimum = 5 if self.next_sentence_prediction else 4
         if self.max_seq_length < minimum:
-            raise ValueError(
+            raise UserError(
                 "max_seq_length=%d is too small: it must be at least %d to hold "
                 "the special tokens and two tokens of text." % (self.max_seq_length, minimum)
             )
@@ -107,16 +108,16 @@ class MaskingOptions:
         _check_probability("mask_token_prob", self.mask_token_prob)
         _check_probability("random_token_prob", self.random_token_prob)
         if _exact(self.mask_token_prob) + _exact(self.random_token_prob) > 1:
-            raise ValueError(
+            raise UserError(
                 "mask_token_prob=%r + random_token_prob=%r exceeds 1."
                 % (self.mask_token_prob, self.random_token_prob)
             )
         if self.max_predictions_per_seq < 0:
-            raise ValueError(
+            raise UserError(
                 "max_predictions_per_seq=%d must not be negative." % self.max_predictions_per_seq
             )
         if self.max_predictions_per_seq == 0 and self.masked_lm_prob > 0:
-            raise ValueError(
+            raise UserError(
                 "max_predictions_per_seq=0 with masked_lm_prob=%r: no position could be "
                 "masked, and the shards would teach the masked LM nothing. Give "
                 "max_predictions_per_seq > 0 (the original uses 20 at max_seq_length 128, "

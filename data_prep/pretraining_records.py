@@ -29,6 +29,7 @@ from typing import Callable, Sequence
 from absl import logging
 import tensorflow as tf
 
+from common.errors import UserError
 from data_prep import pretraining_data, records
 from data_prep import tokenization
 from data_prep.pretraining_instances import (
@@ -83,9 +84,9 @@ class RunOptions:
 
     def __post_init__(self):
         if self.dupe_factor < 1:
-            raise ValueError("dupe_factor=%d must be at least 1." % self.dupe_factor)
+            raise UserError("dupe_factor=%d must be at least 1." % self.dupe_factor)
         if self.per_input_file and len(self.input_files) != len(self.output_files):
-            raise ValueError(
+            raise UserError(
                 "One output file per input file is needed: %d input files, %d "
                 "output files." % (len(self.input_files), len(self.output_files))
             )
@@ -306,11 +307,11 @@ def load_metadata(tfrecord_path: str) -> dict:
     """
     path = metadata_path(tfrecord_path)
     if not tf.io.gfile.exists(path):
-        raise ValueError("%s has no metadata file %s." % (tfrecord_path, path))
+        raise UserError("%s has no metadata file %s." % (tfrecord_path, path))
     with tf.io.gfile.GFile(path, "r") as f:
         metadata = json.load(f)
     if metadata.get("format") != METADATA_FORMAT:
-        raise ValueError(
+        raise UserError(
             "%s is not pre-training metadata (format %r)." % (path, metadata.get("format"))
         )
     return metadata
@@ -416,7 +417,7 @@ def write_instances(
     """
     label = input_files[0] if len(input_files) == 1 else "corpus"
     if not documents:
-        raise ValueError("The corpus is empty: no line of %s has a token." % ", ".join(input_files))
+        raise UserError("The corpus is empty: no line of %s has a token." % ", ".join(input_files))
     rng = random.Random(options.random_seed)
     shuffle(documents, rng)
     spill = RecordSpill(_spill_directory(output_files[0]))

@@ -35,6 +35,8 @@ from typing import Iterable, Iterator, Mapping, Sequence
 
 import tensorflow as tf
 
+from common.errors import MissingFileError, UserError
+
 _TEMP_MARK = ".tmp-"
 
 METADATA_SUFFIX = ".meta.json"
@@ -138,7 +140,7 @@ def write_json(path: str, value, **kwargs) -> None:
     write_text(path, json.dumps(value, **kwargs) + "\n")
 
 
-class NotUtf8Error(ValueError):
+class NotUtf8Error(UserError):
     """A file holds bytes that are not UTF-8; the message names the file and line."""
 
 
@@ -167,7 +169,7 @@ def read_text(path: str) -> str:
     """The text of a UTF-8 file (a byte-order mark dropped); NotUtf8Error naming the
     line of the first undecodable byte."""
     if not tf.io.gfile.exists(path):
-        raise FileNotFoundError(f"{path} does not exist")
+        raise MissingFileError(f"{path} does not exist")
     with tf.io.gfile.GFile(path, "rb") as f:
         data = f.read()
     try:
@@ -193,7 +195,7 @@ def read_json(path: str):
     try:
         return json.loads(text)
     except json.JSONDecodeError as e:
-        raise ValueError(f"{path} is not valid JSON: {e}") from e
+        raise UserError(f"{path} is not valid JSON: {e}") from e
 
 
 def format_results(results: Mapping[str, object]) -> str:
@@ -295,7 +297,7 @@ def expand_globs(
             if not _split(m)[1].startswith(".") and not tf.io.gfile.isdir(m)
         ]
         if not matches:
-            raise FileNotFoundError(f"{what} pattern {pattern!r} matches no file")
+            raise MissingFileError(f"{what} pattern {pattern!r} matches no file")
         if original_order:
             files.extend(matches)
             continue
@@ -304,7 +306,7 @@ def expand_globs(
                 seen.add(match)
                 files.append(match)
     if not files:
-        raise ValueError(f"{what} is empty")
+        raise UserError(f"{what} is empty")
     return files
 
 
@@ -406,9 +408,9 @@ def read_metadata(record_file: str, record_format: str | None = None) -> dict:
     path = metadata_path(record_file)
     metadata = read_json(path)
     if not isinstance(metadata, dict):
-        raise ValueError(f"{path}: record metadata must be a JSON object")
+        raise UserError(f"{path}: record metadata must be a JSON object")
     if record_format is not None and metadata.get("format") != record_format:
-        raise ValueError(
+        raise UserError(
             f"{path}: the records have format {metadata.get('format')!r}, not "
             f"{record_format!r} (written by another version: write them again)"
         )

@@ -15,6 +15,7 @@ from typing import Iterator, NamedTuple, Sequence
 
 from absl import logging
 
+from common.errors import UserError
 from data_prep import context_windows
 from data_prep.squad_reader import SquadExample
 
@@ -71,12 +72,12 @@ class DocSpan(NamedTuple):
 def check_lengths(max_seq_length: int, doc_stride: int, max_query_length: int) -> None:
     """Raises ValueError if no document piece would fit into a window."""
     if max_seq_length <= max_query_length + 3:
-        raise ValueError(
+        raise UserError(
             "The max_seq_length (%d) must be greater than max_query_length "
             "(%d) + 3 ([CLS] and two [SEP])." % (max_seq_length, max_query_length)
         )
     if doc_stride < 1:
-        raise ValueError("doc_stride must be positive, got %d." % doc_stride)
+        raise UserError("doc_stride must be positive, got %d." % doc_stride)
 
 
 def convert_examples_to_features(

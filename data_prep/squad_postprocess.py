@@ -21,6 +21,7 @@ from typing import Any, Iterable, Mapping, NamedTuple, Sequence
 
 from absl import logging
 
+from common.errors import UserError
 from data_prep import records, tokenization
 from data_prep.squad_features import InputFeatures
 from data_prep.squad_reader import SquadExample
@@ -224,7 +225,7 @@ def _result_for(
     try:
         return results_by_id[feature.unique_id]
     except KeyError:
-        raise ValueError(
+        raise UserError(
             "No result for feature %d (window %d of question %s)."
             % (feature.unique_id, feature.doc_span_index, example.qas_id)
         ) from None

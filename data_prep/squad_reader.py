@@ -15,6 +15,7 @@ from typing import Any, Mapping
 
 from absl import logging
 
+from common.errors import UserError
 from data_prep import records, tokenization
 
 # Characters that separate words of a context, as in the original reader
@@ -131,16 +132,16 @@ def read_squad_json(input_file: str) -> dict:
     try:
         dataset = records.read_json(input_file)
     except FileNotFoundError:
-        raise ValueError("SQuAD file %s does not exist." % input_file) from None
+        raise UserError("SQuAD file %s does not exist." % input_file) from None
     if not isinstance(dataset, dict) or not isinstance(dataset.get("data"), list):
-        raise ValueError('%s is not a SQuAD file: it has no top-level "data" list.' % input_file)
+        raise UserError('%s is not a SQuAD file: it has no top-level "data" list.' % input_file)
     return dataset
 
 
 def _paragraphs(article: Any, article_index: int, input_file: str) -> list:
     where = "article %d" % article_index
     if not isinstance(article, dict):
-        raise ValueError("%s: %s is not a JSON object." % (input_file, where))
+        raise UserError("%s: %s is not a JSON object." % (input_file, where))
     return _field(article, "paragraphs", list, input_file, where)
 
 
@@ -148,7 +149,7 @@ def _field(obj: Mapping, key: str, kind: type, input_file: str, where: str):
     """`obj[key]`, checked to be of type `kind`, or a clear ValueError."""
     value = obj.get(key) if isinstance(obj, Mapping) else None
     if not isinstance(value, kind):
-        raise ValueError(
+        raise UserError(
             "%s: %s has no %r %s."
             % (input_file, where, key, "string" if kind is str else kind.__name__)
         )
@@ -195,7 +196,7 @@ def _read_question(
 ) -> SquadExample | None:
     """The example of one question, or None if its answer is unrecoverable."""
     if not isinstance(qa, dict) or not isinstance(qa.get("id"), str):
-        raise ValueError('%s: a question has no string "id": %.200r' % (input_file, qa))
+        raise UserError('%s: a question has no string "id": %.200r' % (input_file, qa))
     qas_id = qa["id"]
     question_text = _field(qa, "question", str, input_file, "question %s" % qas_id)
     if not is_training:
@@ -231,7 +232,7 @@ def _first_answer(qa: dict, version_2_with_negative: bool, input_file: str) -> d
         hint = (
             "" if version_2_with_negative else " (for SQuAD 2.0 data set version_2_with_negative)"
         )
-        raise ValueError(
+        raise UserError(
             "%s: question %s has no answer and is not marked "
             "is_impossible%s." % (input_file, qa["id"], hint)
         )
@@ -241,12 +242,12 @@ def _first_answer(qa: dict, version_2_with_negative: bool, input_file: str) -> d
         or not isinstance(answer.get("text"), str)
         or not isinstance(answer.get("answer_start"), int)
     ):
-        raise ValueError(
+        raise UserError(
             '%s: question %s: an answer needs a string "text" '
             'and an integer "answer_start", got %.200r.' % (input_file, qa["id"], answer)
         )
     if not answer["text"]:
-        raise ValueError("%s: question %s has an empty answer text." % (input_file, qa["id"]))
+        raise UserError("%s: question %s has an empty answer text." % (input_file, qa["id"]))
     return answer
 
 
@@ -262,7 +263,7 @@ def _answer_word_span(
     text = answer["text"]
     offset = answer["answer_start"]
     if offset < 0 or offset + len(text) > len(context):
-        raise ValueError(
+        raise UserError(
             "%s: question %s: answer %r at character %d runs outside its "
             "context of %d characters." % (input_file, qas_id, text, offset, len(context))
         )

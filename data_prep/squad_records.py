@@ -27,6 +27,7 @@ from typing import Any, Iterable, Mapping, Sequence
 from absl import logging
 import tensorflow as tf
 
+from common.errors import UserError
 from data_prep import records, squad_features, squad_reader
 from data_prep.squad_features import InputFeatures
 
@@ -172,7 +173,7 @@ def _read_usable(
     """The examples of a SQuAD file; a ValueError if there are none."""
     result = squad_reader.read_squad_file(input_file, is_training, version_2_with_negative)
     if not result.examples:
-        raise ValueError(
+        raise UserError(
             f"{input_file}: no usable question ({result.num_questions} "
             f"questions, {len(result.skipped_qas_ids)} skipped)"
         )

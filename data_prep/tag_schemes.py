@@ -39,6 +39,8 @@ from __future__ import annotations
 import collections
 from typing import Sequence
 
+from common.errors import UserError
+
 OUTSIDE = "O"
 TAG_SCHEMES = ("iob1", "iob2", "iobes")
 _SCHEME_PREFIXES = {"iob1": ("B", "I"), "iob2": ("B", "I"), "iobes": ("B", "I", "E", "S")}
@@ -131,7 +133,7 @@ def get_chunks(tags: Sequence[str], iobes: bool = True) -> list[tuple[str, int, 
 
 def check_scheme(tag_scheme: str) -> None:
     if tag_scheme not in TAG_SCHEMES:
-        raise ValueError(f"tag_scheme must be one of {TAG_SCHEMES}, got {tag_scheme!r}")
+        raise UserError(f"tag_scheme must be one of {TAG_SCHEMES}, got {tag_scheme!r}")
 
 
 def scheme_prefixes(tag_scheme: str) -> tuple[str, ...]:

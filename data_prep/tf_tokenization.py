@@ -33,6 +33,7 @@ need), which more than doubles the speed on English text.
 import tensorflow as tf
 import tensorflow_text as tf_text
 
+from common.errors import UserError
 from data_prep import tokenization
 
 _MAX_BYTES_PER_CHAR = 4  # UTF-8.
@@ -350,13 +351,13 @@ def bert_pack_inputs(segments, seq_length, cls_id: int, sep_id: int) -> dict[str
         (1 for real tokens), "input_type_ids".
     """
     if len(segments) not in (1, 2):
-        raise ValueError("bert_pack_inputs takes 1 or 2 segments, got %d." % len(segments))
+        raise UserError("bert_pack_inputs takes 1 or 2 segments, got %d." % len(segments))
     static = tf.get_static_value(seq_length)
     if static is not None:
         seq_length = int(static)
         budget = seq_length - 1 - len(segments)
         if budget < 0:
-            raise ValueError(
+            raise UserError(
                 "seq_length=%d is too short for %d segment(s) and their "
                 "special tokens." % (seq_length, len(segments))
             )

@@ -33,6 +33,8 @@ import sys
 import unicodedata
 from typing import Iterable, Mapping, Sequence
 
+from common.errors import UserError
+
 UNK_TOKEN = "[UNK]"
 CLS_TOKEN = "[CLS]"
 SEP_TOKEN = "[SEP]"
@@ -172,7 +174,7 @@ def regex_class(
     elif syntax == "python":
         escape = "\\U%08x".__mod__
     else:
-        raise ValueError("Unknown regex syntax %r." % syntax)
+        raise UserError("Unknown regex syntax %r." % syntax)
     parts = []
     for lo, hi in ranges:
         parts.append(escape(lo) if lo == hi else escape(lo) + "-" + escape(hi))
@@ -219,7 +221,7 @@ def convert_to_unicode(text) -> str:
         return text
     if isinstance(text, bytes):
         return text.decode("utf-8", "ignore")
-    raise ValueError("Unsupported string type: %s" % type(text))
+    raise UserError("Unsupported string type: %s" % type(text))
 
 
 def printable_text(text) -> str:
@@ -257,7 +259,7 @@ def load_vocab(vocab_file: str) -> "collections.OrderedDict[str, int]":
         if token not in vocab:
             vocab[token] = len(vocab)
     if not vocab or (len(vocab) == 1 and "" in vocab):
-        raise ValueError("Vocabulary file %r is empty." % vocab_file)
+        raise UserError("Vocabulary file %r is empty." % vocab_file)
     return vocab
 
 
@@ -271,7 +273,7 @@ def _read_text(path: str) -> str:
         import tensorflow as tf  # Only remote file systems need it.
 
         if not tf.io.gfile.exists(path) or tf.io.gfile.isdir(path):
-            raise ValueError("Vocabulary file %r does not exist." % path)
+            raise UserError("Vocabulary file %r does not exist." % path)
         with tf.io.gfile.GFile(path, "rb") as f:
             data = f.read()
     else:
@@ -279,7 +281,7 @@ def _read_text(path: str) -> str:
             with open(path, "rb") as f:
                 data = f.read()
         except (FileNotFoundError, IsADirectoryError, NotADirectoryError):
-            raise ValueError("Vocabulary file %r does not exist." % path) from None
+            raise UserError("Vocabulary file %r does not exist." % path) from None
     return data.decode("utf-8", "ignore")
 
 
@@ -293,7 +295,7 @@ def validate_vocab(
     """
     missing = [token for token in required if token not in vocab]
     if missing:
-        raise ValueError(
+        raise UserError(
             "Vocabulary file %r lacks the special token(s) %s." % (vocab_file, ", ".join(missing))
         )
 
@@ -339,7 +341,7 @@ def validate_case_matches_checkpoint(do_lower_case: bool, init_checkpoint: str |
         wanted = False
     else:
         return
-    raise ValueError(
+    raise UserError(
         "`do_lower_case=%s` does not match the checkpoint %r: `%s` is a %s "
         "model, pass `do_lower_case=%s`."
         % (do_lower_case, init_checkpoint, model_name, "lower-cased" if wanted else "cased", wanted)
@@ -558,12 +560,12 @@ def pack_inputs(
     tokens_a = list(tokens_a_ids)
     if tokens_b_ids is None:
         if seq_length < 2:
-            raise ValueError("seq_length=%d is too short for [CLS] and [SEP]." % seq_length)
+            raise UserError("seq_length=%d is too short for [CLS] and [SEP]." % seq_length)
         tokens_b = None
         tokens_a = tokens_a[: seq_length - 2]
     else:
         if seq_length < 3:
-            raise ValueError("seq_length=%d is too short for [CLS] and two [SEP]." % seq_length)
+            raise UserError("seq_length=%d is too short for [CLS] and two [SEP]." % seq_length)
         tokens_b = list(tokens_b_ids)
         truncate_seq_pair(tokens_a, tokens_b, seq_length - 3)
     word_ids = [cls_id] + tokens_a + [sep_id]

@@ -35,6 +35,7 @@ from typing import Iterable, Mapping
 
 from absl import logging
 
+from common.errors import UserError
 from data_prep import tokenization
 
 NUM_UNUSED = 994
@@ -98,7 +99,7 @@ def learn_vocab(
     reserved = original_reserved_tokens()
     word_counts = list(word_counts.items() if isinstance(word_counts, Mapping) else word_counts)
     if not word_counts:
-        raise ValueError("No word to learn a vocabulary from.")
+        raise UserError("No word to learn a vocabulary from.")
     # The most frequent words, ties to the later word: what a distributed
     # `Top.Of(max_input_words, key=(count, word))` keeps.
     word_counts = sorted(word_counts, key=lambda item: (item[1], item[0]), reverse=True)[
@@ -122,7 +123,7 @@ def learn_vocab(
     words = learner.filter_input_words(words, allowed_chars, -1)
     minimum = len(reserved) + 2 * len(allowed_chars)
     if vocab_size < minimum:
-        raise ValueError(
+        raise UserError(
             "vocab_size=%d cannot hold the %d reserved tokens and the %d "
             "characters of the text with their ## forms: at least %d."
             % (vocab_size, len(reserved), len(allowed_chars), minimum)

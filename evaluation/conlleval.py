@@ -35,6 +35,7 @@ import dataclasses
 import re
 from typing import Iterable, Mapping, Sequence
 
+from common.errors import UserError
 from data_prep import records, tag_schemes
 
 BOUNDARY = "-X-"
@@ -213,15 +214,15 @@ def evaluate_tags(
         ValueError: the sentence counts or the lengths of a sentence differ.
     """
     if len(gold_sentences) != len(guessed_sentences):
-        raise ValueError(
+        raise UserError(
             f"{len(gold_sentences)} gold sentences but {len(guessed_sentences)} guessed sentences"
         )
     scorer = _Scorer(iobes)
     for index, (gold, guessed) in enumerate(zip(gold_sentences, guessed_sentences)):
         if isinstance(gold, str) or isinstance(guessed, str):
-            raise ValueError(f"sentence {index}: expected a list of tags, got a string")
+            raise UserError(f"sentence {index}: expected a list of tags, got a string")
         if len(gold) != len(guessed):
-            raise ValueError(
+            raise UserError(
                 f"sentence {index}: {len(gold)} gold tags but {len(guessed)} guessed tags"
             )
         for gold_tag, guessed_tag in zip(gold, guessed):
@@ -255,12 +256,12 @@ def evaluate_lines(
         if num_fields is None:
             num_fields = len(fields)
             if num_fields < 3:
-                raise ValueError(
+                raise UserError(
                     f"{source}:{line_number}: expected 'token ... gold guess' "
                     f"(at least 3 fields), got {num_fields}: {line!r}"
                 )
         elif len(fields) != num_fields:
-            raise ValueError(
+            raise UserError(
                 f"{source}:{line_number}: expected {num_fields} fields as on the "
                 f"first line, got {len(fields)}: {line!r}"
             )

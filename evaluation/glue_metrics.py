@@ -26,6 +26,7 @@ from typing import Sequence
 
 import numpy as np
 
+from common.errors import UserError
 from data_prep import records
 
 # Label "1" is the positive class of MRPC and QQP; it has id 1 in their label
@@ -77,16 +78,16 @@ def _as_pair(predictions, labels, dtype) -> tuple[np.ndarray, np.ndarray]:
     predictions = np.asarray(predictions, dtype=dtype)
     labels = np.asarray(labels, dtype=dtype)
     if predictions.ndim != 1 or labels.ndim != 1:
-        raise ValueError(
+        raise UserError(
             f"`predictions` and `labels` must be 1-D, got shapes "
             f"{predictions.shape} and {labels.shape}"
         )
     if predictions.shape != labels.shape:
-        raise ValueError(
+        raise UserError(
             f"`predictions` has {predictions.shape[0]} values but `labels` has {labels.shape[0]}"
         )
     if predictions.size == 0:
-        raise ValueError("`predictions` and `labels` are empty")
+        raise UserError("`predictions` and `labels` are empty")
     return predictions, labels
 
 
@@ -253,7 +254,7 @@ def write_test_results(path: str, probabilities) -> None:
     if values.ndim == 1:
         values = values[:, None]
     if values.ndim != 2:
-        raise ValueError(f"`probabilities` must be [N, K] or [N], got shape {values.shape}")
+        raise UserError(f"`probabilities` must be [N, K] or [N], got shape {values.shape}")
     lines = ["\t".join(str(value) for value in row) + "\n" for row in values]
     records.write_text(path, "".join(lines))
 
@@ -267,7 +268,7 @@ def submission_file_name(task_name: str, split: str = "test") -> str:
     key = (normalize_task_name(task_name), split)
     if key not in _SUBMISSION_NAMES:
         known = sorted({f"{task}/{split}" for task, split in _SUBMISSION_NAMES})
-        raise ValueError(
+        raise UserError(
             f"No GLUE submission file for task {task_name!r}, split {split!r}; "
             f"known: {', '.join(known)}"
         )
@@ -296,14 +297,14 @@ def write_glue_submission(
     path = os.path.join(os.fspath(output_dir), submission_file_name(task_name, split))
     predictions = np.asarray(predictions)
     if len(indices) != predictions.shape[0]:
-        raise ValueError(
+        raise UserError(
             f"`indices` has {len(indices)} entries but `predictions` has {predictions.shape[0]}"
         )
     if is_regression_task(task_name):
         values = [f"{float(score):.6f}" for score in predictions.reshape(-1)]
     else:
         if label_list is None:
-            raise ValueError(f"`label_list` is required for task {task_name!r}")
+            raise UserError(f"`label_list` is required for task {task_name!r}")
         if predictions.ndim == 2:
             predictions = np.argmax(predictions, axis=-1)
         values = [label_list[int(class_id)] for class_id in predictions]

@@ -28,6 +28,7 @@ from typing import Mapping, Sequence
 
 from absl import logging
 
+from common.errors import UserError
 from data_prep import squad_reader
 
 _ARTICLES = re.compile(r"\b(a|an|the)\b", re.UNICODE)
@@ -131,7 +132,7 @@ def evaluate_v1(
             logging.warning("Unanswered question %s will receive score 0.", qas_id)
             continue
         if not golds:
-            raise ValueError("Question %s has no gold answer: score it by the v2.0 rules." % qas_id)
+            raise UserError("Question %s has no gold answer: score it by the v2.0 rules." % qas_id)
         prediction = predictions[qas_id]
         exact += max(compute_exact(gold, prediction) for gold in golds)
         f1 += max(compute_f1_v1(gold, prediction) for gold in golds)
@@ -153,7 +154,7 @@ def raw_scores_v2(
     for qas_id, golds in answers.items():
         golds = [gold for gold in golds if normalize_answer(gold)] or [""]
         if qas_id not in predictions:
-            raise ValueError("No prediction for question %s." % qas_id)
+            raise UserError("No prediction for question %s." % qas_id)
         prediction = predictions[qas_id]
         exact[qas_id] = max(compute_exact(gold, prediction) for gold in golds)
         f1[qas_id] = max(compute_f1(gold, prediction) for gold in golds)
@@ -244,7 +245,7 @@ def evaluate_v2(
     else:
         missing = [qas_id for qas_id in answers if qas_id not in null_odds]
         if missing:
-            raise ValueError(
+            raise UserError(
                 "No null odds for question %s (and %d others)." % (missing[0], len(missing) - 1)
             )
         odds = null_odds
@@ -302,4 +303,4 @@ def evaluate_file(
             return evaluate_v1(answers, predictions)
         return evaluate_v2(answers, predictions, null_odds, na_prob_thresh)
     except ValueError as e:
-        raise ValueError("%s: %s" % (dataset_file, e)) from e
+        raise UserError("%s: %s" % (dataset_file, e)) from e

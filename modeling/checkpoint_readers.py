@@ -18,6 +18,7 @@ import struct
 import numpy as np
 import tensorflow as tf
 
+from common.errors import MissingFileError, UserError
 from data_prep import records
 from modeling import checkpoint_names as names
 
@@ -28,7 +29,7 @@ BEST_DIR = "best"
 _IGNORED_TF1 = re.compile(r"(adam_[mv]|global_step|good_steps|loss_scale)")
 
 
-class CheckpointMismatchError(ValueError):
+class CheckpointMismatchError(UserError):
     """A checkpoint does not fit the model: a variable is missing or has another shape,
     or it holds another kind of model."""
 
@@ -61,7 +62,7 @@ def read_safetensors(path: str) -> dict:
         dtype = info["dtype"]
         np_dtype = ml_dtypes.bfloat16 if dtype == "BF16" else _SAFETENSORS_DTYPES.get(dtype)
         if np_dtype is None:
-            raise ValueError(f"{path}: tensor {name} has unsupported dtype {dtype}")
+            raise UserError(f"{path}: tensor {name} has unsupported dtype {dtype}")
         start, end = info["data_offsets"]
         array = np.frombuffer(data[start:end], dtype=np_dtype).reshape(info["shape"])
         if dtype in ("BF16", "F16"):
@@ -168,7 +169,7 @@ def _directory_prefix(path: str) -> str:
     if prefix is None:
         indexes = sorted(glob.glob(os.path.join(path, "*.index")))
         if len(indexes) != 1:
-            raise FileNotFoundError(
+            raise MissingFileError(
                 f"no checkpoint found in directory {path} (expected config.json + "
                 f"model.safetensors, a 'checkpoint' file, a best/ folder with one, or one "
                 f"*.index file)"
@@ -197,18 +198,18 @@ def resolve_checkpoint(path: str) -> tuple[str, str]:
     A prefix is taken as is. TF1 and TF2 are told apart by the variable names.
     """
     if not path:
-        raise ValueError("no checkpoint path given")
+        raise UserError("no checkpoint path given")
     if is_hf_directory(path):
         return "hf", path
     if os.path.isdir(path):
         if os.path.isfile(os.path.join(path, "pytorch_model.bin")):
-            raise ValueError(
+            raise UserError(
                 f"{path} holds only pytorch_model.bin; reading it needs PyTorch. "
                 f"Save the model as model.safetensors first."
             )
         path = _directory_prefix(path)
     if not os.path.isfile(path + ".index"):
-        raise FileNotFoundError(f"checkpoint not found: {path} (no {path}.index)")
+        raise MissingFileError(f"checkpoint not found: {path} (no {path}.index)")
     variables = tf.train.list_variables(path)
     if any(name.startswith(("bert/", "cls/")) for name, _ in variables):
         return "tf1", path

@@ -25,6 +25,7 @@ import re
 import numpy as np
 import tensorflow as tf
 
+from common.errors import MissingFileError, OutputExistsError, UserError
 from data_prep import records
 from modeling import checkpoint_names as names
 from modeling.checkpoint_readers import MODEL_INFO
@@ -51,7 +52,7 @@ TF1_CHECKPOINT_NAME = "bert_model.ckpt"
 def _head_table(model) -> list:
     kind = names.model_kind(model)
     if kind == names.FEATURE_BASED:
-        raise ValueError(
+        raise UserError(
             "the feature-based tagger's BiLSTM head has no TF1 or Hugging Face "
             "names; write its encoder (model.encoder) or keep the TF2 format"
         )
@@ -146,7 +147,7 @@ def hf_config(
     back unchanged: the activation in Hugging Face's naming, the architecture of
     `kind`, and id2label / label2id for a classifier or token classifier."""
     if kind == names.FEATURE_BASED:
-        raise ValueError("the feature-based tagger has no Hugging Face class")
+        raise UserError("the feature-based tagger has no Hugging Face class")
     values = config.to_dict()
     values.update(
         model_type="bert",
@@ -182,7 +183,7 @@ def check_destination(directory: str, writer: str, overwrite: bool) -> None:
     if not tf.io.gfile.exists(directory):
         return
     if not tf.io.gfile.isdir(directory):
-        raise FileExistsError(f"output {directory} exists and is not a folder")
+        raise OutputExistsError(f"output {directory} exists and is not a folder")
     entries = [e.rstrip("/") for e in tf.io.gfile.listdir(directory)]
     if not entries:
         return
@@ -194,12 +195,12 @@ def check_destination(directory: str, writer: str, overwrite: bool) -> None:
         and all(_WRITTEN_FILES[writer].match(e) for e in entries)
     )
     if not previous:
-        raise FileExistsError(
+        raise OutputExistsError(
             f"output folder {directory} is not empty and is not an earlier output of "
             f"{writer}: refusing to replace it (choose a new or empty folder)"
         )
     if not overwrite:
-        raise FileExistsError(
+        raise OutputExistsError(
             f"output folder {directory} holds an earlier output of "
             f"{writer}; ask to overwrite it to replace it"
         )
@@ -208,7 +209,7 @@ def check_destination(directory: str, writer: str, overwrite: bool) -> None:
 def _check_labels(model, labels) -> int | None:
     count = num_labels(model)
     if labels is not None and (count is None or len(labels) != count):
-        raise ValueError(
+        raise UserError(
             f"{len(labels)} labels given for a {names.model_kind(model)} "
             f"model with {count or 'no'} label outputs"
         )
@@ -229,7 +230,7 @@ def _write_directory(
     model_info.json into a folder that replaces `directory` once complete."""
     _check_labels(model, labels)
     if not vocab_file or not tf.io.gfile.exists(vocab_file):
-        raise FileNotFoundError(f"vocab file not found: {vocab_file}")
+        raise MissingFileError(f"vocab file not found: {vocab_file}")
     check_destination(directory, writer, overwrite)
     with records.atomic_directory(directory) as temp:
         write_content(temp)

@@ -6,6 +6,7 @@ import dataclasses
 import difflib
 import json
 
+from common.errors import MissingFileError, UserError
 from data_prep import records
 
 # Activations this project computes. "gelu" is the tanh approximation the original
@@ -67,18 +68,18 @@ class BertConfig:
         ):
             value = getattr(self, name)
             if not isinstance(value, int) or isinstance(value, bool) or value <= 0:
-                raise ValueError(f"BertConfig.{name} must be a positive integer, got {value!r}")
+                raise UserError(f"BertConfig.{name} must be a positive integer, got {value!r}")
         for name in ("hidden_dropout_prob", "attention_probs_dropout_prob"):
             value = getattr(self, name)
             if not 0.0 <= float(value) < 1.0:
-                raise ValueError(f"BertConfig.{name} must be in [0, 1), got {value!r}")
+                raise UserError(f"BertConfig.{name} must be in [0, 1), got {value!r}")
         if self.hidden_size % self.num_attention_heads:
-            raise ValueError(
+            raise UserError(
                 f"BertConfig.hidden_size ({self.hidden_size}) is not a multiple of "
                 f"num_attention_heads ({self.num_attention_heads})"
             )
         if self.hidden_act not in ACTIVATIONS:
-            raise ValueError(
+            raise UserError(
                 f"BertConfig.hidden_act {self.hidden_act!r} is not supported; "
                 f"choose one of {', '.join(ACTIVATIONS)}"
             )
@@ -98,12 +99,12 @@ class BertConfig:
             if key not in known:
                 close = difflib.get_close_matches(key, known, n=1)
                 hint = f"; did you mean {close[0]!r}?" if close else ""
-                raise ValueError(
+                raise UserError(
                     f"{source}: unknown BERT config key {key!r}{hint} "
                     f"(known keys: {', '.join(known)})"
                 )
         if "vocab_size" not in values:
-            raise ValueError(f"{source}: the BERT config has no 'vocab_size'")
+            raise UserError(f"{source}: the BERT config has no 'vocab_size'")
         return cls(**values)
 
     @classmethod
@@ -111,9 +112,9 @@ class BertConfig:
         try:
             values = records.read_json(path)
         except FileNotFoundError:
-            raise FileNotFoundError(f"BERT config file not found: {path}") from None
+            raise MissingFileError(f"BERT config file not found: {path}") from None
         if not isinstance(values, dict):
-            raise ValueError(f"{path}: expected a JSON object")
+            raise UserError(f"{path}: expected a JSON object")
         if "model_type" in values or "layer_norm_eps" in values:
             return cls.from_hf_dict(values, source=path)
         return cls.from_dict(values, source=path)
@@ -123,15 +124,15 @@ class BertConfig:
         """Reads a Hugging Face BERT `config.json`, converting activation names."""
         model_type = values.get("model_type", "bert")
         if model_type != "bert":
-            raise ValueError(f"{source}: model_type {model_type!r} is not a BERT model")
+            raise UserError(f"{source}: model_type {model_type!r} is not a BERT model")
         if values.get("position_embedding_type", "absolute") != "absolute":
-            raise ValueError(f"{source}: only absolute position embeddings are supported")
+            raise UserError(f"{source}: only absolute position embeddings are supported")
         eps = values.get("layer_norm_eps", 1e-12)
         if abs(eps - 1e-12) > 1e-15:
-            raise ValueError(f"{source}: layer_norm_eps {eps} differs from BERT's 1e-12")
+            raise UserError(f"{source}: layer_norm_eps {eps} differs from BERT's 1e-12")
         act = values.get("hidden_act", "gelu")
         if act not in _HF_ACTIVATIONS:
-            raise ValueError(f"{source}: hidden_act {act!r} is not supported")
+            raise UserError(f"{source}: hidden_act {act!r} is not supported")
         known = [f.name for f in dataclasses.fields(cls)]
         kept = {k: values[k] for k in known if k in values}
         kept["hidden_act"] = _HF_ACTIVATIONS[act]

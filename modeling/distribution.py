@@ -5,6 +5,8 @@ from __future__ import annotations
 import tensorflow as tf
 from absl import logging
 
+from common.errors import UserError
+
 STRATEGIES = ("one_device", "mirrored", "multi_worker_mirrored", "tpu")
 
 
@@ -34,7 +36,7 @@ def create_strategy(
     GCE `zone` and GCP `project` when given.
     """
     if name not in STRATEGIES:
-        raise ValueError(
+        raise UserError(
             f"unknown --distribution_strategy {name!r}; choose one of {', '.join(STRATEGIES)}"
         )
     if name == "tpu":

@@ -5,6 +5,7 @@ from __future__ import annotations
 import keras
 import tensorflow as tf
 
+from common.errors import UserError
 from modeling import kernels as kernel_choices
 from modeling import layers
 from modeling.config import BertConfig
@@ -21,7 +22,7 @@ def dtype_policy(dtype: str) -> keras.DTypePolicy:
     """
     policies = {"float32": "float32", "bfloat16": "mixed_bfloat16", "float16": "mixed_float16"}
     if dtype not in policies:
-        raise ValueError(f"unknown dtype {dtype!r}; choose one of {sorted(policies)}")
+        raise UserError(f"unknown dtype {dtype!r}; choose one of {sorted(policies)}")
     return keras.DTypePolicy(policies[dtype])
 
 
@@ -29,10 +30,10 @@ def check_inputs(inputs: dict, max_position_embeddings: int) -> None:
     """Raises a clear error for missing keys or a sequence longer than the model takes."""
     missing = [k for k in INPUT_KEYS if k not in inputs]
     if missing:
-        raise ValueError(f"encoder inputs lack {missing}; expected the keys {list(INPUT_KEYS)}")
+        raise UserError(f"encoder inputs lack {missing}; expected the keys {list(INPUT_KEYS)}")
     seq_length = inputs["input_word_ids"].shape[-1]
     if seq_length is not None and seq_length > max_position_embeddings:
-        raise ValueError(
+        raise UserError(
             f"input_word_ids has sequence length {seq_length}, longer than "
             f"max_position_embeddings={max_position_embeddings} of the BERT config"
         )

@@ -30,6 +30,7 @@ from typing import Sequence
 import keras
 import tensorflow as tf
 
+from common.errors import UserError
 from modeling import layers
 from modeling.config import BertConfig
 from modeling.encoder import INPUT_KEYS
@@ -61,18 +62,18 @@ def parse_feature_layers(spec: str, num_layers: int) -> list[int]:
         try:
             number = int(item)
         except ValueError:
-            raise ValueError(
+            raise UserError(
                 f"feature layers {spec!r}: {item.strip()!r} is not a layer "
                 "number (use e.g. '-1,-2,-3,-4' or 'all')"
             ) from None
         if not -num_layers <= number < num_layers:
-            raise ValueError(
+            raise UserError(
                 f"feature layers {spec!r}: layer {number} does not exist in "
                 f"an encoder of {num_layers} layers"
             )
         index = number % num_layers
         if index in indices:
-            raise ValueError(f"feature layers {spec!r}: layer {number} is named twice")
+            raise UserError(f"feature layers {spec!r}: layer {number} is named twice")
         indices.append(index)
     return indices
 
@@ -87,11 +88,11 @@ class LayerCombination(keras.layers.Layer):
     def __init__(self, combination: str, num_inputs: int, **kwargs):
         super().__init__(**kwargs)
         if combination not in COMBINATIONS:
-            raise ValueError(
+            raise UserError(
                 f"unknown feature combination {combination!r}; choose one of {COMBINATIONS}"
             )
         if num_inputs < 1:
-            raise ValueError("at least one layer is needed as features")
+            raise UserError("at least one layer is needed as features")
         self.combination = combination
         self.num_inputs = num_inputs
 
@@ -149,7 +150,7 @@ class BertFeatureBasedTagger(keras.Model):
     ):
         super().__init__(dtype=encoder.dtype_policy, **kwargs)
         if lstm_units < 1 or num_lstm_layers < 1:
-            raise ValueError(
+            raise UserError(
                 f"lstm_units ({lstm_units}) and num_lstm_layers "
                 f"({num_lstm_layers}) must be at least 1"
             )

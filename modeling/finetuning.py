@@ -30,6 +30,7 @@ import numpy as np
 import tensorflow as tf
 from absl import logging
 
+from common.errors import UserError
 from data_prep import records
 from modeling import checkpoint_readers, checkpoints, model_files, training
 from modeling.config import BertConfig
@@ -120,7 +121,7 @@ def train_schedule(
     """(num_train_steps, num_warmup_steps), computed as the original release does."""
     num_train_steps = int(num_examples / batch_size * num_epochs)
     if num_train_steps < 1:
-        raise ValueError(
+        raise UserError(
             f"{num_examples} training examples at --train_batch_size={batch_size} for "
             f"--num_train_epochs={num_epochs} make no training step"
         )
@@ -286,7 +287,7 @@ def check_labels(task: FineTuningTask, settings: Settings) -> None:
         and wanted is not None
         and list(info["labels"]) != list(wanted)
     ):
-        raise ValueError(
+        raise UserError(
             f"--init_checkpoint={settings.init_checkpoint} was fine-tuned on the labels "
             f"{list(info['labels'])}, this run has {list(wanted)}: its head's outputs "
             f"would mean other labels. Give the same labels, or --reinit_head to train "

@@ -37,6 +37,7 @@ import keras
 import tensorflow as tf
 from absl import logging
 
+from common.errors import MissingFileError, UserError
 from modeling.config import BertConfig
 from modeling.encoder import INPUT_KEYS, check_inputs
 
@@ -69,7 +70,7 @@ def resolve(handle: str) -> str:
     """The local path of the module at `handle` (see the module docstring)."""
     if "://" not in handle:
         if not os.path.isdir(handle):
-            raise FileNotFoundError(f"TF Hub encoder not found: {handle} is not a folder")
+            raise MissingFileError(f"TF Hub encoder not found: {handle} is not a folder")
         return handle
     import tensorflow_hub  # pylint: disable=g-import-not-at-top (tf_keras: only here)
 
@@ -101,7 +102,7 @@ def load_module(path: str):
     module = tf.saved_model.load(path)
     missing = [a for a in ("variables", "trainable_variables") if not hasattr(module, a)]
     if not callable(module) or missing:
-        raise ValueError(
+        raise UserError(
             f"{path} is not a reusable TF Hub SavedModel (callable with "
             f"variables and trainable_variables); missing: "
             f"{missing or ['__call__']}"

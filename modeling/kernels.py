@@ -30,6 +30,8 @@ import functools
 
 from absl import logging
 
+from common.errors import UserError
+
 CPUINFO = "/proc/cpuinfo"
 
 
@@ -120,5 +122,5 @@ def resolve(kernels: Kernels | str | None) -> Kernels:
     if kernels in (None, "auto"):
         return for_cpu()
     if kernels not in CHOICES:
-        raise ValueError(f"unknown kernels {kernels!r}; choose one of {list(NAMES)}")
+        raise UserError(f"unknown kernels {kernels!r}; choose one of {list(NAMES)}")
     return CHOICES[kernels]

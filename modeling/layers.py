@@ -16,6 +16,7 @@ import math
 import keras
 import tensorflow as tf
 
+from common.errors import UserError
 from modeling.config import BertConfig
 
 # The additive attention bias for padding, as in the original release.
@@ -110,7 +111,7 @@ _PLAIN_ACTIVATIONS = dict(_ACTIVATIONS, gelu=gelu, gelu_exact=gelu_exact)
 def get_activation(name: str, fused: bool = True):
     """The activation `name`; with `fused`, GELU as compiled kernels (see `_fused`)."""
     if name not in _ACTIVATIONS:
-        raise ValueError(f"unknown activation {name!r}; choose one of {sorted(_ACTIVATIONS)}")
+        raise UserError(f"unknown activation {name!r}; choose one of {sorted(_ACTIVATIONS)}")
     return (_ACTIVATIONS if fused else _PLAIN_ACTIVATIONS)[name]
 
 
@@ -126,7 +127,7 @@ def initializer(config: BertConfig, distribution: str = "truncated_normal"):
         return keras.initializers.TruncatedNormal(stddev=config.initializer_range)
     if distribution == "normal":
         return keras.initializers.RandomNormal(stddev=config.initializer_range)
-    raise ValueError(f"unknown initializer {distribution!r}; choose one of {INITIALIZERS}")
+    raise UserError(f"unknown initializer {distribution!r}; choose one of {INITIALIZERS}")
 
 
 class LayerNorm(keras.layers.Layer):

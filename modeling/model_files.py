@@ -23,6 +23,7 @@ import re
 import tensorflow as tf
 from absl import logging
 
+from common.errors import MissingFileError, UserError
 from data_prep import records, tokenization
 from modeling import checkpoint_readers
 from modeling.config import BertConfig
@@ -151,7 +152,7 @@ def resolve_case(
     if do_lower_case is not None:
         for statement in statements:
             if statement.do_lower_case != do_lower_case:
-                raise ValueError(
+                raise UserError(
                     f"--do_lower_case={do_lower_case} does not match the model: "
                     f"{statement.source} says do_lower_case={statement.do_lower_case}. "
                     f"Pass --do_lower_case={statement.do_lower_case} (an uncased model "
@@ -161,7 +162,7 @@ def resolve_case(
         return do_lower_case
     values = {s.do_lower_case for s in statements}
     if len(values) > 1:
-        raise ValueError(
+        raise UserError(
             "the model's files disagree on its case: "
             + "; ".join(f"{s.source}: do_lower_case={s.do_lower_case}" for s in statements)
             + ". Pass --do_lower_case explicitly."
@@ -180,7 +181,7 @@ def check_vocab_fits_config(vocab_file: str, config: BertConfig) -> int:
     """
     size = len(tokenization.load_vocab(vocab_file))
     if size > config.vocab_size:
-        raise ValueError(
+        raise UserError(
             f"the vocabulary {vocab_file} has {size} entries but the model's "
             f"config has vocab_size={config.vocab_size}: ids from "
             f"{config.vocab_size} up would index past the embedding table. "
@@ -216,7 +217,7 @@ def resolve_config(bert_config_file: str | None, init_checkpoint: str | None) ->
         dirs, CONFIG_FILE
     ) or checkpoint_readers.find_side_file(dirs, "config.json")
     if path is None:
-        raise ValueError(
+        raise UserError(
             f"--bert_config_file is required: {_where(dirs)} {CONFIG_FILE} or config.json"
         )
     return BertConfig.from_json_file(path)
@@ -238,9 +239,9 @@ def resolve(
     dirs = side_dirs(init_checkpoint)
     vocab_file = vocab_file or checkpoint_readers.find_side_file(dirs, VOCAB_FILE)
     if vocab_file is None:
-        raise ValueError(f"--vocab_file is required: {_where(dirs)} {VOCAB_FILE}")
+        raise UserError(f"--vocab_file is required: {_where(dirs)} {VOCAB_FILE}")
     if not tf.io.gfile.exists(vocab_file):
-        raise FileNotFoundError(f"--vocab_file not found: {vocab_file}")
+        raise MissingFileError(f"--vocab_file not found: {vocab_file}")
     check_vocab_fits_config(vocab_file, config)
     lower = resolve_case(do_lower_case, init_checkpoint, vocab_file)
     return ModelFiles(config, vocab_file, lower)

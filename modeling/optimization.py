@@ -24,6 +24,8 @@ import re
 
 import tensorflow as tf
 
+from common.errors import UserError
+
 NO_DECAY_PATTERN = re.compile(r"(LayerNorm|layer_norm|bias)")
 
 
@@ -296,7 +298,7 @@ def create_optimizer(
     added to the root of the second moment (`--adam_epsilon`); `fused`: one compiled
     update kernel per variable (single replica)."""
     if not epsilon > 0:
-        raise ValueError(f"--adam_epsilon must be > 0, got {epsilon}")
+        raise UserError(f"--adam_epsilon must be > 0, got {epsilon}")
     if name == "adamw":
         return AdamWeightDecay(
             variables,
@@ -307,4 +309,4 @@ def create_optimizer(
         )
     if name == "lamb":
         return Lamb(variables, weight_decay_rate=weight_decay_rate, epsilon=epsilon, fused=fused)
-    raise ValueError(f"unknown --optimizer {name!r}; choose one of ['adamw', 'lamb']")
+    raise UserError(f"unknown --optimizer {name!r}; choose one of ['adamw', 'lamb']")

@@ -30,6 +30,7 @@ import numpy as np
 import tensorflow as tf
 from absl import logging
 
+from common.errors import UserError
 from data_prep import records
 from modeling import kernels as kernel_choices
 from modeling import optimization
@@ -128,7 +129,7 @@ class Trainer:
         kernels=None,
     ):
         if gradient_accumulation_steps < 1:
-            raise ValueError("--gradient_accumulation_steps must be >= 1")
+            raise UserError("--gradient_accumulation_steps must be >= 1")
         self.strategy, self.model, self.task = strategy, model, task
         self.output_dir = output_dir
         self.learning_rate, self.num_train_steps = learning_rate, num_train_steps
@@ -471,7 +472,7 @@ class Trainer:
             sums = {k: float(v) for k, v in step(batch).items()}
             totals = sums if totals is None else {k: totals[k] + sums[k] for k in totals}
         if totals is None:
-            raise ValueError("the evaluation dataset is empty")
+            raise UserError("the evaluation dataset is empty")
         metrics = dict(self.task.finalize_eval(totals))
         metrics["global_step"] = int(self.global_step.numpy())
         writer = tf.summary.create_file_writer(os.path.join(self.output_dir, summary_name))

@@ -13,6 +13,7 @@ from typing import Sequence
 
 import tensorflow as tf
 
+from common.errors import UserError
 from serving.inputs import pack_text, text_spec
 
 
@@ -26,12 +27,12 @@ def classifier_signatures(model, tokenizer, seq_length: int, labels) -> dict:
     """
     is_regression = labels is None
     if is_regression and model.num_labels != 1:
-        raise ValueError(
+        raise UserError(
             f"labels are required for a classifier with {model.num_labels} "
             f"outputs (labels=None means regression, one output)"
         )
     if not is_regression and len(labels) != model.num_labels:
-        raise ValueError(
+        raise UserError(
             f"{len(labels)} labels {list(labels)} for a classifier with {model.num_labels} outputs"
         )
     label_names = None if is_regression else tf.constant([str(label) for label in labels])
@@ -94,7 +95,7 @@ def multiple_choice_signatures(
     if labels is not None:
         num_choices = len(labels)
         if list(labels) != [str(i) for i in range(num_choices)]:
-            raise ValueError(
+            raise UserError(
                 f"multiple-choice labels must be the choice indices "
                 f"{[str(i) for i in range(num_choices)]}, got {list(labels)}"
             )

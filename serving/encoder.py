@@ -26,6 +26,7 @@ from typing import Callable, Sequence
 
 import tensorflow as tf
 
+from common.errors import MissingFileError
 from modeling.encoder import INPUT_KEYS
 from serving import savedmodel
 
@@ -137,7 +138,7 @@ class EncoderModule(ReusableModule):
         masked_lm: the pre-trainer's `MaskedLMHead`, exported as `mlm`.
         """
         if not tf.io.gfile.exists(vocab_file):
-            raise FileNotFoundError(f"vocab file not found: {vocab_file}")
+            raise MissingFileError(f"vocab file not found: {vocab_file}")
         super().__init__(
             [encoder], lambda x, t: encoder_outputs(encoder, x, t), id_specs(), name="bert_encoder"
         )

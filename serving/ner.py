@@ -15,6 +15,7 @@ from __future__ import annotations
 import tensorflow as tf
 import tensorflow_text as tf_text
 
+from common.errors import UserError
 from data_prep import tag_schemes, tf_tokenization, tokenization
 from serving import inputs as text_inputs
 from serving import windows as serving_windows
@@ -53,20 +54,20 @@ def ner_signatures(
       tag_scheme: the scheme of the labels ("iob1", "iob2" or "iobes").
     """
     if labels is None:
-        raise ValueError("a token-classification export needs the label list")
+        raise UserError("a token-classification export needs the label list")
     tag_schemes.check_scheme(tag_scheme)
     wrong = [label for label in labels if tag_schemes.tag_error(str(label), tag_scheme)]
     if wrong:
-        raise ValueError(f"labels {wrong} are not {tag_scheme} tags")
+        raise UserError(f"labels {wrong} are not {tag_scheme} tags")
     num_labels = getattr(model, "num_labels", len(labels))
     if len(labels) != num_labels:
-        raise ValueError(
+        raise UserError(
             f"{len(labels)} labels {list(labels)} for a tagger with {num_labels} outputs"
         )
     if seq_length < 3:
-        raise ValueError(f"seq_length must be at least 3, got {seq_length}")
+        raise UserError(f"seq_length must be at least 3, got {seq_length}")
     if doc_stride < 1:
-        raise ValueError(f"doc_stride must be at least 1, got {doc_stride}")
+        raise UserError(f"doc_stride must be at least 1, got {doc_stride}")
     label_names = tf.constant([str(label) for label in labels])
     unk_id = int(tokenizer.vocab_table.lookup(tf.constant(tokenization.UNK_TOKEN)))
     cls_id, sep_id = tokenizer.cls_id, tokenizer.sep_id

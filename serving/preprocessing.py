@@ -14,6 +14,7 @@ import itertools
 
 import tensorflow as tf
 
+from common.errors import UserError
 from data_prep import tf_tokenization
 from serving import savedmodel
 
@@ -24,7 +25,7 @@ PACK_SEGMENT_COUNTS = (1, 2)
 def pack_inputs(segments, seq_length, cls_id: int, sep_id: int) -> dict[str, tf.Tensor]:
     """`tf_tokenization.bert_pack_inputs`, with the segment count checked here."""
     if len(segments) not in PACK_SEGMENT_COUNTS:
-        raise ValueError(f"bert_pack_inputs takes 1 or 2 segments, got {len(segments)}")
+        raise UserError(f"bert_pack_inputs takes 1 or 2 segments, got {len(segments)}")
     return tf_tokenization.bert_pack_inputs(segments, seq_length, cls_id, sep_id)
 
 
@@ -69,7 +70,7 @@ class PreprocessingModule(tf.Module):
     def __init__(self, vocab_file: str, do_lower_case: bool, seq_length: int = 128):
         super().__init__(name="bert_preprocess")
         if seq_length < 2:
-            raise ValueError(f"seq_length={seq_length} leaves no room for [CLS] and [SEP]")
+            raise UserError(f"seq_length={seq_length} leaves no room for [CLS] and [SEP]")
         tokenizer = tf_tokenization.TFBertTokenizer(vocab_file, do_lower_case)
         self.tokenizer = tokenizer
         self.vocab_file = tokenizer.vocab_file or tf.saved_model.Asset(vocab_file)

@@ -27,6 +27,7 @@ from typing import Sequence
 import tensorflow as tf
 from absl import logging
 
+from common.errors import OutputExistsError, UserError
 from data_prep import records
 from modeling import layers as bert_layers
 
@@ -37,7 +38,7 @@ MARKER_VERSION = 1
 
 def _check_local(export_path: str) -> None:
     if "://" in export_path:
-        raise ValueError(
+        raise UserError(
             f"export path {export_path!r}: only local paths can be exported "
             f"atomically; export locally, then copy the folder"
         )
@@ -70,23 +71,23 @@ def check_export_path(export_path: str, overwrite: bool = False) -> None:
     if not os.path.lexists(export_path):
         return
     if os.path.islink(export_path):
-        raise FileExistsError(
+        raise OutputExistsError(
             f"export path {export_path} is a symbolic link; export to a "
             f"new path (or to the folder it points to)"
         )
     if not os.path.isdir(export_path):
-        raise FileExistsError(f"export path {export_path} exists and is not a folder")
+        raise OutputExistsError(f"export path {export_path} exists and is not a folder")
     if not os.listdir(export_path):
         return
     marker = read_marker(export_path)
     if marker is None:
-        raise FileExistsError(
+        raise OutputExistsError(
             f"export path {export_path} is a folder holding files that are not an export "
             f"of this project (no saved_model.pb with {MARKER_FILE}); refusing to replace "
             f"them. Choose a new or empty folder."
         )
     if not overwrite:
-        raise FileExistsError(
+        raise OutputExistsError(
             f"export path {export_path} holds a previous export ({marker.get('kind')}); "
             f"pass --overwrite (overwrite=True) to replace it"
         )

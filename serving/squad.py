@@ -19,6 +19,7 @@ from typing import NamedTuple
 import tensorflow as tf
 import tensorflow_text as tf_text
 
+from common.errors import UserError
 from data_prep import squad_features, squad_reader, tf_tokenization, tokenization
 from serving import inputs as text_inputs
 from serving import windows as serving_windows
@@ -321,11 +322,11 @@ def squad_signatures(
         flags of the same names.
     """
     if labels is not None:
-        raise ValueError(f"a SQuAD export has no labels, got {list(labels)}")
+        raise UserError(f"a SQuAD export has no labels, got {list(labels)}")
     squad_features.check_lengths(seq_length, doc_stride, max_query_length)
     for name, value in (("max_answer_length", max_answer_length), ("n_best_size", n_best_size)):
         if value < 1:
-            raise ValueError(f"{name} must be at least 1, got {value}")
+            raise UserError(f"{name} must be at least 1, got {value}")
     vocab_tokens = _vocab_tokens(tokenizer)
 
     def predict(question, context):

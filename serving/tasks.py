@@ -24,6 +24,7 @@ from typing import Sequence
 
 import tensorflow as tf
 
+from common.errors import UserError
 from data_prep import tf_tokenization
 from serving import classifier, ner, savedmodel, squad
 
@@ -80,12 +81,12 @@ def check_options(kind: str, options: dict) -> dict:
     """The kind's options with its defaults filled in; a clear error for an unknown
     kind or option."""
     if kind not in TASK_SIGNATURE_BUILDERS:
-        raise ValueError(
+        raise UserError(
             f"unknown export kind {kind!r}; supported: {sorted(TASK_SIGNATURE_BUILDERS)}"
         )
     unknown = sorted(set(options) - set(TASK_OPTIONS[kind]))
     if unknown:
-        raise ValueError(
+        raise UserError(
             f"unknown option(s) {unknown} of a {kind} export; its options: "
             f"{sorted(TASK_OPTIONS[kind])}"
         )

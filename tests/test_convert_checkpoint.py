@@ -352,21 +352,21 @@ def test_command_line_reads_beside_the_input_and_says_what_is_wrong(tmp_path):
     assert (tmp_path / "hf" / "vocab.txt").read_text() == vocab.read_text()
 
     kind, message = results["ambiguous"]
-    assert kind == "ValueError" and "--model_kind" in message
+    assert kind == "UserError" and "--model_kind" in message
     assert "classifier, token_classifier" in message
     kind, message = results["missing"]
-    assert kind == "FileNotFoundError" and "nowhere" in message
+    assert kind == "MissingFileError" and "nowhere" in message
     kind, message = results["wide"]
     assert kind == "CheckpointMismatchError"
     assert "bert/embeddings/word_embeddings" in message and "[99, 32]" in message
     assert "[99, 48]" in message
     kind, message = results["no_span"]
-    assert kind == "ValueError" and "has no span head" in message
+    assert kind == "UserError" and "has no span head" in message
     kind, message = results["case"]
-    assert kind == "ValueError" and "do_lower_case=False" in message
+    assert kind == "UserError" and "do_lower_case=False" in message
     assert "do_lower_case=True" in message
     kind, message = results["users"]
-    assert kind == "FileExistsError" and os.listdir(tmp_path / "users") == ["notes.txt"]
+    assert kind == "OutputExistsError" and os.listdir(tmp_path / "users") == ["notes.txt"]
     assert not (tmp_path / "a").exists() and not (tmp_path / "c").exists()
 
 

@@ -1,6 +1,7 @@
 """Floors: no import in the library runs up a floor, and no import runs in a circle.
 
-Floors, bottom to top (DESIGN.md, issue 22):
+Floors, bottom to top (DESIGN.md, ARCHITECTURE.md):
+ -1 common/                     errors for people; imports no other package of the project
   0 data_prep/                  tokenization, readers, features, records
   1 modeling/, evaluation/      side by side: each may import data_prep, not the other
   2 serving/                    exports: may import the floors below
@@ -14,7 +15,7 @@ import pathlib
 
 from tests.conftest import REPO_ROOT
 
-FLOORS = {"data_prep": 0, "modeling": 1, "evaluation": 1, "serving": 2}
+FLOORS = {"common": -1, "data_prep": 0, "modeling": 1, "evaluation": 1, "serving": 2}
 SCRIPTS = {p.stem for p in REPO_ROOT.glob("*.py")}
 TOP = 3
 # (importing module, imported module) -> why it is allowed for now. Remove an entry
@@ -32,11 +33,17 @@ def _floor(module: str) -> int | None:
     return TOP if top in SCRIPTS else None
 
 
+def _module_name(path: pathlib.Path, root: pathlib.Path = REPO_ROOT) -> str:
+    """data_prep/squad/reader.py -> data_prep.squad.reader."""
+    return ".".join(path.relative_to(root).with_suffix("").parts)
+
+
 def _library_modules() -> dict[str, pathlib.Path]:
+    """Every module of every package, sub-packages included."""
     return {
-        f"{package}.{path.stem}": path
+        _module_name(path): path
         for package in FLOORS
-        for path in sorted((REPO_ROOT / package).glob("*.py"))
+        for path in sorted((REPO_ROOT / package).rglob("*.py"))
     }
 
 
@@ -52,11 +59,10 @@ def _imports(module: str, path: pathlib.Path, modules) -> set[str]:
             base = node.module or ""
             if node.level:  # relative: from the package of `module`
                 base = ".".join([package] + ([base] if base else []))
-            found.update(
-                f"{base}.{alias.name}" if f"{base}.{alias.name}" in modules else base
-                for alias in node.names
-            )
-    found = {f"{name}.__init__" if name in FLOORS else name for name in found}
+            for alias in node.names:
+                name = f"{base}.{alias.name}"
+                found.add(name if name in modules or f"{name}.__init__" in modules else base)
+    found = {f"{name}.__init__" if f"{name}.__init__" in modules else name for name in found}
     return {name for name in found if name in modules or name.split(".")[0] in SCRIPTS}
 
 
@@ -121,3 +127,24 @@ def test_the_checker_sees_what_it_checks():
     assert "serving.savedmodel" in graph["serving.tasks"]
     assert "data_prep.tag_schemes" in graph["evaluation.conlleval"]
     assert _floor("run_classifier") == TOP and _floor("numpy") is None
+    assert "common.errors" in graph["data_prep.records"]
+
+
+def test_the_checker_reads_sub_packages(tmp_path):
+    """A module moved into a sub-package is still checked, and an import of a
+    sub-package counts as an import of its __init__."""
+    package = tmp_path / "data_prep" / "inner"
+    package.mkdir(parents=True)
+    (tmp_path / "data_prep" / "__init__.py").write_text("")
+    (package / "__init__.py").write_text("from modeling import config\n")
+    (package / "leaf.py").write_text("from data_prep import inner\nimport serving.tasks\n")
+    (tmp_path / "modeling").mkdir()
+    (tmp_path / "modeling" / "config.py").write_text("")
+    (tmp_path / "serving").mkdir()
+    (tmp_path / "serving" / "tasks.py").write_text("")
+    modules = {_module_name(path, tmp_path): path for path in sorted(tmp_path.rglob("*.py"))}
+    assert "data_prep.inner.leaf" in modules
+    leaf = _imports("data_prep.inner.leaf", package / "leaf.py", modules)
+    assert leaf == {"data_prep.inner.__init__", "serving.tasks"}
+    init = _imports("data_prep.inner.__init__", package / "__init__.py", modules)
+    assert init == {"modeling.config"}

@@ -270,25 +270,25 @@ def driver(tmp_path_factory, mrpc_dir, vocab_file):
 @pytest.mark.parametrize(
     "case,error,parts",
     [
-        ("unknown_task", "ValueError", ["Unknown task 'MRPCX'", "known tasks: cola, sst-2, mrpc"]),
-        ("missing_dev", "FileNotFoundError", ["mrpc dev file not found", "no_dev/dev.tsv"]),
-        ("missing_test", "FileNotFoundError", ["mrpc test file not found", "good/test.tsv"]),
+        ("unknown_task", "UserError", ["Unknown task 'MRPCX'", "known tasks: cola, sst-2, mrpc"]),
+        ("missing_dev", "MissingFileError", ["mrpc dev file not found", "no_dev/dev.tsv"]),
+        ("missing_test", "MissingFileError", ["mrpc test file not found", "good/test.tsv"]),
         (
             "short_row",
-            "ValueError",
+            "UserError",
             ["short_row/train.tsv:3", "expected at least 5 columns", "got 4"],
         ),
         (
             "bad_label",
-            "ValueError",
+            "UserError",
             ["bad_label/train.tsv:3", "label '2' is not one of ['0', '1']"],
         ),
-        ("long_sequence", "ValueError", ["--max_seq_length=128", "max_position_embeddings=64"]),
+        ("long_sequence", "UserError", ["--max_seq_length=128", "max_position_embeddings=64"]),
         ("nothing_to_do", "UsageError", ["--do_train, --do_eval or --do_predict"]),
-        ("missing_hub_module", "FileNotFoundError", ["/nonexistent/hub is not a folder"]),
+        ("missing_hub_module", "MissingFileError", ["/nonexistent/hub is not a folder"]),
         (
             "export_over_user_files",
-            "FileExistsError",
+            "OutputExistsError",
             ["--export_dir=", "user_files", "not an export of this project"],
         ),
     ],

@@ -457,7 +457,7 @@ def test_predict_with_the_labels_and_scheme_of_the_trained_model(later_runs, run
     ).read_text(encoding="utf-8")
     info = json.loads((root / "predict" / "model_info.json").read_text())
     assert info["label_scheme"] == "iob1"
-    assert errors["other_scheme"].startswith("ValueError: ")
+    assert errors["other_scheme"].startswith("UserError: ")
     assert (
         "learnt its labels in iob1, this run would train them in iob2: give "
         "--train_tag_scheme=iob1, or --reinit_head"
@@ -540,23 +540,21 @@ def test_bad_input_names_file_and_line(bad_input_errors, inputs, case):
     error = bad_input_errors[case]
     _, _, (split, line), words, _ = BAD_INPUTS[case]
     directory = inputs["root"] / case
-    assert error is not None and error.startswith("ValueError: ")
+    assert error is not None and error.startswith("UserError: ")
     assert f"{directory / split}.txt:{line}: " in error
     assert words in error
     assert not (directory / "out" / "checkpoint").exists()
 
 
 def test_bad_flags(bad_input_errors, inputs):
-    assert bad_input_errors["eval_without_training"].startswith("FileNotFoundError: ")
+    assert bad_input_errors["eval_without_training"].startswith("MissingFileError: ")
     assert (
         "The label list comes from the training file" in bad_input_errors["eval_without_training"]
     )
-    assert bad_input_errors["export_dir"].startswith(
-        "ValueError: --export_dir=gs://bucket/unused: "
-    )
+    assert bad_input_errors["export_dir"].startswith("UserError: --export_dir=gs://bucket/unused: ")
     assert "only local paths" in bad_input_errors["export_dir"]
     assert bad_input_errors["feature_layers"] == (
-        "ValueError: feature layers '-1,-3': layer -3 does not exist in an encoder of 2 layers"
+        "UserError: feature layers '-1,-3': layer -3 does not exist in an encoder of 2 layers"
     )
     for name in BAD_FLAGS:
         assert not (inputs["root"] / name / "checkpoint").exists()

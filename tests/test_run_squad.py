@@ -339,26 +339,26 @@ def test_eval_alone_scores_the_prediction_files_in_output_dir(runs, root):
 @pytest.mark.parametrize(
     "case,error,parts",
     [
-        ("no_data", "ValueError", ["no_data.json", 'no top-level "data" list']),
-        ("no_context", "ValueError", ["no_context.json", "paragraph 1 of article 0", "'context'"]),
+        ("no_data", "UserError", ["no_data.json", 'no top-level "data" list']),
+        ("no_context", "UserError", ["no_context.json", "paragraph 1 of article 0", "'context'"]),
         (
             "past_context",
-            "ValueError",
+            "UserError",
             ["past_context.json", "character 10000", "runs outside its context"],
         ),
-        ("bad_predict_file", "ValueError", ["no_context.json", "'context'"]),
-        ("query_too_long", "ValueError", ["max_seq_length (20)", "max_query_length (17)"]),
-        ("v2_without_flag", "ValueError", ["not marked is_impossible", "version_2_with_negative"]),
+        ("bad_predict_file", "UserError", ["no_context.json", "'context'"]),
+        ("query_too_long", "UserError", ["max_seq_length (20)", "max_query_length (17)"]),
+        ("v2_without_flag", "UserError", ["not marked is_impossible", "version_2_with_negative"]),
         (
             "v2_gold_without_flag",
-            "ValueError",
+            "UserError",
             ["v2.json is SQuAD 2.0", "--version_2_with_negative"],
         ),
-        ("missing_file", "FileNotFoundError", ["--train_file=", "missing.json"]),
-        ("long_sequence", "ValueError", ["--max_seq_length=512", "max_position_embeddings=128"]),
+        ("missing_file", "MissingFileError", ["--train_file=", "missing.json"]),
+        ("long_sequence", "UserError", ["--max_seq_length=512", "max_position_embeddings=128"]),
         ("nothing_to_do", "UsageError", ["At least one of --do_train, --do_eval or --do_predict"]),
-        ("export", "ValueError", ["--export_dir=gs://bucket/export", "only local paths"]),
-        ("hub_module", "FileNotFoundError", ["/nonexistent/hub"]),
+        ("export", "UserError", ["--export_dir=gs://bucket/export", "only local paths"]),
+        ("hub_module", "MissingFileError", ["/nonexistent/hub"]),
     ],
 )
 def test_bad_input_is_a_clear_error(runs, case, error, parts):

@@ -1,0 +1,26 @@
+"""The project's error for people: an input or usage error.
+
+A `UserError` says what is wrong with something the person running the command gave:
+a file (its path and, where it has lines or records, which one), a flag value, a
+mismatch between a checkpoint and the flags, a refused output path. Its message names
+the file and line or the flag, and what to do. The command lines print that message
+alone (the traceback goes to the log file) and exit non-zero; any other exception is a
+bug and keeps its traceback.
+
+`UserError` is a `ValueError`, `MissingFileError` also a `FileNotFoundError` and
+`OutputExistsError` a `FileExistsError`, so code that caught those before still does.
+"""
+
+from __future__ import annotations
+
+
+class UserError(ValueError):
+    """An input or usage error; the message is for the person who ran the command."""
+
+
+class MissingFileError(UserError, FileNotFoundError):
+    """A file or folder the user named (or one that must sit beside it) does not exist."""
+
+
+class OutputExistsError(UserError, FileExistsError):
+    """An output path is taken and may not be replaced."""
