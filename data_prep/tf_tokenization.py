@@ -321,10 +321,62 @@ def _build_vocab_table(vocab_file, vocab):
     return asset, tf.lookup.StaticHashTable(initializer, default_value=-1)
 
 
-def _merge_to_rank_2(ids) -> tf.RaggedTensor:
-    """[B, (T)] or [B, (W), (P)] ragged/dense ids -> int32 RaggedTensor [B, (T)]."""
-    if not isinstance(ids, tf.RaggedTensor):
-        ids = tf.RaggedTensor.from_tensor(ids)
+def _checked_segments(segments) -> list[tf.RaggedTensor]:
+    """The segments as RaggedTensors, once they are checked to be well-formed and to
+    hold one row per example each (the same number of rows).
+
+    tensorflow_text's trimmer and packing trust their inputs: segments of different
+    batch sizes, or row partitions that do not fit their values (a RaggedTensor built
+    with validate=False and passed to a SavedModel), make it read out of bounds and
+    abort the process. The checks fail first, with tf.errors.InvalidArgumentError
+    naming the segment, and every later op waits for them.
+    """
+    segments = [
+        s if isinstance(s, tf.RaggedTensor) else tf.RaggedTensor.from_tensor(s) for s in segments
+    ]
+    checks = []
+    for number, segment in enumerate(segments, 1):
+        what = f"bert_pack_inputs: segment {number} is not a well-formed RaggedTensor"
+        sizes = [tf.size(splits, out_type=tf.int64) - 1 for splits in segment.nested_row_splits]
+        lengths = sizes[1:] + [tf.size(segment.flat_values, out_type=tf.int64)]
+        for level, (splits, length) in enumerate(zip(segment.nested_row_splits, lengths)):
+            message = (
+                f"{what}: the row_splits of its ragged dimension {level + 1} must start "
+                "at 0, never decrease and end at the number of its values"
+            )
+            splits = tf.cast(splits, tf.int64)
+            checks += [
+                tf.debugging.assert_positive(tf.size(splits), message=message),
+                tf.debugging.assert_equal(splits[:1], tf.zeros([1], tf.int64), message=message),
+                tf.debugging.assert_non_negative(splits[1:] - splits[:-1], message=message),
+                tf.debugging.assert_equal(splits[-1:], tf.reshape(length, [1]), message=message),
+            ]
+    rows = [segment.nrows(out_type=tf.int64) for segment in segments]
+    for number, count in enumerate(rows[1:], 2):
+        checks.append(
+            tf.debugging.assert_equal(
+                count,
+                rows[0],
+                message=f"bert_pack_inputs: segment {number} and segment 1 hold different "
+                "numbers of rows; every segment must hold one row per example",
+            )
+        )
+    checks = [c for c in checks if c is not None]  # None when run eagerly
+    if not checks:
+        return segments
+    with tf.control_dependencies(checks):
+        return [
+            tf.RaggedTensor.from_nested_row_splits(
+                tf.identity(s.flat_values),
+                [tf.identity(splits) for splits in s.nested_row_splits],
+                validate=False,
+            )
+            for s in segments
+        ]
+
+
+def _merge_to_rank_2(ids: tf.RaggedTensor) -> tf.RaggedTensor:
+    """[B, (T)] or [B, (W), (P)] ragged ids -> int32 RaggedTensor [B, (T)]."""
     if ids.shape.rank > 2:
         ids = ids.merge_dims(1, -1)
     return tf.cast(ids, tf.int32)
@@ -371,7 +423,7 @@ def bert_pack_inputs(segments, seq_length, cls_id: int, sep_id: int) -> dict[str
         )
         with tf.control_dependencies([check]):
             budget = tf.identity(budget)
-    segments = [_merge_to_rank_2(s) for s in segments]
+    segments = [_merge_to_rank_2(s) for s in _checked_segments(segments)]
     trimmed = tf_text.RoundRobinTrimmer(max_seq_length=budget).trim(segments)
     return combine_and_pad(trimmed, seq_length, cls_id, sep_id)
 

@@ -14,16 +14,30 @@ from typing import Sequence
 import tensorflow as tf
 
 from common.errors import UserError
-from serving.inputs import pack_text, text_spec
+from serving.inputs import (
+    BAD_REQUEST,
+    after_checks,
+    cut_to_longest,
+    pack_text,
+    same_batch_size,
+    text_spec,
+)
 
 
-def classifier_signatures(model, tokenizer, seq_length: int, labels) -> dict:
+def classifier_signatures(
+    model, tokenizer, seq_length: int, labels, *, pad_to_max_seq_length: bool = False
+) -> dict:
     """Signatures of a `BertClassifier` export.
 
     serving_default(text_a, text_b) and serving_text_a(text_a), each tf.string [B] ->
       classification: `probabilities` float32 [B, num_labels], `labels` tf.string [B]
         (the most probable label);
       regression (labels None and one output): `predictions` float32 [B].
+    text_a and text_b hold one entry per example (text_b "" for a single sentence);
+    batches of other sizes fail with tf.errors.InvalidArgumentError naming both.
+
+    Each request batch is cut to its longest packed input (`inputs.cut_to_longest`),
+    unless `pad_to_max_seq_length`: then every input is padded to seq_length.
     """
     is_regression = labels is None
     if is_regression and model.num_labels != 1:
@@ -38,7 +52,12 @@ def classifier_signatures(model, tokenizer, seq_length: int, labels) -> dict:
     label_names = None if is_regression else tf.constant([str(label) for label in labels])
 
     def predict(text_a, text_b):
-        logits = model(pack_text(tokenizer, seq_length, text_a, text_b), training=False)["logits"]
+        if text_b is not None:
+            text_a, text_b = same_batch_size({"text_a": text_a, "text_b": text_b})
+        inputs = pack_text(tokenizer, seq_length, text_a, text_b)
+        if not pad_to_max_seq_length:
+            inputs = cut_to_longest(inputs)
+        logits = model(inputs, training=False)["logits"]
         if is_regression:
             return {"predictions": logits[:, 0]}
         probabilities = tf.nn.softmax(logits, axis=-1)
@@ -69,7 +88,12 @@ def join_start_and_ending(start: tf.Tensor, endings: tf.Tensor) -> tf.Tensor:
 
 
 def multiple_choice_signatures(
-    model, tokenizer, seq_length: int, labels: Sequence[str] | None
+    model,
+    tokenizer,
+    seq_length: int,
+    labels: Sequence[str] | None,
+    *,
+    pad_to_max_seq_length: bool = False,
 ) -> dict:
     """Signatures of a `BertMultipleChoice` export (SWAG), scoring as run_classifier.py
     does.
@@ -83,13 +107,18 @@ def multiple_choice_signatures(
       best_choice: int64 [B], the index of the most probable choice (the label).
 
     Every choice is packed with the context as `[CLS] context [SEP] choice [SEP]`
-    (an empty choice too), the longer segment truncated first.
+    (an empty choice too), the longer segment truncated first. The inputs hold one
+    row per example (context [B], start [B], endings or choices [B, C], C >= 1);
+    others fail with tf.errors.InvalidArgumentError naming them. Each request batch is
+    cut to its longest packed choice (`inputs.cut_to_longest`), unless
+    `pad_to_max_seq_length`.
 
     Args:
       model: a `BertMultipleChoice` (logits [B, C] from inputs [B, C, S]).
       tokenizer: the `TFBertTokenizer` it was trained with.
       seq_length: --max_seq_length.
       labels: the choice labels "0".."C-1" of the task (fixing C), or None (any C).
+      pad_to_max_seq_length: pad every choice to seq_length (static shapes).
     """
     num_choices = None
     if labels is not None:
@@ -100,15 +129,22 @@ def multiple_choice_signatures(
                 f"{[str(i) for i in range(num_choices)]}, got {list(labels)}"
             )
 
-    def predict(context, choices):
+    def predict(context, choices, choices_name="choices"):
+        context, choices = same_batch_size({"context": context, choices_name: choices})
         shape = tf.shape(choices, out_type=tf.int64)  # [B, C]
+        check = tf.debugging.assert_positive(
+            shape[1], message=f"{BAD_REQUEST} {choices_name} holds no choice for each example"
+        )
+        context, choices = after_checks([check], [context, choices])
         contexts = tf.repeat(context, shape[1])  # [B * C]: each row C times, as choices
         packed = tokenizer.bert_pack_inputs(
             [tokenizer.tokenize(contexts), tokenizer.tokenize(tf.reshape(choices, [-1]))],
             seq_length,
         )
+        if not pad_to_max_seq_length:
+            packed = cut_to_longest(packed)
         inputs = {
-            k: tf.reshape(v, [-1, shape[1], seq_length])  # [B, C, S]
+            k: tf.reshape(v, [-1, shape[1], tf.shape(v, out_type=tf.int64)[1]])  # [B, C, S]
             for k, v in packed.items()
         }
         probabilities = tf.nn.softmax(
@@ -117,7 +153,10 @@ def multiple_choice_signatures(
         return {"probabilities": probabilities, "best_choice": tf.argmax(probabilities, axis=-1)}
 
     def predict_parts(context, start, endings):
-        return predict(context, join_start_and_ending(start, endings))
+        context, start, endings = same_batch_size(
+            {"context": context, "start": start, "endings": endings}
+        )
+        return predict(context, join_start_and_ending(start, endings), "endings")
 
     def choices_spec(name):
         return tf.TensorSpec([None, num_choices], tf.string, name=name)
@@ -126,5 +165,11 @@ def multiple_choice_signatures(
         predict_parts,
         input_signature=[text_spec("context"), text_spec("start"), choices_spec("endings")],
     )
-    whole = tf.function(predict, input_signature=[text_spec("context"), choices_spec("choices")])
+
+    def predict_choices(context, choices):
+        return predict(context, choices)
+
+    whole = tf.function(
+        predict_choices, input_signature=[text_spec("context"), choices_spec("choices")]
+    )
     return {"serving_default": by_parts, "serving_choices": whole}

@@ -1,5 +1,6 @@
-"""Raw-text inputs of the task exports: signature specs, word tokenization and packing,
-in-graph as the task data writers do offline.
+"""Raw-text inputs of the task exports: signature specs, request checks, word
+tokenization and packing, in-graph as the task data writers do offline, and the cut of
+a packed batch to its longest input.
 
 Shape legend: B batch, S sequence, W words, P pieces.
 """
@@ -8,10 +9,43 @@ from __future__ import annotations
 
 import tensorflow as tf
 
+# Every check of a request's inputs fails with tf.errors.InvalidArgumentError whose
+# message starts with this (after TensorFlow's "assertion failed: [").
+BAD_REQUEST = "bad request:"
+
 
 def text_spec(name: str, rank: int = 1) -> tf.TensorSpec:
     """A tf.string TensorSpec of `rank` unknown dimensions, named `name`."""
     return tf.TensorSpec([None] * rank, tf.string, name=name)
+
+
+def after_checks(checks: list, tensors: list) -> list:
+    """`tensors`, each computed only once every op of `checks` has run (a failed check
+    then stops the request before any op that trusts its inputs)."""
+    checks = [c for c in checks if c is not None]  # None when run eagerly
+    if not checks:
+        return list(tensors)
+    with tf.control_dependencies(checks):
+        return [tf.identity(t) for t in tensors]
+
+
+def same_batch_size(named: dict[str, tf.Tensor]) -> list[tf.Tensor]:
+    """The tensors of `named` (input name -> tensor [B, ...]) in order, once checked to
+    hold the same number of rows: one entry per example. Otherwise the request fails
+    with tf.errors.InvalidArgumentError naming the inputs and their sizes."""
+    names = list(named)
+    first = names[0]
+    rows = {name: tf.shape(named[name], out_type=tf.int64)[0] for name in names}
+    checks = [
+        tf.debugging.assert_equal(
+            rows[name],
+            rows[first],
+            message=f"{BAD_REQUEST} {name} and {first} hold different numbers of entries; "
+            f"send one {name} per {first} (x: the size of {name}, y: of {first})",
+        )
+        for name in names[1:]
+    ]
+    return after_checks(checks, [named[name] for name in names])
 
 
 def pack_text(
@@ -37,6 +71,19 @@ def pack_text(
     pair = tokenizer.bert_pack_inputs([ids_a, tokenizer.tokenize(text_b)], seq_length)
     has_b = (tf.strings.length(text_b) > 0)[:, tf.newaxis]  # [B, 1]
     return {k: tf.where(has_b, pair[k], single[k]) for k in single}
+
+
+def cut_to_longest(inputs: dict[str, tf.Tensor]) -> dict[str, tf.Tensor]:
+    """Packed model inputs ([..., S] each, padded to the export's seq_length) cut to
+    the longest real input of the batch: positions past every row's last token are
+    dropped, so that the model computes only the positions the batch needs.
+
+    The model's outputs at the positions kept are those of the padded inputs (the
+    attention mask hides padding): what a request gets does not change, only its cost.
+    """
+    lengths = tf.reshape(tf.reduce_sum(inputs["input_mask"], axis=-1), [-1])
+    longest = tf.reduce_max(tf.concat([lengths, [1]], axis=0))  # 1 for an empty batch
+    return {key: value[..., :longest] for key, value in inputs.items()}
 
 
 def word_pieces(tokenizer, words: tf.RaggedTensor) -> tf.RaggedTensor:

@@ -25,7 +25,14 @@ NER_WORD_SEPARATORS = "[ \t\r\n]+"
 
 
 def ner_signatures(
-    model, tokenizer, seq_length: int, labels, *, doc_stride: int, tag_scheme: str
+    model,
+    tokenizer,
+    seq_length: int,
+    labels,
+    *,
+    doc_stride: int,
+    tag_scheme: str,
+    pad_to_max_seq_length: bool = False,
 ) -> dict:
     """Signatures of a token-classification export, tagging as run_ner.py does.
 
@@ -43,7 +50,9 @@ def ner_signatures(
     The features are those of `ner_features.convert_sentences_to_features`: each word tokenized
     on its own ([UNK] if it has no piece), `[CLS] pieces [SEP]` windows of
     seq_length - 2 pieces every doc_stride pieces, each word tagged from the window
-    where its first piece has the most context; so every word gets a tag.
+    where its first piece has the most context; so every word gets a tag. The windows
+    of a request are cut to the longest of them (`inputs.cut_to_longest`) unless
+    `pad_to_max_seq_length`.
 
     Args:
       model: a `BertTokenClassifier` or `BertFeatureBasedTagger` (logits [N, S, L]).
@@ -52,6 +61,7 @@ def ner_signatures(
       labels: the label names, in label-id order (the training label list).
       doc_stride: run_ner's --doc_stride.
       tag_scheme: the scheme of the labels ("iob1", "iob2" or "iobes").
+      pad_to_max_seq_length: pad every window to seq_length (static shapes).
     """
     if labels is None:
         raise UserError("a token-classification export needs the label list")
@@ -97,6 +107,8 @@ def ner_signatures(
         inputs = tf_tokenization.combine_and_pad(
             [tf.gather(pieces.flat_values, window_pieces)], seq_length, cls_id, sep_id
         )
+        if not pad_to_max_seq_length:
+            inputs = text_inputs.cut_to_longest(inputs)
         logits = model(inputs, training=False)["logits"]  # [N, S, L]
         label_ids = tf.argmax(logits, axis=-1, output_type=tf.int32)
         window = tf.gather(best, first_piece)  # [sum W]

@@ -123,7 +123,8 @@ class _SpanFeatures(NamedTuple):
         context piece, -1 at [CLS], the question, [SEP] and padding.
       token_is_max: bool [N, S], whether the window is the one where the context piece
         there has its maximum context.
-      seq_length: S.
+
+    S is the export's seq_length, or less once cut (`_cut_to_longest`).
     """
 
     words: tf.RaggedTensor
@@ -131,7 +132,6 @@ class _SpanFeatures(NamedTuple):
     inputs: dict
     token_to_word: tf.Tensor
     token_is_max: tf.Tensor
-    seq_length: int
 
 
 def _span_features(
@@ -183,7 +183,18 @@ def _span_features(
         inputs,
         token_to_word.to_tensor(-1, shape=[None, seq_length]),
         token_is_max.to_tensor(False, shape=[None, seq_length]),
-        seq_length,
+    )
+
+
+def _cut_to_longest(features: _SpanFeatures) -> _SpanFeatures:
+    """The features with every [N, S] tensor cut to the batch's longest window
+    (`inputs.cut_to_longest`)."""
+    inputs = text_inputs.cut_to_longest(features.inputs)
+    length = tf.shape(inputs["input_word_ids"])[1]
+    return features._replace(
+        inputs=inputs,
+        token_to_word=features.token_to_word[:, :length],
+        token_is_max=features.token_is_max[:, :length],
     )
 
 
@@ -197,7 +208,8 @@ def _best_spans(
     """run_squad's best non-null span of every question (`squad_postprocess.predict_example`).
 
     Candidates are the n_best_size highest start logits x the n_best_size highest end
-    logits of every window, in run_squad's order (window, start rank, end rank); valid
+    logits of every window (of its S positions, at most), in run_squad's order
+    (window, start rank, end rank); valid
     ones lie on context pieces, start where the window gives its piece the maximum
     context, and have start <= end < start + max_answer_length. Scores are float64
     sums of the float32 logits, as in Python; the first best candidate wins.
@@ -211,7 +223,7 @@ def _best_spans(
       the window of the span (a row's first window without one); start, end: int64 [B]
       positions in that window (end = start - 1 without a span).
     """
-    top = min(n_best_size, features.seq_length)
+    top = tf.minimum(n_best_size, tf.shape(start_logits)[1])
     starts = tf.math.top_k(start_logits, top).indices  # [N, top], best first
     ends = tf.math.top_k(end_logits, top).indices
     start_at = tf.repeat(starts, top, axis=1)  # [N, top * top]
@@ -239,8 +251,9 @@ def _best_spans(
         tf.where(tf.equal(by_question, score[:, tf.newaxis]), order, tf.int64.max), axis=1
     )
     best = tf.where(has_span, best, 0)
-    window = features.windows.row_splits[:-1] + best // (top * top)
-    candidate = tf.stack([window, best % (top * top)], axis=1)
+    candidates = tf.cast(top * top, tf.int64)  # of a window
+    window = features.windows.row_splits[:-1] + best // candidates
+    candidate = tf.stack([window, best % candidates], axis=1)
     start = tf.cast(tf.gather_nd(start_at, candidate), tf.int64)
     end = tf.cast(tf.gather_nd(end_at, candidate), tf.int64)
     return {
@@ -259,9 +272,11 @@ def _span_text(
     (the pieces joined and de-"##"-ed, projected onto the whole words holding them),
     "" where there is no span."""
     window, start, end = spans["window"], spans["start"], spans["end"]
+    word_ids = features.inputs["input_word_ids"]  # [N, S]
     piece_ids = tf.gather(
-        tf.reshape(features.inputs["input_word_ids"], [-1]),
-        tf.ragged.range(start, end + 1) + (window * features.seq_length)[:, tf.newaxis],
+        tf.reshape(word_ids, [-1]),
+        tf.ragged.range(start, end + 1)
+        + (window * tf.shape(word_ids, out_type=tf.int64)[1])[:, tf.newaxis],
     )
     pred_text = tf.strings.reduce_join(tf.gather(vocab_tokens, piece_ids), axis=-1, separator=" ")
     pred_text = tf.strings.regex_replace(pred_text, " ##", "")
@@ -282,6 +297,18 @@ def _span_text(
     return tf.where(spans["has_span"], final_text(tokenizer, pred_text, orig_text), "")
 
 
+def _mask_padding(logits: tf.Tensor, mask: tf.Tensor) -> tf.Tensor:
+    """float32 [N, S] logits with -inf where `mask` is 0 (padding)."""
+    return tf.where(tf.cast(mask, tf.bool), logits, tf.constant(-float("inf"), logits.dtype))
+
+
+def _pad_to(logits: tf.Tensor, seq_length: int) -> tf.Tensor:
+    """float32 [B, S] logits padded with -inf to [B, seq_length] (S <= seq_length)."""
+    missing = seq_length - tf.shape(logits)[1]
+    padded = tf.pad(logits, [[0, 0], [0, missing]], constant_values=-float("inf"))
+    return tf.ensure_shape(padded, [None, seq_length])
+
+
 def squad_signatures(
     model,
     tokenizer,
@@ -292,6 +319,7 @@ def squad_signatures(
     max_answer_length: int,
     n_best_size: int,
     doc_stride: int,
+    pad_to_max_seq_length: bool = False,
 ) -> dict:
     """Signatures of a `BertSpanLabeler` export, predicting as run_squad.py does.
 
@@ -304,7 +332,18 @@ def squad_signatures(
         SQuAD 2.0: run_squad predicts "" where null_score - score (null_odds.json)
         exceeds --null_score_diff_threshold, else `answer`;
       start_logits, end_logits: float32 [B, S] of the window holding the answer (the
-        first window if there is none).
+        first window if there is none); S is seq_length. Past the window's tokens
+        (padding) they hold -inf, unless `pad_to_max_seq_length`.
+
+    question and context hold one entry per example; batches of other sizes fail with
+    tf.errors.InvalidArgumentError naming both.
+
+    The windows of a request are cut to the longest of them (`inputs.cut_to_longest`)
+    and the best span is chosen among the window's tokens only. With
+    `pad_to_max_seq_length`, every window is padded to seq_length and, as in the
+    original release, the n_best_size highest logits of a window may include padding
+    positions (never valid spans): where these crowd out a valid span, the padded
+    export can answer with a lower-scoring span than the cut one.
 
     The features are those of `squad_features.convert_examples_to_features`: the context split
     on whitespace into words, each word tokenized on its own; `[CLS] question [SEP]
@@ -320,6 +359,7 @@ def squad_signatures(
       labels: must be None.
       max_query_length, max_answer_length, n_best_size, doc_stride: as run_squad's
         flags of the same names.
+      pad_to_max_seq_length: pad every window to seq_length (static shapes).
     """
     if labels is not None:
         raise UserError(f"a SQuAD export has no labels, got {list(labels)}")
@@ -330,12 +370,20 @@ def squad_signatures(
     vocab_tokens = _vocab_tokens(tokenizer)
 
     def predict(question, context):
+        question, context = text_inputs.same_batch_size({"question": question, "context": context})
         features = _span_features(
             tokenizer, question, context, seq_length, max_query_length, doc_stride
         )
+        if not pad_to_max_seq_length:
+            features = _cut_to_longest(features)
         outputs = model(features.inputs, training=False)
         start_logits = tf.cast(outputs["start_logits"], tf.float32)  # [N, S]
         end_logits = tf.cast(outputs["end_logits"], tf.float32)
+        if not pad_to_max_seq_length:
+            start_logits, end_logits = (
+                _mask_padding(logits, features.inputs["input_mask"])
+                for logits in (start_logits, end_logits)
+            )
         spans = _best_spans(features, start_logits, end_logits, n_best_size, max_answer_length)
         null_scores = tf.cast(start_logits[:, 0], tf.float64) + tf.cast(
             end_logits[:, 0], tf.float64
@@ -347,8 +395,8 @@ def squad_signatures(
             "answer": _span_text(tokenizer, features, spans, vocab_tokens),
             "score": tf.cast(spans["score"], tf.float32),
             "null_score": tf.cast(null_score, tf.float32),
-            "start_logits": tf.gather(start_logits, spans["window"]),
-            "end_logits": tf.gather(end_logits, spans["window"]),
+            "start_logits": _pad_to(tf.gather(start_logits, spans["window"]), seq_length),
+            "end_logits": _pad_to(tf.gather(end_logits, spans["window"]), seq_length),
         }
 
     serve = tf.function(

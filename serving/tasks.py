@@ -13,6 +13,12 @@ predict the same for the same checkpoint:
   ner:             serving_default(text) -> tags (in the scheme the model learnt, its
                    `tag_scheme` variable), words (`ner.ner_signatures`).
 
+Every kind cuts each request batch to its longest packed input (or window) before the
+model runs, so that a short query computes only its own positions; the option
+`pad_to_max_seq_length=True` keeps the original release's static [B, seq_length]
+model inputs instead. A request whose inputs disagree (batches of different sizes)
+fails with tf.errors.InvalidArgumentError naming them (`inputs.BAD_REQUEST`).
+
 Loading a task export needs `import tensorflow_text` first. Exports are written as
 `savedmodel.save_atomically` writes them (a previous export is replaced only with
 `overwrite=True`).
@@ -40,6 +46,10 @@ TASK_SIGNATURE_BUILDERS = {
     "squad": squad.squad_signatures,
     "ner": ner.ner_signatures,
 }
+# The options of every kind and their defaults: pad_to_max_seq_length=True pads every
+# model input to seq_length (static shapes), as the original release does, instead of
+# cutting each request batch to its longest input.
+SHARED_OPTIONS = {"pad_to_max_seq_length": False}
 # kind -> the options of its builder and their defaults (those of the runner's flags).
 TASK_OPTIONS = {
     "classifier": {},
@@ -84,13 +94,13 @@ def check_options(kind: str, options: dict) -> dict:
         raise UserError(
             f"unknown export kind {kind!r}; supported: {sorted(TASK_SIGNATURE_BUILDERS)}"
         )
-    unknown = sorted(set(options) - set(TASK_OPTIONS[kind]))
+    known = {**SHARED_OPTIONS, **TASK_OPTIONS[kind]}
+    unknown = sorted(set(options) - set(known))
     if unknown:
         raise UserError(
-            f"unknown option(s) {unknown} of a {kind} export; its options: "
-            f"{sorted(TASK_OPTIONS[kind])}"
+            f"unknown option(s) {unknown} of a {kind} export; its options: {sorted(known)}"
         )
-    return {**TASK_OPTIONS[kind], **options}
+    return {**known, **options}
 
 
 @savedmodel.standard_ops
@@ -119,8 +129,10 @@ def export_task_model(
       labels: label names in label-id order (classification, multiple choice, ner),
         None for regression and squad.
       overwrite: whether a previous export at `export_dir` may be replaced.
-      **options: the kind's settings (TASK_OPTIONS, e.g. squad's max_query_length);
-        pass the runner's flags so that the export predicts as the runner does.
+      **options: the kind's settings (TASK_OPTIONS, e.g. squad's max_query_length,
+        and SHARED_OPTIONS' pad_to_max_seq_length); pass the runner's flags so that the
+        export predicts as the runner does. Each is kept in the export as a variable
+        of its name.
 
     Returns:
       the absolute export path. See the builder of `kind` for the signatures.

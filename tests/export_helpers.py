@@ -1,5 +1,6 @@
-"""What test_export.py and test_export_tfhub.py share: comparing encoder outputs,
-the bundled MRPC text and its offline packing, running export_tfhub.py.
+"""What test_export.py, test_export_tfhub.py and test_task_exports.py share: comparing
+encoder outputs, the bundled MRPC text and its offline packing, running export_tfhub.py,
+recording the sequence length a served model computes.
 """
 
 import csv
@@ -7,7 +8,9 @@ import os
 import subprocess
 import sys
 
+import keras
 import numpy as np
+import tensorflow as tf
 
 from data_prep import tokenization
 from tests.conftest import REPO_ROOT
@@ -57,3 +60,27 @@ def run_export_tfhub(*args):
         env=dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3"),
     )
     return result
+
+
+class SeenLength(keras.Model):
+    """A task model that records the sequence length of the inputs it is called with
+    (in its variable `seen_length`, saved with an export), then answers as `model`."""
+
+    def __init__(self, model, **kwargs):
+        super().__init__(**kwargs)
+        self.model = model
+        if hasattr(model, "num_labels"):
+            self.num_labels = model.num_labels
+        self.seen_length = self.add_weight(
+            shape=(), dtype="int32", initializer="zeros", trainable=False, name="seen_length"
+        )
+
+    def call(self, inputs, training=False):
+        self.seen_length.assign(tf.shape(inputs["input_word_ids"])[-1])
+        return self.model(inputs, training=training)
+
+
+def seen_length(loaded) -> int:
+    """The `SeenLength.seen_length` of a loaded task export (after a request)."""
+    (variable,) = [v for v in loaded.model_variables if "seen_length" in v.name]
+    return int(variable.numpy())

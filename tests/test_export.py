@@ -31,10 +31,12 @@ from serving import preprocessing, tasks
 from tests.conftest import tiny_config
 from tests.export_helpers import (
     ATOL,
+    SeenLength,
     assert_encoder_outputs_equal,
     mrpc_pairs,
     python_pack,
     run_export_tfhub,
+    seen_length,
 )
 
 
@@ -473,38 +475,58 @@ def centered_classifier(encoder, config, inputs, num_labels, seed=2):
     return model
 
 
+@pytest.mark.slow
 def test_classifier_export_answers_raw_text(
     encoder, config, vocab_file, python_tokenizer, sample_data, tmp_path
 ):
+    """The export answers as the in-memory model on the offline packing, each request
+    batch cut to its longest input; the build padded to seq_length answers the same."""
     pairs = mrpc_pairs(sample_data, count=10) + [("A sentence alone.", "")]
     packed = python_pack(python_tokenizer, pairs, 32)
     classifier = centered_classifier(encoder, config, packed, 3)
     labels = ["not_paraphrase", "paraphrase", "other"]
-    path = tasks.export_task_model(
-        classifier,
-        str(tmp_path / "clf"),
-        vocab_file,
-        True,
-        seq_length=32,
-        kind="classifier",
-        labels=labels,
+    loaded, padded = (
+        tf.saved_model.load(
+            tasks.export_task_model(
+                SeenLength(classifier),
+                str(tmp_path / name),
+                vocab_file,
+                True,
+                seq_length=32,
+                kind="classifier",
+                labels=labels,
+                pad_to_max_seq_length=name == "padded",
+            )
+        )
+        for name in ("cut", "padded")
     )
-    loaded = tf.saved_model.load(path)
     assert set(loaded.signatures) == {"serving_default", "serving_text_a"}
-    got = loaded.signatures["serving_default"](
-        text_a=tf.constant([a for a, _ in pairs]), text_b=tf.constant([b for _, b in pairs])
-    )
+    assert not loaded.pad_to_max_seq_length.numpy() and padded.pad_to_max_seq_length.numpy()
+    text = {
+        "text_a": tf.constant([a for a, _ in pairs]),
+        "text_b": tf.constant([b for _, b in pairs]),
+    }
+    got = loaded.signatures["serving_default"](**text)
     assert packed["input_mask"].sum(1).max() == 32 and packed["input_type_ids"][-1].max() == 0
     want = tf.nn.softmax(classifier(packed, training=False)["logits"]).numpy()
     np.testing.assert_allclose(got["probabilities"], want, atol=1e-5)
     assert [s.decode() for s in got["labels"].numpy()] == [labels[i] for i in want.argmax(1)]
     assert len(set(want.argmax(1))) > 1  # The test tells labels apart.
+    full = padded.signatures["serving_default"](**text)
+    np.testing.assert_allclose(full["probabilities"], got["probabilities"], atol=1e-5)
+    assert seen_length(loaded) == seen_length(padded) == 32  # this batch needs 32
 
-    single = loaded.signatures["serving_text_a"](text_a=tf.constant([a for a, _ in pairs]))
-    want = tf.nn.softmax(
-        classifier(python_pack(python_tokenizer, [(a, None) for a, _ in pairs], 32))["logits"]
-    ).numpy()
-    np.testing.assert_allclose(single["probabilities"], want, atol=1e-5)
+    # A batch of short texts: the cut build computes its longest input alone.
+    short = [a for a, _ in pairs[:2]] + ["Yes.", ""]
+    want_packed = python_pack(python_tokenizer, [(a, None) for a in short], 32)
+    want = tf.nn.softmax(classifier(want_packed)["logits"]).numpy()
+    for export in (loaded, padded):
+        single = export.signatures["serving_text_a"](text_a=tf.constant(short))
+        np.testing.assert_allclose(single["probabilities"], want, atol=1e-5)
+    assert seen_length(padded) == 32
+    assert seen_length(loaded) == want_packed["input_mask"].sum(1).max() < 32
+    loaded.signatures["serving_text_a"](text_a=tf.constant(["Yes."]))
+    assert seen_length(loaded) == 4  # [CLS] yes . [SEP]
     assert [s.decode() for s in loaded.labels.numpy()] == labels
 
 

@@ -28,6 +28,7 @@ from modeling.encoder import BertEncoder
 from serving import savedmodel, tasks
 from serving import squad as serving_squad
 from tests.conftest import SWAG_HEADER, tiny_config
+from tests.export_helpers import SeenLength, seen_length
 
 TINY = tiny_config(initializer_range=0.2)
 # Short windows, so that a sample paragraph needs several; non-default options, so that
@@ -82,27 +83,33 @@ def _squad_rows(sample_data) -> list[tuple[str, str]]:
 
 
 @pytest.fixture(scope="module")
-def squad_export(config, vocab_file, tmp_path_factory):
+def squad_exports(config, vocab_file, tmp_path_factory):
+    """The model and its exports: "cut" (each request cut to its longest window, the
+    default) and "padded" (pad_to_max_seq_length)."""
     keras.utils.set_random_seed(5)
     model = models.BertSpanLabeler(BertEncoder(config), config)
-    path = tasks.export_task_model(
-        model,
-        str(tmp_path_factory.mktemp("squad") / "export"),
-        vocab_file,
-        True,
-        SEQ,
-        kind="squad",
-        max_query_length=QUERY,
-        doc_stride=STRIDE,
-        max_answer_length=MAX_ANSWER,
-        n_best_size=N_BEST,
-    )
-    return model, tf.saved_model.load(path)
+    exports = {}
+    for name in ("cut", "padded"):
+        path = tasks.export_task_model(
+            SeenLength(model),
+            str(tmp_path_factory.mktemp("squad") / name),
+            vocab_file,
+            True,
+            SEQ,
+            kind="squad",
+            max_query_length=QUERY,
+            doc_stride=STRIDE,
+            max_answer_length=MAX_ANSWER,
+            n_best_size=N_BEST,
+            pad_to_max_seq_length=name == "padded",
+        )
+        exports[name] = tf.saved_model.load(path)
+    return model, exports
 
 
-def test_squad_export_answers_as_run_squad_predicts(squad_export, sample_data, vocab_file):
-    model, loaded = squad_export
-    rows = _squad_rows(sample_data)
+def _squad_predictions(model, rows, vocab_file, mask_padding: bool):
+    """run_squad's features of `rows`, and its predictions from the model's logits;
+    with `mask_padding`, the logits at padding are -inf (what the cut export ranks)."""
     tokenizer = tokenization.FullTokenizer(vocab_file, True)
     examples = [
         squad_reader.SquadExample(str(i), question, squad_reader.split_context(context)[0])
@@ -113,12 +120,17 @@ def test_squad_export_answers_as_run_squad_predicts(squad_export, sample_data, v
             examples, tokenizer, SEQ, STRIDE, QUERY, is_training=False
         )
     )
-    outputs = model(_model_inputs(features))
-    results = [
-        squad_postprocess.RawResult(f.unique_id, s, e)
-        for f, s, e in zip(features, outputs["start_logits"].numpy(), outputs["end_logits"].numpy())
-    ]
-    want = squad_postprocess.compute_predictions(
+    inputs = _model_inputs(features)
+    outputs = model(inputs)
+    padding = inputs["input_mask"] == 0
+    results = []
+    for f, start, end, pad in zip(
+        features, outputs["start_logits"].numpy(), outputs["end_logits"].numpy(), padding
+    ):
+        if mask_padding:
+            start, end = np.where(pad, -np.inf, start), np.where(pad, -np.inf, end)
+        results.append(squad_postprocess.RawResult(f.unique_id, start, end))
+    predictions = squad_postprocess.compute_predictions(
         examples,
         features,
         results,
@@ -126,10 +138,28 @@ def test_squad_export_answers_as_run_squad_predicts(squad_export, sample_data, v
         max_answer_length=MAX_ANSWER,
         version_2_with_negative=True,
     )
+    return examples, features, results, predictions
+
+
+def _ask(loaded, rows) -> dict:
     got = loaded.signatures["serving_default"](
         question=tf.constant([q for q, _ in rows]), context=tf.constant([c for _, c in rows])
     )
-    got = {k: v.numpy() for k, v in got.items()}
+    return {k: v.numpy() for k, v in got.items()}
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("build", ["cut", "padded"])
+def test_squad_export_answers_as_run_squad_predicts(squad_exports, sample_data, vocab_file, build):
+    """Both builds answer as run_squad predicts; the cut one ranks the window's tokens
+    alone (run_squad's logits with -inf at padding)."""
+    model, exports = squad_exports
+    loaded = exports[build]
+    rows = _squad_rows(sample_data)
+    examples, features, results, want = _squad_predictions(
+        model, rows, vocab_file, mask_padding=build == "cut"
+    )
+    got = _ask(loaded, rows)
     assert set(got) == {"answer", "score", "null_score", "start_logits", "end_logits"}
     assert got["start_logits"].shape == got["end_logits"].shape == (len(rows), SEQ)
     answers = [a.decode() for a in got["answer"]]
@@ -147,7 +177,7 @@ def test_squad_export_answers_as_run_squad_predicts(squad_export, sample_data, v
         odds = float(got["null_score"][i] - got["score"][i])
         assert odds == pytest.approx(want.null_odds[example.qas_id], abs=1e-4), i
         assert want.predictions[example.qas_id] == ("" if odds > 0 else answers[i]), i
-        if len(windows[i]) == 1:
+        if len(windows[i]) == 1:  # -inf at padding in the cut build
             np.testing.assert_allclose(
                 got["start_logits"][i],
                 results[features.index(windows[i][0])].start_logits,
@@ -166,6 +196,42 @@ def test_squad_export_answers_as_run_squad_predicts(squad_export, sample_data, v
     assert loaded.max_query_length.numpy() == QUERY and loaded.doc_stride.numpy() == STRIDE
     assert loaded.max_answer_length.numpy() == MAX_ANSWER
     assert loaded.n_best_size.numpy() == N_BEST and loaded.seq_length.numpy() == SEQ
+
+
+@pytest.mark.slow
+def test_squad_cut_build_answers_as_the_padded_one(squad_exports, sample_data, vocab_file):
+    """On real text the cut build answers as the padded one (to float tolerance),
+    except where padding positions crowd a valid span out of a window's n_best_size
+    highest logits in the padded build: there the cut one finds a higher-scoring span."""
+    model, exports = squad_exports
+    rows = _squad_rows(sample_data)
+    examples, _, _, padded_want = _squad_predictions(model, rows, vocab_file, False)
+    cut_want = _squad_predictions(model, rows, vocab_file, mask_padding=True)[3]
+    cut, padded = _ask(exports["cut"], rows), _ask(exports["padded"], rows)
+
+    def best(predictions, example):
+        entry = next((e for e in predictions.nbest[example.qas_id] if e["text"]), {})
+        return entry.get("text"), entry.get("start_logit"), entry.get("end_logit")
+
+    same = [best(padded_want, e) == best(cut_want, e) for e in examples]
+    assert sum(same) >= len(rows) - 3, same
+    for i, equal in enumerate(same):
+        if not equal:
+            assert cut["score"][i] >= padded["score"][i] - 1e-4, i
+            continue
+        assert cut["answer"][i] == padded["answer"][i], i
+        for key in ("score", "null_score"):
+            np.testing.assert_allclose(cut[key][i], padded[key][i], atol=1e-4, err_msg=key)
+        real = np.isfinite(cut["start_logits"][i])
+        for key in ("start_logits", "end_logits"):
+            np.testing.assert_allclose(cut[key][i][real], padded[key][i][real], atol=1e-5)
+            assert np.all(cut[key][i][~real] == -np.inf)
+    assert seen_length(exports["cut"]) == seen_length(exports["padded"]) == SEQ
+    short = [("Who?", "Steve Smith's car."), ("When?", "In 1895.")]
+    for build in ("cut", "padded"):
+        _ask(exports[build], short)
+    # [CLS] who ? [SEP] steve smith ' s car . [SEP]
+    assert seen_length(exports["cut"]) == 11 and seen_length(exports["padded"]) == SEQ
 
 
 def _final_text_cases(sample_data, tokenizer, count, seed=0):
@@ -222,11 +288,13 @@ def _ner_sentences(sample_data) -> list[conll.Sentence]:
     ]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("kind,scheme", [("fine_tuned", "iob1"), ("feature_based", "iobes")])
 def test_ner_export_tags_as_run_ner_predicts(
     config, vocab_file, sample_data, tmp_path, kind, scheme
 ):
-    """The export's tags are the labels run_ner.py predicts, in the scheme learnt."""
+    """The export's tags are the labels run_ner.py predicts, in the scheme learnt, with
+    each request cut to its longest window or (pad_to_max_seq_length) not."""
     seq_length, doc_stride = 16, 5
     sentences = _ner_sentences(sample_data)
     labels = conll.label_list(sentences, scheme)
@@ -237,18 +305,23 @@ def test_ner_export_tags_as_run_ner_predicts(
         model = feature_based.BertFeatureBasedTagger(
             BertEncoder(config), config, len(labels), [1, 0], "concat", lstm_units=6
         )
-    path = tasks.export_task_model(
-        model,
-        str(tmp_path / "ner"),
-        vocab_file,
-        True,
-        seq_length,
-        kind="ner",
-        labels=labels,
-        doc_stride=doc_stride,
-        tag_scheme=scheme,
+    loaded, padded = (
+        tf.saved_model.load(
+            tasks.export_task_model(
+                SeenLength(model),
+                str(tmp_path / name),
+                vocab_file,
+                True,
+                seq_length,
+                kind="ner",
+                labels=labels,
+                doc_stride=doc_stride,
+                tag_scheme=scheme,
+                pad_to_max_seq_length=name == "padded",
+            )
+        )
+        for name in ("cut", "padded")
     )
-    loaded = tf.saved_model.load(path)
     features = ner_features.convert_sentences_to_features(
         sentences,
         labels,
@@ -272,6 +345,13 @@ def test_ner_export_tags_as_run_ner_predicts(
     assert [s.decode() for s in loaded.labels.numpy()] == labels
     assert loaded.doc_stride.numpy() == doc_stride
     assert loaded.tag_scheme.numpy().decode() == scheme
+    assert seen_length(loaded) == seq_length
+    np.testing.assert_array_equal(
+        padded.signatures["serving_default"](text=tf.constant(texts))["tags"], got["tags"]
+    )
+    for export in (loaded, padded):
+        export.signatures["serving_default"](text=tf.constant(["two words", "one"]))
+    assert seen_length(loaded) == 4 and seen_length(padded) == seq_length
 
 
 # SWAG rows (sent1, sent2, endings): a blank and a padded start (the reader strips it),
@@ -316,6 +396,7 @@ def _write_swag_test(directory) -> None:
             writer.writerow([i, f"v{i}", i, f"{sent1} {sent2}", sent1, sent2, "gold", *endings])
 
 
+@pytest.mark.slow
 def test_multiple_choice_export_scores_as_run_classifier_predicts(config, vocab_file, tmp_path):
     """The SWAG export on the CSV's fields gives the probabilities that run_classifier
     --do_predict writes for the same rows: SwagProcessor's choices, convert_example's
@@ -345,23 +426,40 @@ def test_multiple_choice_export_scores_as_run_classifier_predicts(config, vocab_
             training=False,
         )["logits"]
     ).numpy()  # [B, C]
-    path = tasks.export_task_model(
-        model,
-        str(tmp_path / "swag"),
-        vocab_file,
-        True,
-        SEQ_MC,
-        kind="multiple_choice",
-        labels=list(processor.labels),
+    path, padded_path = (
+        tasks.export_task_model(
+            SeenLength(model),
+            str(tmp_path / name),
+            vocab_file,
+            True,
+            SEQ_MC,
+            kind="multiple_choice",
+            labels=list(processor.labels),
+            pad_to_max_seq_length=name == "padded",
+        )
+        for name in ("swag", "padded")
     )
-    loaded = tf.saved_model.load(path)
+    loaded, padded = tf.saved_model.load(path), tf.saved_model.load(padded_path)
     assert set(loaded.signatures) == {"serving_default", "serving_choices"}
-    got = loaded.signatures["serving_default"](
-        context=tf.constant([r[0] for r in SWAG_ROWS]),
-        start=tf.constant([r[1] for r in SWAG_ROWS]),
-        endings=tf.constant([r[2] for r in SWAG_ROWS]),
-    )
+    parts = {
+        "context": tf.constant([r[0] for r in SWAG_ROWS]),
+        "start": tf.constant([r[1] for r in SWAG_ROWS]),
+        "endings": tf.constant([r[2] for r in SWAG_ROWS]),
+    }
+    got = loaded.signatures["serving_default"](**parts)
     np.testing.assert_allclose(got["probabilities"], want, atol=1e-5)
+    full = padded.signatures["serving_default"](**parts)
+    np.testing.assert_allclose(full["probabilities"], got["probabilities"], atol=1e-5)
+    assert seen_length(loaded) == seen_length(padded) == SEQ_MC  # truncated choices
+    short = {"context": ["Someone runs."], "start": ["she"], "endings": [["a", "b", "c", "d e"]]}
+    short = {k: tf.constant(v) for k, v in short.items()}
+    np.testing.assert_allclose(
+        loaded.signatures["serving_default"](**short)["probabilities"],
+        padded.signatures["serving_default"](**short)["probabilities"],
+        atol=1e-5,
+    )
+    # [CLS] someone runs . [SEP] she d e [SEP]
+    assert seen_length(loaded) == 9 and seen_length(padded) == SEQ_MC
     np.testing.assert_array_equal(got["best_choice"], want.argmax(1))
     assert len(set(want.argmax(1))) > 1 and want.std() > 0.1  # choices told apart
     whole = loaded.signatures["serving_choices"](

@@ -1,0 +1,138 @@
+"""A malformed request never kills a served model: the raw-text task exports and the
+TF Hub preprocessing model, fed the requests that crashed them (batches of different
+sizes, malformed segments) and a few hundred generated ones (hypothesis: empty strings
+and batches, bytes that are not UTF-8, 10,000-word texts, mixed batches), each answer
+or refuse clearly (`tests/serving_fuzz.py` has the requests and the contract).
+
+The requests run in one subprocess that builds every export of a tiny model once: a
+crash (abort, segfault) or a hang fails these tests with the request that caused it,
+instead of killing pytest. benchmarks/fuzz_serving.py runs many more on demand.
+"""
+
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+
+from tests import serving_fuzz
+from tests.conftest import REPO_ROOT
+
+EXAMPLES = 80  # generated requests per export
+
+
+def run_fuzz_worker(tmp_path, *args, timeout=900) -> dict:
+    """Runs `python -m tests.serving_fuzz` in a new process; its results, or a failure
+    naming how it ended and the request it was running."""
+    out, progress = tmp_path / "results.json", tmp_path / "progress.txt"
+    process = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "tests.serving_fuzz",
+            f"--out={out}",
+            f"--progress={progress}",
+            *args,
+        ],
+        cwd=REPO_ROOT,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        env=dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3"),
+    )
+    if process.returncode != 0 or not out.exists():
+        running = progress.read_text(encoding="utf-8") if progress.exists() else "(none)"
+        pytest.fail(
+            f"the serving fuzz worker ended with exit code {process.returncode} while "
+            f"running: {running}\n{process.stderr[-4000:]}"
+        )
+    return json.loads(out.read_text(encoding="utf-8"))
+
+
+@pytest.fixture(scope="module")
+def results(tmp_path_factory):
+    return run_fuzz_worker(
+        tmp_path_factory.mktemp("fuzz"), f"--examples={EXAMPLES}", "--seed=0", "--timeout=300"
+    )
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize(
+    "case,names",
+    [
+        ("classifier text_a 5, text_b 1", ("text_a", "text_b")),  # aborted the process
+        ("classifier text_a 2, text_b 1", ("text_a", "text_b")),  # read garbage ids
+        ("classifier text_a 1, text_b 2", ("text_a", "text_b")),  # answered twice
+        ("multiple_choice context 3, endings 1", ("context", "endings")),
+        ("multiple_choice start 1, context 3", ("context", "start")),
+        ("squad question 3, context 1", ("question", "context")),  # failed in a gather
+        ("bert_pack_inputs segments of 5 and 1 rows", ("segment 2", "segment 1")),  # segfault
+        ("bert_pack_inputs malformed row_splits", ("segment 1", "row_splits")),
+    ],
+)
+def test_requests_that_crashed_are_refused_clearly(results, case, names):
+    got = results["named"][case]
+    assert got["outcome"] == "rejected", got
+    for name in names:
+        assert name in got["details"], got
+
+
+@pytest.mark.slow
+def test_edge_requests_are_answered(results):
+    for case in ("classifier empty batch", "squad 10,000-word context", "ner mixed batch"):
+        assert results["named"][case] == {"outcome": "answered", "details": ""}, case
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("export", serving_fuzz.EXPORTS)
+def test_generated_requests_get_an_answer_or_a_clear_error(results, export):
+    counts = results["generated"][export]
+    assert counts["tried"] == EXAMPLES
+    assert counts["other"] == 0, counts["other_examples"]
+    assert counts["answered"] + counts["rejected"] == EXAMPLES
+    # The generator reaches both sides of the contract (an NER request has one input:
+    # nothing to disagree).
+    assert counts["answered"] >= EXAMPLES // 2, counts
+    assert counts["rejected"] >= (0 if export == "ner" else 1), counts
+
+
+def test_the_contract_catches_wrong_answers():
+    """`outcome` counts as "other" what breaks the contract: an answer to a request that
+    must be refused, an answer of the wrong form, an error that is not a request check."""
+    import numpy as np
+    import tensorflow as tf
+
+    request = dict(serving_fuzz.NAMED_CASES["classifier text_a 1, text_b 2"])
+
+    class Module:
+        def __init__(self, answer=None, error=None):
+            self.signatures = {"serving_default": self.serve}
+            self.answer, self.error = answer, error
+
+        def serve(self, **inputs):
+            if self.error:
+                raise self.error
+            return {k: tf.constant(v) for k, v in self.answer.items()}
+
+    twice = {"probabilities": np.full([2, 3], 1 / 3, "f4"), "labels": [b"no", b"no"]}
+    assert serving_fuzz.outcome(Module(twice), request)[0] == "other"
+    request["valid"] = True
+    request["inputs"] = {"text_a": ["a", "b"], "text_b": ["c", "d"]}
+    assert serving_fuzz.outcome(Module(twice), request) == ("answered", "")
+    wrong = dict(twice, labels=[b"no", b"yes"])
+    assert "labels" in serving_fuzz.outcome(Module(wrong), request)[1]
+    deep = tf.errors.InvalidArgumentError(
+        None, None, "indices[1,4] = -838158642 is not in [0, 30522)"
+    )
+    assert serving_fuzz.outcome(Module(error=deep), request)[0] == "other"
+    check = tf.errors.InvalidArgumentError(None, None, "assertion failed: [bad request: x]")
+    assert serving_fuzz.outcome(Module(error=check), request)[0] == "other"  # valid request
+    request["valid"] = False
+    assert serving_fuzz.outcome(Module(error=check), request)[0] == "rejected"
+
+
+def test_a_crashing_worker_fails_with_its_request(tmp_path):
+    """The harness itself: a worker that aborts fails the test, naming its request."""
+    with pytest.raises(pytest.fail.Exception, match=r"exit code -6 while running: crash test"):
+        run_fuzz_worker(tmp_path, "--crash_for_test", timeout=120)
