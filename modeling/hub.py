@@ -96,10 +96,21 @@ def cache_folder(handle: str) -> str:
 def load_module(path: str):
     """`tf.saved_model.load(path)` with a clear error for what is not an encoder.
 
-    A SavedModel that uses tensorflow_text ops (preprocessing models) needs
-    `import tensorflow_text` before loading; encoders do not.
+    A SavedModel that uses tensorflow_text ops (preprocessing models, task exports)
+    needs `import tensorflow_text` before loading; encoders do not. Loading one
+    without it fails with TensorFlow's "Op type not registered 'NormalizeUTF8'": the
+    error here says what that means.
     """
-    module = tf.saved_model.load(path)
+    try:
+        module = tf.saved_model.load(path)
+    except RuntimeError as e:
+        if "Op type not registered" not in str(e):
+            raise
+        raise UserError(
+            f"{path} holds ops this process does not know ({str(e).split(' in binary')[0]}): "
+            f"it is not a BERT encoder. A preprocessing model or a task export uses "
+            f"tensorflow_text's ops; load it after `import tensorflow_text`"
+        ) from e
     missing = [a for a in ("variables", "trainable_variables") if not hasattr(module, a)]
     if not callable(module) or missing:
         raise UserError(

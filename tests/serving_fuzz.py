@@ -34,7 +34,6 @@ import time
 import numpy as np
 
 from tests.conftest import SAMPLE_DATA, tiny_config
-from tests.export_helpers import mrpc_pairs
 
 EXPORTS = ("classifier", "multiple_choice", "ner", "squad", "preprocessing")
 LABELS = {"classifier": ["no", "yes", "maybe"], "ner": ["O", "B-X", "I-X"]}
@@ -52,7 +51,10 @@ CLEAR_ERROR = re.compile(r"assertion failed: \[(bad request: |bert_pack_inputs: 
 
 
 def _real_text() -> list[str]:
-    sentences = [s for pair in mrpc_pairs(SAMPLE_DATA, count=100) for s in pair]
+    """MRPC dev sentences and SQuAD paragraphs of the bundled samples."""
+    with open(SAMPLE_DATA / "glue" / "MRPC" / "dev.tsv", encoding="utf-8-sig") as f:
+        rows = [line.rstrip("\n").split("\t") for line in f][1:101]
+    sentences = [s for row in rows for s in row[3:5]]
     with open(SAMPLE_DATA / "squad" / "dev-v2.0-first5articles.json", encoding="utf-8") as f:
         data = json.load(f)
     contexts = [p["context"] for a in data["data"][:2] for p in a["paragraphs"][:6]]

@@ -51,9 +51,18 @@ def run_fuzz_worker(tmp_path, *args, timeout=900) -> dict:
 
 
 @pytest.fixture(scope="module")
-def results(tmp_path_factory):
+def export_dir(tmp_path_factory):
+    return tmp_path_factory.mktemp("exports")
+
+
+@pytest.fixture(scope="module")
+def results(tmp_path_factory, export_dir):
     return run_fuzz_worker(
-        tmp_path_factory.mktemp("fuzz"), f"--examples={EXAMPLES}", "--seed=0", "--timeout=300"
+        tmp_path_factory.mktemp("fuzz"),
+        f"--examples={EXAMPLES}",
+        "--seed=0",
+        "--timeout=300",
+        f"--export_dir={export_dir}",
     )
 
 
@@ -136,3 +145,37 @@ def test_a_crashing_worker_fails_with_its_request(tmp_path):
     """The harness itself: a worker that aborts fails the test, naming its request."""
     with pytest.raises(pytest.fail.Exception, match=r"exit code -6 while running: crash test"):
         run_fuzz_worker(tmp_path, "--crash_for_test", timeout=120)
+
+
+LOAD_WITHOUT_TENSORFLOW_TEXT = """
+import sys
+import tensorflow as tf
+from modeling import hub
+for path in sys.argv[1:]:
+    try:
+        hub.load_module(path)
+    except ValueError as e:
+        print("ERROR", e)
+print("tensorflow_text" in sys.modules)
+"""
+
+
+@pytest.mark.slow
+def test_loading_without_tensorflow_text_says_what_to_do(results, export_dir):
+    """TensorFlow says "Op type not registered 'NormalizeUTF8'"; our loader says why."""
+    paths = [str(export_dir / name) for name in ("classifier", "preprocessing")]
+    process = subprocess.run(
+        [sys.executable, "-c", LOAD_WITHOUT_TENSORFLOW_TEXT, *paths],
+        cwd=REPO_ROOT,
+        capture_output=True,
+        text=True,
+        timeout=300,
+        env=dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3"),
+    )
+    lines = process.stdout.splitlines()
+    assert process.returncode == 0 and lines[-1] == "False", process.stderr[-3000:]
+    errors = [line for line in lines if line.startswith("ERROR")]
+    assert len(errors) == 2, lines
+    for path, error in zip(paths, errors):
+        assert path in error and "Op type not registered" in error, error
+        assert "import tensorflow_text" in error and "not a BERT encoder" in error, error
