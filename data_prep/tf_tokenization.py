@@ -401,6 +401,11 @@ def bert_pack_inputs(segments, seq_length, cls_id: int, sep_id: int) -> dict[str
     Returns:
         dict of int32 Tensors [B, seq_length]: "input_word_ids", "input_mask"
         (1 for real tokens), "input_type_ids".
+
+    Raises:
+        tf.errors.InvalidArgumentError (when the ops run) naming the segment: segments
+        with different numbers of rows, a malformed RaggedTensor, or a seq_length too
+        short for the special tokens.
     """
     if len(segments) not in (1, 2):
         raise UserError("bert_pack_inputs takes 1 or 2 segments, got %d." % len(segments))

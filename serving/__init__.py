@@ -4,10 +4,16 @@ that answer raw text with each task's pre- and post-processing in-graph.
 Floors: `serving` imports `modeling`, `evaluation` and `data_prep`, never a runner;
 runners, `export_tfhub.py` and `extract_features.py` import `serving`.
 
+Loading an export that tokenizes (preprocessing, task exports) needs `import
+tensorflow_text` first. A malformed request (inputs of different batch sizes, malformed
+segments) fails with tf.errors.InvalidArgumentError naming its inputs, never a crash;
+docs/serving.md has the calls, answers and figures.
+
   savedmodel.py     writing: export-path rules, the marker of our exports, atomic save
   encoder.py        the TF Hub encoder (reusable SavedModel, optional `mlm`)
   preprocessing.py  the TF Hub preprocessing model (`tokenize`, `bert_pack_inputs`)
-  inputs.py         raw-text signature inputs: specs, tokenizing words, packing text
+  inputs.py         raw-text signature inputs: specs, request checks, tokenizing words,
+                    packing text, cutting a packed batch to its longest input
   windows.py        windows over long inputs and their max-context choice, in-graph
   classifier.py     classification, regression and multiple-choice signatures
   squad.py          SQuAD span answers in-graph (the runner's post-processing)

@@ -19,7 +19,7 @@ from serving.inputs import (
     after_checks,
     cut_to_longest,
     pack_text,
-    same_batch_size,
+    checked_request,
     text_spec,
 )
 
@@ -52,8 +52,10 @@ def classifier_signatures(
     label_names = None if is_regression else tf.constant([str(label) for label in labels])
 
     def predict(text_a, text_b):
-        if text_b is not None:
-            text_a, text_b = same_batch_size({"text_a": text_a, "text_b": text_b})
+        if text_b is None:
+            (text_a,) = checked_request({"text_a": text_a})
+        else:
+            text_a, text_b = checked_request({"text_a": text_a, "text_b": text_b})
         inputs = pack_text(tokenizer, seq_length, text_a, text_b)
         if not pad_to_max_seq_length:
             inputs = cut_to_longest(inputs)
@@ -129,8 +131,7 @@ def multiple_choice_signatures(
                 f"{[str(i) for i in range(num_choices)]}, got {list(labels)}"
             )
 
-    def predict(context, choices, choices_name="choices"):
-        context, choices = same_batch_size({"context": context, choices_name: choices})
+    def predict(context, choices, choices_name):
         shape = tf.shape(choices, out_type=tf.int64)  # [B, C]
         check = tf.debugging.assert_positive(
             shape[1], message=f"{BAD_REQUEST} {choices_name} holds no choice for each example"
@@ -153,7 +154,7 @@ def multiple_choice_signatures(
         return {"probabilities": probabilities, "best_choice": tf.argmax(probabilities, axis=-1)}
 
     def predict_parts(context, start, endings):
-        context, start, endings = same_batch_size(
+        context, start, endings = checked_request(
             {"context": context, "start": start, "endings": endings}
         )
         return predict(context, join_start_and_ending(start, endings), "endings")
@@ -167,7 +168,8 @@ def multiple_choice_signatures(
     )
 
     def predict_choices(context, choices):
-        return predict(context, choices)
+        context, choices = checked_request({"context": context, "choices": choices})
+        return predict(context, choices, "choices")
 
     whole = tf.function(
         predict_choices, input_signature=[text_spec("context"), choices_spec("choices")]

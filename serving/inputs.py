@@ -29,23 +29,31 @@ def after_checks(checks: list, tensors: list) -> list:
         return [tf.identity(t) for t in tensors]
 
 
-def same_batch_size(named: dict[str, tf.Tensor]) -> list[tf.Tensor]:
-    """The tensors of `named` (input name -> tensor [B, ...]) in order, once checked to
-    hold the same number of rows: one entry per example. Otherwise the request fails
-    with tf.errors.InvalidArgumentError naming the inputs and their sizes."""
+def checked_request(named: dict[str, tf.Tensor]) -> list[tf.Tensor]:
+    """The inputs of a request (signature input name -> tensor [B, ...]) in order, once
+    checked at run time.
+
+    Each must have the rank its signature declares: a function called through
+    `.signatures` (or TF Serving) checks dtypes but not shapes, so `tf.ensure_shape`
+    does ("Shape of tensor text_a [2,3] is not compatible with expected shape [?]").
+    All must hold the same number of rows, one entry per example; otherwise the request
+    fails with tf.errors.InvalidArgumentError naming the inputs and their sizes. Every
+    later op waits for these checks.
+    """
     names = list(named)
+    tensors = [tf.ensure_shape(named[name], named[name].shape) for name in names]
+    rows = [tf.shape(t, out_type=tf.int64)[0] for t in tensors]
     first = names[0]
-    rows = {name: tf.shape(named[name], out_type=tf.int64)[0] for name in names}
     checks = [
         tf.debugging.assert_equal(
-            rows[name],
-            rows[first],
+            count,
+            rows[0],
             message=f"{BAD_REQUEST} {name} and {first} hold different numbers of entries; "
             f"send one {name} per {first} (x: the size of {name}, y: of {first})",
         )
-        for name in names[1:]
+        for name, count in zip(names[1:], rows[1:])
     ]
-    return after_checks(checks, [named[name] for name in names])
+    return after_checks(checks, tensors)
 
 
 def pack_text(

@@ -83,6 +83,7 @@ def ner_signatures(
     cls_id, sep_id = tokenizer.cls_id, tokenizer.sep_id
 
     def tag(text):
+        (text,) = text_inputs.checked_request({"text": text})
         words = tf_text.regex_split(text, NER_WORD_SEPARATORS)  # [B, (W)]
         word_pieces = text_inputs.word_pieces(tokenizer, words)  # [sum W, (P)]
         no_piece = tf.cast(word_pieces.row_lengths() == 0, tf.int64)

@@ -5,7 +5,10 @@
   obj.bert_pack_inputs(segments, seq_length=...) -> the three id tensors, one or two
     segments (ragged [B, (T)] or [B, (W), (P)]) packed as `[CLS] A [SEP] (B [SEP])`.
 
-Loading it needs `import tensorflow_text` first (it registers the ops).
+Segments of different batch sizes, malformed RaggedTensors and a seq_length too short
+for the special tokens fail with tf.errors.InvalidArgumentError naming the segment
+(`tf_tokenization.bert_pack_inputs`), never a crash. Loading it needs `import
+tensorflow_text` first (it registers the ops).
 """
 
 from __future__ import annotations
@@ -17,6 +20,7 @@ import tensorflow as tf
 from common.errors import UserError
 from data_prep import tf_tokenization
 from serving import savedmodel
+from serving.inputs import checked_request
 
 # bert_pack_inputs is traced for these many segments.
 PACK_SEGMENT_COUNTS = (1, 2)
@@ -78,11 +82,18 @@ class PreprocessingModule(tf.Module):
         self.seq_length = seq_length
         self.bert_pack_inputs = PackInputsModule(tokenizer.cls_id, tokenizer.sep_id, seq_length)
         text = tf.TensorSpec([None], tf.string, name="inputs")
-        self.tokenize = tf.function(tokenizer.tokenize_words, input_signature=[text])
+
+        @tf.function(input_signature=[text])
+        def tokenize(inputs):
+            (inputs,) = checked_request({"inputs": inputs})
+            return tokenizer.tokenize_words(inputs)
 
         @tf.function(input_signature=[text])
         def call(inputs):
+            (inputs,) = checked_request({"inputs": inputs})
             return tokenizer.bert_pack_inputs([tokenizer.tokenize_words(inputs)], seq_length)
+
+        self.tokenize = tokenize
 
         self.__call__ = call
 

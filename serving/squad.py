@@ -370,7 +370,7 @@ def squad_signatures(
     vocab_tokens = _vocab_tokens(tokenizer)
 
     def predict(question, context):
-        question, context = text_inputs.same_batch_size({"question": question, "context": context})
+        question, context = text_inputs.checked_request({"question": question, "context": context})
         features = _span_features(
             tokenizer, question, context, seq_length, max_query_length, doc_stride
         )

@@ -44,7 +44,13 @@ VOCAB_SIZE = 30522
 CLS_ID, SEP_ID = 101, 102
 # The messages of the exports' request checks (serving.inputs.BAD_REQUEST and
 # data_prep.tf_tokenization.bert_pack_inputs), after "assertion failed: [".
-CLEAR_ERROR = re.compile(r"assertion failed: \[(bad request: |bert_pack_inputs: )")
+CLEAR_ERROR = re.compile(
+    r"assertion failed: \[(bad request: |bert_pack_inputs: )"
+    r"|Shape of tensor \w+ \[[\d,]*\] is not compatible with expected shape \[[?,\d]*\]"
+)
+# Shapes a request may give an input instead of its own: "scalar" (its first text
+# alone), "column" (one more dimension), "flat" (a choices matrix as a vector).
+WRONG_RANKS = ("scalar", "column", "flat")
 
 # ---------------------------------------------------------------------------------
 # Text.
@@ -136,12 +142,17 @@ def request_strategy(export: str):
         for name in names:
             count = sizes[name] * (CHOICES if name in choices else 1)
             inputs[name] = draw(st.lists(texts, min_size=count, max_size=count))
-        return {
+        request = {
             "export": export,
             "call": call,
             "inputs": inputs,
             "valid": len(set(sizes.values())) == 1,
         }
+        if draw(st.integers(0, 11)) == 0:  # one input of another rank
+            name = draw(st.sampled_from(names))
+            wrong = draw(st.sampled_from(WRONG_RANKS if name in choices else WRONG_RANKS[:2]))
+            request.update(wrong_rank={name: wrong}, valid=False)
+        return request
 
     if export == "classifier":
         return st.one_of(
@@ -205,25 +216,15 @@ def preprocessing_strategy():
             "valid": valid,
         }
 
-    return st.one_of(
-        texts.map(
-            lambda t: {
-                "export": "preprocessing",
-                "call": "__call__",
-                "inputs": {"texts": t},
-                "valid": True,
-            }
-        ),
-        texts.map(
-            lambda t: {
-                "export": "preprocessing",
-                "call": "tokenize",
-                "inputs": {"texts": t},
-                "valid": True,
-            }
-        ),
-        pack(),
-    )
+    @st.composite
+    def text_call(draw, call):
+        request = {"export": "preprocessing", "call": call, "inputs": {"texts": draw(texts)}}
+        wrong = draw(st.sampled_from([None] * 10 + list(WRONG_RANKS[:2])))
+        if wrong:
+            request["wrong_rank"] = {"texts": wrong}
+        return dict(request, valid=wrong is None)
+
+    return st.one_of(text_call("__call__"), text_call("tokenize"), pack())
 
 
 # Hand-made cases: the crashes and wrong answers of the issue, and edge cases.
@@ -294,6 +295,20 @@ NAMED_CASES = {
         },
         "valid": False,
     },
+    "ner text of rank 2": {
+        "export": "ner",
+        "call": "serving_default",
+        "inputs": {"text": ["read on", "in"]},
+        "wrong_rank": {"text": "column"},
+        "valid": False,
+    },
+    "multiple_choice endings of rank 1": {
+        "export": "multiple_choice",
+        "call": "serving_default",
+        "inputs": {"context": ["c"], "start": ["s"], "endings": ["e"] * CHOICES},
+        "wrong_rank": {"endings": "flat"},
+        "valid": False,
+    },
     "bert_pack_inputs malformed row_splits": {
         "export": "preprocessing",
         "call": "bert_pack_inputs",
@@ -351,12 +366,19 @@ def build_exports(directory: str, exports=EXPORTS) -> dict:
     return loaded
 
 
-def _strings(texts, shape=None):
+def _strings(texts, shape=None, wrong_rank=None):
+    """tf.string tensor of `texts` ([len(texts)] or `shape`), or of the `wrong_rank`."""
     import tensorflow as tf
 
     array = np.array([as_bytes(t) for t in texts], dtype=object)
     if shape is not None:
         array = array.reshape(shape)
+    if wrong_rank == "scalar":
+        return tf.constant(as_bytes(texts[0]) if texts else b"", tf.string)
+    if wrong_rank == "column":
+        array = array[..., np.newaxis]
+    if wrong_rank == "flat":
+        array = array.reshape([-1])
     return tf.constant(array, tf.string, shape=array.shape)
 
 
@@ -375,12 +397,13 @@ def _segment(module, segment):
 
 def call(module, request) -> dict:
     """The export's answer to `request`: {output name: numpy value}."""
-    inputs = request["inputs"]
+    inputs, wrong = request["inputs"], request.get("wrong_rank", {})
     if request["export"] == "preprocessing":
         if request["call"] == "__call__":
-            outputs = module(_strings(inputs["texts"]))
+            outputs = module(_strings(inputs["texts"], wrong_rank=wrong.get("texts")))
         elif request["call"] == "tokenize":
-            return {"tokens": module.tokenize(_strings(inputs["texts"]))}
+            texts = _strings(inputs["texts"], wrong_rank=wrong.get("texts"))
+            return {"tokens": module.tokenize(texts)}
         else:
             segments = [_segment(module, s) for s in inputs["segments"]]
             if inputs["seq_length"] is None:
@@ -389,7 +412,9 @@ def call(module, request) -> dict:
                 outputs = module.bert_pack_inputs(segments, seq_length=inputs["seq_length"])
     else:
         tensors = {
-            name: _strings(texts, [-1, CHOICES] if name in ("endings", "choices") else None)
+            name: _strings(
+                texts, [-1, CHOICES] if name in ("endings", "choices") else None, wrong.get(name)
+            )
             for name, texts in inputs.items()
         }
         outputs = module.signatures[request["call"]](**tensors)
@@ -477,7 +502,7 @@ def outcome(module, request) -> tuple[str, str]:
             return "other", f"InvalidArgumentError not from a request check: {message[:1500]}"
         if request["valid"]:
             return "other", f"a valid request refused: {message[:1500]}"
-        return "rejected", message[message.index("assertion failed") :][:600]
+        return "rejected", message[CLEAR_ERROR.search(message).start() :][:600]
     except Exception as e:  # noqa: BLE001  (anything else breaks the contract)
         return "other", f"{type(e).__name__}: {str(e)[:1500]}"
     if not request["valid"]:
