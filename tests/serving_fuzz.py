@@ -48,6 +48,12 @@ CLEAR_ERROR = re.compile(
     r"assertion failed: \[(bad request: |bert_pack_inputs: )"
     r"|Shape of tensor \w+ \[[\d,]*\] is not compatible with expected shape \[[?,\d]*\]"
 )
+# How a restored tf.function (the preprocessing model's __call__ and tokenize, called
+# from Python rather than through .signatures) refuses an input of another shape: before
+# anything runs, naming both shapes.
+BINDING_REFUSAL = re.compile(
+    r"Binding inputs to tf\.function failed due to `Can not cast TensorSpec"
+)
 # Shapes a request may give an input instead of its own: "scalar" (its first text
 # alone), "column" (one more dimension), "flat" (a choices matrix as a vector).
 WRONG_RANKS = ("scalar", "column", "flat")
@@ -503,6 +509,10 @@ def outcome(module, request) -> tuple[str, str]:
         if request["valid"]:
             return "other", f"a valid request refused: {message[:1500]}"
         return "rejected", message[CLEAR_ERROR.search(message).start() :][:600]
+    except TypeError as e:
+        if request.get("wrong_rank") and not request["valid"] and BINDING_REFUSAL.search(str(e)):
+            return "rejected", str(e)[:600]
+        return "other", f"TypeError: {str(e)[:1500]}"
     except Exception as e:  # noqa: BLE001  (anything else breaks the contract)
         return "other", f"{type(e).__name__}: {str(e)[:1500]}"
     if not request["valid"]:

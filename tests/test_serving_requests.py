@@ -139,6 +139,15 @@ def test_the_contract_catches_wrong_answers():
     assert serving_fuzz.outcome(Module(error=check), request)[0] == "other"  # valid request
     request["valid"] = False
     assert serving_fuzz.outcome(Module(error=check), request)[0] == "rejected"
+    # A restored function's refusal of another shape counts only for a wrong-rank request.
+    binding = TypeError(
+        "Binding inputs to tf.function failed due to `Can not cast TensorSpec(shape=(), "
+        "dtype=tf.string, name='inputs') to TensorSpec(shape=(None,), ...)`"
+    )
+    assert serving_fuzz.outcome(Module(error=binding), request)[0] == "other"
+    request["wrong_rank"] = {"text_a": "scalar"}
+    assert serving_fuzz.outcome(Module(error=binding), request)[0] == "rejected"
+    assert serving_fuzz.outcome(Module(error=TypeError("other")), request)[0] == "other"
 
 
 def test_a_crashing_worker_fails_with_its_request(tmp_path):
