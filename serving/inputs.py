@@ -8,6 +8,7 @@ Shape legend: B batch, S sequence, W words, P pieces.
 from __future__ import annotations
 
 import tensorflow as tf
+import tensorflow_text as tf_text
 
 # Every check of a request's inputs fails with tf.errors.InvalidArgumentError whose
 # message starts with this (after TensorFlow's "assertion failed: [").
@@ -98,3 +99,22 @@ def word_pieces(tokenizer, words: tf.RaggedTensor) -> tf.RaggedTensor:
     """int32 RaggedTensor [Nw, (P)]: the pieces of each word of `words` ([B, (W)],
     flattened), each word tokenized on its own as the SQuAD and NER data writers do."""
     return tokenizer.tokenize(words.flat_values)
+
+
+def split_words(text: tf.Tensor, separators: str) -> tf.RaggedTensor:
+    """tf.string [B, (W)]: each string of `text` ([B]) split at the matches of the RE2
+    pattern `separators` (which must not match "\\x01"), empty words dropped, the bytes
+    of each word as sent.
+
+    `tf_text.regex_split` alone ends a string at its first NUL byte: the words after it
+    vanished from a request's answer. Here the split runs on a copy whose NUL bytes are
+    \\x01 (the same byte offsets) and the words are cut out of the text itself.
+    """
+    _, begin, end = tf_text.regex_split_with_offsets(
+        tf.strings.regex_replace(text, "\\x00", "\x01"), separators
+    )
+    row = begin.value_rowids()  # [sum W]
+    words = tf.strings.substr(
+        tf.gather(text, row), begin.flat_values, end.flat_values - begin.flat_values
+    )
+    return begin.with_flat_values(words)

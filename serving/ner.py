@@ -13,7 +13,6 @@ words, L labels.
 from __future__ import annotations
 
 import tensorflow as tf
-import tensorflow_text as tf_text
 
 from common.errors import UserError
 from data_prep import tag_schemes, tf_tokenization, tokenization
@@ -84,7 +83,7 @@ def ner_signatures(
 
     def tag(text):
         (text,) = text_inputs.checked_request({"text": text})
-        words = tf_text.regex_split(text, NER_WORD_SEPARATORS)  # [B, (W)]
+        words = text_inputs.split_words(text, NER_WORD_SEPARATORS)  # [B, (W)]
         word_pieces = text_inputs.word_pieces(tokenizer, words)  # [sum W, (P)]
         no_piece = tf.cast(word_pieces.row_lengths() == 0, tf.int64)
         word_pieces = tf.concat(

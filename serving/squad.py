@@ -143,7 +143,7 @@ def _span_features(
     doc_stride: int,
 ) -> _SpanFeatures:
     """`squad_features.convert_examples_to_features` (prediction) in-graph, on tf.string [B]."""
-    words = tf_text.regex_split(context, CONTEXT_WHITESPACE)
+    words = text_inputs.split_words(context, CONTEXT_WHITESPACE)
     word_pieces = text_inputs.word_pieces(tokenizer, words)  # [sum W, (P)]
     pieces = tf.RaggedTensor.from_row_splits(word_pieces, words.row_splits).merge_dims(1, 2)
     word_in_row = tf.ragged.range(words.row_lengths()).flat_values

@@ -289,6 +289,12 @@ NAMED_CASES = {
         "inputs": {"text": ["", b"\xff\xfe abc \xc3", LONG_TEXTS[2], "Hello there."]},
         "valid": True,
     },
+    "ner NUL bytes": {  # the words after a NUL byte vanished from the answer
+        "export": "ner",
+        "call": "serving_default",
+        "inputs": {"text": [b"word \x00)S \xc3\xa9t\xc3\xa9", b"\x00 a\x00b \x00"]},
+        "valid": True,
+    },
     "bert_pack_inputs segments of 5 and 1 rows": {
         "export": "preprocessing",
         "call": "bert_pack_inputs",

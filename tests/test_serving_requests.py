@@ -91,7 +91,12 @@ def test_requests_that_crashed_are_refused_clearly(results, case, names):
 
 @pytest.mark.slow
 def test_edge_requests_are_answered(results):
-    for case in ("classifier empty batch", "squad 10,000-word context", "ner mixed batch"):
+    for case in (
+        "classifier empty batch",
+        "squad 10,000-word context",
+        "ner mixed batch",
+        "ner NUL bytes",
+    ):
         assert results["named"][case] == {"outcome": "answered", "details": ""}, case
 
 
@@ -148,6 +153,33 @@ def test_the_contract_catches_wrong_answers():
     request["wrong_rank"] = {"text_a": "scalar"}
     assert serving_fuzz.outcome(Module(error=binding), request)[0] == "rejected"
     assert serving_fuzz.outcome(Module(error=TypeError("other")), request)[0] == "other"
+
+
+def test_split_words_keeps_the_words_after_a_nul_byte():
+    """The NER and SQuAD exports' word split gives the words Python's readers give, NUL
+    bytes included (tf_text.regex_split alone ended each text at its first NUL)."""
+    import re
+
+    import tensorflow as tf
+
+    from data_prep import squad_reader
+    from serving import inputs, ner, squad
+
+    texts = [
+        "word \x00)S \u00e9t\u00e9",
+        "\x00",
+        "",
+        "  a\t\tb\x00c\nd \x01 ",
+        "x\u202fy z\u00a0w",
+    ]
+    got = inputs.split_words(tf.constant([t.encode() for t in texts]), ner.NER_WORD_SEPARATORS)
+    want = [[w.encode() for w in re.split("[ \t\r\n]+", t) if w] for t in texts]
+    assert got.to_list() == want
+    got = inputs.split_words(tf.constant([t.encode() for t in texts]), squad.CONTEXT_WHITESPACE)
+    assert got.to_list() == [[w.encode() for w in squad_reader.split_context(t)[0]] for t in texts]
+    # Bytes that are not UTF-8 are kept as sent.
+    got = inputs.split_words(tf.constant([b"\xff\x00 \xc3"]), ner.NER_WORD_SEPARATORS)
+    assert got.to_list() == [[b"\xff\x00", b"\xc3"]]
 
 
 def test_a_crashing_worker_fails_with_its_request(tmp_path):
