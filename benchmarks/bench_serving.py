@@ -12,6 +12,8 @@ Face folder) with a fresh two-label head, or --init_checkpoint (any checkpoint
 `modeling.checkpoints.restore_model` reads): latency does not depend on training.
 Requests are real text, sent through `tf.saved_model.load(...).signatures`:
 
+  empty query  "" (2 positions: [CLS] [SEP]) one at a time, the part of a request's
+               cost that no cut removes (serving_text_a)
   short query  one question of the bundled SQuAD sample at a time (serving_text_a)
   MRPC pair    one MRPC dev pair at a time (serving_default)
   MRPC dev     the 408 dev pairs of sample_data/glue/MRPC/dev.tsv in batches of 32, in
@@ -126,6 +128,8 @@ def main():
     questions = _squad_questions()[: args.queries]
     batches = [pairs[i : i + args.batch_size] for i in range(0, len(pairs), args.batch_size)]
     kinds = {
+        # [CLS] [SEP] alone: the cost of a request that does not depend on its length.
+        "empty query": [([""], None)] * len(questions),
         "short query": [([q], None) for q in questions],
         "MRPC pair": [([a], [b]) for a, b in pairs[: args.queries]],
         f"MRPC dev, batches of {args.batch_size}": [
