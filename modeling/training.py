@@ -15,7 +15,9 @@ gradient accumulation all compute the same loss and gradient for the same global
 Gradients are all-reduced once, then clipped by global norm (1.0, as the original) and
 applied by `modeling.optimization`. Checkpoints go to `output_dir` every
 `save_checkpoints_steps`, at the end and on SIGTERM; a restarted run resumes from the
-latest one, skipping the batches it had already consumed.
+latest one, skipping the batches it had already consumed. `restore_training_state`
+continues another run's training state (weights, optimizer moments and step count,
+global step) on new data: phase 2 of the paper's pre-training.
 """
 
 from __future__ import annotations
@@ -32,8 +34,11 @@ from absl import logging
 
 from common.errors import UserError
 from data_prep import records
+from modeling import checkpoint_readers
 from modeling import kernels as kernel_choices
 from modeling import optimization
+
+GLOBAL_STEP_KEY = "global_step/.ATTRIBUTES/VARIABLE_VALUE"
 
 
 class Task(Protocol):
@@ -83,6 +88,22 @@ class DynamicLossScale(tf.Module):
 def _tf_value(variable):
     """The tf (possibly distributed) variable behind a Keras variable."""
     return variable.value if hasattr(variable, "path") else variable
+
+
+def training_state_step(path: str) -> tuple[str, int]:
+    """(checkpoint prefix, global step) of the Trainer checkpoint at `path`: a prefix,
+    or a run's output_dir (its latest checkpoint). Anything else (another format, a
+    model saved without its optimizer) is a UserError."""
+    kind, prefix = checkpoint_readers.resolve_checkpoint(path)
+    stored = dict(tf.train.list_variables(prefix)) if kind == "tf2" else {}
+    if GLOBAL_STEP_KEY not in stored or not any(n.startswith("optimizer/") for n in stored):
+        raise UserError(
+            f"{path} holds no training state (global step and optimizer moments): "
+            f"--restore_training_state continues a run of this project from its "
+            f"output_dir or one of its ckpt-N prefixes; without the flag "
+            f"--init_checkpoint restores the weights alone"
+        )
+    return prefix, int(tf.train.load_checkpoint(prefix).get_tensor(GLOBAL_STEP_KEY))
 
 
 def _split(features: dict, parts: int, index):
@@ -211,6 +232,25 @@ class Trainer:
             initialize()
         return False
 
+    def restore_training_state(self, path: str) -> int:
+        """Restores another run's training state: the model's weights, the optimizer's
+        moments and step count (Adam's bias correction) and the global step (the
+        learning-rate schedule), from `path`, a Trainer checkpoint prefix or the
+        output_dir holding one (`training_state_step`). Returns the global step."""
+        prefix, step = training_state_step(path)
+        checkpoint = tf.train.Checkpoint(
+            model=self.model, optimizer=self.optimizer, global_step=self.global_step
+        )
+        try:
+            checkpoint.restore(prefix).assert_existing_objects_matched().expect_partial()
+        except AssertionError as error:
+            raise UserError(
+                f"{prefix} does not hold this model's training state (another model or "
+                f"optimizer?): {error}"
+            ) from error
+        logging.info("Continued the training state of %s at step %d", prefix, step)
+        return step
+
     def save(self) -> str:
         path = self.manager.save(checkpoint_number=self.global_step)
         if not self._is_chief():
@@ -317,22 +357,31 @@ class Trainer:
         dataset_fn: Callable,
         global_batch_size: int,
         after_loop: Callable[[int], None] | None = None,
+        *,
+        first_step: int = 0,
+        stop_at_step: int | None = None,
     ) -> dict:
-        """Trains until `num_train_steps`.
+        """Trains until `num_train_steps` (or `stop_at_step`).
 
         Args:
           dataset_fn: (tf.distribute.InputContext) -> tf.data.Dataset of feature dicts
             batched at the per-replica batch size, repeated, deterministic order.
           global_batch_size: examples per step over all replicas and micro-batches.
           after_loop: optional callback(step) after each loop, e.g. an evaluation.
+          first_step: the global step `dataset_fn`'s first batch is for: 0, or the
+            step of a training state continued on new data (`restore_training_state`).
+            A resumed run skips the batches consumed since.
+          stop_at_step: stop (with a checkpoint) at this global step, the schedule
+            still running over `num_train_steps` (phase 1 of a two-phase run).
         """
         start_step = int(self.global_step.numpy())
-        if start_step >= self.num_train_steps:
+        end_step = min(stop_at_step or self.num_train_steps, self.num_train_steps)
+        if start_step >= end_step:
             logging.info("Already trained %d steps; nothing to do.", start_step)
             return {"global_step": start_step}
 
         def skipping_dataset_fn(context):
-            return dataset_fn(context).skip(start_step)
+            return dataset_fn(context).skip(max(start_step - first_step, 0))
 
         dataset = self.strategy.distribute_datasets_from_function(skipping_dataset_fn)
         iterator = iter(dataset)
@@ -342,9 +391,9 @@ class Trainer:
         step, loss = start_step, float("nan")
         start_time = time.time()
         try:
-            while step < self.num_train_steps and not self._stop_requested:
+            while step < end_step and not self._stop_requested:
                 to_save = self.save_checkpoints_steps - step % self.save_checkpoints_steps
-                num = min(self.steps_per_loop, self.num_train_steps - step, to_save)
+                num = min(self.steps_per_loop, end_step - step, to_save)
                 self._maybe_profile(step, num)
                 loop_start = time.time()
                 loss_t, norm_t = loop(iterator, tf.constant(num, tf.int32))
@@ -361,12 +410,13 @@ class Trainer:
                     norm,
                     num * global_batch_size / max(elapsed, 1e-9),
                     start_time,
+                    end_step,
                 )
-                if step % self.save_checkpoints_steps == 0 or step >= self.num_train_steps:
+                if step % self.save_checkpoints_steps == 0 or step >= end_step:
                     self.save()
                 if after_loop is not None:
                     after_loop(step)
-            if self._stop_requested and step < self.num_train_steps:
+            if self._stop_requested and step < end_step:
                 self.save()
         finally:
             if previous_handler is not None:
@@ -408,10 +458,12 @@ class Trainer:
         if step <= last < step + num:
             tf.profiler.experimental.stop()
 
-    def _log_progress(self, writer, step, start_step, loss, norm, examples_per_sec, start_time):
+    def _log_progress(
+        self, writer, step, start_step, loss, norm, examples_per_sec, start_time, end_step
+    ):
         lr = float(self._current_lr())
         done = step - start_step
-        eta = (time.time() - start_time) / max(done, 1) * (self.num_train_steps - step)
+        eta = (time.time() - start_time) / max(done, 1) * (end_step - step)
         logging.info(
             "step %d/%d  loss %.4f  lr %.3g  grad_norm %.3f  %.1f examples/s  ETA %s",
             step,
