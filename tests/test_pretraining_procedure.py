@@ -7,7 +7,7 @@ Every update is checked against `optimizer_reference` (NumPy): from the state st
 one checkpoint (weights, moments, step), the gradient of the batch the run consumed and
 the learning rate the schedule gives at that step, the formula must give the state of
 the next checkpoint. The runs save a checkpoint every step and all run in one process
-(TensorFlow starts once): about 45 s on 2 cores.
+(TensorFlow starts once): about 40 s of CPU time.
 """
 
 import json
