@@ -114,6 +114,7 @@ def convert(
     do_lower_case: bool | None = None,
     model_kind: str | None = None,
     overwrite: bool = False,
+    preserve_unused_tokens: bool | None = None,
 ) -> str:
     """Reads `input_checkpoint` and writes it to `output_dir` in `output_format`.
 
@@ -124,7 +125,9 @@ def convert(
     """
     info = checkpoints.inspect_checkpoint(input_checkpoint)
     kind = choose_kind(info, model_kind)
-    files = model_files.resolve(bert_config_file, vocab_file, input_checkpoint, do_lower_case)
+    files = model_files.resolve(
+        bert_config_file, vocab_file, input_checkpoint, do_lower_case, preserve_unused_tokens
+    )
     model = build_model(kind, files.config, info["num_labels"])
     restored = checkpoints.restore_model(input_checkpoint, model)
     if "pooler" in restored["fresh"]:
@@ -150,6 +153,7 @@ def convert(
         files.do_lower_case,
         labels if kind in (names.CLASSIFIER, names.TOKEN_CLASSIFIER) else None,
         overwrite=overwrite,
+        preserve_unused_tokens=files.preserve_unused_tokens,
     )
 
 
@@ -163,6 +167,7 @@ def main(_):
         do_lower_case=runner_flags.do_lower_case_flag(FLAGS),
         model_kind=FLAGS.model_kind,
         overwrite=FLAGS.overwrite,
+        preserve_unused_tokens=runner_flags.preserve_unused_tokens_flag(FLAGS),
     )
     logging.info("Wrote %s (%s)", path, FLAGS.output_format)
 

@@ -8,6 +8,10 @@ or the text preprocessing model.
   python export_tfhub.py --export_type=preprocessing --vocab_file=vocab.txt \
       --do_lower_case --seq_length=128 --export_path=out/bert_preprocess
 
+The preprocessing model of a model trained with --preserve_unused_tokens keeps its
+[unusedN] words whole too (the setting comes from the model's model_info.json, or the
+flag).
+
 --init_checkpoint is an original TF1 checkpoint, a Hugging Face directory or a TF2
 checkpoint of this project; --bert_config_file and --vocab_file default to the files
 beside it. The SavedModel is written to a hidden temporary folder beside --export_path
@@ -101,8 +105,16 @@ def export_preprocessing() -> str:
     do_lower_case = model_files.resolve_case(
         runner_flags.do_lower_case_flag(FLAGS), FLAGS.init_checkpoint, vocab_file
     )
+    preserve = model_files.resolve_preserve_unused_tokens(
+        runner_flags.preserve_unused_tokens_flag(FLAGS), FLAGS.init_checkpoint
+    )
     return preprocessing.export_preprocessing(
-        FLAGS.export_path, vocab_file, do_lower_case, FLAGS.seq_length, overwrite=FLAGS.overwrite
+        FLAGS.export_path,
+        vocab_file,
+        do_lower_case,
+        FLAGS.seq_length,
+        overwrite=FLAGS.overwrite,
+        preserve_unused_tokens=preserve,
     )
 
 

@@ -187,7 +187,7 @@ def _write_batch(out, batch, encoder, tokenizer, feature_fn, layer_indexes, max_
 def main(_):
     runner_flags.apply_original_flags(FLAGS)
     files = runner_flags.resolve_model_files(FLAGS)
-    tokenizer = tokenization.FullTokenizer(files.vocab_file, files.do_lower_case)
+    tokenizer = files.tokenizer()
     encoder = BertEncoder(files.config)
     if FLAGS.init_checkpoint:
         checkpoints.restore_model(FLAGS.init_checkpoint, encoder)

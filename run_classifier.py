@@ -26,13 +26,25 @@ new output_dir predicts with the fine-tuned model, head included.
 
 A user's task: --task_name=generic with {train,dev,test}.tsv or .csv in --data_dir and
 --text_a_column, --label_column (--text_b_column, --has_header, --delimiter,
---label_list, --is_regression as needed).
+--label_list, --is_regression as needed); or a reader class written for the original
+release, in a module of one's own on the Python path:
+
+  from run_classifier import DataProcessor, InputExample
+  from data_prep import tokenization
+
+  class MyProcessor(DataProcessor):  # get_train_examples(data_dir), ..., get_labels()
+      ...
+
+  python run_classifier.py --task_name=my_module:MyProcessor ...
+
+(docs/own_task.md). Its metrics are accuracy and the loss, as the original's.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import os
+import sys
 
 import keras
 import numpy as np
@@ -51,8 +63,18 @@ from serving import tasks as serving_tasks
 
 FLAGS = flags.FLAGS
 
+# What a reader module of the user's imports from here, as from the original's
+# run_classifier.py (`from run_classifier import DataProcessor, InputExample`).
+DataProcessor = classifier_reader.DataProcessor
+InputExample = classifier_reader.InputExample
+
 flags.DEFINE_string(
-    "task_name", None, "The task: " + ", ".join(classifier_tasks.PROCESSORS) + " (any case)."
+    "task_name",
+    None,
+    "The task: "
+    + ", ".join(classifier_tasks.PROCESSORS)
+    + " (any case), or module:Class, a reader class of one's own in a module on the "
+    "Python path (e.g. a DataProcessor written for the original release).",
 )
 runner_flags.define_data_dir_flag("The task's files, in the layout of its download.")
 flags.DEFINE_string(
@@ -169,12 +191,18 @@ def build_features(
     split = processor.split_name(split)
     file = os.path.join(output_dir, f"{split}.tf_record")
     metadata = classifier_features.get_or_create_features(
-        processor, data_dir, split, file, files.vocab_file, files.do_lower_case, max_seq_length
+        processor,
+        data_dir,
+        split,
+        file,
+        files.vocab_file,
+        files.do_lower_case,
+        max_seq_length,
+        files.preserve_unused_tokens,
     )
     if metadata["num_examples"] == 0:
-        raise UserError(
-            f"{processor.name} {split}: no examples in {processor.input_files(data_dir, split)[0]}"
-        )
+        source = processor.input_files(data_dir, split) or [f"{data_dir} (its reader's files)"]
+        raise UserError(f"{processor.name} {split}: no examples in {source[0]}")
     return Features(split, file, metadata)
 
 
@@ -401,6 +429,7 @@ class ClassifierTask:
             kind=kind,
             labels=labels,
             overwrite=overwrite,
+            preserve_unused_tokens=files.preserve_unused_tokens,
         )
         logging.info("Exported the model to %s", path)
 
@@ -430,6 +459,10 @@ def main(_):
 
 
 def cli():
+    # A reader module of the user's imports `run_classifier`: while this file runs as
+    # the program (__main__), that import must find this module, not load a second
+    # copy that would define every flag again.
+    sys.modules.setdefault("run_classifier", sys.modules[__name__])
     flags.mark_flags_as_required(["task_name", "data_dir", "output_dir"])
     app.run(main)
 

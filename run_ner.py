@@ -442,6 +442,7 @@ class NerTask:
             kind="ner",
             labels=self.labels.labels,
             overwrite=overwrite,
+            preserve_unused_tokens=files.preserve_unused_tokens,
             doc_stride=FLAGS.doc_stride,
             tag_scheme=self.labels.scheme,
         )
@@ -467,7 +468,7 @@ def read_splits(
 ) -> tuple[Labels, dict[str, Split], ner_features.NerMetadata | None]:
     """Every file the run needs, read and converted before any model is built; the
     training features written to output_dir. (labels, splits, training metadata)."""
-    tokenizer = tokenization.FullTokenizer(files.vocab_file, files.do_lower_case)
+    tokenizer = files.tokenizer()
     files_read = {}
     for name, explicit in (
         ("train", FLAGS.train_file),

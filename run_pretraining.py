@@ -14,6 +14,7 @@ step, schedule and moments instead (phase 1 stopped with --stop_at_step).
 
 from __future__ import annotations
 
+import dataclasses
 import os
 
 from absl import app, flags, logging
@@ -105,15 +106,29 @@ def resolve_model_files() -> model_files.ModelFiles:
     )
 
 
+def with_shards_preserve_setting(
+    files: model_files.ModelFiles, shards: list[str]
+) -> model_files.ModelFiles:
+    """--preserve_unused_tokens when given, else the shards' record of it (they were
+    tokenized with it), else --init_checkpoint's: what model_info.json records."""
+    preserve = runner_flags.preserve_unused_tokens_flag(FLAGS)
+    if preserve is None:
+        preserve = pretraining_data.recorded_setting(shards, "preserve_unused_tokens")
+    preserve = model_files.resolve_preserve_unused_tokens(preserve, FLAGS.init_checkpoint)
+    return dataclasses.replace(files, preserve_unused_tokens=preserve)
+
+
 def check_shards(shards: list[str], files: model_files.ModelFiles) -> None:
-    """The shards' metadata (their sequence length, masked positions, vocabulary and
-    case) against the run, before any work; their first record when they have none."""
+    """The shards' metadata (their sequence length, masked positions, vocabulary,
+    case and preserve_unused_tokens) against the run, before any work; their first
+    record when they have none."""
     if not pretraining_data.check_shard_metadata(
         shards,
         FLAGS.max_seq_length,
         FLAGS.max_predictions_per_seq,
         files.config.vocab_size,
         files.do_lower_case if files.vocab_file else None,
+        files.preserve_unused_tokens,
     ):
         pretraining_data.check_shard_shapes(
             shards, FLAGS.max_seq_length, FLAGS.max_predictions_per_seq
@@ -183,6 +198,7 @@ def main(_):
     first_step = check_phase_flags()
     files = resolve_model_files()
     shards, eval_shards = input_shards()
+    files = with_shards_preserve_setting(files, shards + eval_shards)
     check_shards(shards + eval_shards, files)
     with strategy.scope():
         model = build_model(files.config, FLAGS.dtype, FLAGS.kernels)

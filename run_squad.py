@@ -44,7 +44,7 @@ from absl import app, flags, logging
 from common.errors import MissingFileError, UserError
 import runner_flags
 from data_prep import records, squad_features, squad_postprocess, squad_reader
-from data_prep import squad_records, tokenization
+from data_prep import squad_records
 from evaluation import squad_eval
 from modeling import finetuning, model_files, training
 from modeling.config import BertConfig
@@ -233,6 +233,7 @@ class SquadTask:
             FLAGS.max_seq_length,
             kind="squad",
             overwrite=overwrite,
+            preserve_unused_tokens=files.preserve_unused_tokens,
             max_query_length=FLAGS.max_query_length,
             max_answer_length=FLAGS.max_answer_length,
             n_best_size=FLAGS.n_best_size,
@@ -278,13 +279,14 @@ def check_flags() -> None:
 def build_features(files: model_files.ModelFiles, settings: finetuning.Settings):
     """The training and prediction features; both files are read before any model is
     built, so bad input fails early."""
-    tokenizer = tokenization.FullTokenizer(files.vocab_file, files.do_lower_case)
+    tokenizer = files.tokenizer()
     feature_settings = squad_records.FeatureSettings(
         FLAGS.max_seq_length,
         FLAGS.doc_stride,
         FLAGS.max_query_length,
         files.do_lower_case,
         FLAGS.version_2_with_negative,
+        files.preserve_unused_tokens,
     )
     predict_data = (
         squad_records.build_predict_features(

@@ -55,6 +55,15 @@ def define_model_flags(max_seq_length: int | None, flag_values=FLAGS) -> None:
         "error.",
         flag_values=f,
     )
+    flags.DEFINE_bool(
+        "preserve_unused_tokens",
+        False,
+        "Keep a word of the input that is a [unusedN] entry of the vocabulary whole (one "
+        "token, e.g. markers put into those slots) instead of splitting it on its "
+        "brackets, as the original's flag. When not given, the model's own setting "
+        "(its model_info.json), else false; recorded in the run's model_info.json.",
+        flag_values=f,
+    )
     if max_seq_length is not None:
         flags.DEFINE_integer(
             "max_seq_length",
@@ -434,12 +443,22 @@ def do_lower_case_flag(FLAGS) -> bool | None:
     return FLAGS.do_lower_case if FLAGS["do_lower_case"].present else None
 
 
+def preserve_unused_tokens_flag(FLAGS) -> bool | None:
+    """--preserve_unused_tokens when given, else None (the model's own setting)."""
+    return FLAGS.preserve_unused_tokens if given(FLAGS, "preserve_unused_tokens") else None
+
+
 def resolve_model_files(FLAGS) -> model_files.ModelFiles:
-    """--bert_config_file, --vocab_file and --do_lower_case, or what sits beside
-    --init_checkpoint, checked against each other and --max_seq_length."""
+    """--bert_config_file, --vocab_file, --do_lower_case and --preserve_unused_tokens,
+    or what sits beside --init_checkpoint, checked against each other and
+    --max_seq_length."""
     check_init_checkpoint(FLAGS)
     files = model_files.resolve(
-        FLAGS.bert_config_file, FLAGS.vocab_file, FLAGS.init_checkpoint, do_lower_case_flag(FLAGS)
+        FLAGS.bert_config_file,
+        FLAGS.vocab_file,
+        FLAGS.init_checkpoint,
+        do_lower_case_flag(FLAGS),
+        preserve_unused_tokens_flag(FLAGS),
     )
     check_max_seq_length(FLAGS.max_seq_length, files.config)
     return files
@@ -469,7 +488,11 @@ def hub_model_files(FLAGS, encoder) -> model_files.ModelFiles:
     model_files.check_vocab_fits_config(vocab_file, encoder.config)
     check_max_seq_length(FLAGS.max_seq_length, encoder.config)
     return model_files.ModelFiles(
-        encoder.config, vocab_file, do_lower_case, config_is_complete=encoder.config_is_complete
+        encoder.config,
+        vocab_file,
+        do_lower_case,
+        config_is_complete=encoder.config_is_complete,
+        preserve_unused_tokens=bool(FLAGS.preserve_unused_tokens),
     )
 
 

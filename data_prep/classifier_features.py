@@ -181,15 +181,23 @@ def serialize_features(features: InputFeatures, is_regression: bool) -> bytes:
 
 
 def _settings(
-    processor: DataProcessor, split: str, vocab_file: str, do_lower_case: bool, max_seq_length: int
+    processor: DataProcessor,
+    data_dir: str,
+    split: str,
+    vocab_file: str,
+    do_lower_case: bool,
+    max_seq_length: int,
+    preserve_unused_tokens: bool,
 ) -> dict:
     """Everything besides the input files that determines the records."""
     return {
         "task_name": processor.name,
         "split": split,
         "processor_options": processor.options(),
+        **processor.examples_key(data_dir, split),
         "max_seq_length": max_seq_length,
         "do_lower_case": do_lower_case,
+        "preserve_unused_tokens": preserve_unused_tokens,
         "vocab_sha256": records.file_sha256(vocab_file),
     }
 
@@ -202,12 +210,14 @@ def create_features(
     vocab_file: str,
     do_lower_case: bool,
     max_seq_length: int,
+    preserve_unused_tokens: bool = False,
 ) -> dict:
     """Reads `split`, writes its TFRecord file and metadata; returns the metadata.
 
     Metadata keys: task_name, split, labels, is_regression, num_choices,
-    max_seq_length, num_examples, num_truncated, do_lower_case, vocab_file
-    (base name), vocab_sha256, processor_options, tfrecord_file, and those of
+    max_seq_length, num_examples, num_truncated, do_lower_case,
+    preserve_unused_tokens, vocab_file (base name), vocab_sha256, processor_options
+    (and the reader's `examples_key`), tfrecord_file, and those of
     `records.write_metadata` (format, record_bytes, input_files).
     """
     if max_seq_length < 3:
@@ -215,11 +225,19 @@ def create_features(
             f"max_seq_length={max_seq_length} is below 3, the room for [CLS] and two [SEP]"
         )
     split = processor.split_name(split)
-    settings = _settings(processor, split, vocab_file, do_lower_case, max_seq_length)
+    settings = _settings(
+        processor,
+        data_dir,
+        split,
+        vocab_file,
+        do_lower_case,
+        max_seq_length,
+        preserve_unused_tokens,
+    )
     input_files = processor.input_files(data_dir, split)
     labels = processor.get_labels(data_dir)
     examples = processor.get_examples(data_dir, split)
-    tokenizer = tokenization.FullTokenizer(vocab_file, do_lower_case)
+    tokenizer = tokenization.FullTokenizer(vocab_file, do_lower_case, preserve_unused_tokens)
     num_truncated = 0
 
     def serialized():
@@ -267,17 +285,27 @@ def get_or_create_features(
     vocab_file: str,
     do_lower_case: bool,
     max_seq_length: int,
+    preserve_unused_tokens: bool = False,
 ) -> dict:
     """Returns the metadata of `output_file`, (re)building it when stale.
 
     The existing file is reused when its metadata records the same task, split,
-    processor options, max_seq_length, do_lower_case and vocabulary (by content
-    hash), the same input files and the file's byte size
-    (`records.reusable_metadata`). Otherwise it is rebuilt by `create_features`.
+    processor options (and `examples_key`), max_seq_length, do_lower_case,
+    preserve_unused_tokens and vocabulary (by content hash), the same input files
+    and the file's byte size (`records.reusable_metadata`). Otherwise it is rebuilt
+    by `create_features`.
     """
     split = processor.split_name(split)
     require_file(vocab_file, "Vocabulary file")
-    settings = _settings(processor, split, vocab_file, do_lower_case, max_seq_length)
+    settings = _settings(
+        processor,
+        data_dir,
+        split,
+        vocab_file,
+        do_lower_case,
+        max_seq_length,
+        preserve_unused_tokens,
+    )
     metadata = records.reusable_metadata(
         output_file, RECORD_FORMAT, settings, processor.input_files(data_dir, split)
     )
@@ -285,7 +313,14 @@ def get_or_create_features(
         logging.info("Reusing %s (%d examples)", output_file, metadata["num_examples"])
         return metadata
     return create_features(
-        processor, data_dir, split, output_file, vocab_file, do_lower_case, max_seq_length
+        processor,
+        data_dir,
+        split,
+        output_file,
+        vocab_file,
+        do_lower_case,
+        max_seq_length,
+        preserve_unused_tokens,
     )
 
 

@@ -254,7 +254,10 @@ class BuildShard(beam.DoFn):
 
     def _tokenizer(self, vocab_file: str):
         if vocab_file not in self.tokenizers:
-            tokenizer = tokenization.FullTokenizer(vocab_file, self.settings.run.do_lower_case)
+            run = self.settings.run
+            tokenizer = tokenization.FullTokenizer(
+                vocab_file, run.do_lower_case, run.preserve_unused_tokens
+            )
             self.tokenizers[vocab_file] = (
                 tokenizer,
                 pretraining_instances.VocabIds.from_vocab(tokenizer.vocab, vocab_file),

@@ -111,6 +111,7 @@ def summarize(totals: dict, settings: PipelineSettings, vocab_file: str) -> dict
             "max_seq_length": run.instance.max_seq_length,
             "max_predictions_per_seq": run.masking.max_predictions_per_seq,
             "do_lower_case": run.do_lower_case,
+            "preserve_unused_tokens": run.preserve_unused_tokens,
             "do_whole_word_mask": run.masking.do_whole_word_mask,
             "next_sentence_prediction": run.instance.next_sentence_prediction,
             "random_seed": run.random_seed,

@@ -163,6 +163,14 @@ def define_instance_flags(flag_values: flags.FlagValues = flags.FLAGS) -> None:
         **define,
     )
     flags.DEFINE_bool(
+        "preserve_unused_tokens",
+        False,
+        "If True, Wordpiece tokenization will not be applied to words in the vocab: "
+        "a word of the text that is a [unusedN] entry of the vocabulary is one token "
+        "(the original's flag; recorded in each shard's metadata).",
+        **define,
+    )
+    flags.DEFINE_bool(
         "do_whole_word_mask",
         False,
         "Whether to use whole word masking rather than per-WordPiece masking.",
@@ -240,6 +248,7 @@ def run_options_from_flags(flag_values: flags.FlagValues, **fields) -> RunOption
     fv = flag_values
     return RunOptions(
         do_lower_case=fv.do_lower_case,
+        preserve_unused_tokens=fv.preserve_unused_tokens,
         dupe_factor=fv.dupe_factor,
         random_seed=fv.random_seed,
         instance=InstanceOptions(

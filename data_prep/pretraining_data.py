@@ -43,10 +43,12 @@ def check_shard_metadata(
     max_predictions_per_seq: int,
     vocab_size: int,
     do_lower_case: bool | None = None,
+    preserve_unused_tokens: bool | None = None,
 ) -> int:
     """Checks the `.meta.json` of every shard that has one against the run: sequence
-    length, masked positions, vocabulary size (ids past the model's embedding table)
-    and case. Returns how many shards had metadata."""
+    length, masked positions, vocabulary size (ids past the model's embedding table),
+    case and preserve_unused_tokens (None: not checked). Returns how many shards had
+    metadata."""
     checked = 0
     for path in files:
         metadata_file = records.metadata_path(path)
@@ -69,18 +71,28 @@ def check_shard_metadata(
                 f"model's vocab_size is {vocab_size}: its ids would index past "
                 f"the embedding table"
             )
-        if (
-            do_lower_case is not None
-            and metadata.get("do_lower_case") is not None
-            and metadata["do_lower_case"] != do_lower_case
+        for key, want in (
+            ("do_lower_case", do_lower_case),
+            ("preserve_unused_tokens", preserve_unused_tokens),
         ):
-            raise UserError(
-                f"{path} was made with do_lower_case="
-                f"{metadata['do_lower_case']} ({metadata_file}) but the model "
-                f"is do_lower_case={do_lower_case}"
-            )
+            if want is not None and metadata.get(key) is not None and metadata[key] != want:
+                raise UserError(
+                    f"{path} was made with {key}={metadata[key]} ({metadata_file}) but the "
+                    f"model is {key}={want}"
+                )
         checked += 1
     return checked
+
+
+def recorded_setting(files: list[str], key: str):
+    """The value of `key` in the first shard metadata that records it, else None."""
+    for path in files:
+        metadata_file = records.metadata_path(path)
+        if tf.io.gfile.exists(metadata_file):
+            value = records.read_json(metadata_file).get(key)
+            if value is not None:
+                return value
+    return None
 
 
 def check_shard_shapes(files: list[str], max_seq_length: int, max_predictions_per_seq: int) -> None:

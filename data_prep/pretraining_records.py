@@ -60,7 +60,7 @@ class RunOptions:
         input_files: text files, in the order they are read.
         output_files: TFRecord files. Pooled (`per_input_file` False): instances
             go round-robin across them. Per input file: one per input file.
-        vocab_file, do_lower_case: the tokenizer.
+        vocab_file, do_lower_case, preserve_unused_tokens: the tokenizer.
         dupe_factor: passes over the corpus, each with fresh masks.
         random_seed: seed of the `random.Random` of a run (of each shard when
             `per_input_file`).
@@ -74,6 +74,7 @@ class RunOptions:
     output_files: tuple
     vocab_file: str
     do_lower_case: bool = True
+    preserve_unused_tokens: bool = False
     dupe_factor: int = 10
     random_seed: int = 12345
     instance: InstanceOptions = InstanceOptions()
@@ -277,6 +278,7 @@ def shard_metadata(
         "vocab_file": os.path.basename(options.vocab_file),
         "vocab_size": vocab_size,
         "do_lower_case": options.do_lower_case,
+        "preserve_unused_tokens": options.preserve_unused_tokens,
         "do_whole_word_mask": masking.do_whole_word_mask,
         "next_sentence_prediction": instance.next_sentence_prediction,
         "random_seed": options.random_seed,
@@ -374,7 +376,9 @@ def build_shards(
     Raises:
         ValueError: the vocabulary lacks a special token; the corpus is empty.
     """
-    tokenizer = tokenization.FullTokenizer(options.vocab_file, options.do_lower_case)
+    tokenizer = tokenization.FullTokenizer(
+        options.vocab_file, options.do_lower_case, options.preserve_unused_tokens
+    )
     vocab = VocabIds.from_vocab(tokenizer.vocab, options.vocab_file)
     stats = Stats()
     documents = read_documents(

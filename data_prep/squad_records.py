@@ -44,6 +44,7 @@ class FeatureSettings:
     max_query_length: int
     do_lower_case: bool
     version_2_with_negative: bool
+    preserve_unused_tokens: bool = False
 
 
 @dataclasses.dataclass(frozen=True)
@@ -128,6 +129,7 @@ def write_metadata(
     vocab_file: str | None = None,
     extra: Mapping[str, Any] | None = None,
     input_files: Sequence[str] = (),
+    preserve_unused_tokens: bool = False,
 ) -> dict:
     """Writes the metadata of a SQuAD TFRecord file (`records.write_metadata`).
 
@@ -145,6 +147,7 @@ def write_metadata(
         extra: more JSON-serializable entries (e.g. what decides whether the file
             can be reused).
         input_files: the SQuAD files read, fingerprinted for reuse checks.
+        preserve_unused_tokens: the tokenizer kept `[unusedN]` words whole.
 
     Returns:
         The metadata written, as a dict.
@@ -157,6 +160,7 @@ def write_metadata(
         doc_stride=doc_stride,
         max_query_length=max_query_length,
         do_lower_case=do_lower_case,
+        preserve_unused_tokens=preserve_unused_tokens,
         num_questions=num_questions,
         num_examples=num_examples,
         num_features=num_features,

@@ -225,6 +225,7 @@ def _write_directory(
     labels,
     overwrite: bool,
     write_content,
+    preserve_unused_tokens: bool = False,
 ) -> None:
     """Checks the destination, then writes `write_content(temp)`, vocab.txt and
     model_info.json into a folder that replaces `directory` once complete."""
@@ -241,6 +242,7 @@ def _write_directory(
                 "model_kind": names.model_kind(model),
                 "labels": labels,
                 "do_lower_case": bool(do_lower_case),
+                "preserve_unused_tokens": bool(preserve_unused_tokens),
                 "written_by": writer,
             },
         )
@@ -254,6 +256,7 @@ def write_hf_directory(
     labels: list | None = None,
     *,
     overwrite: bool = False,
+    preserve_unused_tokens: bool = False,
 ) -> str:
     """Writes `model` as a Hugging Face BERT directory that `transformers` loads with
     AutoModel and the class of the model's kind (BertForPreTraining,
@@ -268,6 +271,7 @@ def write_hf_directory(
       do_lower_case: the case setting, written to tokenizer_config.json.
       labels: label names of a classifier / token classifier (id2label), if known.
       overwrite: replace an earlier output of this writer.
+      preserve_unused_tokens: the tokenizer setting, written to model_info.json.
 
     Returns the directory.
     """
@@ -294,6 +298,7 @@ def write_hf_directory(
         labels,
         overwrite,
         content,
+        preserve_unused_tokens,
     )
     return directory
 
@@ -306,6 +311,7 @@ def write_original_directory(
     labels: list | None = None,
     *,
     overwrite: bool = False,
+    preserve_unused_tokens: bool = False,
 ) -> str:
     """Writes `model` as the original release ships a model: `bert_model.ckpt` (TF1
     names, the head's included), `bert_config.json`, `vocab.txt`. Arguments as
@@ -326,6 +332,7 @@ def write_original_directory(
         labels,
         overwrite,
         content,
+        preserve_unused_tokens,
     )
     return os.path.join(directory, TF1_CHECKPOINT_NAME)
 
@@ -338,6 +345,7 @@ def write_tf2_directory(
     labels: list | None = None,
     *,
     overwrite: bool = False,
+    preserve_unused_tokens: bool = False,
 ) -> str:
     """Writes `model` in this project's TF2 layout (`ckpt-0` and a `checkpoint` file,
     as a run's output_dir holds them), with `bert_config.json` and `vocab.txt`.
@@ -357,5 +365,6 @@ def write_tf2_directory(
         labels,
         overwrite,
         content,
+        preserve_unused_tokens,
     )
     return tf.train.latest_checkpoint(directory)

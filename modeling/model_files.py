@@ -6,12 +6,14 @@ other flag (`--init_checkpoint=<output_dir>`):
 
   bert_config.json   the config the model was really built with
   vocab.txt          a copy of the vocabulary
-  model_info.json    {"model_kind", "do_lower_case", "labels", ...}
+  model_info.json    {"model_kind", "do_lower_case", "preserve_unused_tokens", "labels", ...}
 
 `resolve` finds a model's files from the flags and what sits beside the checkpoint,
 and checks them against each other before any work: the case (`--do_lower_case`)
 against every statement of it the checkpoint makes, and the vocabulary against the
-config's vocab_size.
+config's vocab_size. `--preserve_unused_tokens` (the original's flag: `[unusedN]` words
+stay whole) defaults to the model's own record, so a model trained with it is
+fine-tuned, evaluated and served with it.
 """
 
 from __future__ import annotations
@@ -48,12 +50,20 @@ class ModelFiles:
       config_is_complete: False when some config values were not read from the model
         (e.g. a TF Hub encoder without bert_config.json); such a config is not written
         to an output_dir as the model's.
+      preserve_unused_tokens: whether its tokenizer keeps `[unusedN]` words whole.
     """
 
     config: BertConfig
     vocab_file: str | None
     do_lower_case: bool
     config_is_complete: bool = True
+    preserve_unused_tokens: bool = False
+
+    def tokenizer(self) -> tokenization.FullTokenizer:
+        """The model's Python tokenizer (vocabulary, case, preserve_unused_tokens)."""
+        return tokenization.FullTokenizer(
+            self.vocab_file, self.do_lower_case, self.preserve_unused_tokens
+        )
 
 
 @dataclasses.dataclass(frozen=True)
@@ -173,6 +183,29 @@ def resolve_case(
     return True
 
 
+def resolve_preserve_unused_tokens(
+    preserve_unused_tokens: bool | None, init_checkpoint: str | None
+) -> bool:
+    """`--preserve_unused_tokens` when given, else the model's record of it
+    (model_info.json), else False (the original default). A flag that differs from
+    the record is used, with a warning: fine-tuning a model on text whose `[unusedN]`
+    words are new tokens is what the flag is for."""
+    recorded = read_model_info(init_checkpoint).get("preserve_unused_tokens")
+    if preserve_unused_tokens is None:
+        if recorded:
+            logging.info("preserve_unused_tokens=True, from %s of %s", MODEL_INFO, init_checkpoint)
+        return bool(recorded)
+    if recorded is not None and bool(recorded) != preserve_unused_tokens:
+        logging.warning(
+            "--preserve_unused_tokens=%s, but %s of %s says the model was trained with %s.",
+            preserve_unused_tokens,
+            MODEL_INFO,
+            init_checkpoint,
+            bool(recorded),
+        )
+    return preserve_unused_tokens
+
+
 def check_vocab_fits_config(vocab_file: str, config: BertConfig) -> int:
     """Fails when the vocabulary has ids the model's embedding table cannot hold.
 
@@ -228,6 +261,7 @@ def resolve(
     vocab_file: str | None,
     init_checkpoint: str | None,
     do_lower_case: bool | None,
+    preserve_unused_tokens: bool | None = None,
 ) -> ModelFiles:
     """The model's files from the flags, else from beside the checkpoint, checked.
 
@@ -244,12 +278,14 @@ def resolve(
         raise MissingFileError(f"--vocab_file not found: {vocab_file}")
     check_vocab_fits_config(vocab_file, config)
     lower = resolve_case(do_lower_case, init_checkpoint, vocab_file)
-    return ModelFiles(config, vocab_file, lower)
+    preserve = resolve_preserve_unused_tokens(preserve_unused_tokens, init_checkpoint)
+    return ModelFiles(config, vocab_file, lower, preserve_unused_tokens=preserve)
 
 
 def write_model_files(output_dir: str, files: ModelFiles, model_kind: str, **info) -> None:
     """Makes output_dir self-contained: bert_config.json (when the config was read,
-    not inferred), vocab.txt and model_info.json with the kind, the case and `info`
+    not inferred), vocab.txt and model_info.json with the kind, the case,
+    preserve_unused_tokens and `info`
     (labels, max_seq_length, task settings...)."""
     tf.io.gfile.makedirs(output_dir)
     if files.config_is_complete:
@@ -270,5 +306,10 @@ def write_model_files(output_dir: str, files: ModelFiles, model_kind: str, **inf
             f.write(content)
     records.write_json(
         os.path.join(output_dir, MODEL_INFO),
-        dict(info, model_kind=model_kind, do_lower_case=files.do_lower_case),
+        dict(
+            info,
+            model_kind=model_kind,
+            do_lower_case=files.do_lower_case,
+            preserve_unused_tokens=files.preserve_unused_tokens,
+        ),
     )

@@ -458,6 +458,7 @@ def test_metadata_round_trip(tmp_path):
         "doc_stride": 128,
         "max_query_length": 64,
         "do_lower_case": True,
+        "preserve_unused_tokens": False,
         "num_questions": 10,
         "num_examples": 9,
         "num_features": 12,
