@@ -2,6 +2,11 @@
 grouping, batches cut to their length, and training on cut batches (in-process, tiny
 model)."""
 
+import json
+import subprocess
+import sys
+import textwrap
+
 import keras
 import numpy as np
 import pytest
@@ -13,7 +18,7 @@ from modeling import models, training
 from modeling.config import BertConfig
 from modeling.encoder import BertEncoder
 from modeling.tasks import TokenClassificationTask
-from tests.conftest import SAMPLE_DATA, tiny_config
+from tests.conftest import REPO_ROOT, SAMPLE_DATA, tiny_config
 
 SEQ = 64
 
@@ -224,12 +229,12 @@ def test_group_by_length_is_deterministic_resumable_and_splits_over_replicas(tmp
 # ----------------------------------------------------------------- training
 
 
-def _train_ner(tmp_path, name, path, metadata, labels, pad, steps=6, xla=False):
+def _train_ner(tmp_path, name, path, metadata, labels, pad, steps=6, xla=False, strategy=None):
     """Trains a tiny token classifier (no dropout) `steps` steps of 8 windows; returns
     (per-step losses, model, trainer)."""
     keras.utils.set_random_seed(11)
     config = BertConfig(**tiny_config(0.0, max_position_embeddings=SEQ))
-    strategy = tf.distribute.OneDeviceStrategy("/cpu:0")
+    strategy = strategy or tf.distribute.OneDeviceStrategy("/cpu:0")
     with strategy.scope():
         model = models.BertTokenClassifier(BertEncoder(config), config, len(labels))
     trainer = training.Trainer(
@@ -251,6 +256,7 @@ def _train_ner(tmp_path, name, path, metadata, labels, pad, steps=6, xla=False):
     return losses, model, trainer
 
 
+@pytest.mark.slow
 def test_cut_batches_train_the_same_steps_as_full_padding(tmp_path):
     """The same examples in the same order, cut to their length or padded to S: the
     same losses and weights (no dropout), and one trace of the training loop."""
@@ -282,3 +288,55 @@ def test_xla_trains_cut_batches_as_the_plain_step(tmp_path):
     np.testing.assert_allclose(losses, plain_losses, rtol=1e-5)
     for a, b in zip(plain.weights, compiled.weights):
         np.testing.assert_allclose(b.numpy(), a.numpy(), atol=2e-6, err_msg=a.path)
+
+
+# Two replicas (the CPU split in two before TensorFlow starts, so in a process of its
+# own) on cut batches against one device on padded ones: prints the losses and the
+# largest weight difference.
+_MIRRORED_DRIVER = textwrap.dedent("""
+    import json, pathlib, sys
+    from modeling import distribution
+    distribution.split_cpu(2)
+    import numpy as np
+    from tests.test_input_pipeline import _ner_records, _train_ner
+    tmp_path = pathlib.Path(sys.argv[1])
+    path, metadata, labels, _ = _ner_records(tmp_path)
+    one, one_model, _ = _train_ner(tmp_path, "one", path, metadata, labels, True, steps=4)
+    mirrored, model, trainer = _train_ner(
+        tmp_path, "two", path, metadata, labels, False, steps=4,
+        strategy=distribution.create_strategy("mirrored"),
+    )
+    diff = max(
+        float(np.max(np.abs(a.numpy() - b.numpy())))
+        for a, b in zip(one_model.weights, model.weights)
+    )
+    print("RESULTS" + json.dumps(dict(
+        one=one, mirrored=mirrored, max_diff=diff, **trainer.replica_report()
+    )))
+""")
+
+
+@pytest.mark.slow
+def test_two_replicas_on_cut_batches_compute_the_step_of_one_device(tmp_path):
+    """Each replica cuts its half of a global batch to its own longest window; the two
+    compute the step of one device on the padded batch."""
+    path, metadata, _, _ = _ner_records(tmp_path)
+    context = tf.distribute.InputContext(1, 0, 2)
+    halves = [
+        b["input_word_ids"].shape[1]
+        for b in ner_features.build_dataset(path, metadata, 8, True, 4, context).take(8)
+    ]
+    assert any(a != b for a, b in zip(halves[::2], halves[1::2]))  # Halves of one step differ.
+    process = subprocess.run(
+        [sys.executable, "-c", _MIRRORED_DRIVER, str(tmp_path)],
+        capture_output=True,
+        text=True,
+        cwd=REPO_ROOT,
+        timeout=900,
+    )
+    lines = [line for line in process.stdout.splitlines() if line.startswith("RESULTS")]
+    assert lines, process.stderr[-3000:]
+    got = json.loads(lines[0][len("RESULTS") :])
+    assert got["num_replicas"] == 2 and got["replica_max_diff"] == 0.0
+    np.testing.assert_allclose(got["mirrored"], got["one"], rtol=1e-5)
+    assert got["max_diff"] < 2e-5
