@@ -27,7 +27,7 @@ from absl import app, flags, logging
 
 from common.errors import MissingFileError, UserError
 import runner_flags
-from data_prep import records, tokenization
+from data_prep import input_pipeline, records, tokenization
 from modeling import checkpoints
 from modeling.encoder import BertEncoder
 
@@ -86,9 +86,15 @@ def example_to_tokens(
     return tokens, segments
 
 
-def batch_inputs(tokenizer, token_lists: list[list[str]], segment_lists: list[list[int]]):
-    """Pads a batch to its longest example: three int32 [B, S] arrays."""
-    seq = max(len(t) for t in token_lists)
+def batch_inputs(
+    tokenizer,
+    token_lists: list[list[str]],
+    segment_lists: list[list[int]],
+    length: int | None = None,
+):
+    """Pads a batch to `length` (default: its longest example): three int32 [B, S]
+    arrays."""
+    seq = length or max(len(t) for t in token_lists)
     ids = np.zeros((len(token_lists), seq), np.int32)
     mask = np.zeros_like(ids)
     types = np.zeros_like(ids)
@@ -141,14 +147,21 @@ def extract(
     layer_indexes: list[int],
     max_seq_length: int,
     batch_size: int,
+    pad_to_max_seq_length: bool = False,
 ) -> int:
-    """Writes the features of every line of `input_file`; returns the example count."""
+    """Writes the features of every line of `input_file`; returns the example count.
+
+    Each batch is computed at the length of its longest example rounded up to one of
+    a few sizes (`input_pipeline.cut_length`), or at `max_seq_length` with
+    `pad_to_max_seq_length`; the values of the real tokens are the same.
+    """
     if max_seq_length > encoder.config.max_position_embeddings:
         raise UserError(
             f"--max_seq_length={max_seq_length} exceeds max_position_embeddings="
             f"{encoder.config.max_position_embeddings} of the BERT config"
         )
     feature_fn = make_feature_fn(encoder, layer_indexes)
+    options = (tokenizer, feature_fn, layer_indexes, max_seq_length, pad_to_max_seq_length)
     count, start = 0, time.time()
     # Nothing half-written survives: the output appears only when complete.
     with records.atomic_open(output_file) as out:
@@ -156,9 +169,7 @@ def extract(
         for example in read_examples(input_file):
             batch.append(example)
             if len(batch) == batch_size:
-                count += _write_batch(
-                    out, batch, encoder, tokenizer, feature_fn, layer_indexes, max_seq_length
-                )
+                count += _write_batch(out, batch, *options)
                 batch = []
                 logging.log_every_n_seconds(
                     logging.INFO,
@@ -168,16 +179,22 @@ def extract(
                     count / (time.time() - start),
                 )
         if batch:
-            count += _write_batch(
-                out, batch, encoder, tokenizer, feature_fn, layer_indexes, max_seq_length
-            )
+            count += _write_batch(out, batch, *options)
     logging.info("Wrote %d examples to %s in %.1fs", count, output_file, time.time() - start)
     return count
 
 
-def _write_batch(out, batch, encoder, tokenizer, feature_fn, layer_indexes, max_seq_length):
+def _write_batch(
+    out, batch, tokenizer, feature_fn, layer_indexes, max_seq_length, pad_to_max_seq_length
+):
     packed = [example_to_tokens(tokenizer, a, b, max_seq_length) for _, a, b in batch]
-    inputs = batch_inputs(tokenizer, [t for t, _ in packed], [s for _, s in packed])
+    longest = max(len(tokens) for tokens, _ in packed)
+    length = (
+        max_seq_length
+        if pad_to_max_seq_length
+        else input_pipeline.cut_length(longest, max_seq_length)
+    )
+    inputs = batch_inputs(tokenizer, [t for t, _ in packed], [s for _, s in packed], length)
     values = feature_fn(inputs).numpy()  # [layers, B, S, H]
     for row, ((index, _, _), (tokens, _)) in enumerate(zip(batch, packed)):
         out.write(format_example(index, tokens, layer_indexes, values[:, row]) + "\n")
@@ -202,6 +219,7 @@ def main(_):
         layer_indexes,
         FLAGS.max_seq_length,
         FLAGS.batch_size,
+        runner_flags.pad_to_max_seq_length(FLAGS),
     )
 
 

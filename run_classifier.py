@@ -54,6 +54,7 @@ from absl import app, flags, logging
 from common.errors import UserError
 import runner_flags
 from data_prep import classifier_features, classifier_reader, classifier_tasks, records
+from data_prep.input_pipeline import RecordMetadata
 from evaluation import glue_metrics
 from modeling import finetuning, model_files, training
 from modeling.config import BertConfig
@@ -121,16 +122,20 @@ class Features:
 
     split: str
     file: str
-    metadata: dict
+    metadata: RecordMetadata
 
     @property
     def num_examples(self) -> int:
-        return self.metadata["num_examples"]
+        return self.metadata.num_records
 
-    def dataset(self, batch_size: int) -> tf.data.Dataset:
+    def dataset(self, batch_size: int, pad_to_max_seq_length: bool) -> tf.data.Dataset:
         """The split once, in order, for evaluation and prediction."""
         return classifier_features.build_dataset(
-            self.file, self.metadata, batch_size, is_training=False
+            self.file,
+            self.metadata,
+            batch_size,
+            is_training=False,
+            pad_to_max_seq_length=pad_to_max_seq_length,
         )
 
 
@@ -144,7 +149,7 @@ class TaskFeatures:
     test: dict[str, Features]
 
     @property
-    def metadata(self) -> dict:
+    def metadata(self) -> RecordMetadata:
         """Labels, is_regression and num_choices are the same in every split's."""
         return next(
             f.metadata
@@ -200,7 +205,7 @@ def build_features(
         max_seq_length,
         files.preserve_unused_tokens,
     )
-    if metadata["num_examples"] == 0:
+    if metadata.num_records == 0:
         source = processor.input_files(data_dir, split) or [f"{data_dir} (its reader's files)"]
         raise UserError(f"{processor.name} {split}: no examples in {source[0]}")
     return Features(split, file, metadata)
@@ -356,10 +361,12 @@ class ClassifierTask:
             train.file,
             train.metadata,
             batch_size,
-            is_training=True,
+            True,
+            seed,
+            input_context,
             shuffle_buffer_size=self.settings.shuffle_buffer_size,
-            seed=seed,
-            input_context=input_context,
+            pad_to_max_seq_length=self.settings.pad_to_max_seq_length,
+            group_by_length=self.settings.group_by_length,
         )
 
     def evaluate(self, trainer, output_dir: str, global_step: int) -> dict:
@@ -372,7 +379,10 @@ class ClassifierTask:
         metrics = {}
         for split, features in self.data.eval.items():
             logits, labels = predict_logits(
-                trainer, features.dataset(self.settings.eval_batch_size)
+                trainer,
+                features.dataset(
+                    self.settings.eval_batch_size, self.settings.pad_to_max_seq_length
+                ),
             )
             metrics.update(
                 score_split(
@@ -397,7 +407,12 @@ class ClassifierTask:
         """Writes test_results.tsv (class probabilities, or the score of a regression,
         one row per example) and the GLUE submission file of every test split."""
         for split, features in self.data.test.items():
-            logits, _ = predict_logits(trainer, features.dataset(self.settings.predict_batch_size))
+            logits, _ = predict_logits(
+                trainer,
+                features.dataset(
+                    self.settings.predict_batch_size, self.settings.pad_to_max_seq_length
+                ),
+            )
             values = logits[:, 0] if self.is_regression else probabilities(logits)
             path = os.path.join(output_dir, results_file_name(split, tuple(self.data.test)))
             glue_metrics.write_test_results(path, values)

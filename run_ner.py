@@ -70,7 +70,8 @@ from absl import app, flags, logging
 
 from common.errors import MissingFileError, UserError
 import runner_flags
-from data_prep import conll, ner_features, records, tag_schemes, tokenization
+from data_prep import conll, input_pipeline, ner_features, records, tag_schemes, tokenization
+from data_prep.input_pipeline import RecordMetadata
 from evaluation import conlleval
 from modeling import feature_based, finetuning, model_files, training
 from modeling.config import BertConfig
@@ -230,11 +231,11 @@ def write_training_features(
     tokenizer: tokenization.FullTokenizer,
     max_seq_length: int,
     doc_stride: int,
-) -> ner_features.NerMetadata:
+) -> RecordMetadata:
     """Writes train.tf_record and its metadata JSON (with the labels and their scheme)."""
     record = os.path.join(output_dir, TRAIN_RECORD)
     ner_features.write_tfrecord(split.features, record)
-    metadata = ner_features.NerMetadata.describe(
+    metadata = ner_features.describe(
         split.sentences,
         split.features,
         labels.labels,
@@ -245,7 +246,7 @@ def write_training_features(
         tokenizer.do_lower_case,
         len(tokenizer.vocab),
     )
-    metadata.write(record)
+    ner_features.write_metadata(record, metadata)
     return metadata
 
 
@@ -316,17 +317,26 @@ def _tags_and_ids(features: dict, outputs: dict) -> dict:
 
 
 def predict_tags(
-    trainer: training.Trainer, split: Split, labels: Labels, batch_size: int
+    trainer: training.Trainer,
+    split: Split,
+    labels: Labels,
+    batch_size: int,
+    pad_to_max_seq_length: bool,
 ) -> list[list[str]]:
     """One predicted tag per word of every sentence of the split, in the scheme learnt."""
     outputs = trainer.predict(
-        ner_features.inference_dataset(split.features, batch_size), _tags_and_ids
+        ner_features.inference_dataset(split.features, batch_size, pad_to_max_seq_length),
+        _tags_and_ids,
     )
     order = np.argsort(outputs["unique_ids"], kind="stable")
     if not np.array_equal(outputs["unique_ids"][order], np.arange(len(split.features))):
         raise RuntimeError(f"{split.path}: predictions do not cover every window once")
+    # Batches cut to their longest window: back to the features' length.
+    label_ids = input_pipeline.pad_to_length(
+        outputs["label_ids"][order], len(split.features[0].input_ids)
+    )
     return ner_features.predictions_to_tags(
-        outputs["label_ids"][order], split.features, split.sentences, labels.labels
+        label_ids, split.features, split.sentences, labels.labels
     )
 
 
@@ -351,7 +361,7 @@ class NerTask:
         self,
         labels: Labels,
         splits: dict[str, Split],
-        train_metadata: ner_features.NerMetadata | None,
+        train_metadata: RecordMetadata | None,
         feature_options: FeatureBasedOptions | None,
         settings: finetuning.Settings,
     ):
@@ -390,9 +400,11 @@ class NerTask:
             self.train_metadata,
             batch_size,
             True,
-            seed=seed,
+            seed,
+            input_context,
             shuffle_buffer_size=self.settings.shuffle_buffer_size,
-            input_context=input_context,
+            pad_to_max_seq_length=self.settings.pad_to_max_seq_length,
+            group_by_length=self.settings.group_by_length,
         )
 
     def evaluate(self, trainer, output_dir: str, global_step: int) -> dict:
@@ -402,13 +414,14 @@ class NerTask:
         eval_results.txt (`conlleval.eval_results` keys, eval_loss, global_step).
         """
         split, batch_size = self.splits["eval"], self.settings.eval_batch_size
+        pad = self.settings.pad_to_max_seq_length
         path = write_predictions(
-            split, predict_tags(trainer, split, self.labels, batch_size), output_dir
+            split, predict_tags(trainer, split, self.labels, batch_size, pad), output_dir
         )
         counts = conlleval.evaluate_file(path)
         report = counts.report()
         records.write_text(os.path.join(output_dir, EVAL_REPORT), report)
-        loss = trainer.evaluate(ner_features.inference_dataset(split.features, batch_size))
+        loss = trainer.evaluate(ner_features.inference_dataset(split.features, batch_size, pad))
         extra = {"eval_loss": loss["eval_loss"], "global_step": global_step}
         conlleval.write_eval_results(os.path.join(output_dir, EVAL_RESULTS), counts, extra)
         logging.info("conlleval on %s:\n%s", path, report)
@@ -422,7 +435,13 @@ class NerTask:
         split = self.splits["predict"]
         path = write_predictions(
             split,
-            predict_tags(trainer, split, self.labels, self.settings.predict_batch_size),
+            predict_tags(
+                trainer,
+                split,
+                self.labels,
+                self.settings.predict_batch_size,
+                self.settings.pad_to_max_seq_length,
+            ),
             output_dir,
         )
         logging.info("conlleval on %s:\n%s", path, conlleval.evaluate_file(path).report())
@@ -465,7 +484,7 @@ def feature_options() -> FeatureBasedOptions | None:
 
 def read_splits(
     files: model_files.ModelFiles, settings: finetuning.Settings
-) -> tuple[Labels, dict[str, Split], ner_features.NerMetadata | None]:
+) -> tuple[Labels, dict[str, Split], RecordMetadata | None]:
     """Every file the run needs, read and converted before any model is built; the
     training features written to output_dir. (labels, splits, training metadata)."""
     tokenizer = files.tokenizer()

@@ -22,6 +22,7 @@ from absl import app, flags, logging
 import runner_flags
 from common.errors import UserError
 from data_prep import pretraining_data, records
+from data_prep.input_pipeline import RecordMetadata
 from modeling import checkpoint_readers, checkpoints, model_files, training
 from modeling.config import BertConfig
 from modeling.encoder import BertEncoder
@@ -72,17 +73,16 @@ def build_model(config: BertConfig, dtype: str, kernels: str = "auto") -> BertPr
     return BertPretrainer(encoder, config)
 
 
-def make_dataset_fn(files, batch_size, is_training, seed):
+def make_dataset_fn(files, metadata, batch_size, is_training, seed):
     def dataset_fn(context=None):
-        per_replica = context.get_per_replica_batch_size(batch_size) if context else batch_size
         return pretraining_data.pretraining_dataset(
             files,
-            per_replica,
-            FLAGS.max_seq_length,
-            FLAGS.max_predictions_per_seq,
-            is_training=is_training,
-            input_context=context,
-            seed=seed,
+            metadata,
+            batch_size,
+            is_training,
+            seed,
+            context,
+            pad_to_max_seq_length=runner_flags.pad_to_max_seq_length(FLAGS),
         )
 
     return dataset_fn
@@ -118,25 +118,22 @@ def with_shards_preserve_setting(
     return dataclasses.replace(files, preserve_unused_tokens=preserve)
 
 
-def check_shards(shards: list[str], files: model_files.ModelFiles) -> None:
+def check_shards(shards: list[str], files: model_files.ModelFiles) -> RecordMetadata:
     """The shards' metadata (their sequence length, masked positions, vocabulary,
     case and preserve_unused_tokens) against the run, before any work; their first
     record when they have none."""
-    if not pretraining_data.check_shard_metadata(
+    return pretraining_data.shards_metadata(
         shards,
         FLAGS.max_seq_length,
         FLAGS.max_predictions_per_seq,
         files.config.vocab_size,
         files.do_lower_case if files.vocab_file else None,
         files.preserve_unused_tokens,
-    ):
-        pretraining_data.check_shard_shapes(
-            shards, FLAGS.max_seq_length, FLAGS.max_predictions_per_seq
-        )
+    )
 
 
-def evaluate(trainer: training.Trainer, files: list[str]) -> dict:
-    dataset = make_dataset_fn(files, FLAGS.eval_batch_size, False, FLAGS.seed)()
+def evaluate(trainer: training.Trainer, files: list[str], metadata: RecordMetadata) -> dict:
+    dataset = make_dataset_fn(files, metadata, FLAGS.eval_batch_size, False, FLAGS.seed)()
     results = trainer.evaluate(dataset, max_steps=FLAGS.max_eval_steps)
     output = os.path.join(FLAGS.output_dir, EVAL_RESULTS)
     records.write_results(output, results)
@@ -147,10 +144,10 @@ def evaluate(trainer: training.Trainer, files: list[str]) -> dict:
 def input_shards() -> tuple[list[str], list[str]]:
     """(training shards, evaluation shards): --input_file's, and --eval_input_file's
     (default: the same)."""
-    shards = pretraining_data.expand_input_files(FLAGS.input_file)
+    shards = records.expand_globs(FLAGS.input_file)
     if not FLAGS.eval_input_file:
         return shards, shards
-    return shards, pretraining_data.expand_input_files(FLAGS.eval_input_file, "--eval_input_file")
+    return shards, records.expand_globs(FLAGS.eval_input_file, "--eval_input_file")
 
 
 def build_trainer(strategy, model) -> training.Trainer:
@@ -199,7 +196,8 @@ def main(_):
     files = resolve_model_files()
     shards, eval_shards = input_shards()
     files = with_shards_preserve_setting(files, shards + eval_shards)
-    check_shards(shards + eval_shards, files)
+    metadata = check_shards(shards, files)
+    eval_metadata = check_shards(eval_shards, files) if eval_shards != shards else metadata
     with strategy.scope():
         model = build_model(files.config, FLAGS.dtype, FLAGS.kernels)
     trainer = build_trainer(strategy, model)
@@ -218,13 +216,13 @@ def main(_):
     trainer.restore_or_initialize(initialize)
     if FLAGS.do_train:
         trainer.train(
-            make_dataset_fn(shards, FLAGS.train_batch_size, True, FLAGS.seed),
+            make_dataset_fn(shards, metadata, FLAGS.train_batch_size, True, FLAGS.seed),
             FLAGS.train_batch_size,
             first_step=first_step,
             stop_at_step=FLAGS.stop_at_step,
         )
     if FLAGS.do_eval:
-        evaluate(trainer, eval_shards)
+        evaluate(trainer, eval_shards, eval_metadata)
 
 
 def cli():

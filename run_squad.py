@@ -38,12 +38,13 @@ from __future__ import annotations
 import os
 
 import keras
+import numpy as np
 import tensorflow as tf
 from absl import app, flags, logging
 
 from common.errors import MissingFileError, UserError
 import runner_flags
-from data_prep import records, squad_features, squad_postprocess, squad_reader
+from data_prep import input_pipeline, records, squad_features, squad_postprocess, squad_reader
 from data_prep import squad_records
 from evaluation import squad_eval
 from modeling import finetuning, model_files, training
@@ -100,11 +101,30 @@ def _span_outputs(features: dict, outputs: dict) -> dict:
 
 
 def predict_logits(
-    trainer: training.Trainer, data: squad_records.PredictData, batch_size: int
+    trainer: training.Trainer,
+    data: squad_records.PredictData,
+    batch_size: int,
+    pad_to_max_seq_length: bool,
 ) -> list[squad_postprocess.RawResult]:
-    """The model's start and end logits of every feature."""
-    dataset = squad_records.build_dataset(data.file, data.metadata, batch_size, is_training=False)
+    """The model's start and end logits of every feature, [S] each.
+
+    Positions past a batch's cut (padding of every window in it) get the lowest
+    float32, so they never rank among the n best (`docs/padding.md`).
+    """
+    dataset = squad_records.build_dataset(
+        data.file,
+        data.metadata,
+        batch_size,
+        is_training=False,
+        pad_to_max_seq_length=pad_to_max_seq_length,
+    )
     outputs = trainer.predict(dataset, _span_outputs)
+    lowest = np.finfo(np.float32).min
+    for name in ("start_logits", "end_logits"):
+        if name in outputs:
+            outputs[name] = input_pipeline.pad_to_length(
+                outputs[name], data.metadata.max_seq_length, value=lowest
+            )
     if len(outputs.get("unique_ids", [])) != len(data.features):
         raise RuntimeError(
             f"predicted {len(outputs.get('unique_ids', []))} of "
@@ -175,16 +195,23 @@ class SquadTask:
             data.metadata,
             batch_size,
             True,
-            seed=seed,
+            seed,
+            input_context,
             shuffle_buffer_size=self.settings.shuffle_buffer_size,
-            input_context=input_context,
+            pad_to_max_seq_length=self.settings.pad_to_max_seq_length,
+            group_by_length=self.settings.group_by_length,
         )
 
     def predict(self, trainer, output_dir: str, global_step: int) -> None:
         """predictions.json, nbest_predictions.json and, for v2.0, null_odds.json."""
         if self._predicted_at == global_step:
             return  # Written by evaluate() from these very weights.
-        results = predict_logits(trainer, self.predict_data, self.settings.predict_batch_size)
+        results = predict_logits(
+            trainer,
+            self.predict_data,
+            self.settings.predict_batch_size,
+            self.settings.pad_to_max_seq_length,
+        )
         predictions = squad_postprocess.compute_predictions(
             self.predict_data.examples,
             self.predict_data.features,

@@ -71,6 +71,16 @@ def define_model_flags(max_seq_length: int | None, flag_values=FLAGS) -> None:
             "Maximum total input length in WordPiece tokens, after packing.",
             flag_values=f,
         )
+        flags.DEFINE_bool(
+            "pad_to_max_seq_length",
+            None,
+            "Compute every batch at --max_seq_length, as the original release does "
+            "(static shapes, for TPUs and for comparisons with it), instead of cutting "
+            "each batch to its longest example (rounded up to one of a few lengths; "
+            "docs/padding.md). Default: true under --distribution_strategy=tpu, "
+            "else false.",
+            flag_values=f,
+        )
 
 
 def define_common_flags(max_seq_length: int, flag_values=FLAGS) -> None:
@@ -246,6 +256,15 @@ def define_finetuning_flags(flag_values=FLAGS) -> None:
         "Training examples in the shuffle "
         "buffer (at most the training set). The original uses 100, which "
         "mixes a file sorted by label or length poorly.",
+        flag_values=f,
+    )
+    flags.DEFINE_bool(
+        "group_by_length",
+        False,
+        "Training batches of examples of similar lengths, in a seeded random order "
+        "(as Hugging Face's group_by_length): less padding, so faster, but it "
+        "changes which examples share a batch. Holds the training records in "
+        "memory (docs/padding.md).",
         flag_values=f,
     )
     flags.DEFINE_bool(
@@ -513,6 +532,14 @@ def build_encoder(
         return BertEncoder(files.config, dtype=FLAGS.dtype, kernels=FLAGS.kernels), files
 
 
+def pad_to_max_seq_length(FLAGS) -> bool:
+    """--pad_to_max_seq_length, by default true only under --distribution_strategy=tpu
+    (TPUs need static shapes)."""
+    if FLAGS.pad_to_max_seq_length is not None:
+        return FLAGS.pad_to_max_seq_length
+    return "distribution_strategy" in FLAGS and FLAGS.distribution_strategy == "tpu"
+
+
 def trainer_options(FLAGS) -> dict:
     """Keyword arguments of `training.Trainer` from the training flags."""
     profile = tuple(int(x) for x in FLAGS.profile_steps) if FLAGS.profile_steps else None
@@ -574,6 +601,8 @@ def finetuning_settings(FLAGS) -> finetuning.Settings:
         warmup_proportion=FLAGS.warmup_proportion,
         seed=FLAGS.seed,
         shuffle_buffer_size=FLAGS.shuffle_buffer_size,
+        pad_to_max_seq_length=pad_to_max_seq_length(FLAGS),
+        group_by_length=FLAGS.group_by_length,
         evaluate_every_epoch=FLAGS.evaluate_every_epoch,
         export_dir=FLAGS.export_dir,
         overwrite_export=FLAGS.overwrite,

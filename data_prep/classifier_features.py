@@ -33,7 +33,8 @@ from absl import logging
 import tensorflow as tf
 
 from common.errors import UserError
-from data_prep import records, tokenization
+from data_prep import input_pipeline, records, tokenization
+from data_prep.input_pipeline import RecordMetadata
 from data_prep.classifier_reader import (
     DataProcessor,
     InputExample,
@@ -43,6 +44,8 @@ from data_prep.classifier_reader import (
 
 # Raise the version when the records written for the same inputs change.
 RECORD_FORMAT = "bert_classifier_tfrecord/2"
+# The metadata entry that counts the records.
+COUNT_KEY = "num_examples"
 
 
 # ----------------------------------------------------------------------------
@@ -211,10 +214,10 @@ def create_features(
     do_lower_case: bool,
     max_seq_length: int,
     preserve_unused_tokens: bool = False,
-) -> dict:
+) -> RecordMetadata:
     """Reads `split`, writes its TFRecord file and metadata; returns the metadata.
 
-    Metadata keys: task_name, split, labels, is_regression, num_choices,
+    Metadata entries: task_name, split, labels, is_regression, num_choices,
     max_seq_length, num_examples, num_truncated, do_lower_case,
     preserve_unused_tokens, vocab_file (base name), vocab_sha256, processor_options
     (and the reader's `examples_key`), tfrecord_file, and those of
@@ -274,7 +277,7 @@ def create_features(
         max_seq_length,
         output_file,
     )
-    return metadata
+    return RecordMetadata.from_entries(metadata, COUNT_KEY)
 
 
 def get_or_create_features(
@@ -286,7 +289,7 @@ def get_or_create_features(
     do_lower_case: bool,
     max_seq_length: int,
     preserve_unused_tokens: bool = False,
-) -> dict:
+) -> RecordMetadata:
     """Returns the metadata of `output_file`, (re)building it when stale.
 
     The existing file is reused when its metadata records the same task, split,
@@ -310,8 +313,8 @@ def get_or_create_features(
         output_file, RECORD_FORMAT, settings, processor.input_files(data_dir, split)
     )
     if metadata is not None:
-        logging.info("Reusing %s (%d examples)", output_file, metadata["num_examples"])
-        return metadata
+        logging.info("Reusing %s (%d examples)", output_file, metadata[COUNT_KEY])
+        return RecordMetadata.from_entries(metadata, COUNT_KEY)
     return create_features(
         processor,
         data_dir,
@@ -322,6 +325,11 @@ def get_or_create_features(
         max_seq_length,
         preserve_unused_tokens,
     )
+
+
+def read_metadata(record_file: str) -> RecordMetadata:
+    """The metadata of a record file written here."""
+    return RecordMetadata.read(record_file, RECORD_FORMAT, COUNT_KEY)
 
 
 # ----------------------------------------------------------------------------
@@ -365,50 +373,51 @@ def decode_records(
 
 def build_dataset(
     input_file: str,
-    metadata: dict,
+    metadata: RecordMetadata,
     batch_size: int,
     is_training: bool,
-    shuffle_buffer_size: int = 100,
     seed: int | None = None,
     input_context: tf.distribute.InputContext | None = None,
+    *,
+    shuffle_buffer_size: int = input_pipeline.DEFAULT_SHUFFLE_BUFFER_SIZE,
+    pad_to_max_seq_length: bool = False,
+    group_by_length: bool = False,
     drop_remainder: bool | None = None,
 ) -> tf.data.Dataset:
-    """Batches of flat feature dicts from a file written here, as the Trainer takes them.
-
-    Training repeats and shuffles; evaluation and prediction read each record
-    once, in file order, keeping the last partial batch.
+    """Batches of flat feature dicts from a file written here, as the Trainer takes them
+    (`input_pipeline.batched_records`: training shuffles each epoch and repeats;
+    evaluation and prediction read the file once, in order; each batch is cut to its
+    longest example unless `pad_to_max_seq_length`).
 
     Args:
       input_file: the TFRecord file.
-      metadata: its metadata (`get_or_create_features`, `records.read_metadata`).
+      metadata: its metadata (`get_or_create_features`, `read_metadata`).
       batch_size: the global batch size.
-      is_training: repeat and shuffle.
-      shuffle_buffer_size: records in the shuffle buffer (the original uses 100),
-        at most the file's examples.
-      seed: shuffle seed.
+      is_training: shuffle each epoch and repeat.
+      seed: the training order's seed.
       input_context: under a distribution strategy, shards the file's records by
         input pipeline and turns `batch_size` into the per-replica size.
-      drop_remainder: defaults to `is_training`.
+      shuffle_buffer_size, pad_to_max_seq_length, group_by_length, drop_remainder:
+        as `input_pipeline.batched_records` takes them.
 
     Returns:
-      Dataset of dicts as `decode_records` returns them.
+      Dataset of dicts as `decode_records` returns them, [B, <= S] ([B, C, <= S]).
     """
-    if drop_remainder is None:
-        drop_remainder = is_training
-    dataset = records.tfrecord_dataset(input_file, input_context)
-    if is_training:
-        buffer_size = max(1, min(shuffle_buffer_size, metadata["num_examples"]))
-        dataset = dataset.repeat().shuffle(buffer_size, seed=seed)
-    dataset = dataset.batch(
-        records.per_replica_batch_size(batch_size, input_context), drop_remainder=drop_remainder
-    )
-    dataset = dataset.map(
+    return input_pipeline.batched_records(
+        input_pipeline.tfrecord_dataset(input_file, input_context),
+        metadata,
         lambda serialized: decode_records(
             serialized,
-            metadata["max_seq_length"],
+            metadata.max_seq_length,
             metadata.get("num_choices"),
             metadata["is_regression"],
         ),
-        num_parallel_calls=tf.data.AUTOTUNE,
+        batch_size,
+        is_training,
+        seed,
+        input_context,
+        shuffle_buffer_size=shuffle_buffer_size,
+        pad_to_max_seq_length=pad_to_max_seq_length,
+        group_by_length=group_by_length,
+        drop_remainder=drop_remainder,
     )
-    return dataset.prefetch(tf.data.AUTOTUNE)

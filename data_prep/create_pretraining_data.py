@@ -48,31 +48,14 @@ from absl import logging
 import tensorflow as tf
 
 from common.errors import UserError
+from data_prep import records
 from data_prep.pretraining_instances import InstanceOptions, MaskingOptions
 from data_prep.pretraining_records import RunOptions, run
 
 
 # ----------------------------------------------------------------------------
-# Input and output files.
+# Output files.
 # ----------------------------------------------------------------------------
-
-
-def expand_input_patterns(patterns: str) -> list[str]:
-    """Comma-separated file names or globs -> files, in `tf.io.gfile.glob` order.
-
-    The order is the original's (unsorted, as the file system lists them), so
-    that the same command gives the same output.
-
-    Raises:
-        ValueError: a pattern matches no file.
-    """
-    files = []
-    for pattern in patterns.split(","):
-        matches = tf.io.gfile.glob(pattern)
-        if not matches:
-            raise UserError("Input pattern %r matches no file." % pattern)
-        files.extend(matches)
-    return files
 
 
 def resolve_output_files(
@@ -232,7 +215,9 @@ def options_from_flags(flag_values: flags.FlagValues) -> RunOptions:
     if fv.num_workers < 1:
         raise UserError("--num_workers=%d must be at least 1." % fv.num_workers)
     per_input_file = fv.num_workers > 1
-    input_files = expand_input_patterns(fv.input_file)
+    # The original's order (unsorted, as the file system lists them), so that the same
+    # command gives the same output.
+    input_files = records.expand_globs(fv.input_file, original_order=True)
     return run_options_from_flags(
         fv,
         input_files=tuple(input_files),

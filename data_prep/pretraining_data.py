@@ -1,10 +1,13 @@
-"""tf.data input pipeline over the pre-training TFRecord shards.
+"""tf.data input pipeline over the pre-training TFRecord shards, and their metadata.
 
 The records are those of the original `create_pretraining_data.py`: int64 `input_ids`,
 `input_mask`, `segment_ids` [max_seq_length]; int64 `masked_lm_positions`,
 `masked_lm_ids` and float `masked_lm_weights` [max_predictions_per_seq];
 int64 `next_sentence_labels` [1]. The pipeline renames them to the encoder's names
-(`input_word_ids`, `input_mask`, `input_type_ids`) and casts ids to int32.
+(`input_word_ids`, `input_mask`, `input_type_ids`), casts ids to int32 and cuts each
+batch to its longest sequence (`input_pipeline`; the masked positions lie inside the
+real tokens). Shards written by this project have `<shard>.meta.json` beside them
+(format `RECORD_FORMAT`); the original release's have none.
 """
 
 from __future__ import annotations
@@ -14,13 +17,20 @@ import os
 import tensorflow as tf
 
 from common.errors import UserError
-from data_prep import records
+from data_prep import input_pipeline, records
+from data_prep.input_pipeline import RecordMetadata
+
+# Raise the version when the records written for the same inputs change.
+RECORD_FORMAT = "bert_pretraining_tfrecord/1"
+# The metadata entry that counts a shard's records.
+COUNT_KEY = "num_instances"
+DEFAULT_SHUFFLE_BUFFER_SIZE = 1000
 
 
-def expand_input_files(pattern: str, what: str = "--input_file") -> list[str]:
-    """Comma-separated globs -> files (`records.expand_globs`: sorted per pattern,
-    hidden temporary files of unfinished writes skipped; an error if one matches none)."""
-    return records.expand_globs(pattern, what)
+def read_metadata(shard: str) -> RecordMetadata:
+    """The metadata of a shard written by this project (an error naming the file when
+    there is none, or of another format)."""
+    return RecordMetadata.read(shard, RECORD_FORMAT, COUNT_KEY)
 
 
 def feature_spec(max_seq_length: int, max_predictions_per_seq: int) -> dict:
@@ -41,7 +51,7 @@ def check_shard_metadata(
     files: list[str],
     max_seq_length: int,
     max_predictions_per_seq: int,
-    vocab_size: int,
+    vocab_size: int | None,
     do_lower_case: bool | None = None,
     preserve_unused_tokens: bool | None = None,
 ) -> int:
@@ -54,7 +64,7 @@ def check_shard_metadata(
         metadata_file = records.metadata_path(path)
         if not tf.io.gfile.exists(metadata_file):
             continue
-        metadata = records.read_json(metadata_file)
+        metadata = read_metadata(path)
         for key, want, flag in (
             ("max_seq_length", max_seq_length, "--max_seq_length"),
             ("max_predictions_per_seq", max_predictions_per_seq, "--max_predictions_per_seq"),
@@ -64,7 +74,7 @@ def check_shard_metadata(
                     f"{path} was made with {key}={metadata[key]} "
                     f"({metadata_file}) but {flag}={want}"
                 )
-        if metadata.get("vocab_size", 0) > vocab_size:
+        if vocab_size is not None and metadata.get("vocab_size", 0) > vocab_size:
             raise UserError(
                 f"{path} was made with a vocabulary of "
                 f"{metadata['vocab_size']} entries ({metadata_file}) but the "
@@ -123,38 +133,79 @@ def check_shard_shapes(files: list[str], max_seq_length: int, max_predictions_pe
     raise UserError(f"pre-training shard {path} holds no record")
 
 
-def _decode(record, spec):
-    parsed = tf.io.parse_single_example(record, spec)
-    features = {
-        "input_word_ids": parsed["input_ids"],
-        "input_mask": parsed["input_mask"],
-        "input_type_ids": parsed["segment_ids"],
-        "masked_lm_positions": parsed["masked_lm_positions"],
-        "masked_lm_ids": parsed["masked_lm_ids"],
-        "masked_lm_weights": parsed["masked_lm_weights"],
-        "next_sentence_labels": parsed["next_sentence_labels"],
-    }
+def shards_metadata(
+    files: list[str],
+    max_seq_length: int,
+    max_predictions_per_seq: int,
+    vocab_size: int | None = None,
+    do_lower_case: bool | None = None,
+    preserve_unused_tokens: bool | None = None,
+) -> RecordMetadata:
+    """The shards checked against the run and described for `pretraining_dataset`.
+
+    Every shard's metadata is checked (`check_shard_metadata`; the vocabulary when
+    `vocab_size` is given); without any, the first record's shapes
+    (`check_shard_shapes`). Returns S, the number of instances (when every shard has
+    metadata, else None) and the entry `max_predictions_per_seq`.
+    """
+    checked = check_shard_metadata(
+        files,
+        max_seq_length,
+        max_predictions_per_seq,
+        vocab_size,
+        do_lower_case,
+        preserve_unused_tokens,
+    )
+    if not checked:
+        check_shard_shapes(files, max_seq_length, max_predictions_per_seq)
+    num_records = (
+        sum(read_metadata(path).num_records for path in files) if checked == len(files) else None
+    )
+    return RecordMetadata(
+        max_seq_length, num_records, {"max_predictions_per_seq": max_predictions_per_seq}
+    )
+
+
+def decode_records(serialized: tf.Tensor, max_seq_length: int, max_predictions_per_seq: int):
+    """A batch of serialized records (string [B]) -> the features with the encoder's
+    names, ids int32: `input_word_ids`, `input_mask`, `input_type_ids` [B, S],
+    `masked_lm_positions`, `masked_lm_ids`, `masked_lm_weights` (float32) [B, P],
+    `next_sentence_labels` [B, 1]."""
+    parsed = tf.io.parse_example(serialized, feature_spec(max_seq_length, max_predictions_per_seq))
+    features = {records.ENCODER_INPUT_NAMES.get(k, k): v for k, v in parsed.items()}
     return {k: tf.cast(v, tf.int32) if v.dtype == tf.int64 else v for k, v in features.items()}
 
 
 def pretraining_dataset(
     files: list[str],
+    metadata: RecordMetadata,
     batch_size: int,
-    max_seq_length: int,
-    max_predictions_per_seq: int,
     is_training: bool,
+    seed: int | None = 12345,
     input_context: tf.distribute.InputContext | None = None,
-    seed: int = 12345,
-    shuffle_buffer: int = 1000,
+    *,
+    shuffle_buffer_size: int = DEFAULT_SHUFFLE_BUFFER_SIZE,
+    pad_to_max_seq_length: bool = False,
 ) -> tf.data.Dataset:
-    """Batches of decoded features.
+    """Batches of decoded features (`decode_records`), each cut to its longest
+    sequence unless `pad_to_max_seq_length` (`input_pipeline`).
 
-    Training: files and records shuffled with a fixed seed (so a resumed run sees the
-    same order), repeated, read in parallel (interleaved) and prefetched; each input
-    pipeline of a multi-worker job reads its own share of files. Evaluation: one pass
-    in file order.
+    Training: every epoch the files in a new seeded order, read in parallel
+    (interleaved) and their records shuffled (a buffer of `shuffle_buffer_size`,
+    never holding two epochs), repeated, so a resumed run sees the same order; each
+    input pipeline of a multi-worker job reads its own share of files. Evaluation: one
+    pass in file order.
+
+    Args:
+      files: the shards.
+      metadata: `shards_metadata` (S, and the entry `max_predictions_per_seq`).
+      batch_size: the global batch size; under `input_context`, each replica's share.
+      is_training, seed, input_context, shuffle_buffer_size, pad_to_max_seq_length:
+        as `input_pipeline.batched_records` takes them.
     """
-    spec = feature_spec(max_seq_length, max_predictions_per_seq)
+    max_seq_length = metadata.max_seq_length
+    max_predictions_per_seq = metadata["max_predictions_per_seq"]
+    per_replica = input_pipeline.per_replica_batch_size(batch_size, input_context)
     options = tf.data.Options()
     options.deterministic = True
     pipelines = input_context.num_input_pipelines if input_context is not None else 1
@@ -168,24 +219,24 @@ def pretraining_dataset(
         files_ds = files_ds.shard(pipelines, pipeline_id)
     if is_training:
         num_files = len(files) // pipelines if shard_files else len(files)
-        files_ds = files_ds.shuffle(max(num_files, 1), seed=seed).repeat()
-        ds = files_ds.interleave(
+        ds = files_ds.shuffle(max(num_files, 1), seed=seed, reshuffle_each_iteration=True)
+        ds = ds.interleave(
             tf.data.TFRecordDataset,
             cycle_length=min(num_files, 8),
             num_parallel_calls=tf.data.AUTOTUNE,
             deterministic=True,
         )
-        ds = ds.shuffle(shuffle_buffer, seed=seed)
+        ds = ds.shuffle(shuffle_buffer_size, seed=seed, reshuffle_each_iteration=True).repeat()
     else:
         ds = files_ds.flat_map(tf.data.TFRecordDataset)
-    ds = ds.map(lambda r: _decode(r, spec), num_parallel_calls=tf.data.AUTOTUNE, deterministic=True)
     if is_training and pipelines > 1 and not shard_files:
-        ds = ds.batch(batch_size * pipelines, drop_remainder=True)
-        ds = ds.map(
-            lambda b: tf.nest.map_structure(
-                lambda t: t[pipeline_id * batch_size : (pipeline_id + 1) * batch_size], b
-            )
-        )
+        ds = ds.batch(per_replica * pipelines, drop_remainder=True)
+        ds = ds.map(lambda b: b[pipeline_id * per_replica : (pipeline_id + 1) * per_replica])
     else:
-        ds = ds.batch(batch_size, drop_remainder=is_training)
+        ds = ds.batch(per_replica, drop_remainder=is_training)
+    ds = ds.map(
+        lambda serialized: decode_records(serialized, max_seq_length, max_predictions_per_seq),
+        num_parallel_calls=tf.data.AUTOTUNE,
+    )
+    ds = input_pipeline.cut_batches(ds, max_seq_length, pad_to_max_seq_length)
     return ds.with_options(options).prefetch(tf.data.AUTOTUNE)

@@ -5,8 +5,8 @@ This module owns what a run does around the instances: its settings
 serialized as a `tf.train.Example` with sorted feature keys (`serialize_instance`,
 `canonical_record`) into an unnamed temporary file (`RecordSpill`); the final
 shuffle; the shards, written round-robin under temporary names with
-`<shard>.meta.json` beside each (`write_shards`, `shard_metadata`,
-`load_metadata`); and one shard per input file, built in a pool of processes
+`<shard>.meta.json` beside each (`write_shards`, `shard_metadata`; read back by
+`pretraining_data.read_metadata`); and one shard per input file, built in a pool of processes
 (`run`). Progress and the run's summary are logged.
 
 Reading documents and making instances is `pretraining_instances`; the command
@@ -17,7 +17,6 @@ import array
 import collections
 import contextlib
 import dataclasses
-import json
 import mmap
 import multiprocessing
 import os
@@ -42,10 +41,6 @@ from data_prep.pretraining_instances import (
     read_documents,
     shuffle,
 )
-
-METADATA_SUFFIX = ".meta.json"
-METADATA_FORMAT = "bert_pretraining_tfrecord/1"
-
 
 # ----------------------------------------------------------------------------
 # Options.
@@ -244,12 +239,7 @@ def write_shards(
         for k, index in enumerate(order):
             writers[k % len(writers)].write(spill[index])
         for path, shard_metadata_ in zip(output_files, metadata):
-            records.write_json(metadata_path(path), shard_metadata_, sort_keys=False)
-
-
-def metadata_path(tfrecord_path: str) -> str:
-    """Where the metadata of a shard lives: `<shard>.meta.json`."""
-    return tfrecord_path + METADATA_SUFFIX
+            records.write_json(records.metadata_path(path), shard_metadata_, sort_keys=False)
 
 
 def shard_metadata(
@@ -272,7 +262,7 @@ def shard_metadata(
     instance, masking = options.instance, options.masking
     spec = pretraining_data.feature_spec(instance.max_seq_length, masking.max_predictions_per_seq)
     return {
-        "format": METADATA_FORMAT,
+        "format": pretraining_data.RECORD_FORMAT,
         "max_seq_length": instance.max_seq_length,
         "max_predictions_per_seq": masking.max_predictions_per_seq,
         "vocab_file": os.path.basename(options.vocab_file),
@@ -299,24 +289,6 @@ def shard_metadata(
             name: {"dtype": spec[name].dtype.name, "shape": list(spec[name].shape)} for name in spec
         },
     }
-
-
-def load_metadata(tfrecord_path: str) -> dict:
-    """Reads the metadata of a shard written by this module.
-
-    Raises:
-        ValueError: the file is missing or is not such metadata.
-    """
-    path = metadata_path(tfrecord_path)
-    if not tf.io.gfile.exists(path):
-        raise UserError("%s has no metadata file %s." % (tfrecord_path, path))
-    with tf.io.gfile.GFile(path, "r") as f:
-        metadata = json.load(f)
-    if metadata.get("format") != METADATA_FORMAT:
-        raise UserError(
-            "%s is not pre-training metadata (format %r)." % (path, metadata.get("format"))
-        )
-    return metadata
 
 
 # ----------------------------------------------------------------------------

@@ -454,55 +454,10 @@ def reusable_metadata(
 
 
 # ----------------------------------------------------------------------------
-# Reading records.
+# Record features.
 # ----------------------------------------------------------------------------
 
 
 def int64_feature(values: Iterable[int]) -> tf.train.Feature:
     """A `tf.train.Feature` of int64 values."""
     return tf.train.Feature(int64_list=tf.train.Int64List(value=list(values)))
-
-
-def tfrecord_dataset(
-    files: str | Sequence[str], input_context: tf.distribute.InputContext | None = None
-) -> tf.data.Dataset:
-    """The serialized records of `files`, in file order.
-
-    Under a distribution strategy with several input pipelines, each pipeline reads
-    every `num_input_pipelines`-th record from its `input_pipeline_id` on.
-    """
-    dataset = tf.data.TFRecordDataset(files)
-    if input_context is not None and input_context.num_input_pipelines > 1:
-        dataset = dataset.shard(input_context.num_input_pipelines, input_context.input_pipeline_id)
-    return dataset
-
-
-def per_replica_batch_size(
-    batch_size: int, input_context: tf.distribute.InputContext | None
-) -> int:
-    """The B of one replica for a global batch size (itself without a strategy)."""
-    if input_context is None:
-        return batch_size
-    return input_context.get_per_replica_batch_size(batch_size)
-
-
-def shuffle_and_repeat(
-    dataset: tf.data.Dataset, shuffle_buffer_size: int, num_records: int, seed: int | None
-) -> tf.data.Dataset:
-    """Training order: a new, seeded order every epoch (a buffer of at most
-    `num_records`), repeated."""
-    buffer_size = max(1, min(shuffle_buffer_size, num_records))
-    return dataset.shuffle(buffer_size, seed=seed, reshuffle_each_iteration=True).repeat()
-
-
-def replica_batches(
-    dataset: tf.data.Dataset,
-    batch_size: int,
-    input_context: tf.distribute.InputContext | None,
-    drop_remainder: bool,
-) -> tf.data.Dataset:
-    """Batches of one replica's share of the global `batch_size`, prefetched."""
-    dataset = dataset.batch(
-        per_replica_batch_size(batch_size, input_context), drop_remainder=drop_remainder
-    )
-    return dataset.prefetch(tf.data.AUTOTUNE)

@@ -46,6 +46,8 @@ class Settings:
 
     `trainer_options` are keyword arguments of `training.Trainer` (optimizer,
     weight_decay_rate, dtype, steps_per_loop, save_checkpoints_steps, ...);
+    `shuffle_buffer_size`, `pad_to_max_seq_length` and `group_by_length` say how a
+    task's datasets are read (`data_prep.input_pipeline`);
     `head_initializer` is how a task model draws its new head
     (`modeling.layers.INITIALIZERS`).
     """
@@ -66,6 +68,8 @@ class Settings:
     warmup_proportion: float = 0.1
     seed: int = 12345
     shuffle_buffer_size: int = 10000
+    pad_to_max_seq_length: bool = False
+    group_by_length: bool = False
     evaluate_every_epoch: bool = True
     export_dir: str | None = None
     overwrite_export: bool = False
@@ -331,6 +335,7 @@ def write_run_files(
     values.update(
         resolved_vocab_file=files.vocab_file,
         resolved_do_lower_case=files.do_lower_case,
+        pad_to_max_seq_length=settings.pad_to_max_seq_length,
         model_kind=task.model_kind,
         num_train_steps=trainer.num_train_steps,
         num_warmup_steps=trainer.num_warmup_steps,

@@ -538,8 +538,10 @@ class Trainer:
     def predict(self, dataset: tf.data.Dataset, output_fn: Callable[[dict, dict], dict]) -> dict:
         """Concatenated numpy arrays of output_fn(features, outputs), in dataset order.
 
-        The compiled step is kept per `output_fn`: pass the same function (a
-        module-level one, not a new lambda) to reuse it.
+        Outputs of batches cut to different lengths (`data_prep.input_pipeline`) are
+        padded with zeros to the longest along their other axes. The compiled step is
+        kept per `output_fn`: pass the same function (a module-level one, not a new
+        lambda) to reuse it.
         """
         step = self._prediction_step(output_fn)
         pieces = []
@@ -549,4 +551,13 @@ class Trainer:
                 pieces.append({k: v.numpy() for k, v in local.items()})
         if not pieces:
             return {}
-        return {k: np.concatenate([p[k] for p in pieces]) for k in pieces[0]}
+        return {k: _concatenate([p[k] for p in pieces]) for k in pieces[0]}
+
+
+def _concatenate(arrays: list[np.ndarray]) -> np.ndarray:
+    """`arrays` joined along axis 0, each padded with zeros to the largest size of
+    every other axis."""
+    shape = np.max([a.shape for a in arrays], axis=0)
+    return np.concatenate(
+        [np.pad(a, [(0, 0)] + [(0, m - n) for m, n in zip(shape[1:], a.shape[1:])]) for a in arrays]
+    )

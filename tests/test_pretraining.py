@@ -16,7 +16,7 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from data_prep import pretraining_data
+from data_prep import input_pipeline, pretraining_data, records
 from tests.conftest import REPO_ROOT, SAMPLE_DATA, write_tiny_config
 
 VOCAB = str(SAMPLE_DATA / "vocab" / "uncased_vocab.txt")
@@ -143,16 +143,15 @@ def test_shards_of_another_length_are_a_clear_error(tmp_path):
     with pytest.raises(ValueError, match="empty"):
         pretraining_data.check_shard_shapes([str(empty)], 128, 20)
     with pytest.raises(FileNotFoundError, match="matches no file"):
-        pretraining_data.expand_input_files(str(tmp_path / "missing-*.tfrecord"))
+        records.expand_globs(str(tmp_path / "missing-*.tfrecord"))
 
 
 def test_pipeline_slices_global_batches_across_workers(shards):
-    """Two input pipelines over one file read exactly the single pipeline's batches."""
-    single = next(
-        iter(
-            pretraining_data.pretraining_dataset([shards["train"]], 8, SEQ, PREDS, is_training=True)
-        )
-    )
+    """Two input pipelines over one file read exactly the single pipeline's batches
+    (each cut to its own longest sequence)."""
+    files = [shards["train"]]
+    metadata = pretraining_data.shards_metadata(files, SEQ, PREDS)
+    single = next(iter(pretraining_data.pretraining_dataset(files, metadata, 8, is_training=True)))
     halves = []
     for pipeline_id in range(2):
         context = tf.distribute.InputContext(
@@ -162,13 +161,18 @@ def test_pipeline_slices_global_batches_across_workers(shards):
             next(
                 iter(
                     pretraining_data.pretraining_dataset(
-                        [shards["train"]], 4, SEQ, PREDS, is_training=True, input_context=context
+                        files, metadata, 8, is_training=True, input_context=context
                     )
                 )
             )
         )
     for key in single:
-        np.testing.assert_array_equal(np.concatenate([h[key] for h in halves]), single[key])
+        width = single[key].shape[1:]
+        got = [
+            input_pipeline.pad_to_length(h[key].numpy(), width[0]) if width else h[key]
+            for h in halves
+        ]
+        np.testing.assert_array_equal(np.concatenate(got), single[key])
     assert single["input_word_ids"].dtype == tf.int32
     assert single["masked_lm_weights"].dtype == tf.float32
 

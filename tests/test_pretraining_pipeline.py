@@ -26,6 +26,7 @@ from apache_beam.options.pipeline_options import PipelineOptions
 from data_prep import corpus
 from data_prep import corpus_pipeline as cp
 from data_prep import corpus_settings, corpus_summary
+from data_prep import pretraining_data
 from data_prep import pretraining_instances as pti
 from data_prep import pretraining_records as ptr
 from data_prep import pretraining_pipeline as pp
@@ -102,7 +103,7 @@ def test_each_file_equals_the_original_and_num_workers(tmp_path, vocab_file):
         ours = cpd_tests.read_records(shards / (path.stem + ".tfrecord"))
         assert len(ours) > 100
         assert ours == cpd_tests.read_records(workers / (path.stem + ".tfrecord"))
-        metadata = ptr.load_metadata(str(shards / (path.stem + ".tfrecord")))
+        metadata = pretraining_data.read_metadata(str(shards / (path.stem + ".tfrecord")))
         assert metadata["num_instances"] == len(ours)
         assert metadata["random_seed"] == 12345
         assert metadata["document_shard"]["first_byte"] == 0
@@ -142,7 +143,7 @@ def test_cut_file_pieces_equal_runs_on_each_piece(tmp_path, vocab_file):
     assert [p.name for p in outputs] == ["paper-%05d.tfrecord" % k for k in range(4)]
     starts = []
     for k, output in enumerate(outputs):
-        described = ptr.load_metadata(str(output))["document_shard"]
+        described = pretraining_data.read_metadata(str(output))["document_shard"]
         assert described["window"] == k
         piece = tmp_path / ("piece_%d.txt" % k)
         piece.write_bytes(data[described["first_byte"] : described["end_byte"]])
@@ -170,10 +171,8 @@ def test_compressed_file_is_one_shard_read_through_its_decompressor(tmp_path, vo
     assert cpd_tests.read_records(tmp_path / "shards" / "paper.tfrecord") == alone(
         tmp_path, plain, vocab_file, 12345, "paper"
     )
-    assert (
-        ptr.load_metadata(str(tmp_path / "shards" / "paper.tfrecord"))["document_shard"]["end_byte"]
-        is None
-    )
+    metadata = pretraining_data.read_metadata(str(tmp_path / "shards" / "paper.tfrecord"))
+    assert metadata["document_shard"]["end_byte"] is None
     assert summary["shards_written"] == 1
 
 
@@ -309,7 +308,7 @@ def test_failed_run_stops_naming_file_and_line_and_leaves_nothing_complete(tmp_p
     if "a_good.tfrecord" in names:
         assert (
             len(cpd_tests.read_records(shards / "a_good.tfrecord"))
-            == ptr.load_metadata(str(shards / "a_good.tfrecord"))["num_instances"]
+            == pretraining_data.read_metadata(str(shards / "a_good.tfrecord"))["num_instances"]
         )
 
 
@@ -425,7 +424,7 @@ def check_killed_run_leaves_only_complete_shards(tmp_path, command, env):
     for name in shards:
         assert (
             len(cpd_tests.read_records(out / name))
-            == ptr.load_metadata(str(out / name))["num_instances"]
+            == pretraining_data.read_metadata(str(out / name))["num_instances"]
         )
 
 

@@ -449,8 +449,10 @@ def test_metadata_round_trip(tmp_path):
         num_skipped=1,
         vocab_file="vocab.txt",
     )
-    assert records.read_metadata(path, squad_records.RECORD_FORMAT) == written
-    assert written == {
+    assert squad_records.read_metadata(path) == written
+    assert written.num_records == 12 and written.max_seq_length == 384
+    assert records.read_metadata(path, squad_records.RECORD_FORMAT) == written.entries
+    assert written.entries == {
         "task": "squad",
         "is_training": True,
         "version_2_with_negative": True,
