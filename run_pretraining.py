@@ -16,7 +16,7 @@ import os
 from absl import app, flags, logging
 
 import runner_flags
-from data_prep import pretraining_data, records
+from data_prep import pretraining_data, records, run_control
 from modeling import checkpoint_readers, checkpoints, model_files, training
 from modeling.config import BertConfig
 from modeling.encoder import BertEncoder
@@ -44,6 +44,18 @@ runner_flags.define_common_flags(max_seq_length=128)
 runner_flags.define_training_flags()
 
 EVAL_RESULTS = "eval_results.txt"
+# What a resumed run must share with the run it resumes (else a warning names both).
+RESUME_SETTINGS = (
+    "train_batch_size",
+    "gradient_accumulation_steps",
+    "learning_rate",
+    "num_train_steps",
+    "num_warmup_steps",
+    "max_seq_length",
+    "max_predictions_per_seq",
+    "seed",
+    "input_files",
+)
 
 
 def build_model(config: BertConfig, dtype: str, kernels: str = "auto") -> BertPretrainer:
@@ -87,7 +99,9 @@ def resolve_model_files() -> model_files.ModelFiles:
 
 def check_shards(shards: list[str], files: model_files.ModelFiles) -> None:
     """The shards' metadata (their sequence length, masked positions, vocabulary and
-    case) against the run, before any work; their first record when they have none."""
+    case) against the run, and that they are what finished runs left, before any work;
+    their first record when they have no metadata."""
+    pretraining_data.check_shard_runs(shards)
     if not pretraining_data.check_shard_metadata(
         shards,
         FLAGS.max_seq_length,
@@ -143,10 +157,11 @@ def main(_):
         model = build_model(files.config, FLAGS.dtype, FLAGS.kernels)
     trainer = build_trainer(strategy, model)
     model_files.write_model_files(FLAGS.output_dir, files, BertPretrainer.MODEL_KIND)
-    records.write_json(
-        os.path.join(FLAGS.output_dir, "run_config.json"),
-        dict(runner_flags.flag_values(FLAGS), input_files=shards),
-    )
+    run_config = os.path.join(FLAGS.output_dir, "run_config.json")
+    values = dict(runner_flags.flag_values(FLAGS), input_files=shards)
+    if FLAGS.do_train:
+        run_control.warn_changed_settings(run_config, values, RESUME_SETTINGS)
+    records.write_json(run_config, values)
 
     def initialize():
         if FLAGS.init_checkpoint:  # The encoder, and the heads when the checkpoint has them.
@@ -154,9 +169,12 @@ def main(_):
 
     trainer.restore_or_initialize(initialize)
     if FLAGS.do_train:
-        trainer.train(
-            make_dataset_fn(shards, FLAGS.train_batch_size, True, FLAGS.seed),
-            FLAGS.train_batch_size,
+        runner_flags.run_training(
+            lambda: trainer.train(
+                make_dataset_fn(shards, FLAGS.train_batch_size, True, FLAGS.seed),
+                FLAGS.train_batch_size,
+            )["complete"],
+            FLAGS.output_dir,
         )
     if FLAGS.do_eval:
         evaluate(trainer, eval_shards)

@@ -16,8 +16,9 @@ import keras
 import tensorflow as tf
 from absl import app, flags, logging
 
-from common.errors import UserError
-from modeling import checkpoint_readers, distribution, finetuning, kernels, model_files
+from common.errors import EXIT_LOST_WORKER, EXIT_STOPPED, UserError
+from data_prep import records, run_control
+from modeling import checkpoint_readers, distribution, finetuning, kernels, model_files, training
 from modeling.encoder import BertEncoder
 from serving import savedmodel
 
@@ -385,9 +386,13 @@ def setup(FLAGS) -> tf.distribute.Strategy:
     determinism and a log file in output_dir. Returns the strategy.
 
     The strategy is created first: MultiWorkerMirroredStrategy must configure its
-    collective ops before TensorFlow runs anything.
+    collective ops before TensorFlow runs anything. Before it, the run takes the lock of
+    its output_dir (and --export_dir), and SIGTERM is set to end it with one line and
+    exit code 143.
     """
     apply_original_flags(FLAGS)
+    hold_outputs(FLAGS)
+    run_control.exit_on_sigterm(os.path.basename(sys.argv[0]))
     if FLAGS.num_cpu_devices > 1:
         distribution.split_cpu(FLAGS.num_cpu_devices)
     strategy = distribution.create_strategy(
@@ -407,6 +412,44 @@ def setup(FLAGS) -> tf.distribute.Strategy:
             logging.DEBUG if FLAGS.verbose_logging else logging.INFO
         )
     return strategy
+
+
+def hold_outputs(FLAGS) -> None:
+    """One run per --output_dir and --export_dir (`data_prep.run_control`): another run
+    on them while this one lives stops at once, naming this one. Of a multi-worker
+    run, the chief alone holds them: every worker writes to the same output_dir."""
+    if FLAGS.distribution_strategy == "multi_worker_mirrored" and not run_control.is_chief(
+        os.environ.get("TF_CONFIG")
+    ):
+        return
+    if FLAGS.output_dir:
+        run_control.hold_directory(FLAGS.output_dir, f"--output_dir={FLAGS.output_dir}")
+    if "export_dir" in FLAGS and FLAGS.export_dir:
+        run_control.hold_file(FLAGS.export_dir, f"--export_dir={FLAGS.export_dir}")
+
+
+def run_training(train_fn, output_dir: str) -> None:
+    """Runs `train_fn` (which returns whether training completed). A run stopped by
+    SIGTERM (checkpoint saved) ends the program with exit code 143, a lost worker
+    with 75; each with one line that says how to resume."""
+    try:
+        complete = train_fn()
+    except training.LostWorkerError as e:
+        run_control.end_run(str(e), EXIT_LOST_WORKER)
+    if complete:
+        return
+    path = os.path.join(output_dir, training.SUMMARY_FILE)
+    summary = records.read_json(path) if tf.io.gfile.exists(path) else {}
+    at = (
+        f" at step {summary['global_step']} of {summary['num_train_steps']}"
+        if "num_train_steps" in summary
+        else ""
+    )
+    run_control.end_run(
+        f"Stopped by SIGTERM{at}, checkpoint saved in {output_dir}: run the same command "
+        f"again to resume.",
+        EXIT_STOPPED,
+    )
 
 
 def check_max_seq_length(max_seq_length: int, config) -> None:

@@ -15,8 +15,8 @@ the same way for every task:
   5. evaluates, predicts and exports the best model (or the last one without
      per-epoch evaluation).
 
-A run stopped by SIGTERM saves a checkpoint and ends before step 5; the same command
-resumes it.
+A run stopped by SIGTERM saves a checkpoint and ends before step 5 (`run` returns
+False; the runners then exit with code 143); the same command resumes it.
 """
 
 from __future__ import annotations
@@ -31,13 +31,24 @@ import tensorflow as tf
 from absl import logging
 
 from common.errors import UserError
-from data_prep import records
+from data_prep import records, run_control
 from modeling import checkpoint_readers, checkpoints, model_files, training
 from modeling.config import BertConfig
 
 BEST_DIR = checkpoint_readers.BEST_DIR
 EVAL_HISTORY = "eval_history.json"
 RUN_CONFIG = "run_config.json"
+# Settings that a resumed run must share with the run it resumes, or its steps mean
+# other examples and another schedule.
+RESUME_SETTINGS = (
+    "train_batch_size",
+    "gradient_accumulation_steps",
+    "learning_rate",
+    "num_train_steps",
+    "num_warmup_steps",
+    "max_seq_length",
+    "seed",
+)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -214,6 +225,9 @@ class EpochEvaluator:
         score = self.task.score(metrics)
         logging.info("Evaluation at step %d: score %.4f, %s", step, score, metrics)
         write_eval_summaries(self.output_dir, metrics, step)
+        # A run killed after an evaluation but before its next checkpoint evaluates
+        # that epoch again when it resumes: the new entry replaces the old one.
+        self.history = [h for h in self.history if h.get("global_step", -1) < step]
         self.history.append(dict(metrics, global_step=step, score=score))
         records.write_json(self.history_path, self.history)
         self.best.update(step, score)
@@ -335,7 +349,10 @@ def write_run_files(
         num_train_steps=trainer.num_train_steps,
         num_warmup_steps=trainer.num_warmup_steps,
     )
-    records.write_json(os.path.join(settings.output_dir, RUN_CONFIG), values)
+    path = os.path.join(settings.output_dir, RUN_CONFIG)
+    if settings.do_train:
+        run_control.warn_changed_settings(path, values, RESUME_SETTINGS)
+    records.write_json(path, values)
 
 
 def run(
@@ -370,7 +387,7 @@ def run(
         if not train(task, trainer, settings, on_epoch_end):
             logging.warning(
                 "Training stopped at step %d of %d; run again with the same "
-                "--output_dir to resume it. Nothing evaluated or predicted.",
+                "--output_dir to resume it. Nothing evaluated, predicted or exported.",
                 int(trainer.global_step.numpy()),
                 trainer.num_train_steps,
             )

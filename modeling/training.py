@@ -15,12 +15,18 @@ gradient accumulation all compute the same loss and gradient for the same global
 Gradients are all-reduced once, then clipped by global norm (1.0, as the original) and
 applied by `modeling.optimization`. Checkpoints go to `output_dir` every
 `save_checkpoints_steps`, at the end and on SIGTERM; a restarted run resumes from the
-latest one, skipping the batches it had already consumed.
+latest one, skipping the batches it had already consumed. `train_summary.json` says
+whether training is complete (`"complete": false` after SIGTERM).
+
+Under MultiWorkerMirrored, a worker that is lost (killed, its machine gone) makes the
+collective ops of the others fail; `train` turns that into `LostWorkerError`, which
+names the lost worker and says to restart every worker with the same command.
 """
 
 from __future__ import annotations
 
 import os
+import re
 import signal
 import time
 from typing import Callable, Protocol
@@ -34,6 +40,21 @@ from common.errors import UserError
 from data_prep import records
 from modeling import kernels as kernel_choices
 from modeling import optimization
+
+
+SUMMARY_FILE = "train_summary.json"
+# What TensorFlow's collective ops raise when a peer worker is gone.
+_PEER_ERRORS = (
+    tf.errors.UnavailableError,
+    tf.errors.AbortedError,
+    tf.errors.InternalError,
+    tf.errors.DeadlineExceededError,
+    tf.errors.CancelledError,
+)
+
+
+class LostWorkerError(RuntimeError):
+    """A worker of a multi-worker run was lost; the message says which and what to do."""
 
 
 class Task(Protocol):
@@ -368,16 +389,67 @@ class Trainer:
                     after_loop(step)
             if self._stop_requested and step < self.num_train_steps:
                 self.save()
+                logging.warning(
+                    "Stopped by SIGTERM at step %d of %d (checkpoint saved).",
+                    step,
+                    self.num_train_steps,
+                )
+        except _PEER_ERRORS as e:
+            if self._num_workers() < 2:
+                raise
+            raise LostWorkerError(self._lost_worker_message(e, step)) from e
         finally:
             if previous_handler is not None:
                 signal.signal(signal.SIGTERM, previous_handler)
             writer.close()
-        summary = {"global_step": step, "loss": loss, **self.replica_report()}
-        name = "train_summary.json"
+        summary = {
+            "global_step": step,
+            "num_train_steps": self.num_train_steps,
+            "complete": step >= self.num_train_steps,
+            "loss": loss,
+            **self.replica_report(),
+        }
+        if not summary["complete"]:
+            summary["stopped_by"] = "SIGTERM"
+        name = SUMMARY_FILE
         if not self._is_chief():
             name = f"train_summary_worker_{self.strategy.cluster_resolver.task_id}.json"
         records.write_json(os.path.join(self.output_dir, name), summary)
         return summary
+
+    def _num_workers(self) -> int:
+        resolver = getattr(self.strategy, "cluster_resolver", None)
+        if resolver is None:
+            return 1
+        spec = resolver.cluster_spec().as_dict()
+        return sum(len(tasks) for tasks in spec.values()) if spec else 1
+
+    def _lost_worker_message(self, error: Exception, step: int) -> str:
+        """Which worker was lost (from the collective error), and what to do."""
+        resolver = self.strategy.cluster_resolver
+        spec = resolver.cluster_spec().as_dict()
+        me = (resolver.task_type, resolver.task_id)
+        lost = [
+            (job, int(task))
+            for job, task in re.findall(r"/job:(\w+)/replica:\d+/task:(\d+)", str(error.message))
+            if (job, int(task)) != me
+        ]
+        if lost:
+            job, task = lost[0]
+            tasks = spec.get(job, [])
+            address = tasks[task] if isinstance(tasks, list) and task < len(tasks) else "?"
+            who = f"{job} {task} ({address})"
+        else:
+            who = "another worker"
+        latest = tf.train.latest_checkpoint(self.output_dir) if self._is_chief() else None
+        where = f"the last checkpoint ({latest})" if latest else "the last checkpoint in output_dir"
+        lines = str(error.message).strip().splitlines() or [type(error).__name__]
+        cause = next((line for line in lines if "aborted" in line.lower()), lines[-1])
+        return (
+            f"Lost {who} of the multi-worker run after step {step} ({resolver.task_type} "
+            f"{resolver.task_id} stopped: {cause.strip()}). Restart every worker with the "
+            f"same command and TF_CONFIG: they resume from {where}."
+        )
 
     def replica_report(self) -> dict:
         """A checksum of the weights and the largest difference between local replicas.
