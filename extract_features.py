@@ -27,7 +27,7 @@ from absl import app, flags, logging
 
 from common.errors import MissingFileError, UserError
 import runner_flags
-from data_prep import records, tokenization
+from data_prep import records, run_control, tokenization
 from modeling import checkpoints
 from modeling.encoder import BertEncoder
 
@@ -186,6 +186,8 @@ def _write_batch(out, batch, encoder, tokenizer, feature_fn, layer_indexes, max_
 
 def main(_):
     runner_flags.apply_original_flags(FLAGS)
+    run_control.hold_file(FLAGS.output_file, f"--output_file={FLAGS.output_file}")
+    run_control.exit_on_sigterm("extract_features")
     files = runner_flags.resolve_model_files(FLAGS)
     tokenizer = tokenization.FullTokenizer(files.vocab_file, files.do_lower_case)
     encoder = BertEncoder(files.config)

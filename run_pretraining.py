@@ -89,6 +89,10 @@ def resolve_model_files() -> model_files.ModelFiles:
         model_files.side_dirs(FLAGS.init_checkpoint), model_files.VOCAB_FILE
     )
     do_lower_case = runner_flags.do_lower_case_flag(FLAGS)
+    if FLAGS.vocab_file and FLAGS.init_checkpoint:
+        model_files.check_vocab_matches_model(
+            FLAGS.vocab_file, FLAGS.init_checkpoint, FLAGS.allow_vocab_mismatch
+        )
     if vocab_file:
         model_files.check_vocab_fits_config(vocab_file, config)
         do_lower_case = model_files.resolve_case(do_lower_case, FLAGS.init_checkpoint, vocab_file)

@@ -16,8 +16,8 @@ import keras
 import tensorflow as tf
 from absl import app, flags, logging
 
-from common.errors import EXIT_LOST_WORKER, EXIT_STOPPED, UserError
-from data_prep import records, run_control
+from common.errors import UserError
+from data_prep import run_control
 from modeling import checkpoint_readers, distribution, finetuning, kernels, model_files, training
 from modeling.encoder import BertEncoder
 from serving import savedmodel
@@ -54,6 +54,14 @@ def define_model_flags(max_seq_length: int | None, flag_values=FLAGS) -> None:
         "Lower-case the input (uncased models). When "
         "not given, the checkpoint's own setting; a contradiction is an "
         "error.",
+        flag_values=f,
+    )
+    flags.DEFINE_bool(
+        "allow_vocab_mismatch",
+        False,
+        "Use --vocab_file even where it differs from the vocabulary that comes with "
+        "--init_checkpoint (its vocab.txt, or the fingerprint in its model_info.json); "
+        "by default that is an error naming the first line that differs.",
         flag_values=f,
     )
     if max_seq_length is not None:
@@ -415,41 +423,18 @@ def setup(FLAGS) -> tf.distribute.Strategy:
 
 
 def hold_outputs(FLAGS) -> None:
-    """One run per --output_dir and --export_dir (`data_prep.run_control`): another run
-    on them while this one lives stops at once, naming this one. Of a multi-worker
-    run, the chief alone holds them: every worker writes to the same output_dir."""
-    if FLAGS.distribution_strategy == "multi_worker_mirrored" and not run_control.is_chief(
-        os.environ.get("TF_CONFIG")
-    ):
-        return
-    if FLAGS.output_dir:
-        run_control.hold_directory(FLAGS.output_dir, f"--output_dir={FLAGS.output_dir}")
-    if "export_dir" in FLAGS and FLAGS.export_dir:
-        run_control.hold_file(FLAGS.export_dir, f"--export_dir={FLAGS.export_dir}")
+    """One run per --output_dir and --export_dir (`data_prep.run_control`); of a
+    multi-worker run, the chief alone holds them."""
+    run_control.hold_run_outputs(
+        FLAGS.output_dir,
+        FLAGS.export_dir if "export_dir" in FLAGS else None,
+        FLAGS.distribution_strategy == "multi_worker_mirrored",
+    )
 
 
 def run_training(train_fn, output_dir: str) -> None:
-    """Runs `train_fn` (which returns whether training completed). A run stopped by
-    SIGTERM (checkpoint saved) ends the program with exit code 143, a lost worker
-    with 75; each with one line that says how to resume."""
-    try:
-        complete = train_fn()
-    except training.LostWorkerError as e:
-        run_control.end_run(str(e), EXIT_LOST_WORKER)
-    if complete:
-        return
-    path = os.path.join(output_dir, training.SUMMARY_FILE)
-    summary = records.read_json(path) if tf.io.gfile.exists(path) else {}
-    at = (
-        f" at step {summary['global_step']} of {summary['num_train_steps']}"
-        if "num_train_steps" in summary
-        else ""
-    )
-    run_control.end_run(
-        f"Stopped by SIGTERM{at}, checkpoint saved in {output_dir}: run the same command "
-        f"again to resume.",
-        EXIT_STOPPED,
-    )
+    """`run_control.run_training`: a run stopped by SIGTERM exits 143, a lost worker 75."""
+    run_control.run_training(train_fn, output_dir, training.SUMMARY_FILE)
 
 
 def check_max_seq_length(max_seq_length: int, config) -> None:
@@ -482,7 +467,11 @@ def resolve_model_files(FLAGS) -> model_files.ModelFiles:
     --init_checkpoint, checked against each other and --max_seq_length."""
     check_init_checkpoint(FLAGS)
     files = model_files.resolve(
-        FLAGS.bert_config_file, FLAGS.vocab_file, FLAGS.init_checkpoint, do_lower_case_flag(FLAGS)
+        FLAGS.bert_config_file,
+        FLAGS.vocab_file,
+        FLAGS.init_checkpoint,
+        do_lower_case_flag(FLAGS),
+        FLAGS.allow_vocab_mismatch,
     )
     check_max_seq_length(FLAGS.max_seq_length, files.config)
     return files

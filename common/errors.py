@@ -26,6 +26,15 @@ class OutputExistsError(UserError, FileExistsError):
     """An output path is taken and may not be replaced."""
 
 
+class CannotWriteError(UserError):
+    """An output cannot be written: no space left, no permission, a read-only file
+    system. Nothing unfinished is left under the output's name."""
+
+
+class LostWorkerError(RuntimeError):
+    """A worker of a multi-worker run was lost; the message says which and what to do."""
+
+
 # Exit codes of a run that ended before its end for a reason outside it. What it had
 # done is kept (a checkpoint, complete files) and the same command goes on from there.
 #

@@ -45,7 +45,8 @@ import time
 
 from absl import logging
 
-from common.errors import EXIT_STOPPED, UserError
+from common.errors import EXIT_LOST_WORKER, EXIT_STOPPED, LostWorkerError, UserError
+from data_prep import records
 
 DIRECTORY_LOCK = ".run.lock"
 _NO_FLOCK = (errno.ENOLCK, errno.EOPNOTSUPP, errno.ENOSYS, errno.EINVAL)
@@ -182,10 +183,13 @@ def acquire(path: str, what: str) -> RunLock | None:
     """
     if "://" in path:
         return None
-    os.makedirs(os.path.dirname(path) or ".", exist_ok=True)
     me = _this_process()
     for _ in range(10):
-        fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+        try:
+            os.makedirs(os.path.dirname(path) or ".", exist_ok=True)
+            fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+        except OSError as e:
+            raise (records.cannot_write(path, e) or e) from e
         try:
             try:
                 fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
@@ -317,3 +321,46 @@ def warn_changed_settings(run_config: str, values: dict, keys) -> list[str]:
         )
         print(f"warning: resuming with another setting, {warning}", file=sys.stderr)
     return warnings
+
+
+def hold_run_outputs(output_dir: str | None, export_dir: str | None, multi_worker: bool) -> None:
+    """A runner's locks: its output_dir and its export folder. Under MultiWorkerMirrored
+    (`multi_worker`) only the chief of TF_CONFIG's cluster takes them: every worker
+    writes to the same output_dir."""
+    if multi_worker and not is_chief(os.environ.get("TF_CONFIG")):
+        return
+    if output_dir:
+        hold_directory(output_dir, f"--output_dir={output_dir}")
+    if export_dir:
+        hold_file(export_dir, f"--export_dir={export_dir}")
+
+
+def run_training(train_fn, output_dir: str, summary_file: str) -> None:
+    """Runs `train_fn` (which returns whether training completed).
+
+    A run stopped by SIGTERM (it saved a checkpoint) ends the program with
+    EXIT_STOPPED, a run that lost a worker with EXIT_LOST_WORKER; each says in one
+    line where it stopped and how to resume.
+    """
+    try:
+        complete = train_fn()
+    except LostWorkerError as e:
+        end_run(str(e), EXIT_LOST_WORKER)
+    if complete:
+        return
+    path = os.path.join(output_dir, summary_file)
+    try:
+        with open(path, encoding="utf-8") as f:
+            summary = json.load(f)
+    except (OSError, ValueError):
+        summary = {}
+    at = (
+        f" at step {summary['global_step']} of {summary['num_train_steps']}"
+        if "num_train_steps" in summary
+        else ""
+    )
+    end_run(
+        f"Stopped by SIGTERM{at}, checkpoint saved in {output_dir}: run the same command "
+        f"again to resume.",
+        EXIT_STOPPED,
+    )

@@ -36,7 +36,7 @@ import numpy as np
 import tensorflow as tf
 from absl import logging
 
-from common.errors import UserError
+from common.errors import LostWorkerError, UserError
 from data_prep import records
 from modeling import kernels as kernel_choices
 from modeling import optimization
@@ -51,10 +51,6 @@ _PEER_ERRORS = (
     tf.errors.DeadlineExceededError,
     tf.errors.CancelledError,
 )
-
-
-class LostWorkerError(RuntimeError):
-    """A worker of a multi-worker run was lost; the message says which and what to do."""
 
 
 class Task(Protocol):
@@ -233,7 +229,13 @@ class Trainer:
         return False
 
     def save(self) -> str:
-        path = self.manager.save(checkpoint_number=self.global_step)
+        try:
+            path = self.manager.save(checkpoint_number=self.global_step)
+        except (OSError, tf.errors.OpError) as e:
+            error = records.cannot_write(self.output_dir, e)
+            if error is None:
+                raise
+            raise error from e
         if not self._is_chief():
             tf.io.gfile.rmtree(self._checkpoint_dir())
         logging.info("Saved checkpoint %s", path)

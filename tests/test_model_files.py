@@ -96,7 +96,13 @@ def test_an_output_folder_is_self_contained(tmp_path):
         "vocab.txt",
     ]
     info = json.loads((out / "model_info.json").read_text())
-    assert info == {"model_kind": "classifier", "do_lower_case": True, "labels": ["0", "1"]}
+    assert info == {
+        "model_kind": "classifier",
+        "do_lower_case": True,
+        "labels": ["0", "1"],
+        "vocab_sha256": model_files.vocab_fingerprint(VOCAB),
+        "vocab_size": 30522,
+    }
     again = model_files.resolve(None, None, str(out), None)
     assert again.config == files.config and again.do_lower_case
     assert (out / "vocab.txt").read_bytes() == open(VOCAB, "rb").read()
