@@ -162,7 +162,7 @@ def kill_delays(seconds: float, count: int, seed: int) -> list[float]:
     """`count` seeded kill times spread over a run of `seconds` (stratified, so a few
     points still cover start-up, the middle and the end)."""
     rng = random.Random(seed)
-    return [seconds * (i + rng.random()) / count for i in range(count)]
+    return [0.9 * seconds * (i + rng.random()) / count for i in range(count)]
 
 
 # ----------------------------------------------------------------------------
