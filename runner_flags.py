@@ -485,6 +485,13 @@ def hub_model_files(FLAGS, encoder) -> model_files.ModelFiles:
             FLAGS.hub_module_url,
         )
     vocab_file = FLAGS.vocab_file or encoder.vocab_file
+    if FLAGS.vocab_file and encoder.vocab_file:
+        model_files.check_vocab_matches_model(
+            FLAGS.vocab_file,
+            FLAGS.hub_module_url,
+            FLAGS.allow_vocab_mismatch,
+            own_vocab=encoder.vocab_file,
+        )
     if vocab_file is None:
         raise UserError(
             f"--vocab_file is required: the TF Hub encoder "

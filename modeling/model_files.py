@@ -217,7 +217,10 @@ def vocab_fingerprint(vocab_file: str) -> str:
 
 
 def check_vocab_matches_model(
-    vocab_file: str, init_checkpoint: str | None, allow_mismatch: bool = False
+    vocab_file: str,
+    init_checkpoint: str | None,
+    allow_mismatch: bool = False,
+    own_vocab: str | None = None,
 ) -> None:
     """A --vocab_file must be the vocabulary the model was trained with, when the
     checkpoint says which: the vocab.txt beside it (a Hugging Face folder, an
@@ -226,15 +229,17 @@ def check_vocab_matches_model(
     A vocabulary with one line dropped or added gives every later token the id of
     its neighbour: the model runs and its features are silently wrong.
 
+    `own_vocab` is the model's vocabulary where it is known otherwise (a TF Hub
+    encoder's asset; `init_checkpoint` then names that model).
+
     Raises:
       UserError naming both files and the first line that differs (or the
       fingerprints), unless `allow_mismatch` (then a warning).
     """
-    dirs = side_dirs(init_checkpoint)
-    own = checkpoint_readers.find_side_file(dirs, VOCAB_FILE)
+    own = own_vocab or checkpoint_readers.find_side_file(side_dirs(init_checkpoint), VOCAB_FILE)
     if own and os.path.abspath(own) == os.path.abspath(vocab_file):
         return
-    info = read_model_info(init_checkpoint)
+    info = {} if own_vocab else read_model_info(init_checkpoint)
     problem = None
     if own:
         given, theirs = vocab_entries(vocab_file), vocab_entries(own)

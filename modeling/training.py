@@ -352,7 +352,16 @@ class Trainer:
         start_step = int(self.global_step.numpy())
         if start_step >= self.num_train_steps:
             logging.info("Already trained %d steps; nothing to do.", start_step)
-            return {"global_step": start_step}
+            return {
+                "global_step": start_step,
+                "num_train_steps": self.num_train_steps,
+                "complete": True,
+            }
+        # A summary of an earlier run (finished at fewer steps, or written just before
+        # a final checkpoint that a kill prevented) must not stand for this one.
+        summary_path = self._summary_path()
+        if tf.io.gfile.exists(summary_path):
+            tf.io.gfile.remove(summary_path)
 
         def skipping_dataset_fn(context):
             return dataset_fn(context).skip(start_step)
@@ -385,6 +394,11 @@ class Trainer:
                     num * global_batch_size / max(elapsed, 1e-9),
                     start_time,
                 )
+                if step >= self.num_train_steps:
+                    # Written before the final checkpoint: a run killed between the
+                    # two resumes from the one before, trains the same last steps and
+                    # writes the same summary again.
+                    summary = self._write_summary(step, loss)
                 if step % self.save_checkpoints_steps == 0 or step >= self.num_train_steps:
                     self.save()
                 if after_loop is not None:
@@ -404,6 +418,19 @@ class Trainer:
             if previous_handler is not None:
                 signal.signal(signal.SIGTERM, previous_handler)
             writer.close()
+        if step < self.num_train_steps:
+            summary = self._write_summary(step, loss)
+        return summary
+
+    def _summary_path(self) -> str:
+        name = SUMMARY_FILE
+        if not self._is_chief():
+            name = f"train_summary_worker_{self.strategy.cluster_resolver.task_id}.json"
+        return os.path.join(self.output_dir, name)
+
+    def _write_summary(self, step: int, loss: float) -> dict:
+        """train_summary.json: the step reached, whether training is complete (else
+        what stopped it), the last loop's loss and the weights' checksum."""
         summary = {
             "global_step": step,
             "num_train_steps": self.num_train_steps,
@@ -413,10 +440,7 @@ class Trainer:
         }
         if not summary["complete"]:
             summary["stopped_by"] = "SIGTERM"
-        name = SUMMARY_FILE
-        if not self._is_chief():
-            name = f"train_summary_worker_{self.strategy.cluster_resolver.task_id}.json"
-        records.write_json(os.path.join(self.output_dir, name), summary)
+        records.write_json(self._summary_path(), summary)
         return summary
 
     def _num_workers(self) -> int:
