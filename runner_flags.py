@@ -399,7 +399,11 @@ def setup(FLAGS) -> tf.distribute.Strategy:
     exit code 143.
     """
     apply_original_flags(FLAGS)
-    hold_outputs(FLAGS)
+    run_control.hold_run_outputs(  # Of a multi-worker run, the chief alone.
+        FLAGS.output_dir,
+        FLAGS.export_dir if "export_dir" in FLAGS else None,
+        FLAGS.distribution_strategy == "multi_worker_mirrored",
+    )
     run_control.exit_on_sigterm(os.path.basename(sys.argv[0]))
     if FLAGS.num_cpu_devices > 1:
         distribution.split_cpu(FLAGS.num_cpu_devices)
@@ -420,16 +424,6 @@ def setup(FLAGS) -> tf.distribute.Strategy:
             logging.DEBUG if FLAGS.verbose_logging else logging.INFO
         )
     return strategy
-
-
-def hold_outputs(FLAGS) -> None:
-    """One run per --output_dir and --export_dir (`data_prep.run_control`); of a
-    multi-worker run, the chief alone holds them."""
-    run_control.hold_run_outputs(
-        FLAGS.output_dir,
-        FLAGS.export_dir if "export_dir" in FLAGS else None,
-        FLAGS.distribution_strategy == "multi_worker_mirrored",
-    )
 
 
 def run_training(train_fn, output_dir: str) -> None:
@@ -567,7 +561,10 @@ def check_finetuning_flags(FLAGS) -> None:
         raise app.UsageError("--output_dir is required")
     if FLAGS.export_dir:
         try:
-            savedmodel.check_export_path(FLAGS.export_dir, FLAGS.overwrite)
+            savedmodel.check_export_path(
+                FLAGS.export_dir,
+                FLAGS.overwrite or finetuning.owns_export(FLAGS.output_dir, FLAGS.export_dir),
+            )
         except (ValueError, FileExistsError) as e:
             raise type(e)(f"--export_dir={FLAGS.export_dir}: {e}") from None
 

@@ -13,7 +13,8 @@ the same way for every task:
   4. trains, evaluating at the end of every epoch (with --do_eval) and keeping the
      best model by the task's score in output_dir/best/;
   5. evaluates, predicts and exports the best model (or the last one without
-     per-epoch evaluation).
+     per-epoch evaluation); output_dir/export.json names the export, so that the same
+     command run again after a kill replaces it without --overwrite.
 
 A run stopped by SIGTERM saves a checkpoint and ends before step 5 (`run` returns
 False; the runners then exit with code 143); the same command resumes it.
@@ -38,6 +39,9 @@ from modeling.config import BertConfig
 BEST_DIR = checkpoint_readers.BEST_DIR
 EVAL_HISTORY = "eval_history.json"
 RUN_CONFIG = "run_config.json"
+# Where a run's output_dir records the export it writes: a rerun of the same command
+# after a kill replaces that export without --overwrite.
+EXPORT_RECORD = "export.json"
 # Settings that a resumed run must share with the run it resumes, or its steps mean
 # other examples and another schedule.
 RESUME_SETTINGS = (
@@ -398,5 +402,27 @@ def run(
     if settings.do_predict:
         task.predict(trainer, settings.output_dir, step)
     if settings.export_dir:
-        task.export(model, settings.export_dir, files, settings.overwrite_export)
+        overwrite = settings.overwrite_export or owns_export(
+            settings.output_dir, settings.export_dir
+        )
+        records.write_json(
+            os.path.join(settings.output_dir, EXPORT_RECORD),
+            {"export_dir": os.path.abspath(settings.export_dir)},
+        )
+        task.export(model, settings.export_dir, files, overwrite)
     return True
+
+
+def owns_export(output_dir: str, export_dir: str) -> bool:
+    """Whether a run of `output_dir` wrote (or began to write) the export at
+    `export_dir`: its rerun may then replace it without --overwrite. The record is
+    written only after the export path was checked (new, empty, or --overwrite), and
+    the run holds the export path's lock while it writes it."""
+    path = os.path.join(output_dir, EXPORT_RECORD)
+    if not tf.io.gfile.exists(path):
+        return False
+    try:
+        recorded = records.read_json(path).get("export_dir")
+    except (ValueError, AttributeError):
+        return False
+    return recorded == os.path.abspath(export_dir)

@@ -153,8 +153,11 @@ def trial(job: Job, work: pathlib.Path, ref: pathlib.Path, delay: float) -> dict
             process.wait()
             killed = True
     left = compare(job, ref, run, only_present=True)
-    run_to_end(job, work, run, "rerun.log")
-    rerun = compare(job, ref, run, only_present=False)
+    try:
+        run_to_end(job, work, run, "rerun.log")
+        rerun = compare(job, ref, run, only_present=False)
+    except AssertionError as e:
+        rerun = [f"the rerun failed: {str(e).strip().splitlines()[-1]}"]
     return {"delay": round(delay, 2), "killed": killed, "left": left, "rerun": rerun}
 
 
@@ -386,6 +389,7 @@ JOBS = {
             "--export_type=encoder",
             f"--init_checkpoint={work / 'trained'}",
             f"--export_path={run / 'encoder'}",
+            "--overwrite",  # A kill after the export but before the exit leaves it whole.
         ),
     ),
     "convert_checkpoint": Job(
@@ -396,6 +400,7 @@ JOBS = {
             f"--init_checkpoint={work / 'trained'}",
             f"--output_dir={run / 'hf'}",
             "--output_format=huggingface",
+            "--overwrite",
         ),
     ),
 }
