@@ -289,3 +289,13 @@ def test_extract_features_refuses_a_damaged_vocabulary_of_a_real_checkpoint(mini
     assert result.returncode != 0
     assert "they first differ at line 2000" in result.stderr
     assert not (tmp_path / "out.jsonl").exists()
+
+
+def test_a_rerun_may_replace_the_export_its_output_dir_made(tmp_path):
+    from modeling import finetuning
+
+    out, export = tmp_path / "out", tmp_path / "export"
+    assert not finetuning.owns_export(str(out), str(export))
+    records.write_json(str(out / "export.json"), {"export_dir": str(export)})
+    assert finetuning.owns_export(str(out), str(export))
+    assert not finetuning.owns_export(str(out), str(tmp_path / "another_export"))
