@@ -224,17 +224,22 @@ class EpochEvaluator:
             records.read_json(self.history_path) if tf.io.gfile.exists(self.history_path) else []
         )
 
+    def evaluated(self, step: int) -> bool:
+        """Whether the evaluation at `step` is in the history (and so its best model
+        kept: the history is written after it)."""
+        return any(entry.get("global_step") == step for entry in self.history)
+
     def __call__(self, step: int) -> None:
         metrics = self.task.evaluate(self.trainer, self.output_dir, step)
         score = self.task.score(metrics)
         logging.info("Evaluation at step %d: score %.4f, %s", step, score, metrics)
         write_eval_summaries(self.output_dir, metrics, step)
+        self.best.update(step, score)
         # A run killed after an evaluation but before its next checkpoint evaluates
         # that epoch again when it resumes: the new entry replaces the old one.
         self.history = [h for h in self.history if h.get("global_step", -1) < step]
         self.history.append(dict(metrics, global_step=step, score=score))
         records.write_json(self.history_path, self.history)
-        self.best.update(step, score)
 
 
 def train(
@@ -269,7 +274,13 @@ def train(
             on_epoch_end(step)
         limit_loop(step)
 
-    limit_loop(int(trainer.global_step.numpy()))
+    start = int(trainer.global_step.numpy())
+    # A run killed after the checkpoint at an epoch's end but before that epoch's
+    # evaluation was recorded resumes at that very step: evaluate it first.
+    evaluated = getattr(on_epoch_end, "evaluated", None)
+    if start in ends and evaluated is not None and not evaluated(start):
+        on_epoch_end(start)
+    limit_loop(start)
     try:
         summary = trainer.train(dataset_fn, settings.train_batch_size, after_loop=after_loop)
     finally:
