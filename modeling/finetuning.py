@@ -42,6 +42,7 @@ RUN_CONFIG = "run_config.json"
 # Where a run's output_dir records the export it writes: a rerun of the same command
 # after a kill replaces that export without --overwrite.
 EXPORT_RECORD = "export.json"
+EPOCH_EVALUATION_DIR = ".epoch_evaluation"
 # Settings that a resumed run must share with the run it resumes, or its steps mean
 # other examples and another schedule.
 RESUME_SETTINGS = (
@@ -213,7 +214,12 @@ def write_eval_summaries(output_dir: str, metrics: dict, step: int) -> None:
 
 class EpochEvaluator:
     """`after_loop` of a training run: at each epoch's end, evaluates, logs the
-    history (eval_history.json, TensorBoard eval/) and keeps the best model."""
+    history (eval_history.json, TensorBoard eval/) and keeps the best model.
+
+    The files an epoch's evaluation writes (eval_results.txt, a task's predictions)
+    go to the hidden `output_dir/.epoch_evaluation`: under output_dir's own names
+    they would look like the run's final results until the end replaces them.
+    """
 
     def __init__(
         self, task: FineTuningTask, trainer: training.Trainer, best: BestCheckpoint, output_dir: str
@@ -230,7 +236,9 @@ class EpochEvaluator:
         return any(entry.get("global_step") == step for entry in self.history)
 
     def __call__(self, step: int) -> None:
-        metrics = self.task.evaluate(self.trainer, self.output_dir, step)
+        scratch = os.path.join(self.output_dir, EPOCH_EVALUATION_DIR)
+        tf.io.gfile.makedirs(scratch)
+        metrics = self.task.evaluate(self.trainer, scratch, step)
         score = self.task.score(metrics)
         logging.info("Evaluation at step %d: score %.4f, %s", step, score, metrics)
         write_eval_summaries(self.output_dir, metrics, step)

@@ -158,6 +158,12 @@ def trial(job: Job, work: pathlib.Path, ref: pathlib.Path, delay: float) -> dict
         rerun = compare(job, ref, run, only_present=False)
     except AssertionError as e:
         rerun = [f"the rerun failed: {str(e).strip().splitlines()[-1]}"]
+    if left or rerun:  # Kept for a look: the run and both logs.
+        kept = work / f"failed-{delay:.1f}s"
+        shutil.rmtree(kept, ignore_errors=True)
+        shutil.copytree(run, kept / "run", symlinks=True)
+        for name in ("killed.log", "rerun.log"):
+            shutil.copy(work / name, kept / name)
     return {"delay": round(delay, 2), "killed": killed, "left": left, "rerun": rerun}
 
 
