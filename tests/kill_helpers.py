@@ -75,17 +75,20 @@ class Job:
     name: str
     prepare: Callable[[pathlib.Path], None]
     command: Callable[[pathlib.Path, pathlib.Path], list[str]]  # (work, run) -> argv
-    # Checkpoints other than the final one differ in which were kept: compare only
-    # the files of the final checkpoint.
+    # Checkpoints other than the final one differ in which were kept (and a kill
+    # during a save leaves a whole checkpoint that the `checkpoint` state file does
+    # not name, never used): compare only the final one's files (default: the one
+    # the reference's state file names).
     final_checkpoint: str | None = None
     ignore: tuple = ()
 
-    def compared(self, relative: str) -> bool:
+    def compared(self, relative: str, final: str | None = None) -> bool:
         if _varying(relative) or any(fnmatch.fnmatch(relative, p) for p in self.ignore):
             return False
         name = os.path.basename(relative)
-        if name.startswith("ckpt-") and self.final_checkpoint:
-            return name.startswith(self.final_checkpoint + ".")
+        final = self.final_checkpoint or final
+        if name.startswith("ckpt-") and final:
+            return name.startswith(final + ".")
         return True
 
 
@@ -126,8 +129,12 @@ def reference(job: Job, work: pathlib.Path) -> tuple[pathlib.Path, float]:
 def compare(job: Job, ref: pathlib.Path, run: pathlib.Path, only_present: bool) -> list[str]:
     """How `run`'s compared files differ from `ref`'s (all of them, or with
     `only_present` those `run` already shows)."""
-    theirs = {k: v for k, v in visible_files(ref).items() if job.compared(k)}
-    ours = {k: v for k, v in visible_files(run).items() if job.compared(k)}
+    state = ref / "checkpoint"
+    final = None
+    if state.exists():  # model_checkpoint_path: "ckpt-12"
+        final = state.read_text().split("\n", 1)[0].split('"')[1]
+    theirs = {k: v for k, v in visible_files(ref).items() if job.compared(k, final)}
+    ours = {k: v for k, v in visible_files(run).items() if job.compared(k, final)}
     problems = [f"{name}: not in the reference" for name in sorted(set(ours) - set(theirs))]
     if not only_present:
         problems += [f"{name}: missing" for name in sorted(set(theirs) - set(ours))]
