@@ -22,6 +22,7 @@ after `import tensorflow_text`.
 
 from __future__ import annotations
 
+import keras
 from absl import app, flags, logging
 
 from common.errors import UserError
@@ -119,6 +120,9 @@ def main(_):
         raise app.UsageError(f"--export_path={FLAGS.export_path}: {e}") from None
     run_control.hold_file(FLAGS.export_path, f"--export_path={FLAGS.export_path}")
     run_control.exit_on_sigterm("export_tfhub")
+    # The dropout layers' seed state is saved with the model: a fixed seed makes the
+    # same command write the same export, byte for byte (saved_model.pb aside).
+    keras.utils.set_random_seed(0)
     if FLAGS.export_type == "preprocessing":
         path = export_preprocessing()
     else:
