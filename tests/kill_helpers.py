@@ -412,7 +412,7 @@ JOBS = {
             REPO / "convert_checkpoint.py",
             f"--init_checkpoint={work / 'trained'}",
             f"--output_dir={run / 'hf'}",
-            "--output_format=huggingface",
+            "--output_format=hf",
             "--overwrite",
         ),
     ),
