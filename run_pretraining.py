@@ -5,8 +5,11 @@
       --train_batch_size=32 --max_seq_length=128 --max_predictions_per_seq=20 \
       --num_train_steps=10000 --num_warmup_steps=1000 --learning_rate=1e-4
 
-Phase 2 (sequence length 512) starts from a phase-1 checkpoint with
---init_checkpoint=phase1_dir --max_seq_length=512 and shards made at 512.
+The paper's two phases (docs/pretraining_procedure.md): phase 2 (sequence length 512,
+shards made at 512) runs in a new output_dir with --init_checkpoint=phase1_dir. As in
+the original, that restores the weights alone: the global step restarts at 0 with a new
+warmup and fresh optimizer moments. --restore_training_state continues phase 1's global
+step, schedule and moments instead (phase 1 stopped with --stop_at_step).
 """
 
 from __future__ import annotations
@@ -16,6 +19,7 @@ import os
 from absl import app, flags, logging
 
 import runner_flags
+from common.errors import UserError
 from data_prep import pretraining_data, records, run_control
 from modeling import checkpoint_readers, checkpoints, model_files, training
 from modeling.config import BertConfig
@@ -39,6 +43,22 @@ flags.DEFINE_bool(
     "use_next_sentence_loss",
     True,
     "Train the next-sentence head (False is the paper's No-NSP ablation).",
+)
+flags.DEFINE_bool(
+    "restore_training_state",
+    False,
+    "With --init_checkpoint = an earlier run's output_dir (or its ckpt-N): continue its "
+    "global step, learning-rate schedule (over this run's --num_train_steps, counting "
+    "both runs' steps) and optimizer moments, on this run's shards from their start. "
+    "False (the original's --init_checkpoint): the weights alone; step 0, a new warmup "
+    "and fresh moments.",
+)
+flags.DEFINE_integer(
+    "stop_at_step",
+    None,
+    "Stop (with a checkpoint) at this global step while the learning-rate schedule "
+    "runs over --num_train_steps: phase 1 of a two-phase run with one schedule, e.g. "
+    "--stop_at_step=900000 --num_train_steps=1000000 (default: --num_train_steps).",
 )
 runner_flags.define_common_flags(max_seq_length=128)
 runner_flags.define_training_flags()
@@ -150,10 +170,35 @@ def build_trainer(strategy, model) -> training.Trainer:
     )
 
 
+def check_phase_flags() -> int:
+    """The step --restore_training_state continues from (0 without it), with the
+    checks of --stop_at_step and --restore_training_state against the schedule."""
+    first_step = 0
+    if FLAGS.restore_training_state:
+        if not FLAGS.init_checkpoint:
+            raise UserError("--restore_training_state needs --init_checkpoint")
+        _, first_step = training.training_state_step(FLAGS.init_checkpoint)
+        if FLAGS.do_train and first_step >= FLAGS.num_train_steps:
+            raise UserError(
+                f"--init_checkpoint {FLAGS.init_checkpoint} is at global step "
+                f"{first_step} but --num_train_steps={FLAGS.num_train_steps}: with "
+                f"--restore_training_state it counts the steps of both runs"
+            )
+    if FLAGS.stop_at_step is not None and not (
+        first_step < FLAGS.stop_at_step <= FLAGS.num_train_steps
+    ):
+        raise UserError(
+            f"--stop_at_step={FLAGS.stop_at_step} must be after the first step "
+            f"({first_step}) and at most --num_train_steps={FLAGS.num_train_steps}"
+        )
+    return first_step
+
+
 def main(_):
     if not FLAGS.do_train and not FLAGS.do_eval:
         raise app.UsageError("At least one of --do_train or --do_eval must be set.")
     strategy = runner_flags.setup(FLAGS)
+    first_step = check_phase_flags()
     files = resolve_model_files()
     shards, eval_shards = input_shards()
     check_shards(shards + eval_shards, files)
@@ -168,7 +213,9 @@ def main(_):
     records.write_json(run_config, values)
 
     def initialize():
-        if FLAGS.init_checkpoint:  # The encoder, and the heads when the checkpoint has them.
+        if FLAGS.restore_training_state:  # Weights, moments, global step.
+            trainer.restore_training_state(FLAGS.init_checkpoint)
+        elif FLAGS.init_checkpoint:  # The encoder, and the heads when the checkpoint has them.
             checkpoints.restore_model(FLAGS.init_checkpoint, model)
 
     trainer.restore_or_initialize(initialize)
@@ -177,6 +224,8 @@ def main(_):
             lambda: trainer.train(
                 make_dataset_fn(shards, FLAGS.train_batch_size, True, FLAGS.seed),
                 FLAGS.train_batch_size,
+                first_step=first_step,
+                stop_at_step=FLAGS.stop_at_step,
             )["complete"],
             FLAGS.output_dir,
         )

@@ -16,17 +16,16 @@ Gradients are all-reduced once, then clipped by global norm (1.0, as the origina
 applied by `modeling.optimization`. Checkpoints go to `output_dir` every
 `save_checkpoints_steps`, at the end and on SIGTERM; a restarted run resumes from the
 latest one, skipping the batches it had already consumed. `train_summary.json` says
-whether training is complete (`"complete": false` after SIGTERM).
-
-Under MultiWorkerMirrored, a worker that is lost (killed, its machine gone) makes the
-collective ops of the others fail; `train` turns that into `LostWorkerError`, which
-names the lost worker and says to restart every worker with the same command.
+whether training is complete (`"complete": false` after SIGTERM). Under
+MultiWorkerMirrored, a lost worker is a `LostWorkerError` naming it
+(`distribution.lost_worker_message`). `restore_training_state` continues another
+run's training state (weights, optimizer moments and step count, global step) on new
+data: phase 2 of the paper's pre-training.
 """
 
 from __future__ import annotations
 
 import os
-import re
 import signal
 import time
 from typing import Callable, Protocol
@@ -38,19 +37,15 @@ from absl import logging
 
 from common.errors import LostWorkerError, UserError
 from data_prep import records
+from modeling import checkpoint_readers
+from modeling import distribution
 from modeling import kernels as kernel_choices
 from modeling import optimization
 
+GLOBAL_STEP_KEY = "global_step/.ATTRIBUTES/VARIABLE_VALUE"
+
 
 SUMMARY_FILE = "train_summary.json"
-# What TensorFlow's collective ops raise when a peer worker is gone.
-_PEER_ERRORS = (
-    tf.errors.UnavailableError,
-    tf.errors.AbortedError,
-    tf.errors.InternalError,
-    tf.errors.DeadlineExceededError,
-    tf.errors.CancelledError,
-)
 
 
 class Task(Protocol):
@@ -100,6 +95,22 @@ class DynamicLossScale(tf.Module):
 def _tf_value(variable):
     """The tf (possibly distributed) variable behind a Keras variable."""
     return variable.value if hasattr(variable, "path") else variable
+
+
+def training_state_step(path: str) -> tuple[str, int]:
+    """(checkpoint prefix, global step) of the Trainer checkpoint at `path`: a prefix,
+    or a run's output_dir (its latest checkpoint). Anything else (another format, a
+    model saved without its optimizer) is a UserError."""
+    kind, prefix = checkpoint_readers.resolve_checkpoint(path)
+    stored = dict(tf.train.list_variables(prefix)) if kind == "tf2" else {}
+    if GLOBAL_STEP_KEY not in stored or not any(n.startswith("optimizer/") for n in stored):
+        raise UserError(
+            f"{path} holds no training state (global step and optimizer moments): "
+            f"--restore_training_state continues a run of this project from its "
+            f"output_dir or one of its ckpt-N prefixes; without the flag "
+            f"--init_checkpoint restores the weights alone"
+        )
+    return prefix, int(tf.train.load_checkpoint(prefix).get_tensor(GLOBAL_STEP_KEY))
 
 
 def _split(features: dict, parts: int, index):
@@ -228,14 +239,30 @@ class Trainer:
             initialize()
         return False
 
+    def restore_training_state(self, path: str) -> int:
+        """Restores another run's training state: the model's weights, the optimizer's
+        moments and step count (Adam's bias correction) and the global step (the
+        learning-rate schedule), from `path`, a Trainer checkpoint prefix or the
+        output_dir holding one (`training_state_step`). Returns the global step."""
+        prefix, step = training_state_step(path)
+        checkpoint = tf.train.Checkpoint(
+            model=self.model, optimizer=self.optimizer, global_step=self.global_step
+        )
+        try:
+            checkpoint.restore(prefix).assert_existing_objects_matched().expect_partial()
+        except AssertionError as error:
+            raise UserError(
+                f"{prefix} does not hold this model's training state (another model or "
+                f"optimizer?): {error}"
+            ) from error
+        logging.info("Continued the training state of %s at step %d", prefix, step)
+        return step
+
     def save(self) -> str:
         try:
             path = self.manager.save(checkpoint_number=self.global_step)
-        except (OSError, tf.errors.OpError) as e:
-            error = records.cannot_write(self.output_dir, e)
-            if error is None:
-                raise
-            raise error from e
+        except (OSError, tf.errors.OpError) as e:  # No space or no permission: say so.
+            raise records.cannot_write(self.output_dir, e) or e
         if not self._is_chief():
             tf.io.gfile.rmtree(self._checkpoint_dir())
         logging.info("Saved checkpoint %s", path)
@@ -340,31 +367,34 @@ class Trainer:
         dataset_fn: Callable,
         global_batch_size: int,
         after_loop: Callable[[int], None] | None = None,
+        *,
+        first_step: int = 0,
+        stop_at_step: int | None = None,
     ) -> dict:
-        """Trains until `num_train_steps`.
+        """Trains until `num_train_steps` (or `stop_at_step`).
 
         Args:
           dataset_fn: (tf.distribute.InputContext) -> tf.data.Dataset of feature dicts
             batched at the per-replica batch size, repeated, deterministic order.
           global_batch_size: examples per step over all replicas and micro-batches.
           after_loop: optional callback(step) after each loop, e.g. an evaluation.
+          first_step: the global step `dataset_fn`'s first batch is for: 0, or the
+            step of a training state continued on new data (`restore_training_state`).
+            A resumed run skips the batches consumed since.
+          stop_at_step: stop (with a checkpoint) at this global step, the schedule
+            still running over `num_train_steps` (phase 1 of a two-phase run).
         """
         start_step = int(self.global_step.numpy())
-        if start_step >= self.num_train_steps:
+        end_step = min(stop_at_step or self.num_train_steps, self.num_train_steps)
+        if start_step >= end_step:
             logging.info("Already trained %d steps; nothing to do.", start_step)
-            return {
-                "global_step": start_step,
-                "num_train_steps": self.num_train_steps,
-                "complete": True,
-            }
-        # A summary of an earlier run (finished at fewer steps, or written just before
-        # a final checkpoint that a kill prevented) must not stand for this one.
-        summary_path = self._summary_path()
-        if tf.io.gfile.exists(summary_path):
-            tf.io.gfile.remove(summary_path)
+            return dict(global_step=start_step, num_train_steps=self.num_train_steps, complete=True)
+        # An earlier run's summary (or one written just before a kill) is not this one's.
+        if tf.io.gfile.exists(self._summary_path()):
+            tf.io.gfile.remove(self._summary_path())
 
         def skipping_dataset_fn(context):
-            return dataset_fn(context).skip(start_step)
+            return dataset_fn(context).skip(max(start_step - first_step, 0))
 
         dataset = self.strategy.distribute_datasets_from_function(skipping_dataset_fn)
         iterator = iter(dataset)
@@ -374,9 +404,9 @@ class Trainer:
         step, loss = start_step, float("nan")
         start_time = time.time()
         try:
-            while step < self.num_train_steps and not self._stop_requested:
+            while step < end_step and not self._stop_requested:
                 to_save = self.save_checkpoints_steps - step % self.save_checkpoints_steps
-                num = min(self.steps_per_loop, self.num_train_steps - step, to_save)
+                num = min(self.steps_per_loop, end_step - step, to_save)
                 self._maybe_profile(step, num)
                 loop_start = time.time()
                 loss_t, norm_t = loop(iterator, tf.constant(num, tf.int32))
@@ -393,33 +423,32 @@ class Trainer:
                     norm,
                     num * global_batch_size / max(elapsed, 1e-9),
                     start_time,
+                    end_step,
                 )
-                if step >= self.num_train_steps:
+                if step >= end_step:
                     # Written before the final checkpoint: a run killed between the
                     # two resumes from the one before, trains the same last steps and
                     # writes the same summary again.
-                    summary = self._write_summary(step, loss)
-                if step % self.save_checkpoints_steps == 0 or step >= self.num_train_steps:
+                    summary = self._write_summary(step, loss, end_step)
+                if step % self.save_checkpoints_steps == 0 or step >= end_step:
                     self.save()
                 if after_loop is not None:
                     after_loop(step)
-            if self._stop_requested and step < self.num_train_steps:
+            if self._stop_requested and step < end_step:
                 self.save()
-                logging.warning(
-                    "Stopped by SIGTERM at step %d of %d (checkpoint saved).",
-                    step,
-                    self.num_train_steps,
-                )
-        except _PEER_ERRORS as e:
-            if self._num_workers() < 2:
+                logging.warning("Stopped by SIGTERM at step %d (checkpoint saved).", step)
+        except distribution.PEER_ERRORS as e:
+            if distribution.num_workers(self.strategy) < 2:
                 raise
-            raise LostWorkerError(self._lost_worker_message(e, step)) from e
+            latest = tf.train.latest_checkpoint(self.output_dir) if self._is_chief() else None
+            message = distribution.lost_worker_message(self.strategy, e, step, latest)
+            raise LostWorkerError(message) from e
         finally:
             if previous_handler is not None:
                 signal.signal(signal.SIGTERM, previous_handler)
             writer.close()
-        if step < self.num_train_steps:
-            summary = self._write_summary(step, loss)
+        if step < end_step:
+            summary = self._write_summary(step, loss, end_step)
         return summary
 
     def _summary_path(self) -> str:
@@ -428,54 +457,23 @@ class Trainer:
             name = f"train_summary_worker_{self.strategy.cluster_resolver.task_id}.json"
         return os.path.join(self.output_dir, name)
 
-    def _write_summary(self, step: int, loss: float) -> dict:
-        """train_summary.json: the step reached, whether training is complete (else
-        what stopped it), the last loop's loss and the weights' checksum."""
+    def _write_summary(self, step: int, loss: float, end_step: int) -> dict:
+        """train_summary.json: the step reached, whether training is complete (it
+        reached `end_step`: num_train_steps, or --stop_at_step; else what stopped it),
+        the last loop's loss and the weights' checksum."""
         summary = {
             "global_step": step,
             "num_train_steps": self.num_train_steps,
-            "complete": step >= self.num_train_steps,
+            "complete": step >= end_step,
             "loss": loss,
             **self.replica_report(),
         }
+        if end_step < self.num_train_steps:
+            summary["stop_at_step"] = end_step
         if not summary["complete"]:
             summary["stopped_by"] = "SIGTERM"
         records.write_json(self._summary_path(), summary)
         return summary
-
-    def _num_workers(self) -> int:
-        resolver = getattr(self.strategy, "cluster_resolver", None)
-        if resolver is None:
-            return 1
-        spec = resolver.cluster_spec().as_dict()
-        return sum(len(tasks) for tasks in spec.values()) if spec else 1
-
-    def _lost_worker_message(self, error: Exception, step: int) -> str:
-        """Which worker was lost (from the collective error), and what to do."""
-        resolver = self.strategy.cluster_resolver
-        spec = resolver.cluster_spec().as_dict()
-        me = (resolver.task_type, resolver.task_id)
-        lost = [
-            (job, int(task))
-            for job, task in re.findall(r"/job:(\w+)/replica:\d+/task:(\d+)", str(error.message))
-            if (job, int(task)) != me
-        ]
-        if lost:
-            job, task = lost[0]
-            tasks = spec.get(job, [])
-            address = tasks[task] if isinstance(tasks, list) and task < len(tasks) else "?"
-            who = f"{job} {task} ({address})"
-        else:
-            who = "another worker"
-        latest = tf.train.latest_checkpoint(self.output_dir) if self._is_chief() else None
-        where = f"the last checkpoint ({latest})" if latest else "the last checkpoint in output_dir"
-        lines = str(error.message).strip().splitlines() or [type(error).__name__]
-        cause = next((line for line in lines if "aborted" in line.lower()), lines[-1])
-        return (
-            f"Lost {who} of the multi-worker run after step {step} ({resolver.task_type} "
-            f"{resolver.task_id} stopped: {cause.strip()}). Restart every worker with the "
-            f"same command and TF_CONFIG: they resume from {where}."
-        )
 
     def replica_report(self) -> dict:
         """A checksum of the weights and the largest difference between local replicas.
@@ -506,10 +504,12 @@ class Trainer:
         if step <= last < step + num:
             tf.profiler.experimental.stop()
 
-    def _log_progress(self, writer, step, start_step, loss, norm, examples_per_sec, start_time):
+    def _log_progress(
+        self, writer, step, start_step, loss, norm, examples_per_sec, start_time, end_step
+    ):
         lr = float(self._current_lr())
         done = step - start_step
-        eta = (time.time() - start_time) / max(done, 1) * (self.num_train_steps - step)
+        eta = (time.time() - start_time) / max(done, 1) * (end_step - step)
         logging.info(
             "step %d/%d  loss %.4f  lr %.3g  grad_norm %.3f  %.1f examples/s  ETA %s",
             step,
