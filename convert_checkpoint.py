@@ -26,6 +26,7 @@ from absl import app, flags, logging
 
 from common.errors import UserError
 import runner_flags
+from data_prep import run_control
 from modeling import checkpoint_names as names
 from modeling import checkpoints, model_files, models
 from modeling.config import BertConfig
@@ -115,6 +116,7 @@ def convert(
     model_kind: str | None = None,
     overwrite: bool = False,
     preserve_unused_tokens: bool | None = None,
+    allow_vocab_mismatch: bool = False,
 ) -> str:
     """Reads `input_checkpoint` and writes it to `output_dir` in `output_format`.
 
@@ -126,7 +128,12 @@ def convert(
     info = checkpoints.inspect_checkpoint(input_checkpoint)
     kind = choose_kind(info, model_kind)
     files = model_files.resolve(
-        bert_config_file, vocab_file, input_checkpoint, do_lower_case, preserve_unused_tokens
+        bert_config_file,
+        vocab_file,
+        input_checkpoint,
+        do_lower_case,
+        preserve_unused_tokens=preserve_unused_tokens,
+        allow_vocab_mismatch=allow_vocab_mismatch,
     )
     model = build_model(kind, files.config, info["num_labels"])
     restored = checkpoints.restore_model(input_checkpoint, model)
@@ -158,6 +165,8 @@ def convert(
 
 
 def main(_):
+    run_control.hold_file(FLAGS.output_dir, f"--output_dir={FLAGS.output_dir}")
+    run_control.exit_on_sigterm("convert_checkpoint")
     path = convert(
         FLAGS.init_checkpoint,
         FLAGS.output_dir,
@@ -168,6 +177,7 @@ def main(_):
         model_kind=FLAGS.model_kind,
         overwrite=FLAGS.overwrite,
         preserve_unused_tokens=runner_flags.preserve_unused_tokens_flag(FLAGS),
+        allow_vocab_mismatch=FLAGS.allow_vocab_mismatch,
     )
     logging.info("Wrote %s (%s)", path, FLAGS.output_format)
 

@@ -26,10 +26,12 @@ after `import tensorflow_text`.
 
 from __future__ import annotations
 
+import keras
 from absl import app, flags, logging
 
 from common.errors import UserError
 import runner_flags
+from data_prep import run_control
 from modeling import checkpoint_readers, checkpoints, model_files
 from modeling.config import BertConfig
 from modeling.encoder import BertEncoder
@@ -80,6 +82,7 @@ def export_encoder(with_mlm: bool) -> str:
         FLAGS.vocab_file,
         FLAGS.init_checkpoint,
         runner_flags.do_lower_case_flag(FLAGS),
+        FLAGS.allow_vocab_mismatch,
     )
     encoder, pretrainer = build_encoder(files.config, FLAGS.init_checkpoint, with_mlm)
     masked_lm = pretrainer.masked_lm if pretrainer is not None else None
@@ -102,6 +105,10 @@ def export_preprocessing() -> str:
             "--vocab_file (or an --init_checkpoint folder with vocab.txt) "
             "is required for --export_type=preprocessing"
         )
+    if FLAGS.vocab_file and FLAGS.init_checkpoint:
+        model_files.check_vocab_matches_model(
+            FLAGS.vocab_file, FLAGS.init_checkpoint, FLAGS.allow_vocab_mismatch
+        )
     do_lower_case = model_files.resolve_case(
         runner_flags.do_lower_case_flag(FLAGS), FLAGS.init_checkpoint, vocab_file
     )
@@ -123,6 +130,11 @@ def main(_):
         savedmodel.check_export_path(FLAGS.export_path, FLAGS.overwrite)
     except (ValueError, FileExistsError) as e:
         raise app.UsageError(f"--export_path={FLAGS.export_path}: {e}") from None
+    run_control.hold_file(FLAGS.export_path, f"--export_path={FLAGS.export_path}")
+    run_control.exit_on_sigterm("export_tfhub")
+    # The dropout layers' seed state is saved with the model: a fixed seed makes the
+    # same command write the same export, byte for byte (saved_model.pb aside).
+    keras.utils.set_random_seed(0)
     if FLAGS.export_type == "preprocessing":
         path = export_preprocessing()
     else:

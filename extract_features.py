@@ -27,7 +27,7 @@ from absl import app, flags, logging
 
 from common.errors import MissingFileError, UserError
 import runner_flags
-from data_prep import input_pipeline, records, tokenization
+from data_prep import input_pipeline, records, run_control, tokenization
 from modeling import checkpoints
 from modeling.encoder import BertEncoder
 
@@ -203,6 +203,8 @@ def _write_batch(
 
 def main(_):
     runner_flags.apply_original_flags(FLAGS)
+    run_control.hold_file(FLAGS.output_file, f"--output_file={FLAGS.output_file}")
+    run_control.exit_on_sigterm("extract_features")
     files = runner_flags.resolve_model_files(FLAGS)
     tokenizer = files.tokenizer()
     encoder = BertEncoder(files.config)

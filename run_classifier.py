@@ -470,7 +470,9 @@ def main(_):
         processor, FLAGS.data_dir, FLAGS.output_dir, files, FLAGS.max_seq_length, settings
     )
     task = ClassifierTask(processor, data, FLAGS.data_dir, FLAGS.max_seq_length, settings)
-    finetuning.run(task, settings, strategy, encoder, files)
+    runner_flags.run_training(
+        lambda: finetuning.run(task, settings, strategy, encoder, files), FLAGS.output_dir
+    )
 
 
 def cli():

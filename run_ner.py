@@ -531,7 +531,9 @@ def main(_):
     encoder, files = runner_flags.build_encoder(FLAGS, strategy)
     labels, splits, train_metadata = read_splits(files, settings)
     task = NerTask(labels, splits, train_metadata, feature_options(), settings)
-    finetuning.run(task, settings, strategy, encoder, files)
+    runner_flags.run_training(
+        lambda: finetuning.run(task, settings, strategy, encoder, files), FLAGS.output_dir
+    )
 
 
 def cli():

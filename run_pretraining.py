@@ -21,7 +21,7 @@ from absl import app, flags, logging
 
 import runner_flags
 from common.errors import UserError
-from data_prep import pretraining_data, records
+from data_prep import pretraining_data, records, run_control
 from data_prep.input_pipeline import RecordMetadata
 from modeling import checkpoint_readers, checkpoints, model_files, training
 from modeling.config import BertConfig
@@ -66,6 +66,18 @@ runner_flags.define_common_flags(max_seq_length=128)
 runner_flags.define_training_flags()
 
 EVAL_RESULTS = "eval_results.txt"
+# What a resumed run must share with the run it resumes (else a warning names both).
+RESUME_SETTINGS = (
+    "train_batch_size",
+    "gradient_accumulation_steps",
+    "learning_rate",
+    "num_train_steps",
+    "num_warmup_steps",
+    "max_seq_length",
+    "max_predictions_per_seq",
+    "seed",
+    "input_files",
+)
 
 
 def build_model(config: BertConfig, dtype: str, kernels: str = "auto") -> BertPretrainer:
@@ -98,6 +110,10 @@ def resolve_model_files() -> model_files.ModelFiles:
         model_files.side_dirs(FLAGS.init_checkpoint), model_files.VOCAB_FILE
     )
     do_lower_case = runner_flags.do_lower_case_flag(FLAGS)
+    if FLAGS.vocab_file and FLAGS.init_checkpoint:
+        model_files.check_vocab_matches_model(
+            FLAGS.vocab_file, FLAGS.init_checkpoint, FLAGS.allow_vocab_mismatch
+        )
     if vocab_file:
         model_files.check_vocab_fits_config(vocab_file, config)
         do_lower_case = model_files.resolve_case(do_lower_case, FLAGS.init_checkpoint, vocab_file)
@@ -120,8 +136,9 @@ def with_shards_preserve_setting(
 
 def check_shards(shards: list[str], files: model_files.ModelFiles) -> RecordMetadata:
     """The shards' metadata (their sequence length, masked positions, vocabulary,
-    case and preserve_unused_tokens) against the run, before any work; their first
-    record when they have none."""
+    case and preserve_unused_tokens) against the run, and that they are what finished
+    runs left, before any work; their first record when they have no metadata."""
+    pretraining_data.check_shard_runs(shards)
     return pretraining_data.shards_metadata(
         shards,
         FLAGS.max_seq_length,
@@ -144,10 +161,10 @@ def evaluate(trainer: training.Trainer, files: list[str], metadata: RecordMetada
 def input_shards() -> tuple[list[str], list[str]]:
     """(training shards, evaluation shards): --input_file's, and --eval_input_file's
     (default: the same)."""
-    shards = records.expand_globs(FLAGS.input_file)
+    shards = pretraining_data.expand_input_files(FLAGS.input_file)
     if not FLAGS.eval_input_file:
         return shards, shards
-    return shards, records.expand_globs(FLAGS.eval_input_file, "--eval_input_file")
+    return shards, pretraining_data.expand_input_files(FLAGS.eval_input_file, "--eval_input_file")
 
 
 def build_trainer(strategy, model) -> training.Trainer:
@@ -202,10 +219,11 @@ def main(_):
         model = build_model(files.config, FLAGS.dtype, FLAGS.kernels)
     trainer = build_trainer(strategy, model)
     model_files.write_model_files(FLAGS.output_dir, files, BertPretrainer.MODEL_KIND)
-    records.write_json(
-        os.path.join(FLAGS.output_dir, "run_config.json"),
-        dict(runner_flags.flag_values(FLAGS), input_files=shards),
-    )
+    run_config = os.path.join(FLAGS.output_dir, "run_config.json")
+    values = dict(runner_flags.flag_values(FLAGS), input_files=shards)
+    if FLAGS.do_train:
+        run_control.warn_changed_settings(run_config, values, RESUME_SETTINGS)
+    records.write_json(run_config, values)
 
     def initialize():
         if FLAGS.restore_training_state:  # Weights, moments, global step.
@@ -215,11 +233,14 @@ def main(_):
 
     trainer.restore_or_initialize(initialize)
     if FLAGS.do_train:
-        trainer.train(
-            make_dataset_fn(shards, metadata, FLAGS.train_batch_size, True, FLAGS.seed),
-            FLAGS.train_batch_size,
-            first_step=first_step,
-            stop_at_step=FLAGS.stop_at_step,
+        runner_flags.run_training(
+            lambda: trainer.train(
+                make_dataset_fn(shards, metadata, FLAGS.train_batch_size, True, FLAGS.seed),
+                FLAGS.train_batch_size,
+                first_step=first_step,
+                stop_at_step=FLAGS.stop_at_step,
+            )["complete"],
+            FLAGS.output_dir,
         )
     if FLAGS.do_eval:
         evaluate(trainer, eval_shards, eval_metadata)

@@ -351,7 +351,9 @@ def main(_):
     encoder, files = runner_flags.build_encoder(FLAGS, strategy)
     train_data, predict_data = build_features(files, settings)
     task = SquadTask(train_data, predict_data, settings, files.do_lower_case)
-    finetuning.run(task, settings, strategy, encoder, files)
+    runner_flags.run_training(
+        lambda: finetuning.run(task, settings, strategy, encoder, files), FLAGS.output_dir
+    )
 
 
 def cli():

@@ -17,7 +17,8 @@ import tensorflow as tf
 from absl import app, flags, logging
 
 from common.errors import UserError
-from modeling import checkpoint_readers, distribution, finetuning, kernels, model_files
+from data_prep import run_control
+from modeling import checkpoint_readers, distribution, finetuning, kernels, model_files, training
 from modeling.encoder import BertEncoder
 from serving import savedmodel
 
@@ -62,6 +63,14 @@ def define_model_flags(max_seq_length: int | None, flag_values=FLAGS) -> None:
         "token, e.g. markers put into those slots) instead of splitting it on its "
         "brackets, as the original's flag. When not given, the model's own setting "
         "(its model_info.json), else false; recorded in the run's model_info.json.",
+        flag_values=f,
+    )
+    flags.DEFINE_bool(
+        "allow_vocab_mismatch",
+        False,
+        "Use --vocab_file even where it differs from the vocabulary that comes with "
+        "--init_checkpoint (its vocab.txt, or the fingerprint in its model_info.json); "
+        "by default that is an error naming the first line that differs.",
         flag_values=f,
     )
     if max_seq_length is not None:
@@ -413,9 +422,17 @@ def setup(FLAGS) -> tf.distribute.Strategy:
     determinism and a log file in output_dir. Returns the strategy.
 
     The strategy is created first: MultiWorkerMirroredStrategy must configure its
-    collective ops before TensorFlow runs anything.
+    collective ops before TensorFlow runs anything. Before it, the run takes the lock of
+    its output_dir (and --export_dir), and SIGTERM is set to end it with one line and
+    exit code 143.
     """
     apply_original_flags(FLAGS)
+    run_control.hold_run_outputs(  # Of a multi-worker run, the chief alone.
+        FLAGS.output_dir,
+        FLAGS.export_dir if "export_dir" in FLAGS else None,
+        FLAGS.distribution_strategy == "multi_worker_mirrored",
+    )
+    run_control.exit_on_sigterm(os.path.basename(sys.argv[0]))
     if FLAGS.num_cpu_devices > 1:
         distribution.split_cpu(FLAGS.num_cpu_devices)
     strategy = distribution.create_strategy(
@@ -435,6 +452,11 @@ def setup(FLAGS) -> tf.distribute.Strategy:
             logging.DEBUG if FLAGS.verbose_logging else logging.INFO
         )
     return strategy
+
+
+def run_training(train_fn, output_dir: str) -> None:
+    """`run_control.run_training`: a run stopped by SIGTERM exits 143, a lost worker 75."""
+    run_control.run_training(train_fn, output_dir, training.SUMMARY_FILE)
 
 
 def check_max_seq_length(max_seq_length: int, config) -> None:
@@ -477,7 +499,8 @@ def resolve_model_files(FLAGS) -> model_files.ModelFiles:
         FLAGS.vocab_file,
         FLAGS.init_checkpoint,
         do_lower_case_flag(FLAGS),
-        preserve_unused_tokens_flag(FLAGS),
+        preserve_unused_tokens=preserve_unused_tokens_flag(FLAGS),
+        allow_vocab_mismatch=FLAGS.allow_vocab_mismatch,
     )
     check_max_seq_length(FLAGS.max_seq_length, files.config)
     return files
@@ -491,6 +514,13 @@ def hub_model_files(FLAGS, encoder) -> model_files.ModelFiles:
             FLAGS.hub_module_url,
         )
     vocab_file = FLAGS.vocab_file or encoder.vocab_file
+    if FLAGS.vocab_file and encoder.vocab_file:
+        model_files.check_vocab_matches_model(
+            FLAGS.vocab_file,
+            FLAGS.hub_module_url,
+            FLAGS.allow_vocab_mismatch,
+            own_vocab=encoder.vocab_file,
+        )
     if vocab_file is None:
         raise UserError(
             f"--vocab_file is required: the TF Hub encoder "
@@ -578,7 +608,10 @@ def check_finetuning_flags(FLAGS) -> None:
         raise app.UsageError("--output_dir is required")
     if FLAGS.export_dir:
         try:
-            savedmodel.check_export_path(FLAGS.export_dir, FLAGS.overwrite)
+            savedmodel.check_export_path(
+                FLAGS.export_dir,
+                FLAGS.overwrite or finetuning.owns_export(FLAGS.output_dir, FLAGS.export_dir),
+            )
         except (ValueError, FileExistsError) as e:
             raise type(e)(f"--export_dir={FLAGS.export_dir}: {e}") from None
 

@@ -175,7 +175,7 @@ def serialize_features(features: InputFeatures, is_regression: bool) -> bytes:
             }
         )
     )
-    return example.SerializeToString()
+    return example.SerializeToString(deterministic=True)
 
 
 # ----------------------------------------------------------------------------

@@ -301,7 +301,11 @@ class BuildShard(beam.DoFn):
                 options,
                 vocab,
                 stats,
-                {"document_shard": shard.describe(), "run_random_seed": settings.run.random_seed},
+                {
+                    "document_shard": shard.describe(),
+                    "run_random_seed": settings.run.random_seed,
+                    "pipeline_run": settings.run_id,
+                },
             )
             written = 1
         elif stats.lines:

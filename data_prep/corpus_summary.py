@@ -125,8 +125,15 @@ def summarize(totals: dict, settings: PipelineSettings, vocab_file: str) -> dict
     }
 
 
+PENDING_NAME = ".summary.json.pending"
+
+
 def write_summary(totals: dict, settings: PipelineSettings, vocab_file: str) -> str:
-    """Writes `<output_dir>/summary.json`; its path."""
-    path = join_path(settings.output_dir, SUMMARY_NAME)
-    records.write_json(path, summarize(totals, settings, vocab_file), sort_keys=False)
+    """Writes the summary under a hidden name, `<output_dir>/.summary.json.pending`,
+    returns its path. `corpus_pipeline.run` makes it summary.json once the whole
+    pipeline has succeeded: a stage of the pipeline that failed after this one ran
+    leaves no summary."""
+    path = join_path(settings.output_dir, PENDING_NAME)
+    summary = dict(summarize(totals, settings, vocab_file), run_id=settings.run_id)
+    records.write_json(path, summary, sort_keys=False)
     return path

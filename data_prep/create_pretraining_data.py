@@ -48,9 +48,9 @@ from absl import logging
 import tensorflow as tf
 
 from common.errors import UserError
-from data_prep import records
+from data_prep import records, run_control
 from data_prep.pretraining_instances import InstanceOptions, MaskingOptions
-from data_prep.pretraining_records import RunOptions, run
+from data_prep.pretraining_records import RunOptions, check_no_earlier_shards, run
 
 
 # ----------------------------------------------------------------------------
@@ -93,6 +93,18 @@ def resolve_output_files(
     return outputs
 
 
+def hold_outputs(output_file: str, options: RunOptions, overwrite: bool) -> None:
+    """One run per output: the lock of each output file, or of the directory when
+    --output_file is one. Such a directory holding an earlier run's shards that this
+    run would not replace is refused (with `overwrite`, they are removed first)."""
+    if options.per_input_file and "," not in output_file and tf.io.gfile.isdir(output_file):
+        run_control.hold_file(output_file, "--output_file=%s" % output_file)
+        check_no_earlier_shards(output_file, options.output_files, overwrite, "--overwrite")
+        return
+    for path in options.output_files:
+        run_control.hold_file(path, "--output_file=%s" % path)
+
+
 # ----------------------------------------------------------------------------
 # Command line.
 # ----------------------------------------------------------------------------
@@ -122,6 +134,14 @@ def define_flags(flag_values: flags.FlagValues = flags.FLAGS) -> None:
         "vocab_file", None, "The vocabulary file that the BERT model was trained on.", **define
     )
     define_instance_flags(flag_values)
+    flags.DEFINE_bool(
+        "overwrite",
+        False,
+        "With a directory as --output_file: remove the shards an earlier run left "
+        "there that this run would not replace (by default such a directory is "
+        "refused: a glob over it would read both runs' shards).",
+        **define,
+    )
     flags.DEFINE_integer(
         "num_workers",
         1,
@@ -258,6 +278,8 @@ def main(argv):
     logging.set_verbosity(logging.INFO)
     try:
         options = options_from_flags(flags.FLAGS)
+        hold_outputs(flags.FLAGS.output_file, options, flags.FLAGS.overwrite)
+        run_control.exit_on_sigterm("create_pretraining_data")
         logging.info("Reading %s", ", ".join(options.input_files))
         logging.info("Writing %s", ", ".join(options.output_files))
         run(options)

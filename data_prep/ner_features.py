@@ -328,7 +328,7 @@ def write_tfrecord(features: Sequence[InputFeatures], path: str) -> None:
                         "unique_ids": ints([feature.unique_id]),
                     }
                 )
-            ).SerializeToString()
+            ).SerializeToString(deterministic=True)
             for feature in features
         ),
     )

@@ -33,6 +33,89 @@ def read_metadata(shard: str) -> RecordMetadata:
     return RecordMetadata.read(shard, RECORD_FORMAT, COUNT_KEY)
 
 
+PIPELINE_SUMMARY = "summary.json"
+
+
+def expand_input_files(pattern: str, what: str = "--input_file") -> list[str]:
+    """Comma-separated globs -> files (`records.expand_globs`: sorted per pattern,
+    hidden temporary files of unfinished writes skipped; an error if one matches none).
+
+    The JSON files that describe shards (`<shard>.meta.json`, a pipeline's
+    summary.json) are left out when a glob such as `shards/*` matches them.
+    """
+    files = records.expand_globs(pattern, what)
+    shards = [
+        path
+        for path in files
+        if not path.endswith(records.METADATA_SUFFIX) and os.path.basename(path) != PIPELINE_SUMMARY
+    ]
+    return shards or files
+
+
+def check_shard_runs(files: list[str]) -> None:
+    """Refuses shards that a finished run did not leave as they are.
+
+    create_pretraining_data names in each shard's metadata its run (`run_id`) and
+    the run's shards (`run_shards`): each of those must be beside it, with the same
+    run. The Beam pipeline names its run (`pipeline_run`): the summary.json beside
+    the shard, written last, must be that run's and list the shard. So a set that a
+    killed run left unfinished, or that mixes an earlier run's shards with a later
+    one's, fails before any work, naming the shard and what to do.
+    """
+    cache = {}
+
+    def metadata_of(path):
+        if path not in cache:
+            meta = records.metadata_path(path)
+            cache[path] = records.read_json(meta) if tf.io.gfile.exists(meta) else None
+        return cache[path]
+
+    checked = set()
+    for path in files:
+        metadata = metadata_of(path)
+        if not isinstance(metadata, dict):
+            continue
+        directory = os.path.dirname(path)
+        run_id = metadata.get("run_id")
+        if run_id and metadata.get("run_shards") and (directory, run_id) not in checked:
+            checked.add((directory, run_id))
+            for name in metadata["run_shards"]:
+                sibling = os.path.join(directory, name)
+                other = metadata_of(sibling) if tf.io.gfile.exists(sibling) else None
+                if other is None:
+                    raise UserError(
+                        f"{path} is one of the {len(metadata['run_shards'])} shards of one "
+                        f"run, but {sibling} is missing or has no metadata: that run did not "
+                        f"finish. Run it again to the end (the same command)."
+                    )
+                if other.get("run_id") != run_id:
+                    raise UserError(
+                        f"{path} and {sibling} are shards of two different runs (run_id "
+                        f"{run_id} and {other.get('run_id')}): an earlier run's shards are "
+                        f"beside a later run's. Make the shards again into an empty place."
+                    )
+        pipeline_run = metadata.get("pipeline_run")
+        if pipeline_run:
+            summary_path = os.path.join(directory, PIPELINE_SUMMARY)
+            if not tf.io.gfile.exists(summary_path):
+                raise UserError(
+                    f"{path} is a shard of a pipeline run that did not finish (no "
+                    f"{PIPELINE_SUMMARY} in {directory or '.'}): run the pipeline again to "
+                    f"the end."
+                )
+            if summary_path not in cache:
+                cache[summary_path] = records.read_json(summary_path)
+            summary = cache[summary_path]
+            if summary.get("run_id") != pipeline_run or os.path.basename(path) not in summary.get(
+                "shards", []
+            ):
+                raise UserError(
+                    f"{path} was left by an earlier pipeline run: {summary_path} describes "
+                    f"another run, which did not write it. Remove it, or run the pipeline "
+                    f"again with --overwrite."
+                )
+
+
 def feature_spec(max_seq_length: int, max_predictions_per_seq: int) -> dict:
     """`tf.io.parse_single_example` spec of the shards' features."""
     fixed = tf.io.FixedLenFeature

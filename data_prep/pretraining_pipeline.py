@@ -27,6 +27,7 @@ from data_prep import corpus
 from data_prep import corpus_pipeline
 from data_prep import corpus_settings
 from data_prep import create_pretraining_data as cpd
+from data_prep import run_control
 
 
 # ----------------------------------------------------------------------------
@@ -104,6 +105,14 @@ def define_flags(flag_values: flags.FlagValues = flags.FLAGS) -> None:
     flags.DEFINE_enum(
         "stop_after", "shards", corpus_settings.STAGES, "The last stage to run.", **define
     )
+    flags.DEFINE_bool(
+        "overwrite",
+        False,
+        "Remove the shards an earlier run left in --output_dir that this run would "
+        "not replace (another shard size, other inputs); by default such an "
+        "--output_dir is refused, since a glob over it would read both runs' shards.",
+        **define,
+    )
     cpd.define_instance_flags(flag_values)
     for name in ("input_file", "output_dir", "vocab_file"):
         flags.mark_flag_as_required(name, flag_values=flag_values)
@@ -143,7 +152,10 @@ def main(argv):
     )
     try:
         settings = settings_from_flags(flags.FLAGS)
-        corpus_pipeline.run(settings, PipelineOptions(argv[1:]))
+        if "://" not in settings.output_dir and not os.path.isfile(settings.output_dir):
+            run_control.hold_directory(settings.output_dir, "--output_dir=%s" % settings.output_dir)
+        run_control.exit_on_sigterm("pretraining_pipeline")
+        corpus_pipeline.run(settings, PipelineOptions(argv[1:]), overwrite=flags.FLAGS.overwrite)
     except Exception as e:  # pylint: disable=broad-except
         message = _input_error_message(e)
         if message is None:

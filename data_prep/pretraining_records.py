@@ -17,6 +17,8 @@ import array
 import collections
 import contextlib
 import dataclasses
+import hashlib
+import json
 import mmap
 import multiprocessing
 import os
@@ -28,7 +30,7 @@ from typing import Callable, Sequence
 from absl import logging
 import tensorflow as tf
 
-from common.errors import UserError
+from common.errors import OutputExistsError, UserError
 from data_prep import pretraining_data, records
 from data_prep import tokenization
 from data_prep.pretraining_instances import (
@@ -227,19 +229,25 @@ def write_shards(
 ) -> None:
     """Writes `spill[order[k]]` to `output_files[k % len(output_files)]`.
 
-    Each file is written under a hidden temporary name (`records`); when all
-    are complete, `metadata[i]` is written to `<output_files[i]>.meta.json`,
-    then the files are renamed. A shard never appears without its metadata;
-    on an error the temporary files are removed.
+    The metadata of earlier files of these names is removed first; each file is
+    written under a hidden temporary name (`records`) and renamed when all are
+    complete; then `metadata[i]` is written to `<output_files[i]>.meta.json`.
+    Metadata never describes records other than its own (a kill between the two
+    steps leaves a complete shard without metadata, which `run_shards` in its
+    siblings' metadata shows as unfinished); on an error the temporary files are
+    removed.
     """
+    for path in output_files:
+        if tf.io.gfile.exists(records.metadata_path(path)):
+            tf.io.gfile.remove(records.metadata_path(path))
     with contextlib.ExitStack() as stack:
         writers = [
             stack.enter_context(records.atomic_tfrecord_writer(path)) for path in output_files
         ]
         for k, index in enumerate(order):
             writers[k % len(writers)].write(spill[index])
-        for path, shard_metadata_ in zip(output_files, metadata):
-            records.write_json(records.metadata_path(path), shard_metadata_, sort_keys=False)
+    for path, shard_metadata_ in zip(output_files, metadata):
+        records.write_json(records.metadata_path(path), shard_metadata_, sort_keys=False)
 
 
 def shard_metadata(
@@ -296,6 +304,71 @@ def shard_metadata(
 # ----------------------------------------------------------------------------
 
 
+def run_identity(options: RunOptions, input_sizes: Sequence[int] | None = None) -> str:
+    """A name for what a run makes: a hash of every setting that changes its records,
+    its input files (names and sizes) and its shard names. The same command gives the
+    same name, so a rerun's shards (and their metadata) equal an uninterrupted run's;
+    shards of two different runs never share it (`pretraining_data.check_shard_runs`)."""
+    if input_sizes is None:
+        input_sizes = [tf.io.gfile.stat(path).length for path in options.input_files]
+    described = dict(
+        dataclasses.asdict(options),
+        input_files=[[path, size] for path, size in zip(options.input_files, input_sizes)],
+        output_files=[os.path.basename(path) for path in options.output_files],
+        vocab_sha256=records.file_sha256(options.vocab_file),
+    )
+    for unused in ("progress_interval_s", "num_workers", "vocab_file"):
+        described.pop(unused)
+    text = json.dumps(described, sort_keys=True, default=str)
+    return hashlib.sha256(text.encode("utf-8")).hexdigest()[:16]
+
+
+def earlier_shards(directory: str, keep: Sequence[str]) -> list[str]:
+    """The pre-training shards (with this module's metadata) in `directory` that are
+    not among the paths `keep`: left by an earlier run into the same place."""
+    if not tf.io.gfile.isdir(directory):
+        return []
+    keep = {os.path.basename(path) for path in keep}
+    found = []
+    for name in sorted(tf.io.gfile.listdir(directory)):
+        path = os.path.join(directory, name)
+        if (
+            name.startswith(".")
+            or name in keep
+            or not tf.io.gfile.exists(records.metadata_path(path))
+        ):
+            continue
+        try:
+            pretraining_data.read_metadata(path)
+        except ValueError:
+            continue
+        found.append(path)
+    return found
+
+
+def check_no_earlier_shards(
+    directory: str, keep: Sequence[str], overwrite: bool, flag: str
+) -> None:
+    """Refuses (or, with `overwrite`, removes) the shards of an earlier run in
+    `directory` that this run would not replace: never two runs' shards side by side,
+    where a glob such as `shards/*` would read both."""
+    found = earlier_shards(directory, keep)
+    if not found:
+        return
+    if not overwrite:
+        shown = ", ".join(os.path.basename(path) for path in found[:5])
+        more = " and %d more" % (len(found) - 5) if len(found) > 5 else ""
+        raise OutputExistsError(
+            "%s holds %d shards of an earlier run that this run would not replace (%s%s): "
+            "a glob over it would read both runs' records. Give another output, or pass "
+            "%s to remove them first." % (directory, len(found), shown, more, flag)
+        )
+    logging.warning("Removing %d shards of an earlier run from %s.", len(found), directory)
+    for path in found:
+        tf.io.gfile.remove(records.metadata_path(path))  # First: no shard stays described.
+        tf.io.gfile.remove(path)
+
+
 def generate_instances(
     documents,
     options: RunOptions,
@@ -333,7 +406,10 @@ def generate_instances(
 
 
 def build_shards(
-    input_files: Sequence[str], output_files: Sequence[str], options: RunOptions
+    input_files: Sequence[str],
+    output_files: Sequence[str],
+    options: RunOptions,
+    extra_metadata: dict | None = None,
 ) -> Stats:
     """The original's run: read, shuffle documents, generate, shuffle, write.
 
@@ -357,7 +433,14 @@ def build_shards(
         input_files, tokenizer, options.instance.max_num_tokens, stats, options.progress_interval_s
     )
     return write_instances(
-        documents, len(tokenizer.vocab), input_files, output_files, options, vocab, stats
+        documents,
+        len(tokenizer.vocab),
+        input_files,
+        output_files,
+        options,
+        vocab,
+        stats,
+        extra_metadata,
     )
 
 
@@ -445,8 +528,8 @@ def _log_summary(label: str, stats: Stats) -> None:
 
 def _build_one_shard(task: tuple) -> Stats:
     """Pool task: one input file -> one shard."""
-    input_file, output_file, options = task
-    return build_shards([input_file], [output_file], options)
+    input_file, output_file, options, extra_metadata = task
+    return build_shards([input_file], [output_file], options, extra_metadata)
 
 
 def _init_worker(verbosity: int) -> None:
@@ -460,9 +543,15 @@ def run(options: RunOptions) -> Stats:
     for directory in {os.path.dirname(path) for path in options.output_files}:
         if directory:
             tf.io.gfile.makedirs(directory)
+    # Every shard names its run and the run's shards, so that a reader sees a set
+    # that a killed run left incomplete, or that mixes two runs.
+    extra = {
+        "run_id": run_identity(options),
+        "run_shards": [os.path.basename(path) for path in options.output_files],
+    }
     if not options.per_input_file:
-        return build_shards(options.input_files, options.output_files, options)
-    tasks = [(i, o, options) for i, o in zip(options.input_files, options.output_files)]
+        return build_shards(options.input_files, options.output_files, options, extra)
+    tasks = [(i, o, options, extra) for i, o in zip(options.input_files, options.output_files)]
     total = Stats()
     if options.num_workers <= 1:
         for task in tasks:

@@ -26,6 +26,7 @@ Shape legend: B batch.
 from __future__ import annotations
 
 import contextlib
+import errno
 import hashlib
 import json
 import os
@@ -35,7 +36,7 @@ from typing import Iterable, Iterator, Mapping, Sequence
 
 import tensorflow as tf
 
-from common.errors import MissingFileError, UserError
+from common.errors import CannotWriteError, MissingFileError, UserError
 
 _TEMP_MARK = ".tmp-"
 
@@ -92,10 +93,45 @@ def glob_escape(name: str) -> str:
     return "".join(f"[{c}]" if c in "*?[" else c for c in name)
 
 
+# Why a write fails for a reason outside the program: errno values and the words
+# TensorFlow's file systems put in their messages.
+_WRITE_ERRNOS = (errno.ENOSPC, errno.EDQUOT, errno.EFBIG, errno.EACCES, errno.EPERM, errno.EROFS)
+_WRITE_REASONS = (
+    "No space left on device",
+    "Disk quota exceeded",
+    "File too large",
+    "Permission denied",
+    "Operation not permitted",
+    "Read-only file system",
+)
+
+
+def cannot_write(path: str, error: BaseException) -> CannotWriteError | None:
+    """A CannotWriteError for people when `error` says that `path` cannot be written
+    (no space, no permission, a read-only file system); None for any other error."""
+    if isinstance(error, OSError) and error.errno in _WRITE_ERRNOS:
+        reason = error.strerror or str(error)
+    elif isinstance(error, (OSError, tf.errors.OpError)):
+        text = error.message if isinstance(error, tf.errors.OpError) else str(error)
+        reason = next((r for r in _WRITE_REASONS if r.lower() in text.lower()), None)
+        if reason is None:
+            return None
+    else:
+        return None
+    return CannotWriteError(
+        f"cannot write {path}: {reason}. Nothing unfinished was left under that name; "
+        f"free some space, or give an output where this user may write, and run the same "
+        f"command again."
+    )
+
+
 def _make_parent(path: str) -> None:
     directory, _ = _split(path)
     if directory:
-        tf.io.gfile.makedirs(directory)
+        try:
+            tf.io.gfile.makedirs(directory)
+        except (OSError, tf.errors.OpError) as e:
+            raise (cannot_write(directory, e) or e) from e
 
 
 @contextlib.contextmanager
@@ -112,8 +148,11 @@ def atomic_path(path: str) -> Iterator[str]:
     try:
         yield temp
         tf.io.gfile.rename(temp, path, overwrite=True)
-    except BaseException:
+    except BaseException as e:
         _remove(temp)
+        error = cannot_write(path, e)
+        if error is not None:
+            raise error from e
         raise
 
 
@@ -243,11 +282,14 @@ def atomic_directory(path: str) -> Iterator[str]:
     _make_parent(path)
     clear_stale_temps(path)
     temp = temp_path(path)
-    tf.io.gfile.makedirs(temp)
     try:
+        tf.io.gfile.makedirs(temp)
         yield temp
-    except BaseException:
+    except BaseException as e:
         _remove(temp)
+        error = cannot_write(path, e)
+        if error is not None:
+            raise error from e
         raise
     if not tf.io.gfile.exists(path):
         tf.io.gfile.rename(temp, path)

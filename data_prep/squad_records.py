@@ -110,7 +110,10 @@ def write_features(features: Iterable[InputFeatures], output_file: str, is_train
     """
     count = records.write_tfrecord(
         output_file,
-        (feature_to_tf_example(feature, is_training).SerializeToString() for feature in features),
+        (
+            feature_to_tf_example(feature, is_training).SerializeToString(deterministic=True)
+            for feature in features
+        ),
     )
     logging.info("Wrote %d features to %s.", count, output_file)
     return count

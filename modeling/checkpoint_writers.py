@@ -28,6 +28,7 @@ import tensorflow as tf
 from common.errors import MissingFileError, OutputExistsError, UserError
 from data_prep import records
 from modeling import checkpoint_names as names
+from modeling import model_files
 from modeling.checkpoint_readers import MODEL_INFO
 
 _CHECKPOINT_FILES = r"(index|data-\d{5}-of-\d{5})"
@@ -244,6 +245,8 @@ def _write_directory(
                 "do_lower_case": bool(do_lower_case),
                 "preserve_unused_tokens": bool(preserve_unused_tokens),
                 "written_by": writer,
+                "vocab_sha256": model_files.vocab_fingerprint(vocab_file),
+                "vocab_size": len(model_files.vocab_entries(vocab_file)),
             },
         )
 

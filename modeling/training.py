@@ -15,9 +15,12 @@ gradient accumulation all compute the same loss and gradient for the same global
 Gradients are all-reduced once, then clipped by global norm (1.0, as the original) and
 applied by `modeling.optimization`. Checkpoints go to `output_dir` every
 `save_checkpoints_steps`, at the end and on SIGTERM; a restarted run resumes from the
-latest one, skipping the batches it had already consumed. `restore_training_state`
-continues another run's training state (weights, optimizer moments and step count,
-global step) on new data: phase 2 of the paper's pre-training.
+latest one, skipping the batches it had already consumed. `train_summary.json` says
+whether training is complete (`"complete": false` after SIGTERM). Under
+MultiWorkerMirrored, a lost worker is a `LostWorkerError` naming it
+(`distribution.lost_worker_message`). `restore_training_state` continues another
+run's training state (weights, optimizer moments and step count, global step) on new
+data: phase 2 of the paper's pre-training.
 """
 
 from __future__ import annotations
@@ -32,13 +35,17 @@ import numpy as np
 import tensorflow as tf
 from absl import logging
 
-from common.errors import UserError
+from common.errors import LostWorkerError, UserError
 from data_prep import records
 from modeling import checkpoint_readers
+from modeling import distribution
 from modeling import kernels as kernel_choices
 from modeling import optimization
 
 GLOBAL_STEP_KEY = "global_step/.ATTRIBUTES/VARIABLE_VALUE"
+
+
+SUMMARY_FILE = "train_summary.json"
 
 
 class Task(Protocol):
@@ -252,7 +259,10 @@ class Trainer:
         return step
 
     def save(self) -> str:
-        path = self.manager.save(checkpoint_number=self.global_step)
+        try:
+            path = self.manager.save(checkpoint_number=self.global_step)
+        except (OSError, tf.errors.OpError) as e:  # No space or no permission: say so.
+            raise records.cannot_write(self.output_dir, e) or e
         if not self._is_chief():
             tf.io.gfile.rmtree(self._checkpoint_dir())
         logging.info("Saved checkpoint %s", path)
@@ -378,7 +388,10 @@ class Trainer:
         end_step = min(stop_at_step or self.num_train_steps, self.num_train_steps)
         if start_step >= end_step:
             logging.info("Already trained %d steps; nothing to do.", start_step)
-            return {"global_step": start_step}
+            return dict(global_step=start_step, num_train_steps=self.num_train_steps, complete=True)
+        # An earlier run's summary (or one written just before a kill) is not this one's.
+        if tf.io.gfile.exists(self._summary_path()):
+            tf.io.gfile.remove(self._summary_path())
 
         def skipping_dataset_fn(context):
             return dataset_fn(context).skip(max(start_step - first_step, 0))
@@ -412,21 +425,54 @@ class Trainer:
                     start_time,
                     end_step,
                 )
+                if step >= end_step:
+                    # Written before the final checkpoint: a run killed between the
+                    # two resumes from the one before, trains the same last steps and
+                    # writes the same summary again.
+                    summary = self._write_summary(step, loss, end_step)
                 if step % self.save_checkpoints_steps == 0 or step >= end_step:
                     self.save()
                 if after_loop is not None:
                     after_loop(step)
             if self._stop_requested and step < end_step:
                 self.save()
+                logging.warning("Stopped by SIGTERM at step %d (checkpoint saved).", step)
+        except distribution.PEER_ERRORS as e:
+            if distribution.num_workers(self.strategy) < 2:
+                raise
+            latest = tf.train.latest_checkpoint(self.output_dir) if self._is_chief() else None
+            message = distribution.lost_worker_message(self.strategy, e, step, latest)
+            raise LostWorkerError(message) from e
         finally:
             if previous_handler is not None:
                 signal.signal(signal.SIGTERM, previous_handler)
             writer.close()
-        summary = {"global_step": step, "loss": loss, **self.replica_report()}
-        name = "train_summary.json"
+        if step < end_step:
+            summary = self._write_summary(step, loss, end_step)
+        return summary
+
+    def _summary_path(self) -> str:
+        name = SUMMARY_FILE
         if not self._is_chief():
             name = f"train_summary_worker_{self.strategy.cluster_resolver.task_id}.json"
-        records.write_json(os.path.join(self.output_dir, name), summary)
+        return os.path.join(self.output_dir, name)
+
+    def _write_summary(self, step: int, loss: float, end_step: int) -> dict:
+        """train_summary.json: the step reached, whether training is complete (it
+        reached `end_step`: num_train_steps, or --stop_at_step; else what stopped it),
+        the last loop's loss and the weights' checksum."""
+        summary = {
+            "global_step": step,
+            "num_train_steps": self.num_train_steps,
+            "complete": step >= end_step,
+            "loss": loss,
+            **self.replica_report(),
+        }
+        if end_step < self.num_train_steps:
+            summary["stop_at_step"] = end_step
+        if not summary["complete"]:
+            summary["stopped_by"] = "SIGTERM"
+        records.write_json(self._summary_path(), summary)
         return summary
 
     def replica_report(self) -> dict:

@@ -101,6 +101,8 @@ def test_an_output_folder_is_self_contained(tmp_path):
         "do_lower_case": True,
         "preserve_unused_tokens": False,
         "labels": ["0", "1"],
+        "vocab_sha256": model_files.vocab_fingerprint(VOCAB),
+        "vocab_size": 30522,
     }
     again = model_files.resolve(None, None, str(out), None)
     assert again.config == files.config and again.do_lower_case
