@@ -22,8 +22,13 @@ input.
 
 from __future__ import annotations
 
-from absl import app, flags, logging
+import time
 
+import common.quiet_tensorflow  # noqa: F401  (first: TensorFlow's start-up lines hidden)
+
+from absl import flags, logging
+
+from common import cli as command_line
 from common.errors import UserError
 import runner_flags
 from modeling import checkpoint_names as names
@@ -154,6 +159,8 @@ def convert(
 
 
 def main(_):
+    terminal, start = runner_flags.terminal(), time.monotonic()
+    terminal.say(f"Converting {FLAGS.init_checkpoint} to {FLAGS.output_format}")
     path = convert(
         FLAGS.init_checkpoint,
         FLAGS.output_dir,
@@ -164,12 +171,12 @@ def main(_):
         model_kind=FLAGS.model_kind,
         overwrite=FLAGS.overwrite,
     )
-    logging.info("Wrote %s (%s)", path, FLAGS.output_format)
+    terminal.say(f"Wrote {path} ({FLAGS.output_format}) in {time.monotonic() - start:.0f} s")
 
 
 def cli():
     flags.mark_flags_as_required(["init_checkpoint", "output_dir", "output_format"])
-    app.run(main)
+    command_line.run(main)
 
 
 if __name__ == "__main__":

@@ -31,15 +31,19 @@ A user's task: --task_name=generic with {train,dev,test}.tsv or .csv in --data_d
 
 from __future__ import annotations
 
+import common.quiet_tensorflow  # noqa: F401  (first: TensorFlow's start-up lines hidden)
+
 import dataclasses
 import os
 
 import keras
 import numpy as np
 import tensorflow as tf
-from absl import app, flags, logging
+from absl import flags, logging
 
+from common import cli as command_line
 from common.errors import UserError
+from common.progress import format_fields
 import runner_flags
 from data_prep import classifier_features, classifier_reader, classifier_tasks, records
 from evaluation import glue_metrics
@@ -169,7 +173,14 @@ def build_features(
     split = processor.split_name(split)
     file = os.path.join(output_dir, f"{split}.tf_record")
     metadata = classifier_features.get_or_create_features(
-        processor, data_dir, split, file, files.vocab_file, files.do_lower_case, max_seq_length
+        processor,
+        data_dir,
+        split,
+        file,
+        files.vocab_file,
+        files.do_lower_case,
+        max_seq_length,
+        runner_flags.terminal(),
     )
     if metadata["num_examples"] == 0:
         raise UserError(
@@ -215,10 +226,10 @@ def _logits_and_labels(features: dict, outputs: dict) -> dict:
 
 
 def predict_logits(
-    trainer: training.Trainer, dataset: tf.data.Dataset
+    trainer: training.Trainer, dataset: tf.data.Dataset, description: str = "predict"
 ) -> tuple[np.ndarray, np.ndarray]:
     """(logits float [N, K] ([N, 1] regression, [N, C] choices), labels [N])."""
-    outputs = trainer.predict(dataset, _logits_and_labels)
+    outputs = trainer.predict(dataset, _logits_and_labels, description)
     return outputs["logits"].astype(np.float64), outputs["label_ids"]
 
 
@@ -344,7 +355,7 @@ class ClassifierTask:
         metrics = {}
         for split, features in self.data.eval.items():
             logits, labels = predict_logits(
-                trainer, features.dataset(self.settings.eval_batch_size)
+                trainer, features.dataset(self.settings.eval_batch_size), "evaluate"
             )
             metrics.update(
                 score_split(
@@ -359,7 +370,8 @@ class ClassifierTask:
         metrics["global_step"] = global_step
         path = os.path.join(output_dir, EVAL_RESULTS)
         records.write_results(path, metrics)
-        logging.info("Eval results (%s):\n%s", path, records.format_results(metrics))
+        shown = {k: v for k, v in metrics.items() if k not in ("loss", "global_step")}
+        trainer.progress.say(f"Evaluation at step {global_step}: {format_fields(shown)} ({path})")
         return metrics
 
     def score(self, metrics: dict) -> float:
@@ -373,7 +385,7 @@ class ClassifierTask:
             values = logits[:, 0] if self.is_regression else probabilities(logits)
             path = os.path.join(output_dir, results_file_name(split, tuple(self.data.test)))
             glue_metrics.write_test_results(path, values)
-            logging.info("Wrote %d predictions to %s", len(values), path)
+            trainer.progress.say(f"Wrote {len(values)} predictions to {path}")
             try:
                 glue_metrics.submission_file_name(self.processor.name, split)
             except ValueError:
@@ -402,7 +414,7 @@ class ClassifierTask:
             labels=labels,
             overwrite=overwrite,
         )
-        logging.info("Exported the model to %s", path)
+        runner_flags.terminal().say(f"Exported the model to {path} (it answers raw text)")
 
     def model_info(self) -> dict:
         return {
@@ -431,7 +443,7 @@ def main(_):
 
 def cli():
     flags.mark_flags_as_required(["task_name", "data_dir", "output_dir"])
-    app.run(main)
+    command_line.run(main)
 
 
 if __name__ == "__main__":

@@ -32,6 +32,7 @@ from typing import Sequence
 from absl import logging
 import tensorflow as tf
 
+from common.progress import Progress
 from common.errors import UserError
 from data_prep import records, tokenization
 from data_prep.classifier_reader import (
@@ -202,8 +203,10 @@ def create_features(
     vocab_file: str,
     do_lower_case: bool,
     max_seq_length: int,
+    progress: Progress | None = None,
 ) -> dict:
-    """Reads `split`, writes its TFRecord file and metadata; returns the metadata.
+    """Reads `split`, writes its TFRecord file and metadata; returns the metadata;
+    `progress` (`common.progress`) is shown the examples done.
 
     Metadata keys: task_name, split, labels, is_regression, num_choices,
     max_seq_length, num_examples, num_truncated, do_lower_case, vocab_file
@@ -222,9 +225,11 @@ def create_features(
     tokenizer = tokenization.FullTokenizer(vocab_file, do_lower_case)
     num_truncated = 0
 
+    progress = progress if progress is not None else Progress()
+
     def serialized():
         nonlocal num_truncated
-        for example in examples:
+        for example in progress.iterate(examples, f"features {split}", len(examples), "example"):
             features = convert_example(
                 example, labels, max_seq_length, tokenizer, processor.is_regression
             )
@@ -267,6 +272,7 @@ def get_or_create_features(
     vocab_file: str,
     do_lower_case: bool,
     max_seq_length: int,
+    progress: Progress | None = None,
 ) -> dict:
     """Returns the metadata of `output_file`, (re)building it when stale.
 
@@ -285,7 +291,7 @@ def get_or_create_features(
         logging.info("Reusing %s (%d examples)", output_file, metadata["num_examples"])
         return metadata
     return create_features(
-        processor, data_dir, split, output_file, vocab_file, do_lower_case, max_seq_length
+        processor, data_dir, split, output_file, vocab_file, do_lower_case, max_seq_length, progress
     )
 
 

@@ -15,13 +15,18 @@ Usage (the corpus in the original format, 2 local worker processes):
         --direct_running_mode=multi_processing
 """
 
+import common.quiet_tensorflow  # noqa: F401  (first: TensorFlow's start-up lines hidden)
+
 import os
 import pathlib
 
-from absl import app
 from absl import flags
 from absl import logging
 from apache_beam.options.pipeline_options import PipelineOptions
+
+from common import cli
+from common.errors import UserError
+from common.progress import TerminalProgress
 
 from data_prep import corpus
 from data_prep import corpus_pipeline
@@ -143,19 +148,21 @@ def main(argv):
     )
     try:
         settings = settings_from_flags(flags.FLAGS)
-        corpus_pipeline.run(settings, PipelineOptions(argv[1:]))
+        progress = TerminalProgress(interval=flags.FLAGS.progress_interval_s)
+        corpus_pipeline.run(settings, PipelineOptions(argv[1:]), progress)
     except Exception as e:  # pylint: disable=broad-except
         message = _input_error_message(e)
         if message is None:
             raise
-        # Bad input or flags: the message says what and where; no traceback.
-        raise SystemExit("pretraining_pipeline: error: %s" % message) from None
+        # Bad input or flags, also from a worker process: the message says what and
+        # where (cli prints it alone).
+        raise UserError(message) from e
 
 
 def _input_error_message(error: Exception) -> str | None:
     """The message of bad input or flags, also when a worker process raised it
     (runners then wrap it, traceback included, in an error of their own)."""
-    if isinstance(error, ValueError):
+    if isinstance(error, UserError):
         return str(error)
     marker = corpus.BadInputError.__name__ + ": "
     text = str(error)
@@ -166,4 +173,4 @@ def _input_error_message(error: Exception) -> str | None:
 
 if __name__ == "__main__":
     define_flags()
-    app.run(main, flags_parser=_parse_flags)
+    cli.run(main, _parse_flags)

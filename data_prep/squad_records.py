@@ -27,6 +27,7 @@ from typing import Any, Iterable, Mapping, Sequence
 from absl import logging
 import tensorflow as tf
 
+from common.progress import Progress
 from common.errors import UserError
 from data_prep import records, squad_features, squad_reader
 from data_prep.squad_features import InputFeatures
@@ -195,6 +196,7 @@ def build_train_features(
     vocab_file: str,
     settings: FeatureSettings,
     seed: int,
+    progress: Progress | None = None,
 ) -> TrainData:
     """Writes (or reuses) the training records; features are streamed to the file.
 
@@ -216,8 +218,9 @@ def build_train_features(
     read = _read_usable(train_file, True, settings.version_2_with_negative)
     examples = list(read.examples)
     random.Random(seed).shuffle(examples)
+    progress = progress if progress is not None else Progress()
     features = squad_features.convert_examples_to_features(
-        examples,
+        progress.iterate(examples, "features train", len(examples), "question"),
         tokenizer,
         settings.max_seq_length,
         settings.doc_stride,
@@ -241,13 +244,20 @@ def build_train_features(
 
 
 def build_predict_features(
-    predict_file: str, record_file: str, tokenizer, vocab_file: str, settings: FeatureSettings
+    predict_file: str,
+    record_file: str,
+    tokenizer,
+    vocab_file: str,
+    settings: FeatureSettings,
+    progress: Progress | None = None,
 ) -> PredictData:
-    """Reads `predict_file`, keeps its examples and features, writes their records."""
+    """Reads `predict_file`, keeps its examples and features, writes their records;
+    `progress` (`common.progress`) is shown the questions done."""
     read = _read_usable(predict_file, False, settings.version_2_with_negative)
+    progress = progress if progress is not None else Progress()
     features = list(
         squad_features.convert_examples_to_features(
-            read.examples,
+            progress.iterate(read.examples, "features predict", len(read.examples), "question"),
             tokenizer,
             settings.max_seq_length,
             settings.doc_stride,

@@ -1,0 +1,94 @@
+"""TensorFlow imported without its start-up lines. A command line imports this module
+first, before anything that imports TensorFlow (importing it is what does the work).
+
+On import TensorFlow's C++ libraries print lines that read like failures on a machine
+without a GPU ("Could not find cuda drivers", "failed call to cuInit: ... CUDA error")
+and notes for its developers (oneDNN custom operations, CPU instructions), some of
+them twice and before its logging is initialised: measured with TensorFlow 2.21,
+TF_CPP_MIN_LOG_LEVEL=3 hides the cuInit line but not the others. So TensorFlow is
+imported, and its devices listed (which is when CUDA is initialised), with the
+process's stderr file descriptor sent to a temporary file; afterwards every line of it
+that is not one of `KNOWN_LINES` is written back to stderr, so a real error stays
+visible. For the rest of the run TF_CPP_MIN_LOG_LEVEL=2 hides TensorFlow's C++ info
+and warning lines (e.g. "Input of GeneratorDatasetOp::Dataset will not be optimized",
+once per dataset) and keeps its errors.
+
+Nothing is hidden or set when the user set TF_CPP_MIN_LOG_LEVEL or gave
+--verbose_logging.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import sys
+import tempfile
+
+# The start-up lines TensorFlow prints on every run, matched exactly enough that no
+# other message can match.
+KNOWN_LINES = tuple(
+    re.compile(pattern)
+    for pattern in (
+        r"^WARNING: All log messages before absl::InitializeLog\(\) is called are written "
+        r"to STDERR$",
+        r"^I\d{4} [\d:.]+ +\d+ port\.cc:\d+\] oneDNN custom operations are on\. ",
+        r"^I\d{4} [\d:.]+ +\d+ cudart_stub\.cc:\d+\] Could not find cuda drivers on your "
+        r"machine, GPU will not be used\.$",
+        r"^I\d{4} [\d:.]+ +\d+ cpu_feature_guard\.cc:\d+\] This TensorFlow binary is "
+        r"optimized to use available CPU instructions in performance-critical operations\.$",
+        r"^To enable the following instructions: [A-Z0-9_ ]+, in other operations, rebuild "
+        r"TensorFlow with the appropriate compiler flags\.$",
+        r"^E\d{4} [\d:.]+ +\d+ cuda_platform\.cc:\d+\] failed call to cuInit: ",
+        r"^E\d{4} [\d:.]+ +\d+ cuda_(dnn|fft|blas)\.cc:\d+\] Unable to register "
+        r"cu(DNN|FFT|BLAS) factory: ",
+    )
+)
+
+
+def wants_tensorflow_lines(argv: list[str], environ) -> bool:
+    """Whether the user asked for TensorFlow's own start-up output."""
+    if "TF_CPP_MIN_LOG_LEVEL" in environ:
+        return True
+    return any(
+        arg in ("--verbose_logging", "--verbose_logging=true", "--verbose_logging=True")
+        for arg in argv[1:]
+    )
+
+
+def unknown_lines(text: str) -> str:
+    """The lines of `text` that are not known start-up lines."""
+    kept = [
+        line
+        for line in text.splitlines(keepends=True)
+        if not any(p.search(line.rstrip("\n")) for p in KNOWN_LINES)
+    ]
+    return "".join(kept)
+
+
+def import_quietly() -> None:
+    """Imports TensorFlow and initialises its devices with the known lines hidden."""
+    if wants_tensorflow_lines(sys.argv, os.environ):
+        import tensorflow  # noqa: F401
+
+        return
+    os.environ["TF_CPP_MIN_LOG_LEVEL"] = "2"
+    sys.stderr.flush()
+    saved = os.dup(2)
+    with tempfile.TemporaryFile() as captured:
+        os.dup2(captured.fileno(), 2)
+        try:
+            import tensorflow as tf
+
+            tf.config.list_physical_devices()
+        finally:
+            sys.stderr.flush()
+            os.dup2(saved, 2)
+            os.close(saved)
+            captured.seek(0)
+            rest = unknown_lines(captured.read().decode("utf-8", errors="replace"))
+            if rest:
+                sys.stderr.write(rest)
+                sys.stderr.flush()
+
+
+import_quietly()
