@@ -424,7 +424,8 @@ class NerTask:
         logging.info("conlleval on %s:\n%s", path, report)
         shown = {k: v for k, v in conlleval.eval_results(counts).items() if "_" not in k[5:]}
         trainer.progress.say(
-            f"Evaluation at step {global_step}: {format_fields(dict(shown, **extra))} "
+            f"Evaluation at step {global_step}: "
+            f"{format_fields(dict(shown, eval_loss=extra['eval_loss']))} "
             f"({os.path.join(output_dir, EVAL_RESULTS)})"
         )
         return {**conlleval.eval_results(counts), **extra}

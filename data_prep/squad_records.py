@@ -219,15 +219,17 @@ def build_train_features(
     examples = list(read.examples)
     random.Random(seed).shuffle(examples)
     progress = progress if progress is not None else Progress()
-    features = squad_features.convert_examples_to_features(
-        progress.iterate(examples, "features train", len(examples), "question"),
-        tokenizer,
-        settings.max_seq_length,
-        settings.doc_stride,
-        settings.max_query_length,
-        is_training=True,
-    )
-    num_features = write_features(features, record_file, is_training=True)
+    with progress.task("features train", len(examples), "question") as bar:
+        features = squad_features.convert_examples_to_features(
+            examples,
+            tokenizer,
+            settings.max_seq_length,
+            settings.doc_stride,
+            settings.max_query_length,
+            is_training=True,
+            bar=bar,
+        )
+        num_features = write_features(features, record_file, is_training=True)
     metadata = write_metadata(
         record_file,
         **dataclasses.asdict(settings),
@@ -255,16 +257,18 @@ def build_predict_features(
     `progress` (`common.progress`) is shown the questions done."""
     read = _read_usable(predict_file, False, settings.version_2_with_negative)
     progress = progress if progress is not None else Progress()
-    features = list(
-        squad_features.convert_examples_to_features(
-            progress.iterate(read.examples, "features predict", len(read.examples), "question"),
-            tokenizer,
-            settings.max_seq_length,
-            settings.doc_stride,
-            settings.max_query_length,
-            is_training=False,
+    with progress.task("features predict", len(read.examples), "question") as bar:
+        features = list(
+            squad_features.convert_examples_to_features(
+                read.examples,
+                tokenizer,
+                settings.max_seq_length,
+                settings.doc_stride,
+                settings.max_query_length,
+                is_training=False,
+                bar=bar,
+            )
         )
-    )
     write_features(features, record_file, is_training=False)
     metadata = write_metadata(
         record_file,
