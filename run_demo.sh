@@ -140,53 +140,67 @@ PY
 step "The exported models answer raw text ($OUT/export)"
 python - "$OUT" <<'PY'
 import csv, json, sys, textwrap
-import common.quiet_tensorflow  # noqa: F401
+from common import quiet_tensorflow
 import tensorflow as tf
 import tensorflow_text  # noqa: F401  (the exports tokenize in-graph)
 
 out = sys.argv[1]
-show = lambda label, text: print(textwrap.fill(text, 100, initial_indent=f"  {label:<11}",
-                                               subsequent_indent=" " * 13))
-mrpc = tf.saved_model.load(f"{out}/export/mrpc").signatures["serving_default"]
-with open("sample_data/glue/MRPC/dev.tsv", encoding="utf-8-sig") as f:
-    rows = list(csv.reader(f, delimiter="\t", quoting=csv.QUOTE_NONE))[1:]
 names = {"1": "paraphrase", "0": "not a paraphrase"}
-for gold, _, _, a, b in rows[:3]:
-    got = mrpc(text_a=tf.constant([a]), text_b=tf.constant([b]))
-    label = got["labels"][0].numpy().decode()
-    show("Sentence 1", a)
-    show("Sentence 2", b)
-    show("->", f"{names[label]} (p={got['probabilities'][0].numpy().max():.2f}); "
-               f"the data set says: {names[gold]}")
 
-squad = tf.saved_model.load(f"{out}/export/squad").signatures["serving_default"]
-paragraph = json.load(open(f"{out}/squad_eval.json"))["data"][0]["paragraphs"][0]
-print()
-show("Paragraph", paragraph["context"])
-for qa in paragraph["qas"][:3]:
-    got = squad(question=tf.constant([qa["question"]]),
-                context=tf.constant([paragraph["context"]]))
-    show("Question", qa["question"])
-    show("->", f"\"{got['answer'][0].numpy().decode()}\"; the data set says: "
-               f"\"{qa['answers'][0]['text']}\"")
 
-ner = tf.saved_model.load(f"{out}/export/ner").signatures["serving_default"]
-print()
-for sentence in ("We fine-tune BERT on SQuAD v1.1 and report the F1 score on the dev set .",
-                 "The learning rate is 5e-5 and the batch size is 32 ."):
-    got = ner(text=tf.constant([sentence]))
-    words = [w.decode() for w in got["words"][0].numpy() if w]
-    tags = [t.decode() for t in got["tags"][0].numpy()][: len(words)]
-    entities, current = [], None
+def show(label, text):
+    print(textwrap.fill(text, 100, initial_indent=f"  {label:<11}", subsequent_indent=" " * 13))
+
+
+def entities(words, tags):
+    found, current = [], None
     for word, tag in zip(words, tags):
-        if tag.startswith("B-") or (tag.startswith("I-") and current is None):
+        if tag.startswith("B-") or (tag.startswith("I-") and (current or [None])[0] != tag[2:]):
             current = [tag[2:], [word]]
-            entities.append(current)
-        elif tag.startswith("I-") and current is not None and tag[2:] == current[0]:
+            found.append(current)
+        elif tag.startswith("I-"):
             current[1].append(word)
         else:
             current = None
-    show("Sentence", sentence)
-    show("->", "; ".join(f"{' '.join(w)}: {t}" for t, w in entities) or "(no entity)")
+    return "; ".join(f"{' '.join(w)}: {t}" for t, w in found) or "(no entity)"
+
+
+def main():
+    judge = tf.saved_model.load(f"{out}/export/mrpc").signatures["serving_default"]
+    with open("sample_data/glue/MRPC/dev.tsv", encoding="utf-8-sig") as f:
+        rows = list(csv.reader(f, delimiter="\t", quoting=csv.QUOTE_NONE))[1:]
+    for gold, _, _, a, b in rows[:3]:
+        got = judge(text_a=tf.constant([a]), text_b=tf.constant([b]))
+        label = got["labels"][0].numpy().decode()
+        show("Sentence 1", a)
+        show("Sentence 2", b)
+        show("->", f"{names[label]} (probability {got['probabilities'][0].numpy().max():.2f}); "
+                   f"the data set says: {names[gold]}")
+
+    answer = tf.saved_model.load(f"{out}/export/squad").signatures["serving_default"]
+    paragraph = json.load(open(f"{out}/squad_eval.json"))["data"][0]["paragraphs"][0]
+    print()
+    show("Paragraph", paragraph["context"])
+    for qa in paragraph["qas"][:3]:
+        got = answer(question=tf.constant([qa["question"]]),
+                     context=tf.constant([paragraph["context"]]))
+        show("Question", qa["question"])
+        show("->", f"\"{got['answer'][0].numpy().decode()}\"; the data set says: "
+                   f"\"{qa['answers'][0]['text']}\"")
+
+    tag = tf.saved_model.load(f"{out}/export/ner").signatures["serving_default"]
+    print()
+    for sentence in ("We fine-tune BERT on SQuAD v1.1 and report the F1 score on the dev set .",
+                     "The learning rate is 5e-5 and the batch size is 32 ."):
+        got = tag(text=tf.constant([sentence]))
+        words = [w.decode() for w in got["words"][0].numpy() if w]
+        tags = [t.decode() for t in got["tags"][0].numpy()][: len(words)]
+        show("Sentence", sentence)
+        show("->", entities(words, tags))
+
+
+# Loading an export logs a note as an error (oneDNN's int64 ops): hidden, as at start-up.
+with quiet_tensorflow.known_lines_hidden():
+    main()
 PY
 step "Done in $(elapsed). Outputs and logs under $OUT/; the full-length runs beside Hugging Face: docs/correctness.md"

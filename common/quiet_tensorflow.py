@@ -9,7 +9,8 @@ TF_CPP_MIN_LOG_LEVEL=3 hides the cuInit line but not the others. So TensorFlow i
 imported, and its devices listed (which is when CUDA is initialised), with the
 process's stderr file descriptor sent to a temporary file; afterwards every line of it
 that is not one of `KNOWN_LINES` is written back to stderr, so a real error stays
-visible. For the rest of the run TF_CPP_MIN_LOG_LEVEL=2 hides TensorFlow's C++ info
+visible (`known_lines_hidden` does the same around any block, e.g. loading an export).
+For the rest of the run TF_CPP_MIN_LOG_LEVEL=2 hides TensorFlow's C++ info
 and warning lines (e.g. "Input of GeneratorDatasetOp::Dataset will not be optimized",
 once per dataset) and keeps its errors.
 
@@ -19,6 +20,7 @@ Nothing is hidden or set when the user set TF_CPP_MIN_LOG_LEVEL or gave
 
 from __future__ import annotations
 
+import contextlib
 import os
 import re
 import sys
@@ -41,6 +43,9 @@ KNOWN_LINES = tuple(
         r"^E\d{4} [\d:.]+ +\d+ cuda_platform\.cc:\d+\] failed call to cuInit: ",
         r"^E\d{4} [\d:.]+ +\d+ cuda_(dnn|fft|blas)\.cc:\d+\] Unable to register "
         r"cu(DNN|FFT|BLAS) factory: ",
+        # Loading a SavedModel that tokenizes in-graph; logged as an error, a note.
+        r"^E\d{4} [\d:.]+ +\d+ util\.cc:\d+\] oneDNN supports DT_INT64 only on platforms "
+        r"with AVX-512\. Falling back to the default Eigen-based implementation if present\.$",
     )
 )
 
@@ -65,21 +70,20 @@ def unknown_lines(text: str) -> str:
     return "".join(kept)
 
 
-def import_quietly() -> None:
-    """Imports TensorFlow and initialises its devices with the known lines hidden."""
+@contextlib.contextmanager
+def known_lines_hidden():
+    """Within: what is written to stderr's file descriptor is held in a temporary
+    file; at the end, every line of it but the `KNOWN_LINES` goes to stderr. Nothing
+    is held when the user asked for TensorFlow's lines (`wants_tensorflow_lines`)."""
     if wants_tensorflow_lines(sys.argv, os.environ):
-        import tensorflow  # noqa: F401
-
+        yield
         return
-    os.environ["TF_CPP_MIN_LOG_LEVEL"] = "2"
     sys.stderr.flush()
     saved = os.dup(2)
     with tempfile.TemporaryFile() as captured:
         os.dup2(captured.fileno(), 2)
         try:
-            import tensorflow as tf
-
-            tf.config.list_physical_devices()
+            yield
         finally:
             sys.stderr.flush()
             os.dup2(saved, 2)
@@ -89,6 +93,16 @@ def import_quietly() -> None:
             if rest:
                 sys.stderr.write(rest)
                 sys.stderr.flush()
+
+
+def import_quietly() -> None:
+    """Imports TensorFlow and initialises its devices with the known lines hidden."""
+    if not wants_tensorflow_lines(sys.argv, os.environ):
+        os.environ["TF_CPP_MIN_LOG_LEVEL"] = "2"
+    with known_lines_hidden():
+        import tensorflow as tf
+
+        tf.config.list_physical_devices()
 
 
 import_quietly()

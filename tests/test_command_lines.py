@@ -36,6 +36,8 @@ in other operations, rebuild TensorFlow with the appropriate compiler flags.
 E0000 00:00:1795724361.100000   24431 some_kernel.cc:12] a real error: out of memory
 E0000 00:00:1795724364.210119   24431 cuda_platform.cc:52] failed call to cuInit: \
 INTERNAL: CUDA error: Failed call to cuInit: UNKNOWN ERROR (303)
+E0000 00:00:1795727071.319458   28789 util.cc:131] oneDNN supports DT_INT64 only on \
+platforms with AVX-512. Falling back to the default Eigen-based implementation if present.
 Traceback (most recent call last):
 """
 TF_STARTUP_WORDS = ("cuInit", "cudart", "CUDA", "oneDNN", "absl::InitializeLog", "cpu_feature")
