@@ -50,9 +50,14 @@ KNOWN_LINES = tuple(
 )
 
 
+# Set with TF_CPP_MIN_LOG_LEVEL by `import_quietly`: the level is ours, not the user's
+# (also in the processes this one starts, e.g. Beam's workers).
+OURS = "BERT_TF_CPP_MIN_LOG_LEVEL_SET"
+
+
 def wants_tensorflow_lines(argv: list[str], environ) -> bool:
     """Whether the user asked for TensorFlow's own start-up output."""
-    if "TF_CPP_MIN_LOG_LEVEL" in environ:
+    if "TF_CPP_MIN_LOG_LEVEL" in environ and OURS not in environ:
         return True
     return any(
         arg in ("--verbose_logging", "--verbose_logging=true", "--verbose_logging=True")
@@ -99,6 +104,7 @@ def import_quietly() -> None:
     """Imports TensorFlow and initialises its devices with the known lines hidden."""
     if not wants_tensorflow_lines(sys.argv, os.environ):
         os.environ["TF_CPP_MIN_LOG_LEVEL"] = "2"
+        os.environ[OURS] = "1"
     with known_lines_hidden():
         import tensorflow as tf
 

@@ -54,6 +54,9 @@ def test_user_settings_keep_tensorflow_lines():
     assert quiet_tensorflow.wants_tensorflow_lines(["x.py"], {"TF_CPP_MIN_LOG_LEVEL": "0"})
     assert quiet_tensorflow.wants_tensorflow_lines(["x.py", "--verbose_logging"], {})
     assert not quiet_tensorflow.wants_tensorflow_lines(["x.py", "--noverbose_logging"], {})
+    # The level this project sets (also seen by the processes it starts) is not a request.
+    ours = {"TF_CPP_MIN_LOG_LEVEL": "2", quiet_tensorflow.OURS: "1"}
+    assert not quiet_tensorflow.wants_tensorflow_lines(["x.py"], ours)
 
 
 def test_plain_lines_every_interval_with_eta():
