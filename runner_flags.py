@@ -426,7 +426,7 @@ def setup(FLAGS) -> tf.distribute.Strategy:
 def terminal() -> TerminalProgress:
     """Progress bars (or plain lines every --progress_interval_s) and result lines on
     stderr."""
-    interval = FLAGS.progress_interval_s if "progress_interval_s" in FLAGS else 30.0
+    interval = FLAGS["progress_interval_s"].value if "progress_interval_s" in FLAGS else 30.0
     return TerminalProgress(interval=interval)
 
 
@@ -436,9 +436,9 @@ def describe_devices(strategy: tf.distribute.Strategy, kernels_name: str, dtype:
     where = f"{len(gpus)} GPU" if gpus else f"CPU ({os.cpu_count()} cores, no GPU found)"
     replicas = strategy.num_replicas_in_sync
     return (
-        f"Running on {where}: {type(strategy).__name__} with {replicas} "
+        f"Running on {where}: {type(strategy).__name__}, {replicas} "
         f"replica{'s' if replicas > 1 else ''}, {dtype}, kernels {kernels_name} "
-        f"(--kernels; TensorFlow {tf.__version__})"
+        f"(TensorFlow {tf.__version__})"
     )
 
 

@@ -106,6 +106,7 @@ def tiny_model(tmp_path_factory, vocab_file):
     return [f"--bert_config_file={config}", f"--vocab_file={vocab_file}"]
 
 
+@pytest.mark.slow
 def test_short_row_is_one_message(tiny_model, mrpc_dir, tmp_path):
     data = tmp_path / "data"
     data.mkdir()
@@ -133,6 +134,7 @@ def test_short_row_is_one_message(tiny_model, mrpc_dir, tmp_path):
     assert "Traceback (most recent call last)" in open(log).read()
 
 
+@pytest.mark.slow
 def test_missing_flag_is_one_message(tmp_path):
     code, stderr = _run(["--task_name=MRPC", f"--output_dir={tmp_path}"], tmp_path)
     assert code == 2, stderr
