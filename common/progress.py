@@ -97,9 +97,11 @@ class LineTask(Task):
         self.done, self.fields, self.shown, self.lines = initial, {}, True, 0
 
     def update(self, done: int, **fields) -> None:
+        finished = self.total is not None and done >= self.total
+        if finished and self.shown and self.done == done:
+            return  # The end is shown already.
         self.done, self.fields, self.shown = done, fields, False
         now = self.clock()
-        finished = self.total is not None and done >= self.total
         if now - self.last_line >= self.interval or (finished and (self.leave or self.lines)):
             self._line(now)
 

@@ -149,7 +149,7 @@ def main(argv):
     try:
         settings = settings_from_flags(flags.FLAGS)
         progress = TerminalProgress(interval=flags.FLAGS.progress_interval_s)
-        corpus_pipeline.run(settings, PipelineOptions(argv[1:]), progress)
+        corpus_pipeline.run(settings, PipelineOptions(beam_args(argv[1:])), progress)
     except Exception as e:  # pylint: disable=broad-except
         message = _input_error_message(e)
         if message is None:
@@ -157,6 +157,15 @@ def main(argv):
         # Bad input or flags, also from a worker process: the message says what and
         # where (cli prints it alone).
         raise UserError(message) from e
+
+
+def beam_args(args: list[str]) -> list[str]:
+    """Beam's options, with its local worker processes' log at errors only unless
+    --default_sdk_harness_log_level says otherwise: at INFO they print a dozen lines
+    each as they start."""
+    if any(a.startswith("--default_sdk_harness_log_level") for a in args):
+        return args
+    return args + ["--default_sdk_harness_log_level=ERROR"]
 
 
 def _input_error_message(error: Exception) -> str | None:

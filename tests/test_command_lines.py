@@ -178,3 +178,17 @@ def test_training_shows_progress_lines_and_no_tensorflow_startup(tiny_model, mrp
     assert any(line.startswith("Evaluation at step 8: eval_accuracy ") for line in lines), stderr
     # TensorBoard summaries are kept.
     assert any(name.startswith("events.") for name in os.listdir(output_dir / "train"))
+
+
+def test_the_end_is_shown_once():
+    """A watcher that keeps reporting a finished job (the Beam driver's) adds no line."""
+    stream, now = io.StringIO(), [0.0]
+    task = progress.LineTask(stream, "shards", 2, "shard", 0, 1.0, True, clock=lambda: now[0])
+    for t, done in ((2.0, 1), (4.0, 2), (6.0, 2), (8.0, 2)):
+        now[0] = t
+        task.update(done)
+    task.close()
+    assert [line.split("  ")[0] for line in stream.getvalue().splitlines()] == [
+        "shards: shard 1/2 (50%)",
+        "shards: shard 2/2 (100%)",
+    ]
