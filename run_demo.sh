@@ -90,7 +90,7 @@ print(f"==> dev accuracy {result['eval_accuracy']:.1%} (F1 {100 * result['eval_f
 PY
 
 # ------------------------------------------------------------------ SQuAD
-step "Fine-tuning on SQuAD v1.1: answering questions on a paragraph (581 questions of 4 articles, 4 epochs)"
+step "Fine-tuning on SQuAD v1.1: answering questions on a paragraph (581 questions of 4 articles, 6 epochs)"
 python - "$OUT" <<'PY'
 import json, sys
 
@@ -107,7 +107,7 @@ SQUAD=(--predict_file=$OUT/squad_eval.json --init_checkpoint="$CKPT" --do_predic
   --max_seq_length=192 --doc_stride=64 --dtype=bfloat16)
 python run_squad.py "${SQUAD[@]}" --output_dir=$OUT/squad_before
 python run_squad.py "${SQUAD[@]}" --output_dir=$OUT/squad --train_file=$OUT/squad_train.json \
-  --do_train --train_batch_size=16 --learning_rate=1e-4 --num_train_epochs=4 \
+  --do_train --train_batch_size=16 --learning_rate=1e-4 --num_train_epochs=6 \
   --noevaluate_every_epoch --export_dir=$OUT/export/squad
 python - "$OUT" <<'PY'
 import sys

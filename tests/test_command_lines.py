@@ -173,7 +173,7 @@ def test_training_shows_progress_lines_and_no_tensorflow_startup(tiny_model, mrp
     assert [line.split()[2] for line in steps] == ["2/8", "4/8", "6/8", "8/8"], stderr
     for line in steps:
         assert re.search(
-            r"  loss \d+\.\d+  examples/s [\d.]+  elapsed \d+:\d\d  ETA \d+:\d\d$", line
+            r"  loss \d+\.\d+  examples/s [\d.,]+  elapsed \d+:\d\d  ETA \d+:\d\d$", line
         )
     assert any(line.startswith("Evaluation at step 8: eval_accuracy ") for line in lines), stderr
     # TensorBoard summaries are kept.
