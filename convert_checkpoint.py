@@ -22,8 +22,13 @@ input.
 
 from __future__ import annotations
 
-from absl import app, flags, logging
+import time
 
+import common.quiet_tensorflow  # noqa: F401  (first: TensorFlow's start-up lines hidden)
+
+from absl import flags, logging
+
+from common import cli as command_line
 from common.errors import UserError
 import runner_flags
 from data_prep import run_control
@@ -167,6 +172,8 @@ def convert(
 def main(_):
     run_control.hold_file(FLAGS.output_dir, f"--output_dir={FLAGS.output_dir}")
     run_control.exit_on_sigterm("convert_checkpoint")
+    terminal, start = runner_flags.terminal(), time.monotonic()
+    terminal.say(f"Converting {FLAGS.init_checkpoint} to {FLAGS.output_format}")
     path = convert(
         FLAGS.init_checkpoint,
         FLAGS.output_dir,
@@ -179,12 +186,12 @@ def main(_):
         preserve_unused_tokens=runner_flags.preserve_unused_tokens_flag(FLAGS),
         allow_vocab_mismatch=FLAGS.allow_vocab_mismatch,
     )
-    logging.info("Wrote %s (%s)", path, FLAGS.output_format)
+    terminal.say(f"Wrote {path} ({FLAGS.output_format}) in {time.monotonic() - start:.0f} s")
 
 
 def cli():
     flags.mark_flags_as_required(["init_checkpoint", "output_dir", "output_format"])
-    app.run(main)
+    command_line.run(main)
 
 
 if __name__ == "__main__":

@@ -26,9 +26,14 @@ after `import tensorflow_text`.
 
 from __future__ import annotations
 
-import keras
-from absl import app, flags, logging
+import time
 
+import common.quiet_tensorflow  # noqa: F401  (first: TensorFlow's start-up lines hidden)
+
+import keras
+from absl import app, flags
+
+from common import cli as command_line
 from common.errors import UserError
 import runner_flags
 from data_prep import run_control
@@ -135,16 +140,18 @@ def main(_):
     # The dropout layers' seed state is saved with the model: a fixed seed makes the
     # same command write the same export, byte for byte (saved_model.pb aside).
     keras.utils.set_random_seed(0)
+    terminal, start = runner_flags.terminal(), time.monotonic()
+    terminal.say(f"Exporting {FLAGS.export_type}: building, tracing and writing the SavedModel")
     if FLAGS.export_type == "preprocessing":
         path = export_preprocessing()
     else:
         path = export_encoder(with_mlm=FLAGS.export_type == "encoder_with_mlm")
-    logging.info("Exported %s to %s", FLAGS.export_type, path)
+    terminal.say(f"Exported {FLAGS.export_type} to {path} in {time.monotonic() - start:.0f} s")
 
 
 def cli():
     flags.mark_flags_as_required(["export_path"])
-    app.run(main)
+    command_line.run(main)
 
 
 if __name__ == "__main__":

@@ -15,6 +15,8 @@ written to a temporary file, renamed when complete.
 
 from __future__ import annotations
 
+import common.quiet_tensorflow  # noqa: F401  (first: TensorFlow's start-up lines hidden)
+
 import json
 import os
 import re
@@ -23,9 +25,11 @@ from typing import Iterator
 
 import numpy as np
 import tensorflow as tf
-from absl import app, flags, logging
+from absl import flags, logging
 
+from common import cli as command_line
 from common.errors import MissingFileError, UserError
+from common.progress import Progress
 import runner_flags
 from data_prep import input_pipeline, records, run_control, tokenization
 from modeling import checkpoints
@@ -47,6 +51,7 @@ flags.DEFINE_bool(
     "Original flag: not needed (the embedding lookup is the same on every device).",
 )
 runner_flags.define_model_flags(max_seq_length=128)
+runner_flags.define_progress_flag()
 runner_flags.define_original_flags()
 
 _PAIR = re.compile(r"^(.*) \|\|\| (.*)$")
@@ -148,13 +153,16 @@ def extract(
     max_seq_length: int,
     batch_size: int,
     pad_to_max_seq_length: bool = False,
+    progress: Progress | None = None,
 ) -> int:
     """Writes the features of every line of `input_file`; returns the example count.
 
     Each batch is computed at the length of its longest example rounded up to one of
     a few sizes (`input_pipeline.cut_length`), or at `max_seq_length` with
-    `pad_to_max_seq_length`; the values of the real tokens are the same.
+    `pad_to_max_seq_length`; the values of the real tokens are the same. `progress`
+    (`common.progress`) is shown the examples done.
     """
+    progress = progress if progress is not None else Progress()
     if max_seq_length > encoder.config.max_position_embeddings:
         raise UserError(
             f"--max_seq_length={max_seq_length} exceeds max_position_embeddings="
@@ -164,9 +172,10 @@ def extract(
     options = (tokenizer, feature_fn, layer_indexes, max_seq_length, pad_to_max_seq_length)
     count, start = 0, time.time()
     # Nothing half-written survives: the output appears only when complete.
+    total = sum(1 for _ in read_examples(input_file))
     with records.atomic_open(output_file) as out:
         batch = []
-        for example in read_examples(input_file):
+        for example in progress.iterate(read_examples(input_file), "features", total, "example"):
             batch.append(example)
             if len(batch) == batch_size:
                 count += _write_batch(out, batch, *options)
@@ -180,7 +189,9 @@ def extract(
                 )
         if batch:
             count += _write_batch(out, batch, *options)
-    logging.info("Wrote %d examples to %s in %.1fs", count, output_file, time.time() - start)
+    progress.say(
+        f"Wrote the features of {count} examples to {output_file} in {time.time() - start:.0f} s"
+    )
     return count
 
 
@@ -222,12 +233,13 @@ def main(_):
         FLAGS.max_seq_length,
         FLAGS.batch_size,
         runner_flags.pad_to_max_seq_length(FLAGS),
+        runner_flags.terminal(),
     )
 
 
 def cli():
     flags.mark_flags_as_required(["input_file", "output_file"])
-    app.run(main)
+    command_line.run(main)
 
 
 if __name__ == "__main__":

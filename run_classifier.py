@@ -42,6 +42,8 @@ release, in a module of one's own on the Python path:
 
 from __future__ import annotations
 
+import common.quiet_tensorflow  # noqa: F401  (first: TensorFlow's start-up lines hidden)
+
 import dataclasses
 import os
 import sys
@@ -49,9 +51,11 @@ import sys
 import keras
 import numpy as np
 import tensorflow as tf
-from absl import app, flags, logging
+from absl import flags, logging
 
+from common import cli as command_line
 from common.errors import UserError
+from common.progress import format_fields
 import runner_flags
 from data_prep import classifier_features, classifier_reader, classifier_tasks, records
 from data_prep.input_pipeline import RecordMetadata
@@ -204,6 +208,7 @@ def build_features(
         files.do_lower_case,
         max_seq_length,
         files.preserve_unused_tokens,
+        runner_flags.terminal(),
     )
     if metadata.num_records == 0:
         source = processor.input_files(data_dir, split) or [f"{data_dir} (its reader's files)"]
@@ -248,10 +253,10 @@ def _logits_and_labels(features: dict, outputs: dict) -> dict:
 
 
 def predict_logits(
-    trainer: training.Trainer, dataset: tf.data.Dataset
+    trainer: training.Trainer, dataset: tf.data.Dataset, description: str = "predict"
 ) -> tuple[np.ndarray, np.ndarray]:
     """(logits float [N, K] ([N, 1] regression, [N, C] choices), labels [N])."""
-    outputs = trainer.predict(dataset, _logits_and_labels)
+    outputs = trainer.predict(dataset, _logits_and_labels, description)
     return outputs["logits"].astype(np.float64), outputs["label_ids"]
 
 
@@ -383,6 +388,7 @@ class ClassifierTask:
                 features.dataset(
                     self.settings.eval_batch_size, self.settings.pad_to_max_seq_length
                 ),
+                "evaluate",
             )
             metrics.update(
                 score_split(
@@ -397,7 +403,8 @@ class ClassifierTask:
         metrics["global_step"] = global_step
         path = os.path.join(output_dir, EVAL_RESULTS)
         records.write_results(path, metrics)
-        logging.info("Eval results (%s):\n%s", path, records.format_results(metrics))
+        shown = {k: v for k, v in metrics.items() if k not in ("loss", "global_step")}
+        trainer.progress.say(f"Evaluation at step {global_step}: {format_fields(shown)} ({path})")
         return metrics
 
     def score(self, metrics: dict) -> float:
@@ -416,7 +423,7 @@ class ClassifierTask:
             values = logits[:, 0] if self.is_regression else probabilities(logits)
             path = os.path.join(output_dir, results_file_name(split, tuple(self.data.test)))
             glue_metrics.write_test_results(path, values)
-            logging.info("Wrote %d predictions to %s", len(values), path)
+            trainer.progress.say(f"Wrote {len(values)} predictions to {path}")
             try:
                 glue_metrics.submission_file_name(self.processor.name, split)
             except ValueError:
@@ -446,7 +453,7 @@ class ClassifierTask:
             overwrite=overwrite,
             preserve_unused_tokens=files.preserve_unused_tokens,
         )
-        logging.info("Exported the model to %s", path)
+        runner_flags.terminal().say(f"Exported the model to {path} (it answers raw text)")
 
     def model_info(self) -> dict:
         return {
@@ -481,7 +488,7 @@ def cli():
     # copy that would define every flag again.
     sys.modules.setdefault("run_classifier", sys.modules[__name__])
     flags.mark_flags_as_required(["task_name", "data_dir", "output_dir"])
-    app.run(main)
+    command_line.run(main)
 
 
 if __name__ == "__main__":

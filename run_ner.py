@@ -60,6 +60,8 @@ stopped.
 
 from __future__ import annotations
 
+import common.quiet_tensorflow  # noqa: F401  (first: TensorFlow's start-up lines hidden)
+
 import dataclasses
 import os
 
@@ -68,7 +70,9 @@ import numpy as np
 import tensorflow as tf
 from absl import app, flags, logging
 
+from common import cli as command_line
 from common.errors import MissingFileError, UserError
+from common.progress import format_fields
 import runner_flags
 from data_prep import conll, input_pipeline, ner_features, records, tag_schemes, tokenization
 from data_prep.input_pipeline import RecordMetadata
@@ -202,7 +206,13 @@ def to_features(
 ) -> Split:
     """A file's sentences as features labelled in `labels.scheme`."""
     features = ner_features.convert_sentences_to_features(
-        sentences, labels.labels, tokenizer, max_seq_length, doc_stride, label_scheme=labels.scheme
+        sentences,
+        labels.labels,
+        tokenizer,
+        max_seq_length,
+        doc_stride,
+        label_scheme=labels.scheme,
+        progress=runner_flags.terminal(),
     )
     logging.info(
         "%s: %d sentences, %d words, %d windows",
@@ -425,6 +435,12 @@ class NerTask:
         extra = {"eval_loss": loss["eval_loss"], "global_step": global_step}
         conlleval.write_eval_results(os.path.join(output_dir, EVAL_RESULTS), counts, extra)
         logging.info("conlleval on %s:\n%s", path, report)
+        shown = {k: v for k, v in conlleval.eval_results(counts).items() if "_" not in k[5:]}
+        trainer.progress.say(
+            f"Evaluation at step {global_step}: "
+            f"{format_fields(dict(shown, eval_loss=extra['eval_loss']))} "
+            f"({os.path.join(output_dir, EVAL_RESULTS)})"
+        )
         return {**conlleval.eval_results(counts), **extra}
 
     def score(self, metrics: dict) -> float:
@@ -465,7 +481,7 @@ class NerTask:
             doc_stride=FLAGS.doc_stride,
             tag_scheme=self.labels.scheme,
         )
-        logging.info("Exported the model to %s", path)
+        runner_flags.terminal().say(f"Exported the model to {path} (it answers raw text)")
 
     def model_info(self) -> dict:
         return {
@@ -538,7 +554,7 @@ def main(_):
 
 def cli():
     flags.mark_flags_as_required(["output_dir"])
-    app.run(main)
+    command_line.run(main)
 
 
 if __name__ == "__main__":

@@ -14,11 +14,15 @@ step, schedule and moments instead (phase 1 stopped with --stop_at_step).
 
 from __future__ import annotations
 
+import common.quiet_tensorflow  # noqa: F401  (first: TensorFlow's start-up lines hidden)
+
 import dataclasses
 import os
 
-from absl import app, flags, logging
+from absl import app, flags
 
+from common import cli as command_line
+from common.progress import format_fields
 import runner_flags
 from common.errors import UserError
 from data_prep import pretraining_data, records, run_control
@@ -154,7 +158,10 @@ def evaluate(trainer: training.Trainer, files: list[str], metadata: RecordMetada
     results = trainer.evaluate(dataset, max_steps=FLAGS.max_eval_steps)
     output = os.path.join(FLAGS.output_dir, EVAL_RESULTS)
     records.write_results(output, results)
-    logging.info("Eval results (%s): %s", output, results)
+    trainer.progress.say(
+        f"Evaluation at step {results['global_step']}: "
+        f"{format_fields({k: v for k, v in results.items() if k != 'global_step'})} ({output})"
+    )
     return results
 
 
@@ -248,7 +255,7 @@ def main(_):
 
 def cli():
     flags.mark_flags_as_required(["input_file", "output_dir"])
-    app.run(main)
+    command_line.run(main)
 
 
 if __name__ == "__main__":

@@ -35,14 +35,18 @@ on raw contexts with the answers --do_predict gives (serving/squad.py).
 
 from __future__ import annotations
 
+import common.quiet_tensorflow  # noqa: F401  (first: TensorFlow's start-up lines hidden)
+
 import os
 
 import keras
 import numpy as np
 import tensorflow as tf
-from absl import app, flags, logging
+from absl import app, flags
 
+from common import cli as command_line
 from common.errors import MissingFileError, UserError
+from common.progress import format_fields
 import runner_flags
 from data_prep import input_pipeline, records, squad_features, squad_postprocess, squad_reader
 from data_prep import squad_records
@@ -153,7 +157,8 @@ def evaluate(gold_file: str, output_dir: str, version_2_with_negative: bool) -> 
     results = squad_eval.evaluate_file(gold_file, predictions, null_odds, version_2_with_negative)
     path = os.path.join(output_dir, EVAL_RESULTS)
     records.write_results(path, results)
-    logging.info("Eval results (%s):\n%s", path, records.format_results(results))
+    shown = {k: v for k, v in results.items() if not k.endswith("_thresh")}
+    runner_flags.terminal().say(f"Evaluation: {format_fields(shown)} ({path})")
     return results
 
 
@@ -266,7 +271,7 @@ class SquadTask:
             n_best_size=FLAGS.n_best_size,
             doc_stride=FLAGS.doc_stride,
         )
-        logging.info("Exported the model to %s", path)
+        runner_flags.terminal().say(f"Exported the model to {path} (it answers raw text)")
 
     def model_info(self) -> dict:
         return {
@@ -322,6 +327,7 @@ def build_features(files: model_files.ModelFiles, settings: finetuning.Settings)
             tokenizer,
             files.vocab_file,
             feature_settings,
+            runner_flags.terminal(),
         )
         if settings.do_predict or settings.do_eval
         else None
@@ -334,6 +340,7 @@ def build_features(files: model_files.ModelFiles, settings: finetuning.Settings)
             files.vocab_file,
             feature_settings,
             settings.seed,
+            runner_flags.terminal(),
         )
         if settings.do_train
         else None
@@ -358,7 +365,7 @@ def main(_):
 
 def cli():
     flags.mark_flags_as_required(["output_dir"])
-    app.run(main)
+    command_line.run(main)
 
 
 if __name__ == "__main__":

@@ -17,6 +17,7 @@ import tensorflow as tf
 from absl import app, flags, logging
 
 from common.errors import UserError
+from common.progress import TerminalProgress
 from data_prep import run_control
 from modeling import checkpoint_readers, distribution, finetuning, kernels, model_files, training
 from modeling.encoder import BertEncoder
@@ -141,7 +142,19 @@ def define_common_flags(max_seq_length: int, flag_values=FLAGS) -> None:
         "Enable TensorFlow op determinism (bitwise reproducible runs, slower).",
         flag_values=f,
     )
+    define_progress_flag(f)
     define_original_flags(f)
+
+
+def define_progress_flag(flag_values=FLAGS) -> None:
+    flags.DEFINE_float(
+        "progress_interval_s",
+        30.0,
+        "Seconds between progress lines on stderr when it is not a terminal (a CI log, "
+        "nohup, a file); a terminal shows a live bar. The log file in --output_dir "
+        "has a line for every training loop.",
+        flag_values=flag_values,
+    )
 
 
 def define_original_flags(flag_values=FLAGS) -> None:
@@ -438,11 +451,6 @@ def setup(FLAGS) -> tf.distribute.Strategy:
     strategy = distribution.create_strategy(
         FLAGS.distribution_strategy, FLAGS.tpu, zone=FLAGS.tpu_zone, project=FLAGS.gcp_project
     )
-    chosen = kernels.resolve(FLAGS.kernels)
-    logging.info("Kernels (--kernels=%s): %s", FLAGS.kernels, chosen)
-    keras.utils.set_random_seed(FLAGS.seed)
-    if FLAGS.deterministic:
-        tf.config.experimental.enable_op_determinism()
     if FLAGS.output_dir:
         tf.io.gfile.makedirs(FLAGS.output_dir)
         logging.get_absl_handler().use_absl_log_file(
@@ -451,12 +459,37 @@ def setup(FLAGS) -> tf.distribute.Strategy:
         logging.get_absl_handler().setLevel(
             logging.DEBUG if FLAGS.verbose_logging else logging.INFO
         )
+    chosen = kernels.resolve(FLAGS.kernels)
+    logging.info("Kernels (--kernels=%s): %s", FLAGS.kernels, chosen)
+    terminal().say(describe_devices(strategy, chosen.name, FLAGS.dtype))
+    keras.utils.set_random_seed(FLAGS.seed)
+    if FLAGS.deterministic:
+        tf.config.experimental.enable_op_determinism()
     return strategy
 
 
 def run_training(train_fn, output_dir: str) -> None:
     """`run_control.run_training`: a run stopped by SIGTERM exits 143, a lost worker 75."""
     run_control.run_training(train_fn, output_dir, training.SUMMARY_FILE)
+
+
+def terminal() -> TerminalProgress:
+    """Progress bars (or plain lines every --progress_interval_s) and result lines on
+    stderr."""
+    interval = FLAGS["progress_interval_s"].value if "progress_interval_s" in FLAGS else 30.0
+    return TerminalProgress(interval=interval)
+
+
+def describe_devices(strategy: tf.distribute.Strategy, kernels_name: str, dtype: str) -> str:
+    """One line: the devices, the strategy, the compute dtype and the CPU kernels."""
+    gpus = tf.config.list_physical_devices("GPU")
+    where = f"{len(gpus)} GPU" if gpus else f"CPU ({os.cpu_count()} cores, no GPU found)"
+    replicas = strategy.num_replicas_in_sync
+    return (
+        f"Running on {where}: {type(strategy).__name__}, {replicas} "
+        f"replica{'s' if replicas > 1 else ''}, {dtype}, kernels {kernels_name} "
+        f"(TensorFlow {tf.__version__})"
+    )
 
 
 def check_max_seq_length(max_seq_length: int, config) -> None:
@@ -586,6 +619,7 @@ def trainer_options(FLAGS) -> dict:
         max_checkpoints=FLAGS.keep_checkpoint_max,
         profile_steps=profile,
         kernels=FLAGS.kernels,
+        progress=terminal(),
     )
 
 

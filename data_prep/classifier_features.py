@@ -32,6 +32,7 @@ from typing import Sequence
 from absl import logging
 import tensorflow as tf
 
+from common.progress import Progress
 from common.errors import UserError
 from data_prep import input_pipeline, records, tokenization
 from data_prep.input_pipeline import RecordMetadata
@@ -214,8 +215,10 @@ def create_features(
     do_lower_case: bool,
     max_seq_length: int,
     preserve_unused_tokens: bool = False,
+    progress: Progress | None = None,
 ) -> RecordMetadata:
-    """Reads `split`, writes its TFRecord file and metadata; returns the metadata.
+    """Reads `split`, writes its TFRecord file and metadata; returns the metadata;
+    `progress` (`common.progress`) is shown the examples done.
 
     Metadata entries: task_name, split, labels, is_regression, num_choices,
     max_seq_length, num_examples, num_truncated, do_lower_case,
@@ -243,9 +246,11 @@ def create_features(
     tokenizer = tokenization.FullTokenizer(vocab_file, do_lower_case, preserve_unused_tokens)
     num_truncated = 0
 
+    progress = progress if progress is not None else Progress()
+
     def serialized():
         nonlocal num_truncated
-        for example in examples:
+        for example in progress.iterate(examples, f"features {split}", len(examples), "example"):
             features = convert_example(
                 example, labels, max_seq_length, tokenizer, processor.is_regression
             )
@@ -289,6 +294,7 @@ def get_or_create_features(
     do_lower_case: bool,
     max_seq_length: int,
     preserve_unused_tokens: bool = False,
+    progress: Progress | None = None,
 ) -> RecordMetadata:
     """Returns the metadata of `output_file`, (re)building it when stale.
 
@@ -324,6 +330,7 @@ def get_or_create_features(
         do_lower_case,
         max_seq_length,
         preserve_unused_tokens,
+        progress,
     )
 
 

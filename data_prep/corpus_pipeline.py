@@ -41,6 +41,7 @@ import dataclasses
 import hashlib
 import json
 import os
+import threading
 import time
 
 from absl import logging
@@ -49,6 +50,7 @@ from apache_beam.io.filesystems import FileSystems
 from apache_beam.options.pipeline_options import PipelineOptions
 
 from common.errors import OutputExistsError, UserError
+from common.progress import Progress
 from data_prep import corpus
 from data_prep import pretraining_instances
 from data_prep import pretraining_records
@@ -246,7 +248,12 @@ def _vocab(pipeline, settings: PipelineSettings, shards, words):
     )
 
 
-def run(settings: PipelineSettings, beam_options: PipelineOptions, overwrite: bool = False) -> dict:
+def run(
+    settings: PipelineSettings,
+    beam_options: PipelineOptions,
+    overwrite: bool = False,
+    progress: Progress | None = None,
+) -> dict:
     """Runs the pipeline to the end; returns its summary.
 
     A run owns its output_dir's shards: shards of an earlier run there that this run
@@ -254,7 +261,12 @@ def run(settings: PipelineSettings, beam_options: PipelineOptions, overwrite: bo
     first with `overwrite`; those it replaces are replaced one by one, and
     summary.json, written once everything succeeded, lists the run's shards
     (`pretraining_data.check_shard_runs` refuses any other beside them).
+
+    `progress` is told how many of the planned document shards have their output
+    (`<name>.tfrecord`, or `<name>.txt` with stop_after="sentences") while the
+    pipeline runs, from the driver: the files appear only when complete.
     """
+    progress = progress if progress is not None else Progress()
     if not settings.learn_vocab_size:
         pretraining_instances.VocabIds.from_vocab(
             tokenization.load_vocab(settings.vocab_file), settings.vocab_file
@@ -288,8 +300,9 @@ def run(settings: PipelineSettings, beam_options: PipelineOptions, overwrite: bo
             FileSystems.delete([path])
     _remove_shards(earlier)
     start = time.monotonic()
-    with beam.Pipeline(runner=local_runner(beam_options), options=beam_options) as pipeline:
-        build_pipeline(pipeline, settings)
+    with ShardWatcher(settings, progress):
+        with beam.Pipeline(runner=local_runner(beam_options), options=beam_options) as pipeline:
+            build_pipeline(pipeline, settings)
     elapsed = time.monotonic() - start
     # Everything succeeded: the earlier run's shards of this run's names that this run
     # did not write (no document there) go, and the summary, listing the shards, is
@@ -303,7 +316,59 @@ def run(settings: PipelineSettings, beam_options: PipelineOptions, overwrite: bo
     records.write_json(summary_path, summary, sort_keys=False)
     FileSystems.delete([pending_path])
     _log_summary(summary, elapsed)
+    progress.say(
+        "%d documents, %d sentences -> %d instances in %d shards, in %.0f s (%s)"
+        % (
+            summary["documents"],
+            summary["sentences"],
+            summary["instances"],
+            summary["shards_written"],
+            elapsed,
+            summary_path,
+        )
+    )
     return summary
+
+
+class ShardWatcher:
+    """Counts the finished outputs of the planned document shards every `interval`
+    seconds on a thread of the driver, for `progress`; a context manager."""
+
+    def __init__(self, settings: PipelineSettings, progress: Progress, interval: float = 2.0):
+        self.planned = sum(
+            _windows(path, size, settings.shard_bytes) for path, size in settings.input_files
+        )
+        if settings.stop_after == "sentences":
+            self.pattern, self.what = join_path(settings.sentences_dir, "*.txt"), "sentences"
+        else:
+            self.pattern, self.what = join_path(settings.output_dir, "*.tfrecord"), "shards"
+        self.progress, self.interval = progress, interval
+        self.stop = threading.Event()
+        self.thread = threading.Thread(target=self._watch, daemon=True)
+
+    def finished(self, since: float) -> int:
+        matches = FileSystems.match([self.pattern])[0].metadata_list
+        return sum(
+            1
+            for m in matches
+            if not os.path.basename(m.path).startswith(".")
+            and (m.last_updated_in_seconds or since) >= since
+        )
+
+    def _watch(self) -> None:
+        since = time.time() - 1.0
+        with self.progress.task(self.what, total=self.planned, unit="shard") as bar:
+            while not self.stop.wait(self.interval):
+                bar.update(min(self.finished(since), self.planned))
+            bar.update(min(self.finished(since), self.planned))
+
+    def __enter__(self) -> ShardWatcher:
+        self.thread.start()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.stop.set()
+        self.thread.join()
 
 
 def local_runner(beam_options: PipelineOptions):

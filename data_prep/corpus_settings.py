@@ -7,6 +7,9 @@ directory and a name for local paths and for Beam's file systems.
 
 from __future__ import annotations
 
+# First: Beam's worker processes load this module (TensorFlow's start-up lines).
+import common.quiet_tensorflow  # noqa: F401
+
 import dataclasses
 import os
 

@@ -12,6 +12,10 @@ through Beam's file systems, decompressed if their name says so.
 
 from __future__ import annotations
 
+# First: Beam's worker processes load this module to run the stages, and TensorFlow's
+# start-up lines would reach the terminal from each of them.
+import common.quiet_tensorflow  # noqa: F401
+
 import collections
 import threading
 import time

@@ -9,6 +9,9 @@ into the run's summary, written last as `<output_dir>/summary.json`
 
 from __future__ import annotations
 
+# First: Beam's worker processes load this module (TensorFlow's start-up lines).
+import common.quiet_tensorflow  # noqa: F401
+
 import apache_beam as beam
 
 from data_prep import corpus

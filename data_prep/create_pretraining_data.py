@@ -39,15 +39,18 @@ Usage:
         --vocab_file=sample_data/vocab/uncased_vocab.txt
 """
 
+import common.quiet_tensorflow  # noqa: F401  (first: TensorFlow's start-up lines hidden)
+
 import os
 from typing import Sequence
 
-from absl import app
 from absl import flags
 from absl import logging
 import tensorflow as tf
 
+from common import cli as command_line
 from common.errors import UserError
+from common.progress import TerminalProgress
 from data_prep import records, run_control
 from data_prep.pretraining_instances import InstanceOptions, MaskingOptions
 from data_prep.pretraining_records import RunOptions, check_no_earlier_shards, run
@@ -276,18 +279,25 @@ def run_options_from_flags(flag_values: flags.FlagValues, **fields) -> RunOption
 def main(argv):
     del argv  # Unused.
     logging.set_verbosity(logging.INFO)
-    try:
-        options = options_from_flags(flags.FLAGS)
-        hold_outputs(flags.FLAGS.output_file, options, flags.FLAGS.overwrite)
-        run_control.exit_on_sigterm("create_pretraining_data")
-        logging.info("Reading %s", ", ".join(options.input_files))
-        logging.info("Writing %s", ", ".join(options.output_files))
-        run(options)
-    except ValueError as e:
-        # Bad input or flags: the message says what and where; no traceback.
-        raise SystemExit("create_pretraining_data: error: %s" % e) from None
+    options = options_from_flags(flags.FLAGS)
+    hold_outputs(flags.FLAGS.output_file, options, flags.FLAGS.overwrite)
+    run_control.exit_on_sigterm("create_pretraining_data")
+    logging.info("Reading %s", ", ".join(options.input_files))
+    logging.info("Writing %s", ", ".join(options.output_files))
+    progress = TerminalProgress(interval=flags.FLAGS.progress_interval_s)
+    stats = run(options, progress)
+    progress.say(
+        "%d documents -> %d instances (%d tokens, masked fraction %.3f) in %s"
+        % (
+            stats.documents,
+            stats.instances,
+            stats.tokens,
+            stats.summary()["masked_fraction"],
+            ", ".join(options.output_files),
+        )
+    )
 
 
 if __name__ == "__main__":
     define_flags()
-    app.run(main)
+    command_line.run(main)

@@ -47,6 +47,7 @@ import numpy as np
 import tensorflow as tf
 from absl import logging
 
+from common.progress import Progress
 from common.errors import UserError
 from data_prep import context_windows, input_pipeline, records, tag_schemes, tokenization
 from data_prep.input_pipeline import RecordMetadata
@@ -161,6 +162,7 @@ def convert_sentences_to_features(
     max_seq_length: int,
     doc_stride: int,
     label_scheme: str = "iob2",
+    progress: Progress | None = None,
 ) -> list[InputFeatures]:
     """Tokenizes sentences and cuts them into windows of `max_seq_length` tokens.
 
@@ -174,6 +176,7 @@ def convert_sentences_to_features(
             sentence.
         label_scheme: the tag scheme the labels are in ("iob1", "iob2", "iobes"):
             each sentence's tags are rewritten in it before they become label ids.
+        progress: shown the sentences done (`common.progress`).
 
     Returns:
         The features, sentence by sentence, window by window. A tag of a type in
@@ -194,7 +197,9 @@ def convert_sentences_to_features(
         [tokenization.CLS_TOKEN, tokenization.SEP_TOKEN]
     )
     features, unlearnt = [], []
-    for sentence_index, sentence in enumerate(sentences):
+    progress = progress if progress is not None else Progress()
+    done = progress.iterate(sentences, "features", len(sentences), "sentence")
+    for sentence_index, sentence in enumerate(done):
         word_labels = _label_ids(sentence, label_map, label_scheme, unlearnt)
         pieces, word_starts = tokenize_words(sentence.words, tokenizer)
         piece_ids = tokenizer.convert_tokens_to_ids(pieces)

@@ -31,6 +31,7 @@ from absl import logging
 import tensorflow as tf
 
 from common.errors import OutputExistsError, UserError
+from common.progress import Progress, Task
 from data_prep import pretraining_data, records
 from data_prep import tokenization
 from data_prep.pretraining_instances import (
@@ -377,8 +378,11 @@ def generate_instances(
     spill: RecordSpill,
     stats: Stats,
     label: str,
+    bar: Task | None = None,
 ) -> None:
-    """`dupe_factor` passes over the documents, serialized into `spill`."""
+    """`dupe_factor` passes over the documents, serialized into `spill`; `bar` (a
+    `common.progress.Task`) is told the documents done."""
+    bar = bar if bar is not None else Task()
     progress = ProgressLogger(
         label, options.dupe_factor * len(documents), options.progress_interval_s
     )
@@ -398,6 +402,7 @@ def generate_instances(
                 stats.random_next += instance.is_random_next
             done += 1
             progress.update(done, len(spill))
+            bar.update(done, instances=len(spill))
     stats.instances += len(spill)
     stats.tokens += sum(spill.num_tokens)
     stats.masked += sum(spill.num_masked)
@@ -410,6 +415,7 @@ def build_shards(
     output_files: Sequence[str],
     options: RunOptions,
     extra_metadata: dict | None = None,
+    progress: Progress | None = None,
 ) -> Stats:
     """The original's run: read, shuffle documents, generate, shuffle, write.
 
@@ -417,6 +423,7 @@ def build_shards(
         input_files: text files, pooled into one corpus.
         output_files: TFRecord files, filled round-robin; `<file>.meta.json`
             is written beside each.
+        progress: shown the documents done (`common.progress`).
 
     Returns:
         The run's statistics.
@@ -441,6 +448,7 @@ def build_shards(
         vocab,
         stats,
         extra_metadata,
+        progress=progress,
     )
 
 
@@ -453,6 +461,7 @@ def write_instances(
     vocab: VocabIds,
     stats: Stats,
     extra_metadata: dict | None = None,
+    progress: Progress | None = None,
 ) -> Stats:
     """The original's run from its documents on: shuffle, generate, shuffle, write.
 
@@ -467,6 +476,7 @@ def write_instances(
         vocab: special and vocabulary ids.
         stats: the counts of reading; receives those of the instances.
         extra_metadata: more entries for every metadata file.
+        progress: shown the documents done (`common.progress`).
 
     Returns:
         `stats`.
@@ -481,7 +491,11 @@ def write_instances(
     shuffle(documents, rng)
     spill = RecordSpill(_spill_directory(output_files[0]))
     try:
-        generate_instances(documents, options, vocab, rng, spill, stats, label)
+        progress = progress if progress is not None else Progress()
+        with progress.task(
+            "instances", total=options.dupe_factor * len(documents), unit="document"
+        ) as bar:
+            generate_instances(documents, options, vocab, rng, spill, stats, label, bar)
         documents.clear()
         order = array.array("q", range(len(spill)))
         shuffle(order, rng)
@@ -536,8 +550,12 @@ def _init_worker(verbosity: int) -> None:
     logging.set_verbosity(verbosity)
 
 
-def run(options: RunOptions) -> Stats:
-    """Builds the shards of `options`; returns the statistics of all of them."""
+def run(options: RunOptions, progress: Progress | None = None) -> Stats:
+    """Builds the shards of `options`; returns the statistics of all of them.
+
+    `progress` (`common.progress`) is shown the documents done (one process) or the
+    files done (`num_workers` processes)."""
+    progress = progress if progress is not None else Progress()
     # Fail on a bad vocabulary before reading (or forking for) the corpus.
     VocabIds.from_vocab(tokenization.load_vocab(options.vocab_file), options.vocab_file)
     for directory in {os.path.dirname(path) for path in options.output_files}:
@@ -550,18 +568,21 @@ def run(options: RunOptions) -> Stats:
         "run_shards": [os.path.basename(path) for path in options.output_files],
     }
     if not options.per_input_file:
-        return build_shards(options.input_files, options.output_files, options, extra)
+        return build_shards(options.input_files, options.output_files, options, extra, progress)
     tasks = [(i, o, options, extra) for i, o in zip(options.input_files, options.output_files)]
     total = Stats()
-    if options.num_workers <= 1:
-        for task in tasks:
-            total.add(_build_one_shard(task))
-    else:
-        context = multiprocessing.get_context("spawn")
-        with context.Pool(
-            min(options.num_workers, len(tasks)), _init_worker, (logging.get_verbosity(),)
-        ) as pool:
-            for stats in pool.imap_unordered(_build_one_shard, tasks):
-                total.add(stats)
+    with progress.task("files", total=len(tasks), unit="file") as bar:
+        if options.num_workers <= 1:
+            for done, task in enumerate(tasks, 1):
+                total.add(_build_one_shard(task))
+                bar.update(done, instances=total.instances)
+        else:
+            context = multiprocessing.get_context("spawn")
+            with context.Pool(
+                min(options.num_workers, len(tasks)), _init_worker, (logging.get_verbosity(),)
+            ) as pool:
+                for done, stats in enumerate(pool.imap_unordered(_build_one_shard, tasks), 1):
+                    total.add(stats)
+                    bar.update(done, instances=total.instances)
     _log_summary("all shards", total)
     return total

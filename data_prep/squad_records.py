@@ -27,6 +27,7 @@ from typing import Any, Iterable, Mapping, Sequence
 from absl import logging
 import tensorflow as tf
 
+from common.progress import Progress
 from common.errors import UserError
 from data_prep import input_pipeline, records, squad_features, squad_reader
 from data_prep.input_pipeline import RecordMetadata
@@ -212,6 +213,7 @@ def build_train_features(
     vocab_file: str,
     settings: FeatureSettings,
     seed: int,
+    progress: Progress | None = None,
 ) -> TrainData:
     """Writes (or reuses) the training records; features are streamed to the file.
 
@@ -233,15 +235,18 @@ def build_train_features(
     read = _read_usable(train_file, True, settings.version_2_with_negative)
     examples = list(read.examples)
     random.Random(seed).shuffle(examples)
-    features = squad_features.convert_examples_to_features(
-        examples,
-        tokenizer,
-        settings.max_seq_length,
-        settings.doc_stride,
-        settings.max_query_length,
-        is_training=True,
-    )
-    num_features = write_features(features, record_file, is_training=True)
+    progress = progress if progress is not None else Progress()
+    with progress.task("features train", len(examples), "question") as bar:
+        features = squad_features.convert_examples_to_features(
+            examples,
+            tokenizer,
+            settings.max_seq_length,
+            settings.doc_stride,
+            settings.max_query_length,
+            is_training=True,
+            bar=bar,
+        )
+        num_features = write_features(features, record_file, is_training=True)
     metadata = write_metadata(
         record_file,
         **dataclasses.asdict(settings),
@@ -258,20 +263,29 @@ def build_train_features(
 
 
 def build_predict_features(
-    predict_file: str, record_file: str, tokenizer, vocab_file: str, settings: FeatureSettings
+    predict_file: str,
+    record_file: str,
+    tokenizer,
+    vocab_file: str,
+    settings: FeatureSettings,
+    progress: Progress | None = None,
 ) -> PredictData:
-    """Reads `predict_file`, keeps its examples and features, writes their records."""
+    """Reads `predict_file`, keeps its examples and features, writes their records;
+    `progress` (`common.progress`) is shown the questions done."""
     read = _read_usable(predict_file, False, settings.version_2_with_negative)
-    features = list(
-        squad_features.convert_examples_to_features(
-            read.examples,
-            tokenizer,
-            settings.max_seq_length,
-            settings.doc_stride,
-            settings.max_query_length,
-            is_training=False,
+    progress = progress if progress is not None else Progress()
+    with progress.task("features predict", len(read.examples), "question") as bar:
+        features = list(
+            squad_features.convert_examples_to_features(
+                read.examples,
+                tokenizer,
+                settings.max_seq_length,
+                settings.doc_stride,
+                settings.max_query_length,
+                is_training=False,
+                bar=bar,
+            )
         )
-    )
     write_features(features, record_file, is_training=False)
     metadata = write_metadata(
         record_file,

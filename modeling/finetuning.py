@@ -421,6 +421,11 @@ def run(
             )
             return False
     step = best.restore() if best.exists else int(trainer.global_step.numpy())
+    if best.exists and settings.do_train:
+        trainer.progress.say(
+            f"The best model is that of step {step} (score {float(best.score.numpy()):.4g}): "
+            f"{best.directory}"
+        )
     if settings.do_eval:
         task.evaluate(trainer, settings.output_dir, step)
     if settings.do_predict:

@@ -36,6 +36,7 @@ import tensorflow as tf
 from absl import logging
 
 from common.errors import LostWorkerError, UserError
+from common.progress import Progress
 from data_prep import records
 from modeling import checkpoint_readers
 from modeling import distribution
@@ -113,6 +114,12 @@ def training_state_step(path: str) -> tuple[str, int]:
     return prefix, int(tf.train.load_checkpoint(prefix).get_tensor(GLOBAL_STEP_KEY))
 
 
+def _num_batches(dataset: tf.data.Dataset) -> int | None:
+    """The dataset's batch count when tf.data knows it, else None."""
+    count = int(dataset.cardinality())
+    return count if count >= 0 else None
+
+
 def _split(features: dict, parts: int, index):
     """The `index`-th of `parts` equal slices of every feature along the batch axis."""
 
@@ -129,7 +136,8 @@ class Trainer:
     Build the model under `strategy.scope()` before creating the Trainer; the Trainer
     creates the optimizer and the checkpoint (model, optimizer, global step) itself.
     `kernels` (`modeling.kernels`; None: for this CPU) says whether the optimizer step
-    is compiled.
+    is compiled. `progress` (`common.progress`) is told of every loop, evaluation batch
+    and prediction batch (the default shows nothing); every loop is also logged.
     """
 
     def __init__(
@@ -155,6 +163,7 @@ class Trainer:
         max_checkpoints: int = 5,
         profile_steps: tuple[int, int] | None = None,
         kernels=None,
+        progress: Progress | None = None,
     ):
         if gradient_accumulation_steps < 1:
             raise UserError("--gradient_accumulation_steps must be >= 1")
@@ -168,6 +177,7 @@ class Trainer:
         self.accumulation = gradient_accumulation_steps
         self.enable_xla = enable_xla
         self.profile_steps = profile_steps
+        self.progress = progress if progress is not None else Progress()
         os.makedirs(output_dir, exist_ok=True)
         with strategy.scope():
             self.variables = list(model.trainable_variables)
@@ -403,6 +413,7 @@ class Trainer:
         previous_handler = self._install_sigterm()
         step, loss = start_step, float("nan")
         start_time = time.time()
+        bar = self.progress.task("train", total=end_step, unit="step", initial=start_step)
         try:
             while step < end_step and not self._stop_requested:
                 to_save = self.save_checkpoints_steps - step % self.save_checkpoints_steps
@@ -430,6 +441,9 @@ class Trainer:
                     # two resumes from the one before, trains the same last steps and
                     # writes the same summary again.
                     summary = self._write_summary(step, loss, end_step)
+                bar.update(
+                    step, loss=loss, **{"examples/s": num * global_batch_size / max(elapsed, 1e-9)}
+                )
                 if step % self.save_checkpoints_steps == 0 or step >= end_step:
                     self.save()
                 if after_loop is not None:
@@ -444,6 +458,7 @@ class Trainer:
             message = distribution.lost_worker_message(self.strategy, e, step, latest)
             raise LostWorkerError(message) from e
         finally:
+            bar.close()
             if previous_handler is not None:
                 signal.signal(signal.SIGTERM, previous_handler)
             writer.close()
@@ -564,11 +579,16 @@ class Trainer:
         """Metrics over a batched dataset (global batches), from the task's eval sums."""
         step = self._evaluation_step()
         totals = None
-        for i, batch in enumerate(self.strategy.experimental_distribute_dataset(dataset)):
-            if max_steps is not None and i >= max_steps:
-                break
-            sums = {k: float(v) for k, v in step(batch).items()}
-            totals = sums if totals is None else {k: totals[k] + sums[k] for k in totals}
+        total = _num_batches(dataset)
+        if max_steps is not None:
+            total = max_steps if total is None else min(total, max_steps)
+        with self.progress.task(summary_name, total=total, unit="batch", leave=False) as bar:
+            for i, batch in enumerate(self.strategy.experimental_distribute_dataset(dataset)):
+                if max_steps is not None and i >= max_steps:
+                    break
+                sums = {k: float(v) for k, v in step(batch).items()}
+                totals = sums if totals is None else {k: totals[k] + sums[k] for k in totals}
+                bar.update(i + 1)
         if totals is None:
             raise UserError("the evaluation dataset is empty")
         metrics = dict(self.task.finalize_eval(totals))
@@ -581,20 +601,29 @@ class Trainer:
         writer.close()
         return metrics
 
-    def predict(self, dataset: tf.data.Dataset, output_fn: Callable[[dict, dict], dict]) -> dict:
+    def predict(
+        self,
+        dataset: tf.data.Dataset,
+        output_fn: Callable[[dict, dict], dict],
+        description: str = "predict",
+    ) -> dict:
         """Concatenated numpy arrays of output_fn(features, outputs), in dataset order.
 
         Outputs of batches cut to different lengths (`data_prep.input_pipeline`) are
         padded with zeros to the longest along their other axes. The compiled step is
         kept per `output_fn`: pass the same function (a module-level one, not a new
-        lambda) to reuse it.
+        lambda) to reuse it. `description` names the job in the progress shown (e.g.
+        "evaluate" when predictions are scored).
         """
         step = self._prediction_step(output_fn)
         pieces = []
-        for batch in self.strategy.experimental_distribute_dataset(dataset):
-            result = step(batch)
-            for local in self.strategy.experimental_local_results(result):
-                pieces.append({k: v.numpy() for k, v in local.items()})
+        total = _num_batches(dataset)
+        with self.progress.task(description, total=total, unit="batch", leave=False) as bar:
+            for i, batch in enumerate(self.strategy.experimental_distribute_dataset(dataset)):
+                result = step(batch)
+                for local in self.strategy.experimental_local_results(result):
+                    pieces.append({k: v.numpy() for k, v in local.items()})
+                bar.update(i + 1)
         if not pieces:
             return {}
         return {k: _concatenate([p[k] for p in pieces]) for k in pieces[0]}
