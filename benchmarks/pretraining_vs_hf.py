@@ -160,14 +160,14 @@ def training_batches(shard: str, count: int) -> list[dict]:
     its --seed, which the runner also sets as the global seed), each row checked to be
     a record of the shard as read here."""
     tf.random.set_seed(SEED)
+    metadata = pretraining_data.shards_metadata([shard], SEQ, PREDS)
     dataset = pretraining_data.pretraining_dataset(
         [shard],
+        metadata,
         BATCH,
-        SEQ,
-        PREDS,
         is_training=True,
-        input_context=tf.distribute.InputContext(),
         seed=SEED,
+        input_context=tf.distribute.InputContext(),
     )
     batches = [{k: v.numpy() for k, v in b.items()} for b in dataset.take(count)]
     records = set()
@@ -182,8 +182,10 @@ def training_batches(shard: str, count: int) -> list[dict]:
         )
     for batch in batches:
         for i in range(BATCH):
+            # Batches are cut to their longest sequence; records are written padded.
             row = tuple(
                 tuple(int(x) for x in batch[name][i])
+                + ((0,) * (SEQ - batch[name].shape[1]) if name.startswith("input_") else ())
                 for name in (
                     "input_word_ids",
                     "input_type_ids",

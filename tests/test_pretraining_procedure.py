@@ -235,14 +235,14 @@ def training_batches(shard, phase, count):
     """The first `count` batches the runner's training input gives (one replica). The
     runner sets the global seed (--seed), which the shuffles combine with their own."""
     keras.utils.set_random_seed(SEED)
+    metadata = pretraining_data.shards_metadata([shard], phase["seq"], phase["preds"])
     dataset = pretraining_data.pretraining_dataset(
         [shard],
+        metadata,
         BATCH,
-        phase["seq"],
-        phase["preds"],
         is_training=True,
-        input_context=tf.distribute.InputContext(),
         seed=SEED,
+        input_context=tf.distribute.InputContext(),
     )
     return list(dataset.take(count))
 

@@ -69,6 +69,8 @@ def test_pretraining_steps_equal_transformers(tmp_path):
         bench.our_weights(str(tmp_path / "original" / "ckpt-3")), weights
     )
     # The original's first update is about 3x the bias-corrected one: lr * 3.16 per
-    # weight, 3e-3 here; a bias-corrected step would be 2e-3 away.
+    # weight, 3e-3 here; a bias-corrected step would be 2e-3 away. Batches cut to
+    # their longest sequence round differently from transformers' padded ones (1.5e-5
+    # measured), so the bound is 1e-4, still 20x below the difference it tells apart.
     print(f"3 steps without bias correction: weights within {difference:.1e}")
-    assert difference <= 1e-5, (name, difference)
+    assert difference <= 1e-4, (name, difference)
