@@ -53,7 +53,6 @@ from common.errors import OutputExistsError, UserError
 from common.progress import Progress
 from data_prep import corpus
 from data_prep import pretraining_instances
-from data_prep import pretraining_records
 from data_prep import records
 from data_prep import tokenization
 from data_prep.corpus_settings import PipelineSettings, join_path
@@ -138,9 +137,10 @@ def _run_shards(output_dir: str, run_id: str | None = None, other: bool = False)
         ):
             continue
         try:
-            owner = pretraining_records.load_metadata(path).get("pipeline_run")
+            metadata = records.read_json(records.metadata_path(path))
         except ValueError:
             continue
+        owner = metadata.get("pipeline_run") if isinstance(metadata, dict) else None
         if (owner != run_id) == other:
             found.append(path)
     return sorted(found)
