@@ -15,6 +15,10 @@ and renamed onto it when complete. An existing --export_path must be an empty fo
 a previous export (which --overwrite replaces); anything else is refused and left as it
 is (serving/savedmodel.py).
 
+A left-to-right model (run_pretraining.py --objective=ltr) exports with its left-only
+attention (the SavedModel's `causal_attention` variable says so); its `mlm` logits at a
+position are the prediction of the next token.
+
 Use the encoder with `hub.KerasLayer(path, trainable=True)` (tf_keras), `hub.load`, or
 `modeling.hub.HubEncoder` in this project's Keras 3 models; the preprocessing model
 after `import tensorflow_text`.
@@ -52,10 +56,14 @@ flags.DEFINE_integer(
 )
 
 
-def build_encoder(config: BertConfig, init_checkpoint: str, with_mlm: bool):
-    """A float32 encoder (and pre-trainer, for the MLM head) loaded from the checkpoint."""
-    encoder = BertEncoder(config, dtype="float32")
-    pretrainer = BertPretrainer(encoder, config) if with_mlm else None
+def build_encoder(
+    config: BertConfig, init_checkpoint: str, with_mlm: bool, causal_attention: bool = False
+):
+    """A float32 encoder (and pre-trainer, for the MLM head) loaded from the checkpoint;
+    left-to-right (`causal_attention`) when the model's files say so."""
+    encoder = BertEncoder(config, dtype="float32", causal_attention=causal_attention)
+    objective = "ltr" if causal_attention else "mlm"
+    pretrainer = BertPretrainer(encoder, config, objective) if with_mlm else None
     restored = checkpoints.restore_model(init_checkpoint, pretrainer if with_mlm else encoder)[
         "restored"
     ]
@@ -77,7 +85,9 @@ def export_encoder(with_mlm: bool) -> str:
         FLAGS.init_checkpoint,
         runner_flags.do_lower_case_flag(FLAGS),
     )
-    encoder, pretrainer = build_encoder(files.config, FLAGS.init_checkpoint, with_mlm)
+    encoder, pretrainer = build_encoder(
+        files.config, FLAGS.init_checkpoint, with_mlm, files.causal_attention
+    )
     masked_lm = pretrainer.masked_lm if pretrainer is not None else None
     return encoder_export.export_encoder(
         encoder,

@@ -188,7 +188,8 @@ def main(_):
     runner_flags.apply_original_flags(FLAGS)
     files = runner_flags.resolve_model_files(FLAGS)
     tokenizer = tokenization.FullTokenizer(files.vocab_file, files.do_lower_case)
-    encoder = BertEncoder(files.config)
+    # A left-to-right model's features keep its left-only attention.
+    encoder = BertEncoder(files.config, causal_attention=files.causal_attention)
     if FLAGS.init_checkpoint:
         checkpoints.restore_model(FLAGS.init_checkpoint, encoder)
     else:

@@ -43,7 +43,9 @@ Outputs in output_dir:
                         a blank line between sentences: conlleval reads it;
   test_predictions.txt  the same for --predict_file.
 
-Fine-tuning trains the encoder and a token-classification layer on its last layer.
+Fine-tuning trains the encoder and a token-classification layer on its last layer
+(--bilstm_units puts a randomly initialised BiLSTM between them, the paper's Table 5
+"+ BiLSTM"; a left-to-right model keeps its left-only attention).
 --feature_based is the paper's feature-based approach (Section 5.3): the encoder is
 frozen and a combination of its layers (--feature_layers, --feature_combination)
 feeds a two-layer BiLSTM (--lstm_units each way) and a tag classifier; only those
@@ -131,6 +133,7 @@ flags.DEFINE_integer(
 runner_flags.define_common_flags(max_seq_length=128)
 runner_flags.define_training_flags()
 runner_flags.define_finetuning_flags()
+runner_flags.define_bilstm_flag()
 
 EVAL_RESULTS = "eval_results.txt"
 EVAL_REPORT = "eval_report.txt"
@@ -354,9 +357,16 @@ class NerTask:
         train_metadata: ner_features.NerMetadata | None,
         feature_options: FeatureBasedOptions | None,
         settings: finetuning.Settings,
+        bilstm_units: int = 0,
     ):
         self.labels, self.splits, self.train_metadata = labels, splits, train_metadata
         self.feature_options, self.settings = feature_options, settings
+        if feature_options and bilstm_units:
+            raise UserError(
+                "--bilstm_units is the BiLSTM of a fine-tuned tagger; --feature_based has "
+                "its own (--lstm_units)"
+            )
+        self.bilstm_units = bilstm_units
         self.model_kind = (
             feature_based.BertFeatureBasedTagger.MODEL_KIND
             if feature_options
@@ -366,12 +376,16 @@ class NerTask:
         self.num_train_examples = len(splits["train"].features) if "train" in splits else 0
 
     def build_model(self, encoder, config: BertConfig) -> keras.Model:
-        """BertTokenClassifier (fine-tuning) or, with --feature_based, the frozen-encoder
-        BiLSTM tagger of `modeling.feature_based`."""
+        """BertTokenClassifier (fine-tuning, with the BiLSTM of --bilstm_units) or, with
+        --feature_based, the frozen-encoder BiLSTM tagger of `modeling.feature_based`."""
         options, initializer = self.feature_options, self.settings.head_initializer
         if options is None:
             return BertTokenClassifier(
-                encoder, config, len(self.labels.labels), head_initializer=initializer
+                encoder,
+                config,
+                len(self.labels.labels),
+                head_initializer=initializer,
+                bilstm_units=self.bilstm_units,
             )
         layers = feature_based.parse_feature_layers(options.layers, config.num_hidden_layers)
         return feature_based.BertFeatureBasedTagger(
@@ -453,6 +467,7 @@ class NerTask:
             "label_scheme": self.labels.scheme,
             "max_seq_length": FLAGS.max_seq_length,
             "doc_stride": FLAGS.doc_stride,
+            "bilstm_units": self.bilstm_units,
         }
 
 
@@ -510,7 +525,14 @@ def main(_):
     settings = runner_flags.finetuning_settings(FLAGS)
     encoder, files = runner_flags.build_encoder(FLAGS, strategy)
     labels, splits, train_metadata = read_splits(files, settings)
-    task = NerTask(labels, splits, train_metadata, feature_options(), settings)
+    task = NerTask(
+        labels,
+        splits,
+        train_metadata,
+        feature_options(),
+        settings,
+        runner_flags.bilstm_units(FLAGS, BertTokenClassifier.MODEL_KIND),
+    )
     finetuning.run(task, settings, strategy, encoder, files)
 
 

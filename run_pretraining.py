@@ -7,21 +7,32 @@
 
 Phase 2 (sequence length 512) starts from a phase-1 checkpoint with
 --init_checkpoint=phase1_dir --max_seq_length=512 and shards made at 512.
+
+--objective=ltr trains a left-to-right language model instead (the paper's "LTR & No
+NSP" ablation, Section 5.1): causal self-attention, every position predicting the next
+token through the masked LM's tied output layer, no next-sentence loss. It reads the
+same shards: the clean text is the input with each masked position given back its
+original id. Its output_dir records the left-only constraint (model_info.json
+`causal_attention`), which every later use of the model keeps (fine-tuning,
+extract_features.py, exports, conversion); eval_results.txt holds
+next_token_accuracy, next_token_loss and perplexity.
 """
 
 from __future__ import annotations
 
 import os
 
+import tensorflow as tf
 from absl import app, flags, logging
 
 import runner_flags
+from common.errors import UserError
 from data_prep import pretraining_data, records
 from modeling import checkpoint_readers, checkpoints, model_files, training
 from modeling.config import BertConfig
 from modeling.encoder import BertEncoder
-from modeling.models import BertPretrainer
-from modeling.tasks import PretrainingTask
+from modeling.models import OBJECTIVES, BertPretrainer
+from modeling.tasks import LanguageModelTask, PretrainingTask
 
 FLAGS = flags.FLAGS
 
@@ -40,21 +51,33 @@ flags.DEFINE_bool(
     True,
     "Train the next-sentence head (False is the paper's No-NSP ablation).",
 )
+flags.DEFINE_enum(
+    "objective",
+    "mlm",
+    list(OBJECTIVES),
+    "mlm: masked LM (+ next sentence), as the original. ltr: a left-to-right LM (causal "
+    "attention, next-token prediction at every position, no next-sentence loss) on the "
+    "same shards, the paper's LTR ablation; the model keeps its left-only attention "
+    "wherever it is used afterwards.",
+)
 runner_flags.define_common_flags(max_seq_length=128)
 runner_flags.define_training_flags()
 
 EVAL_RESULTS = "eval_results.txt"
 
 
-def build_model(config: BertConfig, dtype: str, kernels: str = "auto") -> BertPretrainer:
-    encoder = BertEncoder(config, dtype=dtype, kernels=kernels)
-    return BertPretrainer(encoder, config)
+def build_model(
+    config: BertConfig, dtype: str, kernels: str = "auto", objective: str = "mlm"
+) -> BertPretrainer:
+    """The pre-trainer of `objective`: "ltr" builds a causal (left-to-right) encoder."""
+    encoder = BertEncoder(config, dtype=dtype, kernels=kernels, causal_attention=objective == "ltr")
+    return BertPretrainer(encoder, config, objective)
 
 
 def make_dataset_fn(files, batch_size, is_training, seed):
     def dataset_fn(context=None):
         per_replica = context.get_per_replica_batch_size(batch_size) if context else batch_size
-        return pretraining_data.pretraining_dataset(
+        dataset = pretraining_data.pretraining_dataset(
             files,
             per_replica,
             FLAGS.max_seq_length,
@@ -63,6 +86,11 @@ def make_dataset_fn(files, batch_size, is_training, seed):
             input_context=context,
             seed=seed,
         )
+        if FLAGS.objective == "ltr":  # The clean text, from the masked LM's shards.
+            dataset = dataset.map(
+                pretraining_data.restore_masked_tokens, num_parallel_calls=tf.data.AUTOTUNE
+            )
+        return dataset
 
     return dataset_fn
 
@@ -81,7 +109,10 @@ def resolve_model_files() -> model_files.ModelFiles:
         model_files.check_vocab_fits_config(vocab_file, config)
         do_lower_case = model_files.resolve_case(do_lower_case, FLAGS.init_checkpoint, vocab_file)
     return model_files.ModelFiles(
-        config, vocab_file, bool(FLAGS.do_lower_case if do_lower_case is None else do_lower_case)
+        config,
+        vocab_file,
+        bool(FLAGS.do_lower_case if do_lower_case is None else do_lower_case),
+        causal_attention=FLAGS.objective == "ltr",
     )
 
 
@@ -118,12 +149,39 @@ def input_shards() -> tuple[list[str], list[str]]:
     return shards, pretraining_data.expand_input_files(FLAGS.eval_input_file, "--eval_input_file")
 
 
+def check_objective() -> None:
+    """--objective=ltr has no next-sentence loss; an output_dir keeps one objective
+    (a resumed run must not mix a left-to-right model with a bidirectional one)."""
+    if FLAGS.objective == "ltr" and FLAGS["use_next_sentence_loss"].present:
+        if FLAGS.use_next_sentence_loss:
+            raise UserError(
+                "--objective=ltr has no next-sentence loss: drop --use_next_sentence_loss"
+            )
+    causal = FLAGS.objective == "ltr"
+    info_file = os.path.join(FLAGS.output_dir, model_files.MODEL_INFO)
+    if tf.train.latest_checkpoint(FLAGS.output_dir) and tf.io.gfile.exists(info_file):
+        earlier = bool(records.read_json(info_file).get("causal_attention", False))
+        if earlier != causal:
+            was = "ltr" if earlier else "mlm"
+            raise UserError(
+                f"--output_dir={FLAGS.output_dir} holds a run of --objective={was}, this "
+                f"run is --objective={FLAGS.objective}: use a new --output_dir (or "
+                f"--init_checkpoint={FLAGS.output_dir} there to start from its weights)"
+            )
+
+
 def build_trainer(strategy, model) -> training.Trainer:
-    """The Trainer of the masked-LM (and next-sentence) losses, with the flags' schedule."""
+    """The Trainer of the objective's losses (masked LM and next sentence, or next
+    token), with the flags' schedule."""
+    task = (
+        LanguageModelTask()
+        if FLAGS.objective == "ltr"
+        else PretrainingTask(FLAGS.use_next_sentence_loss)
+    )
     return training.Trainer(
         strategy,
         model,
-        PretrainingTask(FLAGS.use_next_sentence_loss),
+        task,
         FLAGS.output_dir,
         learning_rate=FLAGS.learning_rate,
         num_train_steps=FLAGS.num_train_steps,
@@ -135,14 +193,17 @@ def build_trainer(strategy, model) -> training.Trainer:
 def main(_):
     if not FLAGS.do_train and not FLAGS.do_eval:
         raise app.UsageError("At least one of --do_train or --do_eval must be set.")
+    check_objective()
     strategy = runner_flags.setup(FLAGS)
     files = resolve_model_files()
     shards, eval_shards = input_shards()
     check_shards(shards + eval_shards, files)
     with strategy.scope():
-        model = build_model(files.config, FLAGS.dtype, FLAGS.kernels)
+        model = build_model(files.config, FLAGS.dtype, FLAGS.kernels, FLAGS.objective)
     trainer = build_trainer(strategy, model)
-    model_files.write_model_files(FLAGS.output_dir, files, BertPretrainer.MODEL_KIND)
+    model_files.write_model_files(
+        FLAGS.output_dir, files, BertPretrainer.MODEL_KIND, pretraining_objective=FLAGS.objective
+    )
     records.write_json(
         os.path.join(FLAGS.output_dir, "run_config.json"),
         dict(runner_flags.flag_values(FLAGS), input_files=shards),
@@ -150,6 +211,16 @@ def main(_):
 
     def initialize():
         if FLAGS.init_checkpoint:  # The encoder, and the heads when the checkpoint has them.
+            if model_files.resolve_causal_attention(FLAGS.init_checkpoint) != (
+                FLAGS.objective == "ltr"
+            ):
+                logging.warning(
+                    "--init_checkpoint=%s was trained with the other attention "
+                    "(left-to-right vs bidirectional); this run trains it with "
+                    "--objective=%s.",
+                    FLAGS.init_checkpoint,
+                    FLAGS.objective,
+                )
             checkpoints.restore_model(FLAGS.init_checkpoint, model)
 
     trainer.restore_or_initialize(initialize)

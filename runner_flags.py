@@ -302,6 +302,26 @@ def define_doc_stride_flag(default: int, help_text: str, flag_values=FLAGS) -> N
     flags.DEFINE_integer("doc_stride", default, help_text, flag_values=flag_values)
 
 
+def define_bilstm_flag(flag_values=FLAGS) -> None:
+    """--bilstm_units: the paper's Table 5 "+ BiLSTM" (run_classifier, run_squad)."""
+    flags.DEFINE_integer(
+        "bilstm_units",
+        0,
+        "If positive: a randomly initialised bidirectional LSTM of this many units each "
+        "way between the encoder and the task head (the paper's Table 5 '+ BiLSTM'); 0: "
+        "none. Default: what a fine-tuned --init_checkpoint of this task was trained with.",
+        lower_bound=0,
+        flag_values=flag_values,
+    )
+
+
+def bilstm_units(FLAGS, model_kind: str) -> int:
+    """--bilstm_units when given, else that of a fine-tuned --init_checkpoint of this kind."""
+    if FLAGS["bilstm_units"].present or FLAGS.reinit_head or not FLAGS.init_checkpoint:
+        return FLAGS.bilstm_units
+    return finetuning.fine_tuned_bilstm_units(FLAGS.init_checkpoint, model_kind)
+
+
 def define_input_file_flags(help_texts: dict[str, str], flag_values=FLAGS) -> None:
     """--train_file, --eval_file, --predict_file: those named in `help_texts`."""
     for name, help_text in help_texts.items():
@@ -469,15 +489,20 @@ def hub_model_files(FLAGS, encoder) -> model_files.ModelFiles:
     model_files.check_vocab_fits_config(vocab_file, encoder.config)
     check_max_seq_length(FLAGS.max_seq_length, encoder.config)
     return model_files.ModelFiles(
-        encoder.config, vocab_file, do_lower_case, config_is_complete=encoder.config_is_complete
+        encoder.config,
+        vocab_file,
+        do_lower_case,
+        config_is_complete=encoder.config_is_complete,
+        causal_attention=encoder.causal_attention,
     )
 
 
 def build_encoder(
     FLAGS, strategy: tf.distribute.Strategy
 ) -> tuple[keras.layers.Layer, model_files.ModelFiles]:
-    """Our BertEncoder from the model's files, or the TF Hub encoder of
-    --hub_module_url (whose config, vocabulary and case then make the files)."""
+    """Our BertEncoder from the model's files (left-to-right when they say so), or the
+    TF Hub encoder of --hub_module_url (whose config, vocabulary and case then make the
+    files)."""
     if FLAGS.hub_module_url:
         check_init_checkpoint(FLAGS)
         from modeling import hub  # pylint: disable=g-import-not-at-top
@@ -487,7 +512,19 @@ def build_encoder(
         return encoder, hub_model_files(FLAGS, encoder)
     files = resolve_model_files(FLAGS)
     with strategy.scope():
-        return BertEncoder(files.config, dtype=FLAGS.dtype, kernels=FLAGS.kernels), files
+        encoder = BertEncoder(
+            files.config,
+            dtype=FLAGS.dtype,
+            kernels=FLAGS.kernels,
+            causal_attention=files.causal_attention,
+        )
+    if files.causal_attention:
+        logging.info(
+            "%s is a left-to-right model: the encoder keeps its left-only attention "
+            "and pools the last real token.",
+            FLAGS.init_checkpoint,
+        )
+    return encoder, files
 
 
 def trainer_options(FLAGS) -> dict:

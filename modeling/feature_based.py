@@ -31,7 +31,7 @@ import keras
 import tensorflow as tf
 
 from common.errors import UserError
-from modeling import layers
+from modeling import heads, layers
 from modeling.config import BertConfig
 from modeling.encoder import INPUT_KEYS
 
@@ -167,15 +167,7 @@ class BertFeatureBasedTagger(keras.Model):
         self.num_lstm_layers = num_lstm_layers
         # One attribute per layer (not a list): tf.train.Checkpoint tracks attributes.
         for i in range(num_lstm_layers):
-            setattr(
-                self,
-                f"bilstm_{i}",
-                keras.layers.Bidirectional(
-                    keras.layers.LSTM(lstm_units, return_sequences=True, dtype=policy),
-                    name=f"bilstm_{i}",
-                    dtype=policy,
-                ),
-            )
+            setattr(self, f"bilstm_{i}", heads.BiLSTM(lstm_units, name=f"bilstm_{i}", dtype=policy))
         self.classifier = keras.layers.Dense(
             num_labels,
             name="classifier",
@@ -206,9 +198,9 @@ class BertFeatureBasedTagger(keras.Model):
         return self.combination([tf.stop_gradient(t) for t in chosen])
 
     def call(self, inputs, training=False):
-        mask = tf.cast(inputs["input_mask"], tf.bool)  # [B, S]
+        mask = inputs["input_mask"]  # [B, S]
         x = self.dropout(self.features(inputs), training=training)
         for lstm in self.lstm_layers:
-            x = lstm(x, mask=mask, training=training)  # [B, S, 2U]
+            x = lstm(x, mask, training=training)  # [B, S, 2U]
         x = self.dropout(x, training=training)
         return {"logits": tf.cast(self.classifier(x), tf.float32)}
