@@ -328,7 +328,7 @@ def table(results: dict, pretraining: dict, rows: list[str], tasks: list[str]) -
     head = ["row", *[f"{t} ({'F1' if t != 'MRPC' else 'acc'})" for t in tasks]]
     head += ["paper MRPC", "paper SQuAD", "pre-training eval"]
     lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
-    for row in rows:
+    for row in [r for r in ROWS if r in rows]:  # The paper's order, whatever the run's.
         cells = [ROW_NAMES[row]]
         cells += [spread(results.get(row, {}).get(task, [])) for task in tasks]
         paper = PAPER.get(row, {})
