@@ -118,7 +118,8 @@ flags.DEFINE_bool(
 flags.DEFINE_string(
     "feature_layers",
     "-1,-2,-3,-4",
-    "--feature_based: encoder layers used as features, comma-separated (-1 is the last), or 'all'.",
+    "--feature_based: encoder layers used as features, comma-separated (-1 is the last; "
+    "'embeddings' is the embedding layer's output), or 'all' (every Transformer layer).",
 )
 flags.DEFINE_enum(
     "feature_combination",
