@@ -509,20 +509,21 @@ def build_encoder(
 
         with strategy.scope():
             encoder = hub.HubEncoder(FLAGS.hub_module_url)
-        return encoder, hub_model_files(FLAGS, encoder)
-    files = resolve_model_files(FLAGS)
-    with strategy.scope():
-        encoder = BertEncoder(
-            files.config,
-            dtype=FLAGS.dtype,
-            kernels=FLAGS.kernels,
-            causal_attention=files.causal_attention,
-        )
+        files = hub_model_files(FLAGS, encoder)
+    else:
+        files = resolve_model_files(FLAGS)
+        with strategy.scope():
+            encoder = BertEncoder(
+                files.config,
+                dtype=FLAGS.dtype,
+                kernels=FLAGS.kernels,
+                causal_attention=files.causal_attention,
+            )
     if files.causal_attention:
         logging.info(
             "%s is a left-to-right model: the encoder keeps its left-only attention "
             "and pools the last real token.",
-            FLAGS.init_checkpoint,
+            FLAGS.hub_module_url or FLAGS.init_checkpoint,
         )
     return encoder, files
 

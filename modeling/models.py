@@ -99,17 +99,13 @@ class BertPretrainer(keras.Model):
         return {"mlm_logits": mlm_logits, "next_sentence_logits": nsp_logits}
 
 
-class BertClassifier(keras.Model):
-    """Sequence classification (num_labels > 1) or regression (num_labels == 1) on the
-    pooled output (`[CLS]`, or the last real token of a left-to-right encoder: see
-    `BertEncoder`). Returns `logits` [B, num_labels].
+class _LabelClassifier(keras.Model):
+    """The encoder, optionally a BiLSTM (`bilstm_units` U > 0: `heads.BiLSTM` named
+    `bilstm`, randomly initialised, the paper's Table 5 "+ BiLSTM"), and a `HEAD` named
+    `classifier` with one output per label on what `_features` gives. Returns
+    `logits`."""
 
-    `bilstm_units` U > 0: a randomly initialised BiLSTM (`heads.BiLSTM`, sub-layer
-    `bilstm`) reads the sequence output and the head reads its summary vector [B, 2U]
-    instead of the pooled output (the paper's Table 5 "+ BiLSTM").
-    """
-
-    MODEL_KIND = "classifier"
+    HEAD = None
 
     def __init__(
         self,
@@ -125,7 +121,7 @@ class BertClassifier(keras.Model):
         self.num_labels = num_labels
         self.bilstm_units = bilstm_units
         self.bilstm = _bilstm(config, bilstm_units, self.dtype_policy)
-        self.classifier = heads.PooledClassifierHead(
+        self.classifier = self.HEAD(
             config,
             num_labels,
             name="classifier",
@@ -138,13 +134,29 @@ class BertClassifier(keras.Model):
 
     def call(self, inputs, training=False):
         outputs = self.encoder(_encoder_inputs(inputs), training=training)
+        features = self._features(outputs, inputs["input_mask"], training)
+        return {"logits": self.classifier(features, training=training)}
+
+
+def _sequence_features(model, outputs: dict, mask, training):
+    """[B, S, H] sequence output, or [B, S, 2U] through the model's BiLSTM."""
+    sequence = outputs["sequence_output"]
+    return sequence if model.bilstm is None else model.bilstm(sequence, mask, training=training)
+
+
+class BertClassifier(_LabelClassifier):
+    """Sequence classification (num_labels > 1) or regression (num_labels == 1) on the
+    pooled output (`[CLS]`, or the last real token of a left-to-right encoder: see
+    `BertEncoder`). Returns `logits` [B, num_labels]. With a BiLSTM the head reads its
+    summary vector [B, 2U] (`heads.BiLSTM.summary_vector`) instead."""
+
+    MODEL_KIND = "classifier"
+    HEAD = heads.PooledClassifierHead
+
+    def _features(self, outputs, mask, training):
         if self.bilstm is None:
-            x = outputs["pooled_output"]
-        else:
-            mask = inputs["input_mask"]
-            sequence = self.bilstm(outputs["sequence_output"], mask, training=training)
-            x = self.bilstm.summary_vector(sequence, mask)
-        return {"logits": self.classifier(x, training=training)}
+            return outputs["pooled_output"]
+        return self.bilstm.summary_vector(_sequence_features(self, outputs, mask, training), mask)
 
 
 class BertMultipleChoice(keras.Model):
@@ -210,49 +222,18 @@ class BertSpanLabeler(keras.Model):
         self.built = True
 
     def call(self, inputs, training=False):
-        sequence = self.encoder(_encoder_inputs(inputs), training=training)["sequence_output"]
-        if self.bilstm is not None:
-            sequence = self.bilstm(sequence, inputs["input_mask"], training=training)
+        outputs = self.encoder(_encoder_inputs(inputs), training=training)
+        sequence = _sequence_features(self, outputs, inputs["input_mask"], training)
         logits = self.span(sequence, training=training)  # [B, S, 2]
         return {"start_logits": logits[..., 0], "end_logits": logits[..., 1]}
 
 
-class BertTokenClassifier(keras.Model):
-    """Token classification (NER) on the sequence output. Returns `logits` [B, S, L].
-
-    `bilstm_units` U > 0: a randomly initialised BiLSTM (`heads.BiLSTM`, sub-layer
-    `bilstm`) between the sequence output and the head, which then reads [B, S, 2U].
-    """
+class BertTokenClassifier(_LabelClassifier):
+    """Token classification (NER) on the sequence output (through the BiLSTM, when
+    there is one). Returns `logits` [B, S, L]."""
 
     MODEL_KIND = "token_classifier"
+    HEAD = heads.TokenClassifierHead
 
-    def __init__(
-        self,
-        encoder,
-        config: BertConfig,
-        num_labels: int,
-        head_initializer: str = "truncated_normal",
-        bilstm_units: int = 0,
-        **kwargs,
-    ):
-        super().__init__(dtype=encoder.dtype_policy, **kwargs)
-        self.encoder = encoder
-        self.num_labels = num_labels
-        self.bilstm_units = bilstm_units
-        self.bilstm = _bilstm(config, bilstm_units, self.dtype_policy)
-        self.classifier = heads.TokenClassifierHead(
-            config,
-            num_labels,
-            name="classifier",
-            dtype=self.dtype_policy,
-            initializer=head_initializer,
-            input_size=2 * bilstm_units if bilstm_units else None,
-        )
-        self.classifier.build()
-        self.built = True
-
-    def call(self, inputs, training=False):
-        sequence = self.encoder(_encoder_inputs(inputs), training=training)["sequence_output"]
-        if self.bilstm is not None:
-            sequence = self.bilstm(sequence, inputs["input_mask"], training=training)
-        return {"logits": self.classifier(sequence, training=training)}
+    def _features(self, outputs, mask, training):
+        return _sequence_features(self, outputs, mask, training)

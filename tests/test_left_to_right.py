@@ -12,6 +12,7 @@ import os
 import subprocess
 import sys
 
+import keras
 import numpy as np
 import pytest
 import tensorflow as tf
@@ -20,7 +21,7 @@ from absl import flags as absl_flags
 import convert_checkpoint
 import runner_flags
 from data_prep import pretraining_data, tokenization
-from modeling import checkpoints, model_files, models
+from modeling import checkpoints, heads, model_files, models
 from modeling.checkpoint_readers import CheckpointMismatchError
 from modeling.config import BertConfig
 from modeling.encoder import BertEncoder
@@ -339,6 +340,46 @@ def test_a_bilstm_head_is_never_half_restored(tmp_path):
     np.testing.assert_allclose(
         rebuilt(batch)["start_logits"], with_bilstm(batch)["start_logits"], atol=1e-6
     )
+
+
+def test_bilstm_summary_is_each_direction_after_the_whole_input():
+    keras.utils.set_random_seed(5)
+    layer = heads.BiLSTM(4)
+    layer.build((None, None, 6))
+    x = np.random.default_rng(0).normal(size=(2, 7, 6)).astype(np.float32)
+    mask = np.array([[1] * 7, [1] * 4 + [0] * 3], np.int32)
+    summary = layer.summary_vector(layer(x, mask), mask).numpy()
+    for row, length in ((0, 7), (1, 4)):
+        real = x[row : row + 1, :length]
+        forward = layer.forward_layer(real).numpy()[0, -1]  # After reading left to right.
+        backward = layer.backward_layer(real).numpy()[0, -1]  # ... right to left.
+        np.testing.assert_allclose(summary[row], np.concatenate([forward, backward]), atol=1e-5)
+
+
+@pytest.mark.parametrize("kind", ["classifier", "span", "token_classifier"])
+def test_task_models_with_a_bilstm_ignore_padding(kind):
+    config = BertConfig.from_dict(tiny_config(0.0, vocab_size=99))
+    builders = {
+        "classifier": lambda e: models.BertClassifier(e, config, 3, bilstm_units=6),
+        "span": lambda e: models.BertSpanLabeler(e, config, bilstm_units=6),
+        "token_classifier": lambda e: models.BertTokenClassifier(e, config, 5, bilstm_units=6),
+    }
+    model = builders[kind](BertEncoder(config, causal_attention=True))
+    assert model.bilstm.units == 6
+    ids = np.array([[2, 17, 33, 41, 3]], np.int32)
+    outputs = []
+    for pad in (0, 3):
+        batch = {
+            "input_word_ids": np.pad(ids, [[0, 0], [0, pad]]),
+            "input_mask": np.pad(np.ones_like(ids), [[0, 0], [0, pad]]),
+            "input_type_ids": np.zeros((1, 5 + pad), np.int32),
+        }
+        outputs.append(model(batch))
+    for key, value in outputs[0].items():
+        padded = outputs[1][key].numpy()
+        padded = padded if kind == "classifier" else padded[:, :5]
+        np.testing.assert_allclose(value.numpy(), padded, atol=1e-5)
+        assert np.abs(value.numpy()).max() > 1e-3
 
 
 @pytest.mark.slow
