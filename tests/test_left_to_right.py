@@ -163,8 +163,48 @@ def test_ltr_features_at_a_position_ignore_every_later_token(pretrained):
                 assert moved.min() > 1e-4, (objective, changed, moved)
 
 
-def test_restore_masked_tokens_gives_back_the_clean_text(shard):
-    batch = next(iter(pretraining_data.pretraining_dataset([shard], 16, SEQ, PREDS, False)))
+@pytest.fixture(scope="module")
+def short_shard(tmp_path_factory):
+    """Shards of short pairs (the paper's sentences of at most 16 word pieces, one a
+    document, so each pair is two of them), whose batches the input pipeline cuts."""
+    tokenizer = tokenization.FullTokenizer(VOCAB, True)
+    lines = (SAMPLE_DATA / "corpus" / "bert_paper_v2.txt").read_text(encoding="utf-8")
+    short = [line for line in lines.splitlines() if 4 <= len(tokenizer.tokenize(line)) <= 16]
+    assert len(short) > 50
+    root = tmp_path_factory.mktemp("ltr_short")
+    (root / "short.txt").write_text("\n\n".join(short) + "\n", encoding="utf-8")
+    subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "data_prep.create_pretraining_data",
+            f"--input_file={root / 'short.txt'}",
+            f"--output_file={root / 'short.tfrecord'}",
+            f"--vocab_file={VOCAB}",
+            f"--max_seq_length={SEQ}",
+            f"--max_predictions_per_seq={PREDS}",
+            "--dupe_factor=1",
+        ],
+        check=True,
+        cwd=REPO_ROOT,
+        capture_output=True,
+    )
+    return str(root / "short.tfrecord")
+
+
+def _batches(shard, pad_to_max_seq_length):
+    """The first evaluation batch of 16 from the shard, cut to its longest sequence or
+    padded to SEQ."""
+    metadata = pretraining_data.shards_metadata([shard], SEQ, PREDS)
+    dataset = pretraining_data.pretraining_dataset(
+        [shard], metadata, 16, False, pad_to_max_seq_length=pad_to_max_seq_length
+    )
+    return next(iter(dataset))
+
+
+def test_restore_masked_tokens_gives_back_the_clean_text(short_shard):
+    batch = _batches(short_shard, pad_to_max_seq_length=False)  # Cut to its length.
+    assert batch["input_word_ids"].shape[1] < SEQ
     mask_id = tokenization.load_vocab(VOCAB)["[MASK]"]
     restored = pretraining_data.restore_masked_tokens(batch)
     ids, clean = batch["input_word_ids"].numpy(), restored["input_word_ids"].numpy()
@@ -212,6 +252,35 @@ def test_language_model_loss_counts_every_next_real_token():
     assert math.isclose(loss_sum, sum(nll), rel_tol=1e-5)
     metrics = task.finalize_eval(sums)
     assert math.isclose(metrics["perplexity"], math.exp(sum(nll) / 6), rel_tol=1e-5)
+
+
+def test_ltr_step_on_a_cut_batch_computes_what_the_full_width_batch_computes(short_shard):
+    """The input pipeline cuts each batch to its longest sequence: the causal mask and
+    the next-token targets then span the cut length, and the loss, its weight and the
+    logits of the real positions equal those of the same batch padded to SEQ."""
+    cut, full = _batches(short_shard, False), _batches(short_shard, True)
+    length = cut["input_word_ids"].shape[1]
+    assert length < SEQ  # Else the test compares a batch with itself.
+    config = BertConfig.from_dict(tiny_config(0.0, vocab_size=30522, max_position_embeddings=SEQ))
+    model = models.BertPretrainer(BertEncoder(config, causal_attention=True), config, "ltr")
+    task = LanguageModelTask()
+    results = {}
+    for name, batch in (("cut", cut), ("full", full)):
+        features = pretraining_data.restore_masked_tokens(batch)
+        outputs = model(features)
+        assert outputs["lm_logits"].shape[1] == features["input_word_ids"].shape[1] - 1
+        results[name] = (
+            float(task.loss_weights(features)["next_token"]),
+            float(task.loss_sums(features, outputs)["next_token"]),
+            outputs["lm_logits"].numpy()[:, : length - 1],
+        )
+    np.testing.assert_array_equal(
+        cut["input_word_ids"].numpy(), full["input_word_ids"].numpy()[:, :length]
+    )
+    assert results["cut"][0] == results["full"][0] > 100
+    assert math.isclose(results["cut"][1], results["full"][1], rel_tol=1e-5)
+    mask = cut["input_mask"].numpy()[:, 1:].astype(bool)  # Predictions of real tokens.
+    np.testing.assert_allclose(results["cut"][2][mask], results["full"][2][mask], atol=1e-4)
 
 
 def test_causal_pooler_reads_the_last_real_token_whatever_the_padding():
