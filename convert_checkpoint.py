@@ -38,6 +38,7 @@ from absl import flags, logging
 
 from common import cli as command_line
 from common.errors import UserError
+import model_flags
 import runner_flags
 from data_prep import run_control
 from modeling import checkpoint_names as names
@@ -208,10 +209,10 @@ def main(_):
         FLAGS.output_format,
         bert_config_file=FLAGS.bert_config_file,
         vocab_file=FLAGS.vocab_file,
-        do_lower_case=runner_flags.do_lower_case_flag(FLAGS),
+        do_lower_case=model_flags.do_lower_case_flag(FLAGS),
         model_kind=FLAGS.model_kind,
         overwrite=FLAGS.overwrite,
-        preserve_unused_tokens=runner_flags.preserve_unused_tokens_flag(FLAGS),
+        preserve_unused_tokens=model_flags.preserve_unused_tokens_flag(FLAGS),
         allow_vocab_mismatch=FLAGS.allow_vocab_mismatch,
     )
     terminal.say(f"Wrote {path} ({FLAGS.output_format}) in {time.monotonic() - start:.0f} s")

@@ -39,6 +39,7 @@ from absl import app, flags
 
 from common import cli as command_line
 from common.errors import UserError
+import model_flags
 import runner_flags
 from data_prep import run_control
 from modeling import checkpoint_readers, checkpoints, model_files
@@ -89,12 +90,12 @@ def build_encoder(
 def export_encoder(with_mlm: bool) -> str:
     if not FLAGS.init_checkpoint:
         raise app.UsageError("--init_checkpoint is required to export an encoder")
-    runner_flags.check_init_checkpoint(FLAGS)
+    model_flags.check_init_checkpoint(FLAGS)
     files = model_files.resolve(
         FLAGS.bert_config_file,
         FLAGS.vocab_file,
         FLAGS.init_checkpoint,
-        runner_flags.do_lower_case_flag(FLAGS),
+        model_flags.do_lower_case_flag(FLAGS),
         FLAGS.allow_vocab_mismatch,
     )
     encoder, pretrainer = build_encoder(
@@ -125,10 +126,10 @@ def export_preprocessing() -> str:
             FLAGS.vocab_file, FLAGS.init_checkpoint, FLAGS.allow_vocab_mismatch
         )
     do_lower_case = model_files.resolve_case(
-        runner_flags.do_lower_case_flag(FLAGS), FLAGS.init_checkpoint, vocab_file
+        model_flags.do_lower_case_flag(FLAGS), FLAGS.init_checkpoint, vocab_file
     )
     preserve = model_files.resolve_preserve_unused_tokens(
-        runner_flags.preserve_unused_tokens_flag(FLAGS), FLAGS.init_checkpoint
+        model_flags.preserve_unused_tokens_flag(FLAGS), FLAGS.init_checkpoint
     )
     return preprocessing.export_preprocessing(
         FLAGS.export_path,

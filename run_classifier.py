@@ -61,6 +61,7 @@ from absl import flags, logging
 from common import cli as command_line
 from common.errors import UserError
 from common.progress import format_fields
+import model_flags
 import runner_flags
 from data_prep import classifier_features, classifier_reader, classifier_tasks, records
 from data_prep.input_pipeline import RecordMetadata
@@ -492,7 +493,7 @@ def main(_):
     processor = classifier_tasks.get_processor(
         FLAGS.task_name, **processor_options(FLAGS.init_checkpoint)
     )
-    encoder, files = runner_flags.build_encoder(FLAGS, strategy)
+    encoder, files = model_flags.build_encoder(FLAGS, strategy)
     data = build_task_features(
         processor, FLAGS.data_dir, FLAGS.output_dir, files, FLAGS.max_seq_length, settings
     )

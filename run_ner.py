@@ -75,6 +75,7 @@ from absl import app, flags, logging
 from common import cli as command_line
 from common.errors import MissingFileError, UserError
 from common.progress import format_fields
+import model_flags
 import runner_flags
 from data_prep import conll, input_pipeline, ner_features, records, tag_schemes, tokenization
 from data_prep.input_pipeline import RecordMetadata
@@ -560,7 +561,7 @@ def main(_):
     runner_flags.check_finetuning_flags(FLAGS)
     strategy = runner_flags.setup(FLAGS)
     settings = runner_flags.finetuning_settings(FLAGS)
-    encoder, files = runner_flags.build_encoder(FLAGS, strategy)
+    encoder, files = model_flags.build_encoder(FLAGS, strategy)
     labels, splits, train_metadata = read_splits(files, settings)
     task = NerTask(
         labels,

@@ -33,6 +33,7 @@ from absl import app, flags, logging
 
 from common import cli as command_line
 from common.progress import format_fields
+import model_flags
 import runner_flags
 from common.errors import UserError
 from data_prep import pretraining_data, records, run_control
@@ -134,13 +135,13 @@ def make_dataset_fn(files, metadata, batch_size, is_training, seed):
 def resolve_model_files() -> model_files.ModelFiles:
     """The config (flag or beside --init_checkpoint) and, when known, the vocabulary
     the shards were made with: the output_dir then carries both."""
-    runner_flags.check_init_checkpoint(FLAGS)
+    model_flags.check_init_checkpoint(FLAGS)
     config = model_files.resolve_config(FLAGS.bert_config_file, FLAGS.init_checkpoint)
-    runner_flags.check_max_seq_length(FLAGS.max_seq_length, config)
+    model_flags.check_max_seq_length(FLAGS.max_seq_length, config)
     vocab_file = FLAGS.vocab_file or checkpoint_readers.find_side_file(
         model_files.side_dirs(FLAGS.init_checkpoint), model_files.VOCAB_FILE
     )
-    do_lower_case = runner_flags.do_lower_case_flag(FLAGS)
+    do_lower_case = model_flags.do_lower_case_flag(FLAGS)
     if FLAGS.vocab_file and FLAGS.init_checkpoint:
         model_files.check_vocab_matches_model(
             FLAGS.vocab_file, FLAGS.init_checkpoint, FLAGS.allow_vocab_mismatch
@@ -161,7 +162,7 @@ def with_shards_preserve_setting(
 ) -> model_files.ModelFiles:
     """--preserve_unused_tokens when given, else the shards' record of it (they were
     tokenized with it), else --init_checkpoint's: what model_info.json records."""
-    preserve = runner_flags.preserve_unused_tokens_flag(FLAGS)
+    preserve = model_flags.preserve_unused_tokens_flag(FLAGS)
     if preserve is None:
         preserve = pretraining_data.recorded_setting(shards, "preserve_unused_tokens")
     preserve = model_files.resolve_preserve_unused_tokens(preserve, FLAGS.init_checkpoint)

@@ -51,6 +51,7 @@ from absl import app, flags
 from common import cli as command_line
 from common.errors import MissingFileError, UserError
 from common.progress import format_fields
+import model_flags
 import runner_flags
 from data_prep import input_pipeline, records, squad_features, squad_postprocess, squad_reader
 from data_prep import squad_records
@@ -368,7 +369,7 @@ def main(_):
         evaluate(FLAGS.predict_file, FLAGS.output_dir, FLAGS.version_2_with_negative)
         return  # Scores the predictions already in output_dir; no model needed.
     settings = runner_flags.finetuning_settings(FLAGS)
-    encoder, files = runner_flags.build_encoder(FLAGS, strategy)
+    encoder, files = model_flags.build_encoder(FLAGS, strategy)
     train_data, predict_data = build_features(files, settings)
     task = SquadTask(
         train_data,

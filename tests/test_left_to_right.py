@@ -19,6 +19,7 @@ import tensorflow as tf
 from absl import flags as absl_flags
 
 import convert_checkpoint
+import model_flags
 import runner_flags
 from data_prep import pretraining_data, tokenization
 from modeling import checkpoints, heads, model_files, models
@@ -357,13 +358,13 @@ def test_the_runners_build_a_left_to_right_encoder_from_its_files(tmp_path):
     runner_flags.define_common_flags(max_seq_length=SEQ, flag_values=values)
     runner_flags.define_finetuning_flags(values)
     values(["prog", f"--init_checkpoint={dirs['ltr']}", f"--output_dir={tmp_path / 'out'}"])
-    encoder, files = runner_flags.build_encoder(values, tf.distribute.get_strategy())
+    encoder, files = model_flags.build_encoder(values, tf.distribute.get_strategy())
     assert encoder.causal_attention and files.causal_attention
     # ... and write it into the next output_dir.
     model_files.write_model_files(str(tmp_path / "out"), files, "classifier")
     assert model_files.resolve(None, None, str(tmp_path / "out"), None).causal_attention
     values.init_checkpoint = dirs["mlm"]
-    encoder, files = runner_flags.build_encoder(values, tf.distribute.get_strategy())
+    encoder, files = model_flags.build_encoder(values, tf.distribute.get_strategy())
     assert not encoder.causal_attention and not files.causal_attention
 
 
