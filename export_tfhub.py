@@ -19,6 +19,10 @@ and renamed onto it when complete. An existing --export_path must be an empty fo
 a previous export (which --overwrite replaces); anything else is refused and left as it
 is (serving/savedmodel.py).
 
+A left-to-right model (run_pretraining.py --objective=ltr) exports with its left-only
+attention (the SavedModel's `causal_attention` variable says so); its `mlm` logits at a
+position are the prediction of the next token.
+
 Use the encoder with `hub.KerasLayer(path, trainable=True)` (tf_keras), `hub.load`, or
 `modeling.hub.HubEncoder` in this project's Keras 3 models; the preprocessing model
 after `import tensorflow_text`.
@@ -35,6 +39,7 @@ from absl import app, flags
 
 from common import cli as command_line
 from common.errors import UserError
+import model_flags
 import runner_flags
 from data_prep import run_control
 from modeling import checkpoint_readers, checkpoints, model_files
@@ -63,10 +68,14 @@ flags.DEFINE_integer(
 )
 
 
-def build_encoder(config: BertConfig, init_checkpoint: str, with_mlm: bool):
-    """A float32 encoder (and pre-trainer, for the MLM head) loaded from the checkpoint."""
-    encoder = BertEncoder(config, dtype="float32")
-    pretrainer = BertPretrainer(encoder, config) if with_mlm else None
+def build_encoder(
+    config: BertConfig, init_checkpoint: str, with_mlm: bool, causal_attention: bool = False
+):
+    """A float32 encoder (and pre-trainer, for the MLM head) loaded from the checkpoint;
+    left-to-right (`causal_attention`) when the model's files say so."""
+    encoder = BertEncoder(config, dtype="float32", causal_attention=causal_attention)
+    objective = "ltr" if causal_attention else "mlm"
+    pretrainer = BertPretrainer(encoder, config, objective) if with_mlm else None
     restored = checkpoints.restore_model(init_checkpoint, pretrainer if with_mlm else encoder)[
         "restored"
     ]
@@ -81,15 +90,17 @@ def build_encoder(config: BertConfig, init_checkpoint: str, with_mlm: bool):
 def export_encoder(with_mlm: bool) -> str:
     if not FLAGS.init_checkpoint:
         raise app.UsageError("--init_checkpoint is required to export an encoder")
-    runner_flags.check_init_checkpoint(FLAGS)
+    model_flags.check_init_checkpoint(FLAGS)
     files = model_files.resolve(
         FLAGS.bert_config_file,
         FLAGS.vocab_file,
         FLAGS.init_checkpoint,
-        runner_flags.do_lower_case_flag(FLAGS),
+        model_flags.do_lower_case_flag(FLAGS),
         FLAGS.allow_vocab_mismatch,
     )
-    encoder, pretrainer = build_encoder(files.config, FLAGS.init_checkpoint, with_mlm)
+    encoder, pretrainer = build_encoder(
+        files.config, FLAGS.init_checkpoint, with_mlm, files.causal_attention
+    )
     masked_lm = pretrainer.masked_lm if pretrainer is not None else None
     return encoder_export.export_encoder(
         encoder,
@@ -115,10 +126,10 @@ def export_preprocessing() -> str:
             FLAGS.vocab_file, FLAGS.init_checkpoint, FLAGS.allow_vocab_mismatch
         )
     do_lower_case = model_files.resolve_case(
-        runner_flags.do_lower_case_flag(FLAGS), FLAGS.init_checkpoint, vocab_file
+        model_flags.do_lower_case_flag(FLAGS), FLAGS.init_checkpoint, vocab_file
     )
     preserve = model_files.resolve_preserve_unused_tokens(
-        runner_flags.preserve_unused_tokens_flag(FLAGS), FLAGS.init_checkpoint
+        model_flags.preserve_unused_tokens_flag(FLAGS), FLAGS.init_checkpoint
     )
     return preprocessing.export_preprocessing(
         FLAGS.export_path,

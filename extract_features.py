@@ -30,6 +30,7 @@ from absl import flags, logging
 from common import cli as command_line
 from common.errors import MissingFileError, UserError
 from common.progress import Progress
+import model_flags
 import runner_flags
 from data_prep import input_pipeline, records, run_control, tokenization
 from modeling import checkpoints
@@ -216,9 +217,10 @@ def main(_):
     runner_flags.apply_original_flags(FLAGS)
     run_control.hold_file(FLAGS.output_file, f"--output_file={FLAGS.output_file}")
     run_control.exit_on_sigterm("extract_features")
-    files = runner_flags.resolve_model_files(FLAGS)
+    files = model_flags.resolve_model_files(FLAGS)
     tokenizer = files.tokenizer()
-    encoder = BertEncoder(files.config)
+    # A left-to-right model's features keep its left-only attention.
+    encoder = BertEncoder(files.config, causal_attention=files.causal_attention)
     if FLAGS.init_checkpoint:
         checkpoints.restore_model(FLAGS.init_checkpoint, encoder)
     else:

@@ -21,6 +21,11 @@ A run restarted with the same output_dir resumes where it stopped; output_dir ca
 the config, vocabulary, case and labels, so `--do_predict --init_checkpoint=<it>` in a
 new output_dir predicts with the fine-tuned model, head included.
 
+A left-to-right model (run_pretraining.py --objective=ltr) is fine-tuned with its
+left-only attention and classifies from its last real token, the one position that has
+seen the whole input. --bilstm_units adds a randomly initialised BiLSTM between the
+encoder and the classifier (the paper's Table 5 "+ BiLSTM").
+
 --hub_module_url fine-tunes a TF Hub BERT encoder instead of a checkpoint;
 --export_dir exports the fine-tuned model as a SavedModel that classifies raw text.
 
@@ -56,6 +61,7 @@ from absl import flags, logging
 from common import cli as command_line
 from common.errors import UserError
 from common.progress import format_fields
+import model_flags
 import runner_flags
 from data_prep import classifier_features, classifier_reader, classifier_tasks, records
 from data_prep.input_pipeline import RecordMetadata
@@ -111,6 +117,7 @@ flags.DEFINE_bool("is_regression", None, "generic: the label is a float score.")
 runner_flags.define_common_flags(max_seq_length=128)
 runner_flags.define_training_flags()
 runner_flags.define_finetuning_flags()
+runner_flags.define_bilstm_flag()
 
 EVAL_RESULTS = "eval_results.txt"
 
@@ -339,12 +346,19 @@ class ClassifierTask:
         data_dir: str,
         max_seq_length: int,
         settings: finetuning.Settings,
+        bilstm_units: int = 0,
     ):
         self.processor, self.data, self.data_dir = processor, data, data_dir
         self.max_seq_length, self.settings = max_seq_length, settings
+        self.bilstm_units = bilstm_units
         metadata = data.metadata
         self.is_regression = metadata["is_regression"]
         self.num_choices = metadata.get("num_choices")
+        if self.num_choices and bilstm_units:
+            raise UserError(
+                f"--bilstm_units={bilstm_units}: the BiLSTM is for classification and "
+                f"regression; {processor.name} is multiple choice"
+            )
         self.model_kind = (
             BertMultipleChoice.MODEL_KIND if self.num_choices else BertClassifier.MODEL_KIND
         )
@@ -353,12 +367,18 @@ class ClassifierTask:
 
     def build_model(self, encoder, config: BertConfig) -> keras.Model:
         """BertMultipleChoice, or BertClassifier with one output per label (one output,
-        the score, for regression)."""
+        the score, for regression), with the BiLSTM of --bilstm_units."""
         initializer = self.settings.head_initializer
         if self.num_choices:
             return BertMultipleChoice(encoder, config, head_initializer=initializer)
         num_labels = 1 if self.is_regression else len(self.data.metadata["labels"])
-        return BertClassifier(encoder, config, num_labels, head_initializer=initializer)
+        return BertClassifier(
+            encoder,
+            config,
+            num_labels,
+            head_initializer=initializer,
+            bilstm_units=self.bilstm_units,
+        )
 
     def train_dataset(self, batch_size, seed, input_context):
         train = self.data.train
@@ -462,6 +482,7 @@ class ClassifierTask:
             "is_regression": self.is_regression,
             "num_choices": self.num_choices,
             "max_seq_length": self.max_seq_length,
+            "bilstm_units": self.bilstm_units,
         }
 
 
@@ -472,11 +493,18 @@ def main(_):
     processor = classifier_tasks.get_processor(
         FLAGS.task_name, **processor_options(FLAGS.init_checkpoint)
     )
-    encoder, files = runner_flags.build_encoder(FLAGS, strategy)
+    encoder, files = model_flags.build_encoder(FLAGS, strategy)
     data = build_task_features(
         processor, FLAGS.data_dir, FLAGS.output_dir, files, FLAGS.max_seq_length, settings
     )
-    task = ClassifierTask(processor, data, FLAGS.data_dir, FLAGS.max_seq_length, settings)
+    task = ClassifierTask(
+        processor,
+        data,
+        FLAGS.data_dir,
+        FLAGS.max_seq_length,
+        settings,
+        runner_flags.bilstm_units(FLAGS, BertClassifier.MODEL_KIND),
+    )
     runner_flags.run_training(
         lambda: finetuning.run(task, settings, strategy, encoder, files), FLAGS.output_dir
     )

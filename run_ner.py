@@ -43,7 +43,9 @@ Outputs in output_dir:
                         a blank line between sentences: conlleval reads it;
   test_predictions.txt  the same for --predict_file.
 
-Fine-tuning trains the encoder and a token-classification layer on its last layer.
+Fine-tuning trains the encoder and a token-classification layer on its last layer
+(--bilstm_units puts a randomly initialised BiLSTM between them, the paper's Table 5
+"+ BiLSTM"; a left-to-right model keeps its left-only attention).
 --feature_based is the paper's feature-based approach (Section 5.3): the encoder is
 frozen and a combination of its layers (--feature_layers, --feature_combination)
 feeds a two-layer BiLSTM (--lstm_units each way) and a tag classifier; only those
@@ -73,6 +75,7 @@ from absl import app, flags, logging
 from common import cli as command_line
 from common.errors import MissingFileError, UserError
 from common.progress import format_fields
+import model_flags
 import runner_flags
 from data_prep import conll, input_pipeline, ner_features, records, tag_schemes, tokenization
 from data_prep.input_pipeline import RecordMetadata
@@ -121,7 +124,8 @@ flags.DEFINE_bool(
 flags.DEFINE_string(
     "feature_layers",
     "-1,-2,-3,-4",
-    "--feature_based: encoder layers used as features, comma-separated (-1 is the last), or 'all'.",
+    "--feature_based: encoder layers used as features, comma-separated (-1 is the last; "
+    "'embeddings' is the embedding layer's output), or 'all' (every Transformer layer).",
 )
 flags.DEFINE_enum(
     "feature_combination",
@@ -136,6 +140,7 @@ flags.DEFINE_integer(
 runner_flags.define_common_flags(max_seq_length=128)
 runner_flags.define_training_flags()
 runner_flags.define_finetuning_flags()
+runner_flags.define_bilstm_flag()
 
 EVAL_RESULTS = "eval_results.txt"
 EVAL_REPORT = "eval_report.txt"
@@ -374,9 +379,16 @@ class NerTask:
         train_metadata: RecordMetadata | None,
         feature_options: FeatureBasedOptions | None,
         settings: finetuning.Settings,
+        bilstm_units: int = 0,
     ):
         self.labels, self.splits, self.train_metadata = labels, splits, train_metadata
         self.feature_options, self.settings = feature_options, settings
+        if feature_options and bilstm_units:
+            raise UserError(
+                "--bilstm_units is the BiLSTM of a fine-tuned tagger; --feature_based has "
+                "its own (--lstm_units)"
+            )
+        self.bilstm_units = bilstm_units
         self.model_kind = (
             feature_based.BertFeatureBasedTagger.MODEL_KIND
             if feature_options
@@ -386,12 +398,16 @@ class NerTask:
         self.num_train_examples = len(splits["train"].features) if "train" in splits else 0
 
     def build_model(self, encoder, config: BertConfig) -> keras.Model:
-        """BertTokenClassifier (fine-tuning) or, with --feature_based, the frozen-encoder
-        BiLSTM tagger of `modeling.feature_based`."""
+        """BertTokenClassifier (fine-tuning, with the BiLSTM of --bilstm_units) or, with
+        --feature_based, the frozen-encoder BiLSTM tagger of `modeling.feature_based`."""
         options, initializer = self.feature_options, self.settings.head_initializer
         if options is None:
             return BertTokenClassifier(
-                encoder, config, len(self.labels.labels), head_initializer=initializer
+                encoder,
+                config,
+                len(self.labels.labels),
+                head_initializer=initializer,
+                bilstm_units=self.bilstm_units,
             )
         layers = feature_based.parse_feature_layers(options.layers, config.num_hidden_layers)
         return feature_based.BertFeatureBasedTagger(
@@ -489,6 +505,7 @@ class NerTask:
             "label_scheme": self.labels.scheme,
             "max_seq_length": FLAGS.max_seq_length,
             "doc_stride": FLAGS.doc_stride,
+            "bilstm_units": self.bilstm_units,
         }
 
 
@@ -544,9 +561,16 @@ def main(_):
     runner_flags.check_finetuning_flags(FLAGS)
     strategy = runner_flags.setup(FLAGS)
     settings = runner_flags.finetuning_settings(FLAGS)
-    encoder, files = runner_flags.build_encoder(FLAGS, strategy)
+    encoder, files = model_flags.build_encoder(FLAGS, strategy)
     labels, splits, train_metadata = read_splits(files, settings)
-    task = NerTask(labels, splits, train_metadata, feature_options(), settings)
+    task = NerTask(
+        labels,
+        splits,
+        train_metadata,
+        feature_options(),
+        settings,
+        runner_flags.bilstm_units(FLAGS, BertTokenClassifier.MODEL_KIND),
+    )
     runner_flags.run_training(
         lambda: finetuning.run(task, settings, strategy, encoder, files), FLAGS.output_dir
     )

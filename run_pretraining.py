@@ -10,6 +10,15 @@ shards made at 512) runs in a new output_dir with --init_checkpoint=phase1_dir. 
 the original, that restores the weights alone: the global step restarts at 0 with a new
 warmup and fresh optimizer moments. --restore_training_state continues phase 1's global
 step, schedule and moments instead (phase 1 stopped with --stop_at_step).
+
+--objective=ltr trains a left-to-right language model instead (the paper's "LTR & No
+NSP" ablation, Section 5.1): causal self-attention, every position predicting the next
+token through the masked LM's tied output layer, no next-sentence loss. It reads the
+same shards: the clean text is the input with each masked position given back its
+original id. Its output_dir records the left-only constraint (model_info.json
+`causal_attention`), which every later use of the model keeps (fine-tuning,
+extract_features.py, exports, conversion); eval_results.txt holds
+next_token_accuracy, next_token_loss and perplexity.
 """
 
 from __future__ import annotations
@@ -19,10 +28,12 @@ import common.quiet_tensorflow  # noqa: F401  (first: TensorFlow's start-up line
 import dataclasses
 import os
 
-from absl import app, flags
+import tensorflow as tf
+from absl import app, flags, logging
 
 from common import cli as command_line
 from common.progress import format_fields
+import model_flags
 import runner_flags
 from common.errors import UserError
 from data_prep import pretraining_data, records, run_control
@@ -30,8 +41,8 @@ from data_prep.input_pipeline import RecordMetadata
 from modeling import checkpoint_readers, checkpoints, model_files, training
 from modeling.config import BertConfig
 from modeling.encoder import BertEncoder
-from modeling.models import BertPretrainer
-from modeling.tasks import PretrainingTask
+from modeling.models import OBJECTIVES, BertPretrainer
+from modeling.tasks import LanguageModelTask, PretrainingTask
 
 FLAGS = flags.FLAGS
 
@@ -66,6 +77,15 @@ flags.DEFINE_integer(
     "runs over --num_train_steps: phase 1 of a two-phase run with one schedule, e.g. "
     "--stop_at_step=900000 --num_train_steps=1000000 (default: --num_train_steps).",
 )
+flags.DEFINE_enum(
+    "objective",
+    "mlm",
+    list(OBJECTIVES),
+    "mlm: masked LM (+ next sentence), as the original. ltr: a left-to-right LM (causal "
+    "attention, next-token prediction at every position, no next-sentence loss) on the "
+    "same shards, the paper's LTR ablation; the model keeps its left-only attention "
+    "wherever it is used afterwards.",
+)
 runner_flags.define_common_flags(max_seq_length=128)
 runner_flags.define_training_flags()
 
@@ -84,14 +104,17 @@ RESUME_SETTINGS = (
 )
 
 
-def build_model(config: BertConfig, dtype: str, kernels: str = "auto") -> BertPretrainer:
-    encoder = BertEncoder(config, dtype=dtype, kernels=kernels)
-    return BertPretrainer(encoder, config)
+def build_model(
+    config: BertConfig, dtype: str, kernels: str = "auto", objective: str = "mlm"
+) -> BertPretrainer:
+    """The pre-trainer of `objective`: "ltr" builds a causal (left-to-right) encoder."""
+    encoder = BertEncoder(config, dtype=dtype, kernels=kernels, causal_attention=objective == "ltr")
+    return BertPretrainer(encoder, config, objective)
 
 
 def make_dataset_fn(files, metadata, batch_size, is_training, seed):
     def dataset_fn(context=None):
-        return pretraining_data.pretraining_dataset(
+        dataset = pretraining_data.pretraining_dataset(
             files,
             metadata,
             batch_size,
@@ -100,6 +123,11 @@ def make_dataset_fn(files, metadata, batch_size, is_training, seed):
             context,
             pad_to_max_seq_length=runner_flags.pad_to_max_seq_length(FLAGS),
         )
+        if FLAGS.objective == "ltr":  # The clean text, from the masked LM's shards.
+            dataset = dataset.map(
+                pretraining_data.restore_masked_tokens, num_parallel_calls=tf.data.AUTOTUNE
+            )
+        return dataset
 
     return dataset_fn
 
@@ -107,13 +135,13 @@ def make_dataset_fn(files, metadata, batch_size, is_training, seed):
 def resolve_model_files() -> model_files.ModelFiles:
     """The config (flag or beside --init_checkpoint) and, when known, the vocabulary
     the shards were made with: the output_dir then carries both."""
-    runner_flags.check_init_checkpoint(FLAGS)
+    model_flags.check_init_checkpoint(FLAGS)
     config = model_files.resolve_config(FLAGS.bert_config_file, FLAGS.init_checkpoint)
-    runner_flags.check_max_seq_length(FLAGS.max_seq_length, config)
+    model_flags.check_max_seq_length(FLAGS.max_seq_length, config)
     vocab_file = FLAGS.vocab_file or checkpoint_readers.find_side_file(
         model_files.side_dirs(FLAGS.init_checkpoint), model_files.VOCAB_FILE
     )
-    do_lower_case = runner_flags.do_lower_case_flag(FLAGS)
+    do_lower_case = model_flags.do_lower_case_flag(FLAGS)
     if FLAGS.vocab_file and FLAGS.init_checkpoint:
         model_files.check_vocab_matches_model(
             FLAGS.vocab_file, FLAGS.init_checkpoint, FLAGS.allow_vocab_mismatch
@@ -122,7 +150,10 @@ def resolve_model_files() -> model_files.ModelFiles:
         model_files.check_vocab_fits_config(vocab_file, config)
         do_lower_case = model_files.resolve_case(do_lower_case, FLAGS.init_checkpoint, vocab_file)
     return model_files.ModelFiles(
-        config, vocab_file, bool(FLAGS.do_lower_case if do_lower_case is None else do_lower_case)
+        config,
+        vocab_file,
+        bool(FLAGS.do_lower_case if do_lower_case is None else do_lower_case),
+        causal_attention=FLAGS.objective == "ltr",
     )
 
 
@@ -131,7 +162,7 @@ def with_shards_preserve_setting(
 ) -> model_files.ModelFiles:
     """--preserve_unused_tokens when given, else the shards' record of it (they were
     tokenized with it), else --init_checkpoint's: what model_info.json records."""
-    preserve = runner_flags.preserve_unused_tokens_flag(FLAGS)
+    preserve = model_flags.preserve_unused_tokens_flag(FLAGS)
     if preserve is None:
         preserve = pretraining_data.recorded_setting(shards, "preserve_unused_tokens")
     preserve = model_files.resolve_preserve_unused_tokens(preserve, FLAGS.init_checkpoint)
@@ -174,12 +205,39 @@ def input_shards() -> tuple[list[str], list[str]]:
     return shards, pretraining_data.expand_input_files(FLAGS.eval_input_file, "--eval_input_file")
 
 
+def check_objective() -> None:
+    """--objective=ltr has no next-sentence loss; an output_dir keeps one objective
+    (a resumed run must not mix a left-to-right model with a bidirectional one)."""
+    if FLAGS.objective == "ltr" and FLAGS["use_next_sentence_loss"].present:
+        if FLAGS.use_next_sentence_loss:
+            raise UserError(
+                "--objective=ltr has no next-sentence loss: drop --use_next_sentence_loss"
+            )
+    causal = FLAGS.objective == "ltr"
+    info_file = os.path.join(FLAGS.output_dir, model_files.MODEL_INFO)
+    if tf.train.latest_checkpoint(FLAGS.output_dir) and tf.io.gfile.exists(info_file):
+        earlier = bool(records.read_json(info_file).get("causal_attention", False))
+        if earlier != causal:
+            was = "ltr" if earlier else "mlm"
+            raise UserError(
+                f"--output_dir={FLAGS.output_dir} holds a run of --objective={was}, this "
+                f"run is --objective={FLAGS.objective}: use a new --output_dir (or "
+                f"--init_checkpoint={FLAGS.output_dir} there to start from its weights)"
+            )
+
+
 def build_trainer(strategy, model) -> training.Trainer:
-    """The Trainer of the masked-LM (and next-sentence) losses, with the flags' schedule."""
+    """The Trainer of the objective's losses (masked LM and next sentence, or next
+    token), with the flags' schedule."""
+    task = (
+        LanguageModelTask()
+        if FLAGS.objective == "ltr"
+        else PretrainingTask(FLAGS.use_next_sentence_loss)
+    )
     return training.Trainer(
         strategy,
         model,
-        PretrainingTask(FLAGS.use_next_sentence_loss),
+        task,
         FLAGS.output_dir,
         learning_rate=FLAGS.learning_rate,
         num_train_steps=FLAGS.num_train_steps,
@@ -212,9 +270,21 @@ def check_phase_flags() -> int:
     return first_step
 
 
+def warn_other_attention(init_checkpoint: str) -> None:
+    """A checkpoint trained with the other attention still loads (same variables)."""
+    if model_files.resolve_causal_attention(init_checkpoint) != (FLAGS.objective == "ltr"):
+        logging.warning(
+            "--init_checkpoint=%s was trained with the other attention (left-to-right vs "
+            "bidirectional); this run trains it with --objective=%s.",
+            init_checkpoint,
+            FLAGS.objective,
+        )
+
+
 def main(_):
     if not FLAGS.do_train and not FLAGS.do_eval:
         raise app.UsageError("At least one of --do_train or --do_eval must be set.")
+    check_objective()
     strategy = runner_flags.setup(FLAGS)
     first_step = check_phase_flags()
     files = resolve_model_files()
@@ -223,9 +293,11 @@ def main(_):
     metadata = check_shards(shards, files)
     eval_metadata = check_shards(eval_shards, files) if eval_shards != shards else metadata
     with strategy.scope():
-        model = build_model(files.config, FLAGS.dtype, FLAGS.kernels)
+        model = build_model(files.config, FLAGS.dtype, FLAGS.kernels, FLAGS.objective)
     trainer = build_trainer(strategy, model)
-    model_files.write_model_files(FLAGS.output_dir, files, BertPretrainer.MODEL_KIND)
+    model_files.write_model_files(
+        FLAGS.output_dir, files, BertPretrainer.MODEL_KIND, pretraining_objective=FLAGS.objective
+    )
     run_config = os.path.join(FLAGS.output_dir, "run_config.json")
     values = dict(runner_flags.flag_values(FLAGS), input_files=shards)
     if FLAGS.do_train:
@@ -233,6 +305,8 @@ def main(_):
     records.write_json(run_config, values)
 
     def initialize():
+        if FLAGS.init_checkpoint:
+            warn_other_attention(FLAGS.init_checkpoint)
         if FLAGS.restore_training_state:  # Weights, moments, global step.
             trainer.restore_training_state(FLAGS.init_checkpoint)
         elif FLAGS.init_checkpoint:  # The encoder, and the heads when the checkpoint has them.

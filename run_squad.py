@@ -31,6 +31,10 @@ the original README advises.
 
 --export_dir exports the fine-tuned model as a SavedModel that answers raw questions
 on raw contexts with the answers --do_predict gives (serving/squad.py).
+
+A left-to-right model (run_pretraining.py --objective=ltr) is fine-tuned with its
+left-only attention; --bilstm_units adds a randomly initialised BiLSTM between the
+encoder and the span head (the paper's Table 5 "+ BiLSTM").
 """
 
 from __future__ import annotations
@@ -47,6 +51,7 @@ from absl import app, flags
 from common import cli as command_line
 from common.errors import MissingFileError, UserError
 from common.progress import format_fields
+import model_flags
 import runner_flags
 from data_prep import input_pipeline, records, squad_features, squad_postprocess, squad_reader
 from data_prep import squad_records
@@ -86,6 +91,7 @@ flags.DEFINE_float(
 runner_flags.define_common_flags(max_seq_length=384)
 runner_flags.define_training_flags()
 runner_flags.define_finetuning_flags()
+runner_flags.define_bilstm_flag()
 
 TRAIN_RECORD = "train.tf_record"
 PREDICT_RECORD = "eval.tf_record"
@@ -183,15 +189,22 @@ class SquadTask:
         predict_data: squad_records.PredictData | None,
         settings: finetuning.Settings,
         do_lower_case: bool,
+        bilstm_units: int = 0,
     ):
         self.train_data, self.predict_data = train_data, predict_data
         self.settings, self.do_lower_case = settings, do_lower_case
+        self.bilstm_units = bilstm_units
         self.objective = SpanTask()
         self.num_train_examples = train_data.num_features if train_data else 0
         self._predicted_at = None
 
     def build_model(self, encoder, config: BertConfig) -> keras.Model:
-        return BertSpanLabeler(encoder, config, head_initializer=self.settings.head_initializer)
+        return BertSpanLabeler(
+            encoder,
+            config,
+            head_initializer=self.settings.head_initializer,
+            bilstm_units=self.bilstm_units,
+        )
 
     def train_dataset(self, batch_size, seed, input_context):
         data = self.train_data
@@ -280,6 +293,7 @@ class SquadTask:
             "doc_stride": FLAGS.doc_stride,
             "max_query_length": FLAGS.max_query_length,
             "version_2_with_negative": FLAGS.version_2_with_negative,
+            "bilstm_units": self.bilstm_units,
         }
 
 
@@ -355,9 +369,15 @@ def main(_):
         evaluate(FLAGS.predict_file, FLAGS.output_dir, FLAGS.version_2_with_negative)
         return  # Scores the predictions already in output_dir; no model needed.
     settings = runner_flags.finetuning_settings(FLAGS)
-    encoder, files = runner_flags.build_encoder(FLAGS, strategy)
+    encoder, files = model_flags.build_encoder(FLAGS, strategy)
     train_data, predict_data = build_features(files, settings)
-    task = SquadTask(train_data, predict_data, settings, files.do_lower_case)
+    task = SquadTask(
+        train_data,
+        predict_data,
+        settings,
+        files.do_lower_case,
+        runner_flags.bilstm_units(FLAGS, BertSpanLabeler.MODEL_KIND),
+    )
     runner_flags.run_training(
         lambda: finetuning.run(task, settings, strategy, encoder, files), FLAGS.output_dir
     )

@@ -259,6 +259,31 @@ def decode_records(serialized: tf.Tensor, max_seq_length: int, max_predictions_p
     return {k: tf.cast(v, tf.int32) if v.dtype == tf.int64 else v for k, v in features.items()}
 
 
+def restore_masked_tokens(features: dict) -> dict:
+    """The features with `input_word_ids` the clean text: each masked position given
+    back its original id (`masked_lm_ids`), so that a left-to-right language model
+    reads the very text the masked LM's shards were made from.
+
+    Works on decoded features, one example ([S], [P]) or a batch ([B, S], [B, P]);
+    slots of `masked_lm_positions` with zero `masked_lm_weights` are padding and change
+    nothing. The other features are returned unchanged.
+    """
+    ids = features["input_word_ids"]
+    batched = ids.shape.rank == 2
+    if not batched:
+        features = {k: v[tf.newaxis] for k, v in features.items()}
+        ids = features["input_word_ids"]
+    positions = tf.cast(features["masked_lm_positions"], tf.int32)  # [B, P]
+    real = features["masked_lm_weights"] > 0
+    # Padding slots (position 0) write back the id already there.
+    current = tf.gather(ids, positions, batch_dims=1)
+    values = tf.where(real, tf.cast(features["masked_lm_ids"], ids.dtype), current)
+    rows = tf.broadcast_to(tf.range(tf.shape(positions)[0])[:, tf.newaxis], tf.shape(positions))
+    clean = tf.tensor_scatter_nd_update(ids, tf.stack([rows, positions], axis=-1), values)
+    restored = dict(features, input_word_ids=clean)
+    return restored if batched else {k: v[0] for k, v in restored.items()}
+
+
 def pretraining_dataset(
     files: list[str],
     metadata: RecordMetadata,

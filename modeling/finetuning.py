@@ -336,6 +336,16 @@ def check_labels(task: FineTuningTask, settings: Settings) -> None:
         )
 
 
+def fine_tuned_bilstm_units(init_checkpoint: str, model_kind: str) -> int:
+    """The `bilstm_units` a fine-tuned checkpoint of `model_kind` was trained with (its
+    model_info.json), 0 for any other checkpoint: predicting with it rebuilds its head."""
+    info = model_files.read_model_info(init_checkpoint)
+    units = int(info.get("bilstm_units") or 0) if info.get("model_kind") == model_kind else 0
+    if units:
+        logging.info("bilstm_units=%d, as %s was fine-tuned with", units, init_checkpoint)
+    return units
+
+
 def build_trainer(task: FineTuningTask, model, strategy, settings: Settings) -> training.Trainer:
     num_train_steps, num_warmup_steps = (
         train_schedule(

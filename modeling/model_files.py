@@ -7,7 +7,8 @@ other flag (`--init_checkpoint=<output_dir>`):
   bert_config.json   the config the model was really built with
   vocab.txt          a copy of the vocabulary
   model_info.json    {"model_kind", "do_lower_case", "preserve_unused_tokens", "labels",
-                     "vocab_sha256", "vocab_size", ...}
+                     "vocab_sha256", "vocab_size", ...}; for a left-to-right model
+                     also "causal_attention": true
 
 `resolve` finds a model's files from the flags and what sits beside the checkpoint,
 and checks them against each other before any work: the case (`--do_lower_case`)
@@ -53,6 +54,10 @@ class ModelFiles:
         (e.g. a TF Hub encoder without bert_config.json); such a config is not written
         to an output_dir as the model's.
       preserve_unused_tokens: whether its tokenizer keeps `[unusedN]` words whole.
+      causal_attention: the model is a left-to-right one (`BertEncoder`'s left-only
+        constraint), which every later use of it keeps. `bert_config.json` keeps the
+        original keys, so this is written to model_info.json (`causal_attention`);
+        a Hugging Face config.json says it with `is_decoder`.
     """
 
     config: BertConfig
@@ -60,6 +65,7 @@ class ModelFiles:
     do_lower_case: bool
     config_is_complete: bool = True
     preserve_unused_tokens: bool = False
+    causal_attention: bool = False
 
     def tokenizer(self) -> tokenization.FullTokenizer:
         """The model's Python tokenizer (vocabulary, case, preserve_unused_tokens)."""
@@ -84,6 +90,25 @@ def side_dirs(init_checkpoint: str | None) -> list[str]:
 def read_model_info(init_checkpoint: str | None) -> dict:
     """model_info.json beside the checkpoint (or in its run folder); {} if none."""
     return checkpoint_readers.read_model_info(side_dirs(init_checkpoint))
+
+
+def resolve_causal_attention(init_checkpoint: str | None) -> bool:
+    """Whether the model at `init_checkpoint` is a left-to-right one: its
+    model_info.json's `causal_attention`, else a Hugging Face config.json's
+    `is_decoder` (a decoder with cross-attention is not a BERT this project runs)."""
+    info = read_model_info(init_checkpoint)
+    if "causal_attention" in info:
+        return bool(info["causal_attention"])
+    path = checkpoint_readers.find_side_file(side_dirs(init_checkpoint), "config.json")
+    if path is None:
+        return False
+    config = records.read_json(path)
+    if config.get("add_cross_attention"):
+        raise UserError(
+            f"{path}: add_cross_attention is set (an encoder-decoder's decoder); only "
+            f"BERT encoders, bidirectional or left-to-right (is_decoder), are supported"
+        )
+    return bool(config.get("is_decoder", False))
 
 
 def vocab_case(vocab_file: str) -> CaseStatement | None:
@@ -360,14 +385,20 @@ def resolve(
     check_vocab_fits_config(vocab_file, config)
     lower = resolve_case(do_lower_case, init_checkpoint, vocab_file)
     preserve = resolve_preserve_unused_tokens(preserve_unused_tokens, init_checkpoint)
-    return ModelFiles(config, vocab_file, lower, preserve_unused_tokens=preserve)
+    return ModelFiles(
+        config,
+        vocab_file,
+        lower,
+        preserve_unused_tokens=preserve,
+        causal_attention=resolve_causal_attention(init_checkpoint),
+    )
 
 
 def write_model_files(output_dir: str, files: ModelFiles, model_kind: str, **info) -> None:
     """Makes output_dir self-contained: bert_config.json (when the config was read,
     not inferred), vocab.txt and model_info.json with the kind, the case,
-    preserve_unused_tokens and `info`
-    (labels, max_seq_length, task settings...)."""
+    preserve_unused_tokens, `info` (labels, max_seq_length, task settings...) and,
+    for a left-to-right model, `causal_attention`."""
     tf.io.gfile.makedirs(output_dir)
     if files.config_is_complete:
         records.write_text(os.path.join(output_dir, CONFIG_FILE), files.config.to_json_string())
@@ -391,6 +422,8 @@ def write_model_files(output_dir: str, files: ModelFiles, model_kind: str, **inf
             vocab_sha256=vocab_fingerprint(files.vocab_file),
             vocab_size=len(vocab_entries(files.vocab_file)),
         )
+    if files.causal_attention:
+        info = dict(info, causal_attention=True)
     records.write_json(
         os.path.join(output_dir, MODEL_INFO),
         dict(
