@@ -86,6 +86,11 @@ def match_input_files(patterns: str) -> list[tuple[str, int]]:
         if not matches:
             raise UserError("--input_file pattern %r matches no file." % pattern)
         for match in matches:
+            if "://" not in match.path and os.path.isdir(match.path):
+                raise UserError(
+                    "--input_file pattern %r: %s is a directory, not a text file: give "
+                    "its files (e.g. '%s')" % (pattern, match.path, join_path(match.path, "*"))
+                )
             files[match.path] = match.size_in_bytes
     return sorted(files.items())
 

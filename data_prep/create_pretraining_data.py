@@ -64,13 +64,19 @@ def expand_input_patterns(patterns: str) -> list[str]:
     that the same command gives the same output.
 
     Raises:
-        ValueError: a pattern matches no file.
+        ValueError: a pattern matches no file, or matches a directory.
     """
     files = []
     for pattern in patterns.split(","):
         matches = tf.io.gfile.glob(pattern)
         if not matches:
             raise UserError("Input pattern %r matches no file." % pattern)
+        for match in matches:
+            if tf.io.gfile.isdir(match):
+                raise UserError(
+                    "--input_file %r: %s is a directory, not a text file: give its "
+                    "files (e.g. '%s')" % (pattern, match, os.path.join(match, "*.txt"))
+                )
         files.extend(matches)
     return files
 
