@@ -16,7 +16,7 @@ import os
 from absl import app, flags, logging
 
 import runner_flags
-from data_prep import pretraining_data, records
+from data_prep import damage, pretraining_data, records
 from modeling import checkpoint_readers, checkpoints, model_files, training
 from modeling.config import BertConfig
 from modeling.encoder import BertEncoder
@@ -85,19 +85,16 @@ def resolve_model_files() -> model_files.ModelFiles:
     )
 
 
-def check_shards(shards: list[str], files: model_files.ModelFiles) -> None:
-    """The shards' metadata (their sequence length, masked positions, vocabulary and
-    case) against the run, before any work; their first record when they have none."""
-    if not pretraining_data.check_shard_metadata(
+def check_shards(shards: list[str], files: model_files.ModelFiles) -> int:
+    """The shards against the run, before any work (`pretraining_data.check_shards`:
+    framing, metadata, or every record of a shard without metadata); their records."""
+    return pretraining_data.check_shards(
         shards,
         FLAGS.max_seq_length,
         FLAGS.max_predictions_per_seq,
         files.config.vocab_size,
         files.do_lower_case if files.vocab_file else None,
-    ):
-        pretraining_data.check_shard_shapes(
-            shards, FLAGS.max_seq_length, FLAGS.max_predictions_per_seq
-        )
+    )
 
 
 def evaluate(trainer: training.Trainer, files: list[str]) -> dict:
@@ -138,7 +135,13 @@ def main(_):
     strategy = runner_flags.setup(FLAGS)
     files = resolve_model_files()
     shards, eval_shards = input_shards()
-    check_shards(shards + eval_shards, files)
+    num_records = check_shards(shards, files)
+    if set(eval_shards) - set(shards):
+        check_shards([path for path in eval_shards if path not in shards], files)
+    if FLAGS.do_train:
+        records.warn_if_batch_exceeds_data(
+            num_records, FLAGS.train_batch_size, "--train_batch_size"
+        )
     with strategy.scope():
         model = build_model(files.config, FLAGS.dtype, FLAGS.kernels)
     trainer = build_trainer(strategy, model)
@@ -154,12 +157,14 @@ def main(_):
 
     trainer.restore_or_initialize(initialize)
     if FLAGS.do_train:
-        trainer.train(
-            make_dataset_fn(shards, FLAGS.train_batch_size, True, FLAGS.seed),
-            FLAGS.train_batch_size,
-        )
+        with damage.naming_damaged_records(shards):
+            trainer.train(
+                make_dataset_fn(shards, FLAGS.train_batch_size, True, FLAGS.seed),
+                FLAGS.train_batch_size,
+            )
     if FLAGS.do_eval:
-        evaluate(trainer, eval_shards)
+        with damage.naming_damaged_records(eval_shards):
+            evaluate(trainer, eval_shards)
 
 
 def cli():

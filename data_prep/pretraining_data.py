@@ -14,7 +14,7 @@ import os
 import tensorflow as tf
 
 from common.errors import UserError
-from data_prep import records
+from data_prep import damage, records
 
 
 def expand_input_files(pattern: str, what: str = "--input_file") -> list[str]:
@@ -52,7 +52,10 @@ def check_shard_metadata(
         metadata_file = records.metadata_path(path)
         if not tf.io.gfile.exists(metadata_file):
             continue
-        metadata = records.read_json(metadata_file)
+        metadata = records.read_json_object(metadata_file, "shard metadata (a JSON object)")
+        for key in ("max_seq_length", "max_predictions_per_seq", "vocab_size", "num_instances"):
+            if key in metadata and not _is_count(metadata[key]):
+                raise UserError(f"{metadata_file}: {key} is not a count: {metadata[key]!r}")
         for key, want, flag in (
             ("max_seq_length", max_seq_length, "--max_seq_length"),
             ("max_predictions_per_seq", max_predictions_per_seq, "--max_predictions_per_seq"),
@@ -81,6 +84,115 @@ def check_shard_metadata(
             )
         checked += 1
     return checked
+
+
+def _is_count(value) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool) and value >= 0
+
+
+def check_shards(
+    files: list[str],
+    max_seq_length: int,
+    max_predictions_per_seq: int,
+    vocab_size: int,
+    do_lower_case: bool | None = None,
+) -> int:
+    """Checks every shard before any work; returns how many records they hold.
+
+    Each shard's framing (`damage.check_tfrecord_file`: a shard cut short is named
+    with the record it ends inside); with metadata, the metadata against the run
+    (`check_shard_metadata`) and its record count against the shard's; without, its
+    first record's shapes (`check_shard_shapes`) and then every record
+    (`check_shard_records`: ids within `vocab_size`, masked positions within the
+    sequence). Records damaged inside (a flipped bit) show when they are read:
+    `damage.naming_damaged_records` names them then.
+    """
+    total = 0
+    for path in files:
+        has_metadata = tf.io.gfile.exists(records.metadata_path(path))
+        if has_metadata:
+            check_shard_metadata(
+                [path], max_seq_length, max_predictions_per_seq, vocab_size, do_lower_case
+            )
+        if "://" in path and has_metadata:  # Not walked: it would be read whole.
+            count = records.read_json(records.metadata_path(path)).get("num_instances", 0)
+        else:
+            count = damage.check_tfrecord_file(path)
+        if not count:
+            raise UserError(f"pre-training shard {path} holds no record")
+        if has_metadata:
+            _check_count(path, count)
+        else:
+            with damage.naming_damaged_records([path]):
+                check_shard_shapes([path], max_seq_length, max_predictions_per_seq)
+            check_shard_records(path, max_seq_length, max_predictions_per_seq, vocab_size)
+        total += count
+    return total
+
+
+def _check_count(path: str, count: int) -> None:
+    metadata_file = records.metadata_path(path)
+    recorded = records.read_json(metadata_file).get("num_instances")
+    if recorded is not None and recorded != count:
+        raise UserError(
+            f"{path} holds {count} records but its metadata ({metadata_file}) says "
+            f"{recorded}: the shard is not the one the metadata was written for (a "
+            f"partial copy?): make it again"
+        )
+
+
+def check_shard_records(
+    path: str, max_seq_length: int, max_predictions_per_seq: int, vocab_size: int
+) -> None:
+    """Reads every record of a shard: each must parse with the run's shapes, hold token
+    ids in [0, vocab_size) and masked positions in [0, max_seq_length); the error names
+    the record (1-based) and what is wrong."""
+    spec = feature_spec(max_seq_length, max_predictions_per_seq)
+    first = 1
+    with damage.naming_damaged_records([path]):
+        for batch in tf.data.TFRecordDataset(path).batch(_CHECK_BATCH):
+            problem = _batch_problem(batch, spec, max_seq_length, vocab_size)
+            if problem:
+                index, what = problem
+                raise UserError(f"{path}: record {first + index}: {what}")
+            first += int(batch.shape[0])
+
+
+_CHECK_BATCH = 1024
+
+
+def _batch_problem(batch, spec, max_seq_length: int, vocab_size: int) -> tuple[int, str] | None:
+    """(index in the batch, what is wrong) of the first bad record of `batch`, or None."""
+    try:
+        parsed = tf.io.parse_example(batch, spec)
+    except tf.errors.InvalidArgumentError:
+        for index in range(int(batch.shape[0])):
+            try:
+                tf.io.parse_single_example(batch[index], spec)
+            except tf.errors.InvalidArgumentError as e:
+                detail = e.message.strip().splitlines()[0]
+                return index, (
+                    f"not a pre-training record of max_seq_length={max_seq_length} and "
+                    f"max_predictions_per_seq={spec['masked_lm_ids'].shape[0]} ({detail})"
+                )
+        return None
+    for name, limit, what in (
+        ("input_ids", vocab_size, "token id"),
+        ("masked_lm_ids", vocab_size, "masked token id"),
+        ("masked_lm_positions", max_seq_length, "masked position"),
+    ):
+        values = parsed[name].numpy()
+        bad = (values < 0) | (values >= limit)
+        if bad.any():
+            index = int(bad.any(axis=1).argmax())
+            value = int(values[index][bad[index]][0])
+            if limit == vocab_size:
+                return index, (
+                    f"holds {what} {value}, outside the model's vocab_size {vocab_size}: "
+                    f"the shard was made with another vocabulary (use the model's)"
+                )
+            return index, f"holds {what} {value}, outside max_seq_length {max_seq_length}"
+    return None
 
 
 def check_shard_shapes(files: list[str], max_seq_length: int, max_predictions_per_seq: int) -> None:

@@ -296,6 +296,10 @@ def check_labels(task: FineTuningTask, settings: Settings) -> None:
 
 
 def build_trainer(task: FineTuningTask, model, strategy, settings: Settings) -> training.Trainer:
+    if settings.do_train:
+        records.warn_if_batch_exceeds_data(
+            task.num_train_examples, settings.train_batch_size, "--train_batch_size"
+        )
     num_train_steps, num_warmup_steps = (
         train_schedule(
             task.num_train_examples,
