@@ -28,7 +28,7 @@ from absl import app, flags, logging
 from common.errors import MissingFileError, UserError
 import runner_flags
 from data_prep import records, tokenization
-from modeling import checkpoints
+from modeling import checkpoints, feature_based
 from modeling.encoder import BertEncoder
 
 FLAGS = flags.FLAGS
@@ -187,13 +187,15 @@ def _write_batch(out, batch, encoder, tokenizer, feature_fn, layer_indexes, max_
 def main(_):
     runner_flags.apply_original_flags(FLAGS)
     files = runner_flags.resolve_model_files(FLAGS)
+    layer_indexes = feature_based.parse_layer_numbers(
+        FLAGS.layers, files.config.num_hidden_layers, "--layers"
+    )
     tokenizer = tokenization.FullTokenizer(files.vocab_file, files.do_lower_case)
     encoder = BertEncoder(files.config)
     if FLAGS.init_checkpoint:
         checkpoints.restore_model(FLAGS.init_checkpoint, encoder)
     else:
         logging.warning("No --init_checkpoint: features come from random weights.")
-    layer_indexes = [int(x) for x in FLAGS.layers.split(",")]
     extract(
         encoder,
         tokenizer,
