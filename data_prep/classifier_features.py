@@ -181,13 +181,22 @@ def serialize_features(features: InputFeatures, is_regression: bool) -> bytes:
 
 
 def _settings(
-    processor: DataProcessor, split: str, vocab_file: str, do_lower_case: bool, max_seq_length: int
+    processor: DataProcessor,
+    data_dir: str,
+    split: str,
+    vocab_file: str,
+    do_lower_case: bool,
+    max_seq_length: int,
 ) -> dict:
-    """Everything besides the input files that determines the records."""
+    """Everything besides the input files that determines the records (and what the
+    records are read with)."""
     return {
         "task_name": processor.name,
         "split": split,
         "processor_options": processor.options(),
+        "labels": processor.get_labels(data_dir),
+        "is_regression": processor.is_regression,
+        "num_choices": processor.num_choices,
         "max_seq_length": max_seq_length,
         "do_lower_case": do_lower_case,
         "vocab_sha256": records.file_sha256(vocab_file),
@@ -215,9 +224,9 @@ def create_features(
             f"max_seq_length={max_seq_length} is below 3, the room for [CLS] and two [SEP]"
         )
     split = processor.split_name(split)
-    settings = _settings(processor, split, vocab_file, do_lower_case, max_seq_length)
+    settings = _settings(processor, data_dir, split, vocab_file, do_lower_case, max_seq_length)
     input_files = processor.input_files(data_dir, split)
-    labels = processor.get_labels(data_dir)
+    labels = settings["labels"]
     examples = processor.get_examples(data_dir, split)
     tokenizer = tokenization.FullTokenizer(vocab_file, do_lower_case)
     num_truncated = 0
@@ -238,9 +247,6 @@ def create_features(
         dict(
             settings,
             vocab_file=os.path.basename(vocab_file),
-            labels=labels,
-            is_regression=processor.is_regression,
-            num_choices=processor.num_choices,
             num_examples=count,
             num_truncated=num_truncated,
             tfrecord_file=os.path.basename(output_file),
@@ -277,9 +283,13 @@ def get_or_create_features(
     """
     split = processor.split_name(split)
     require_file(vocab_file, "Vocabulary file")
-    settings = _settings(processor, split, vocab_file, do_lower_case, max_seq_length)
+    settings = _settings(processor, data_dir, split, vocab_file, do_lower_case, max_seq_length)
     metadata = records.reusable_metadata(
-        output_file, RECORD_FORMAT, settings, processor.input_files(data_dir, split)
+        output_file,
+        RECORD_FORMAT,
+        settings,
+        processor.input_files(data_dir, split),
+        counts=("num_examples",),
     )
     if metadata is not None:
         logging.info("Reusing %s (%d examples)", output_file, metadata["num_examples"])

@@ -444,12 +444,17 @@ def remove_metadata(record_file: str) -> None:
 
 
 def reusable_metadata(
-    record_file: str, record_format: str, settings: Mapping, input_files: Sequence[str]
+    record_file: str,
+    record_format: str,
+    settings: Mapping,
+    input_files: Sequence[str],
+    counts: Sequence[str] = (),
 ) -> dict | None:
     """The metadata of `record_file` if its records can be reused, else None.
 
     Reusable: the record file and its metadata exist, the metadata has
-    `record_format`, holds every entry of `settings` with the same (JSON) value, was
+    `record_format`, holds every entry of `settings` with the same (JSON) value and
+    each key of `counts` with a count (an int >= 0), was
     written from the same `input_files` (`same_file`, in order), and the record file
     has the size recorded and every record's checksum holds. A damaged metadata file
     or record file counts as not reusable.
@@ -462,6 +467,8 @@ def reusable_metadata(
         return None
     settings = json.loads(json.dumps(settings))  # Compared as JSON gives them back.
     if any(metadata.get(key) != value for key, value in settings.items()):
+        return None
+    if not all(isinstance(metadata.get(key), int) and metadata[key] >= 0 for key in counts):
         return None
     recorded = metadata.get("input_files", [])
     if (
