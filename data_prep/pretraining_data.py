@@ -9,7 +9,6 @@ int64 `next_sentence_labels` [1]. The pipeline renames them to the encoder's nam
 
 from __future__ import annotations
 
-import os
 
 import tensorflow as tf
 
@@ -199,7 +198,7 @@ def check_shard_shapes(files: list[str], max_seq_length: int, max_predictions_pe
     """Reads the first record of the first shard: a clear error when the shards were
     made with another max_seq_length / max_predictions_per_seq than the flags."""
     path = files[0]
-    if os.path.getsize(path) == 0:
+    if tf.io.gfile.stat(path).length == 0:
         raise UserError(f"pre-training shard {path} is empty")
     for raw in tf.data.TFRecordDataset(path).take(1):
         example = tf.train.Example.FromString(raw.numpy())
