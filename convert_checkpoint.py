@@ -22,10 +22,16 @@ input.
 
 from __future__ import annotations
 
-from absl import app, flags, logging
+import time
 
+import common.quiet_tensorflow  # noqa: F401  (first: TensorFlow's start-up lines hidden)
+
+from absl import flags, logging
+
+from common import cli as command_line
 from common.errors import UserError
 import runner_flags
+from data_prep import run_control
 from modeling import checkpoint_names as names
 from modeling import checkpoints, model_files, models
 from modeling.config import BertConfig
@@ -114,6 +120,8 @@ def convert(
     do_lower_case: bool | None = None,
     model_kind: str | None = None,
     overwrite: bool = False,
+    preserve_unused_tokens: bool | None = None,
+    allow_vocab_mismatch: bool = False,
 ) -> str:
     """Reads `input_checkpoint` and writes it to `output_dir` in `output_format`.
 
@@ -124,7 +132,14 @@ def convert(
     """
     info = checkpoints.inspect_checkpoint(input_checkpoint)
     kind = choose_kind(info, model_kind)
-    files = model_files.resolve(bert_config_file, vocab_file, input_checkpoint, do_lower_case)
+    files = model_files.resolve(
+        bert_config_file,
+        vocab_file,
+        input_checkpoint,
+        do_lower_case,
+        preserve_unused_tokens=preserve_unused_tokens,
+        allow_vocab_mismatch=allow_vocab_mismatch,
+    )
     model = build_model(kind, files.config, info["num_labels"])
     restored = checkpoints.restore_model(input_checkpoint, model)
     if "pooler" in restored["fresh"]:
@@ -150,10 +165,15 @@ def convert(
         files.do_lower_case,
         labels if kind in (names.CLASSIFIER, names.TOKEN_CLASSIFIER) else None,
         overwrite=overwrite,
+        preserve_unused_tokens=files.preserve_unused_tokens,
     )
 
 
 def main(_):
+    run_control.hold_file(FLAGS.output_dir, f"--output_dir={FLAGS.output_dir}")
+    run_control.exit_on_sigterm("convert_checkpoint")
+    terminal, start = runner_flags.terminal(), time.monotonic()
+    terminal.say(f"Converting {FLAGS.init_checkpoint} to {FLAGS.output_format}")
     path = convert(
         FLAGS.init_checkpoint,
         FLAGS.output_dir,
@@ -163,13 +183,15 @@ def main(_):
         do_lower_case=runner_flags.do_lower_case_flag(FLAGS),
         model_kind=FLAGS.model_kind,
         overwrite=FLAGS.overwrite,
+        preserve_unused_tokens=runner_flags.preserve_unused_tokens_flag(FLAGS),
+        allow_vocab_mismatch=FLAGS.allow_vocab_mismatch,
     )
-    logging.info("Wrote %s (%s)", path, FLAGS.output_format)
+    terminal.say(f"Wrote {path} ({FLAGS.output_format}) in {time.monotonic() - start:.0f} s")
 
 
 def cli():
     flags.mark_flags_as_required(["init_checkpoint", "output_dir", "output_format"])
-    app.run(main)
+    command_line.run(main)
 
 
 if __name__ == "__main__":

@@ -8,6 +8,10 @@ or the text preprocessing model.
   python export_tfhub.py --export_type=preprocessing --vocab_file=vocab.txt \
       --do_lower_case --seq_length=128 --export_path=out/bert_preprocess
 
+The preprocessing model of a model trained with --preserve_unused_tokens keeps its
+[unusedN] words whole too (the setting comes from the model's model_info.json, or the
+flag).
+
 --init_checkpoint is an original TF1 checkpoint, a Hugging Face directory or a TF2
 checkpoint of this project; --bert_config_file and --vocab_file default to the files
 beside it. The SavedModel is written to a hidden temporary folder beside --export_path
@@ -22,10 +26,17 @@ after `import tensorflow_text`.
 
 from __future__ import annotations
 
-from absl import app, flags, logging
+import time
 
+import common.quiet_tensorflow  # noqa: F401  (first: TensorFlow's start-up lines hidden)
+
+import keras
+from absl import app, flags
+
+from common import cli as command_line
 from common.errors import UserError
 import runner_flags
+from data_prep import run_control
 from modeling import checkpoint_readers, checkpoints, model_files
 from modeling.config import BertConfig
 from modeling.encoder import BertEncoder
@@ -76,6 +87,7 @@ def export_encoder(with_mlm: bool) -> str:
         FLAGS.vocab_file,
         FLAGS.init_checkpoint,
         runner_flags.do_lower_case_flag(FLAGS),
+        FLAGS.allow_vocab_mismatch,
     )
     encoder, pretrainer = build_encoder(files.config, FLAGS.init_checkpoint, with_mlm)
     masked_lm = pretrainer.masked_lm if pretrainer is not None else None
@@ -98,11 +110,23 @@ def export_preprocessing() -> str:
             "--vocab_file (or an --init_checkpoint folder with vocab.txt) "
             "is required for --export_type=preprocessing"
         )
+    if FLAGS.vocab_file and FLAGS.init_checkpoint:
+        model_files.check_vocab_matches_model(
+            FLAGS.vocab_file, FLAGS.init_checkpoint, FLAGS.allow_vocab_mismatch
+        )
     do_lower_case = model_files.resolve_case(
         runner_flags.do_lower_case_flag(FLAGS), FLAGS.init_checkpoint, vocab_file
     )
+    preserve = model_files.resolve_preserve_unused_tokens(
+        runner_flags.preserve_unused_tokens_flag(FLAGS), FLAGS.init_checkpoint
+    )
     return preprocessing.export_preprocessing(
-        FLAGS.export_path, vocab_file, do_lower_case, FLAGS.seq_length, overwrite=FLAGS.overwrite
+        FLAGS.export_path,
+        vocab_file,
+        do_lower_case,
+        FLAGS.seq_length,
+        overwrite=FLAGS.overwrite,
+        preserve_unused_tokens=preserve,
     )
 
 
@@ -111,16 +135,23 @@ def main(_):
         savedmodel.check_export_path(FLAGS.export_path, FLAGS.overwrite)
     except (ValueError, FileExistsError) as e:
         raise app.UsageError(f"--export_path={FLAGS.export_path}: {e}") from None
+    run_control.hold_file(FLAGS.export_path, f"--export_path={FLAGS.export_path}")
+    run_control.exit_on_sigterm("export_tfhub")
+    # The dropout layers' seed state is saved with the model: a fixed seed makes the
+    # same command write the same export, byte for byte (saved_model.pb aside).
+    keras.utils.set_random_seed(0)
+    terminal, start = runner_flags.terminal(), time.monotonic()
+    terminal.say(f"Exporting {FLAGS.export_type}: building, tracing and writing the SavedModel")
     if FLAGS.export_type == "preprocessing":
         path = export_preprocessing()
     else:
         path = export_encoder(with_mlm=FLAGS.export_type == "encoder_with_mlm")
-    logging.info("Exported %s to %s", FLAGS.export_type, path)
+    terminal.say(f"Exported {FLAGS.export_type} to {path} in {time.monotonic() - start:.0f} s")
 
 
 def cli():
     flags.mark_flags_as_required(["export_path"])
-    app.run(main)
+    command_line.run(main)
 
 
 if __name__ == "__main__":

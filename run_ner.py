@@ -60,6 +60,8 @@ stopped.
 
 from __future__ import annotations
 
+import common.quiet_tensorflow  # noqa: F401  (first: TensorFlow's start-up lines hidden)
+
 import dataclasses
 import os
 
@@ -68,9 +70,12 @@ import numpy as np
 import tensorflow as tf
 from absl import app, flags, logging
 
+from common import cli as command_line
 from common.errors import MissingFileError, UserError
+from common.progress import format_fields
 import runner_flags
-from data_prep import conll, ner_features, records, tag_schemes, tokenization
+from data_prep import conll, input_pipeline, ner_features, records, tag_schemes, tokenization
+from data_prep.input_pipeline import RecordMetadata
 from evaluation import conlleval
 from modeling import feature_based, finetuning, model_files, training
 from modeling.config import BertConfig
@@ -201,7 +206,13 @@ def to_features(
 ) -> Split:
     """A file's sentences as features labelled in `labels.scheme`."""
     features = ner_features.convert_sentences_to_features(
-        sentences, labels.labels, tokenizer, max_seq_length, doc_stride, label_scheme=labels.scheme
+        sentences,
+        labels.labels,
+        tokenizer,
+        max_seq_length,
+        doc_stride,
+        label_scheme=labels.scheme,
+        progress=runner_flags.terminal(),
     )
     logging.info(
         "%s: %d sentences, %d words, %d windows",
@@ -230,11 +241,11 @@ def write_training_features(
     tokenizer: tokenization.FullTokenizer,
     max_seq_length: int,
     doc_stride: int,
-) -> ner_features.NerMetadata:
+) -> RecordMetadata:
     """Writes train.tf_record and its metadata JSON (with the labels and their scheme)."""
     record = os.path.join(output_dir, TRAIN_RECORD)
     ner_features.write_tfrecord(split.features, record)
-    metadata = ner_features.NerMetadata.describe(
+    metadata = ner_features.describe(
         split.sentences,
         split.features,
         labels.labels,
@@ -245,7 +256,7 @@ def write_training_features(
         tokenizer.do_lower_case,
         len(tokenizer.vocab),
     )
-    metadata.write(record)
+    ner_features.write_metadata(record, metadata)
     return metadata
 
 
@@ -316,17 +327,26 @@ def _tags_and_ids(features: dict, outputs: dict) -> dict:
 
 
 def predict_tags(
-    trainer: training.Trainer, split: Split, labels: Labels, batch_size: int
+    trainer: training.Trainer,
+    split: Split,
+    labels: Labels,
+    batch_size: int,
+    pad_to_max_seq_length: bool,
 ) -> list[list[str]]:
     """One predicted tag per word of every sentence of the split, in the scheme learnt."""
     outputs = trainer.predict(
-        ner_features.inference_dataset(split.features, batch_size), _tags_and_ids
+        ner_features.inference_dataset(split.features, batch_size, pad_to_max_seq_length),
+        _tags_and_ids,
     )
     order = np.argsort(outputs["unique_ids"], kind="stable")
     if not np.array_equal(outputs["unique_ids"][order], np.arange(len(split.features))):
         raise RuntimeError(f"{split.path}: predictions do not cover every window once")
+    # Batches cut to their longest window: back to the features' length.
+    label_ids = input_pipeline.pad_to_length(
+        outputs["label_ids"][order], len(split.features[0].input_ids)
+    )
     return ner_features.predictions_to_tags(
-        outputs["label_ids"][order], split.features, split.sentences, labels.labels
+        label_ids, split.features, split.sentences, labels.labels
     )
 
 
@@ -351,7 +371,7 @@ class NerTask:
         self,
         labels: Labels,
         splits: dict[str, Split],
-        train_metadata: ner_features.NerMetadata | None,
+        train_metadata: RecordMetadata | None,
         feature_options: FeatureBasedOptions | None,
         settings: finetuning.Settings,
     ):
@@ -390,9 +410,11 @@ class NerTask:
             self.train_metadata,
             batch_size,
             True,
-            seed=seed,
+            seed,
+            input_context,
             shuffle_buffer_size=self.settings.shuffle_buffer_size,
-            input_context=input_context,
+            pad_to_max_seq_length=self.settings.pad_to_max_seq_length,
+            group_by_length=self.settings.group_by_length,
         )
 
     def evaluate(self, trainer, output_dir: str, global_step: int) -> dict:
@@ -402,16 +424,23 @@ class NerTask:
         eval_results.txt (`conlleval.eval_results` keys, eval_loss, global_step).
         """
         split, batch_size = self.splits["eval"], self.settings.eval_batch_size
+        pad = self.settings.pad_to_max_seq_length
         path = write_predictions(
-            split, predict_tags(trainer, split, self.labels, batch_size), output_dir
+            split, predict_tags(trainer, split, self.labels, batch_size, pad), output_dir
         )
         counts = conlleval.evaluate_file(path)
         report = counts.report()
         records.write_text(os.path.join(output_dir, EVAL_REPORT), report)
-        loss = trainer.evaluate(ner_features.inference_dataset(split.features, batch_size))
+        loss = trainer.evaluate(ner_features.inference_dataset(split.features, batch_size, pad))
         extra = {"eval_loss": loss["eval_loss"], "global_step": global_step}
         conlleval.write_eval_results(os.path.join(output_dir, EVAL_RESULTS), counts, extra)
         logging.info("conlleval on %s:\n%s", path, report)
+        shown = {k: v for k, v in conlleval.eval_results(counts).items() if "_" not in k[5:]}
+        trainer.progress.say(
+            f"Evaluation at step {global_step}: "
+            f"{format_fields(dict(shown, eval_loss=extra['eval_loss']))} "
+            f"({os.path.join(output_dir, EVAL_RESULTS)})"
+        )
         return {**conlleval.eval_results(counts), **extra}
 
     def score(self, metrics: dict) -> float:
@@ -422,7 +451,13 @@ class NerTask:
         split = self.splits["predict"]
         path = write_predictions(
             split,
-            predict_tags(trainer, split, self.labels, self.settings.predict_batch_size),
+            predict_tags(
+                trainer,
+                split,
+                self.labels,
+                self.settings.predict_batch_size,
+                self.settings.pad_to_max_seq_length,
+            ),
             output_dir,
         )
         logging.info("conlleval on %s:\n%s", path, conlleval.evaluate_file(path).report())
@@ -442,10 +477,11 @@ class NerTask:
             kind="ner",
             labels=self.labels.labels,
             overwrite=overwrite,
+            preserve_unused_tokens=files.preserve_unused_tokens,
             doc_stride=FLAGS.doc_stride,
             tag_scheme=self.labels.scheme,
         )
-        logging.info("Exported the model to %s", path)
+        runner_flags.terminal().say(f"Exported the model to {path} (it answers raw text)")
 
     def model_info(self) -> dict:
         return {
@@ -464,10 +500,10 @@ def feature_options() -> FeatureBasedOptions | None:
 
 def read_splits(
     files: model_files.ModelFiles, settings: finetuning.Settings
-) -> tuple[Labels, dict[str, Split], ner_features.NerMetadata | None]:
+) -> tuple[Labels, dict[str, Split], RecordMetadata | None]:
     """Every file the run needs, read and converted before any model is built; the
     training features written to output_dir. (labels, splits, training metadata)."""
-    tokenizer = tokenization.FullTokenizer(files.vocab_file, files.do_lower_case)
+    tokenizer = files.tokenizer()
     files_read = {}
     for name, explicit in (
         ("train", FLAGS.train_file),
@@ -511,12 +547,14 @@ def main(_):
     encoder, files = runner_flags.build_encoder(FLAGS, strategy)
     labels, splits, train_metadata = read_splits(files, settings)
     task = NerTask(labels, splits, train_metadata, feature_options(), settings)
-    finetuning.run(task, settings, strategy, encoder, files)
+    runner_flags.run_training(
+        lambda: finetuning.run(task, settings, strategy, encoder, files), FLAGS.output_dir
+    )
 
 
 def cli():
     flags.mark_flags_as_required(["output_dir"])
-    app.run(main)
+    command_line.run(main)
 
 
 if __name__ == "__main__":

@@ -35,16 +35,21 @@ on raw contexts with the answers --do_predict gives (serving/squad.py).
 
 from __future__ import annotations
 
+import common.quiet_tensorflow  # noqa: F401  (first: TensorFlow's start-up lines hidden)
+
 import os
 
 import keras
+import numpy as np
 import tensorflow as tf
-from absl import app, flags, logging
+from absl import app, flags
 
+from common import cli as command_line
 from common.errors import MissingFileError, UserError
+from common.progress import format_fields
 import runner_flags
-from data_prep import records, squad_features, squad_postprocess, squad_reader
-from data_prep import squad_records, tokenization
+from data_prep import input_pipeline, records, squad_features, squad_postprocess, squad_reader
+from data_prep import squad_records
 from evaluation import squad_eval
 from modeling import finetuning, model_files, training
 from modeling.config import BertConfig
@@ -100,11 +105,30 @@ def _span_outputs(features: dict, outputs: dict) -> dict:
 
 
 def predict_logits(
-    trainer: training.Trainer, data: squad_records.PredictData, batch_size: int
+    trainer: training.Trainer,
+    data: squad_records.PredictData,
+    batch_size: int,
+    pad_to_max_seq_length: bool,
 ) -> list[squad_postprocess.RawResult]:
-    """The model's start and end logits of every feature."""
-    dataset = squad_records.build_dataset(data.file, data.metadata, batch_size, is_training=False)
+    """The model's start and end logits of every feature, [S] each.
+
+    Positions past a batch's cut (padding of every window in it) get the lowest
+    float32, so they never rank among the n best (`docs/padding.md`).
+    """
+    dataset = squad_records.build_dataset(
+        data.file,
+        data.metadata,
+        batch_size,
+        is_training=False,
+        pad_to_max_seq_length=pad_to_max_seq_length,
+    )
     outputs = trainer.predict(dataset, _span_outputs)
+    lowest = np.finfo(np.float32).min
+    for name in ("start_logits", "end_logits"):
+        if name in outputs:
+            outputs[name] = input_pipeline.pad_to_length(
+                outputs[name], data.metadata.max_seq_length, value=lowest
+            )
     if len(outputs.get("unique_ids", [])) != len(data.features):
         raise RuntimeError(
             f"predicted {len(outputs.get('unique_ids', []))} of "
@@ -133,7 +157,8 @@ def evaluate(gold_file: str, output_dir: str, version_2_with_negative: bool) -> 
     results = squad_eval.evaluate_file(gold_file, predictions, null_odds, version_2_with_negative)
     path = os.path.join(output_dir, EVAL_RESULTS)
     records.write_results(path, results)
-    logging.info("Eval results (%s):\n%s", path, records.format_results(results))
+    shown = {k: v for k, v in results.items() if not k.endswith("_thresh")}
+    runner_flags.terminal().say(f"Evaluation: {format_fields(shown)} ({path})")
     return results
 
 
@@ -175,16 +200,23 @@ class SquadTask:
             data.metadata,
             batch_size,
             True,
-            seed=seed,
+            seed,
+            input_context,
             shuffle_buffer_size=self.settings.shuffle_buffer_size,
-            input_context=input_context,
+            pad_to_max_seq_length=self.settings.pad_to_max_seq_length,
+            group_by_length=self.settings.group_by_length,
         )
 
     def predict(self, trainer, output_dir: str, global_step: int) -> None:
         """predictions.json, nbest_predictions.json and, for v2.0, null_odds.json."""
         if self._predicted_at == global_step:
             return  # Written by evaluate() from these very weights.
-        results = predict_logits(trainer, self.predict_data, self.settings.predict_batch_size)
+        results = predict_logits(
+            trainer,
+            self.predict_data,
+            self.settings.predict_batch_size,
+            self.settings.pad_to_max_seq_length,
+        )
         predictions = squad_postprocess.compute_predictions(
             self.predict_data.examples,
             self.predict_data.features,
@@ -233,12 +265,13 @@ class SquadTask:
             FLAGS.max_seq_length,
             kind="squad",
             overwrite=overwrite,
+            preserve_unused_tokens=files.preserve_unused_tokens,
             max_query_length=FLAGS.max_query_length,
             max_answer_length=FLAGS.max_answer_length,
             n_best_size=FLAGS.n_best_size,
             doc_stride=FLAGS.doc_stride,
         )
-        logging.info("Exported the model to %s", path)
+        runner_flags.terminal().say(f"Exported the model to {path} (it answers raw text)")
 
     def model_info(self) -> dict:
         return {
@@ -278,13 +311,14 @@ def check_flags() -> None:
 def build_features(files: model_files.ModelFiles, settings: finetuning.Settings):
     """The training and prediction features; both files are read before any model is
     built, so bad input fails early."""
-    tokenizer = tokenization.FullTokenizer(files.vocab_file, files.do_lower_case)
+    tokenizer = files.tokenizer()
     feature_settings = squad_records.FeatureSettings(
         FLAGS.max_seq_length,
         FLAGS.doc_stride,
         FLAGS.max_query_length,
         files.do_lower_case,
         FLAGS.version_2_with_negative,
+        files.preserve_unused_tokens,
     )
     predict_data = (
         squad_records.build_predict_features(
@@ -293,6 +327,7 @@ def build_features(files: model_files.ModelFiles, settings: finetuning.Settings)
             tokenizer,
             files.vocab_file,
             feature_settings,
+            runner_flags.terminal(),
         )
         if settings.do_predict or settings.do_eval
         else None
@@ -305,6 +340,7 @@ def build_features(files: model_files.ModelFiles, settings: finetuning.Settings)
             files.vocab_file,
             feature_settings,
             settings.seed,
+            runner_flags.terminal(),
         )
         if settings.do_train
         else None
@@ -322,12 +358,14 @@ def main(_):
     encoder, files = runner_flags.build_encoder(FLAGS, strategy)
     train_data, predict_data = build_features(files, settings)
     task = SquadTask(train_data, predict_data, settings, files.do_lower_case)
-    finetuning.run(task, settings, strategy, encoder, files)
+    runner_flags.run_training(
+        lambda: finetuning.run(task, settings, strategy, encoder, files), FLAGS.output_dir
+    )
 
 
 def cli():
     flags.mark_flags_as_required(["output_dir"])
-    app.run(main)
+    command_line.run(main)
 
 
 if __name__ == "__main__":

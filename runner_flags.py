@@ -17,7 +17,9 @@ import tensorflow as tf
 from absl import app, flags, logging
 
 from common.errors import UserError
-from modeling import checkpoint_readers, distribution, finetuning, kernels, model_files
+from common.progress import TerminalProgress
+from data_prep import run_control
+from modeling import checkpoint_readers, distribution, finetuning, kernels, model_files, training
 from modeling.encoder import BertEncoder
 from serving import savedmodel
 
@@ -55,11 +57,38 @@ def define_model_flags(max_seq_length: int | None, flag_values=FLAGS) -> None:
         "error.",
         flag_values=f,
     )
+    flags.DEFINE_bool(
+        "preserve_unused_tokens",
+        False,
+        "Keep a word of the input that is a [unusedN] entry of the vocabulary whole (one "
+        "token, e.g. markers put into those slots) instead of splitting it on its "
+        "brackets, as the original's flag. When not given, the model's own setting "
+        "(its model_info.json), else false; recorded in the run's model_info.json.",
+        flag_values=f,
+    )
+    flags.DEFINE_bool(
+        "allow_vocab_mismatch",
+        False,
+        "Use --vocab_file even where it differs from the vocabulary that comes with "
+        "--init_checkpoint (its vocab.txt, or the fingerprint in its model_info.json); "
+        "by default that is an error naming the first line that differs.",
+        flag_values=f,
+    )
     if max_seq_length is not None:
         flags.DEFINE_integer(
             "max_seq_length",
             max_seq_length,
             "Maximum total input length in WordPiece tokens, after packing.",
+            flag_values=f,
+        )
+        flags.DEFINE_bool(
+            "pad_to_max_seq_length",
+            None,
+            "Compute every batch at --max_seq_length, as the original release does "
+            "(static shapes, for TPUs and for comparisons with it), instead of cutting "
+            "each batch to its longest example (rounded up to one of a few lengths; "
+            "docs/padding.md). Default: true under --distribution_strategy=tpu, "
+            "else false.",
             flag_values=f,
         )
 
@@ -113,7 +142,19 @@ def define_common_flags(max_seq_length: int, flag_values=FLAGS) -> None:
         "Enable TensorFlow op determinism (bitwise reproducible runs, slower).",
         flag_values=f,
     )
+    define_progress_flag(f)
     define_original_flags(f)
+
+
+def define_progress_flag(flag_values=FLAGS) -> None:
+    flags.DEFINE_float(
+        "progress_interval_s",
+        30.0,
+        "Seconds between progress lines on stderr when it is not a terminal (a CI log, "
+        "nohup, a file); a terminal shows a live bar. The log file in --output_dir "
+        "has a line for every training loop.",
+        flag_values=flag_values,
+    )
 
 
 def define_original_flags(flag_values=FLAGS) -> None:
@@ -237,6 +278,15 @@ def define_finetuning_flags(flag_values=FLAGS) -> None:
         "Training examples in the shuffle "
         "buffer (at most the training set). The original uses 100, which "
         "mixes a file sorted by label or length poorly.",
+        flag_values=f,
+    )
+    flags.DEFINE_bool(
+        "group_by_length",
+        False,
+        "Training batches of examples of similar lengths, in a seeded random order "
+        "(as Hugging Face's group_by_length): less padding, so faster, but it "
+        "changes which examples share a batch. Holds the training records in "
+        "memory (docs/padding.md).",
         flag_values=f,
     )
     flags.DEFINE_bool(
@@ -385,19 +435,22 @@ def setup(FLAGS) -> tf.distribute.Strategy:
     determinism and a log file in output_dir. Returns the strategy.
 
     The strategy is created first: MultiWorkerMirroredStrategy must configure its
-    collective ops before TensorFlow runs anything.
+    collective ops before TensorFlow runs anything. Before it, the run takes the lock of
+    its output_dir (and --export_dir), and SIGTERM is set to end it with one line and
+    exit code 143.
     """
     apply_original_flags(FLAGS)
+    run_control.hold_run_outputs(  # Of a multi-worker run, the chief alone.
+        FLAGS.output_dir,
+        FLAGS.export_dir if "export_dir" in FLAGS else None,
+        FLAGS.distribution_strategy == "multi_worker_mirrored",
+    )
+    run_control.exit_on_sigterm(os.path.basename(sys.argv[0]))
     if FLAGS.num_cpu_devices > 1:
         distribution.split_cpu(FLAGS.num_cpu_devices)
     strategy = distribution.create_strategy(
         FLAGS.distribution_strategy, FLAGS.tpu, zone=FLAGS.tpu_zone, project=FLAGS.gcp_project
     )
-    chosen = kernels.resolve(FLAGS.kernels)
-    logging.info("Kernels (--kernels=%s): %s", FLAGS.kernels, chosen)
-    keras.utils.set_random_seed(FLAGS.seed)
-    if FLAGS.deterministic:
-        tf.config.experimental.enable_op_determinism()
     if FLAGS.output_dir:
         tf.io.gfile.makedirs(FLAGS.output_dir)
         logging.get_absl_handler().use_absl_log_file(
@@ -406,7 +459,37 @@ def setup(FLAGS) -> tf.distribute.Strategy:
         logging.get_absl_handler().setLevel(
             logging.DEBUG if FLAGS.verbose_logging else logging.INFO
         )
+    chosen = kernels.resolve(FLAGS.kernels)
+    logging.info("Kernels (--kernels=%s): %s", FLAGS.kernels, chosen)
+    terminal().say(describe_devices(strategy, chosen.name, FLAGS.dtype))
+    keras.utils.set_random_seed(FLAGS.seed)
+    if FLAGS.deterministic:
+        tf.config.experimental.enable_op_determinism()
     return strategy
+
+
+def run_training(train_fn, output_dir: str) -> None:
+    """`run_control.run_training`: a run stopped by SIGTERM exits 143, a lost worker 75."""
+    run_control.run_training(train_fn, output_dir, training.SUMMARY_FILE)
+
+
+def terminal() -> TerminalProgress:
+    """Progress bars (or plain lines every --progress_interval_s) and result lines on
+    stderr."""
+    interval = FLAGS["progress_interval_s"].value if "progress_interval_s" in FLAGS else 30.0
+    return TerminalProgress(interval=interval)
+
+
+def describe_devices(strategy: tf.distribute.Strategy, kernels_name: str, dtype: str) -> str:
+    """One line: the devices, the strategy, the compute dtype and the CPU kernels."""
+    gpus = tf.config.list_physical_devices("GPU")
+    where = f"{len(gpus)} GPU" if gpus else f"CPU ({os.cpu_count()} cores, no GPU found)"
+    replicas = strategy.num_replicas_in_sync
+    return (
+        f"Running on {where}: {type(strategy).__name__}, {replicas} "
+        f"replica{'s' if replicas > 1 else ''}, {dtype}, kernels {kernels_name} "
+        f"(TensorFlow {tf.__version__})"
+    )
 
 
 def check_max_seq_length(max_seq_length: int, config) -> None:
@@ -434,12 +517,23 @@ def do_lower_case_flag(FLAGS) -> bool | None:
     return FLAGS.do_lower_case if FLAGS["do_lower_case"].present else None
 
 
+def preserve_unused_tokens_flag(FLAGS) -> bool | None:
+    """--preserve_unused_tokens when given, else None (the model's own setting)."""
+    return FLAGS.preserve_unused_tokens if given(FLAGS, "preserve_unused_tokens") else None
+
+
 def resolve_model_files(FLAGS) -> model_files.ModelFiles:
-    """--bert_config_file, --vocab_file and --do_lower_case, or what sits beside
-    --init_checkpoint, checked against each other and --max_seq_length."""
+    """--bert_config_file, --vocab_file, --do_lower_case and --preserve_unused_tokens,
+    or what sits beside --init_checkpoint, checked against each other and
+    --max_seq_length."""
     check_init_checkpoint(FLAGS)
     files = model_files.resolve(
-        FLAGS.bert_config_file, FLAGS.vocab_file, FLAGS.init_checkpoint, do_lower_case_flag(FLAGS)
+        FLAGS.bert_config_file,
+        FLAGS.vocab_file,
+        FLAGS.init_checkpoint,
+        do_lower_case_flag(FLAGS),
+        preserve_unused_tokens=preserve_unused_tokens_flag(FLAGS),
+        allow_vocab_mismatch=FLAGS.allow_vocab_mismatch,
     )
     check_max_seq_length(FLAGS.max_seq_length, files.config)
     return files
@@ -453,6 +547,13 @@ def hub_model_files(FLAGS, encoder) -> model_files.ModelFiles:
             FLAGS.hub_module_url,
         )
     vocab_file = FLAGS.vocab_file or encoder.vocab_file
+    if FLAGS.vocab_file and encoder.vocab_file:
+        model_files.check_vocab_matches_model(
+            FLAGS.vocab_file,
+            FLAGS.hub_module_url,
+            FLAGS.allow_vocab_mismatch,
+            own_vocab=encoder.vocab_file,
+        )
     if vocab_file is None:
         raise UserError(
             f"--vocab_file is required: the TF Hub encoder "
@@ -469,7 +570,11 @@ def hub_model_files(FLAGS, encoder) -> model_files.ModelFiles:
     model_files.check_vocab_fits_config(vocab_file, encoder.config)
     check_max_seq_length(FLAGS.max_seq_length, encoder.config)
     return model_files.ModelFiles(
-        encoder.config, vocab_file, do_lower_case, config_is_complete=encoder.config_is_complete
+        encoder.config,
+        vocab_file,
+        do_lower_case,
+        config_is_complete=encoder.config_is_complete,
+        preserve_unused_tokens=bool(FLAGS.preserve_unused_tokens),
     )
 
 
@@ -490,6 +595,14 @@ def build_encoder(
         return BertEncoder(files.config, dtype=FLAGS.dtype, kernels=FLAGS.kernels), files
 
 
+def pad_to_max_seq_length(FLAGS) -> bool:
+    """--pad_to_max_seq_length, by default true only under --distribution_strategy=tpu
+    (TPUs need static shapes)."""
+    if FLAGS.pad_to_max_seq_length is not None:
+        return FLAGS.pad_to_max_seq_length
+    return "distribution_strategy" in FLAGS and FLAGS.distribution_strategy == "tpu"
+
+
 def trainer_options(FLAGS) -> dict:
     """Keyword arguments of `training.Trainer` from the training flags."""
     profile = tuple(int(x) for x in FLAGS.profile_steps) if FLAGS.profile_steps else None
@@ -506,6 +619,7 @@ def trainer_options(FLAGS) -> dict:
         max_checkpoints=FLAGS.keep_checkpoint_max,
         profile_steps=profile,
         kernels=FLAGS.kernels,
+        progress=terminal(),
     )
 
 
@@ -528,7 +642,10 @@ def check_finetuning_flags(FLAGS) -> None:
         raise app.UsageError("--output_dir is required")
     if FLAGS.export_dir:
         try:
-            savedmodel.check_export_path(FLAGS.export_dir, FLAGS.overwrite)
+            savedmodel.check_export_path(
+                FLAGS.export_dir,
+                FLAGS.overwrite or finetuning.owns_export(FLAGS.output_dir, FLAGS.export_dir),
+            )
         except (ValueError, FileExistsError) as e:
             raise type(e)(f"--export_dir={FLAGS.export_dir}: {e}") from None
 
@@ -551,6 +668,8 @@ def finetuning_settings(FLAGS) -> finetuning.Settings:
         warmup_proportion=FLAGS.warmup_proportion,
         seed=FLAGS.seed,
         shuffle_buffer_size=FLAGS.shuffle_buffer_size,
+        pad_to_max_seq_length=pad_to_max_seq_length(FLAGS),
+        group_by_length=FLAGS.group_by_length,
         evaluate_every_epoch=FLAGS.evaluate_every_epoch,
         export_dir=FLAGS.export_dir,
         overwrite_export=FLAGS.overwrite,

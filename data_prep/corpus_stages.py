@@ -12,6 +12,10 @@ through Beam's file systems, decompressed if their name says so.
 
 from __future__ import annotations
 
+# First: Beam's worker processes load this module to run the stages, and TensorFlow's
+# start-up lines would reach the terminal from each of them.
+import common.quiet_tensorflow  # noqa: F401
+
 import collections
 import threading
 import time
@@ -256,7 +260,10 @@ class BuildShard(beam.DoFn):
 
     def _tokenizer(self, vocab_file: str):
         if vocab_file not in self.tokenizers:
-            tokenizer = tokenization.FullTokenizer(vocab_file, self.settings.run.do_lower_case)
+            run = self.settings.run
+            tokenizer = tokenization.FullTokenizer(
+                vocab_file, run.do_lower_case, run.preserve_unused_tokens
+            )
             self.tokenizers[vocab_file] = (
                 tokenizer,
                 pretraining_instances.VocabIds.from_vocab(tokenizer.vocab, vocab_file),
@@ -303,7 +310,11 @@ class BuildShard(beam.DoFn):
                 options,
                 vocab,
                 stats,
-                {"document_shard": shard.describe(), "run_random_seed": settings.run.random_seed},
+                {
+                    "document_shard": shard.describe(),
+                    "run_random_seed": settings.run.random_seed,
+                    "pipeline_run": settings.run_id,
+                },
             )
             written = 1
         elif stats.lines:

@@ -26,6 +26,7 @@ Shape legend: B batch.
 from __future__ import annotations
 
 import contextlib
+import errno
 import hashlib
 import json
 import os
@@ -36,7 +37,7 @@ from typing import Iterable, Iterator, Mapping, Sequence
 from absl import logging
 import tensorflow as tf
 
-from common.errors import MissingFileError, UserError
+from common.errors import CannotWriteError, MissingFileError, UserError
 from data_prep import damage
 
 _TEMP_MARK = ".tmp-"
@@ -94,10 +95,45 @@ def glob_escape(name: str) -> str:
     return "".join(f"[{c}]" if c in "*?[" else c for c in name)
 
 
+# Why a write fails for a reason outside the program: errno values and the words
+# TensorFlow's file systems put in their messages.
+_WRITE_ERRNOS = (errno.ENOSPC, errno.EDQUOT, errno.EFBIG, errno.EACCES, errno.EPERM, errno.EROFS)
+_WRITE_REASONS = (
+    "No space left on device",
+    "Disk quota exceeded",
+    "File too large",
+    "Permission denied",
+    "Operation not permitted",
+    "Read-only file system",
+)
+
+
+def cannot_write(path: str, error: BaseException) -> CannotWriteError | None:
+    """A CannotWriteError for people when `error` says that `path` cannot be written
+    (no space, no permission, a read-only file system); None for any other error."""
+    if isinstance(error, OSError) and error.errno in _WRITE_ERRNOS:
+        reason = error.strerror or str(error)
+    elif isinstance(error, (OSError, tf.errors.OpError)):
+        text = error.message if isinstance(error, tf.errors.OpError) else str(error)
+        reason = next((r for r in _WRITE_REASONS if r.lower() in text.lower()), None)
+        if reason is None:
+            return None
+    else:
+        return None
+    return CannotWriteError(
+        f"cannot write {path}: {reason}. Nothing unfinished was left under that name; "
+        f"free some space, or give an output where this user may write, and run the same "
+        f"command again."
+    )
+
+
 def _make_parent(path: str) -> None:
     directory, _ = _split(path)
     if directory:
-        tf.io.gfile.makedirs(directory)
+        try:
+            tf.io.gfile.makedirs(directory)
+        except (OSError, tf.errors.OpError) as e:
+            raise (cannot_write(directory, e) or e) from e
 
 
 @contextlib.contextmanager
@@ -114,8 +150,11 @@ def atomic_path(path: str) -> Iterator[str]:
     try:
         yield temp
         tf.io.gfile.rename(temp, path, overwrite=True)
-    except BaseException:
+    except BaseException as e:
         _remove(temp)
+        error = cannot_write(path, e)
+        if error is not None:
+            raise error from e
         raise
 
 
@@ -264,11 +303,14 @@ def atomic_directory(path: str) -> Iterator[str]:
     _make_parent(path)
     clear_stale_temps(path)
     temp = temp_path(path)
-    tf.io.gfile.makedirs(temp)
     try:
+        tf.io.gfile.makedirs(temp)
         yield temp
-    except BaseException:
+    except BaseException as e:
         _remove(temp)
+        error = cannot_write(path, e)
+        if error is not None:
+            raise error from e
         raise
     if not tf.io.gfile.exists(path):
         tf.io.gfile.rename(temp, path)
@@ -303,7 +345,8 @@ def expand_globs(
     read once. With `original_order`, matches keep `tf.io.gfile.glob`'s order and
     repeats, as the original release's scripts read them (their output depends on it).
     Hidden names (temporary files of unfinished writes among them) and folders are
-    skipped. A pattern that matches no file is an error naming it and `what`.
+    skipped. A pattern that matches no file is an error naming it and `what` (a
+    `UserError` naming the folder when it matches only folders).
     """
     if isinstance(patterns, str):
         patterns = patterns.split(",")
@@ -312,11 +355,13 @@ def expand_globs(
         pattern = pattern.strip()
         if not pattern:
             continue
-        matches = [
-            m
-            for m in tf.io.gfile.glob(pattern)
-            if not _split(m)[1].startswith(".") and not tf.io.gfile.isdir(m)
-        ]
+        visible = [m for m in tf.io.gfile.glob(pattern) if not _split(m)[1].startswith(".")]
+        matches = [m for m in visible if not tf.io.gfile.isdir(m)]
+        if not matches and visible:
+            raise UserError(
+                f"{what} {pattern!r}: {visible[0]} is a directory, not a file: give its "
+                f"files (e.g. '{_join(visible[0], '*')}')"
+            )
         if not matches:
             raise MissingFileError(f"{what} pattern {pattern!r} matches no file")
         if original_order:
@@ -490,73 +535,10 @@ def reusable_metadata(
 
 
 # ----------------------------------------------------------------------------
-# Reading records.
+# Record features.
 # ----------------------------------------------------------------------------
 
 
 def int64_feature(values: Iterable[int]) -> tf.train.Feature:
     """A `tf.train.Feature` of int64 values."""
     return tf.train.Feature(int64_list=tf.train.Int64List(value=list(values)))
-
-
-def tfrecord_dataset(
-    files: str | Sequence[str], input_context: tf.distribute.InputContext | None = None
-) -> tf.data.Dataset:
-    """The serialized records of `files`, in file order.
-
-    Under a distribution strategy with several input pipelines, each pipeline reads
-    every `num_input_pipelines`-th record from its `input_pipeline_id` on.
-    """
-    dataset = tf.data.TFRecordDataset(files)
-    if input_context is not None and input_context.num_input_pipelines > 1:
-        dataset = dataset.shard(input_context.num_input_pipelines, input_context.input_pipeline_id)
-    return dataset
-
-
-def per_replica_batch_size(
-    batch_size: int, input_context: tf.distribute.InputContext | None
-) -> int:
-    """The B of one replica for a global batch size (itself without a strategy)."""
-    if input_context is None:
-        return batch_size
-    return input_context.get_per_replica_batch_size(batch_size)
-
-
-def warn_if_batch_exceeds_data(num_records: int, batch_size: int, flag: str) -> bool:
-    """Warns (naming `flag`) when a training batch is larger than the data: the data is
-    repeated to fill it, so a batch holds some examples twice. Returns whether it
-    warned."""
-    if num_records <= 0 or batch_size <= num_records:
-        return False
-    logging.warning(
-        "%s=%d is larger than the %d training examples: every batch holds some of them "
-        "more than once (the data is repeated to fill it). Use a batch size of at most "
-        "%d, or more data.",
-        flag,
-        batch_size,
-        num_records,
-        num_records,
-    )
-    return True
-
-
-def shuffle_and_repeat(
-    dataset: tf.data.Dataset, shuffle_buffer_size: int, num_records: int, seed: int | None
-) -> tf.data.Dataset:
-    """Training order: a new, seeded order every epoch (a buffer of at most
-    `num_records`), repeated."""
-    buffer_size = max(1, min(shuffle_buffer_size, num_records))
-    return dataset.shuffle(buffer_size, seed=seed, reshuffle_each_iteration=True).repeat()
-
-
-def replica_batches(
-    dataset: tf.data.Dataset,
-    batch_size: int,
-    input_context: tf.distribute.InputContext | None,
-    drop_remainder: bool,
-) -> tf.data.Dataset:
-    """Batches of one replica's share of the global `batch_size`, prefetched."""
-    dataset = dataset.batch(
-        per_replica_batch_size(batch_size, input_context), drop_remainder=drop_remainder
-    )
-    return dataset.prefetch(tf.data.AUTOTUNE)

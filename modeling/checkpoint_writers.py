@@ -28,6 +28,7 @@ import tensorflow as tf
 from common.errors import MissingFileError, OutputExistsError, UserError
 from data_prep import records
 from modeling import checkpoint_names as names
+from modeling import model_files
 from modeling.checkpoint_readers import MODEL_INFO
 
 _CHECKPOINT_FILES = r"(index|data-\d{5}-of-\d{5})"
@@ -225,6 +226,7 @@ def _write_directory(
     labels,
     overwrite: bool,
     write_content,
+    preserve_unused_tokens: bool = False,
 ) -> None:
     """Checks the destination, then writes `write_content(temp)`, vocab.txt and
     model_info.json into a folder that replaces `directory` once complete."""
@@ -241,7 +243,10 @@ def _write_directory(
                 "model_kind": names.model_kind(model),
                 "labels": labels,
                 "do_lower_case": bool(do_lower_case),
+                "preserve_unused_tokens": bool(preserve_unused_tokens),
                 "written_by": writer,
+                "vocab_sha256": model_files.vocab_fingerprint(vocab_file),
+                "vocab_size": len(model_files.vocab_entries(vocab_file)),
             },
         )
 
@@ -254,6 +259,7 @@ def write_hf_directory(
     labels: list | None = None,
     *,
     overwrite: bool = False,
+    preserve_unused_tokens: bool = False,
 ) -> str:
     """Writes `model` as a Hugging Face BERT directory that `transformers` loads with
     AutoModel and the class of the model's kind (BertForPreTraining,
@@ -268,6 +274,7 @@ def write_hf_directory(
       do_lower_case: the case setting, written to tokenizer_config.json.
       labels: label names of a classifier / token classifier (id2label), if known.
       overwrite: replace an earlier output of this writer.
+      preserve_unused_tokens: the tokenizer setting, written to model_info.json.
 
     Returns the directory.
     """
@@ -294,6 +301,7 @@ def write_hf_directory(
         labels,
         overwrite,
         content,
+        preserve_unused_tokens,
     )
     return directory
 
@@ -306,6 +314,7 @@ def write_original_directory(
     labels: list | None = None,
     *,
     overwrite: bool = False,
+    preserve_unused_tokens: bool = False,
 ) -> str:
     """Writes `model` as the original release ships a model: `bert_model.ckpt` (TF1
     names, the head's included), `bert_config.json`, `vocab.txt`. Arguments as
@@ -326,6 +335,7 @@ def write_original_directory(
         labels,
         overwrite,
         content,
+        preserve_unused_tokens,
     )
     return os.path.join(directory, TF1_CHECKPOINT_NAME)
 
@@ -338,6 +348,7 @@ def write_tf2_directory(
     labels: list | None = None,
     *,
     overwrite: bool = False,
+    preserve_unused_tokens: bool = False,
 ) -> str:
     """Writes `model` in this project's TF2 layout (`ckpt-0` and a `checkpoint` file,
     as a run's output_dir holds them), with `bert_config.json` and `vocab.txt`.
@@ -357,5 +368,6 @@ def write_tf2_directory(
         labels,
         overwrite,
         content,
+        preserve_unused_tokens,
     )
     return tf.train.latest_checkpoint(directory)

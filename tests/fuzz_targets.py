@@ -390,11 +390,13 @@ def read_shard(directory: str, _) -> None:
     from data_prep import damage, pretraining_data
 
     path = os.path.join(directory, "shard.tfrecord")
-    pretraining_data.check_shards([path], seeds.SHARD_SEQ, seeds.SHARD_PREDICTIONS, 30522, True)
+    pretraining_data.check_shard_runs([path])
+    preserve = pretraining_data.recorded_setting([path], "preserve_unused_tokens", bool)
+    metadata = pretraining_data.shards_metadata(
+        [path], seeds.SHARD_SEQ, seeds.SHARD_PREDICTIONS, 30522, True, preserve
+    )
     with damage.naming_damaged_records([path]):
-        for _ in pretraining_data.pretraining_dataset(
-            [path], 8, seeds.SHARD_SEQ, seeds.SHARD_PREDICTIONS, is_training=False
-        ):
+        for _ in pretraining_data.pretraining_dataset([path], metadata, 8, is_training=False):
             pass
 
 

@@ -23,8 +23,7 @@ import pytest
 import tensorflow as tf
 
 from common.errors import UserError
-from data_prep import corpus, damage, pretraining_data, records
-from data_prep import create_pretraining_data as cpd
+from data_prep import corpus, damage, input_pipeline, pretraining_data, records
 from data_prep import pretraining_instances as pti
 from conftest import tiny_config
 from modeling import checkpoint_readers, feature_based
@@ -110,8 +109,8 @@ def test_pipeline_names_or_counts_a_damaged_gz_and_refuses_to_write_nothing(tmp_
 
 def test_a_directory_as_corpus_is_named(tmp_path):
     (tmp_path / "corpus").mkdir()
-    with pytest.raises(UserError, match="corpus is a directory, not a text file"):
-        cpd.expand_input_patterns(str(tmp_path / "corpus"))
+    with pytest.raises(UserError, match=r"--input_file '.*corpus': .*corpus is a directory"):
+        records.expand_globs(str(tmp_path / "corpus"), original_order=True)
 
 
 # ----------------------------------------------------------------------------
@@ -153,11 +152,11 @@ def test_truncated_shard_names_file_and_record(shard, tmp_path):
     data = shard.read_bytes()
     offsets = list(damage.record_offsets(str(shard)))
     count = len(offsets)
-    assert pretraining_data.check_shards([str(shard)], 32, 5, 30522, True) == count
+    assert pretraining_data.shards_metadata([str(shard)], 32, 5, 30522, True).num_records == count
     for metadata in (True, False):
         path = copy_shard(shard, tmp_path, data[: offsets[7] + 20], metadata)
         with pytest.raises(damage.DamagedFileError) as error:
-            pretraining_data.check_shards([path], 32, 5, 30522)
+            pretraining_data.shards_metadata([path], 32, 5, 30522)
         assert str(error.value) == (
             f"{path}: record 8 (byte {offsets[7]:,}): the file ends inside this record: "
             "it was cut short: make it again"
@@ -165,14 +164,14 @@ def test_truncated_shard_names_file_and_record(shard, tmp_path):
     # Whole records dropped: the metadata's count no longer holds.
     path = copy_shard(shard, tmp_path, data[: offsets[7]], metadata=True)
     with pytest.raises(UserError, match=f"holds 7 records but its metadata .* says {count}"):
-        pretraining_data.check_shards([path], 32, 5, 30522)
+        pretraining_data.shards_metadata([path], 32, 5, 30522)
 
 
 def test_corrupted_record_is_named_when_it_is_read(shard, tmp_path):
     offsets = list(damage.record_offsets(str(shard)))
     path = copy_shard(shard, tmp_path, flipped(shard.read_bytes(), offsets[5] + 40), True)
-    pretraining_data.check_shards([path], 32, 5, 30522)  # Framing and metadata hold.
-    dataset = pretraining_data.pretraining_dataset([path], 4, 32, 5, is_training=False)
+    metadata = pretraining_data.shards_metadata([path], 32, 5, 30522)  # Framing, metadata hold.
+    dataset = pretraining_data.pretraining_dataset([path], metadata, 4, is_training=False)
     with pytest.raises(tf.errors.DataLossError):
         list(dataset)  # What TensorFlow says: "corrupted record at 1234", no file.
     with pytest.raises(damage.DamagedFileError) as error:
@@ -189,11 +188,11 @@ def test_ids_beyond_the_vocabulary_are_named_without_metadata(shard, tmp_path):
     first = tf.train.Example.FromString(next(iter(tf.data.TFRecordDataset(path))).numpy())
     top = max(first.features.feature["input_ids"].int64_list.value)
     with pytest.raises(UserError) as error:
-        pretraining_data.check_shards([path], 32, 5, vocab_size=top)
+        pretraining_data.shards_metadata([path], 32, 5, vocab_size=top)
     assert str(error.value).startswith(f"{path}: record 1: holds token id {top}, outside ")
     assert "vocab_size" in str(error.value)
     with pytest.raises(UserError, match="has length 32 but --max_seq_length=64"):
-        pretraining_data.check_shards([path], 64, 5, 30522)
+        pretraining_data.shards_metadata([path], 64, 5, 30522)
 
 
 def test_damaged_feature_cache_is_made_again(tmp_path, mrpc_dir, vocab_file, caplog):
@@ -292,8 +291,8 @@ def test_layers_flag_is_named():
 
 def test_a_batch_larger_than_the_data_is_warned_about(caplog):
     with caplog.at_level(logging.WARNING):
-        assert not records.warn_if_batch_exceeds_data(32, 32, "--train_batch_size")
-        assert records.warn_if_batch_exceeds_data(10, 32, "--train_batch_size")
+        assert not input_pipeline.warn_if_batch_exceeds_data(32, 32, "--train_batch_size")
+        assert input_pipeline.warn_if_batch_exceeds_data(10, 32, "--train_batch_size")
     assert "--train_batch_size=32 is larger than the 10 training examples" in caplog.text
 
 
