@@ -7,9 +7,10 @@ reads them with) from damaged copies of real files (`fuzz_damage`, seeds in
 is raised whose message names the file; anything else ("other") is a bug, and so is
 a read that takes more than `HANG_SECONDS`.
 
-Profiles: "ci" (the default suite: `CI_EXAMPLES` examples per reader, the same ones
-every run), "large" (10,000 per reader, new ones every run), chosen with the
-environment variable FUZZ_PROFILE or `benchmarks/fuzz_readers.py --examples`.
+Profiles: "ci" (the default suite: `CI_EXAMPLES` examples per reader, fewer for the
+costliest (`Reader.ci_examples`), the same ones every run), "large" (10,000 per
+reader, new ones every run), chosen with the environment variable FUZZ_PROFILE or
+`benchmarks/fuzz_readers.py --examples`.
 """
 
 from __future__ import annotations
@@ -64,12 +65,15 @@ class Reader:
       cases: () -> strategy of (files: {relative path: bytes}, options: dict).
       read: (directory holding the files, options) -> None; the reader under test.
       rejects: some damaged input is refused (not so for a feature cache: made again).
+      ci_examples: examples in the "ci" profile (fewer for the readers whose every
+        case costs a TensorFlow pipeline, to keep the default suite short).
     """
 
     name: str
     cases: Callable[[], st.SearchStrategy]
     read: Callable[[str, dict], None]
     rejects: bool = True
+    ci_examples: int = CI_EXAMPLES
 
 
 class Hang(Exception):
@@ -124,6 +128,8 @@ def fuzz(
     outcome and the details of "other" ones. With `raise_on_other` the first "other"
     fails, shrunk by hypothesis to a small case."""
     profile = profile or os.environ.get("FUZZ_PROFILE", "ci")
+    if max_examples is None and profile == "ci":
+        max_examples = reader.ci_examples
     counts, others = collections.Counter(), []
     phases = (Phase.generate, Phase.shrink) if raise_on_other else (Phase.generate,)
     config = hypothesis.settings(
@@ -554,8 +560,18 @@ def _readers() -> list[Reader]:
             lambda: json_file("config.json", seeds.hf_config()),
             read_config,
         ),
-        Reader("pre-training shard + metadata", lambda: _shard_cases(True), read_shard),
-        Reader("pre-training shard, no metadata", lambda: _shard_cases(False), read_shard),
+        Reader(
+            "pre-training shard + metadata",
+            lambda: _shard_cases(True),
+            read_shard,
+            ci_examples=100,
+        ),
+        Reader(
+            "pre-training shard, no metadata",
+            lambda: _shard_cases(False),
+            read_shard,
+            ci_examples=100,
+        ),
         Reader(
             "classifier feature cache",
             lambda: file_set(
@@ -565,6 +581,7 @@ def _readers() -> list[Reader]:
             ),
             read_feature_cache,
             rejects=False,
+            ci_examples=50,
         ),
         Reader("checkpoint: TF1 (.index/.data)", lambda: _checkpoint_cases("tf1"), read_checkpoint),
         Reader("checkpoint: TF2 (ours)", lambda: _checkpoint_cases("tf2"), read_checkpoint),
