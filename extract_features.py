@@ -33,7 +33,7 @@ from common.progress import Progress
 import model_flags
 import runner_flags
 from data_prep import input_pipeline, records, run_control, tokenization
-from modeling import checkpoints
+from modeling import checkpoints, feature_based
 from modeling.encoder import BertEncoder
 
 FLAGS = flags.FLAGS
@@ -218,6 +218,9 @@ def main(_):
     run_control.hold_file(FLAGS.output_file, f"--output_file={FLAGS.output_file}")
     run_control.exit_on_sigterm("extract_features")
     files = model_flags.resolve_model_files(FLAGS)
+    layer_indexes = feature_based.parse_layer_numbers(
+        FLAGS.layers, files.config.num_hidden_layers, "--layers"
+    )
     tokenizer = files.tokenizer()
     # A left-to-right model's features keep its left-only attention.
     encoder = BertEncoder(files.config, causal_attention=files.causal_attention)
@@ -225,7 +228,6 @@ def main(_):
         checkpoints.restore_model(FLAGS.init_checkpoint, encoder)
     else:
         logging.warning("No --init_checkpoint: features come from random weights.")
-    layer_indexes = [int(x) for x in FLAGS.layers.split(",")]
     extract(
         encoder,
         tokenizer,

@@ -36,7 +36,7 @@ from common.progress import format_fields
 import model_flags
 import runner_flags
 from common.errors import UserError
-from data_prep import pretraining_data, records, run_control
+from data_prep import damage, input_pipeline, pretraining_data, records, run_control
 from data_prep.input_pipeline import RecordMetadata
 from modeling import checkpoint_readers, checkpoints, model_files, training
 from modeling.config import BertConfig
@@ -164,15 +164,16 @@ def with_shards_preserve_setting(
     tokenized with it), else --init_checkpoint's: what model_info.json records."""
     preserve = model_flags.preserve_unused_tokens_flag(FLAGS)
     if preserve is None:
-        preserve = pretraining_data.recorded_setting(shards, "preserve_unused_tokens")
+        preserve = pretraining_data.recorded_setting(shards, "preserve_unused_tokens", bool)
     preserve = model_files.resolve_preserve_unused_tokens(preserve, FLAGS.init_checkpoint)
     return dataclasses.replace(files, preserve_unused_tokens=preserve)
 
 
 def check_shards(shards: list[str], files: model_files.ModelFiles) -> RecordMetadata:
-    """The shards' metadata (their sequence length, masked positions, vocabulary,
-    case and preserve_unused_tokens) against the run, and that they are what finished
-    runs left, before any work; their first record when they have no metadata."""
+    """The shards against the run, before any work: that they are what finished runs
+    left (`pretraining_data.check_shard_runs`), their framing, and their metadata
+    (sequence length, masked positions, vocabulary, case, preserve_unused_tokens), or
+    every record of a shard without metadata (`pretraining_data.shards_metadata`)."""
     pretraining_data.check_shard_runs(shards)
     return pretraining_data.shards_metadata(
         shards,
@@ -292,6 +293,10 @@ def main(_):
     files = with_shards_preserve_setting(files, shards + eval_shards)
     metadata = check_shards(shards, files)
     eval_metadata = check_shards(eval_shards, files) if eval_shards != shards else metadata
+    if FLAGS.do_train:
+        input_pipeline.warn_if_batch_exceeds_data(
+            metadata.num_records, FLAGS.train_batch_size, "--train_batch_size"
+        )
     with strategy.scope():
         model = build_model(files.config, FLAGS.dtype, FLAGS.kernels, FLAGS.objective)
     trainer = build_trainer(strategy, model)
@@ -314,17 +319,19 @@ def main(_):
 
     trainer.restore_or_initialize(initialize)
     if FLAGS.do_train:
-        runner_flags.run_training(
-            lambda: trainer.train(
-                make_dataset_fn(shards, metadata, FLAGS.train_batch_size, True, FLAGS.seed),
-                FLAGS.train_batch_size,
-                first_step=first_step,
-                stop_at_step=FLAGS.stop_at_step,
-            )["complete"],
-            FLAGS.output_dir,
-        )
+        with damage.naming_damaged_records(shards):  # A record damaged inside, named.
+            runner_flags.run_training(
+                lambda: trainer.train(
+                    make_dataset_fn(shards, metadata, FLAGS.train_batch_size, True, FLAGS.seed),
+                    FLAGS.train_batch_size,
+                    first_step=first_step,
+                    stop_at_step=FLAGS.stop_at_step,
+                )["complete"],
+                FLAGS.output_dir,
+            )
     if FLAGS.do_eval:
-        evaluate(trainer, eval_shards, eval_metadata)
+        with damage.naming_damaged_records(eval_shards):
+            evaluate(trainer, eval_shards, eval_metadata)
 
 
 def cli():

@@ -155,11 +155,11 @@ def evaluate(gold_file: str, output_dir: str, version_2_with_negative: bool) -> 
     null_odds.json` (exact, f1, HasAns_*, NoAns_*, best_exact, best_f1 and their
     thresholds); written to output_dir/eval_results.txt.
     """
-    predictions = records.read_json(os.path.join(output_dir, PREDICTIONS))
+    predictions = squad_eval.read_predictions(os.path.join(output_dir, PREDICTIONS))
     null_odds = None
     null_odds_file = os.path.join(output_dir, NULL_ODDS)
     if version_2_with_negative and os.path.isfile(null_odds_file):
-        null_odds = records.read_json(null_odds_file)
+        null_odds = squad_eval.read_null_odds(null_odds_file)
     results = squad_eval.evaluate_file(gold_file, predictions, null_odds, version_2_with_negative)
     path = os.path.join(output_dir, EVAL_RESULTS)
     records.write_results(path, results)

@@ -193,12 +193,16 @@ def _settings(
     max_seq_length: int,
     preserve_unused_tokens: bool,
 ) -> dict:
-    """Everything besides the input files that determines the records."""
+    """Everything besides the input files that determines the records (and what the
+    records are read with)."""
     return {
         "task_name": processor.name,
         "split": split,
         "processor_options": processor.options(),
         **processor.examples_key(data_dir, split),
+        "labels": processor.get_labels(data_dir),
+        "is_regression": processor.is_regression,
+        "num_choices": processor.num_choices,
         "max_seq_length": max_seq_length,
         "do_lower_case": do_lower_case,
         "preserve_unused_tokens": preserve_unused_tokens,
@@ -241,7 +245,7 @@ def create_features(
         preserve_unused_tokens,
     )
     input_files = processor.input_files(data_dir, split)
-    labels = processor.get_labels(data_dir)
+    labels = settings["labels"]
     examples = processor.get_examples(data_dir, split)
     tokenizer = tokenization.FullTokenizer(vocab_file, do_lower_case, preserve_unused_tokens)
     num_truncated = 0
@@ -264,9 +268,6 @@ def create_features(
         dict(
             settings,
             vocab_file=os.path.basename(vocab_file),
-            labels=labels,
-            is_regression=processor.is_regression,
-            num_choices=processor.num_choices,
             num_examples=count,
             num_truncated=num_truncated,
             tfrecord_file=os.path.basename(output_file),
@@ -316,7 +317,11 @@ def get_or_create_features(
         preserve_unused_tokens,
     )
     metadata = records.reusable_metadata(
-        output_file, RECORD_FORMAT, settings, processor.input_files(data_dir, split)
+        output_file,
+        RECORD_FORMAT,
+        settings,
+        processor.input_files(data_dir, split),
+        counts=("num_examples",),
     )
     if metadata is not None:
         logging.info("Reusing %s (%d examples)", output_file, metadata[COUNT_KEY])

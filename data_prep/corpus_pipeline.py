@@ -52,6 +52,7 @@ from apache_beam.options.pipeline_options import PipelineOptions
 from common.errors import OutputExistsError, UserError
 from common.progress import Progress
 from data_prep import corpus
+from data_prep import pretraining_data
 from data_prep import pretraining_instances
 from data_prep import records
 from data_prep import tokenization
@@ -91,6 +92,11 @@ def match_input_files(patterns: str) -> list[tuple[str, int]]:
         if not matches:
             raise UserError("--input_file pattern %r matches no file." % pattern)
         for match in matches:
+            if "://" not in match.path and os.path.isdir(match.path):
+                raise UserError(
+                    "--input_file pattern %r: %s is a directory, not a text file: give "
+                    "its files (e.g. '%s')" % (pattern, match.path, join_path(match.path, "*"))
+                )
             files[match.path] = match.size_in_bytes
     return sorted(files.items())
 
@@ -137,10 +143,9 @@ def _run_shards(output_dir: str, run_id: str | None = None, other: bool = False)
         ):
             continue
         try:
-            metadata = records.read_json(records.metadata_path(path))
+            owner = records.read_metadata(path, pretraining_data.RECORD_FORMAT).get("pipeline_run")
         except ValueError:
             continue
-        owner = metadata.get("pipeline_run") if isinstance(metadata, dict) else None
         if (owner != run_id) == other:
             found.append(path)
     return sorted(found)

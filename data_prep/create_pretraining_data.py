@@ -32,6 +32,9 @@ Beyond the original:
     beside it `<shard>.meta.json` (see `shard_metadata`) records the settings
     and counts, for the pre-training runner to check.
   * Progress and a final summary (instances, tokens, masked fraction) are logged.
+  * Compressed input files (.gz, .bz2, .xz, ...) are read through their decompressor,
+    checked to the end: a file cut short or damaged is named with the line where its
+    text stops (`damage.open_decompressed`), never read as if it were whole.
 
 Usage:
     python -m data_prep.create_pretraining_data \

@@ -40,6 +40,7 @@ import dataclasses
 import types
 from typing import Any, Callable, Iterator, Mapping, Sequence
 
+from absl import logging
 import numpy as np
 import tensorflow as tf
 
@@ -362,3 +363,21 @@ def batched_records(
         dataset, metadata.max_seq_length, pad_to_max_seq_length, sequence_features
     )
     return dataset.prefetch(tf.data.AUTOTUNE)
+
+
+def warn_if_batch_exceeds_data(num_records: int, batch_size: int, flag: str) -> bool:
+    """Warns (naming `flag`) when a training batch is larger than the data: the data is
+    repeated to fill it, so a batch holds some examples twice. Returns whether it
+    warned."""
+    if num_records <= 0 or batch_size <= num_records:
+        return False
+    logging.warning(
+        "%s=%d is larger than the %d training examples: every batch holds some of them "
+        "more than once (the data is repeated to fill it). Use a batch size of at most "
+        "%d, or more data.",
+        flag,
+        batch_size,
+        num_records,
+        num_records,
+    )
+    return True

@@ -17,7 +17,7 @@ import os
 import tensorflow as tf
 
 from common.errors import UserError
-from data_prep import input_pipeline, records
+from data_prep import damage, input_pipeline, records
 from data_prep.input_pipeline import RecordMetadata
 
 # Raise the version when the records written for the same inputs change.
@@ -67,13 +67,29 @@ def check_shard_runs(files: list[str]) -> None:
     def metadata_of(path):
         if path not in cache:
             meta = records.metadata_path(path)
-            cache[path] = records.read_json(meta) if tf.io.gfile.exists(meta) else None
+            cache[path] = (
+                records.read_json_object(meta, "shard metadata (a JSON object)")
+                if tf.io.gfile.exists(meta)
+                else None
+            )
+            entries = cache[path] or {}
+            for key, kind, what in (
+                ("run_id", str, "a string"),
+                ("pipeline_run", str, "a string"),
+                ("run_shards", list, "a list of shard names"),
+            ):
+                value = entries.get(key)
+                if value is not None and not (
+                    isinstance(value, kind)
+                    and (kind is not list or all(isinstance(n, str) and n for n in value))
+                ):
+                    raise UserError(f"{meta}: {key} is not {what}: {value!r}")
         return cache[path]
 
     checked = set()
     for path in files:
         metadata = metadata_of(path)
-        if not isinstance(metadata, dict):
+        if metadata is None:
             continue
         directory = os.path.dirname(path)
         run_id = metadata.get("run_id")
@@ -104,10 +120,11 @@ def check_shard_runs(files: list[str]) -> None:
                     f"the end."
                 )
             if summary_path not in cache:
-                cache[summary_path] = records.read_json(summary_path)
+                cache[summary_path] = records.read_json_object(summary_path, "a run's summary")
             summary = cache[summary_path]
-            if summary.get("run_id") != pipeline_run or os.path.basename(path) not in summary.get(
-                "shards", []
+            listed = summary.get("shards", [])
+            if summary.get("run_id") != pipeline_run or os.path.basename(path) not in (
+                listed if isinstance(listed, list) else []
             ):
                 raise UserError(
                     f"{path} was left by an earlier pipeline run: {summary_path} describes "
@@ -147,7 +164,11 @@ def check_shard_metadata(
         metadata_file = records.metadata_path(path)
         if not tf.io.gfile.exists(metadata_file):
             continue
-        metadata = read_metadata(path)
+        # The entries, not a RecordMetadata: a damaged file may lack any of them.
+        metadata = records.read_metadata(path, RECORD_FORMAT)
+        for key in ("max_seq_length", "max_predictions_per_seq", "vocab_size", COUNT_KEY):
+            if key in metadata and not _is_count(metadata[key]):
+                raise UserError(f"{metadata_file}: {key} is not a count: {metadata[key]!r}")
         for key, want, flag in (
             ("max_seq_length", max_seq_length, "--max_seq_length"),
             ("max_predictions_per_seq", max_predictions_per_seq, "--max_predictions_per_seq"),
@@ -177,14 +198,145 @@ def check_shard_metadata(
     return checked
 
 
-def recorded_setting(files: list[str], key: str):
-    """The value of `key` in the first shard metadata that records it, else None."""
+def recorded_setting(files: list[str], key: str, kind: type = object):
+    """The value of `key` in the first shard metadata that records it, else None; an
+    error naming the metadata file when that value is not a `kind`."""
     for path in files:
         metadata_file = records.metadata_path(path)
         if tf.io.gfile.exists(metadata_file):
-            value = records.read_json(metadata_file).get(key)
+            value = records.read_json_object(metadata_file, "shard metadata (a JSON object)")
+            value = value.get(key)
+            if value is not None and not isinstance(value, kind):
+                raise UserError(f"{metadata_file}: {key} is not a {kind.__name__}: {value!r}")
             if value is not None:
                 return value
+    return None
+
+
+def _is_count(value) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool) and value >= 0
+
+
+def shards_metadata(
+    files: list[str],
+    max_seq_length: int,
+    max_predictions_per_seq: int,
+    vocab_size: int | None = None,
+    do_lower_case: bool | None = None,
+    preserve_unused_tokens: bool | None = None,
+) -> RecordMetadata:
+    """The shards checked against the run, before any work, and described for
+    `pretraining_dataset`: S, the number of instances and the entry
+    `max_predictions_per_seq`.
+
+    Each shard's framing (`damage.check_tfrecord_file`: a shard cut short is named
+    with the record it ends inside, and its records are counted); with metadata, the
+    metadata against the run (`check_shard_metadata`: sequence length, masked
+    positions, vocabulary when `vocab_size` is given, case, preserve_unused_tokens)
+    and its record count against the shard's; without, its first record's shapes
+    (`check_shard_shapes`) and then every record (`check_shard_records`: ids within
+    `vocab_size`, masked positions within the sequence). Records damaged inside (a
+    flipped bit) show when they are read: `damage.naming_damaged_records` names them
+    then.
+    """
+    total = 0
+    for path in files:
+        has_metadata = tf.io.gfile.exists(records.metadata_path(path))
+        if has_metadata:
+            check_shard_metadata(
+                [path],
+                max_seq_length,
+                max_predictions_per_seq,
+                vocab_size,
+                do_lower_case,
+                preserve_unused_tokens,
+            )
+        if "://" in path and has_metadata:  # Not walked: it would be read whole.
+            count = records.read_json(records.metadata_path(path)).get(COUNT_KEY, 0)
+        else:
+            count = damage.check_tfrecord_file(path)
+        if not count:
+            raise UserError(f"pre-training shard {path} holds no record")
+        if has_metadata:
+            _check_count(path, count)
+        else:
+            with damage.naming_damaged_records([path]):
+                check_shard_shapes([path], max_seq_length, max_predictions_per_seq)
+            check_shard_records(path, max_seq_length, max_predictions_per_seq, vocab_size)
+        total += count
+    return RecordMetadata(
+        max_seq_length, total, {"max_predictions_per_seq": max_predictions_per_seq}
+    )
+
+
+def _check_count(path: str, count: int) -> None:
+    metadata_file = records.metadata_path(path)
+    recorded = records.read_json(metadata_file).get(COUNT_KEY)
+    if recorded is not None and recorded != count:
+        raise UserError(
+            f"{path} holds {count} records but its metadata ({metadata_file}) says "
+            f"{recorded}: the shard is not the one the metadata was written for (a "
+            f"partial copy?): make it again"
+        )
+
+
+def check_shard_records(
+    path: str, max_seq_length: int, max_predictions_per_seq: int, vocab_size: int | None
+) -> None:
+    """Reads every record of a shard: each must parse with the run's shapes, hold token
+    ids in [0, vocab_size) (or >= 0 when `vocab_size` is None) and masked positions in
+    [0, max_seq_length); the error names the record (1-based) and what is wrong."""
+    spec = feature_spec(max_seq_length, max_predictions_per_seq)
+    first = 1
+    with damage.naming_damaged_records([path]):
+        for batch in tf.data.TFRecordDataset(path).batch(_CHECK_BATCH):
+            problem = _batch_problem(batch, spec, max_seq_length, vocab_size)
+            if problem:
+                index, what = problem
+                raise UserError(f"{path}: record {first + index}: {what}")
+            first += int(batch.shape[0])
+
+
+_CHECK_BATCH = 1024
+
+
+def _batch_problem(
+    batch, spec, max_seq_length: int, vocab_size: int | None
+) -> tuple[int, str] | None:
+    """(index in the batch, what is wrong) of the first bad record of `batch`, or None."""
+    try:
+        parsed = tf.io.parse_example(batch, spec)
+    except tf.errors.InvalidArgumentError:
+        for index in range(int(batch.shape[0])):
+            try:
+                tf.io.parse_single_example(batch[index], spec)
+            except tf.errors.InvalidArgumentError as e:
+                detail = e.message.strip().splitlines()[0]
+                return index, (
+                    f"not a pre-training record of max_seq_length={max_seq_length} and "
+                    f"max_predictions_per_seq={spec['masked_lm_ids'].shape[0]} ({detail})"
+                )
+        return None
+    for name, limit, what in (
+        ("input_ids", vocab_size, "token id"),
+        ("masked_lm_ids", vocab_size, "masked token id"),
+        ("masked_lm_positions", max_seq_length, "masked position"),
+    ):
+        values = parsed[name].numpy()
+        bad = values < 0
+        if limit is not None:
+            bad |= values >= limit
+        if bad.any():
+            index = int(bad.any(axis=1).argmax())
+            value = int(values[index][bad[index]][0])
+            if name == "masked_lm_positions":
+                return index, f"holds {what} {value}, outside max_seq_length {max_seq_length}"
+            if limit is None:
+                return index, f"holds {what} {value}, below 0"
+            return index, (
+                f"holds {what} {value}, outside the model's vocab_size {vocab_size}: "
+                f"the shard was made with another vocabulary (use the model's)"
+            )
     return None
 
 
@@ -192,7 +344,7 @@ def check_shard_shapes(files: list[str], max_seq_length: int, max_predictions_pe
     """Reads the first record of the first shard: a clear error when the shards were
     made with another max_seq_length / max_predictions_per_seq than the flags."""
     path = files[0]
-    if os.path.getsize(path) == 0:
+    if tf.io.gfile.stat(path).length == 0:
         raise UserError(f"pre-training shard {path} is empty")
     for raw in tf.data.TFRecordDataset(path).take(1):
         example = tf.train.Example.FromString(raw.numpy())
@@ -214,39 +366,6 @@ def check_shard_shapes(files: list[str], max_seq_length: int, max_predictions_pe
                 )
         return
     raise UserError(f"pre-training shard {path} holds no record")
-
-
-def shards_metadata(
-    files: list[str],
-    max_seq_length: int,
-    max_predictions_per_seq: int,
-    vocab_size: int | None = None,
-    do_lower_case: bool | None = None,
-    preserve_unused_tokens: bool | None = None,
-) -> RecordMetadata:
-    """The shards checked against the run and described for `pretraining_dataset`.
-
-    Every shard's metadata is checked (`check_shard_metadata`; the vocabulary when
-    `vocab_size` is given); without any, the first record's shapes
-    (`check_shard_shapes`). Returns S, the number of instances (when every shard has
-    metadata, else None) and the entry `max_predictions_per_seq`.
-    """
-    checked = check_shard_metadata(
-        files,
-        max_seq_length,
-        max_predictions_per_seq,
-        vocab_size,
-        do_lower_case,
-        preserve_unused_tokens,
-    )
-    if not checked:
-        check_shard_shapes(files, max_seq_length, max_predictions_per_seq)
-    num_records = (
-        sum(read_metadata(path).num_records for path in files) if checked == len(files) else None
-    )
-    return RecordMetadata(
-        max_seq_length, num_records, {"max_predictions_per_seq": max_predictions_per_seq}
-    )
 
 
 def decode_records(serialized: tf.Tensor, max_seq_length: int, max_predictions_per_seq: int):

@@ -340,7 +340,7 @@ def earlier_shards(directory: str, keep: Sequence[str]) -> list[str]:
         ):
             continue
         try:
-            pretraining_data.read_metadata(path)
+            records.read_metadata(path, pretraining_data.RECORD_FORMAT)
         except ValueError:
             continue
         found.append(path)

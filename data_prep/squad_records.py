@@ -228,7 +228,9 @@ def build_train_features(
         shuffle_seed=seed,
         vocab_sha256=records.file_sha256(vocab_file),
     )
-    metadata = records.reusable_metadata(record_file, RECORD_FORMAT, source, [train_file])
+    metadata = records.reusable_metadata(
+        record_file, RECORD_FORMAT, source, [train_file], counts=("num_features",)
+    )
     if metadata is not None:
         logging.info("Reusing %s (%d features).", record_file, metadata[COUNT_KEY])
         return TrainData(record_file, RecordMetadata.from_entries(metadata, COUNT_KEY))

@@ -40,7 +40,38 @@ COMBINATIONS = ("concat", "sum", "weighted_sum")
 EMBEDDINGS = -1
 
 
-def parse_feature_layers(spec: str, num_layers: int) -> list[int]:
+def parse_layer_numbers(
+    spec: str, num_layers: int, flag: str, names: tuple[str, ...] = ()
+) -> list[int | str]:
+    """The layer numbers of a comma-separated `spec`, as given (negative ones count
+    from the top), each checked to be a layer of an encoder of `num_layers` layers;
+    an item that is one of `names` is given back as that name.
+
+    Raises:
+        UserError: naming `flag` and the item that is not an integer or not a layer.
+    """
+    numbers = []
+    for item in spec.split(","):
+        if item.strip() in names:
+            numbers.append(item.strip())
+            continue
+        try:
+            number = int(item)
+        except ValueError:
+            raise UserError(
+                f"{flag}={spec!r}: {item.strip()!r} is not a layer number (use "
+                "comma-separated integers, e.g. '-1,-2,-3,-4'; -1 is the last layer)"
+            ) from None
+        if not -num_layers <= number < num_layers:
+            raise UserError(
+                f"{flag}={spec!r}: layer {number} does not exist in an encoder of "
+                f"{num_layers} layers (use {-num_layers} to {num_layers - 1})"
+            )
+        numbers.append(number)
+    return numbers
+
+
+def parse_feature_layers(spec: str, num_layers: int, flag: str = "--feature_layers") -> list[int]:
     """The 0-based encoder layers named by `spec`.
 
     Args:
@@ -49,6 +80,7 @@ def parse_feature_layers(spec: str, num_layers: int) -> list[int]:
             Transformer layer); "embeddings" names the embedding layer's output (the
             paper's Table 7 "Embeddings" row).
         num_layers: the encoder's number of layers.
+        flag: the flag `spec` comes from, named in errors.
 
     Returns:
         Layer indices in [0, num_layers), or EMBEDDINGS, in the order given ("all":
@@ -62,27 +94,15 @@ def parse_feature_layers(spec: str, num_layers: int) -> list[int]:
     if spec == "all":
         return list(range(num_layers))
     indices = []
-    for item in spec.split(","):
-        if item.strip() == "embeddings":
+    for number in parse_layer_numbers(spec, num_layers, flag, names=("embeddings",)):
+        if number == "embeddings":
             if EMBEDDINGS in indices:
-                raise UserError(f"feature layers {spec!r}: embeddings named twice")
+                raise UserError(f"{flag}={spec!r}: embeddings named twice")
             indices.append(EMBEDDINGS)
             continue
-        try:
-            number = int(item)
-        except ValueError:
-            raise UserError(
-                f"feature layers {spec!r}: {item.strip()!r} is not a layer "
-                "number (use e.g. '-1,-2,-3,-4' or 'all')"
-            ) from None
-        if not -num_layers <= number < num_layers:
-            raise UserError(
-                f"feature layers {spec!r}: layer {number} does not exist in "
-                f"an encoder of {num_layers} layers"
-            )
         index = number % num_layers
         if index in indices:
-            raise UserError(f"feature layers {spec!r}: layer {number} is named twice")
+            raise UserError(f"{flag}={spec!r}: layer {number} is named twice")
         indices.append(index)
     return indices
 

@@ -32,7 +32,7 @@ import tensorflow as tf
 from absl import logging
 
 from common.errors import UserError
-from data_prep import records, run_control
+from data_prep import input_pipeline, records, run_control
 from modeling import checkpoint_readers, checkpoints, model_files, training
 from modeling.config import BertConfig
 
@@ -347,6 +347,10 @@ def fine_tuned_bilstm_units(init_checkpoint: str, model_kind: str) -> int:
 
 
 def build_trainer(task: FineTuningTask, model, strategy, settings: Settings) -> training.Trainer:
+    if settings.do_train:
+        input_pipeline.warn_if_batch_exceeds_data(
+            task.num_train_examples, settings.train_batch_size, "--train_batch_size"
+        )
     num_train_steps, num_warmup_steps = (
         train_schedule(
             task.num_train_examples,

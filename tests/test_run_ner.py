@@ -554,7 +554,8 @@ def test_bad_flags(bad_input_errors, inputs):
     assert bad_input_errors["export_dir"].startswith("UserError: --export_dir=gs://bucket/unused: ")
     assert "only local paths" in bad_input_errors["export_dir"]
     assert bad_input_errors["feature_layers"] == (
-        "UserError: feature layers '-1,-3': layer -3 does not exist in an encoder of 2 layers"
+        "UserError: --feature_layers='-1,-3': layer -3 does not exist in an encoder of 2 "
+        "layers (use -2 to 1)"
     )
     for name in BAD_FLAGS:
         assert not (inputs["root"] / name / "checkpoint").exists()
