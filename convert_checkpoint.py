@@ -12,6 +12,14 @@ directory, a TF2 checkpoint or output_dir of this project) and writes a folder i
        vocab.txt.
 Each folder also gets model_info.json (model kind, labels, case).
 
+A left-to-right model (run_pretraining.py --objective=ltr, and what is fine-tuned from
+it) keeps its left-only attention: model_info.json says `causal_attention`, and a
+Hugging Face folder gets `is_decoder: true`, so that transformers runs it as a causal
+BERT (a pre-trainer as BertLMHeadModel) with our outputs. A left-to-right classifier
+has no Hugging Face class (it reads the last real token, transformers' classifiers the
+first) and a task model with a BiLSTM (--bilstm_units) has no TF1 or Hugging Face
+names: those convert to tf2 only (their encoder, with --model_kind=encoder, to any).
+
 The task head travels too: its kind and label count are read from the checkpoint
 (model_info.json, Hugging Face's architectures, the variable names and shapes). An
 original-format head named `output_weights` is written by run_classifier.py and by TF1
@@ -22,10 +30,17 @@ input.
 
 from __future__ import annotations
 
-from absl import app, flags, logging
+import time
 
+import common.quiet_tensorflow  # noqa: F401  (first: TensorFlow's start-up lines hidden)
+
+from absl import flags, logging
+
+from common import cli as command_line
 from common.errors import UserError
+import model_flags
 import runner_flags
+from data_prep import run_control
 from modeling import checkpoint_names as names
 from modeling import checkpoints, model_files, models
 from modeling.config import BertConfig
@@ -64,22 +79,35 @@ WRITERS = {
 }
 
 
-def build_model(kind: str, config: BertConfig, num_labels: int | None):
-    """A float32 model of `kind` (checkpoint_names.MODEL_KINDS) on a new encoder."""
+def build_model(
+    kind: str,
+    config: BertConfig,
+    num_labels: int | None,
+    causal_attention: bool = False,
+    bilstm_units: int = 0,
+):
+    """A float32 model of `kind` (checkpoint_names.MODEL_KINDS) on a new encoder,
+    left-to-right with `causal_attention`, with the BiLSTM of `bilstm_units` (a
+    classifier's, span labeler's or token classifier's)."""
     if kind not in CONVERTIBLE_KINDS:
         raise UserError(
             f"cannot convert a {kind} model: the feature-based tagger's BiLSTM "
             f"head exists only in this project's TF2 format "
             f"(--model_kind=encoder converts its encoder)"
         )
-    encoder = BertEncoder(config, dtype="float32")
+    encoder = BertEncoder(config, dtype="float32", causal_attention=causal_attention)
+    objective = "ltr" if causal_attention else "mlm"
     builders = {
         names.ENCODER: lambda: encoder,
-        names.PRETRAINER: lambda: models.BertPretrainer(encoder, config),
-        names.CLASSIFIER: lambda: models.BertClassifier(encoder, config, num_labels),
+        names.PRETRAINER: lambda: models.BertPretrainer(encoder, config, objective),
+        names.CLASSIFIER: lambda: models.BertClassifier(
+            encoder, config, num_labels, bilstm_units=bilstm_units
+        ),
         names.MULTIPLE_CHOICE: lambda: models.BertMultipleChoice(encoder, config),
-        names.SPAN: lambda: models.BertSpanLabeler(encoder, config),
-        names.TOKEN_CLASSIFIER: lambda: models.BertTokenClassifier(encoder, config, num_labels),
+        names.SPAN: lambda: models.BertSpanLabeler(encoder, config, bilstm_units=bilstm_units),
+        names.TOKEN_CLASSIFIER: lambda: models.BertTokenClassifier(
+            encoder, config, num_labels, bilstm_units=bilstm_units
+        ),
     }
     return builders[kind]()
 
@@ -114,6 +142,8 @@ def convert(
     do_lower_case: bool | None = None,
     model_kind: str | None = None,
     overwrite: bool = False,
+    preserve_unused_tokens: bool | None = None,
+    allow_vocab_mismatch: bool = False,
 ) -> str:
     """Reads `input_checkpoint` and writes it to `output_dir` in `output_format`.
 
@@ -124,8 +154,22 @@ def convert(
     """
     info = checkpoints.inspect_checkpoint(input_checkpoint)
     kind = choose_kind(info, model_kind)
-    files = model_files.resolve(bert_config_file, vocab_file, input_checkpoint, do_lower_case)
-    model = build_model(kind, files.config, info["num_labels"])
+    files = model_files.resolve(
+        bert_config_file,
+        vocab_file,
+        input_checkpoint,
+        do_lower_case,
+        preserve_unused_tokens=preserve_unused_tokens,
+        allow_vocab_mismatch=allow_vocab_mismatch,
+    )
+    bilstm_units = 0
+    if kind in (names.CLASSIFIER, names.SPAN, names.TOKEN_CLASSIFIER):
+        stored = model_files.read_model_info(input_checkpoint)
+        if stored.get("model_kind") == kind:
+            bilstm_units = int(stored.get("bilstm_units") or 0)
+    model = build_model(
+        kind, files.config, info["num_labels"], files.causal_attention, bilstm_units
+    )
     restored = checkpoints.restore_model(input_checkpoint, model)
     if "pooler" in restored["fresh"]:
         logging.warning(
@@ -150,26 +194,33 @@ def convert(
         files.do_lower_case,
         labels if kind in (names.CLASSIFIER, names.TOKEN_CLASSIFIER) else None,
         overwrite=overwrite,
+        preserve_unused_tokens=files.preserve_unused_tokens,
     )
 
 
 def main(_):
+    run_control.hold_file(FLAGS.output_dir, f"--output_dir={FLAGS.output_dir}")
+    run_control.exit_on_sigterm("convert_checkpoint")
+    terminal, start = runner_flags.terminal(), time.monotonic()
+    terminal.say(f"Converting {FLAGS.init_checkpoint} to {FLAGS.output_format}")
     path = convert(
         FLAGS.init_checkpoint,
         FLAGS.output_dir,
         FLAGS.output_format,
         bert_config_file=FLAGS.bert_config_file,
         vocab_file=FLAGS.vocab_file,
-        do_lower_case=runner_flags.do_lower_case_flag(FLAGS),
+        do_lower_case=model_flags.do_lower_case_flag(FLAGS),
         model_kind=FLAGS.model_kind,
         overwrite=FLAGS.overwrite,
+        preserve_unused_tokens=model_flags.preserve_unused_tokens_flag(FLAGS),
+        allow_vocab_mismatch=FLAGS.allow_vocab_mismatch,
     )
-    logging.info("Wrote %s (%s)", path, FLAGS.output_format)
+    terminal.say(f"Wrote {path} ({FLAGS.output_format}) in {time.monotonic() - start:.0f} s")
 
 
 def cli():
     flags.mark_flags_as_required(["init_checkpoint", "output_dir", "output_format"])
-    app.run(main)
+    command_line.run(main)
 
 
 if __name__ == "__main__":

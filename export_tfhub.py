@@ -8,12 +8,20 @@ or the text preprocessing model.
   python export_tfhub.py --export_type=preprocessing --vocab_file=vocab.txt \
       --do_lower_case --seq_length=128 --export_path=out/bert_preprocess
 
+The preprocessing model of a model trained with --preserve_unused_tokens keeps its
+[unusedN] words whole too (the setting comes from the model's model_info.json, or the
+flag).
+
 --init_checkpoint is an original TF1 checkpoint, a Hugging Face directory or a TF2
 checkpoint of this project; --bert_config_file and --vocab_file default to the files
 beside it. The SavedModel is written to a hidden temporary folder beside --export_path
 and renamed onto it when complete. An existing --export_path must be an empty folder or
 a previous export (which --overwrite replaces); anything else is refused and left as it
 is (serving/savedmodel.py).
+
+A left-to-right model (run_pretraining.py --objective=ltr) exports with its left-only
+attention (the SavedModel's `causal_attention` variable says so); its `mlm` logits at a
+position are the prediction of the next token.
 
 Use the encoder with `hub.KerasLayer(path, trainable=True)` (tf_keras), `hub.load`, or
 `modeling.hub.HubEncoder` in this project's Keras 3 models; the preprocessing model
@@ -22,10 +30,18 @@ after `import tensorflow_text`.
 
 from __future__ import annotations
 
-from absl import app, flags, logging
+import time
 
+import common.quiet_tensorflow  # noqa: F401  (first: TensorFlow's start-up lines hidden)
+
+import keras
+from absl import app, flags
+
+from common import cli as command_line
 from common.errors import UserError
+import model_flags
 import runner_flags
+from data_prep import run_control
 from modeling import checkpoint_readers, checkpoints, model_files
 from modeling.config import BertConfig
 from modeling.encoder import BertEncoder
@@ -52,10 +68,14 @@ flags.DEFINE_integer(
 )
 
 
-def build_encoder(config: BertConfig, init_checkpoint: str, with_mlm: bool):
-    """A float32 encoder (and pre-trainer, for the MLM head) loaded from the checkpoint."""
-    encoder = BertEncoder(config, dtype="float32")
-    pretrainer = BertPretrainer(encoder, config) if with_mlm else None
+def build_encoder(
+    config: BertConfig, init_checkpoint: str, with_mlm: bool, causal_attention: bool = False
+):
+    """A float32 encoder (and pre-trainer, for the MLM head) loaded from the checkpoint;
+    left-to-right (`causal_attention`) when the model's files say so."""
+    encoder = BertEncoder(config, dtype="float32", causal_attention=causal_attention)
+    objective = "ltr" if causal_attention else "mlm"
+    pretrainer = BertPretrainer(encoder, config, objective) if with_mlm else None
     restored = checkpoints.restore_model(init_checkpoint, pretrainer if with_mlm else encoder)[
         "restored"
     ]
@@ -70,14 +90,17 @@ def build_encoder(config: BertConfig, init_checkpoint: str, with_mlm: bool):
 def export_encoder(with_mlm: bool) -> str:
     if not FLAGS.init_checkpoint:
         raise app.UsageError("--init_checkpoint is required to export an encoder")
-    runner_flags.check_init_checkpoint(FLAGS)
+    model_flags.check_init_checkpoint(FLAGS)
     files = model_files.resolve(
         FLAGS.bert_config_file,
         FLAGS.vocab_file,
         FLAGS.init_checkpoint,
-        runner_flags.do_lower_case_flag(FLAGS),
+        model_flags.do_lower_case_flag(FLAGS),
+        FLAGS.allow_vocab_mismatch,
     )
-    encoder, pretrainer = build_encoder(files.config, FLAGS.init_checkpoint, with_mlm)
+    encoder, pretrainer = build_encoder(
+        files.config, FLAGS.init_checkpoint, with_mlm, files.causal_attention
+    )
     masked_lm = pretrainer.masked_lm if pretrainer is not None else None
     return encoder_export.export_encoder(
         encoder,
@@ -98,11 +121,23 @@ def export_preprocessing() -> str:
             "--vocab_file (or an --init_checkpoint folder with vocab.txt) "
             "is required for --export_type=preprocessing"
         )
+    if FLAGS.vocab_file and FLAGS.init_checkpoint:
+        model_files.check_vocab_matches_model(
+            FLAGS.vocab_file, FLAGS.init_checkpoint, FLAGS.allow_vocab_mismatch
+        )
     do_lower_case = model_files.resolve_case(
-        runner_flags.do_lower_case_flag(FLAGS), FLAGS.init_checkpoint, vocab_file
+        model_flags.do_lower_case_flag(FLAGS), FLAGS.init_checkpoint, vocab_file
+    )
+    preserve = model_files.resolve_preserve_unused_tokens(
+        model_flags.preserve_unused_tokens_flag(FLAGS), FLAGS.init_checkpoint
     )
     return preprocessing.export_preprocessing(
-        FLAGS.export_path, vocab_file, do_lower_case, FLAGS.seq_length, overwrite=FLAGS.overwrite
+        FLAGS.export_path,
+        vocab_file,
+        do_lower_case,
+        FLAGS.seq_length,
+        overwrite=FLAGS.overwrite,
+        preserve_unused_tokens=preserve,
     )
 
 
@@ -111,16 +146,23 @@ def main(_):
         savedmodel.check_export_path(FLAGS.export_path, FLAGS.overwrite)
     except (ValueError, FileExistsError) as e:
         raise app.UsageError(f"--export_path={FLAGS.export_path}: {e}") from None
+    run_control.hold_file(FLAGS.export_path, f"--export_path={FLAGS.export_path}")
+    run_control.exit_on_sigterm("export_tfhub")
+    # The dropout layers' seed state is saved with the model: a fixed seed makes the
+    # same command write the same export, byte for byte (saved_model.pb aside).
+    keras.utils.set_random_seed(0)
+    terminal, start = runner_flags.terminal(), time.monotonic()
+    terminal.say(f"Exporting {FLAGS.export_type}: building, tracing and writing the SavedModel")
     if FLAGS.export_type == "preprocessing":
         path = export_preprocessing()
     else:
         path = export_encoder(with_mlm=FLAGS.export_type == "encoder_with_mlm")
-    logging.info("Exported %s to %s", FLAGS.export_type, path)
+    terminal.say(f"Exported {FLAGS.export_type} to {path} in {time.monotonic() - start:.0f} s")
 
 
 def cli():
     flags.mark_flags_as_required(["export_path"])
-    app.run(main)
+    command_line.run(main)
 
 
 if __name__ == "__main__":

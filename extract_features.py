@@ -15,6 +15,8 @@ written to a temporary file, renamed when complete.
 
 from __future__ import annotations
 
+import common.quiet_tensorflow  # noqa: F401  (first: TensorFlow's start-up lines hidden)
+
 import json
 import os
 import re
@@ -23,12 +25,15 @@ from typing import Iterator
 
 import numpy as np
 import tensorflow as tf
-from absl import app, flags, logging
+from absl import flags, logging
 
+from common import cli as command_line
 from common.errors import MissingFileError, UserError
+from common.progress import Progress
+import model_flags
 import runner_flags
-from data_prep import records, tokenization
-from modeling import checkpoints
+from data_prep import input_pipeline, records, run_control, tokenization
+from modeling import checkpoints, feature_based
 from modeling.encoder import BertEncoder
 
 FLAGS = flags.FLAGS
@@ -47,6 +52,7 @@ flags.DEFINE_bool(
     "Original flag: not needed (the embedding lookup is the same on every device).",
 )
 runner_flags.define_model_flags(max_seq_length=128)
+runner_flags.define_progress_flag()
 runner_flags.define_original_flags()
 
 _PAIR = re.compile(r"^(.*) \|\|\| (.*)$")
@@ -86,9 +92,15 @@ def example_to_tokens(
     return tokens, segments
 
 
-def batch_inputs(tokenizer, token_lists: list[list[str]], segment_lists: list[list[int]]):
-    """Pads a batch to its longest example: three int32 [B, S] arrays."""
-    seq = max(len(t) for t in token_lists)
+def batch_inputs(
+    tokenizer,
+    token_lists: list[list[str]],
+    segment_lists: list[list[int]],
+    length: int | None = None,
+):
+    """Pads a batch to `length` (default: its longest example): three int32 [B, S]
+    arrays."""
+    seq = length or max(len(t) for t in token_lists)
     ids = np.zeros((len(token_lists), seq), np.int32)
     mask = np.zeros_like(ids)
     types = np.zeros_like(ids)
@@ -141,24 +153,33 @@ def extract(
     layer_indexes: list[int],
     max_seq_length: int,
     batch_size: int,
+    pad_to_max_seq_length: bool = False,
+    progress: Progress | None = None,
 ) -> int:
-    """Writes the features of every line of `input_file`; returns the example count."""
+    """Writes the features of every line of `input_file`; returns the example count.
+
+    Each batch is computed at the length of its longest example rounded up to one of
+    a few sizes (`input_pipeline.cut_length`), or at `max_seq_length` with
+    `pad_to_max_seq_length`; the values of the real tokens are the same. `progress`
+    (`common.progress`) is shown the examples done.
+    """
+    progress = progress if progress is not None else Progress()
     if max_seq_length > encoder.config.max_position_embeddings:
         raise UserError(
             f"--max_seq_length={max_seq_length} exceeds max_position_embeddings="
             f"{encoder.config.max_position_embeddings} of the BERT config"
         )
     feature_fn = make_feature_fn(encoder, layer_indexes)
+    options = (tokenizer, feature_fn, layer_indexes, max_seq_length, pad_to_max_seq_length)
     count, start = 0, time.time()
     # Nothing half-written survives: the output appears only when complete.
+    total = sum(1 for _ in read_examples(input_file))
     with records.atomic_open(output_file) as out:
         batch = []
-        for example in read_examples(input_file):
+        for example in progress.iterate(read_examples(input_file), "features", total, "example"):
             batch.append(example)
             if len(batch) == batch_size:
-                count += _write_batch(
-                    out, batch, encoder, tokenizer, feature_fn, layer_indexes, max_seq_length
-                )
+                count += _write_batch(out, batch, *options)
                 batch = []
                 logging.log_every_n_seconds(
                     logging.INFO,
@@ -168,16 +189,24 @@ def extract(
                     count / (time.time() - start),
                 )
         if batch:
-            count += _write_batch(
-                out, batch, encoder, tokenizer, feature_fn, layer_indexes, max_seq_length
-            )
-    logging.info("Wrote %d examples to %s in %.1fs", count, output_file, time.time() - start)
+            count += _write_batch(out, batch, *options)
+    progress.say(
+        f"Wrote the features of {count} examples to {output_file} in {time.time() - start:.0f} s"
+    )
     return count
 
 
-def _write_batch(out, batch, encoder, tokenizer, feature_fn, layer_indexes, max_seq_length):
+def _write_batch(
+    out, batch, tokenizer, feature_fn, layer_indexes, max_seq_length, pad_to_max_seq_length
+):
     packed = [example_to_tokens(tokenizer, a, b, max_seq_length) for _, a, b in batch]
-    inputs = batch_inputs(tokenizer, [t for t, _ in packed], [s for _, s in packed])
+    longest = max(len(tokens) for tokens, _ in packed)
+    length = (
+        max_seq_length
+        if pad_to_max_seq_length
+        else input_pipeline.cut_length(longest, max_seq_length)
+    )
+    inputs = batch_inputs(tokenizer, [t for t, _ in packed], [s for _, s in packed], length)
     values = feature_fn(inputs).numpy()  # [layers, B, S, H]
     for row, ((index, _, _), (tokens, _)) in enumerate(zip(batch, packed)):
         out.write(format_example(index, tokens, layer_indexes, values[:, row]) + "\n")
@@ -186,14 +215,19 @@ def _write_batch(out, batch, encoder, tokenizer, feature_fn, layer_indexes, max_
 
 def main(_):
     runner_flags.apply_original_flags(FLAGS)
-    files = runner_flags.resolve_model_files(FLAGS)
-    tokenizer = tokenization.FullTokenizer(files.vocab_file, files.do_lower_case)
-    encoder = BertEncoder(files.config)
+    run_control.hold_file(FLAGS.output_file, f"--output_file={FLAGS.output_file}")
+    run_control.exit_on_sigterm("extract_features")
+    files = model_flags.resolve_model_files(FLAGS)
+    layer_indexes = feature_based.parse_layer_numbers(
+        FLAGS.layers, files.config.num_hidden_layers, "--layers"
+    )
+    tokenizer = files.tokenizer()
+    # A left-to-right model's features keep its left-only attention.
+    encoder = BertEncoder(files.config, causal_attention=files.causal_attention)
     if FLAGS.init_checkpoint:
         checkpoints.restore_model(FLAGS.init_checkpoint, encoder)
     else:
         logging.warning("No --init_checkpoint: features come from random weights.")
-    layer_indexes = [int(x) for x in FLAGS.layers.split(",")]
     extract(
         encoder,
         tokenizer,
@@ -202,12 +236,14 @@ def main(_):
         layer_indexes,
         FLAGS.max_seq_length,
         FLAGS.batch_size,
+        runner_flags.pad_to_max_seq_length(FLAGS),
+        runner_flags.terminal(),
     )
 
 
 def cli():
     flags.mark_flags_as_required(["input_file", "output_file"])
-    app.run(main)
+    command_line.run(main)
 
 
 if __name__ == "__main__":

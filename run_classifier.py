@@ -21,27 +21,50 @@ A run restarted with the same output_dir resumes where it stopped; output_dir ca
 the config, vocabulary, case and labels, so `--do_predict --init_checkpoint=<it>` in a
 new output_dir predicts with the fine-tuned model, head included.
 
+A left-to-right model (run_pretraining.py --objective=ltr) is fine-tuned with its
+left-only attention and classifies from its last real token, the one position that has
+seen the whole input. --bilstm_units adds a randomly initialised BiLSTM between the
+encoder and the classifier (the paper's Table 5 "+ BiLSTM").
+
 --hub_module_url fine-tunes a TF Hub BERT encoder instead of a checkpoint;
 --export_dir exports the fine-tuned model as a SavedModel that classifies raw text.
 
 A user's task: --task_name=generic with {train,dev,test}.tsv or .csv in --data_dir and
 --text_a_column, --label_column (--text_b_column, --has_header, --delimiter,
---label_list, --is_regression as needed).
+--label_list, --is_regression as needed); or a reader class written for the original
+release, in a module of one's own on the Python path:
+
+  from run_classifier import DataProcessor, InputExample
+  from data_prep import tokenization
+
+  class MyProcessor(DataProcessor):  # get_train_examples(data_dir), ..., get_labels()
+      ...
+
+  python run_classifier.py --task_name=my_module:MyProcessor ...
+
+(docs/own_task.md). Its metrics are accuracy and the loss, as the original's.
 """
 
 from __future__ import annotations
 
+import common.quiet_tensorflow  # noqa: F401  (first: TensorFlow's start-up lines hidden)
+
 import dataclasses
 import os
+import sys
 
 import keras
 import numpy as np
 import tensorflow as tf
-from absl import app, flags, logging
+from absl import flags, logging
 
+from common import cli as command_line
 from common.errors import UserError
+from common.progress import format_fields
+import model_flags
 import runner_flags
 from data_prep import classifier_features, classifier_reader, classifier_tasks, records
+from data_prep.input_pipeline import RecordMetadata
 from evaluation import glue_metrics
 from modeling import finetuning, model_files, training
 from modeling.config import BertConfig
@@ -51,8 +74,18 @@ from serving import tasks as serving_tasks
 
 FLAGS = flags.FLAGS
 
+# What a reader module of the user's imports from here, as from the original's
+# run_classifier.py (`from run_classifier import DataProcessor, InputExample`).
+DataProcessor = classifier_reader.DataProcessor
+InputExample = classifier_reader.InputExample
+
 flags.DEFINE_string(
-    "task_name", None, "The task: " + ", ".join(classifier_tasks.PROCESSORS) + " (any case)."
+    "task_name",
+    None,
+    "The task: "
+    + ", ".join(classifier_tasks.PROCESSORS)
+    + " (any case), or module:Class, a reader class of one's own in a module on the "
+    "Python path (e.g. a DataProcessor written for the original release).",
 )
 runner_flags.define_data_dir_flag("The task's files, in the layout of its download.")
 flags.DEFINE_string(
@@ -84,6 +117,7 @@ flags.DEFINE_bool("is_regression", None, "generic: the label is a float score.")
 runner_flags.define_common_flags(max_seq_length=128)
 runner_flags.define_training_flags()
 runner_flags.define_finetuning_flags()
+runner_flags.define_bilstm_flag()
 
 EVAL_RESULTS = "eval_results.txt"
 
@@ -99,16 +133,20 @@ class Features:
 
     split: str
     file: str
-    metadata: dict
+    metadata: RecordMetadata
 
     @property
     def num_examples(self) -> int:
-        return self.metadata["num_examples"]
+        return self.metadata.num_records
 
-    def dataset(self, batch_size: int) -> tf.data.Dataset:
+    def dataset(self, batch_size: int, pad_to_max_seq_length: bool) -> tf.data.Dataset:
         """The split once, in order, for evaluation and prediction."""
         return classifier_features.build_dataset(
-            self.file, self.metadata, batch_size, is_training=False
+            self.file,
+            self.metadata,
+            batch_size,
+            is_training=False,
+            pad_to_max_seq_length=pad_to_max_seq_length,
         )
 
 
@@ -122,7 +160,7 @@ class TaskFeatures:
     test: dict[str, Features]
 
     @property
-    def metadata(self) -> dict:
+    def metadata(self) -> RecordMetadata:
         """Labels, is_regression and num_choices are the same in every split's."""
         return next(
             f.metadata
@@ -169,12 +207,19 @@ def build_features(
     split = processor.split_name(split)
     file = os.path.join(output_dir, f"{split}.tf_record")
     metadata = classifier_features.get_or_create_features(
-        processor, data_dir, split, file, files.vocab_file, files.do_lower_case, max_seq_length
+        processor,
+        data_dir,
+        split,
+        file,
+        files.vocab_file,
+        files.do_lower_case,
+        max_seq_length,
+        files.preserve_unused_tokens,
+        runner_flags.terminal(),
     )
-    if metadata["num_examples"] == 0:
-        raise UserError(
-            f"{processor.name} {split}: no examples in {processor.input_files(data_dir, split)[0]}"
-        )
+    if metadata.num_records == 0:
+        source = processor.input_files(data_dir, split) or [f"{data_dir} (its reader's files)"]
+        raise UserError(f"{processor.name} {split}: no examples in {source[0]}")
     return Features(split, file, metadata)
 
 
@@ -215,10 +260,10 @@ def _logits_and_labels(features: dict, outputs: dict) -> dict:
 
 
 def predict_logits(
-    trainer: training.Trainer, dataset: tf.data.Dataset
+    trainer: training.Trainer, dataset: tf.data.Dataset, description: str = "predict"
 ) -> tuple[np.ndarray, np.ndarray]:
     """(logits float [N, K] ([N, 1] regression, [N, C] choices), labels [N])."""
-    outputs = trainer.predict(dataset, _logits_and_labels)
+    outputs = trainer.predict(dataset, _logits_and_labels, description)
     return outputs["logits"].astype(np.float64), outputs["label_ids"]
 
 
@@ -301,12 +346,19 @@ class ClassifierTask:
         data_dir: str,
         max_seq_length: int,
         settings: finetuning.Settings,
+        bilstm_units: int = 0,
     ):
         self.processor, self.data, self.data_dir = processor, data, data_dir
         self.max_seq_length, self.settings = max_seq_length, settings
+        self.bilstm_units = bilstm_units
         metadata = data.metadata
         self.is_regression = metadata["is_regression"]
         self.num_choices = metadata.get("num_choices")
+        if self.num_choices and bilstm_units:
+            raise UserError(
+                f"--bilstm_units={bilstm_units}: the BiLSTM is for classification and "
+                f"regression; {processor.name} is multiple choice"
+            )
         self.model_kind = (
             BertMultipleChoice.MODEL_KIND if self.num_choices else BertClassifier.MODEL_KIND
         )
@@ -315,12 +367,18 @@ class ClassifierTask:
 
     def build_model(self, encoder, config: BertConfig) -> keras.Model:
         """BertMultipleChoice, or BertClassifier with one output per label (one output,
-        the score, for regression)."""
+        the score, for regression), with the BiLSTM of --bilstm_units."""
         initializer = self.settings.head_initializer
         if self.num_choices:
             return BertMultipleChoice(encoder, config, head_initializer=initializer)
         num_labels = 1 if self.is_regression else len(self.data.metadata["labels"])
-        return BertClassifier(encoder, config, num_labels, head_initializer=initializer)
+        return BertClassifier(
+            encoder,
+            config,
+            num_labels,
+            head_initializer=initializer,
+            bilstm_units=self.bilstm_units,
+        )
 
     def train_dataset(self, batch_size, seed, input_context):
         train = self.data.train
@@ -328,10 +386,12 @@ class ClassifierTask:
             train.file,
             train.metadata,
             batch_size,
-            is_training=True,
+            True,
+            seed,
+            input_context,
             shuffle_buffer_size=self.settings.shuffle_buffer_size,
-            seed=seed,
-            input_context=input_context,
+            pad_to_max_seq_length=self.settings.pad_to_max_seq_length,
+            group_by_length=self.settings.group_by_length,
         )
 
     def evaluate(self, trainer, output_dir: str, global_step: int) -> dict:
@@ -344,7 +404,11 @@ class ClassifierTask:
         metrics = {}
         for split, features in self.data.eval.items():
             logits, labels = predict_logits(
-                trainer, features.dataset(self.settings.eval_batch_size)
+                trainer,
+                features.dataset(
+                    self.settings.eval_batch_size, self.settings.pad_to_max_seq_length
+                ),
+                "evaluate",
             )
             metrics.update(
                 score_split(
@@ -359,7 +423,8 @@ class ClassifierTask:
         metrics["global_step"] = global_step
         path = os.path.join(output_dir, EVAL_RESULTS)
         records.write_results(path, metrics)
-        logging.info("Eval results (%s):\n%s", path, records.format_results(metrics))
+        shown = {k: v for k, v in metrics.items() if k not in ("loss", "global_step")}
+        trainer.progress.say(f"Evaluation at step {global_step}: {format_fields(shown)} ({path})")
         return metrics
 
     def score(self, metrics: dict) -> float:
@@ -369,11 +434,16 @@ class ClassifierTask:
         """Writes test_results.tsv (class probabilities, or the score of a regression,
         one row per example) and the GLUE submission file of every test split."""
         for split, features in self.data.test.items():
-            logits, _ = predict_logits(trainer, features.dataset(self.settings.predict_batch_size))
+            logits, _ = predict_logits(
+                trainer,
+                features.dataset(
+                    self.settings.predict_batch_size, self.settings.pad_to_max_seq_length
+                ),
+            )
             values = logits[:, 0] if self.is_regression else probabilities(logits)
             path = os.path.join(output_dir, results_file_name(split, tuple(self.data.test)))
             glue_metrics.write_test_results(path, values)
-            logging.info("Wrote %d predictions to %s", len(values), path)
+            trainer.progress.say(f"Wrote {len(values)} predictions to {path}")
             try:
                 glue_metrics.submission_file_name(self.processor.name, split)
             except ValueError:
@@ -401,8 +471,9 @@ class ClassifierTask:
             kind=kind,
             labels=labels,
             overwrite=overwrite,
+            preserve_unused_tokens=files.preserve_unused_tokens,
         )
-        logging.info("Exported the model to %s", path)
+        runner_flags.terminal().say(f"Exported the model to {path} (it answers raw text)")
 
     def model_info(self) -> dict:
         return {
@@ -411,6 +482,7 @@ class ClassifierTask:
             "is_regression": self.is_regression,
             "num_choices": self.num_choices,
             "max_seq_length": self.max_seq_length,
+            "bilstm_units": self.bilstm_units,
         }
 
 
@@ -421,17 +493,30 @@ def main(_):
     processor = classifier_tasks.get_processor(
         FLAGS.task_name, **processor_options(FLAGS.init_checkpoint)
     )
-    encoder, files = runner_flags.build_encoder(FLAGS, strategy)
+    encoder, files = model_flags.build_encoder(FLAGS, strategy)
     data = build_task_features(
         processor, FLAGS.data_dir, FLAGS.output_dir, files, FLAGS.max_seq_length, settings
     )
-    task = ClassifierTask(processor, data, FLAGS.data_dir, FLAGS.max_seq_length, settings)
-    finetuning.run(task, settings, strategy, encoder, files)
+    task = ClassifierTask(
+        processor,
+        data,
+        FLAGS.data_dir,
+        FLAGS.max_seq_length,
+        settings,
+        runner_flags.bilstm_units(FLAGS, BertClassifier.MODEL_KIND),
+    )
+    runner_flags.run_training(
+        lambda: finetuning.run(task, settings, strategy, encoder, files), FLAGS.output_dir
+    )
 
 
 def cli():
+    # A reader module of the user's imports `run_classifier`: while this file runs as
+    # the program (__main__), that import must find this module, not load a second
+    # copy that would define every flag again.
+    sys.modules.setdefault("run_classifier", sys.modules[__name__])
     flags.mark_flags_as_required(["task_name", "data_dir", "output_dir"])
-    app.run(main)
+    command_line.run(main)
 
 
 if __name__ == "__main__":

@@ -43,7 +43,9 @@ Outputs in output_dir:
                         a blank line between sentences: conlleval reads it;
   test_predictions.txt  the same for --predict_file.
 
-Fine-tuning trains the encoder and a token-classification layer on its last layer.
+Fine-tuning trains the encoder and a token-classification layer on its last layer
+(--bilstm_units puts a randomly initialised BiLSTM between them, the paper's Table 5
+"+ BiLSTM"; a left-to-right model keeps its left-only attention).
 --feature_based is the paper's feature-based approach (Section 5.3): the encoder is
 frozen and a combination of its layers (--feature_layers, --feature_combination)
 feeds a two-layer BiLSTM (--lstm_units each way) and a tag classifier; only those
@@ -60,6 +62,8 @@ stopped.
 
 from __future__ import annotations
 
+import common.quiet_tensorflow  # noqa: F401  (first: TensorFlow's start-up lines hidden)
+
 import dataclasses
 import os
 
@@ -68,9 +72,13 @@ import numpy as np
 import tensorflow as tf
 from absl import app, flags, logging
 
+from common import cli as command_line
 from common.errors import MissingFileError, UserError
+from common.progress import format_fields
+import model_flags
 import runner_flags
-from data_prep import conll, ner_features, records, tag_schemes, tokenization
+from data_prep import conll, input_pipeline, ner_features, records, tag_schemes, tokenization
+from data_prep.input_pipeline import RecordMetadata
 from evaluation import conlleval
 from modeling import feature_based, finetuning, model_files, training
 from modeling.config import BertConfig
@@ -116,7 +124,8 @@ flags.DEFINE_bool(
 flags.DEFINE_string(
     "feature_layers",
     "-1,-2,-3,-4",
-    "--feature_based: encoder layers used as features, comma-separated (-1 is the last), or 'all'.",
+    "--feature_based: encoder layers used as features, comma-separated (-1 is the last; "
+    "'embeddings' is the embedding layer's output), or 'all' (every Transformer layer).",
 )
 flags.DEFINE_enum(
     "feature_combination",
@@ -131,6 +140,7 @@ flags.DEFINE_integer(
 runner_flags.define_common_flags(max_seq_length=128)
 runner_flags.define_training_flags()
 runner_flags.define_finetuning_flags()
+runner_flags.define_bilstm_flag()
 
 EVAL_RESULTS = "eval_results.txt"
 EVAL_REPORT = "eval_report.txt"
@@ -201,7 +211,13 @@ def to_features(
 ) -> Split:
     """A file's sentences as features labelled in `labels.scheme`."""
     features = ner_features.convert_sentences_to_features(
-        sentences, labels.labels, tokenizer, max_seq_length, doc_stride, label_scheme=labels.scheme
+        sentences,
+        labels.labels,
+        tokenizer,
+        max_seq_length,
+        doc_stride,
+        label_scheme=labels.scheme,
+        progress=runner_flags.terminal(),
     )
     logging.info(
         "%s: %d sentences, %d words, %d windows",
@@ -230,11 +246,11 @@ def write_training_features(
     tokenizer: tokenization.FullTokenizer,
     max_seq_length: int,
     doc_stride: int,
-) -> ner_features.NerMetadata:
+) -> RecordMetadata:
     """Writes train.tf_record and its metadata JSON (with the labels and their scheme)."""
     record = os.path.join(output_dir, TRAIN_RECORD)
     ner_features.write_tfrecord(split.features, record)
-    metadata = ner_features.NerMetadata.describe(
+    metadata = ner_features.describe(
         split.sentences,
         split.features,
         labels.labels,
@@ -245,7 +261,7 @@ def write_training_features(
         tokenizer.do_lower_case,
         len(tokenizer.vocab),
     )
-    metadata.write(record)
+    ner_features.write_metadata(record, metadata)
     return metadata
 
 
@@ -316,17 +332,26 @@ def _tags_and_ids(features: dict, outputs: dict) -> dict:
 
 
 def predict_tags(
-    trainer: training.Trainer, split: Split, labels: Labels, batch_size: int
+    trainer: training.Trainer,
+    split: Split,
+    labels: Labels,
+    batch_size: int,
+    pad_to_max_seq_length: bool,
 ) -> list[list[str]]:
     """One predicted tag per word of every sentence of the split, in the scheme learnt."""
     outputs = trainer.predict(
-        ner_features.inference_dataset(split.features, batch_size), _tags_and_ids
+        ner_features.inference_dataset(split.features, batch_size, pad_to_max_seq_length),
+        _tags_and_ids,
     )
     order = np.argsort(outputs["unique_ids"], kind="stable")
     if not np.array_equal(outputs["unique_ids"][order], np.arange(len(split.features))):
         raise RuntimeError(f"{split.path}: predictions do not cover every window once")
+    # Batches cut to their longest window: back to the features' length.
+    label_ids = input_pipeline.pad_to_length(
+        outputs["label_ids"][order], len(split.features[0].input_ids)
+    )
     return ner_features.predictions_to_tags(
-        outputs["label_ids"][order], split.features, split.sentences, labels.labels
+        label_ids, split.features, split.sentences, labels.labels
     )
 
 
@@ -351,12 +376,19 @@ class NerTask:
         self,
         labels: Labels,
         splits: dict[str, Split],
-        train_metadata: ner_features.NerMetadata | None,
+        train_metadata: RecordMetadata | None,
         feature_options: FeatureBasedOptions | None,
         settings: finetuning.Settings,
+        bilstm_units: int = 0,
     ):
         self.labels, self.splits, self.train_metadata = labels, splits, train_metadata
         self.feature_options, self.settings = feature_options, settings
+        if feature_options and bilstm_units:
+            raise UserError(
+                "--bilstm_units is the BiLSTM of a fine-tuned tagger; --feature_based has "
+                "its own (--lstm_units)"
+            )
+        self.bilstm_units = bilstm_units
         self.model_kind = (
             feature_based.BertFeatureBasedTagger.MODEL_KIND
             if feature_options
@@ -366,12 +398,16 @@ class NerTask:
         self.num_train_examples = len(splits["train"].features) if "train" in splits else 0
 
     def build_model(self, encoder, config: BertConfig) -> keras.Model:
-        """BertTokenClassifier (fine-tuning) or, with --feature_based, the frozen-encoder
-        BiLSTM tagger of `modeling.feature_based`."""
+        """BertTokenClassifier (fine-tuning, with the BiLSTM of --bilstm_units) or, with
+        --feature_based, the frozen-encoder BiLSTM tagger of `modeling.feature_based`."""
         options, initializer = self.feature_options, self.settings.head_initializer
         if options is None:
             return BertTokenClassifier(
-                encoder, config, len(self.labels.labels), head_initializer=initializer
+                encoder,
+                config,
+                len(self.labels.labels),
+                head_initializer=initializer,
+                bilstm_units=self.bilstm_units,
             )
         layers = feature_based.parse_feature_layers(options.layers, config.num_hidden_layers)
         return feature_based.BertFeatureBasedTagger(
@@ -390,9 +426,11 @@ class NerTask:
             self.train_metadata,
             batch_size,
             True,
-            seed=seed,
+            seed,
+            input_context,
             shuffle_buffer_size=self.settings.shuffle_buffer_size,
-            input_context=input_context,
+            pad_to_max_seq_length=self.settings.pad_to_max_seq_length,
+            group_by_length=self.settings.group_by_length,
         )
 
     def evaluate(self, trainer, output_dir: str, global_step: int) -> dict:
@@ -402,16 +440,23 @@ class NerTask:
         eval_results.txt (`conlleval.eval_results` keys, eval_loss, global_step).
         """
         split, batch_size = self.splits["eval"], self.settings.eval_batch_size
+        pad = self.settings.pad_to_max_seq_length
         path = write_predictions(
-            split, predict_tags(trainer, split, self.labels, batch_size), output_dir
+            split, predict_tags(trainer, split, self.labels, batch_size, pad), output_dir
         )
         counts = conlleval.evaluate_file(path)
         report = counts.report()
         records.write_text(os.path.join(output_dir, EVAL_REPORT), report)
-        loss = trainer.evaluate(ner_features.inference_dataset(split.features, batch_size))
+        loss = trainer.evaluate(ner_features.inference_dataset(split.features, batch_size, pad))
         extra = {"eval_loss": loss["eval_loss"], "global_step": global_step}
         conlleval.write_eval_results(os.path.join(output_dir, EVAL_RESULTS), counts, extra)
         logging.info("conlleval on %s:\n%s", path, report)
+        shown = {k: v for k, v in conlleval.eval_results(counts).items() if "_" not in k[5:]}
+        trainer.progress.say(
+            f"Evaluation at step {global_step}: "
+            f"{format_fields(dict(shown, eval_loss=extra['eval_loss']))} "
+            f"({os.path.join(output_dir, EVAL_RESULTS)})"
+        )
         return {**conlleval.eval_results(counts), **extra}
 
     def score(self, metrics: dict) -> float:
@@ -422,7 +467,13 @@ class NerTask:
         split = self.splits["predict"]
         path = write_predictions(
             split,
-            predict_tags(trainer, split, self.labels, self.settings.predict_batch_size),
+            predict_tags(
+                trainer,
+                split,
+                self.labels,
+                self.settings.predict_batch_size,
+                self.settings.pad_to_max_seq_length,
+            ),
             output_dir,
         )
         logging.info("conlleval on %s:\n%s", path, conlleval.evaluate_file(path).report())
@@ -442,10 +493,11 @@ class NerTask:
             kind="ner",
             labels=self.labels.labels,
             overwrite=overwrite,
+            preserve_unused_tokens=files.preserve_unused_tokens,
             doc_stride=FLAGS.doc_stride,
             tag_scheme=self.labels.scheme,
         )
-        logging.info("Exported the model to %s", path)
+        runner_flags.terminal().say(f"Exported the model to {path} (it answers raw text)")
 
     def model_info(self) -> dict:
         return {
@@ -453,6 +505,7 @@ class NerTask:
             "label_scheme": self.labels.scheme,
             "max_seq_length": FLAGS.max_seq_length,
             "doc_stride": FLAGS.doc_stride,
+            "bilstm_units": self.bilstm_units,
         }
 
 
@@ -464,10 +517,10 @@ def feature_options() -> FeatureBasedOptions | None:
 
 def read_splits(
     files: model_files.ModelFiles, settings: finetuning.Settings
-) -> tuple[Labels, dict[str, Split], ner_features.NerMetadata | None]:
+) -> tuple[Labels, dict[str, Split], RecordMetadata | None]:
     """Every file the run needs, read and converted before any model is built; the
     training features written to output_dir. (labels, splits, training metadata)."""
-    tokenizer = tokenization.FullTokenizer(files.vocab_file, files.do_lower_case)
+    tokenizer = files.tokenizer()
     files_read = {}
     for name, explicit in (
         ("train", FLAGS.train_file),
@@ -508,15 +561,24 @@ def main(_):
     runner_flags.check_finetuning_flags(FLAGS)
     strategy = runner_flags.setup(FLAGS)
     settings = runner_flags.finetuning_settings(FLAGS)
-    encoder, files = runner_flags.build_encoder(FLAGS, strategy)
+    encoder, files = model_flags.build_encoder(FLAGS, strategy)
     labels, splits, train_metadata = read_splits(files, settings)
-    task = NerTask(labels, splits, train_metadata, feature_options(), settings)
-    finetuning.run(task, settings, strategy, encoder, files)
+    task = NerTask(
+        labels,
+        splits,
+        train_metadata,
+        feature_options(),
+        settings,
+        runner_flags.bilstm_units(FLAGS, BertTokenClassifier.MODEL_KIND),
+    )
+    runner_flags.run_training(
+        lambda: finetuning.run(task, settings, strategy, encoder, files), FLAGS.output_dir
+    )
 
 
 def cli():
     flags.mark_flags_as_required(["output_dir"])
-    app.run(main)
+    command_line.run(main)
 
 
 if __name__ == "__main__":

@@ -5,23 +5,44 @@
       --train_batch_size=32 --max_seq_length=128 --max_predictions_per_seq=20 \
       --num_train_steps=10000 --num_warmup_steps=1000 --learning_rate=1e-4
 
-Phase 2 (sequence length 512) starts from a phase-1 checkpoint with
---init_checkpoint=phase1_dir --max_seq_length=512 and shards made at 512.
+The paper's two phases (docs/pretraining_procedure.md): phase 2 (sequence length 512,
+shards made at 512) runs in a new output_dir with --init_checkpoint=phase1_dir. As in
+the original, that restores the weights alone: the global step restarts at 0 with a new
+warmup and fresh optimizer moments. --restore_training_state continues phase 1's global
+step, schedule and moments instead (phase 1 stopped with --stop_at_step).
+
+--objective=ltr trains a left-to-right language model instead (the paper's "LTR & No
+NSP" ablation, Section 5.1): causal self-attention, every position predicting the next
+token through the masked LM's tied output layer, no next-sentence loss. It reads the
+same shards: the clean text is the input with each masked position given back its
+original id. Its output_dir records the left-only constraint (model_info.json
+`causal_attention`), which every later use of the model keeps (fine-tuning,
+extract_features.py, exports, conversion); eval_results.txt holds
+next_token_accuracy, next_token_loss and perplexity.
 """
 
 from __future__ import annotations
 
+import common.quiet_tensorflow  # noqa: F401  (first: TensorFlow's start-up lines hidden)
+
+import dataclasses
 import os
 
+import tensorflow as tf
 from absl import app, flags, logging
 
+from common import cli as command_line
+from common.progress import format_fields
+import model_flags
 import runner_flags
-from data_prep import pretraining_data, records
+from common.errors import UserError
+from data_prep import damage, input_pipeline, pretraining_data, records, run_control
+from data_prep.input_pipeline import RecordMetadata
 from modeling import checkpoint_readers, checkpoints, model_files, training
 from modeling.config import BertConfig
 from modeling.encoder import BertEncoder
-from modeling.models import BertPretrainer
-from modeling.tasks import PretrainingTask
+from modeling.models import OBJECTIVES, BertPretrainer
+from modeling.tasks import LanguageModelTask, PretrainingTask
 
 FLAGS = flags.FLAGS
 
@@ -40,29 +61,73 @@ flags.DEFINE_bool(
     True,
     "Train the next-sentence head (False is the paper's No-NSP ablation).",
 )
+flags.DEFINE_bool(
+    "restore_training_state",
+    False,
+    "With --init_checkpoint = an earlier run's output_dir (or its ckpt-N): continue its "
+    "global step, learning-rate schedule (over this run's --num_train_steps, counting "
+    "both runs' steps) and optimizer moments, on this run's shards from their start. "
+    "False (the original's --init_checkpoint): the weights alone; step 0, a new warmup "
+    "and fresh moments.",
+)
+flags.DEFINE_integer(
+    "stop_at_step",
+    None,
+    "Stop (with a checkpoint) at this global step while the learning-rate schedule "
+    "runs over --num_train_steps: phase 1 of a two-phase run with one schedule, e.g. "
+    "--stop_at_step=900000 --num_train_steps=1000000 (default: --num_train_steps).",
+)
+flags.DEFINE_enum(
+    "objective",
+    "mlm",
+    list(OBJECTIVES),
+    "mlm: masked LM (+ next sentence), as the original. ltr: a left-to-right LM (causal "
+    "attention, next-token prediction at every position, no next-sentence loss) on the "
+    "same shards, the paper's LTR ablation; the model keeps its left-only attention "
+    "wherever it is used afterwards.",
+)
 runner_flags.define_common_flags(max_seq_length=128)
 runner_flags.define_training_flags()
 
 EVAL_RESULTS = "eval_results.txt"
+# What a resumed run must share with the run it resumes (else a warning names both).
+RESUME_SETTINGS = (
+    "train_batch_size",
+    "gradient_accumulation_steps",
+    "learning_rate",
+    "num_train_steps",
+    "num_warmup_steps",
+    "max_seq_length",
+    "max_predictions_per_seq",
+    "seed",
+    "input_files",
+)
 
 
-def build_model(config: BertConfig, dtype: str, kernels: str = "auto") -> BertPretrainer:
-    encoder = BertEncoder(config, dtype=dtype, kernels=kernels)
-    return BertPretrainer(encoder, config)
+def build_model(
+    config: BertConfig, dtype: str, kernels: str = "auto", objective: str = "mlm"
+) -> BertPretrainer:
+    """The pre-trainer of `objective`: "ltr" builds a causal (left-to-right) encoder."""
+    encoder = BertEncoder(config, dtype=dtype, kernels=kernels, causal_attention=objective == "ltr")
+    return BertPretrainer(encoder, config, objective)
 
 
-def make_dataset_fn(files, batch_size, is_training, seed):
+def make_dataset_fn(files, metadata, batch_size, is_training, seed):
     def dataset_fn(context=None):
-        per_replica = context.get_per_replica_batch_size(batch_size) if context else batch_size
-        return pretraining_data.pretraining_dataset(
+        dataset = pretraining_data.pretraining_dataset(
             files,
-            per_replica,
-            FLAGS.max_seq_length,
-            FLAGS.max_predictions_per_seq,
-            is_training=is_training,
-            input_context=context,
-            seed=seed,
+            metadata,
+            batch_size,
+            is_training,
+            seed,
+            context,
+            pad_to_max_seq_length=runner_flags.pad_to_max_seq_length(FLAGS),
         )
+        if FLAGS.objective == "ltr":  # The clean text, from the masked LM's shards.
+            dataset = dataset.map(
+                pretraining_data.restore_masked_tokens, num_parallel_calls=tf.data.AUTOTUNE
+            )
+        return dataset
 
     return dataset_fn
 
@@ -70,42 +135,65 @@ def make_dataset_fn(files, batch_size, is_training, seed):
 def resolve_model_files() -> model_files.ModelFiles:
     """The config (flag or beside --init_checkpoint) and, when known, the vocabulary
     the shards were made with: the output_dir then carries both."""
-    runner_flags.check_init_checkpoint(FLAGS)
+    model_flags.check_init_checkpoint(FLAGS)
     config = model_files.resolve_config(FLAGS.bert_config_file, FLAGS.init_checkpoint)
-    runner_flags.check_max_seq_length(FLAGS.max_seq_length, config)
+    model_flags.check_max_seq_length(FLAGS.max_seq_length, config)
     vocab_file = FLAGS.vocab_file or checkpoint_readers.find_side_file(
         model_files.side_dirs(FLAGS.init_checkpoint), model_files.VOCAB_FILE
     )
-    do_lower_case = runner_flags.do_lower_case_flag(FLAGS)
+    do_lower_case = model_flags.do_lower_case_flag(FLAGS)
+    if FLAGS.vocab_file and FLAGS.init_checkpoint:
+        model_files.check_vocab_matches_model(
+            FLAGS.vocab_file, FLAGS.init_checkpoint, FLAGS.allow_vocab_mismatch
+        )
     if vocab_file:
         model_files.check_vocab_fits_config(vocab_file, config)
         do_lower_case = model_files.resolve_case(do_lower_case, FLAGS.init_checkpoint, vocab_file)
     return model_files.ModelFiles(
-        config, vocab_file, bool(FLAGS.do_lower_case if do_lower_case is None else do_lower_case)
+        config,
+        vocab_file,
+        bool(FLAGS.do_lower_case if do_lower_case is None else do_lower_case),
+        causal_attention=FLAGS.objective == "ltr",
     )
 
 
-def check_shards(shards: list[str], files: model_files.ModelFiles) -> None:
-    """The shards' metadata (their sequence length, masked positions, vocabulary and
-    case) against the run, before any work; their first record when they have none."""
-    if not pretraining_data.check_shard_metadata(
+def with_shards_preserve_setting(
+    files: model_files.ModelFiles, shards: list[str]
+) -> model_files.ModelFiles:
+    """--preserve_unused_tokens when given, else the shards' record of it (they were
+    tokenized with it), else --init_checkpoint's: what model_info.json records."""
+    preserve = model_flags.preserve_unused_tokens_flag(FLAGS)
+    if preserve is None:
+        preserve = pretraining_data.recorded_setting(shards, "preserve_unused_tokens", bool)
+    preserve = model_files.resolve_preserve_unused_tokens(preserve, FLAGS.init_checkpoint)
+    return dataclasses.replace(files, preserve_unused_tokens=preserve)
+
+
+def check_shards(shards: list[str], files: model_files.ModelFiles) -> RecordMetadata:
+    """The shards against the run, before any work: that they are what finished runs
+    left (`pretraining_data.check_shard_runs`), their framing, and their metadata
+    (sequence length, masked positions, vocabulary, case, preserve_unused_tokens), or
+    every record of a shard without metadata (`pretraining_data.shards_metadata`)."""
+    pretraining_data.check_shard_runs(shards)
+    return pretraining_data.shards_metadata(
         shards,
         FLAGS.max_seq_length,
         FLAGS.max_predictions_per_seq,
         files.config.vocab_size,
         files.do_lower_case if files.vocab_file else None,
-    ):
-        pretraining_data.check_shard_shapes(
-            shards, FLAGS.max_seq_length, FLAGS.max_predictions_per_seq
-        )
+        files.preserve_unused_tokens,
+    )
 
 
-def evaluate(trainer: training.Trainer, files: list[str]) -> dict:
-    dataset = make_dataset_fn(files, FLAGS.eval_batch_size, False, FLAGS.seed)()
+def evaluate(trainer: training.Trainer, files: list[str], metadata: RecordMetadata) -> dict:
+    dataset = make_dataset_fn(files, metadata, FLAGS.eval_batch_size, False, FLAGS.seed)()
     results = trainer.evaluate(dataset, max_steps=FLAGS.max_eval_steps)
     output = os.path.join(FLAGS.output_dir, EVAL_RESULTS)
     records.write_results(output, results)
-    logging.info("Eval results (%s): %s", output, results)
+    trainer.progress.say(
+        f"Evaluation at step {results['global_step']}: "
+        f"{format_fields({k: v for k, v in results.items() if k != 'global_step'})} ({output})"
+    )
     return results
 
 
@@ -118,12 +206,39 @@ def input_shards() -> tuple[list[str], list[str]]:
     return shards, pretraining_data.expand_input_files(FLAGS.eval_input_file, "--eval_input_file")
 
 
+def check_objective() -> None:
+    """--objective=ltr has no next-sentence loss; an output_dir keeps one objective
+    (a resumed run must not mix a left-to-right model with a bidirectional one)."""
+    if FLAGS.objective == "ltr" and FLAGS["use_next_sentence_loss"].present:
+        if FLAGS.use_next_sentence_loss:
+            raise UserError(
+                "--objective=ltr has no next-sentence loss: drop --use_next_sentence_loss"
+            )
+    causal = FLAGS.objective == "ltr"
+    info_file = os.path.join(FLAGS.output_dir, model_files.MODEL_INFO)
+    if tf.train.latest_checkpoint(FLAGS.output_dir) and tf.io.gfile.exists(info_file):
+        earlier = bool(records.read_json(info_file).get("causal_attention", False))
+        if earlier != causal:
+            was = "ltr" if earlier else "mlm"
+            raise UserError(
+                f"--output_dir={FLAGS.output_dir} holds a run of --objective={was}, this "
+                f"run is --objective={FLAGS.objective}: use a new --output_dir (or "
+                f"--init_checkpoint={FLAGS.output_dir} there to start from its weights)"
+            )
+
+
 def build_trainer(strategy, model) -> training.Trainer:
-    """The Trainer of the masked-LM (and next-sentence) losses, with the flags' schedule."""
+    """The Trainer of the objective's losses (masked LM and next sentence, or next
+    token), with the flags' schedule."""
+    task = (
+        LanguageModelTask()
+        if FLAGS.objective == "ltr"
+        else PretrainingTask(FLAGS.use_next_sentence_loss)
+    )
     return training.Trainer(
         strategy,
         model,
-        PretrainingTask(FLAGS.use_next_sentence_loss),
+        task,
         FLAGS.output_dir,
         learning_rate=FLAGS.learning_rate,
         num_train_steps=FLAGS.num_train_steps,
@@ -132,39 +247,96 @@ def build_trainer(strategy, model) -> training.Trainer:
     )
 
 
+def check_phase_flags() -> int:
+    """The step --restore_training_state continues from (0 without it), with the
+    checks of --stop_at_step and --restore_training_state against the schedule."""
+    first_step = 0
+    if FLAGS.restore_training_state:
+        if not FLAGS.init_checkpoint:
+            raise UserError("--restore_training_state needs --init_checkpoint")
+        _, first_step = training.training_state_step(FLAGS.init_checkpoint)
+        if FLAGS.do_train and first_step >= FLAGS.num_train_steps:
+            raise UserError(
+                f"--init_checkpoint {FLAGS.init_checkpoint} is at global step "
+                f"{first_step} but --num_train_steps={FLAGS.num_train_steps}: with "
+                f"--restore_training_state it counts the steps of both runs"
+            )
+    if FLAGS.stop_at_step is not None and not (
+        first_step < FLAGS.stop_at_step <= FLAGS.num_train_steps
+    ):
+        raise UserError(
+            f"--stop_at_step={FLAGS.stop_at_step} must be after the first step "
+            f"({first_step}) and at most --num_train_steps={FLAGS.num_train_steps}"
+        )
+    return first_step
+
+
+def warn_other_attention(init_checkpoint: str) -> None:
+    """A checkpoint trained with the other attention still loads (same variables)."""
+    if model_files.resolve_causal_attention(init_checkpoint) != (FLAGS.objective == "ltr"):
+        logging.warning(
+            "--init_checkpoint=%s was trained with the other attention (left-to-right vs "
+            "bidirectional); this run trains it with --objective=%s.",
+            init_checkpoint,
+            FLAGS.objective,
+        )
+
+
 def main(_):
     if not FLAGS.do_train and not FLAGS.do_eval:
         raise app.UsageError("At least one of --do_train or --do_eval must be set.")
+    check_objective()
     strategy = runner_flags.setup(FLAGS)
+    first_step = check_phase_flags()
     files = resolve_model_files()
     shards, eval_shards = input_shards()
-    check_shards(shards + eval_shards, files)
+    files = with_shards_preserve_setting(files, shards + eval_shards)
+    metadata = check_shards(shards, files)
+    eval_metadata = check_shards(eval_shards, files) if eval_shards != shards else metadata
+    if FLAGS.do_train:
+        input_pipeline.warn_if_batch_exceeds_data(
+            metadata.num_records, FLAGS.train_batch_size, "--train_batch_size"
+        )
     with strategy.scope():
-        model = build_model(files.config, FLAGS.dtype, FLAGS.kernels)
+        model = build_model(files.config, FLAGS.dtype, FLAGS.kernels, FLAGS.objective)
     trainer = build_trainer(strategy, model)
-    model_files.write_model_files(FLAGS.output_dir, files, BertPretrainer.MODEL_KIND)
-    records.write_json(
-        os.path.join(FLAGS.output_dir, "run_config.json"),
-        dict(runner_flags.flag_values(FLAGS), input_files=shards),
+    model_files.write_model_files(
+        FLAGS.output_dir, files, BertPretrainer.MODEL_KIND, pretraining_objective=FLAGS.objective
     )
+    run_config = os.path.join(FLAGS.output_dir, "run_config.json")
+    values = dict(runner_flags.flag_values(FLAGS), input_files=shards)
+    if FLAGS.do_train:
+        run_control.warn_changed_settings(run_config, values, RESUME_SETTINGS)
+    records.write_json(run_config, values)
 
     def initialize():
-        if FLAGS.init_checkpoint:  # The encoder, and the heads when the checkpoint has them.
+        if FLAGS.init_checkpoint:
+            warn_other_attention(FLAGS.init_checkpoint)
+        if FLAGS.restore_training_state:  # Weights, moments, global step.
+            trainer.restore_training_state(FLAGS.init_checkpoint)
+        elif FLAGS.init_checkpoint:  # The encoder, and the heads when the checkpoint has them.
             checkpoints.restore_model(FLAGS.init_checkpoint, model)
 
     trainer.restore_or_initialize(initialize)
     if FLAGS.do_train:
-        trainer.train(
-            make_dataset_fn(shards, FLAGS.train_batch_size, True, FLAGS.seed),
-            FLAGS.train_batch_size,
-        )
+        with damage.naming_damaged_records(shards):  # A record damaged inside, named.
+            runner_flags.run_training(
+                lambda: trainer.train(
+                    make_dataset_fn(shards, metadata, FLAGS.train_batch_size, True, FLAGS.seed),
+                    FLAGS.train_batch_size,
+                    first_step=first_step,
+                    stop_at_step=FLAGS.stop_at_step,
+                )["complete"],
+                FLAGS.output_dir,
+            )
     if FLAGS.do_eval:
-        evaluate(trainer, eval_shards)
+        with damage.naming_damaged_records(eval_shards):
+            evaluate(trainer, eval_shards, eval_metadata)
 
 
 def cli():
     flags.mark_flags_as_required(["input_file", "output_dir"])
-    app.run(main)
+    command_line.run(main)
 
 
 if __name__ == "__main__":

@@ -31,20 +31,30 @@ the original README advises.
 
 --export_dir exports the fine-tuned model as a SavedModel that answers raw questions
 on raw contexts with the answers --do_predict gives (serving/squad.py).
+
+A left-to-right model (run_pretraining.py --objective=ltr) is fine-tuned with its
+left-only attention; --bilstm_units adds a randomly initialised BiLSTM between the
+encoder and the span head (the paper's Table 5 "+ BiLSTM").
 """
 
 from __future__ import annotations
 
+import common.quiet_tensorflow  # noqa: F401  (first: TensorFlow's start-up lines hidden)
+
 import os
 
 import keras
+import numpy as np
 import tensorflow as tf
-from absl import app, flags, logging
+from absl import app, flags
 
+from common import cli as command_line
 from common.errors import MissingFileError, UserError
+from common.progress import format_fields
+import model_flags
 import runner_flags
-from data_prep import records, squad_features, squad_postprocess, squad_reader
-from data_prep import squad_records, tokenization
+from data_prep import input_pipeline, records, squad_features, squad_postprocess, squad_reader
+from data_prep import squad_records
 from evaluation import squad_eval
 from modeling import finetuning, model_files, training
 from modeling.config import BertConfig
@@ -81,6 +91,7 @@ flags.DEFINE_float(
 runner_flags.define_common_flags(max_seq_length=384)
 runner_flags.define_training_flags()
 runner_flags.define_finetuning_flags()
+runner_flags.define_bilstm_flag()
 
 TRAIN_RECORD = "train.tf_record"
 PREDICT_RECORD = "eval.tf_record"
@@ -100,11 +111,30 @@ def _span_outputs(features: dict, outputs: dict) -> dict:
 
 
 def predict_logits(
-    trainer: training.Trainer, data: squad_records.PredictData, batch_size: int
+    trainer: training.Trainer,
+    data: squad_records.PredictData,
+    batch_size: int,
+    pad_to_max_seq_length: bool,
 ) -> list[squad_postprocess.RawResult]:
-    """The model's start and end logits of every feature."""
-    dataset = squad_records.build_dataset(data.file, data.metadata, batch_size, is_training=False)
+    """The model's start and end logits of every feature, [S] each.
+
+    Positions past a batch's cut (padding of every window in it) get the lowest
+    float32, so they never rank among the n best (`docs/padding.md`).
+    """
+    dataset = squad_records.build_dataset(
+        data.file,
+        data.metadata,
+        batch_size,
+        is_training=False,
+        pad_to_max_seq_length=pad_to_max_seq_length,
+    )
     outputs = trainer.predict(dataset, _span_outputs)
+    lowest = np.finfo(np.float32).min
+    for name in ("start_logits", "end_logits"):
+        if name in outputs:
+            outputs[name] = input_pipeline.pad_to_length(
+                outputs[name], data.metadata.max_seq_length, value=lowest
+            )
     if len(outputs.get("unique_ids", [])) != len(data.features):
         raise RuntimeError(
             f"predicted {len(outputs.get('unique_ids', []))} of "
@@ -125,15 +155,16 @@ def evaluate(gold_file: str, output_dir: str, version_2_with_negative: bool) -> 
     null_odds.json` (exact, f1, HasAns_*, NoAns_*, best_exact, best_f1 and their
     thresholds); written to output_dir/eval_results.txt.
     """
-    predictions = records.read_json(os.path.join(output_dir, PREDICTIONS))
+    predictions = squad_eval.read_predictions(os.path.join(output_dir, PREDICTIONS))
     null_odds = None
     null_odds_file = os.path.join(output_dir, NULL_ODDS)
     if version_2_with_negative and os.path.isfile(null_odds_file):
-        null_odds = records.read_json(null_odds_file)
+        null_odds = squad_eval.read_null_odds(null_odds_file)
     results = squad_eval.evaluate_file(gold_file, predictions, null_odds, version_2_with_negative)
     path = os.path.join(output_dir, EVAL_RESULTS)
     records.write_results(path, results)
-    logging.info("Eval results (%s):\n%s", path, records.format_results(results))
+    shown = {k: v for k, v in results.items() if not k.endswith("_thresh")}
+    runner_flags.terminal().say(f"Evaluation: {format_fields(shown)} ({path})")
     return results
 
 
@@ -158,15 +189,22 @@ class SquadTask:
         predict_data: squad_records.PredictData | None,
         settings: finetuning.Settings,
         do_lower_case: bool,
+        bilstm_units: int = 0,
     ):
         self.train_data, self.predict_data = train_data, predict_data
         self.settings, self.do_lower_case = settings, do_lower_case
+        self.bilstm_units = bilstm_units
         self.objective = SpanTask()
         self.num_train_examples = train_data.num_features if train_data else 0
         self._predicted_at = None
 
     def build_model(self, encoder, config: BertConfig) -> keras.Model:
-        return BertSpanLabeler(encoder, config, head_initializer=self.settings.head_initializer)
+        return BertSpanLabeler(
+            encoder,
+            config,
+            head_initializer=self.settings.head_initializer,
+            bilstm_units=self.bilstm_units,
+        )
 
     def train_dataset(self, batch_size, seed, input_context):
         data = self.train_data
@@ -175,16 +213,23 @@ class SquadTask:
             data.metadata,
             batch_size,
             True,
-            seed=seed,
+            seed,
+            input_context,
             shuffle_buffer_size=self.settings.shuffle_buffer_size,
-            input_context=input_context,
+            pad_to_max_seq_length=self.settings.pad_to_max_seq_length,
+            group_by_length=self.settings.group_by_length,
         )
 
     def predict(self, trainer, output_dir: str, global_step: int) -> None:
         """predictions.json, nbest_predictions.json and, for v2.0, null_odds.json."""
         if self._predicted_at == global_step:
             return  # Written by evaluate() from these very weights.
-        results = predict_logits(trainer, self.predict_data, self.settings.predict_batch_size)
+        results = predict_logits(
+            trainer,
+            self.predict_data,
+            self.settings.predict_batch_size,
+            self.settings.pad_to_max_seq_length,
+        )
         predictions = squad_postprocess.compute_predictions(
             self.predict_data.examples,
             self.predict_data.features,
@@ -233,12 +278,13 @@ class SquadTask:
             FLAGS.max_seq_length,
             kind="squad",
             overwrite=overwrite,
+            preserve_unused_tokens=files.preserve_unused_tokens,
             max_query_length=FLAGS.max_query_length,
             max_answer_length=FLAGS.max_answer_length,
             n_best_size=FLAGS.n_best_size,
             doc_stride=FLAGS.doc_stride,
         )
-        logging.info("Exported the model to %s", path)
+        runner_flags.terminal().say(f"Exported the model to {path} (it answers raw text)")
 
     def model_info(self) -> dict:
         return {
@@ -247,6 +293,7 @@ class SquadTask:
             "doc_stride": FLAGS.doc_stride,
             "max_query_length": FLAGS.max_query_length,
             "version_2_with_negative": FLAGS.version_2_with_negative,
+            "bilstm_units": self.bilstm_units,
         }
 
 
@@ -278,13 +325,14 @@ def check_flags() -> None:
 def build_features(files: model_files.ModelFiles, settings: finetuning.Settings):
     """The training and prediction features; both files are read before any model is
     built, so bad input fails early."""
-    tokenizer = tokenization.FullTokenizer(files.vocab_file, files.do_lower_case)
+    tokenizer = files.tokenizer()
     feature_settings = squad_records.FeatureSettings(
         FLAGS.max_seq_length,
         FLAGS.doc_stride,
         FLAGS.max_query_length,
         files.do_lower_case,
         FLAGS.version_2_with_negative,
+        files.preserve_unused_tokens,
     )
     predict_data = (
         squad_records.build_predict_features(
@@ -293,6 +341,7 @@ def build_features(files: model_files.ModelFiles, settings: finetuning.Settings)
             tokenizer,
             files.vocab_file,
             feature_settings,
+            runner_flags.terminal(),
         )
         if settings.do_predict or settings.do_eval
         else None
@@ -305,6 +354,7 @@ def build_features(files: model_files.ModelFiles, settings: finetuning.Settings)
             files.vocab_file,
             feature_settings,
             settings.seed,
+            runner_flags.terminal(),
         )
         if settings.do_train
         else None
@@ -319,15 +369,23 @@ def main(_):
         evaluate(FLAGS.predict_file, FLAGS.output_dir, FLAGS.version_2_with_negative)
         return  # Scores the predictions already in output_dir; no model needed.
     settings = runner_flags.finetuning_settings(FLAGS)
-    encoder, files = runner_flags.build_encoder(FLAGS, strategy)
+    encoder, files = model_flags.build_encoder(FLAGS, strategy)
     train_data, predict_data = build_features(files, settings)
-    task = SquadTask(train_data, predict_data, settings, files.do_lower_case)
-    finetuning.run(task, settings, strategy, encoder, files)
+    task = SquadTask(
+        train_data,
+        predict_data,
+        settings,
+        files.do_lower_case,
+        runner_flags.bilstm_units(FLAGS, BertSpanLabeler.MODEL_KIND),
+    )
+    runner_flags.run_training(
+        lambda: finetuning.run(task, settings, strategy, encoder, files), FLAGS.output_dir
+    )
 
 
 def cli():
     flags.mark_flags_as_required(["output_dir"])
-    app.run(main)
+    command_line.run(main)
 
 
 if __name__ == "__main__":

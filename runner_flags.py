@@ -17,8 +17,9 @@ import tensorflow as tf
 from absl import app, flags, logging
 
 from common.errors import UserError
-from modeling import checkpoint_readers, distribution, finetuning, kernels, model_files
-from modeling.encoder import BertEncoder
+from common.progress import TerminalProgress
+from data_prep import run_control
+from modeling import distribution, finetuning, kernels, training
 from serving import savedmodel
 
 FLAGS = flags.FLAGS
@@ -55,11 +56,38 @@ def define_model_flags(max_seq_length: int | None, flag_values=FLAGS) -> None:
         "error.",
         flag_values=f,
     )
+    flags.DEFINE_bool(
+        "preserve_unused_tokens",
+        False,
+        "Keep a word of the input that is a [unusedN] entry of the vocabulary whole (one "
+        "token, e.g. markers put into those slots) instead of splitting it on its "
+        "brackets, as the original's flag. When not given, the model's own setting "
+        "(its model_info.json), else false; recorded in the run's model_info.json.",
+        flag_values=f,
+    )
+    flags.DEFINE_bool(
+        "allow_vocab_mismatch",
+        False,
+        "Use --vocab_file even where it differs from the vocabulary that comes with "
+        "--init_checkpoint (its vocab.txt, or the fingerprint in its model_info.json); "
+        "by default that is an error naming the first line that differs.",
+        flag_values=f,
+    )
     if max_seq_length is not None:
         flags.DEFINE_integer(
             "max_seq_length",
             max_seq_length,
             "Maximum total input length in WordPiece tokens, after packing.",
+            flag_values=f,
+        )
+        flags.DEFINE_bool(
+            "pad_to_max_seq_length",
+            None,
+            "Compute every batch at --max_seq_length, as the original release does "
+            "(static shapes, for TPUs and for comparisons with it), instead of cutting "
+            "each batch to its longest example (rounded up to one of a few lengths; "
+            "docs/padding.md). Default: true under --distribution_strategy=tpu, "
+            "else false.",
             flag_values=f,
         )
 
@@ -113,7 +141,19 @@ def define_common_flags(max_seq_length: int, flag_values=FLAGS) -> None:
         "Enable TensorFlow op determinism (bitwise reproducible runs, slower).",
         flag_values=f,
     )
+    define_progress_flag(f)
     define_original_flags(f)
+
+
+def define_progress_flag(flag_values=FLAGS) -> None:
+    flags.DEFINE_float(
+        "progress_interval_s",
+        30.0,
+        "Seconds between progress lines on stderr when it is not a terminal (a CI log, "
+        "nohup, a file); a terminal shows a live bar. The log file in --output_dir "
+        "has a line for every training loop.",
+        flag_values=flag_values,
+    )
 
 
 def define_original_flags(flag_values=FLAGS) -> None:
@@ -240,6 +280,15 @@ def define_finetuning_flags(flag_values=FLAGS) -> None:
         flag_values=f,
     )
     flags.DEFINE_bool(
+        "group_by_length",
+        False,
+        "Training batches of examples of similar lengths, in a seeded random order "
+        "(as Hugging Face's group_by_length): less padding, so faster, but it "
+        "changes which examples share a batch. Holds the training records in "
+        "memory (docs/padding.md).",
+        flag_values=f,
+    )
+    flags.DEFINE_bool(
         "evaluate_every_epoch",
         True,
         "With --do_train --do_eval: evaluate at "
@@ -300,6 +349,26 @@ def define_data_dir_flag(help_text: str, flag_values=FLAGS) -> None:
 
 def define_doc_stride_flag(default: int, help_text: str, flag_values=FLAGS) -> None:
     flags.DEFINE_integer("doc_stride", default, help_text, flag_values=flag_values)
+
+
+def define_bilstm_flag(flag_values=FLAGS) -> None:
+    """--bilstm_units: the paper's Table 5 "+ BiLSTM" (run_classifier, run_squad)."""
+    flags.DEFINE_integer(
+        "bilstm_units",
+        0,
+        "If positive: a randomly initialised bidirectional LSTM of this many units each "
+        "way between the encoder and the task head (the paper's Table 5 '+ BiLSTM'); 0: "
+        "none. Default: what a fine-tuned --init_checkpoint of this task was trained with.",
+        lower_bound=0,
+        flag_values=flag_values,
+    )
+
+
+def bilstm_units(FLAGS, model_kind: str) -> int:
+    """--bilstm_units when given, else that of a fine-tuned --init_checkpoint of this kind."""
+    if FLAGS["bilstm_units"].present or FLAGS.reinit_head or not FLAGS.init_checkpoint:
+        return FLAGS.bilstm_units
+    return finetuning.fine_tuned_bilstm_units(FLAGS.init_checkpoint, model_kind)
 
 
 def define_input_file_flags(help_texts: dict[str, str], flag_values=FLAGS) -> None:
@@ -385,19 +454,22 @@ def setup(FLAGS) -> tf.distribute.Strategy:
     determinism and a log file in output_dir. Returns the strategy.
 
     The strategy is created first: MultiWorkerMirroredStrategy must configure its
-    collective ops before TensorFlow runs anything.
+    collective ops before TensorFlow runs anything. Before it, the run takes the lock of
+    its output_dir (and --export_dir), and SIGTERM is set to end it with one line and
+    exit code 143.
     """
     apply_original_flags(FLAGS)
+    run_control.hold_run_outputs(  # Of a multi-worker run, the chief alone.
+        FLAGS.output_dir,
+        FLAGS.export_dir if "export_dir" in FLAGS else None,
+        FLAGS.distribution_strategy == "multi_worker_mirrored",
+    )
+    run_control.exit_on_sigterm(os.path.basename(sys.argv[0]))
     if FLAGS.num_cpu_devices > 1:
         distribution.split_cpu(FLAGS.num_cpu_devices)
     strategy = distribution.create_strategy(
         FLAGS.distribution_strategy, FLAGS.tpu, zone=FLAGS.tpu_zone, project=FLAGS.gcp_project
     )
-    chosen = kernels.resolve(FLAGS.kernels)
-    logging.info("Kernels (--kernels=%s): %s", FLAGS.kernels, chosen)
-    keras.utils.set_random_seed(FLAGS.seed)
-    if FLAGS.deterministic:
-        tf.config.experimental.enable_op_determinism()
     if FLAGS.output_dir:
         tf.io.gfile.makedirs(FLAGS.output_dir)
         logging.get_absl_handler().use_absl_log_file(
@@ -406,88 +478,45 @@ def setup(FLAGS) -> tf.distribute.Strategy:
         logging.get_absl_handler().setLevel(
             logging.DEBUG if FLAGS.verbose_logging else logging.INFO
         )
+    chosen = kernels.resolve(FLAGS.kernels)
+    logging.info("Kernels (--kernels=%s): %s", FLAGS.kernels, chosen)
+    terminal().say(describe_devices(strategy, chosen.name, FLAGS.dtype))
+    keras.utils.set_random_seed(FLAGS.seed)
+    if FLAGS.deterministic:
+        tf.config.experimental.enable_op_determinism()
     return strategy
 
 
-def check_max_seq_length(max_seq_length: int, config) -> None:
-    if max_seq_length > config.max_position_embeddings:
-        raise UserError(
-            f"--max_seq_length={max_seq_length} is larger than the model's "
-            f"max_position_embeddings={config.max_position_embeddings}"
-        )
+def run_training(train_fn, output_dir: str) -> None:
+    """`run_control.run_training`: a run stopped by SIGTERM exits 143, a lost worker 75."""
+    run_control.run_training(train_fn, output_dir, training.SUMMARY_FILE)
 
 
-def check_init_checkpoint(FLAGS) -> None:
-    """Fails before any work when --init_checkpoint cannot be read, or when it and
-    --hub_module_url are both given."""
-    if given(FLAGS, "hub_module_url") and FLAGS.hub_module_url and FLAGS.init_checkpoint:
-        raise UserError("Give --hub_module_url or --init_checkpoint, not both.")
-    if FLAGS.init_checkpoint:
-        try:
-            checkpoint_readers.resolve_checkpoint(FLAGS.init_checkpoint)
-        except (FileNotFoundError, ValueError) as e:
-            raise type(e)(f"--init_checkpoint={FLAGS.init_checkpoint}: {e}") from None
+def terminal() -> TerminalProgress:
+    """Progress bars (or plain lines every --progress_interval_s) and result lines on
+    stderr."""
+    interval = FLAGS["progress_interval_s"].value if "progress_interval_s" in FLAGS else 30.0
+    return TerminalProgress(interval=interval)
 
 
-def do_lower_case_flag(FLAGS) -> bool | None:
-    """--do_lower_case when given, else None (the model's own setting)."""
-    return FLAGS.do_lower_case if FLAGS["do_lower_case"].present else None
-
-
-def resolve_model_files(FLAGS) -> model_files.ModelFiles:
-    """--bert_config_file, --vocab_file and --do_lower_case, or what sits beside
-    --init_checkpoint, checked against each other and --max_seq_length."""
-    check_init_checkpoint(FLAGS)
-    files = model_files.resolve(
-        FLAGS.bert_config_file, FLAGS.vocab_file, FLAGS.init_checkpoint, do_lower_case_flag(FLAGS)
-    )
-    check_max_seq_length(FLAGS.max_seq_length, files.config)
-    return files
-
-
-def hub_model_files(FLAGS, encoder) -> model_files.ModelFiles:
-    """A TF Hub encoder's config, and its vocabulary and case unless given."""
-    if FLAGS.bert_config_file:
-        logging.warning(
-            "--bert_config_file is ignored: the TF Hub encoder %s brings its own config.",
-            FLAGS.hub_module_url,
-        )
-    vocab_file = FLAGS.vocab_file or encoder.vocab_file
-    if vocab_file is None:
-        raise UserError(
-            f"--vocab_file is required: the TF Hub encoder "
-            f"{FLAGS.hub_module_url} has no vocab_file asset"
-        )
-    stated = (
-        None
-        if encoder.do_lower_case is None
-        else model_files.CaseStatement(
-            encoder.do_lower_case, f"the TF Hub encoder {FLAGS.hub_module_url}"
-        )
-    )
-    do_lower_case = model_files.resolve_case(do_lower_case_flag(FLAGS), None, vocab_file, stated)
-    model_files.check_vocab_fits_config(vocab_file, encoder.config)
-    check_max_seq_length(FLAGS.max_seq_length, encoder.config)
-    return model_files.ModelFiles(
-        encoder.config, vocab_file, do_lower_case, config_is_complete=encoder.config_is_complete
+def describe_devices(strategy: tf.distribute.Strategy, kernels_name: str, dtype: str) -> str:
+    """One line: the devices, the strategy, the compute dtype and the CPU kernels."""
+    gpus = tf.config.list_physical_devices("GPU")
+    where = f"{len(gpus)} GPU" if gpus else f"CPU ({os.cpu_count()} cores, no GPU found)"
+    replicas = strategy.num_replicas_in_sync
+    return (
+        f"Running on {where}: {type(strategy).__name__}, {replicas} "
+        f"replica{'s' if replicas > 1 else ''}, {dtype}, kernels {kernels_name} "
+        f"(TensorFlow {tf.__version__})"
     )
 
 
-def build_encoder(
-    FLAGS, strategy: tf.distribute.Strategy
-) -> tuple[keras.layers.Layer, model_files.ModelFiles]:
-    """Our BertEncoder from the model's files, or the TF Hub encoder of
-    --hub_module_url (whose config, vocabulary and case then make the files)."""
-    if FLAGS.hub_module_url:
-        check_init_checkpoint(FLAGS)
-        from modeling import hub  # pylint: disable=g-import-not-at-top
-
-        with strategy.scope():
-            encoder = hub.HubEncoder(FLAGS.hub_module_url)
-        return encoder, hub_model_files(FLAGS, encoder)
-    files = resolve_model_files(FLAGS)
-    with strategy.scope():
-        return BertEncoder(files.config, dtype=FLAGS.dtype, kernels=FLAGS.kernels), files
+def pad_to_max_seq_length(FLAGS) -> bool:
+    """--pad_to_max_seq_length, by default true only under --distribution_strategy=tpu
+    (TPUs need static shapes)."""
+    if FLAGS.pad_to_max_seq_length is not None:
+        return FLAGS.pad_to_max_seq_length
+    return "distribution_strategy" in FLAGS and FLAGS.distribution_strategy == "tpu"
 
 
 def trainer_options(FLAGS) -> dict:
@@ -506,6 +535,7 @@ def trainer_options(FLAGS) -> dict:
         max_checkpoints=FLAGS.keep_checkpoint_max,
         profile_steps=profile,
         kernels=FLAGS.kernels,
+        progress=terminal(),
     )
 
 
@@ -528,7 +558,10 @@ def check_finetuning_flags(FLAGS) -> None:
         raise app.UsageError("--output_dir is required")
     if FLAGS.export_dir:
         try:
-            savedmodel.check_export_path(FLAGS.export_dir, FLAGS.overwrite)
+            savedmodel.check_export_path(
+                FLAGS.export_dir,
+                FLAGS.overwrite or finetuning.owns_export(FLAGS.output_dir, FLAGS.export_dir),
+            )
         except (ValueError, FileExistsError) as e:
             raise type(e)(f"--export_dir={FLAGS.export_dir}: {e}") from None
 
@@ -551,6 +584,8 @@ def finetuning_settings(FLAGS) -> finetuning.Settings:
         warmup_proportion=FLAGS.warmup_proportion,
         seed=FLAGS.seed,
         shuffle_buffer_size=FLAGS.shuffle_buffer_size,
+        pad_to_max_seq_length=pad_to_max_seq_length(FLAGS),
+        group_by_length=FLAGS.group_by_length,
         evaluate_every_epoch=FLAGS.evaluate_every_epoch,
         export_dir=FLAGS.export_dir,
         overwrite_export=FLAGS.overwrite,

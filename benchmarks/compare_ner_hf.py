@@ -243,15 +243,18 @@ def ours_batches(args, seed: int, ours_dir: str) -> tuple[list[str], list[dict]]
         )
     with open(os.path.join(ours_dir, "run_config.json"), encoding="utf-8") as f:
         run_config = json.load(f)
-    metadata = ner_features.NerMetadata.read(record)
+    metadata = ner_features.read_metadata(record)
     keras.utils.set_random_seed(seed)  # As runner_flags.setup: the global seed.
     dataset = ner_features.build_dataset(
         record,
         metadata,
         args.batch_size,
         True,
-        seed=seed,
+        seed,
         shuffle_buffer_size=run_config["shuffle_buffer_size"],
+        # Runs from before batches were cut computed every batch padded.
+        pad_to_max_seq_length=run_config.get("pad_to_max_seq_length", True),
+        group_by_length=run_config.get("group_by_length", False),
     )
     batches = []
     for batch in dataset.take(run_config["num_train_steps"]):
@@ -262,7 +265,7 @@ def ours_batches(args, seed: int, ours_dir: str) -> tuple[list[str], list[dict]]
         labels = batch["label_ids"].numpy()
         inputs["labels"] = torch.tensor(np.where(labels < 0, -100, labels), dtype=torch.long)
         batches.append(inputs)
-    return list(metadata.labels), batches
+    return list(metadata["labels"]), batches
 
 
 def ours_head(args, seed: int, ours_dir: str, num_labels: int) -> tuple[np.ndarray, np.ndarray]:

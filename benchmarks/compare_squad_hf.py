@@ -434,11 +434,14 @@ def ours_batches(args, seed: int, ours_dir: str) -> list[dict]:
     keras.utils.set_random_seed(seed)  # As runner_flags.setup: the global seed.
     dataset = squad_records.build_dataset(
         record,
-        records.read_metadata(record, squad_records.RECORD_FORMAT),
+        squad_records.read_metadata(record),
         args.batch_size,
-        is_training=True,
-        seed=seed,
+        True,
+        seed,
         shuffle_buffer_size=run_config["shuffle_buffer_size"],
+        # Runs from before batches were cut computed every batch padded.
+        pad_to_max_seq_length=run_config.get("pad_to_max_seq_length", True),
+        group_by_length=run_config.get("group_by_length", False),
     )
     names = dict(
         common.HF_INPUT_NAMES, start_positions="start_positions", end_positions="end_positions"

@@ -227,7 +227,9 @@ def run_runner(command: list[str], done_file: str) -> dict:
     start, cpu_start = time.time(), _children_cpu_s()
     for attempt in range(1, 4):
         print("$ " + " ".join(command), flush=True)
-        subprocess.run(command, check=True, env=dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2"))
+        code = subprocess.run(command, env=dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2")).returncode
+        if code not in (0, 143):  # 143: stopped by SIGTERM, checkpoint saved.
+            raise subprocess.CalledProcessError(code, command)
         if os.path.isfile(done_file):
             break
         print(f"the run stopped before the end (attempt {attempt}); resuming", flush=True)

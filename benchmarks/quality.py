@@ -141,9 +141,9 @@ def most_frequent_token_accuracy(shard: pathlib.Path) -> float:
     from data_prep import pretraining_data
 
     ids = []
-    for batch in pretraining_data.pretraining_dataset(
-        [str(shard)], 64, PRETRAIN_SEQ, PRETRAIN_PREDS, False
-    ):
+    files = [str(shard)]
+    metadata = pretraining_data.shards_metadata(files, PRETRAIN_SEQ, PRETRAIN_PREDS)
+    for batch in pretraining_data.pretraining_dataset(files, metadata, 64, False):
         weights = batch["masked_lm_weights"].numpy().ravel()
         ids.append(batch["masked_lm_ids"].numpy().ravel()[weights > 0])
     counts = np.bincount(np.concatenate(ids))

@@ -74,9 +74,9 @@ def shard_dataset(args):
     from data_prep import pretraining_data
 
     seq = SHAPES[args.shape][4]
-    return pretraining_data.pretraining_dataset(
-        [args.shards], args.batch, seq, PREDICTIONS[seq], is_training=True
-    )
+    files = [args.shards]
+    metadata = pretraining_data.shards_metadata(files, seq, PREDICTIONS[seq])
+    return pretraining_data.pretraining_dataset(files, metadata, args.batch, is_training=True)
 
 
 def progress(step):

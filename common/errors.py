@@ -24,3 +24,25 @@ class MissingFileError(UserError, FileNotFoundError):
 
 class OutputExistsError(UserError, FileExistsError):
     """An output path is taken and may not be replaced."""
+
+
+class CannotWriteError(UserError):
+    """An output cannot be written: no space left, no permission, a read-only file
+    system. Nothing unfinished is left under the output's name."""
+
+
+class LostWorkerError(RuntimeError):
+    """A worker of a multi-worker run was lost; the message says which and what to do."""
+
+
+# Exit codes of a run that ended before its end for a reason outside it. What it had
+# done is kept (a checkpoint, complete files) and the same command goes on from there.
+#
+# 143 = 128 + SIGTERM: what the shell, Kubernetes and batch schedulers already report
+# for a process ended by SIGTERM, so a scheduler that requeues preempted jobs treats
+# a run that checkpointed on SIGTERM like one the signal ended; non-zero, so `&&`
+# chains and `set -e` scripts do not go on as if the run had finished.
+EXIT_STOPPED = 143
+# 75 = EX_TEMPFAIL (sysexits.h), "try again later": a worker of a multi-worker run was
+# lost; restarting every worker with the same command resumes from the last checkpoint.
+EXIT_LOST_WORKER = 75

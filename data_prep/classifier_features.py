@@ -32,8 +32,10 @@ from typing import Sequence
 from absl import logging
 import tensorflow as tf
 
+from common.progress import Progress
 from common.errors import UserError
-from data_prep import records, tokenization
+from data_prep import input_pipeline, records, tokenization
+from data_prep.input_pipeline import RecordMetadata
 from data_prep.classifier_reader import (
     DataProcessor,
     InputExample,
@@ -43,6 +45,8 @@ from data_prep.classifier_reader import (
 
 # Raise the version when the records written for the same inputs change.
 RECORD_FORMAT = "bert_classifier_tfrecord/2"
+# The metadata entry that counts the records.
+COUNT_KEY = "num_examples"
 
 
 # ----------------------------------------------------------------------------
@@ -172,7 +176,7 @@ def serialize_features(features: InputFeatures, is_regression: bool) -> bytes:
             }
         )
     )
-    return example.SerializeToString()
+    return example.SerializeToString(deterministic=True)
 
 
 # ----------------------------------------------------------------------------
@@ -181,15 +185,27 @@ def serialize_features(features: InputFeatures, is_regression: bool) -> bytes:
 
 
 def _settings(
-    processor: DataProcessor, split: str, vocab_file: str, do_lower_case: bool, max_seq_length: int
+    processor: DataProcessor,
+    data_dir: str,
+    split: str,
+    vocab_file: str,
+    do_lower_case: bool,
+    max_seq_length: int,
+    preserve_unused_tokens: bool,
 ) -> dict:
-    """Everything besides the input files that determines the records."""
+    """Everything besides the input files that determines the records (and what the
+    records are read with)."""
     return {
         "task_name": processor.name,
         "split": split,
         "processor_options": processor.options(),
+        **processor.examples_key(data_dir, split),
+        "labels": processor.get_labels(data_dir),
+        "is_regression": processor.is_regression,
+        "num_choices": processor.num_choices,
         "max_seq_length": max_seq_length,
         "do_lower_case": do_lower_case,
+        "preserve_unused_tokens": preserve_unused_tokens,
         "vocab_sha256": records.file_sha256(vocab_file),
     }
 
@@ -202,12 +218,16 @@ def create_features(
     vocab_file: str,
     do_lower_case: bool,
     max_seq_length: int,
-) -> dict:
-    """Reads `split`, writes its TFRecord file and metadata; returns the metadata.
+    preserve_unused_tokens: bool = False,
+    progress: Progress | None = None,
+) -> RecordMetadata:
+    """Reads `split`, writes its TFRecord file and metadata; returns the metadata;
+    `progress` (`common.progress`) is shown the examples done.
 
-    Metadata keys: task_name, split, labels, is_regression, num_choices,
-    max_seq_length, num_examples, num_truncated, do_lower_case, vocab_file
-    (base name), vocab_sha256, processor_options, tfrecord_file, and those of
+    Metadata entries: task_name, split, labels, is_regression, num_choices,
+    max_seq_length, num_examples, num_truncated, do_lower_case,
+    preserve_unused_tokens, vocab_file (base name), vocab_sha256, processor_options
+    (and the reader's `examples_key`), tfrecord_file, and those of
     `records.write_metadata` (format, record_bytes, input_files).
     """
     if max_seq_length < 3:
@@ -215,16 +235,26 @@ def create_features(
             f"max_seq_length={max_seq_length} is below 3, the room for [CLS] and two [SEP]"
         )
     split = processor.split_name(split)
-    settings = _settings(processor, split, vocab_file, do_lower_case, max_seq_length)
+    settings = _settings(
+        processor,
+        data_dir,
+        split,
+        vocab_file,
+        do_lower_case,
+        max_seq_length,
+        preserve_unused_tokens,
+    )
     input_files = processor.input_files(data_dir, split)
-    labels = processor.get_labels(data_dir)
+    labels = settings["labels"]
     examples = processor.get_examples(data_dir, split)
-    tokenizer = tokenization.FullTokenizer(vocab_file, do_lower_case)
+    tokenizer = tokenization.FullTokenizer(vocab_file, do_lower_case, preserve_unused_tokens)
     num_truncated = 0
+
+    progress = progress if progress is not None else Progress()
 
     def serialized():
         nonlocal num_truncated
-        for example in examples:
+        for example in progress.iterate(examples, f"features {split}", len(examples), "example"):
             features = convert_example(
                 example, labels, max_seq_length, tokenizer, processor.is_regression
             )
@@ -238,9 +268,6 @@ def create_features(
         dict(
             settings,
             vocab_file=os.path.basename(vocab_file),
-            labels=labels,
-            is_regression=processor.is_regression,
-            num_choices=processor.num_choices,
             num_examples=count,
             num_truncated=num_truncated,
             tfrecord_file=os.path.basename(output_file),
@@ -256,7 +283,7 @@ def create_features(
         max_seq_length,
         output_file,
     )
-    return metadata
+    return RecordMetadata.from_entries(metadata, COUNT_KEY)
 
 
 def get_or_create_features(
@@ -267,26 +294,54 @@ def get_or_create_features(
     vocab_file: str,
     do_lower_case: bool,
     max_seq_length: int,
-) -> dict:
+    preserve_unused_tokens: bool = False,
+    progress: Progress | None = None,
+) -> RecordMetadata:
     """Returns the metadata of `output_file`, (re)building it when stale.
 
     The existing file is reused when its metadata records the same task, split,
-    processor options, max_seq_length, do_lower_case and vocabulary (by content
-    hash), the same input files and the file's byte size
-    (`records.reusable_metadata`). Otherwise it is rebuilt by `create_features`.
+    processor options (and `examples_key`), max_seq_length, do_lower_case,
+    preserve_unused_tokens and vocabulary (by content hash), the same input files
+    and the file's byte size (`records.reusable_metadata`). Otherwise it is rebuilt
+    by `create_features`.
     """
     split = processor.split_name(split)
     require_file(vocab_file, "Vocabulary file")
-    settings = _settings(processor, split, vocab_file, do_lower_case, max_seq_length)
+    settings = _settings(
+        processor,
+        data_dir,
+        split,
+        vocab_file,
+        do_lower_case,
+        max_seq_length,
+        preserve_unused_tokens,
+    )
     metadata = records.reusable_metadata(
-        output_file, RECORD_FORMAT, settings, processor.input_files(data_dir, split)
+        output_file,
+        RECORD_FORMAT,
+        settings,
+        processor.input_files(data_dir, split),
+        counts=("num_examples",),
     )
     if metadata is not None:
-        logging.info("Reusing %s (%d examples)", output_file, metadata["num_examples"])
-        return metadata
+        logging.info("Reusing %s (%d examples)", output_file, metadata[COUNT_KEY])
+        return RecordMetadata.from_entries(metadata, COUNT_KEY)
     return create_features(
-        processor, data_dir, split, output_file, vocab_file, do_lower_case, max_seq_length
+        processor,
+        data_dir,
+        split,
+        output_file,
+        vocab_file,
+        do_lower_case,
+        max_seq_length,
+        preserve_unused_tokens,
+        progress,
     )
+
+
+def read_metadata(record_file: str) -> RecordMetadata:
+    """The metadata of a record file written here."""
+    return RecordMetadata.read(record_file, RECORD_FORMAT, COUNT_KEY)
 
 
 # ----------------------------------------------------------------------------
@@ -330,50 +385,51 @@ def decode_records(
 
 def build_dataset(
     input_file: str,
-    metadata: dict,
+    metadata: RecordMetadata,
     batch_size: int,
     is_training: bool,
-    shuffle_buffer_size: int = 100,
     seed: int | None = None,
     input_context: tf.distribute.InputContext | None = None,
+    *,
+    shuffle_buffer_size: int = input_pipeline.DEFAULT_SHUFFLE_BUFFER_SIZE,
+    pad_to_max_seq_length: bool = False,
+    group_by_length: bool = False,
     drop_remainder: bool | None = None,
 ) -> tf.data.Dataset:
-    """Batches of flat feature dicts from a file written here, as the Trainer takes them.
-
-    Training repeats and shuffles; evaluation and prediction read each record
-    once, in file order, keeping the last partial batch.
+    """Batches of flat feature dicts from a file written here, as the Trainer takes them
+    (`input_pipeline.batched_records`: training shuffles each epoch and repeats;
+    evaluation and prediction read the file once, in order; each batch is cut to its
+    longest example unless `pad_to_max_seq_length`).
 
     Args:
       input_file: the TFRecord file.
-      metadata: its metadata (`get_or_create_features`, `records.read_metadata`).
+      metadata: its metadata (`get_or_create_features`, `read_metadata`).
       batch_size: the global batch size.
-      is_training: repeat and shuffle.
-      shuffle_buffer_size: records in the shuffle buffer (the original uses 100),
-        at most the file's examples.
-      seed: shuffle seed.
+      is_training: shuffle each epoch and repeat.
+      seed: the training order's seed.
       input_context: under a distribution strategy, shards the file's records by
         input pipeline and turns `batch_size` into the per-replica size.
-      drop_remainder: defaults to `is_training`.
+      shuffle_buffer_size, pad_to_max_seq_length, group_by_length, drop_remainder:
+        as `input_pipeline.batched_records` takes them.
 
     Returns:
-      Dataset of dicts as `decode_records` returns them.
+      Dataset of dicts as `decode_records` returns them, [B, <= S] ([B, C, <= S]).
     """
-    if drop_remainder is None:
-        drop_remainder = is_training
-    dataset = records.tfrecord_dataset(input_file, input_context)
-    if is_training:
-        buffer_size = max(1, min(shuffle_buffer_size, metadata["num_examples"]))
-        dataset = dataset.repeat().shuffle(buffer_size, seed=seed)
-    dataset = dataset.batch(
-        records.per_replica_batch_size(batch_size, input_context), drop_remainder=drop_remainder
-    )
-    dataset = dataset.map(
+    return input_pipeline.batched_records(
+        input_pipeline.tfrecord_dataset(input_file, input_context),
+        metadata,
         lambda serialized: decode_records(
             serialized,
-            metadata["max_seq_length"],
+            metadata.max_seq_length,
             metadata.get("num_choices"),
             metadata["is_regression"],
         ),
-        num_parallel_calls=tf.data.AUTOTUNE,
+        batch_size,
+        is_training,
+        seed,
+        input_context,
+        shuffle_buffer_size=shuffle_buffer_size,
+        pad_to_max_seq_length=pad_to_max_seq_length,
+        group_by_length=group_by_length,
+        drop_remainder=drop_remainder,
     )
-    return dataset.prefetch(tf.data.AUTOTUNE)

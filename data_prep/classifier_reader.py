@@ -236,6 +236,12 @@ class DataProcessor:
         """Settings that change what is read (part of the feature cache key)."""
         return {}
 
+    def examples_key(self, data_dir: str, split: str) -> dict:
+        """What decides a split's examples besides `options()` and its input files
+        (part of the feature cache key): nothing for a reader of the files it names."""
+        del data_dir, split
+        return {}
+
     def get_labels(self, data_dir: str | None = None) -> list[str]:
         """The label list; `data_dir` is used only by tasks that read it there."""
         del data_dir
@@ -275,6 +281,18 @@ class DataProcessor:
 
     def get_test_examples(self, data_dir: str) -> list:
         return self.get_examples(data_dir, "test")
+
+    @classmethod
+    def _read_tsv(cls, input_file: str, quotechar: str | None = None) -> list[list[str]]:
+        """The rows of a tab-separated file, each a list of its fields: the original
+        release's helper, for readers written for it (`classifier_compat`). Quoting is
+        off with `quotechar=None`; blank lines are passed over.
+
+        Raises:
+          FileNotFoundError, ValueError: naming the file (and line).
+        """
+        require_file(input_file, "Input file")
+        return [fields for _, fields in iter_rows(input_file, "\t", quotechar)]
 
     def parse_label(
         self, value: str, labels: Sequence[str] | None, path: str, line: int

@@ -9,10 +9,13 @@
 
 A task is a `classifier_reader.DataProcessor` whose class attributes say where each
 split's file is and where its fields are; a new task of the same kind is a class
-here and an entry in `PROCESSORS`.
+here and an entry in `PROCESSORS`. A reader written for the original release
+(`get_train_examples(data_dir)`, ..., `get_labels()`) works too, as an entry of
+`PROCESSORS` or by name, "my_module:MyProcessor", from a module of its own
+(`classifier_compat`).
 
 Typical use:
-  processor = get_processor("mrpc")
+  processor = get_processor("mrpc")  # or get_processor("my_module:MyProcessor")
   examples = processor.get_examples(data_dir, "train")
 """
 
@@ -23,6 +26,7 @@ import os
 from typing import Sequence
 
 from common.errors import MissingFileError, UserError
+from data_prep import classifier_compat
 from data_prep.classifier_reader import (
     Column,
     DataProcessor,
@@ -479,24 +483,24 @@ class PawsProcessor(DataProcessor):
 # ----------------------------------------------------------------------------
 
 
+# Task name -> reader class. A reader of one's own goes here ("mytask": MyProcessor,
+# as the original README says of its `processors`), or stays in a module of one's own:
+# --task_name=my_module:MyProcessor.
 PROCESSORS = {
-    processor.name: processor
-    for processor in (
-        ColaProcessor,
-        Sst2Processor,
-        MrpcProcessor,
-        StsbProcessor,
-        QqpProcessor,
-        MnliProcessor,
-        QnliProcessor,
-        RteProcessor,
-        WnliProcessor,
-        AxProcessor,
-        PawsProcessor,
-        XnliProcessor,
-        SwagProcessor,
-        GenericProcessor,
-    )
+    "cola": ColaProcessor,
+    "sst-2": Sst2Processor,
+    "mrpc": MrpcProcessor,
+    "sts-b": StsbProcessor,
+    "qqp": QqpProcessor,
+    "mnli": MnliProcessor,
+    "qnli": QnliProcessor,
+    "rte": RteProcessor,
+    "wnli": WnliProcessor,
+    "ax": AxProcessor,
+    "paws": PawsProcessor,
+    "xnli": XnliProcessor,
+    "swag": SwagProcessor,
+    "generic": GenericProcessor,
 }
 
 
@@ -508,25 +512,43 @@ def get_processor(task_name: str, **options) -> DataProcessor:
     """Returns the reader of `task_name` (any case; "sst2", "SST-2" both work).
 
     Args:
-      task_name: a key of PROCESSORS.
+      task_name: a key of PROCESSORS, or "module:Class", a reader class in a module
+        on the Python path. A reader written for the original release is wrapped
+        (`classifier_compat.OriginalStyleReader`).
       **options: the task's own arguments (`xnli_language` for XNLI; the column
         arguments of "generic"). Options that are None are dropped, so a runner
         can pass all its flags.
 
     Raises:
-      ValueError: an unknown task (listing the known ones), or an option the task
-        does not take.
+      ValueError: an unknown task (listing the known ones), a class that cannot be
+        loaded or is no reader, or an option the task does not take.
     """
-    by_lookup = {_lookup_name(name): cls for name, cls in PROCESSORS.items()}
-    cls = by_lookup.get(_lookup_name(task_name))
-    if cls is None:
-        raise UserError(f"Unknown task {task_name!r}; known tasks: {', '.join(PROCESSORS)}")
+    if ":" in task_name:
+        name, cls = task_name, classifier_compat.load_class(task_name)
+    else:
+        by_lookup = {_lookup_name(name): (name, cls) for name, cls in PROCESSORS.items()}
+        name, cls = by_lookup.get(_lookup_name(task_name), (task_name, None))
+        if cls is None:
+            raise UserError(
+                f"Unknown task {task_name!r}; known tasks: {', '.join(PROCESSORS)}, or "
+                f"module:Class for a reader class of one's own"
+            )
+    original_style = classifier_compat.is_original_style(cls)
+    if not (original_style or issubclass(cls, DataProcessor)):
+        raise UserError(
+            f"Task {task_name!r}: {cls.__module__}.{cls.__qualname__} is not a DataProcessor "
+            f"(get_train_examples(data_dir), get_dev_examples, get_test_examples, get_labels())"
+        )
     options = {key: value for key, value in options.items() if value is not None}
     accepted = set(inspect.signature(cls).parameters)
     unknown = sorted(set(options) - accepted)
     if unknown:
         raise UserError(
-            f"Task {cls.name!r} does not take {', '.join(unknown)}; it takes: "
+            f"Task {name!r} does not take {', '.join(unknown)}; it takes: "
             f"{', '.join(sorted(accepted)) or 'no options'}"
         )
-    return cls(**options)
+    processor = cls(**options)
+    if original_style:
+        return classifier_compat.OriginalStyleReader(processor, name)
+    processor.name = processor.name or name
+    return processor

@@ -26,8 +26,9 @@ window once (`scan_window`,
 which also counts its lines, so that every message names the file's own line
 numbers); the windows of a file can be scanned in parallel.
 
-Bad input (`BadInputLog`): an unreadable file, a line that is not UTF-8, an empty
-document, a JSON line that is not an object with a string "text". Each is logged
+Bad input (`BadInputLog`): an unreadable file, a damaged compressed file (cut short
+or corrupted: `damage.open_decompressed`; none of its text is used), a line that is
+not UTF-8, an empty document, a JSON line that is not an object with a string "text". Each is logged
 with its file and line and counted; under the policy "fail" the first one stops
 the run with that message instead.
 """
@@ -43,10 +44,12 @@ from typing import BinaryIO, Callable, Iterable, Iterator
 from absl import logging
 
 from common.errors import UserError
+from data_prep import damage
 
 FORMATS = ("sentences", "text", "jsonl")
 BAD_INPUT_KINDS = (
     "unreadable_file",
+    "damaged_file",
     "non_utf8_line",
     "empty_document",
     "bad_json_line",
@@ -157,7 +160,7 @@ def num_windows(size: int, shard_bytes: int) -> int:
     return max(1, -(-size // shard_bytes))
 
 
-COMPRESSION_SUFFIXES = (".bz2", ".deflate", ".gz", ".zst", ".zstd", ".xz", ".lzma")
+COMPRESSION_SUFFIXES = damage.COMPRESSION_SUFFIXES
 
 
 def is_compressed(path: str) -> bool:

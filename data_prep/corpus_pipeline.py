@@ -37,7 +37,11 @@ The command line is `data_prep/pretraining_pipeline.py`.
 from __future__ import annotations
 
 import collections
+import dataclasses
+import hashlib
+import json
 import os
+import threading
 import time
 
 from absl import logging
@@ -45,8 +49,10 @@ import apache_beam as beam
 from apache_beam.io.filesystems import FileSystems
 from apache_beam.options.pipeline_options import PipelineOptions
 
-from common.errors import UserError
+from common.errors import OutputExistsError, UserError
+from common.progress import Progress
 from data_prep import corpus
+from data_prep import pretraining_data
 from data_prep import pretraining_instances
 from data_prep import records
 from data_prep import tokenization
@@ -59,7 +65,7 @@ from data_prep.corpus_stages import (
     learn_and_write_vocab,
     plan_file,
 )
-from data_prep.corpus_summary import SUMMARY_NAME, MergeStats, write_summary
+from data_prep.corpus_summary import PENDING_NAME, SUMMARY_NAME, MergeStats, write_summary
 
 # ----------------------------------------------------------------------------
 # Inputs and names.
@@ -86,12 +92,18 @@ def match_input_files(patterns: str) -> list[tuple[str, int]]:
         if not matches:
             raise UserError("--input_file pattern %r matches no file." % pattern)
         for match in matches:
+            if "://" not in match.path and os.path.isdir(match.path):
+                raise UserError(
+                    "--input_file pattern %r: %s is a directory, not a text file: give "
+                    "its files (e.g. '%s')" % (pattern, match.path, join_path(match.path, "*"))
+                )
             files[match.path] = match.size_in_bytes
     return sorted(files.items())
 
 
-def check_output_names(input_files, shard_bytes: int) -> None:
-    """Raises ValueError if two document shards would get the same name."""
+def check_output_names(input_files, shard_bytes: int) -> list[str]:
+    """The shard names of a run, in order; ValueError if two document shards would
+    get the same name."""
     owners = {}
     for path, size in input_files:
         windows = _windows(path, size, shard_bytes)
@@ -103,6 +115,46 @@ def check_output_names(input_files, shard_bytes: int) -> None:
                     % (owners[name], path, name)
                 )
             owners[name] = path
+    return list(owners)
+
+
+def run_identity(settings: PipelineSettings) -> str:
+    """A name for what a run makes: a hash of its settings, its input files (paths
+    and sizes) and the vocabulary's content when it is given. The same command gives
+    the same name; another shard size or other inputs another."""
+    described = dataclasses.asdict(dataclasses.replace(settings, run_id=""))
+    described["run"].pop("progress_interval_s", None)
+    if not settings.learn_vocab_size:
+        described["vocab_sha256"] = records.file_sha256(settings.vocab_file)
+    text = json.dumps(described, sort_keys=True, default=str)
+    return hashlib.sha256(text.encode("utf-8")).hexdigest()[:16]
+
+
+def _run_shards(output_dir: str, run_id: str | None = None, other: bool = False) -> list[str]:
+    """Shard paths in `output_dir` whose metadata names run `run_id` (with `other`:
+    any other run, or none: the shards of earlier runs)."""
+    if not FileSystems.exists(output_dir):
+        return []
+    found = []
+    for match in FileSystems.match([join_path(output_dir, "*.tfrecord")])[0].metadata_list:
+        path = match.path
+        if os.path.basename(path).startswith(".") or not FileSystems.exists(
+            records.metadata_path(path)
+        ):
+            continue
+        try:
+            owner = records.read_metadata(path, pretraining_data.RECORD_FORMAT).get("pipeline_run")
+        except ValueError:
+            continue
+        if (owner != run_id) == other:
+            found.append(path)
+    return sorted(found)
+
+
+def _remove_shards(paths: list[str]) -> None:
+    for path in paths:  # The metadata first: no shard stays described by another's.
+        FileSystems.delete([records.metadata_path(path)])
+        FileSystems.delete([path])
 
 
 def _windows(path: str, size: int, shard_bytes: int) -> int:
@@ -201,25 +253,127 @@ def _vocab(pipeline, settings: PipelineSettings, shards, words):
     )
 
 
-def run(settings: PipelineSettings, beam_options: PipelineOptions) -> dict:
-    """Runs the pipeline to the end; returns its summary."""
+def run(
+    settings: PipelineSettings,
+    beam_options: PipelineOptions,
+    overwrite: bool = False,
+    progress: Progress | None = None,
+) -> dict:
+    """Runs the pipeline to the end; returns its summary.
+
+    A run owns its output_dir's shards: shards of an earlier run there that this run
+    would not replace (another shard size, other inputs) are refused, or removed
+    first with `overwrite`; those it replaces are replaced one by one, and
+    summary.json, written once everything succeeded, lists the run's shards
+    (`pretraining_data.check_shard_runs` refuses any other beside them).
+
+    `progress` is told how many of the planned document shards have their output
+    (`<name>.tfrecord`, or `<name>.txt` with stop_after="sentences") while the
+    pipeline runs, from the driver: the files appear only when complete.
+    """
+    progress = progress if progress is not None else Progress()
     if not settings.learn_vocab_size:
         pretraining_instances.VocabIds.from_vocab(
             tokenization.load_vocab(settings.vocab_file), settings.vocab_file
         )
-    check_output_names(settings.input_files, settings.shard_bytes)
-    if not FileSystems.exists(settings.output_dir):
-        FileSystems.mkdirs(settings.output_dir)  # Shards spill beside their file.
-    summary_path = join_path(settings.output_dir, SUMMARY_NAME)
-    if FileSystems.exists(summary_path):
-        FileSystems.delete([summary_path])  # A stale summary must not look current.
+    names = check_output_names(settings.input_files, settings.shard_bytes)
+    output_dir = settings.output_dir
+    if not FileSystems.exists(output_dir):
+        FileSystems.mkdirs(output_dir)  # Shards spill beside their file.
+    elif "://" not in output_dir and not os.path.isdir(output_dir):
+        raise UserError("--output_dir=%s is a file, not a folder." % output_dir)
+    settings = dataclasses.replace(settings, run_id=run_identity(settings))
+    wanted = {name + ".tfrecord" for name in names}
+    makes_shards = settings.stop_after == "shards"
+    earlier = [
+        path
+        for path in _run_shards(output_dir, settings.run_id, other=True)
+        if os.path.basename(path) not in wanted and makes_shards
+    ]
+    if earlier and not overwrite:
+        shown = ", ".join(os.path.basename(path) for path in earlier[:5])
+        raise OutputExistsError(
+            "--output_dir=%s holds %d shards of an earlier run that this run would not "
+            "replace (%s%s): a glob over it would read both runs' shards. Give another "
+            "--output_dir, or pass --overwrite to remove them first."
+            % (output_dir, len(earlier), shown, " ..." if len(earlier) > 5 else "")
+        )
+    summary_path = join_path(output_dir, SUMMARY_NAME)
+    pending_path = join_path(output_dir, PENDING_NAME)
+    for path in (summary_path, pending_path):  # A stale summary must not look current.
+        if FileSystems.exists(path):
+            FileSystems.delete([path])
+    _remove_shards(earlier)
     start = time.monotonic()
-    with beam.Pipeline(runner=local_runner(beam_options), options=beam_options) as pipeline:
-        build_pipeline(pipeline, settings)
+    with ShardWatcher(settings, progress):
+        with beam.Pipeline(runner=local_runner(beam_options), options=beam_options) as pipeline:
+            build_pipeline(pipeline, settings)
     elapsed = time.monotonic() - start
-    summary = records.read_json(summary_path)
+    # Everything succeeded: the earlier run's shards of this run's names that this run
+    # did not write (no document there) go, and the summary, listing the shards, is
+    # published.
+    if makes_shards:
+        _remove_shards(_run_shards(output_dir, settings.run_id, other=True))
+    summary = records.read_json(pending_path)
+    summary["shards"] = [
+        os.path.basename(path) for path in _run_shards(output_dir, settings.run_id)
+    ]
+    records.write_json(summary_path, summary, sort_keys=False)
+    FileSystems.delete([pending_path])
     _log_summary(summary, elapsed)
+    progress.say(
+        "%d documents, %d sentences -> %d instances in %d shards, in %.0f s (%s)"
+        % (
+            summary["documents"],
+            summary["sentences"],
+            summary["instances"],
+            summary["shards_written"],
+            elapsed,
+            summary_path,
+        )
+    )
     return summary
+
+
+class ShardWatcher:
+    """Counts the finished outputs of the planned document shards every `interval`
+    seconds on a thread of the driver, for `progress`; a context manager."""
+
+    def __init__(self, settings: PipelineSettings, progress: Progress, interval: float = 2.0):
+        self.planned = sum(
+            _windows(path, size, settings.shard_bytes) for path, size in settings.input_files
+        )
+        if settings.stop_after == "sentences":
+            self.pattern, self.what = join_path(settings.sentences_dir, "*.txt"), "sentences"
+        else:
+            self.pattern, self.what = join_path(settings.output_dir, "*.tfrecord"), "shards"
+        self.progress, self.interval = progress, interval
+        self.stop = threading.Event()
+        self.thread = threading.Thread(target=self._watch, daemon=True)
+
+    def finished(self, since: float) -> int:
+        matches = FileSystems.match([self.pattern])[0].metadata_list
+        return sum(
+            1
+            for m in matches
+            if not os.path.basename(m.path).startswith(".")
+            and (m.last_updated_in_seconds or since) >= since
+        )
+
+    def _watch(self) -> None:
+        since = time.time() - 1.0
+        with self.progress.task(self.what, total=self.planned, unit="shard") as bar:
+            while not self.stop.wait(self.interval):
+                bar.update(min(self.finished(since), self.planned))
+            bar.update(min(self.finished(since), self.planned))
+
+    def __enter__(self) -> ShardWatcher:
+        self.thread.start()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.stop.set()
+        self.thread.join()
 
 
 def local_runner(beam_options: PipelineOptions):

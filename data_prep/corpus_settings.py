@@ -7,6 +7,9 @@ directory and a name for local paths and for Beam's file systems.
 
 from __future__ import annotations
 
+# First: Beam's worker processes load this module (TensorFlow's start-up lines).
+import common.quiet_tensorflow  # noqa: F401
+
 import dataclasses
 import os
 
@@ -34,6 +37,8 @@ class PipelineSettings:
         shard_bytes: size of the windows that cut files into document shards.
         bad_input: "skip" or "fail" (see `corpus.BadInputLog`).
         stop_after: the last stage run (one of `STAGES`).
+        run_id: names the run in each shard's metadata (`pipeline_run`) and in the
+            summary (set by `corpus_pipeline.run`).
         run: tokenization, instance and masking settings (`random_seed` is the
             run's; input and output files are set per shard).
     """
@@ -49,6 +54,7 @@ class PipelineSettings:
     shard_bytes: int = 16_000_000
     bad_input: str = "fail"
     stop_after: str = "shards"
+    run_id: str = ""
 
     def __post_init__(self):
         if self.input_format not in corpus.FORMATS:

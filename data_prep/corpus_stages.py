@@ -12,6 +12,10 @@ through Beam's file systems, decompressed if their name says so.
 
 from __future__ import annotations
 
+# First: Beam's worker processes load this module to run the stages, and TensorFlow's
+# start-up lines would reach the terminal from each of them.
+import common.quiet_tensorflow  # noqa: F401
+
 import collections
 import threading
 import time
@@ -23,6 +27,7 @@ from apache_beam.io.filesystems import FileSystems
 from apache_beam.metrics import Metrics
 
 from data_prep import corpus
+from data_prep import damage
 from data_prep import pretraining_instances
 from data_prep import pretraining_records
 from data_prep import records
@@ -35,14 +40,11 @@ from data_prep.corpus_summary import shard_stats
 _METRICS = "pretraining_pipeline"
 
 
-def _open(path: str):
-    """The file for binary reading, decompressed if its name says so."""
-    compression = (
-        CompressionTypes.detect_compression_type(path)
-        if corpus.is_compressed(path)
-        else CompressionTypes.UNCOMPRESSED
-    )
-    return FileSystems.open(path, compression_type=compression)
+def open_input(path: str):
+    """The file for binary reading (any file system Beam reads), decompressed if its
+    name says so; reading a damaged compressed file raises `damage.DamagedFileError`."""
+    raw = FileSystems.open(path, compression_type=CompressionTypes.UNCOMPRESSED)
+    return damage.open_decompressed(raw, path)
 
 
 class _Progress:
@@ -93,7 +95,7 @@ class ScanWindow(beam.DoFn):
         path, size, index = element
         bad = corpus.BadInputLog(self.settings.bad_input)
         try:
-            with _open(path) as reader:
+            with open_input(path) as reader:
                 scan = corpus.scan_window(
                     reader, path, size, index, self.settings.shard_bytes, self.settings.input_format
                 )
@@ -137,7 +139,7 @@ class SplitSentences(beam.DoFn):
         words = collections.Counter()
         counts = collections.Counter()
         try:
-            with _open(shard.path) as reader:
+            with open_input(shard.path) as reader:
                 documents = corpus.sentence_documents(
                     corpus.raw_documents(
                         corpus.read_lines(reader, shard, bad),
@@ -152,6 +154,10 @@ class SplitSentences(beam.DoFn):
                 size = self._write(output, documents, counts, words)
         except _NoDocuments:
             size = 0
+        except damage.DamagedFileError as e:  # Nothing of the file is kept.
+            bad.report("damaged_file", shard.path, None, "%s: %s" % (e.where, e.reason))
+            size = 0
+            counts.clear()
         except (OSError, IOError) as e:
             bad.report("unreadable_file", shard.path, None, "cannot be read (%s)" % e)
             size = 0
@@ -214,7 +220,7 @@ class CountWords(beam.DoFn):
     def process(self, shard: corpus.DocumentShard):
         quiet = corpus.BadInputLog("skip")  # BuildShard reports the same lines.
         try:
-            with _open(shard.path) as reader:
+            with open_input(shard.path) as reader:
                 counts = wordpiece_vocab.count_words(
                     (line for _, line in corpus.read_lines(reader, shard, quiet)),
                     self.settings.run.do_lower_case,
@@ -254,7 +260,10 @@ class BuildShard(beam.DoFn):
 
     def _tokenizer(self, vocab_file: str):
         if vocab_file not in self.tokenizers:
-            tokenizer = tokenization.FullTokenizer(vocab_file, self.settings.run.do_lower_case)
+            run = self.settings.run
+            tokenizer = tokenization.FullTokenizer(
+                vocab_file, run.do_lower_case, run.preserve_unused_tokens
+            )
             self.tokenizers[vocab_file] = (
                 tokenizer,
                 pretraining_instances.VocabIds.from_vocab(tokenizer.vocab, vocab_file),
@@ -270,7 +279,7 @@ class BuildShard(beam.DoFn):
         stats = pretraining_instances.Stats()
         start = time.monotonic()
         try:
-            with _open(shard.path) as reader:
+            with open_input(shard.path) as reader:
                 lines = (
                     (shard.path, number, line)
                     for number, line in corpus.read_lines(reader, shard, bad)
@@ -285,6 +294,9 @@ class BuildShard(beam.DoFn):
                         "empty_document", path, line, "an empty document"
                     ),
                 )
+        except damage.DamagedFileError as e:  # Nothing of the file is kept.
+            bad.report("damaged_file", shard.path, None, "%s: %s" % (e.where, e.reason))
+            documents = []
         except (OSError, IOError) as e:
             bad.report("unreadable_file", shard.path, None, "cannot be read (%s)" % e)
             documents = []
@@ -298,7 +310,11 @@ class BuildShard(beam.DoFn):
                 options,
                 vocab,
                 stats,
-                {"document_shard": shard.describe(), "run_random_seed": settings.run.random_seed},
+                {
+                    "document_shard": shard.describe(),
+                    "run_random_seed": settings.run.random_seed,
+                    "pipeline_run": settings.run_id,
+                },
             )
             written = 1
         elif stats.lines:

@@ -9,8 +9,12 @@ into the run's summary, written last as `<output_dir>/summary.json`
 
 from __future__ import annotations
 
+# First: Beam's worker processes load this module (TensorFlow's start-up lines).
+import common.quiet_tensorflow  # noqa: F401
+
 import apache_beam as beam
 
+from common.errors import UserError
 from data_prep import corpus
 from data_prep import records
 from data_prep.corpus_settings import PipelineSettings, join_path
@@ -111,6 +115,7 @@ def summarize(totals: dict, settings: PipelineSettings, vocab_file: str) -> dict
             "max_seq_length": run.instance.max_seq_length,
             "max_predictions_per_seq": run.masking.max_predictions_per_seq,
             "do_lower_case": run.do_lower_case,
+            "preserve_unused_tokens": run.preserve_unused_tokens,
             "do_whole_word_mask": run.masking.do_whole_word_mask,
             "next_sentence_prediction": run.instance.next_sentence_prediction,
             "random_seed": run.random_seed,
@@ -124,8 +129,45 @@ def summarize(totals: dict, settings: PipelineSettings, vocab_file: str) -> dict
     }
 
 
+def check_output(totals: dict, settings: PipelineSettings) -> None:
+    """Raises `UserError` if the run made nothing: no shard (or, stopping after the
+    sentences, no sentence), because the input holds no document with a token or
+    all of it was skipped as bad input."""
+    made, what = (
+        ("sentences_written", "sentences file")
+        if settings.stop_after == "sentences"
+        else ("shards_written", "shard")
+    )
+    if settings.stop_after == "vocab" or totals.get(made, 0):
+        return
+    skipped = totals.get("bad_input", {})
+    reason = (
+        "all of it was skipped as bad input (%s; the first: %s)"
+        % (
+            ", ".join("%d %s" % (count, kind) for kind, count in sorted(skipped.items())),
+            (totals.get("bad_input_examples") or ["?"])[0],
+        )
+        if skipped
+        else "it holds no document with a token (%d lines read)" % totals.get("lines", 0)
+    )
+    count = len(settings.input_files)
+    raise UserError(
+        "No %s written from the %d input file%s: %s."
+        % (what, count, "" if count == 1 else "s", reason)
+    )
+
+
+PENDING_NAME = ".summary.json.pending"
+
+
 def write_summary(totals: dict, settings: PipelineSettings, vocab_file: str) -> str:
-    """Writes `<output_dir>/summary.json`; its path."""
-    path = join_path(settings.output_dir, SUMMARY_NAME)
-    records.write_json(path, summarize(totals, settings, vocab_file), sort_keys=False)
+    """Writes the summary under a hidden name, `<output_dir>/.summary.json.pending`,
+    returns its path. `corpus_pipeline.run` makes it summary.json once the whole
+    pipeline has succeeded: a stage of the pipeline that failed after this one ran
+    leaves no summary. A run that made nothing raises `UserError` instead
+    (`check_output`)."""
+    check_output(totals, settings)
+    path = join_path(settings.output_dir, PENDING_NAME)
+    summary = dict(summarize(totals, settings, vocab_file), run_id=settings.run_id)
+    records.write_json(path, summary, sort_keys=False)
     return path

@@ -32,6 +32,9 @@ Beyond the original:
     beside it `<shard>.meta.json` (see `shard_metadata`) records the settings
     and counts, for the pre-training runner to check.
   * Progress and a final summary (instances, tokens, masked fraction) are logged.
+  * Compressed input files (.gz, .bz2, .xz, ...) are read through their decompressor,
+    checked to the end: a file cut short or damaged is named with the line where its
+    text stops (`damage.open_decompressed`), never read as if it were whole.
 
 Usage:
     python -m data_prep.create_pretraining_data \
@@ -39,40 +42,26 @@ Usage:
         --vocab_file=sample_data/vocab/uncased_vocab.txt
 """
 
+import common.quiet_tensorflow  # noqa: F401  (first: TensorFlow's start-up lines hidden)
+
 import os
 from typing import Sequence
 
-from absl import app
 from absl import flags
 from absl import logging
 import tensorflow as tf
 
+from common import cli as command_line
 from common.errors import UserError
+from common.progress import TerminalProgress
+from data_prep import records, run_control
 from data_prep.pretraining_instances import InstanceOptions, MaskingOptions
-from data_prep.pretraining_records import RunOptions, run
+from data_prep.pretraining_records import RunOptions, check_no_earlier_shards, run
 
 
 # ----------------------------------------------------------------------------
-# Input and output files.
+# Output files.
 # ----------------------------------------------------------------------------
-
-
-def expand_input_patterns(patterns: str) -> list[str]:
-    """Comma-separated file names or globs -> files, in `tf.io.gfile.glob` order.
-
-    The order is the original's (unsorted, as the file system lists them), so
-    that the same command gives the same output.
-
-    Raises:
-        ValueError: a pattern matches no file.
-    """
-    files = []
-    for pattern in patterns.split(","):
-        matches = tf.io.gfile.glob(pattern)
-        if not matches:
-            raise UserError("Input pattern %r matches no file." % pattern)
-        files.extend(matches)
-    return files
 
 
 def resolve_output_files(
@@ -110,6 +99,18 @@ def resolve_output_files(
     return outputs
 
 
+def hold_outputs(output_file: str, options: RunOptions, overwrite: bool) -> None:
+    """One run per output: the lock of each output file, or of the directory when
+    --output_file is one. Such a directory holding an earlier run's shards that this
+    run would not replace is refused (with `overwrite`, they are removed first)."""
+    if options.per_input_file and "," not in output_file and tf.io.gfile.isdir(output_file):
+        run_control.hold_file(output_file, "--output_file=%s" % output_file)
+        check_no_earlier_shards(output_file, options.output_files, overwrite, "--overwrite")
+        return
+    for path in options.output_files:
+        run_control.hold_file(path, "--output_file=%s" % path)
+
+
 # ----------------------------------------------------------------------------
 # Command line.
 # ----------------------------------------------------------------------------
@@ -139,6 +140,14 @@ def define_flags(flag_values: flags.FlagValues = flags.FLAGS) -> None:
         "vocab_file", None, "The vocabulary file that the BERT model was trained on.", **define
     )
     define_instance_flags(flag_values)
+    flags.DEFINE_bool(
+        "overwrite",
+        False,
+        "With a directory as --output_file: remove the shards an earlier run left "
+        "there that this run would not replace (by default such a directory is "
+        "refused: a glob over it would read both runs' shards).",
+        **define,
+    )
     flags.DEFINE_integer(
         "num_workers",
         1,
@@ -160,6 +169,14 @@ def define_instance_flags(flag_values: flags.FlagValues = flags.FLAGS) -> None:
         True,
         "Whether to lower case the input text. Should be True for uncased "
         "models and False for cased models.",
+        **define,
+    )
+    flags.DEFINE_bool(
+        "preserve_unused_tokens",
+        False,
+        "If True, Wordpiece tokenization will not be applied to words in the vocab: "
+        "a word of the text that is a [unusedN] entry of the vocabulary is one token "
+        "(the original's flag; recorded in each shard's metadata).",
         **define,
     )
     flags.DEFINE_bool(
@@ -224,7 +241,9 @@ def options_from_flags(flag_values: flags.FlagValues) -> RunOptions:
     if fv.num_workers < 1:
         raise UserError("--num_workers=%d must be at least 1." % fv.num_workers)
     per_input_file = fv.num_workers > 1
-    input_files = expand_input_patterns(fv.input_file)
+    # The original's order (unsorted, as the file system lists them), so that the same
+    # command gives the same output.
+    input_files = records.expand_globs(fv.input_file, original_order=True)
     return run_options_from_flags(
         fv,
         input_files=tuple(input_files),
@@ -240,6 +259,7 @@ def run_options_from_flags(flag_values: flags.FlagValues, **fields) -> RunOption
     fv = flag_values
     return RunOptions(
         do_lower_case=fv.do_lower_case,
+        preserve_unused_tokens=fv.preserve_unused_tokens,
         dupe_factor=fv.dupe_factor,
         random_seed=fv.random_seed,
         instance=InstanceOptions(
@@ -262,16 +282,25 @@ def run_options_from_flags(flag_values: flags.FlagValues, **fields) -> RunOption
 def main(argv):
     del argv  # Unused.
     logging.set_verbosity(logging.INFO)
-    try:
-        options = options_from_flags(flags.FLAGS)
-        logging.info("Reading %s", ", ".join(options.input_files))
-        logging.info("Writing %s", ", ".join(options.output_files))
-        run(options)
-    except ValueError as e:
-        # Bad input or flags: the message says what and where; no traceback.
-        raise SystemExit("create_pretraining_data: error: %s" % e) from None
+    options = options_from_flags(flags.FLAGS)
+    hold_outputs(flags.FLAGS.output_file, options, flags.FLAGS.overwrite)
+    run_control.exit_on_sigterm("create_pretraining_data")
+    logging.info("Reading %s", ", ".join(options.input_files))
+    logging.info("Writing %s", ", ".join(options.output_files))
+    progress = TerminalProgress(interval=flags.FLAGS.progress_interval_s)
+    stats = run(options, progress)
+    progress.say(
+        "%d documents -> %d instances (%d tokens, masked fraction %.3f) in %s"
+        % (
+            stats.documents,
+            stats.instances,
+            stats.tokens,
+            stats.summary()["masked_fraction"],
+            ", ".join(options.output_files),
+        )
+    )
 
 
 if __name__ == "__main__":
     define_flags()
-    app.run(main)
+    command_line.run(main)

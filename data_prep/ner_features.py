@@ -29,10 +29,11 @@ reassembles one tag per word from those positions.
 
 Records. `write_tfrecord`: int64 input_ids, input_mask, segment_ids, label_ids
 [max_seq_length] and unique_ids [1], written atomically; beside them
-`<file>.meta.json` (`NerMetadata`, format `RECORD_FORMAT`) with the label list and
-its scheme.
+`<file>.meta.json` (`describe`, `write_metadata`, `read_metadata`: a
+`RecordMetadata`, format `RECORD_FORMAT`) with the label list and its scheme.
 `build_dataset` reads them back as the Trainer takes them; `inference_dataset`
-batches features held in memory.
+batches features held in memory; both cut each batch to its longest window
+(`input_pipeline`).
 
 Shape legend: B batch, F features, S max_seq_length, L labels.
 """
@@ -46,8 +47,10 @@ import numpy as np
 import tensorflow as tf
 from absl import logging
 
+from common.progress import Progress
 from common.errors import UserError
-from data_prep import context_windows, records, tag_schemes, tokenization
+from data_prep import context_windows, input_pipeline, records, tag_schemes, tokenization
+from data_prep.input_pipeline import RecordMetadata
 from data_prep.conll import Sentence
 
 LABEL_IGNORE_ID = -1
@@ -159,6 +162,7 @@ def convert_sentences_to_features(
     max_seq_length: int,
     doc_stride: int,
     label_scheme: str = "iob2",
+    progress: Progress | None = None,
 ) -> list[InputFeatures]:
     """Tokenizes sentences and cuts them into windows of `max_seq_length` tokens.
 
@@ -172,6 +176,7 @@ def convert_sentences_to_features(
             sentence.
         label_scheme: the tag scheme the labels are in ("iob1", "iob2", "iobes"):
             each sentence's tags are rewritten in it before they become label ids.
+        progress: shown the sentences done (`common.progress`).
 
     Returns:
         The features, sentence by sentence, window by window. A tag of a type in
@@ -192,7 +197,9 @@ def convert_sentences_to_features(
         [tokenization.CLS_TOKEN, tokenization.SEP_TOKEN]
     )
     features, unlearnt = [], []
-    for sentence_index, sentence in enumerate(sentences):
+    progress = progress if progress is not None else Progress()
+    done = progress.iterate(sentences, "features", len(sentences), "sentence")
+    for sentence_index, sentence in enumerate(done):
         word_labels = _label_ids(sentence, label_map, label_scheme, unlearnt)
         pieces, word_starts = tokenize_words(sentence.words, tokenizer)
         piece_ids = tokenizer.convert_tokens_to_ids(pieces)
@@ -326,54 +333,48 @@ def write_tfrecord(features: Sequence[InputFeatures], path: str) -> None:
                         "unique_ids": ints([feature.unique_id]),
                     }
                 )
-            ).SerializeToString()
+            ).SerializeToString(deterministic=True)
             for feature in features
         ),
     )
 
 
-@dataclasses.dataclass(frozen=True)
-class NerMetadata:
-    """What a runner needs to know about features, stored beside their records.
+# The entries of the metadata beside NER records (`RecordMetadata.entries`): the label
+# list (label id i is labels[i]) and its tag scheme (the one the model learns in), the
+# source file's tag scheme, how the features were made, the vocabulary's size, counts,
+# and the label id of positions without a label.
+METADATA_ENTRIES = (
+    "labels",
+    "label_scheme",
+    "tag_scheme",
+    "max_seq_length",
+    "doc_stride",
+    "do_lower_case",
+    "vocab_size",
+    "num_sentences",
+    "num_words",
+    "num_features",
+    "label_ignore_id",
+)
+# The metadata entry that counts the records (windows).
+COUNT_KEY = "num_features"
 
-    Attributes:
-        labels: the label list; label id i is labels[i].
-        label_scheme: the tag scheme of the labels (the one the model learns in).
-        tag_scheme: the scheme of the source file.
-        max_seq_length, doc_stride, do_lower_case: how the features were made.
-        vocab_size: size of the WordPiece vocabulary used.
-        num_sentences, num_words, num_features: counts.
-        label_ignore_id: label id of positions without a label.
-    """
 
-    labels: tuple[str, ...]
-    label_scheme: str
-    tag_scheme: str
-    max_seq_length: int
-    doc_stride: int
-    do_lower_case: bool
-    vocab_size: int
-    num_sentences: int
-    num_words: int
-    num_features: int
-    label_ignore_id: int = LABEL_IGNORE_ID
-
-    @classmethod
-    def describe(
-        cls,
-        sentences: Sequence[Sentence],
-        features: Sequence[InputFeatures],
-        labels: Sequence[str],
-        label_scheme: str,
-        tag_scheme: str,
-        max_seq_length: int,
-        doc_stride: int,
-        do_lower_case: bool,
-        vocab_size: int,
-    ) -> NerMetadata:
-        """The metadata of `features`, made from `sentences`."""
-        return cls(
-            labels=tuple(labels),
+def describe(
+    sentences: Sequence[Sentence],
+    features: Sequence[InputFeatures],
+    labels: Sequence[str],
+    label_scheme: str,
+    tag_scheme: str,
+    max_seq_length: int,
+    doc_stride: int,
+    do_lower_case: bool,
+    vocab_size: int,
+) -> RecordMetadata:
+    """The metadata of `features`, made from `sentences` (entries: METADATA_ENTRIES)."""
+    return RecordMetadata.from_entries(
+        dict(
+            labels=list(labels),
             label_scheme=label_scheme,
             tag_scheme=tag_scheme,
             max_seq_length=max_seq_length,
@@ -383,37 +384,36 @@ class NerMetadata:
             num_sentences=len(sentences),
             num_words=sum(len(s.words) for s in sentences),
             num_features=len(features),
+            label_ignore_id=LABEL_IGNORE_ID,
+        ),
+        COUNT_KEY,
+    )
+
+
+def write_metadata(record_file: str, metadata: RecordMetadata) -> None:
+    """Writes `<record_file>.meta.json` (`records.write_metadata`)."""
+    records.write_metadata(record_file, RECORD_FORMAT, dict(metadata.entries))
+
+
+def read_metadata(record_file: str) -> RecordMetadata:
+    """The metadata of `record_file`.
+
+    Raises:
+        FileNotFoundError: there is none.
+        ValueError: naming the file, for another format, or a missing or unknown
+            entry.
+    """
+    entries = records.read_metadata(record_file, RECORD_FORMAT)
+    for key in records.METADATA_KEYS:
+        entries.pop(key, None)
+    unknown = sorted(set(entries) - set(METADATA_ENTRIES))
+    missing = sorted(set(METADATA_ENTRIES) - set(entries))
+    if unknown or missing:
+        raise UserError(
+            f"{records.metadata_path(record_file)}: bad NER metadata: "
+            f"unknown keys {unknown}, missing keys {missing}"
         )
-
-    def write(self, record_file: str) -> None:
-        """Writes `<record_file>.meta.json` (`records.write_metadata`)."""
-        records.write_metadata(record_file, RECORD_FORMAT, dataclasses.asdict(self))
-
-    @classmethod
-    def read(cls, record_file: str) -> NerMetadata:
-        """The metadata of `record_file`.
-
-        Raises:
-            FileNotFoundError: there is none.
-            ValueError: naming the file, for another format, or a missing or
-                unknown key.
-        """
-        data = records.read_metadata(record_file, RECORD_FORMAT)
-        for key in records.METADATA_KEYS:
-            data.pop(key, None)
-        names = {field.name for field in dataclasses.fields(cls)}
-        unknown = sorted(set(data) - names)
-        required = {
-            field.name for field in dataclasses.fields(cls) if field.default is dataclasses.MISSING
-        }
-        missing = sorted(required - set(data))
-        if unknown or missing:
-            raise UserError(
-                f"{records.metadata_path(record_file)}: bad NER metadata: "
-                f"unknown keys {unknown}, missing keys {missing}"
-            )
-        data["labels"] = tuple(data["labels"])
-        return cls(**data)
+    return RecordMetadata.from_entries(entries, COUNT_KEY)
 
 
 # ----------------------------------------------------------------------------
@@ -453,48 +453,84 @@ def load_dataset(path: str, max_seq_length: int) -> tf.data.Dataset:
     )
 
 
+def decode_records(serialized: tf.Tensor, max_seq_length: int) -> dict[str, tf.Tensor]:
+    """Parses a batch of serialized examples written by `write_tfrecord`.
+
+    Args:
+        serialized: string [B].
+        max_seq_length: S.
+
+    Returns:
+        int32 `input_word_ids`, `input_mask`, `input_type_ids` and `label_ids`
+        [B, S] (LABEL_IGNORE_ID where a position carries no label).
+    """
+    spec = {
+        name: tf.io.FixedLenFeature([max_seq_length], tf.int64)
+        for name in (*records.ENCODER_INPUT_NAMES, "label_ids")
+    }
+    parsed = tf.io.parse_example(serialized, spec)
+    return {
+        records.ENCODER_INPUT_NAMES.get(name, name): tf.cast(value, tf.int32)
+        for name, value in parsed.items()
+    }
+
+
+# The features of a batch with a sequence axis (cut with the batch).
+SEQUENCE_FEATURES = (*input_pipeline.SEQUENCE_FEATURES, "label_ids")
+
+
 def build_dataset(
     record_file: str,
-    metadata: NerMetadata,
+    metadata: RecordMetadata,
     batch_size: int,
     is_training: bool,
     seed: int | None = None,
-    shuffle_buffer_size: int = 10000,
     input_context: tf.distribute.InputContext | None = None,
+    *,
+    shuffle_buffer_size: int = input_pipeline.DEFAULT_SHUFFLE_BUFFER_SIZE,
+    pad_to_max_seq_length: bool = False,
+    group_by_length: bool = False,
 ) -> tf.data.Dataset:
-    """Batches of a file's windows, as the Trainer takes them.
+    """Batches of a file's windows, as the Trainer takes them
+    (`input_pipeline.batched_records`).
 
     Each element: int32 `input_word_ids`, `input_mask`, `input_type_ids` and
-    `label_ids` [B, S] (LABEL_IGNORE_ID where a position carries no label).
-    Training shuffles (a new, seeded order every epoch; a buffer of at most the
-    file's features), repeats and drops the last partial batch; otherwise the file
-    is read once, in order.
+    `label_ids` [B, <= S] (LABEL_IGNORE_ID where a position carries no label), cut to
+    the batch's longest window unless `pad_to_max_seq_length`. Training shuffles
+    each epoch, repeats and drops the last partial batch; otherwise the file is read
+    once, in order.
 
     Args:
         record_file: a file written by `write_tfrecord`.
-        metadata: its `NerMetadata`, for S and the number of features.
+        metadata: its metadata (`read_metadata`), for S and the number of windows.
         batch_size: the global batch size; under `input_context` the per-replica
             size is used and each input pipeline reads its share of the records.
+        seed, input_context, shuffle_buffer_size, pad_to_max_seq_length,
+            group_by_length: as `input_pipeline.batched_records` takes them.
     """
-    dataset = records.tfrecord_dataset(record_file, input_context)
-    dataset = dataset.map(
-        lambda r: parse_example(r, metadata.max_seq_length),
-        num_parallel_calls=tf.data.AUTOTUNE,
-        deterministic=True,
+    return input_pipeline.batched_records(
+        input_pipeline.tfrecord_dataset(record_file, input_context),
+        metadata,
+        lambda serialized: decode_records(serialized, metadata.max_seq_length),
+        batch_size,
+        is_training,
+        seed,
+        input_context,
+        shuffle_buffer_size=shuffle_buffer_size,
+        pad_to_max_seq_length=pad_to_max_seq_length,
+        group_by_length=group_by_length,
+        sequence_features=SEQUENCE_FEATURES,
     )
-    dataset = dataset.map(lambda inputs, labels: dict(inputs, label_ids=labels))
-    if is_training:
-        dataset = records.shuffle_and_repeat(
-            dataset, shuffle_buffer_size, metadata.num_features, seed
-        )
-    return records.replica_batches(dataset, batch_size, input_context, is_training)
 
 
-def inference_dataset(features: Sequence[InputFeatures], batch_size: int) -> tf.data.Dataset:
+def inference_dataset(
+    features: Sequence[InputFeatures], batch_size: int, pad_to_max_seq_length: bool = False
+) -> tf.data.Dataset:
     """Features held in memory, once, in order, the last batch partial.
 
     Each element: int32 `input_word_ids`, `input_mask`, `input_type_ids`,
-    `label_ids` [B, S] and `unique_ids` [B].
+    `label_ids` [B, <= S] (cut to the batch's longest window unless
+    `pad_to_max_seq_length`) and `unique_ids` [B].
     """
     columns = {
         "input_word_ids": [f.input_ids for f in features],
@@ -504,4 +540,8 @@ def inference_dataset(features: Sequence[InputFeatures], batch_size: int) -> tf.
         "unique_ids": [f.unique_id for f in features],
     }
     tensors = {k: np.asarray(v, dtype=np.int32) for k, v in columns.items()}
-    return tf.data.Dataset.from_tensor_slices(tensors).batch(batch_size)
+    max_seq_length = tensors["input_mask"].shape[-1] if features else 1
+    dataset = tf.data.Dataset.from_tensor_slices(tensors).batch(batch_size)
+    return input_pipeline.cut_batches(
+        dataset, max_seq_length, pad_to_max_seq_length, SEQUENCE_FEATURES
+    ).prefetch(tf.data.AUTOTUNE)

@@ -15,18 +15,24 @@ Usage (the corpus in the original format, 2 local worker processes):
         --direct_running_mode=multi_processing
 """
 
+import common.quiet_tensorflow  # noqa: F401  (first: TensorFlow's start-up lines hidden)
+
 import os
 import pathlib
 
-from absl import app
 from absl import flags
 from absl import logging
 from apache_beam.options.pipeline_options import PipelineOptions
+
+from common import cli
+from common.errors import UserError
+from common.progress import TerminalProgress
 
 from data_prep import corpus
 from data_prep import corpus_pipeline
 from data_prep import corpus_settings
 from data_prep import create_pretraining_data as cpd
+from data_prep import run_control
 
 
 # ----------------------------------------------------------------------------
@@ -104,6 +110,14 @@ def define_flags(flag_values: flags.FlagValues = flags.FLAGS) -> None:
     flags.DEFINE_enum(
         "stop_after", "shards", corpus_settings.STAGES, "The last stage to run.", **define
     )
+    flags.DEFINE_bool(
+        "overwrite",
+        False,
+        "Remove the shards an earlier run left in --output_dir that this run would "
+        "not replace (another shard size, other inputs); by default such an "
+        "--output_dir is refused, since a glob over it would read both runs' shards.",
+        **define,
+    )
     cpd.define_instance_flags(flag_values)
     for name in ("input_file", "output_dir", "vocab_file"):
         flags.mark_flag_as_required(name, flag_values=flag_values)
@@ -143,19 +157,38 @@ def main(argv):
     )
     try:
         settings = settings_from_flags(flags.FLAGS)
-        corpus_pipeline.run(settings, PipelineOptions(argv[1:]))
+        if "://" not in settings.output_dir and not os.path.isfile(settings.output_dir):
+            run_control.hold_directory(settings.output_dir, "--output_dir=%s" % settings.output_dir)
+        run_control.exit_on_sigterm("pretraining_pipeline")
+        progress = TerminalProgress(interval=flags.FLAGS.progress_interval_s)
+        corpus_pipeline.run(
+            settings,
+            PipelineOptions(beam_args(argv[1:])),
+            overwrite=flags.FLAGS.overwrite,
+            progress=progress,
+        )
     except Exception as e:  # pylint: disable=broad-except
         message = _input_error_message(e)
         if message is None:
             raise
-        # Bad input or flags: the message says what and where; no traceback.
-        raise SystemExit("pretraining_pipeline: error: %s" % message) from None
+        # Bad input or flags, also from a worker process: the message says what and
+        # where (cli prints it alone).
+        raise UserError(message) from e
+
+
+def beam_args(args: list[str]) -> list[str]:
+    """Beam's options, with its local worker processes' log at errors only unless
+    --default_sdk_harness_log_level says otherwise: at INFO they print a dozen lines
+    each as they start."""
+    if any(a.startswith("--default_sdk_harness_log_level") for a in args):
+        return args
+    return args + ["--default_sdk_harness_log_level=ERROR"]
 
 
 def _input_error_message(error: Exception) -> str | None:
     """The message of bad input or flags, also when a worker process raised it
     (runners then wrap it, traceback included, in an error of their own)."""
-    if isinstance(error, ValueError):
+    if isinstance(error, UserError):
         return str(error)
     marker = corpus.BadInputError.__name__ + ": "
     text = str(error)
@@ -166,4 +199,4 @@ def _input_error_message(error: Exception) -> str | None:
 
 if __name__ == "__main__":
     define_flags()
-    app.run(main, flags_parser=_parse_flags)
+    cli.run(main, _parse_flags)

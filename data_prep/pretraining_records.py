@@ -5,8 +5,8 @@ This module owns what a run does around the instances: its settings
 serialized as a `tf.train.Example` with sorted feature keys (`serialize_instance`,
 `canonical_record`) into an unnamed temporary file (`RecordSpill`); the final
 shuffle; the shards, written round-robin under temporary names with
-`<shard>.meta.json` beside each (`write_shards`, `shard_metadata`,
-`load_metadata`); and one shard per input file, built in a pool of processes
+`<shard>.meta.json` beside each (`write_shards`, `shard_metadata`; read back by
+`pretraining_data.read_metadata`); and one shard per input file, built in a pool of processes
 (`run`). Progress and the run's summary are logged.
 
 Reading documents and making instances is `pretraining_instances`; the command
@@ -17,6 +17,7 @@ import array
 import collections
 import contextlib
 import dataclasses
+import hashlib
 import json
 import mmap
 import multiprocessing
@@ -29,7 +30,8 @@ from typing import Callable, Sequence
 from absl import logging
 import tensorflow as tf
 
-from common.errors import UserError
+from common.errors import OutputExistsError, UserError
+from common.progress import Progress, Task
 from data_prep import pretraining_data, records
 from data_prep import tokenization
 from data_prep.pretraining_instances import (
@@ -42,10 +44,6 @@ from data_prep.pretraining_instances import (
     read_documents,
     shuffle,
 )
-
-METADATA_SUFFIX = ".meta.json"
-METADATA_FORMAT = "bert_pretraining_tfrecord/1"
-
 
 # ----------------------------------------------------------------------------
 # Options.
@@ -60,7 +58,7 @@ class RunOptions:
         input_files: text files, in the order they are read.
         output_files: TFRecord files. Pooled (`per_input_file` False): instances
             go round-robin across them. Per input file: one per input file.
-        vocab_file, do_lower_case: the tokenizer.
+        vocab_file, do_lower_case, preserve_unused_tokens: the tokenizer.
         dupe_factor: passes over the corpus, each with fresh masks.
         random_seed: seed of the `random.Random` of a run (of each shard when
             `per_input_file`).
@@ -74,6 +72,7 @@ class RunOptions:
     output_files: tuple
     vocab_file: str
     do_lower_case: bool = True
+    preserve_unused_tokens: bool = False
     dupe_factor: int = 10
     random_seed: int = 12345
     instance: InstanceOptions = InstanceOptions()
@@ -231,24 +230,25 @@ def write_shards(
 ) -> None:
     """Writes `spill[order[k]]` to `output_files[k % len(output_files)]`.
 
-    Each file is written under a hidden temporary name (`records`); when all
-    are complete, `metadata[i]` is written to `<output_files[i]>.meta.json`,
-    then the files are renamed. A shard never appears without its metadata;
-    on an error the temporary files are removed.
+    The metadata of earlier files of these names is removed first; each file is
+    written under a hidden temporary name (`records`) and renamed when all are
+    complete; then `metadata[i]` is written to `<output_files[i]>.meta.json`.
+    Metadata never describes records other than its own (a kill between the two
+    steps leaves a complete shard without metadata, which `run_shards` in its
+    siblings' metadata shows as unfinished); on an error the temporary files are
+    removed.
     """
+    for path in output_files:
+        if tf.io.gfile.exists(records.metadata_path(path)):
+            tf.io.gfile.remove(records.metadata_path(path))
     with contextlib.ExitStack() as stack:
         writers = [
             stack.enter_context(records.atomic_tfrecord_writer(path)) for path in output_files
         ]
         for k, index in enumerate(order):
             writers[k % len(writers)].write(spill[index])
-        for path, shard_metadata_ in zip(output_files, metadata):
-            records.write_json(metadata_path(path), shard_metadata_, sort_keys=False)
-
-
-def metadata_path(tfrecord_path: str) -> str:
-    """Where the metadata of a shard lives: `<shard>.meta.json`."""
-    return tfrecord_path + METADATA_SUFFIX
+    for path, shard_metadata_ in zip(output_files, metadata):
+        records.write_json(records.metadata_path(path), shard_metadata_, sort_keys=False)
 
 
 def shard_metadata(
@@ -271,12 +271,13 @@ def shard_metadata(
     instance, masking = options.instance, options.masking
     spec = pretraining_data.feature_spec(instance.max_seq_length, masking.max_predictions_per_seq)
     return {
-        "format": METADATA_FORMAT,
+        "format": pretraining_data.RECORD_FORMAT,
         "max_seq_length": instance.max_seq_length,
         "max_predictions_per_seq": masking.max_predictions_per_seq,
         "vocab_file": os.path.basename(options.vocab_file),
         "vocab_size": vocab_size,
         "do_lower_case": options.do_lower_case,
+        "preserve_unused_tokens": options.preserve_unused_tokens,
         "do_whole_word_mask": masking.do_whole_word_mask,
         "next_sentence_prediction": instance.next_sentence_prediction,
         "random_seed": options.random_seed,
@@ -299,27 +300,74 @@ def shard_metadata(
     }
 
 
-def load_metadata(tfrecord_path: str) -> dict:
-    """Reads the metadata of a shard written by this module.
-
-    Raises:
-        ValueError: the file is missing or is not such metadata.
-    """
-    path = metadata_path(tfrecord_path)
-    if not tf.io.gfile.exists(path):
-        raise UserError("%s has no metadata file %s." % (tfrecord_path, path))
-    with tf.io.gfile.GFile(path, "r") as f:
-        metadata = json.load(f)
-    if metadata.get("format") != METADATA_FORMAT:
-        raise UserError(
-            "%s is not pre-training metadata (format %r)." % (path, metadata.get("format"))
-        )
-    return metadata
-
-
 # ----------------------------------------------------------------------------
 # A run.
 # ----------------------------------------------------------------------------
+
+
+def run_identity(options: RunOptions, input_sizes: Sequence[int] | None = None) -> str:
+    """A name for what a run makes: a hash of every setting that changes its records,
+    its input files (names and sizes) and its shard names. The same command gives the
+    same name, so a rerun's shards (and their metadata) equal an uninterrupted run's;
+    shards of two different runs never share it (`pretraining_data.check_shard_runs`)."""
+    if input_sizes is None:
+        input_sizes = [tf.io.gfile.stat(path).length for path in options.input_files]
+    described = dict(
+        dataclasses.asdict(options),
+        input_files=[[path, size] for path, size in zip(options.input_files, input_sizes)],
+        output_files=[os.path.basename(path) for path in options.output_files],
+        vocab_sha256=records.file_sha256(options.vocab_file),
+    )
+    for unused in ("progress_interval_s", "num_workers", "vocab_file"):
+        described.pop(unused)
+    text = json.dumps(described, sort_keys=True, default=str)
+    return hashlib.sha256(text.encode("utf-8")).hexdigest()[:16]
+
+
+def earlier_shards(directory: str, keep: Sequence[str]) -> list[str]:
+    """The pre-training shards (with this module's metadata) in `directory` that are
+    not among the paths `keep`: left by an earlier run into the same place."""
+    if not tf.io.gfile.isdir(directory):
+        return []
+    keep = {os.path.basename(path) for path in keep}
+    found = []
+    for name in sorted(tf.io.gfile.listdir(directory)):
+        path = os.path.join(directory, name)
+        if (
+            name.startswith(".")
+            or name in keep
+            or not tf.io.gfile.exists(records.metadata_path(path))
+        ):
+            continue
+        try:
+            records.read_metadata(path, pretraining_data.RECORD_FORMAT)
+        except ValueError:
+            continue
+        found.append(path)
+    return found
+
+
+def check_no_earlier_shards(
+    directory: str, keep: Sequence[str], overwrite: bool, flag: str
+) -> None:
+    """Refuses (or, with `overwrite`, removes) the shards of an earlier run in
+    `directory` that this run would not replace: never two runs' shards side by side,
+    where a glob such as `shards/*` would read both."""
+    found = earlier_shards(directory, keep)
+    if not found:
+        return
+    if not overwrite:
+        shown = ", ".join(os.path.basename(path) for path in found[:5])
+        more = " and %d more" % (len(found) - 5) if len(found) > 5 else ""
+        raise OutputExistsError(
+            "%s holds %d shards of an earlier run that this run would not replace (%s%s): "
+            "a glob over it would read both runs' records. Give another output, or pass "
+            "%s to remove them first." % (directory, len(found), shown, more, flag)
+        )
+    logging.warning("Removing %d shards of an earlier run from %s.", len(found), directory)
+    for path in found:
+        tf.io.gfile.remove(records.metadata_path(path))  # First: no shard stays described.
+        tf.io.gfile.remove(path)
 
 
 def generate_instances(
@@ -330,8 +378,11 @@ def generate_instances(
     spill: RecordSpill,
     stats: Stats,
     label: str,
+    bar: Task | None = None,
 ) -> None:
-    """`dupe_factor` passes over the documents, serialized into `spill`."""
+    """`dupe_factor` passes over the documents, serialized into `spill`; `bar` (a
+    `common.progress.Task`) is told the documents done."""
+    bar = bar if bar is not None else Task()
     progress = ProgressLogger(
         label, options.dupe_factor * len(documents), options.progress_interval_s
     )
@@ -351,6 +402,7 @@ def generate_instances(
                 stats.random_next += instance.is_random_next
             done += 1
             progress.update(done, len(spill))
+            bar.update(done, instances=len(spill))
     stats.instances += len(spill)
     stats.tokens += sum(spill.num_tokens)
     stats.masked += sum(spill.num_masked)
@@ -359,7 +411,11 @@ def generate_instances(
 
 
 def build_shards(
-    input_files: Sequence[str], output_files: Sequence[str], options: RunOptions
+    input_files: Sequence[str],
+    output_files: Sequence[str],
+    options: RunOptions,
+    extra_metadata: dict | None = None,
+    progress: Progress | None = None,
 ) -> Stats:
     """The original's run: read, shuffle documents, generate, shuffle, write.
 
@@ -367,6 +423,7 @@ def build_shards(
         input_files: text files, pooled into one corpus.
         output_files: TFRecord files, filled round-robin; `<file>.meta.json`
             is written beside each.
+        progress: shown the documents done (`common.progress`).
 
     Returns:
         The run's statistics.
@@ -374,14 +431,24 @@ def build_shards(
     Raises:
         ValueError: the vocabulary lacks a special token; the corpus is empty.
     """
-    tokenizer = tokenization.FullTokenizer(options.vocab_file, options.do_lower_case)
+    tokenizer = tokenization.FullTokenizer(
+        options.vocab_file, options.do_lower_case, options.preserve_unused_tokens
+    )
     vocab = VocabIds.from_vocab(tokenizer.vocab, options.vocab_file)
     stats = Stats()
     documents = read_documents(
         input_files, tokenizer, options.instance.max_num_tokens, stats, options.progress_interval_s
     )
     return write_instances(
-        documents, len(tokenizer.vocab), input_files, output_files, options, vocab, stats
+        documents,
+        len(tokenizer.vocab),
+        input_files,
+        output_files,
+        options,
+        vocab,
+        stats,
+        extra_metadata,
+        progress=progress,
     )
 
 
@@ -394,6 +461,7 @@ def write_instances(
     vocab: VocabIds,
     stats: Stats,
     extra_metadata: dict | None = None,
+    progress: Progress | None = None,
 ) -> Stats:
     """The original's run from its documents on: shuffle, generate, shuffle, write.
 
@@ -408,6 +476,7 @@ def write_instances(
         vocab: special and vocabulary ids.
         stats: the counts of reading; receives those of the instances.
         extra_metadata: more entries for every metadata file.
+        progress: shown the documents done (`common.progress`).
 
     Returns:
         `stats`.
@@ -422,7 +491,11 @@ def write_instances(
     shuffle(documents, rng)
     spill = RecordSpill(_spill_directory(output_files[0]))
     try:
-        generate_instances(documents, options, vocab, rng, spill, stats, label)
+        progress = progress if progress is not None else Progress()
+        with progress.task(
+            "instances", total=options.dupe_factor * len(documents), unit="document"
+        ) as bar:
+            generate_instances(documents, options, vocab, rng, spill, stats, label, bar)
         documents.clear()
         order = array.array("q", range(len(spill)))
         shuffle(order, rng)
@@ -469,34 +542,47 @@ def _log_summary(label: str, stats: Stats) -> None:
 
 def _build_one_shard(task: tuple) -> Stats:
     """Pool task: one input file -> one shard."""
-    input_file, output_file, options = task
-    return build_shards([input_file], [output_file], options)
+    input_file, output_file, options, extra_metadata = task
+    return build_shards([input_file], [output_file], options, extra_metadata)
 
 
 def _init_worker(verbosity: int) -> None:
     logging.set_verbosity(verbosity)
 
 
-def run(options: RunOptions) -> Stats:
-    """Builds the shards of `options`; returns the statistics of all of them."""
+def run(options: RunOptions, progress: Progress | None = None) -> Stats:
+    """Builds the shards of `options`; returns the statistics of all of them.
+
+    `progress` (`common.progress`) is shown the documents done (one process) or the
+    files done (`num_workers` processes)."""
+    progress = progress if progress is not None else Progress()
     # Fail on a bad vocabulary before reading (or forking for) the corpus.
     VocabIds.from_vocab(tokenization.load_vocab(options.vocab_file), options.vocab_file)
     for directory in {os.path.dirname(path) for path in options.output_files}:
         if directory:
             tf.io.gfile.makedirs(directory)
+    # Every shard names its run and the run's shards, so that a reader sees a set
+    # that a killed run left incomplete, or that mixes two runs.
+    extra = {
+        "run_id": run_identity(options),
+        "run_shards": [os.path.basename(path) for path in options.output_files],
+    }
     if not options.per_input_file:
-        return build_shards(options.input_files, options.output_files, options)
-    tasks = [(i, o, options) for i, o in zip(options.input_files, options.output_files)]
+        return build_shards(options.input_files, options.output_files, options, extra, progress)
+    tasks = [(i, o, options, extra) for i, o in zip(options.input_files, options.output_files)]
     total = Stats()
-    if options.num_workers <= 1:
-        for task in tasks:
-            total.add(_build_one_shard(task))
-    else:
-        context = multiprocessing.get_context("spawn")
-        with context.Pool(
-            min(options.num_workers, len(tasks)), _init_worker, (logging.get_verbosity(),)
-        ) as pool:
-            for stats in pool.imap_unordered(_build_one_shard, tasks):
-                total.add(stats)
+    with progress.task("files", total=len(tasks), unit="file") as bar:
+        if options.num_workers <= 1:
+            for done, task in enumerate(tasks, 1):
+                total.add(_build_one_shard(task))
+                bar.update(done, instances=total.instances)
+        else:
+            context = multiprocessing.get_context("spawn")
+            with context.Pool(
+                min(options.num_workers, len(tasks)), _init_worker, (logging.get_verbosity(),)
+            ) as pool:
+                for done, stats in enumerate(pool.imap_unordered(_build_one_shard, tasks), 1):
+                    total.add(stats)
+                    bar.update(done, instances=total.instances)
     _log_summary("all shards", total)
     return total

@@ -26,6 +26,7 @@ Shape legend: B batch.
 from __future__ import annotations
 
 import contextlib
+import errno
 import hashlib
 import json
 import os
@@ -33,9 +34,11 @@ import posixpath
 import uuid
 from typing import Iterable, Iterator, Mapping, Sequence
 
+from absl import logging
 import tensorflow as tf
 
-from common.errors import MissingFileError, UserError
+from common.errors import CannotWriteError, MissingFileError, UserError
+from data_prep import damage
 
 _TEMP_MARK = ".tmp-"
 
@@ -92,10 +95,45 @@ def glob_escape(name: str) -> str:
     return "".join(f"[{c}]" if c in "*?[" else c for c in name)
 
 
+# Why a write fails for a reason outside the program: errno values and the words
+# TensorFlow's file systems put in their messages.
+_WRITE_ERRNOS = (errno.ENOSPC, errno.EDQUOT, errno.EFBIG, errno.EACCES, errno.EPERM, errno.EROFS)
+_WRITE_REASONS = (
+    "No space left on device",
+    "Disk quota exceeded",
+    "File too large",
+    "Permission denied",
+    "Operation not permitted",
+    "Read-only file system",
+)
+
+
+def cannot_write(path: str, error: BaseException) -> CannotWriteError | None:
+    """A CannotWriteError for people when `error` says that `path` cannot be written
+    (no space, no permission, a read-only file system); None for any other error."""
+    if isinstance(error, OSError) and error.errno in _WRITE_ERRNOS:
+        reason = error.strerror or str(error)
+    elif isinstance(error, (OSError, tf.errors.OpError)):
+        text = error.message if isinstance(error, tf.errors.OpError) else str(error)
+        reason = next((r for r in _WRITE_REASONS if r.lower() in text.lower()), None)
+        if reason is None:
+            return None
+    else:
+        return None
+    return CannotWriteError(
+        f"cannot write {path}: {reason}. Nothing unfinished was left under that name; "
+        f"free some space, or give an output where this user may write, and run the same "
+        f"command again."
+    )
+
+
 def _make_parent(path: str) -> None:
     directory, _ = _split(path)
     if directory:
-        tf.io.gfile.makedirs(directory)
+        try:
+            tf.io.gfile.makedirs(directory)
+        except (OSError, tf.errors.OpError) as e:
+            raise (cannot_write(directory, e) or e) from e
 
 
 @contextlib.contextmanager
@@ -112,8 +150,11 @@ def atomic_path(path: str) -> Iterator[str]:
     try:
         yield temp
         tf.io.gfile.rename(temp, path, overwrite=True)
-    except BaseException:
+    except BaseException as e:
         _remove(temp)
+        error = cannot_write(path, e)
+        if error is not None:
+            raise error from e
         raise
 
 
@@ -155,10 +196,19 @@ def decode_line(raw: bytes, path: str, line_number: int) -> str:
         ) from None
 
 
+def _check_readable(path: str) -> None:
+    if not tf.io.gfile.exists(path):
+        raise MissingFileError(f"{path} does not exist")
+    if tf.io.gfile.isdir(path):
+        raise UserError(f"{path} is a directory, not a file")
+
+
 def read_lines(path: str) -> Iterator[tuple[int, str]]:
     """(line number, text) of each line of a UTF-8 file, ends included, split on "\n"
-    only; streamed (local or any `tf.io.gfile` file system)."""
-    with tf.io.gfile.GFile(path, "rb") as f:
+    only; streamed (local or any `tf.io.gfile` file system). A compressed file (.gz,
+    .bz2, ...) is decompressed, and `damage.DamagedFileError` names a damaged one."""
+    _check_readable(path)
+    with damage.open_decompressed(tf.io.gfile.GFile(path, "rb"), path) as f:
         line_number = 0
         while raw := f.readline():
             line_number += 1
@@ -168,8 +218,7 @@ def read_lines(path: str) -> Iterator[tuple[int, str]]:
 def read_text(path: str) -> str:
     """The text of a UTF-8 file (a byte-order mark dropped); NotUtf8Error naming the
     line of the first undecodable byte."""
-    if not tf.io.gfile.exists(path):
-        raise MissingFileError(f"{path} does not exist")
+    _check_readable(path)
     with tf.io.gfile.GFile(path, "rb") as f:
         data = f.read()
     try:
@@ -196,6 +245,17 @@ def read_json(path: str):
         return json.loads(text)
     except json.JSONDecodeError as e:
         raise UserError(f"{path} is not valid JSON: {e}") from e
+    except RecursionError:
+        raise UserError(f"{path}: its JSON is nested too deeply to read") from None
+
+
+def read_json_object(path: str, what: str = "a JSON object") -> dict:
+    """The JSON object (dict) of `path`; as `read_json`, and a `UserError` naming the
+    file and `what` it should hold if its value is not an object."""
+    value = read_json(path)
+    if not isinstance(value, dict):
+        raise UserError(f"{path}: expected {what}, got a JSON {type(value).__name__}")
+    return value
 
 
 def format_results(results: Mapping[str, object]) -> str:
@@ -243,11 +303,14 @@ def atomic_directory(path: str) -> Iterator[str]:
     _make_parent(path)
     clear_stale_temps(path)
     temp = temp_path(path)
-    tf.io.gfile.makedirs(temp)
     try:
+        tf.io.gfile.makedirs(temp)
         yield temp
-    except BaseException:
+    except BaseException as e:
         _remove(temp)
+        error = cannot_write(path, e)
+        if error is not None:
+            raise error from e
         raise
     if not tf.io.gfile.exists(path):
         tf.io.gfile.rename(temp, path)
@@ -282,7 +345,8 @@ def expand_globs(
     read once. With `original_order`, matches keep `tf.io.gfile.glob`'s order and
     repeats, as the original release's scripts read them (their output depends on it).
     Hidden names (temporary files of unfinished writes among them) and folders are
-    skipped. A pattern that matches no file is an error naming it and `what`.
+    skipped. A pattern that matches no file is an error naming it and `what` (a
+    `UserError` naming the folder when it matches only folders).
     """
     if isinstance(patterns, str):
         patterns = patterns.split(",")
@@ -291,11 +355,13 @@ def expand_globs(
         pattern = pattern.strip()
         if not pattern:
             continue
-        matches = [
-            m
-            for m in tf.io.gfile.glob(pattern)
-            if not _split(m)[1].startswith(".") and not tf.io.gfile.isdir(m)
-        ]
+        visible = [m for m in tf.io.gfile.glob(pattern) if not _split(m)[1].startswith(".")]
+        matches = [m for m in visible if not tf.io.gfile.isdir(m)]
+        if not matches and visible:
+            raise UserError(
+                f"{what} {pattern!r}: {visible[0]} is a directory, not a file: give its "
+                f"files (e.g. '{_join(visible[0], '*')}')"
+            )
         if not matches:
             raise MissingFileError(f"{what} pattern {pattern!r} matches no file")
         if original_order:
@@ -406,9 +472,7 @@ def read_metadata(record_file: str, record_format: str | None = None) -> dict:
         format is another: records of another kind or version, to be rebuilt.
     """
     path = metadata_path(record_file)
-    metadata = read_json(path)
-    if not isinstance(metadata, dict):
-        raise UserError(f"{path}: record metadata must be a JSON object")
+    metadata = read_json_object(path, "record metadata (a JSON object)")
     if record_format is not None and metadata.get("format") != record_format:
         raise UserError(
             f"{path}: the records have format {metadata.get('format')!r}, not "
@@ -425,14 +489,20 @@ def remove_metadata(record_file: str) -> None:
 
 
 def reusable_metadata(
-    record_file: str, record_format: str, settings: Mapping, input_files: Sequence[str]
+    record_file: str,
+    record_format: str,
+    settings: Mapping,
+    input_files: Sequence[str],
+    counts: Sequence[str] = (),
 ) -> dict | None:
     """The metadata of `record_file` if its records can be reused, else None.
 
     Reusable: the record file and its metadata exist, the metadata has
-    `record_format`, holds every entry of `settings` with the same (JSON) value, was
+    `record_format`, holds every entry of `settings` with the same (JSON) value and
+    each key of `counts` with a count (an int >= 0), was
     written from the same `input_files` (`same_file`, in order), and the record file
-    has the size recorded. A damaged metadata file counts as not reusable.
+    has the size recorded and every record's checksum holds. A damaged metadata file
+    or record file counts as not reusable.
     """
     if not (tf.io.gfile.exists(record_file) and tf.io.gfile.exists(metadata_path(record_file))):
         return None
@@ -443,66 +513,32 @@ def reusable_metadata(
     settings = json.loads(json.dumps(settings))  # Compared as JSON gives them back.
     if any(metadata.get(key) != value for key, value in settings.items()):
         return None
+    if not all(isinstance(metadata.get(key), int) and metadata[key] >= 0 for key in counts):
+        return None
     recorded = metadata.get("input_files", [])
-    if len(recorded) != len(input_files) or not all(
-        same_file(entry, path) for entry, path in zip(recorded, input_files)
+    if (
+        not isinstance(recorded, list)
+        or len(recorded) != len(input_files)
+        or not all(isinstance(entry, dict) for entry in recorded)
     ):
         return None
+    if not all(same_file(entry, path) for entry, path in zip(recorded, input_files)):
+        return None
     if metadata.get("record_bytes") != tf.io.gfile.stat(record_file).length:
+        return None
+    try:
+        damage.verify_tfrecord_file(record_file)
+    except damage.DamagedFileError as e:
+        logging.warning("Making %s again: %s", record_file, e)
         return None
     return metadata
 
 
 # ----------------------------------------------------------------------------
-# Reading records.
+# Record features.
 # ----------------------------------------------------------------------------
 
 
 def int64_feature(values: Iterable[int]) -> tf.train.Feature:
     """A `tf.train.Feature` of int64 values."""
     return tf.train.Feature(int64_list=tf.train.Int64List(value=list(values)))
-
-
-def tfrecord_dataset(
-    files: str | Sequence[str], input_context: tf.distribute.InputContext | None = None
-) -> tf.data.Dataset:
-    """The serialized records of `files`, in file order.
-
-    Under a distribution strategy with several input pipelines, each pipeline reads
-    every `num_input_pipelines`-th record from its `input_pipeline_id` on.
-    """
-    dataset = tf.data.TFRecordDataset(files)
-    if input_context is not None and input_context.num_input_pipelines > 1:
-        dataset = dataset.shard(input_context.num_input_pipelines, input_context.input_pipeline_id)
-    return dataset
-
-
-def per_replica_batch_size(
-    batch_size: int, input_context: tf.distribute.InputContext | None
-) -> int:
-    """The B of one replica for a global batch size (itself without a strategy)."""
-    if input_context is None:
-        return batch_size
-    return input_context.get_per_replica_batch_size(batch_size)
-
-
-def shuffle_and_repeat(
-    dataset: tf.data.Dataset, shuffle_buffer_size: int, num_records: int, seed: int | None
-) -> tf.data.Dataset:
-    """Training order: a new, seeded order every epoch (a buffer of at most
-    `num_records`), repeated."""
-    buffer_size = max(1, min(shuffle_buffer_size, num_records))
-    return dataset.shuffle(buffer_size, seed=seed, reshuffle_each_iteration=True).repeat()
-
-
-def replica_batches(
-    dataset: tf.data.Dataset,
-    batch_size: int,
-    input_context: tf.distribute.InputContext | None,
-    drop_remainder: bool,
-) -> tf.data.Dataset:
-    """Batches of one replica's share of the global `batch_size`, prefetched."""
-    dataset = dataset.batch(
-        per_replica_batch_size(batch_size, input_context), drop_remainder=drop_remainder
-    )
-    return dataset.prefetch(tf.data.AUTOTUNE)

@@ -15,6 +15,7 @@ from typing import Iterator, NamedTuple, Sequence
 
 from absl import logging
 
+from common.progress import Task
 from common.errors import UserError
 from data_prep import context_windows
 from data_prep.squad_reader import SquadExample
@@ -88,6 +89,7 @@ def convert_examples_to_features(
     max_query_length: int,
     is_training: bool,
     log_every: int = 1000,
+    bar=None,
 ) -> Iterator[InputFeatures]:
     """Yields the features of `examples`, window by window.
 
@@ -99,6 +101,7 @@ def convert_examples_to_features(
         max_query_length: questions are cut to this many word pieces.
         is_training: compute start and end positions.
         log_every: log progress every this many examples.
+        bar: a `common.progress.Task`, told the examples done.
 
     Returns:
         An iterator of `InputFeatures`, unique ids from `FIRST_UNIQUE_ID` on.
@@ -109,12 +112,19 @@ def convert_examples_to_features(
     """
     check_lengths(max_seq_length, doc_stride, max_query_length)
     return _generate_features(
-        examples, tokenizer, max_seq_length, doc_stride, max_query_length, is_training, log_every
+        examples,
+        tokenizer,
+        max_seq_length,
+        doc_stride,
+        max_query_length,
+        is_training,
+        log_every,
+        bar if bar is not None else Task(),
     )
 
 
 def _generate_features(
-    examples, tokenizer, max_seq_length, doc_stride, max_query_length, is_training, log_every
+    examples, tokenizer, max_seq_length, doc_stride, max_query_length, is_training, log_every, bar
 ):
     unique_id = FIRST_UNIQUE_ID
     for example_index, example in enumerate(examples):
@@ -130,6 +140,7 @@ def _generate_features(
         ):
             unique_id += 1
             yield feature
+        bar.update(example_index + 1)
         if (example_index + 1) % log_every == 0:
             logging.info(
                 "Converted %d of %d examples into %d features.",

@@ -97,11 +97,11 @@ def read_squad_file(
     skipped = []
     num_questions = 0
     for article_index, article in enumerate(articles):
-        paragraphs = _paragraphs(article, article_index, input_file)
+        paragraphs = article_paragraphs(article, article_index, input_file)
         for paragraph_index, paragraph in enumerate(paragraphs):
             where = "paragraph %d of article %d" % (paragraph_index, article_index)
-            context = _field(paragraph, "context", str, input_file, where)
-            qas = _field(paragraph, "qas", list, input_file, where)
+            context = field(paragraph, "context", str, input_file, where)
+            qas = field(paragraph, "qas", list, input_file, where)
             doc_tokens, char_to_word_offset = split_context(context)
             for qa in qas:
                 num_questions += 1
@@ -138,14 +138,14 @@ def read_squad_json(input_file: str) -> dict:
     return dataset
 
 
-def _paragraphs(article: Any, article_index: int, input_file: str) -> list:
+def article_paragraphs(article: Any, article_index: int, input_file: str) -> list:
     where = "article %d" % article_index
     if not isinstance(article, dict):
         raise UserError("%s: %s is not a JSON object." % (input_file, where))
-    return _field(article, "paragraphs", list, input_file, where)
+    return field(article, "paragraphs", list, input_file, where)
 
 
-def _field(obj: Mapping, key: str, kind: type, input_file: str, where: str):
+def field(obj: Mapping, key: str, kind: type, input_file: str, where: str):
     """`obj[key]`, checked to be of type `kind`, or a clear ValueError."""
     value = obj.get(key) if isinstance(obj, Mapping) else None
     if not isinstance(value, kind):
@@ -154,6 +154,13 @@ def _field(obj: Mapping, key: str, kind: type, input_file: str, where: str):
             % (input_file, where, key, "string" if kind is str else kind.__name__)
         )
     return value
+
+
+def question_id(qa: Any, input_file: str) -> str:
+    """The "id" of a question (a JSON object), or a clear ValueError."""
+    if not isinstance(qa, dict) or not isinstance(qa.get("id"), str):
+        raise UserError('%s: a question has no string "id": %.200r' % (input_file, qa))
+    return qa["id"]
 
 
 def split_context(context: str) -> tuple[list[str], list[int]]:
@@ -195,10 +202,8 @@ def _read_question(
     input_file: str,
 ) -> SquadExample | None:
     """The example of one question, or None if its answer is unrecoverable."""
-    if not isinstance(qa, dict) or not isinstance(qa.get("id"), str):
-        raise UserError('%s: a question has no string "id": %.200r' % (input_file, qa))
-    qas_id = qa["id"]
-    question_text = _field(qa, "question", str, input_file, "question %s" % qas_id)
+    qas_id = question_id(qa, input_file)
+    question_text = field(qa, "question", str, input_file, "question %s" % qas_id)
     if not is_training:
         return SquadExample(qas_id, question_text, doc_tokens)
     if version_2_with_negative and qa.get("is_impossible", False):

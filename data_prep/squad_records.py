@@ -27,12 +27,16 @@ from typing import Any, Iterable, Mapping, Sequence
 from absl import logging
 import tensorflow as tf
 
+from common.progress import Progress
 from common.errors import UserError
-from data_prep import records, squad_features, squad_reader
+from data_prep import input_pipeline, records, squad_features, squad_reader
+from data_prep.input_pipeline import RecordMetadata
 from data_prep.squad_features import InputFeatures
 
 # Raise the version when the records written for the same inputs change.
 RECORD_FORMAT = "bert_squad_tfrecord/2"
+# The metadata entry that counts the records (windows).
+COUNT_KEY = "num_features"
 
 
 @dataclasses.dataclass(frozen=True)
@@ -44,6 +48,7 @@ class FeatureSettings:
     max_query_length: int
     do_lower_case: bool
     version_2_with_negative: bool
+    preserve_unused_tokens: bool = False
 
 
 @dataclasses.dataclass(frozen=True)
@@ -51,11 +56,11 @@ class TrainData:
     """The training TFRecord file and its metadata."""
 
     file: str
-    metadata: dict
+    metadata: RecordMetadata
 
     @property
     def num_features(self) -> int:
-        return self.metadata["num_features"]
+        return self.metadata.num_records
 
 
 @dataclasses.dataclass(frozen=True)
@@ -64,7 +69,7 @@ class PredictData:
     features that post-processing maps the logits back onto."""
 
     file: str
-    metadata: dict
+    metadata: RecordMetadata
     examples: list
     features: list
 
@@ -106,7 +111,10 @@ def write_features(features: Iterable[InputFeatures], output_file: str, is_train
     """
     count = records.write_tfrecord(
         output_file,
-        (feature_to_tf_example(feature, is_training).SerializeToString() for feature in features),
+        (
+            feature_to_tf_example(feature, is_training).SerializeToString(deterministic=True)
+            for feature in features
+        ),
     )
     logging.info("Wrote %d features to %s.", count, output_file)
     return count
@@ -128,7 +136,8 @@ def write_metadata(
     vocab_file: str | None = None,
     extra: Mapping[str, Any] | None = None,
     input_files: Sequence[str] = (),
-) -> dict:
+    preserve_unused_tokens: bool = False,
+) -> RecordMetadata:
     """Writes the metadata of a SQuAD TFRecord file (`records.write_metadata`).
 
     Args:
@@ -145,9 +154,10 @@ def write_metadata(
         extra: more JSON-serializable entries (e.g. what decides whether the file
             can be reused).
         input_files: the SQuAD files read, fingerprinted for reuse checks.
+        preserve_unused_tokens: the tokenizer kept `[unusedN]` words whole.
 
     Returns:
-        The metadata written, as a dict.
+        The metadata written.
     """
     values = dict(
         task="squad",
@@ -157,6 +167,7 @@ def write_metadata(
         doc_stride=doc_stride,
         max_query_length=max_query_length,
         do_lower_case=do_lower_case,
+        preserve_unused_tokens=preserve_unused_tokens,
         num_questions=num_questions,
         num_examples=num_examples,
         num_features=num_features,
@@ -164,7 +175,14 @@ def write_metadata(
         vocab_file=vocab_file,
     )
     values.update(extra or {})
-    return records.write_metadata(record_file, RECORD_FORMAT, values, input_files)
+    return RecordMetadata.from_entries(
+        records.write_metadata(record_file, RECORD_FORMAT, values, input_files), COUNT_KEY
+    )
+
+
+def read_metadata(record_file: str) -> RecordMetadata:
+    """The metadata of a record file written here."""
+    return RecordMetadata.read(record_file, RECORD_FORMAT, COUNT_KEY)
 
 
 def _read_usable(
@@ -195,6 +213,7 @@ def build_train_features(
     vocab_file: str,
     settings: FeatureSettings,
     seed: int,
+    progress: Progress | None = None,
 ) -> TrainData:
     """Writes (or reuses) the training records; features are streamed to the file.
 
@@ -209,22 +228,27 @@ def build_train_features(
         shuffle_seed=seed,
         vocab_sha256=records.file_sha256(vocab_file),
     )
-    metadata = records.reusable_metadata(record_file, RECORD_FORMAT, source, [train_file])
+    metadata = records.reusable_metadata(
+        record_file, RECORD_FORMAT, source, [train_file], counts=("num_features",)
+    )
     if metadata is not None:
-        logging.info("Reusing %s (%d features).", record_file, metadata["num_features"])
-        return TrainData(record_file, metadata)
+        logging.info("Reusing %s (%d features).", record_file, metadata[COUNT_KEY])
+        return TrainData(record_file, RecordMetadata.from_entries(metadata, COUNT_KEY))
     read = _read_usable(train_file, True, settings.version_2_with_negative)
     examples = list(read.examples)
     random.Random(seed).shuffle(examples)
-    features = squad_features.convert_examples_to_features(
-        examples,
-        tokenizer,
-        settings.max_seq_length,
-        settings.doc_stride,
-        settings.max_query_length,
-        is_training=True,
-    )
-    num_features = write_features(features, record_file, is_training=True)
+    progress = progress if progress is not None else Progress()
+    with progress.task("features train", len(examples), "question") as bar:
+        features = squad_features.convert_examples_to_features(
+            examples,
+            tokenizer,
+            settings.max_seq_length,
+            settings.doc_stride,
+            settings.max_query_length,
+            is_training=True,
+            bar=bar,
+        )
+        num_features = write_features(features, record_file, is_training=True)
     metadata = write_metadata(
         record_file,
         **dataclasses.asdict(settings),
@@ -241,20 +265,29 @@ def build_train_features(
 
 
 def build_predict_features(
-    predict_file: str, record_file: str, tokenizer, vocab_file: str, settings: FeatureSettings
+    predict_file: str,
+    record_file: str,
+    tokenizer,
+    vocab_file: str,
+    settings: FeatureSettings,
+    progress: Progress | None = None,
 ) -> PredictData:
-    """Reads `predict_file`, keeps its examples and features, writes their records."""
+    """Reads `predict_file`, keeps its examples and features, writes their records;
+    `progress` (`common.progress`) is shown the questions done."""
     read = _read_usable(predict_file, False, settings.version_2_with_negative)
-    features = list(
-        squad_features.convert_examples_to_features(
-            read.examples,
-            tokenizer,
-            settings.max_seq_length,
-            settings.doc_stride,
-            settings.max_query_length,
-            is_training=False,
+    progress = progress if progress is not None else Progress()
+    with progress.task("features predict", len(read.examples), "question") as bar:
+        features = list(
+            squad_features.convert_examples_to_features(
+                read.examples,
+                tokenizer,
+                settings.max_seq_length,
+                settings.doc_stride,
+                settings.max_query_length,
+                is_training=False,
+                bar=bar,
+            )
         )
-    )
     write_features(features, record_file, is_training=False)
     metadata = write_metadata(
         record_file,
@@ -274,6 +307,18 @@ def build_predict_features(
 # ----------------------------------------------------------------------------
 
 
+def feature_spec(max_seq_length: int, is_training: bool) -> dict:
+    """The parsing spec of SQuAD records: `unique_ids` [], the three id fields [S] and,
+    for training, `start_positions`, `end_positions`, `is_impossible` []."""
+    spec = {"unique_ids": tf.io.FixedLenFeature([], tf.int64)}
+    for name in records.ENCODER_INPUT_NAMES:
+        spec[name] = tf.io.FixedLenFeature([max_seq_length], tf.int64)
+    if is_training:
+        for name in ("start_positions", "end_positions", "is_impossible"):
+            spec[name] = tf.io.FixedLenFeature([], tf.int64)
+    return spec
+
+
 def make_decoder(max_seq_length: int, is_training: bool):
     """A function decoding one serialized SQuAD record into int32 tensors.
 
@@ -286,12 +331,7 @@ def make_decoder(max_seq_length: int, is_training: bool):
         `unique_ids` [], `input_word_ids`, `input_mask`, `input_type_ids` [S],
         and for training `start_positions`, `end_positions`, `is_impossible` [].
     """
-    spec = {"unique_ids": tf.io.FixedLenFeature([], tf.int64)}
-    for name in records.ENCODER_INPUT_NAMES:
-        spec[name] = tf.io.FixedLenFeature([max_seq_length], tf.int64)
-    if is_training:
-        for name in ("start_positions", "end_positions", "is_impossible"):
-            spec[name] = tf.io.FixedLenFeature([], tf.int64)
+    spec = feature_spec(max_seq_length, is_training)
 
     def decode(record):
         parsed = tf.io.parse_single_example(record, spec)
@@ -313,36 +353,67 @@ def load_dataset(
     )
 
 
+def decode_records(
+    serialized: tf.Tensor, max_seq_length: int, is_training: bool
+) -> dict[str, tf.Tensor]:
+    """Parses a batch of serialized SQuAD records into int32 tensors.
+
+    Args:
+        serialized: string [B].
+        max_seq_length: S, as written in the records.
+        is_training: the records hold labels.
+
+    Returns:
+        `unique_ids` [B], `input_word_ids`, `input_mask`, `input_type_ids` [B, S],
+        and for training `start_positions`, `end_positions`, `is_impossible` [B].
+    """
+    parsed = tf.io.parse_example(serialized, feature_spec(max_seq_length, is_training))
+    return {
+        records.ENCODER_INPUT_NAMES.get(name, name): tf.cast(value, tf.int32)
+        for name, value in parsed.items()
+    }
+
+
 def build_dataset(
     record_file: str,
-    metadata: dict,
+    metadata: RecordMetadata,
     batch_size: int,
     is_training: bool,
     seed: int | None = None,
-    shuffle_buffer_size: int = 10000,
     input_context: tf.distribute.InputContext | None = None,
+    *,
+    shuffle_buffer_size: int = input_pipeline.DEFAULT_SHUFFLE_BUFFER_SIZE,
+    pad_to_max_seq_length: bool = False,
+    group_by_length: bool = False,
 ) -> tf.data.Dataset:
-    """Batches of flat feature dicts, as the Trainer takes them.
+    """Batches of flat feature dicts, as the Trainer takes them
+    (`input_pipeline.batched_records`).
 
     Each element: int32 `unique_ids` [B], `input_word_ids`, `input_mask`,
-    `input_type_ids` [B, S] and, for training, `start_positions`, `end_positions`,
-    `is_impossible` [B]. Training shuffles (a new, seeded order every epoch; a buffer
-    of at most the file's features), repeats and drops the last partial batch;
-    prediction reads the file once, in order.
+    `input_type_ids` [B, <= S] (cut to the batch's longest window unless
+    `pad_to_max_seq_length`; answer positions lie inside the real tokens) and, for
+    training, `start_positions`, `end_positions`, `is_impossible` [B]. Training
+    shuffles each epoch, repeats and drops the last partial batch; prediction reads
+    the file once, in order.
 
     Args:
         record_file: a file written here.
         metadata: its metadata (`TrainData.metadata`, `PredictData.metadata` or
-            `records.read_metadata`), for S and the number of features.
+            `read_metadata`), for S and the number of features.
         batch_size: the global batch size; under `input_context` the per-replica
             size is used and each input pipeline reads its share of the records.
+        seed, input_context, shuffle_buffer_size, pad_to_max_seq_length,
+            group_by_length: as `input_pipeline.batched_records` takes them.
     """
-    dataset = records.tfrecord_dataset(record_file, input_context)
-    if is_training:
-        dataset = records.shuffle_and_repeat(
-            dataset, shuffle_buffer_size, metadata["num_features"], seed
-        )
-    dataset = dataset.map(
-        make_decoder(metadata["max_seq_length"], is_training), num_parallel_calls=tf.data.AUTOTUNE
+    return input_pipeline.batched_records(
+        input_pipeline.tfrecord_dataset(record_file, input_context),
+        metadata,
+        lambda serialized: decode_records(serialized, metadata.max_seq_length, is_training),
+        batch_size,
+        is_training,
+        seed,
+        input_context,
+        shuffle_buffer_size=shuffle_buffer_size,
+        pad_to_max_seq_length=pad_to_max_seq_length,
+        group_by_length=group_by_length,
     )
-    return records.replica_batches(dataset, batch_size, input_context, is_training)

@@ -28,6 +28,10 @@ that Python's database leaves unassigned or a word longer than
 `max_input_chars_per_word` bytes, take the exact path (as `tokenize_words`). Strings
 of printable ASCII alone skip the normalization passes (lower-casing is all they
 need), which more than doubles the speed on English text.
+
+With `preserve_unused_tokens` (the original's flag), a word between spaces that is a
+`[unusedN]` entry of the vocabulary is one piece, as in the Python tokenizer: the
+strings holding a "[" and a "]" are split on whitespace first and take the exact path.
 """
 
 import tensorflow as tf
@@ -52,6 +56,7 @@ class TFBertTokenizer(tf.Module):
             BERT vocabulary), else None and the table is built from constants.
         vocab_table: `tf.lookup.StaticHashTable` token -> id (int64), -1 if absent.
         do_lower_case: whether text is lower-cased and stripped of accents.
+        preserve_unused_tokens: whether `[unusedN]` words stay whole.
         cls_id, sep_id: ids of [CLS] and [SEP].
         vocab_size: number of distinct tokens.
     """
@@ -62,6 +67,7 @@ class TFBertTokenizer(tf.Module):
         do_lower_case: bool = True,
         max_input_chars_per_word: int = tokenization.MAX_INPUT_CHARS_PER_WORD,
         name: str | None = None,
+        preserve_unused_tokens: bool = False,
     ):
         """Constructs a TFBertTokenizer.
 
@@ -70,6 +76,8 @@ class TFBertTokenizer(tf.Module):
             do_lower_case: lower-case and strip accents (uncased models).
             max_input_chars_per_word: longer words become [UNK].
             name: name of the module.
+            preserve_unused_tokens: a word between spaces that is a `[unusedN]`
+                entry of the vocabulary is one piece (`tokenization.FullTokenizer`).
 
         Raises:
             ValueError: the vocabulary is missing, empty, or lacks [UNK],
@@ -93,6 +101,14 @@ class TFBertTokenizer(tf.Module):
             vocab, self.vocab_table, _MAX_BYTES_PER_CHAR * max_input_chars_per_word
         )
         self._end_to_end = _end_to_end_tokenizer(vocab, max_input_chars_per_word)
+        self.preserve_unused_tokens = preserve_unused_tokens
+        preserved = sorted(tokenization.preserved_tokens(vocab)) if preserve_unused_tokens else []
+        self._preserved = None
+        if preserved:
+            self._preserved = tf.lookup.StaticHashTable(
+                tf.lookup.KeyValueTensorInitializer(preserved, [vocab[t] for t in preserved]),
+                default_value=-1,
+            )
         self._build_patterns()
 
     def _build_patterns(self):
@@ -102,7 +118,8 @@ class TFBertTokenizer(tf.Module):
         self._cjk = tokenization.regex_class(tokenization.CJK_RANGES)
         self._marks = _re2_class(classes.nonspacing_marks)
         punctuation = _re2_class(classes.punctuation)
-        self._split_delimiters = "%s|%s+" % (punctuation, _re2_class(classes.split_space))
+        self._spaces = _re2_class(classes.split_space) + "+"
+        self._split_delimiters = "%s|%s" % (punctuation, self._spaces)
         self._split_keep = punctuation
         # Strings holding a code point Python leaves unassigned (ICU may know it as
         # punctuation) take the exact path.
@@ -118,19 +135,24 @@ class TFBertTokenizer(tf.Module):
         Returns:
             tf.string Tensor of the same shape.
         """
+        return self._fold_case(self._clean(text))
+
+    def _clean(self, text: tf.Tensor) -> tf.Tensor:
         text = tf.strings.unicode_transcode(text, "UTF-8", "UTF-8", errors="ignore")
         text = tf.strings.regex_replace(text, self._removed, "")
         text = tf.strings.regex_replace(text, self._to_space, " ")
-        text = tf.strings.regex_replace(text, self._cjk, r" \0 ")
-        if self.do_lower_case:
-            # ICU lower-cases with the process's locale: under tr/az "I" would
-            # become a dotless "ı". Python's `str.lower` ignores the locale;
-            # other locale rules (lt) only add marks that are stripped below.
-            text = tf.strings.regex_replace(text, "I", "i")
-            text = tf.strings.lower(text, encoding="utf-8")
-            text = tf_text.normalize_utf8(text, "NFD")
-            text = tf.strings.regex_replace(text, self._marks, "")
-        return text
+        return tf.strings.regex_replace(text, self._cjk, r" \0 ")
+
+    def _fold_case(self, text: tf.Tensor) -> tf.Tensor:
+        if not self.do_lower_case:
+            return text
+        # ICU lower-cases with the process's locale: under tr/az "I" would
+        # become a dotless "ı". Python's `str.lower` ignores the locale;
+        # other locale rules (lt) only add marks that are stripped below.
+        text = tf.strings.regex_replace(text, "I", "i")
+        text = tf.strings.lower(text, encoding="utf-8")
+        text = tf_text.normalize_utf8(text, "NFD")
+        return tf.strings.regex_replace(text, self._marks, "")
 
     def split_words(self, text: tf.Tensor) -> tf.RaggedTensor:
         """Words and punctuation marks of each string.
@@ -141,7 +163,18 @@ class TFBertTokenizer(tf.Module):
         Returns:
             tf.string RaggedTensor [B, (W)].
         """
-        return self._split_normalized(self.normalize(text))
+        if self._preserved is None:
+            return self._split_normalized(self.normalize(text))
+        # The original checks each word between spaces before lower-casing it.
+        spaced = tf_text.regex_split(self._clean(text), self._spaces)  # [B, (V)]
+        kept = self._preserved.lookup(spaced.flat_values) >= 0  # [sum V]
+        folded = tf.where(kept, "x", self._fold_case(spaced.flat_values))
+        words = self._split_normalized(folded)  # [sum V, (W)]; a kept word is one word.
+        kept_at = tf.boolean_mask(words.row_starts(), kept)[:, tf.newaxis]
+        values = tf.tensor_scatter_nd_update(
+            words.flat_values, kept_at, tf.boolean_mask(spaced.flat_values, kept)
+        )
+        return spaced.with_flat_values(words.with_flat_values(values)).merge_dims(1, 2)
 
     def _split_normalized(self, text: tf.Tensor) -> tf.RaggedTensor:
         words = tf_text.regex_split(text, self._split_delimiters, self._split_keep)
@@ -162,21 +195,23 @@ class TFBertTokenizer(tf.Module):
             int32 RaggedTensor [B, (T)]: the word pieces of each string.
         """
         if self._end_to_end is None:
-            return self._exact_ids(self.normalize(text))
+            return self._exact_ids(text)
         normalized, unassigned = self._normalize_by_row(text)
         fast = tf.cast(self._end_to_end.tokenize(normalized), tf.int32)
         # `_end_to_end` maps a word of more than max_input_chars_per_word bytes to
         # [UNK], where the original counts characters: such a row (and any row with
         # an [UNK] and that many bytes) takes the exact path, as do rows with
-        # unassigned code points.
+        # unassigned code points, and rows that may hold a word kept whole.
         exact = tf.logical_and(
             tf.reduce_any(tf.equal(fast, self._unk_id), axis=1),
             tf.strings.length(normalized) > self.max_input_chars_per_word,
         )
         exact = tf.logical_or(exact, unassigned)
+        if self._preserved is not None:  # Normalizing adds and drops no bracket.
+            exact = tf.logical_or(exact, tf.strings.regex_full_match(normalized, r".*\[.*\].*"))
         return tf.cond(
             tf.reduce_any(exact),
-            lambda: _replace_rows(fast, exact, self._exact_ids(tf.boolean_mask(normalized, exact))),
+            lambda: _replace_rows(fast, exact, self._exact_ids(tf.boolean_mask(text, exact))),
             lambda: fast,
         )
 
@@ -204,9 +239,9 @@ class TFBertTokenizer(tf.Module):
         flags = [tf.zeros_like(plain_rows, tf.bool), unassigned]
         return normalized, tf.dynamic_stitch([plain_rows, other_rows], flags)
 
-    def _exact_ids(self, normalized: tf.Tensor) -> tf.RaggedTensor:
-        """[B, (T)] int32 ids of normalized strings, split with `regex_split`."""
-        pieces = self._wordpiece.tokenize(self._split_normalized(normalized))
+    def _exact_ids(self, text: tf.Tensor) -> tf.RaggedTensor:
+        """[B, (T)] int32 ids of strings, split with `regex_split` (`split_words`)."""
+        pieces = self._wordpiece.tokenize(self.split_words(text))
         return tf.cast(pieces.merge_dims(-2, -1), tf.int32)
 
     @tf.function(input_signature=[tf.TensorSpec([None], tf.string)])

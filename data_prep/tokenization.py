@@ -3,9 +3,10 @@
 The public API matches the original `tokenization.py` (`FullTokenizer`,
 `BasicTokenizer`, `WordpieceTokenizer`, `load_vocab`, `convert_to_unicode`,
 `printable_text`, `whitespace_tokenize`, `convert_by_vocab`...), so code written
-against it runs unchanged. Its behaviour is that of the original with
-`--preserve_unused_tokens=False` (the default): text such as "[MASK]" is plain
-text and is split on its punctuation.
+against it runs unchanged. The original's flag `--preserve_unused_tokens` is the
+argument `preserve_unused_tokens` here: with it, a word of the text (between spaces)
+that is a vocabulary entry `[unusedN]` is one token, not split on its brackets; every
+other text, "[MASK]" and "[UNUSED0]" included, is tokenized as usual.
 
 Pipeline of `FullTokenizer.tokenize`:
   1. clean: drop NUL, U+FFFD and control/format characters (categories Cc, Cf,
@@ -29,11 +30,21 @@ looks across a space.
 import collections
 import functools
 import re
-import sys
 import unicodedata
 from typing import Iterable, Mapping, Sequence
 
 from common.errors import UserError
+from data_prep.char_classes import (  # Re-exported: the tokenizers' character classes.
+    CJK_RANGES as CJK_RANGES,
+    CharClasses as CharClasses,
+    char_classes as char_classes,
+    code_point_ranges as code_point_ranges,
+    is_cjk as is_cjk,
+    is_control as is_control,
+    is_punctuation as is_punctuation,
+    is_whitespace as is_whitespace,
+    regex_class as regex_class,
+)
 
 UNK_TOKEN = "[UNK]"
 CLS_TOKEN = "[CLS]"
@@ -43,142 +54,8 @@ PAD_TOKEN = "[PAD]"
 SPECIAL_TOKENS = (PAD_TOKEN, UNK_TOKEN, CLS_TOKEN, SEP_TOKEN, MASK_TOKEN)
 
 WORDPIECE_PREFIX = "##"
+_UNUSED_TOKEN = re.compile(r"\[unused\d+\]")
 MAX_INPUT_CHARS_PER_WORD = 200
-
-# CJK Unified Ideographs and their extensions and compatibility blocks, as the
-# original release defines "Chinese characters" (not Hangul, Hiragana, ...).
-CJK_RANGES = (
-    (0x4E00, 0x9FFF),
-    (0x3400, 0x4DBF),
-    (0x20000, 0x2A6DF),
-    (0x2A700, 0x2B73F),
-    (0x2B740, 0x2B81F),
-    (0x2B820, 0x2CEAF),
-    (0xF900, 0xFAFF),
-    (0x2F800, 0x2FA1F),
-)
-
-# Non-alphanumeric printable ASCII counts as punctuation even where Unicode
-# says otherwise ("$", "^", "`", "+", ...).
-_ASCII_PUNCTUATION_RANGES = ((33, 47), (58, 64), (91, 96), (123, 126))
-
-
-# ----------------------------------------------------------------------------
-# Character classes.
-# ----------------------------------------------------------------------------
-
-
-def is_whitespace(char: str) -> bool:
-    """Whether `char` becomes a space when cleaning text."""
-    return char in " \t\n\r" or unicodedata.category(char) == "Zs"
-
-
-def is_control(char: str) -> bool:
-    """Whether `char` is a control/format character dropped when cleaning text."""
-    if char in "\t\n\r":
-        return False
-    return unicodedata.category(char) in ("Cc", "Cf")
-
-
-def is_punctuation(char: str) -> bool:
-    """Whether `char` is split off as a token of its own."""
-    cp = ord(char)
-    if any(lo <= cp <= hi for lo, hi in _ASCII_PUNCTUATION_RANGES):
-        return True
-    return unicodedata.category(char).startswith("P")
-
-
-def is_cjk(char: str) -> bool:
-    """Whether `char` is a CJK ideograph, surrounded by spaces before splitting."""
-    cp = ord(char)
-    return any(lo <= cp <= hi for lo, hi in CJK_RANGES)
-
-
-class CharClasses:
-    """Explicit code point sets of the character classes used by the tokenizer.
-
-    Built once by scanning every code point with Python's `unicodedata`; the
-    in-graph tokenizer turns the same sets into regular expressions so that both
-    tokenizers classify every character identically.
-
-    Attributes:
-        removed: code points dropped when cleaning (NUL, U+FFFD, Cc, Cf but not
-            tab, newline, carriage return).
-        to_space: code points replaced by a space when cleaning.
-        punctuation: code points split off as single-character tokens.
-        nonspacing_marks: code points of category Mn (dropped after NFD when
-            lower-casing).
-        split_space: code points that `str.split()` treats as separators.
-        unassigned: code points of category Cn (no character in this Python's
-            Unicode version; a newer one, e.g. ICU's, may make them punctuation).
-    """
-
-    def __init__(self):
-        self.removed = []
-        self.to_space = []
-        self.punctuation = []
-        self.nonspacing_marks = []
-        self.split_space = []
-        self.unassigned = []
-        # One `category` call per code point; the result equals that of
-        # `is_control`, `is_whitespace` and `is_punctuation`.
-        ascii_punctuation = {cp for lo, hi in _ASCII_PUNCTUATION_RANGES for cp in range(lo, hi + 1)}
-        category = unicodedata.category
-        for cp in range(sys.maxunicode + 1):
-            char = chr(cp)
-            cat = category(char)
-            if cp in (0, 0xFFFD) or (cat in ("Cc", "Cf") and char not in "\t\n\r"):
-                self.removed.append(cp)
-            elif cat == "Zs" or char in "\t\n\r":
-                self.to_space.append(cp)
-            if cat[0] == "P" or cp in ascii_punctuation:
-                self.punctuation.append(cp)
-            elif cat == "Mn":
-                self.nonspacing_marks.append(cp)
-            elif cat == "Cn":
-                self.unassigned.append(cp)
-            if char.isspace():
-                self.split_space.append(cp)
-
-
-@functools.lru_cache(maxsize=None)
-def char_classes() -> CharClasses:
-    """The `CharClasses` of this Python's Unicode database (computed once)."""
-    return CharClasses()
-
-
-def code_point_ranges(code_points: Iterable[int]) -> list[tuple[int, int]]:
-    """Merges sorted code points into inclusive `(first, last)` ranges."""
-    ranges = []
-    for cp in sorted(code_points):
-        if ranges and ranges[-1][1] == cp - 1:
-            ranges[-1] = (ranges[-1][0], cp)
-        else:
-            ranges.append((cp, cp))
-    return ranges
-
-
-def regex_class(
-    ranges: Iterable[tuple[int, int]], negate: bool = False, syntax: str = "re2"
-) -> str:
-    """A regular-expression character class `[...]` matching `ranges`.
-
-    Args:
-        ranges: inclusive `(first, last)` code point ranges.
-        negate: match every code point outside `ranges` instead.
-        syntax: "re2" (TensorFlow's regex ops) or "python" (`re`); they differ
-            only in how a code point is escaped.
-    """
-    if syntax == "re2":
-        escape = "\\x{%x}".__mod__
-    elif syntax == "python":
-        escape = "\\U%08x".__mod__
-    else:
-        raise UserError("Unknown regex syntax %r." % syntax)
-    parts = []
-    for lo, hi in ranges:
-        parts.append(escape(lo) if lo == hi else escape(lo) + "-" + escape(hi))
-    return "[" + ("^" if negate else "") + "".join(parts) + "]"
 
 
 class _Patterns:
@@ -353,29 +230,61 @@ def validate_case_matches_checkpoint(do_lower_case: bool, init_checkpoint: str |
 # ----------------------------------------------------------------------------
 
 
+def preserved_tokens(vocab: Iterable[str]) -> frozenset[str]:
+    """The entries of `vocab` that `preserve_unused_tokens` keeps whole: those matching
+    the original's `^\\[unused\\d+\\]$` ("[unused0]" ... "[unused993]")."""
+    return frozenset(token for token in vocab if _UNUSED_TOKEN.fullmatch(token))
+
+
 class BasicTokenizer:
     """Cleans text, optionally lower-cases it, splits on whitespace and punctuation."""
 
-    def __init__(self, do_lower_case: bool = True):
+    def __init__(
+        self, do_lower_case: bool = True, vocab: Iterable[str] = (), preserve_unused_tokens=False
+    ):
+        """Constructs a BasicTokenizer.
+
+        Args:
+            do_lower_case: lower-case and strip accents.
+            vocab: the vocabulary (its `[unusedN]` entries, with
+                `preserve_unused_tokens`).
+            preserve_unused_tokens: a word (between spaces, after cleaning) that is a
+                `[unusedN]` entry of `vocab` stays whole, as the original's flag.
+        """
         self.do_lower_case = do_lower_case
+        self.vocab = vocab
+        self.preserve_unused_tokens = preserve_unused_tokens
+        self._preserved = preserved_tokens(vocab) if preserve_unused_tokens else frozenset()
 
     def normalize(self, text) -> str:
         """Steps 1-3 of the pipeline: cleaning, CJK spacing, lower-casing."""
+        return self._fold_case(self._clean(text))
+
+    def _clean(self, text) -> str:
         patterns = _patterns()
         text = convert_to_unicode(text).translate(patterns.clean_table)
-        if text.isascii():  # No CJK, no accents: the common case, shortened.
-            return text.lower() if self.do_lower_case else text
-        text = patterns.cjk.sub(r" \g<0> ", text)
-        if self.do_lower_case:
-            text = text.lower()
-            if not text.isascii():
-                text = unicodedata.normalize("NFD", text)
-                text = text.translate(patterns.strip_marks_table)
-        return text
+        return text if text.isascii() else patterns.cjk.sub(r" \g<0> ", text)
+
+    def _fold_case(self, text: str) -> str:
+        if not self.do_lower_case:
+            return text
+        text = text.lower()
+        if text.isascii():  # No accents: the common case, shortened.
+            return text
+        return unicodedata.normalize("NFD", text).translate(_patterns().strip_marks_table)
 
     def tokenize(self, text) -> list[str]:
         """Splits `text` (str or UTF-8 bytes) into words and punctuation marks."""
-        return _patterns().words.findall(self.normalize(text))
+        words = _patterns().words
+        if not self._preserved:
+            return words.findall(self.normalize(text))
+        tokens = []
+        for word in self._clean(text).split():  # No step looks across a space.
+            if word in self._preserved:
+                tokens.append(word)
+            else:
+                tokens += words.findall(self._fold_case(word))
+        return tokens
 
 
 class WordpieceTokenizer:
@@ -439,12 +348,14 @@ class FullTokenizer:
 
     WORD_CACHE_SIZE = 1 << 18  # Texts between spaces whose ids `tokenize_to_ids` keeps.
 
-    def __init__(self, vocab_file: str, do_lower_case: bool = True):
+    def __init__(self, vocab_file: str, do_lower_case: bool = True, preserve_unused_tokens=False):
         """Constructs a FullTokenizer.
 
         Args:
             vocab_file: path of the vocabulary, one token per line.
             do_lower_case: lower-case and strip accents (uncased models).
+            preserve_unused_tokens: keep a word that is a `[unusedN]` entry of the
+                vocabulary whole (`BasicTokenizer`), as the original's flag.
 
         Raises:
             ValueError: the vocabulary is missing, empty, or lacks [UNK], [CLS] or
@@ -455,7 +366,8 @@ class FullTokenizer:
         self.vocab = load_vocab(vocab_file)
         validate_vocab(self.vocab, (UNK_TOKEN, CLS_TOKEN, SEP_TOKEN), vocab_file)
         self.inv_vocab = {v: k for k, v in self.vocab.items()}
-        self.basic_tokenizer = BasicTokenizer(do_lower_case=do_lower_case)
+        self.preserve_unused_tokens = preserve_unused_tokens
+        self.basic_tokenizer = BasicTokenizer(do_lower_case, self.vocab, preserve_unused_tokens)
         self.wordpiece_tokenizer = WordpieceTokenizer(vocab=self.vocab)
         self._word_ids = {}
 

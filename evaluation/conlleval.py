@@ -274,8 +274,8 @@ def evaluate_lines(
 
 def evaluate_file(path: str, iobes: bool = True) -> ChunkCounts:
     """Scores a conlleval file (UTF-8), e.g. one written by `conll.write_predictions`."""
-    with open(path, encoding="utf-8") as f:
-        return evaluate_lines(f, source=str(path), iobes=iobes)
+    lines = (line for _, line in records.read_lines(str(path)))
+    return evaluate_lines(lines, source=str(path), iobes=iobes)
 
 
 def eval_results(counts: ChunkCounts, prefix: str = "eval_") -> dict[str, float | int]:

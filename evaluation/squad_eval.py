@@ -29,7 +29,7 @@ from typing import Mapping, Sequence
 from absl import logging
 
 from common.errors import UserError
-from data_prep import squad_reader
+from data_prep import records, squad_reader
 
 _ARTICLES = re.compile(r"\b(a|an|the)\b", re.UNICODE)
 _PUNCTUATION = frozenset(string.punctuation)
@@ -87,14 +87,58 @@ def _token_f1(gold_tokens: Sequence[str], pred_tokens: Sequence[str]) -> float:
 # ----------------------------------------------------------------------------
 
 
-def gold_answers(articles: Sequence[dict]) -> "collections.OrderedDict":
-    """qas_id -> list of gold answer texts, in file order."""
+def gold_answers(articles: Sequence[dict], source: str = "<data>") -> "collections.OrderedDict":
+    """qas_id -> list of gold answer texts, in file order.
+
+    Raises:
+        UserError: naming `source` (the file) and the article, paragraph or question
+            whose structure is not SQuAD's.
+    """
     answers = collections.OrderedDict()
-    for article in articles:
-        for paragraph in article["paragraphs"]:
-            for qa in paragraph["qas"]:
-                answers[qa["id"]] = [a["text"] for a in qa["answers"]]
+    for article_index, article in enumerate(articles):
+        for paragraph_index, paragraph in enumerate(
+            squad_reader.article_paragraphs(article, article_index, source)
+        ):
+            where = "paragraph %d of article %d" % (paragraph_index, article_index)
+            for qa in squad_reader.field(paragraph, "qas", list, source, where):
+                qas_id = squad_reader.question_id(qa, source)
+                golds = squad_reader.field(qa, "answers", list, source, "question " + qas_id)
+                if not all(isinstance(a, dict) and isinstance(a.get("text"), str) for a in golds):
+                    raise UserError(
+                        '%s: question %s: an answer has no string "text".' % (source, qas_id)
+                    )
+                answers[qas_id] = [a["text"] for a in golds]
     return answers
+
+
+def read_predictions(path: str) -> dict[str, str]:
+    """predictions.json: question id -> predicted text ("" for no answer).
+
+    Raises:
+        UserError: naming the file, if it is not a JSON object of strings.
+    """
+    predictions = records.read_json_object(path, "predictions (an object of id -> text)")
+    for qas_id, text in predictions.items():
+        if not isinstance(text, str):
+            raise UserError(
+                "%s: the prediction of %s is not a string: %.80r" % (path, qas_id, text)
+            )
+    return predictions
+
+
+def read_null_odds(path: str) -> dict[str, float]:
+    """null_odds.json: question id -> null odds (null score minus the best answer's).
+
+    Raises:
+        UserError: naming the file, if it is not a JSON object of numbers.
+    """
+    odds = records.read_json_object(path, "null odds (an object of id -> number)")
+    for qas_id, value in odds.items():
+        if not isinstance(value, (int, float)) or isinstance(value, bool) or value != value:
+            raise UserError(
+                "%s: the null odds of %s are not a number: %.80r" % (path, qas_id, value)
+            )
+    return odds
 
 
 def is_version_2(dataset: Mapping) -> bool:
@@ -295,7 +339,9 @@ def evaluate_file(
             lacks a prediction (v2.0 rules) or null odds.
     """
     dataset = squad_reader.read_squad_json(dataset_file)
-    answers = gold_answers(dataset["data"])
+    answers = gold_answers(dataset["data"], dataset_file)
+    if not answers:
+        raise UserError("%s holds no question to score." % dataset_file)
     if version_2_with_negative is None:
         version_2_with_negative = is_version_2(dataset)
     try:

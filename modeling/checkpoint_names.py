@@ -57,6 +57,7 @@ HF_ARCHITECTURES = {
     "BertModel": ENCODER,
     "BertForPreTraining": PRETRAINER,
     "BertForMaskedLM": PRETRAINER,
+    "BertLMHeadModel": PRETRAINER,
     "BertForNextSentencePrediction": PRETRAINER,
     "BertForSequenceClassification": CLASSIFIER,
     "BertForMultipleChoice": MULTIPLE_CHOICE,
@@ -64,6 +65,8 @@ HF_ARCHITECTURES = {
     "BertForTokenClassification": TOKEN_CLASSIFIER,
 }
 HF_ARCHITECTURE_OF = {kind: name for name, kind in reversed(HF_ARCHITECTURES.items())}
+# A left-to-right pre-trainer (causal attention) is written as Hugging Face's causal BERT.
+HF_CAUSAL_PRETRAINER = "BertLMHeadModel"
 
 # Our activation names -> Hugging Face's: the inverse of the table modeling.config reads
 # Hugging Face configs with, taking Hugging Face's own name where several read as one of
@@ -167,11 +170,19 @@ _TASK_HEADS = {
 }
 
 
+def has_bilstm_head(model) -> bool:
+    """Whether a task model has the "+ BiLSTM" of `models` (a `bilstm` sub-layer)."""
+    return getattr(model, "bilstm", None) is not None
+
+
 def head_tables(model) -> dict:
     """{part name: [(original TF1 name, variable, transposed)]} of the model's heads
     that the TF1 and Hugging Face formats can hold; {} for an encoder, and for the
-    feature-based tagger (its BiLSTM head exists only in our TF2 format)."""
+    feature-based tagger and a task model with a BiLSTM (their BiLSTM heads exist only
+    in our TF2 format)."""
     kind = model_kind(model)
+    if has_bilstm_head(model):
+        return {}
     if kind == PRETRAINER:
         return pretraining_head_tables(model)
     if kind in _TASK_HEADS:

@@ -20,12 +20,14 @@ import tensorflow as tf
 
 from common.errors import MissingFileError, UserError
 from data_prep import records
+from data_prep.damage import DamagedFileError
 from modeling import checkpoint_names as names
 
 HF_WEIGHTS = "model.safetensors"
 HF_INDEX = "model.safetensors.index.json"
 MODEL_INFO = "model_info.json"
 BEST_DIR = "best"
+_NONE_TYPE = type(None)
 _IGNORED_TF1 = re.compile(r"(adam_[mv]|global_step|good_steps|loss_scale)")
 
 
@@ -44,31 +46,89 @@ _SAFETENSORS_DTYPES = {
 }
 
 
+def _damaged_safetensors(path: str, what: str) -> DamagedFileError:
+    return DamagedFileError(
+        path,
+        None,
+        f"not a valid safetensors file: {what} (the file is damaged or was cut short: "
+        f"download or write it again)",
+    )
+
+
+def _safetensors_header(path: str, data: bytes) -> tuple[dict, int]:
+    """(the header's JSON object, where the tensor data starts), checked."""
+    if len(data) < 8:
+        raise _damaged_safetensors(path, f"{len(data)} bytes, less than its 8-byte header size")
+    (header_size,) = struct.unpack("<Q", data[:8])
+    if header_size > len(data) - 8:
+        raise _damaged_safetensors(
+            path, f"the header size says {header_size:,} bytes but {len(data) - 8:,} follow"
+        )
+    try:
+        header = json.loads(data[8 : 8 + header_size].decode("utf-8"))
+    except (UnicodeDecodeError, ValueError, RecursionError) as e:
+        raise _damaged_safetensors(path, f"its header is not JSON ({e})") from None
+    if not isinstance(header, dict):
+        raise _damaged_safetensors(path, "its header is not a JSON object")
+    return header, 8 + header_size
+
+
+def _is_int(value) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool) and value >= 0
+
+
+def _safetensors_array(path: str, name: str, info, body: memoryview) -> np.ndarray:
+    """One tensor of the data section, its header entry checked against the data."""
+    import ml_dtypes  # shipped with TensorFlow
+
+    if not isinstance(info, dict):
+        raise _damaged_safetensors(path, f"the entry of tensor {name!r} is not an object")
+    dtype, shape, offsets = info.get("dtype"), info.get("shape"), info.get("data_offsets")
+    if not isinstance(dtype, str):
+        raise _damaged_safetensors(path, f"tensor {name!r} has no dtype")
+    np_dtype = ml_dtypes.bfloat16 if dtype == "BF16" else _SAFETENSORS_DTYPES.get(dtype)
+    if np_dtype is None:
+        raise UserError(f"{path}: tensor {name} has unsupported dtype {dtype}")
+    if not isinstance(shape, list) or not all(map(_is_int, shape)):
+        raise _damaged_safetensors(path, f"tensor {name!r} has no valid shape ({shape!r})")
+    if (
+        not isinstance(offsets, list)
+        or len(offsets) != 2
+        or not all(map(_is_int, offsets))
+        or offsets[0] > offsets[1]
+    ):
+        raise _damaged_safetensors(path, f"tensor {name!r} has no valid data_offsets")
+    start, end = offsets
+    if end > len(body):
+        raise _damaged_safetensors(
+            path,
+            f"tensor {name!r} needs bytes {start:,} to {end:,} of the data, which has "
+            f"{len(body):,}",
+        )
+    if end - start != int(np.prod(shape)) * np.dtype(np_dtype).itemsize:
+        raise _damaged_safetensors(
+            path, f"tensor {name!r} of shape {shape} and dtype {dtype} is not {end - start} bytes"
+        )
+    array = np.frombuffer(body[start:end], dtype=np_dtype).reshape(shape)
+    return array.astype(np.float32) if dtype in ("BF16", "F16") else array
+
+
 def read_safetensors(path: str) -> dict:
     """Reads a safetensors file into {name: float32/int ndarray}, without PyTorch.
 
-    Handles BF16 through ml_dtypes (numpy has no bfloat16 of its own).
+    Handles BF16 through ml_dtypes (numpy has no bfloat16 of its own). The header is
+    checked against the data (a file cut short, a garbled header), naming the file
+    and the tensor; the format has no checksum of the data itself.
     """
-    import ml_dtypes  # shipped with TensorFlow
-
     with open(path, "rb") as f:
-        (header_size,) = struct.unpack("<Q", f.read(8))
-        header = json.loads(f.read(header_size))
         data = f.read()
-    tensors = {}
-    for name, info in header.items():
-        if name == "__metadata__":
-            continue
-        dtype = info["dtype"]
-        np_dtype = ml_dtypes.bfloat16 if dtype == "BF16" else _SAFETENSORS_DTYPES.get(dtype)
-        if np_dtype is None:
-            raise UserError(f"{path}: tensor {name} has unsupported dtype {dtype}")
-        start, end = info["data_offsets"]
-        array = np.frombuffer(data[start:end], dtype=np_dtype).reshape(info["shape"])
-        if dtype in ("BF16", "F16"):
-            array = array.astype(np.float32)
-        tensors[name] = array
-    return tensors
+    header, data_start = _safetensors_header(path, data)
+    body = memoryview(data)[data_start:]
+    return {
+        name: _safetensors_array(path, name, info, body)
+        for name, info in header.items()
+        if name != "__metadata__"
+    }
 
 
 def find_side_file(side_dirs, name: str) -> str | None:
@@ -84,7 +144,25 @@ def read_model_info(side_dirs) -> dict:
     """The `model_info.json` beside a checkpoint ({} when there is none): `model_kind`,
     `labels` and `do_lower_case` of the model it holds."""
     path = find_side_file(side_dirs, MODEL_INFO)
-    return records.read_json(path) if path else {}
+    return records.read_json_object(path, "the model's info (a JSON object)") if path else {}
+
+
+def _damaged_checkpoint(prefix: str, name: str | None, error: Exception) -> DamagedFileError:
+    """The error of a TF checkpoint whose index (`name` None) or the data of variable
+    `name` cannot be read."""
+    if name is None:
+        path, where, what = prefix + ".index", None, "its index cannot be read"
+    else:
+        path, where, what = prefix + ".data-*", f"variable {name}", "it cannot be read"
+    if isinstance(error, IndexError):  # TensorFlow's OUT_OF_RANGE: a short read.
+        detail = "the data file ends before its bytes: it was cut short"
+    else:
+        detail = getattr(error, "message", str(error)).strip().splitlines()[0]
+    return DamagedFileError(
+        path,
+        where,
+        f"{what} ({detail}); the checkpoint is damaged or incomplete: copy or write it again",
+    )
 
 
 class _TF1Reader:
@@ -92,16 +170,19 @@ class _TF1Reader:
 
     def __init__(self, prefix: str, side_dirs):
         self.path, self.side_dirs = prefix, side_dirs
-        self._reader = tf.train.load_checkpoint(prefix)
-        self.shapes = {
-            k: tuple(v)
-            for k, v in self._reader.get_variable_to_shape_map().items()
-            if not _IGNORED_TF1.search(k)
-        }
+        try:
+            self._reader = tf.train.load_checkpoint(prefix)
+            shapes = self._reader.get_variable_to_shape_map()
+        except (tf.errors.OpError, IndexError, ValueError) as e:
+            raise _damaged_checkpoint(prefix, None, e) from None
+        self.shapes = {k: tuple(v) for k, v in shapes.items() if not _IGNORED_TF1.search(k)}
         self.stored_kind = read_model_info(side_dirs).get("model_kind")
 
     def get(self, name: str) -> np.ndarray:
-        return self._reader.get_tensor(name)
+        try:
+            return self._reader.get_tensor(name)
+        except (tf.errors.OpError, IndexError, ValueError) as e:
+            raise _damaged_checkpoint(self.path, name, e) from None
 
     def name_of(self, original: str) -> tuple[str, bool]:
         return original, False
@@ -122,19 +203,31 @@ class _TF2Reader(_TF1Reader):
             )
 
 
+def _hf_weight_files(index: str) -> list[str]:
+    """The safetensors files a Hugging Face index names in its "weight_map"."""
+    weight_map = records.read_json_object(index).get("weight_map")
+    if (
+        not isinstance(weight_map, dict)
+        or not weight_map
+        or not all(isinstance(name, str) and name for name in weight_map.values())
+    ):
+        raise UserError(f'{index}: "weight_map" is not an object of tensor -> file names')
+    return sorted(set(weight_map.values()))
+
+
 class _HFReader:
     kind = "hf"
 
     def __init__(self, directory: str):
         self.path, self.side_dirs = directory, [directory]
         index = os.path.join(directory, HF_INDEX)
-        if os.path.isfile(index):
-            files = sorted(set(records.read_json(index)["weight_map"].values()))
-        else:
-            files = [HF_WEIGHTS]
+        files = _hf_weight_files(index) if os.path.isfile(index) else [HF_WEIGHTS]
         self._tensors = {}
         for name in files:
-            for key, value in read_safetensors(os.path.join(directory, name)).items():
+            path = os.path.join(directory, name)
+            if not os.path.isfile(path):
+                raise MissingFileError(f"{path} not found (named by {HF_INDEX})")
+            for key, value in read_safetensors(path).items():
                 canonical = names.canonical_hf_name(key)
                 if canonical != key and canonical in self._tensors:
                     continue  # Both spellings saved: keep the canonical one.
@@ -142,8 +235,13 @@ class _HFReader:
         self.shapes = {k: tuple(v.shape) for k, v in self._tensors.items()}
         self.prefix = "bert." if any(k.startswith("bert.") for k in self._tensors) else ""
         config = os.path.join(directory, "config.json")
-        self.config = records.read_json(config) if os.path.isfile(config) else {}
-        self.architecture = (self.config.get("architectures") or [None])[0]
+        self.config = records.read_json_object(config) if os.path.isfile(config) else {}
+        architectures = self.config.get("architectures") or [None]
+        if not isinstance(architectures, list) or not isinstance(
+            architectures[0], (str, _NONE_TYPE)
+        ):
+            raise UserError(f"{config}: 'architectures' is not a list of class names")
+        self.architecture = architectures[0]
         self.stored_kind = names.HF_ARCHITECTURES.get(self.architecture)
 
     def get(self, name: str) -> np.ndarray:
@@ -160,12 +258,25 @@ def is_hf_directory(path: str) -> bool:
     )
 
 
+def _latest_checkpoint(directory: str) -> str | None:
+    """The checkpoint its `checkpoint` state file names (None: no state file)."""
+    try:
+        return tf.train.latest_checkpoint(directory)
+    except (UnicodeDecodeError, ValueError, tf.errors.OpError) as e:
+        raise DamagedFileError(
+            os.path.join(directory, "checkpoint"),
+            None,
+            f"the checkpoint state file cannot be read ({str(e).splitlines()[0]}): the "
+            f"run's checkpoints are damaged; remove it to use the one *.index file",
+        ) from None
+
+
 def _directory_prefix(path: str) -> str:
     """The checkpoint prefix a directory stands for (see `resolve_checkpoint`)."""
     best = os.path.join(path, BEST_DIR)
-    prefix = tf.train.latest_checkpoint(best) if os.path.isdir(best) else None
+    prefix = _latest_checkpoint(best) if os.path.isdir(best) else None
     if prefix is None:
-        prefix = tf.train.latest_checkpoint(path)
+        prefix = _latest_checkpoint(path)
     if prefix is None:
         indexes = sorted(glob.glob(os.path.join(path, "*.index")))
         if len(indexes) != 1:
@@ -210,7 +321,10 @@ def resolve_checkpoint(path: str) -> tuple[str, str]:
         path = _directory_prefix(path)
     if not os.path.isfile(path + ".index"):
         raise MissingFileError(f"checkpoint not found: {path} (no {path}.index)")
-    variables = tf.train.list_variables(path)
+    try:
+        variables = tf.train.list_variables(path)
+    except (tf.errors.OpError, IndexError, ValueError) as e:
+        raise _damaged_checkpoint(path, None, e) from None
     if any(name.startswith(("bert/", "cls/")) for name, _ in variables):
         return "tf1", path
     return "tf2", path

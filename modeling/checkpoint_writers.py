@@ -10,7 +10,9 @@
                                              bert_config.json and vocab.txt.
 
 Every directory also gets a `model_info.json` (`model_kind`, `labels`,
-`do_lower_case`, `written_by`), which tells the readers which head it holds. A folder
+`do_lower_case`, `written_by`; `causal_attention` for a left-to-right model and
+`bilstm_units` for a task model with a BiLSTM), which tells the readers which head it
+holds and how to build the model. A folder
 appears only complete (data_prep.records.atomic_directory). A writer never replaces a
 folder of the user's: an existing non-empty destination is refused unless it is an
 earlier output of the same writer (its model_info.json says so and it holds nothing
@@ -28,6 +30,7 @@ import tensorflow as tf
 from common.errors import MissingFileError, OutputExistsError, UserError
 from data_prep import records
 from modeling import checkpoint_names as names
+from modeling import model_files
 from modeling.checkpoint_readers import MODEL_INFO
 
 _CHECKPOINT_FILES = r"(index|data-\d{5}-of-\d{5})"
@@ -55,6 +58,11 @@ def _head_table(model) -> list:
         raise UserError(
             "the feature-based tagger's BiLSTM head has no TF1 or Hugging Face "
             "names; write its encoder (model.encoder) or keep the TF2 format"
+        )
+    if names.has_bilstm_head(model):
+        raise UserError(
+            f"the {kind} model's BiLSTM head (--bilstm_units) has no TF1 or Hugging "
+            f"Face names; write its encoder (model_kind encoder) or keep the TF2 format"
         )
     return [entry for table in names.head_tables(model).values() for entry in table]
 
@@ -133,6 +141,11 @@ def hf_tensors(model) -> dict:
     return tensors
 
 
+def causal_attention(model) -> bool:
+    """Whether the model's encoder is a left-to-right one."""
+    return bool(getattr(names.encoder_of(model), "causal_attention", False))
+
+
 def num_labels(model) -> int | None:
     """The label count of a classifier or token classifier, else None."""
     if names.model_kind(model) in (names.CLASSIFIER, names.TOKEN_CLASSIFIER, names.FEATURE_BASED):
@@ -140,24 +153,50 @@ def num_labels(model) -> int | None:
     return None
 
 
+# Kinds whose output reads the pooled output: under causal attention ours pools the last
+# real token, Hugging Face's BERT classes always pool [CLS].
+_POOLED_KINDS = (names.CLASSIFIER, names.MULTIPLE_CHOICE)
+
+
 def hf_config(
-    config, kind: str, labels: list | None = None, label_count: int | None = None
+    config,
+    kind: str,
+    labels: list | None = None,
+    label_count: int | None = None,
+    causal_attention: bool = False,
 ) -> dict:
     """A Hugging Face `config.json` for `config` that `BertConfig.from_hf_dict` reads
     back unchanged: the activation in Hugging Face's naming, the architecture of
-    `kind`, and id2label / label2id for a classifier or token classifier."""
+    `kind`, and id2label / label2id for a classifier or token classifier.
+
+    A left-to-right model (`causal_attention`) gets `is_decoder: true`, which makes
+    transformers' BERT attend left only (a pre-trainer is then a `BertLMHeadModel`,
+    Hugging Face's causal BERT). A left-to-right classifier has no Hugging Face class:
+    ours reads the last real token, Hugging Face's the first.
+    """
     if kind == names.FEATURE_BASED:
         raise UserError("the feature-based tagger has no Hugging Face class")
+    if causal_attention and kind in _POOLED_KINDS:
+        raise UserError(
+            f"a left-to-right {kind} has no Hugging Face class: it classifies from the "
+            f"last real token, transformers' BERT classifiers from [CLS]. Keep the TF1 or "
+            f"TF2 format, or write its encoder (model_kind encoder)"
+        )
+    architecture = names.HF_ARCHITECTURE_OF[kind]
+    if causal_attention and kind == names.PRETRAINER:
+        architecture = names.HF_CAUSAL_PRETRAINER
     values = config.to_dict()
     values.update(
         model_type="bert",
-        architectures=[names.HF_ARCHITECTURE_OF[kind]],
+        architectures=[architecture],
         hidden_act=names.HF_ACTIVATION_OF[config.hidden_act],
         layer_norm_eps=1e-12,
         pad_token_id=0,
         position_embedding_type="absolute",
         tie_word_embeddings=True,
     )
+    if causal_attention:
+        values.update(is_decoder=True, add_cross_attention=False)
     if label_count is not None:
         label_names = labels or [f"LABEL_{i}" for i in range(label_count)]
         values["id2label"] = {str(i): label for i, label in enumerate(label_names)}
@@ -225,6 +264,7 @@ def _write_directory(
     labels,
     overwrite: bool,
     write_content,
+    preserve_unused_tokens: bool = False,
 ) -> None:
     """Checks the destination, then writes `write_content(temp)`, vocab.txt and
     model_info.json into a folder that replaces `directory` once complete."""
@@ -235,15 +275,21 @@ def _write_directory(
     with records.atomic_directory(directory) as temp:
         write_content(temp)
         tf.io.gfile.copy(vocab_file, os.path.join(temp, "vocab.txt"))
-        records.write_json(
-            os.path.join(temp, MODEL_INFO),
-            {
-                "model_kind": names.model_kind(model),
-                "labels": labels,
-                "do_lower_case": bool(do_lower_case),
-                "written_by": writer,
-            },
-        )
+        info = {
+            "model_kind": names.model_kind(model),
+            "labels": labels,
+            "do_lower_case": bool(do_lower_case),
+            "preserve_unused_tokens": bool(preserve_unused_tokens),
+            "written_by": writer,
+            "vocab_sha256": model_files.vocab_fingerprint(vocab_file),
+            "vocab_size": len(model_files.vocab_entries(vocab_file)),
+        }
+        if causal_attention(model):
+            info["causal_attention"] = True
+        bilstm_units = getattr(model, "bilstm_units", 0)
+        if bilstm_units:
+            info["bilstm_units"] = bilstm_units
+        records.write_json(os.path.join(temp, MODEL_INFO), info)
 
 
 def write_hf_directory(
@@ -254,11 +300,14 @@ def write_hf_directory(
     labels: list | None = None,
     *,
     overwrite: bool = False,
+    preserve_unused_tokens: bool = False,
 ) -> str:
     """Writes `model` as a Hugging Face BERT directory that `transformers` loads with
     AutoModel and the class of the model's kind (BertForPreTraining,
     BertForSequenceClassification, BertForMultipleChoice, BertForQuestionAnswering,
-    BertForTokenClassification; BertModel for an encoder).
+    BertForTokenClassification; BertModel for an encoder). A left-to-right model gets
+    `is_decoder` (transformers' causal BERT; a pre-trainer as BertLMHeadModel, which
+    AutoModelForCausalLM loads).
 
     Args:
       directory: the destination folder (see the module docstring for when an existing
@@ -268,6 +317,7 @@ def write_hf_directory(
       do_lower_case: the case setting, written to tokenizer_config.json.
       labels: label names of a classifier / token classifier (id2label), if known.
       overwrite: replace an earlier output of this writer.
+      preserve_unused_tokens: the tokenizer setting, written to model_info.json.
 
     Returns the directory.
     """
@@ -275,7 +325,7 @@ def write_hf_directory(
 
     config = names.encoder_of(model).config
     kind = names.model_kind(model)
-    config_json = hf_config(config, kind, labels, num_labels(model))
+    config_json = hf_config(config, kind, labels, num_labels(model), causal_attention(model))
 
     def content(temp):
         with tf.io.gfile.GFile(os.path.join(temp, "model.safetensors"), "wb") as f:
@@ -294,6 +344,7 @@ def write_hf_directory(
         labels,
         overwrite,
         content,
+        preserve_unused_tokens,
     )
     return directory
 
@@ -306,6 +357,7 @@ def write_original_directory(
     labels: list | None = None,
     *,
     overwrite: bool = False,
+    preserve_unused_tokens: bool = False,
 ) -> str:
     """Writes `model` as the original release ships a model: `bert_model.ckpt` (TF1
     names, the head's included), `bert_config.json`, `vocab.txt`. Arguments as
@@ -326,6 +378,7 @@ def write_original_directory(
         labels,
         overwrite,
         content,
+        preserve_unused_tokens,
     )
     return os.path.join(directory, TF1_CHECKPOINT_NAME)
 
@@ -338,6 +391,7 @@ def write_tf2_directory(
     labels: list | None = None,
     *,
     overwrite: bool = False,
+    preserve_unused_tokens: bool = False,
 ) -> str:
     """Writes `model` in this project's TF2 layout (`ckpt-0` and a `checkpoint` file,
     as a run's output_dir holds them), with `bert_config.json` and `vocab.txt`.
@@ -357,5 +411,6 @@ def write_tf2_directory(
         labels,
         overwrite,
         content,
+        preserve_unused_tokens,
     )
     return tf.train.latest_checkpoint(directory)

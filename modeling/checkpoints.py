@@ -140,6 +140,16 @@ def _head_problem(reader, group: _Group, kind: str) -> str | None:
     parts = ", ".join(group.parts)
     if missing:
         return f"checkpoint {reader.path} has only part of the {parts} head: no {missing[0]!r}"
+    if reader.kind == "tf2":
+        # A head with more parts than this model's (e.g. a BiLSTM under the classifier)
+        # would otherwise be restored without them.
+        stored = {name.split("/")[1] for name in reader.shapes} - {"encoder"}
+        extra = sorted(stored - set(group.parts))
+        if extra:
+            return (
+                f"checkpoint {reader.path} has head parts this model lacks: "
+                f"{', '.join(extra)} (a BiLSTM head needs the same --bilstm_units)"
+            )
     if reader.stored_kind not in (None, kind):
         source = (
             f"config.json architectures {reader.architecture}"

@@ -5,6 +5,7 @@ from __future__ import annotations
 import dataclasses
 import difflib
 import json
+import math
 
 from common.errors import MissingFileError, UserError
 from data_prep import records
@@ -24,6 +25,11 @@ _HF_ACTIVATIONS = {
     "tanh": "tanh",
     "linear": "linear",
 }
+
+
+def _is_number(value) -> bool:
+    """An int or float of JSON (not a bool), and not NaN."""
+    return isinstance(value, (int, float)) and not isinstance(value, bool) and value == value
 
 
 @dataclasses.dataclass(frozen=True)
@@ -71,8 +77,13 @@ class BertConfig:
                 raise UserError(f"BertConfig.{name} must be a positive integer, got {value!r}")
         for name in ("hidden_dropout_prob", "attention_probs_dropout_prob"):
             value = getattr(self, name)
-            if not 0.0 <= float(value) < 1.0:
+            if not _is_number(value) or not 0.0 <= value < 1.0:
                 raise UserError(f"BertConfig.{name} must be in [0, 1), got {value!r}")
+        if not _is_number(self.initializer_range) or not 0.0 < self.initializer_range < math.inf:
+            raise UserError(
+                f"BertConfig.initializer_range must be a positive number, got "
+                f"{self.initializer_range!r}"
+            )
         if self.hidden_size % self.num_attention_heads:
             raise UserError(
                 f"BertConfig.hidden_size ({self.hidden_size}) is not a multiple of "
@@ -105,16 +116,17 @@ class BertConfig:
                 )
         if "vocab_size" not in values:
             raise UserError(f"{source}: the BERT config has no 'vocab_size'")
-        return cls(**values)
+        try:
+            return cls(**values)
+        except UserError as e:
+            raise UserError(f"{source}: {e}") from None
 
     @classmethod
     def from_json_file(cls, path: str) -> "BertConfig":
         try:
-            values = records.read_json(path)
+            values = records.read_json_object(path, "a BERT config (a JSON object)")
         except FileNotFoundError:
             raise MissingFileError(f"BERT config file not found: {path}") from None
-        if not isinstance(values, dict):
-            raise UserError(f"{path}: expected a JSON object")
         if "model_type" in values or "layer_norm_eps" in values:
             return cls.from_hf_dict(values, source=path)
         return cls.from_dict(values, source=path)
@@ -128,10 +140,10 @@ class BertConfig:
         if values.get("position_embedding_type", "absolute") != "absolute":
             raise UserError(f"{source}: only absolute position embeddings are supported")
         eps = values.get("layer_norm_eps", 1e-12)
-        if abs(eps - 1e-12) > 1e-15:
-            raise UserError(f"{source}: layer_norm_eps {eps} differs from BERT's 1e-12")
+        if not _is_number(eps) or abs(eps - 1e-12) > 1e-15:
+            raise UserError(f"{source}: layer_norm_eps {eps!r} differs from BERT's 1e-12")
         act = values.get("hidden_act", "gelu")
-        if act not in _HF_ACTIVATIONS:
+        if not isinstance(act, str) or act not in _HF_ACTIVATIONS:
             raise UserError(f"{source}: hidden_act {act!r} is not supported")
         known = [f.name for f in dataclasses.fields(cls)]
         kept = {k: values[k] for k in known if k in values}

@@ -1,6 +1,9 @@
-"""`--distribution_strategy`: one_device, mirrored, multi_worker_mirrored, tpu."""
+"""`--distribution_strategy`: one_device, mirrored, multi_worker_mirrored, tpu; and
+what a multi-worker run says when it loses a worker."""
 
 from __future__ import annotations
+
+import re
 
 import tensorflow as tf
 from absl import logging
@@ -59,3 +62,50 @@ def create_strategy(
     )
     logging.info("MirroredStrategy over %s", devices)
     return tf.distribute.MirroredStrategy(devices)
+
+
+# What TensorFlow's collective ops raise when a peer worker is gone.
+PEER_ERRORS = (
+    tf.errors.UnavailableError,
+    tf.errors.AbortedError,
+    tf.errors.InternalError,
+    tf.errors.DeadlineExceededError,
+    tf.errors.CancelledError,
+)
+
+
+def num_workers(strategy: tf.distribute.Strategy) -> int:
+    """The tasks of the strategy's cluster (1 without one)."""
+    resolver = getattr(strategy, "cluster_resolver", None)
+    spec = resolver.cluster_spec().as_dict() if resolver is not None else {}
+    return sum(len(tasks) for tasks in spec.values()) if spec else 1
+
+
+def lost_worker_message(
+    strategy: tf.distribute.Strategy, error: Exception, step: int, latest: str | None
+) -> str:
+    """Which worker was lost (named in the collective error: "task:1"), its address,
+    and what to do; `latest` is the checkpoint the workers will resume from."""
+    resolver = strategy.cluster_resolver
+    spec = resolver.cluster_spec().as_dict()
+    me = (resolver.task_type, resolver.task_id)
+    text = str(getattr(error, "message", error))
+    lost = [
+        (job, int(task))
+        for job, task in re.findall(r"/job:(\w+)/replica:\d+/task:(\d+)", text)
+        if (job, int(task)) != me
+    ]
+    who = "another worker"
+    if lost:
+        job, task = lost[0]
+        tasks = spec.get(job, [])
+        address = tasks[task] if isinstance(tasks, list) and task < len(tasks) else "?"
+        who = f"{job} {task} ({address})"
+    where = f"the last checkpoint ({latest})" if latest else "the last checkpoint in output_dir"
+    lines = text.strip().splitlines() or [type(error).__name__]
+    cause = next((line for line in lines if "aborted" in line.lower()), lines[-1])
+    return (
+        f"Lost {who} of the multi-worker run after step {step} ({resolver.task_type} "
+        f"{resolver.task_id} stopped: {cause.strip()}). Restart every worker with the "
+        f"same command and TF_CONFIG: they resume from {where}."
+    )

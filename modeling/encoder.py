@@ -39,16 +39,42 @@ def check_inputs(inputs: dict, max_position_embeddings: int) -> None:
         )
 
 
+def attention_bias(mask, causal_attention: bool = False):
+    """The additive attention bias of a float32 [B, S] `input_mask`: 0 where a query may
+    attend, -10000 elsewhere.
+
+    Returns [B, 1, 1, S] (every position sees every real token) or, with
+    `causal_attention`, [B, 1, S, S] (position i sees the real tokens 0..i: itself and
+    its left, never padding).
+    """
+    bias = (1.0 - mask[:, tf.newaxis, tf.newaxis, :]) * layers._MASK_BIAS
+    if not causal_attention:
+        return bias
+    seq_length = tf.shape(mask)[1]
+    # 1 above the diagonal: key j > query i lies to the right of the query.
+    future = 1.0 - tf.linalg.band_part(tf.ones([seq_length, seq_length]), -1, 0)  # [S, S]
+    return bias + future[tf.newaxis, tf.newaxis] * layers._MASK_BIAS
+
+
 class BertEncoder(keras.Model):
     """The BERT Transformer encoder.
 
     Sub-layers carry the original checkpoint's names: `embeddings`, `layer_0` ...
-    `layer_{L-1}`, `pooler` (Dense H -> H, tanh on the first token).
+    `layer_{L-1}`, `pooler` (Dense H -> H with tanh).
+
+    `causal_attention`: the left-only constraint of a left-to-right language model (the
+    paper's "LTR" ablation, Section 5.1; OpenAI GPT): each position attends to itself
+    and the positions to its left. The pooler then reads the last real token, the only
+    position that has seen the whole input (under the constraint `[CLS]` sees only
+    itself); otherwise it reads the first token, `[CLS]`, as the original release does.
+    The setting belongs to the model: `modeling.model_files` records it beside the
+    model's files (`model_info.json`), since `bert_config.json` keeps the original keys.
 
     Call with a dict of int32 [B, S] tensors `input_word_ids`, `input_mask` (1 for real
     tokens, 0 for padding) and `input_type_ids`. Returns a dict:
       sequence_output: [B, S, H], the last layer.
-      pooled_output: [B, H], tanh(dense(sequence_output[:, 0])).
+      pooled_output: [B, H], tanh(dense(sequence_output[:, 0])), or of the last real
+        token with `causal_attention`.
       encoder_outputs: list of L tensors [B, S, H], one per layer (the last equals
         sequence_output).
     Float outputs are in the policy's compute dtype. Dropout is active only when
@@ -57,11 +83,19 @@ class BertEncoder(keras.Model):
     use the same choice (`BertEncoder.kernels`).
     """
 
-    def __init__(self, config: BertConfig, dtype="float32", kernels=None, **kwargs):
+    def __init__(
+        self,
+        config: BertConfig,
+        dtype="float32",
+        kernels=None,
+        causal_attention: bool = False,
+        **kwargs,
+    ):
         if isinstance(dtype, str) and dtype in ("float32", "bfloat16", "float16"):
             dtype = dtype_policy(dtype)
         super().__init__(dtype=dtype, name=kwargs.pop("name", "bert"), **kwargs)
         self.config = config
+        self.causal_attention = bool(causal_attention)
         self.kernels = kernel_choices.resolve(kernels)
         fused = self.kernels.fused_elementwise
         policy = self.dtype_policy
@@ -105,14 +139,16 @@ class BertEncoder(keras.Model):
             self.config.max_position_embeddings,
             message="input_word_ids is longer than max_position_embeddings",
         )
-        # [B, 1, 1, S]: 0 where attending is allowed, -10000 on padding.
-        attention_bias = (1.0 - mask[:, tf.newaxis, tf.newaxis, :]) * layers._MASK_BIAS
+        bias = attention_bias(mask, self.causal_attention)
         x = self.embeddings(word_ids, type_ids, training=training)
         encoder_outputs = []
         for layer in self.encoder_layers:
-            x = layer(x, attention_bias, training=training)
+            x = layer(x, bias, training=training)
             encoder_outputs.append(x)
-        pooled = self.pooler(x[:, 0])
+        if self.causal_attention:
+            pooled = self.pooler(tf.gather(x, layers.last_real_positions(mask), batch_dims=1))
+        else:
+            pooled = self.pooler(x[:, 0])
         return {"sequence_output": x, "pooled_output": pooled, "encoder_outputs": encoder_outputs}
 
     def get_config(self):
@@ -120,6 +156,7 @@ class BertEncoder(keras.Model):
             "config": self.config.to_dict(),
             "dtype": self.dtype_policy.name,
             "kernels": self.kernels.name,
+            "causal_attention": self.causal_attention,
             "name": self.name,
         }
 

@@ -31,24 +31,60 @@ import keras
 import tensorflow as tf
 
 from common.errors import UserError
-from modeling import layers
+from modeling import heads, layers
 from modeling.config import BertConfig
 from modeling.encoder import INPUT_KEYS
 
 COMBINATIONS = ("concat", "sum", "weighted_sum")
+# The index `parse_feature_layers` gives the embedding layer's output (below layer 0).
+EMBEDDINGS = -1
 
 
-def parse_feature_layers(spec: str, num_layers: int) -> list[int]:
+def parse_layer_numbers(
+    spec: str, num_layers: int, flag: str, names: tuple[str, ...] = ()
+) -> list[int | str]:
+    """The layer numbers of a comma-separated `spec`, as given (negative ones count
+    from the top), each checked to be a layer of an encoder of `num_layers` layers;
+    an item that is one of `names` is given back as that name.
+
+    Raises:
+        UserError: naming `flag` and the item that is not an integer or not a layer.
+    """
+    numbers = []
+    for item in spec.split(","):
+        if item.strip() in names:
+            numbers.append(item.strip())
+            continue
+        try:
+            number = int(item)
+        except ValueError:
+            raise UserError(
+                f"{flag}={spec!r}: {item.strip()!r} is not a layer number (use "
+                "comma-separated integers, e.g. '-1,-2,-3,-4'; -1 is the last layer)"
+            ) from None
+        if not -num_layers <= number < num_layers:
+            raise UserError(
+                f"{flag}={spec!r}: layer {number} does not exist in an encoder of "
+                f"{num_layers} layers (use {-num_layers} to {num_layers - 1})"
+            )
+        numbers.append(number)
+    return numbers
+
+
+def parse_feature_layers(spec: str, num_layers: int, flag: str = "--feature_layers") -> list[int]:
     """The 0-based encoder layers named by `spec`.
 
     Args:
         spec: "all", or comma-separated layer numbers: negative ones count from the
             top (-1 is the last layer), others from the bottom (0 is the first
-            Transformer layer).
+            Transformer layer); "embeddings" names the embedding layer's output (the
+            paper's Table 7 "Embeddings" row).
         num_layers: the encoder's number of layers.
+        flag: the flag `spec` comes from, named in errors.
 
     Returns:
-        Layer indices in [0, num_layers), in the order given ("all": bottom to top).
+        Layer indices in [0, num_layers), or EMBEDDINGS, in the order given ("all":
+        the Transformer layers bottom to top).
 
     Raises:
         ValueError: an empty spec, a number that is not an integer or not a layer,
@@ -58,22 +94,15 @@ def parse_feature_layers(spec: str, num_layers: int) -> list[int]:
     if spec == "all":
         return list(range(num_layers))
     indices = []
-    for item in spec.split(","):
-        try:
-            number = int(item)
-        except ValueError:
-            raise UserError(
-                f"feature layers {spec!r}: {item.strip()!r} is not a layer "
-                "number (use e.g. '-1,-2,-3,-4' or 'all')"
-            ) from None
-        if not -num_layers <= number < num_layers:
-            raise UserError(
-                f"feature layers {spec!r}: layer {number} does not exist in "
-                f"an encoder of {num_layers} layers"
-            )
+    for number in parse_layer_numbers(spec, num_layers, flag, names=("embeddings",)):
+        if number == "embeddings":
+            if EMBEDDINGS in indices:
+                raise UserError(f"{flag}={spec!r}: embeddings named twice")
+            indices.append(EMBEDDINGS)
+            continue
         index = number % num_layers
         if index in indices:
-            raise UserError(f"feature layers {spec!r}: layer {number} is named twice")
+            raise UserError(f"{flag}={spec!r}: layer {number} is named twice")
         indices.append(index)
     return indices
 
@@ -154,6 +183,11 @@ class BertFeatureBasedTagger(keras.Model):
                 f"lstm_units ({lstm_units}) and num_lstm_layers "
                 f"({num_lstm_layers}) must be at least 1"
             )
+        if EMBEDDINGS in feature_layers and not hasattr(encoder, "embeddings"):
+            raise UserError(
+                "the embedding layer's output is a feature of this project's encoder "
+                "only, not of a TF Hub encoder's"
+            )
         self.encoder = encoder
         self.encoder.trainable = False
         self.num_labels = num_labels
@@ -167,15 +201,7 @@ class BertFeatureBasedTagger(keras.Model):
         self.num_lstm_layers = num_lstm_layers
         # One attribute per layer (not a list): tf.train.Checkpoint tracks attributes.
         for i in range(num_lstm_layers):
-            setattr(
-                self,
-                f"bilstm_{i}",
-                keras.layers.Bidirectional(
-                    keras.layers.LSTM(lstm_units, return_sequences=True, dtype=policy),
-                    name=f"bilstm_{i}",
-                    dtype=policy,
-                ),
-            )
+            setattr(self, f"bilstm_{i}", heads.BiLSTM(lstm_units, name=f"bilstm_{i}", dtype=policy))
         self.classifier = keras.layers.Dense(
             num_labels,
             name="classifier",
@@ -202,13 +228,21 @@ class BertFeatureBasedTagger(keras.Model):
     def features(self, inputs: dict) -> tf.Tensor:
         """The combined frozen features, [B, S, H] or [B, S, k*H] for concat."""
         outputs = self.encoder({k: inputs[k] for k in INPUT_KEYS}, training=False)
-        chosen = [outputs["encoder_outputs"][i] for i in self.feature_layers]
+        layers_out = list(outputs["encoder_outputs"])
+        if EMBEDDINGS in self.feature_layers:
+            embedded = self.encoder.embeddings(
+                tf.cast(inputs["input_word_ids"], tf.int32),
+                tf.cast(inputs["input_type_ids"], tf.int32),
+                training=False,
+            )
+            layers_out = layers_out + [embedded]  # Index -1 (EMBEDDINGS).
+        chosen = [layers_out[i] for i in self.feature_layers]
         return self.combination([tf.stop_gradient(t) for t in chosen])
 
     def call(self, inputs, training=False):
-        mask = tf.cast(inputs["input_mask"], tf.bool)  # [B, S]
+        mask = inputs["input_mask"]  # [B, S]
         x = self.dropout(self.features(inputs), training=training)
         for lstm in self.lstm_layers:
-            x = lstm(x, mask=mask, training=training)  # [B, S, 2U]
+            x = lstm(x, mask, training=training)  # [B, S, 2U]
         x = self.dropout(x, training=training)
         return {"logits": tf.cast(self.classifier(x), tf.float32)}

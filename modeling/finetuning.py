@@ -13,10 +13,11 @@ the same way for every task:
   4. trains, evaluating at the end of every epoch (with --do_eval) and keeping the
      best model by the task's score in output_dir/best/;
   5. evaluates, predicts and exports the best model (or the last one without
-     per-epoch evaluation).
+     per-epoch evaluation); output_dir/export.json names the export, so that the same
+     command run again after a kill replaces it without --overwrite.
 
-A run stopped by SIGTERM saves a checkpoint and ends before step 5; the same command
-resumes it.
+A run stopped by SIGTERM saves a checkpoint and ends before step 5 (`run` returns
+False; the runners then exit with code 143); the same command resumes it.
 """
 
 from __future__ import annotations
@@ -31,13 +32,28 @@ import tensorflow as tf
 from absl import logging
 
 from common.errors import UserError
-from data_prep import records
+from data_prep import input_pipeline, records, run_control
 from modeling import checkpoint_readers, checkpoints, model_files, training
 from modeling.config import BertConfig
 
 BEST_DIR = checkpoint_readers.BEST_DIR
 EVAL_HISTORY = "eval_history.json"
 RUN_CONFIG = "run_config.json"
+# Where a run's output_dir records the export it writes: a rerun of the same command
+# after a kill replaces that export without --overwrite.
+EXPORT_RECORD = "export.json"
+EPOCH_EVALUATION_DIR = ".epoch_evaluation"
+# Settings that a resumed run must share with the run it resumes, or its steps mean
+# other examples and another schedule.
+RESUME_SETTINGS = (
+    "train_batch_size",
+    "gradient_accumulation_steps",
+    "learning_rate",
+    "num_train_steps",
+    "num_warmup_steps",
+    "max_seq_length",
+    "seed",
+)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -46,6 +62,8 @@ class Settings:
 
     `trainer_options` are keyword arguments of `training.Trainer` (optimizer,
     weight_decay_rate, dtype, steps_per_loop, save_checkpoints_steps, ...);
+    `shuffle_buffer_size`, `pad_to_max_seq_length` and `group_by_length` say how a
+    task's datasets are read (`data_prep.input_pipeline`);
     `head_initializer` is how a task model draws its new head
     (`modeling.layers.INITIALIZERS`).
     """
@@ -66,6 +84,8 @@ class Settings:
     warmup_proportion: float = 0.1
     seed: int = 12345
     shuffle_buffer_size: int = 10000
+    pad_to_max_seq_length: bool = False
+    group_by_length: bool = False
     evaluate_every_epoch: bool = True
     export_dir: str | None = None
     overwrite_export: bool = False
@@ -198,7 +218,12 @@ def write_eval_summaries(output_dir: str, metrics: dict, step: int) -> None:
 
 class EpochEvaluator:
     """`after_loop` of a training run: at each epoch's end, evaluates, logs the
-    history (eval_history.json, TensorBoard eval/) and keeps the best model."""
+    history (eval_history.json, TensorBoard eval/) and keeps the best model.
+
+    The files an epoch's evaluation writes (eval_results.txt, a task's predictions)
+    go to the hidden `output_dir/.epoch_evaluation`: under output_dir's own names
+    they would look like the run's final results until the end replaces them.
+    """
 
     def __init__(
         self, task: FineTuningTask, trainer: training.Trainer, best: BestCheckpoint, output_dir: str
@@ -209,14 +234,24 @@ class EpochEvaluator:
             records.read_json(self.history_path) if tf.io.gfile.exists(self.history_path) else []
         )
 
+    def evaluated(self, step: int) -> bool:
+        """Whether the evaluation at `step` is in the history (and so its best model
+        kept: the history is written after it)."""
+        return any(entry.get("global_step") == step for entry in self.history)
+
     def __call__(self, step: int) -> None:
-        metrics = self.task.evaluate(self.trainer, self.output_dir, step)
+        scratch = os.path.join(self.output_dir, EPOCH_EVALUATION_DIR)
+        tf.io.gfile.makedirs(scratch)
+        metrics = self.task.evaluate(self.trainer, scratch, step)
         score = self.task.score(metrics)
         logging.info("Evaluation at step %d: score %.4f, %s", step, score, metrics)
         write_eval_summaries(self.output_dir, metrics, step)
+        self.best.update(step, score)
+        # A run killed after an evaluation but before its next checkpoint evaluates
+        # that epoch again when it resumes: the new entry replaces the old one.
+        self.history = [h for h in self.history if h.get("global_step", -1) < step]
         self.history.append(dict(metrics, global_step=step, score=score))
         records.write_json(self.history_path, self.history)
-        self.best.update(step, score)
 
 
 def train(
@@ -251,7 +286,13 @@ def train(
             on_epoch_end(step)
         limit_loop(step)
 
-    limit_loop(int(trainer.global_step.numpy()))
+    start = int(trainer.global_step.numpy())
+    # A run killed after the checkpoint at an epoch's end but before that epoch's
+    # evaluation was recorded resumes at that very step: evaluate it first.
+    evaluated = getattr(on_epoch_end, "evaluated", None)
+    if start in ends and evaluated is not None and not evaluated(start):
+        on_epoch_end(start)
+    limit_loop(start)
     try:
         summary = trainer.train(dataset_fn, settings.train_batch_size, after_loop=after_loop)
     finally:
@@ -295,7 +336,21 @@ def check_labels(task: FineTuningTask, settings: Settings) -> None:
         )
 
 
+def fine_tuned_bilstm_units(init_checkpoint: str, model_kind: str) -> int:
+    """The `bilstm_units` a fine-tuned checkpoint of `model_kind` was trained with (its
+    model_info.json), 0 for any other checkpoint: predicting with it rebuilds its head."""
+    info = model_files.read_model_info(init_checkpoint)
+    units = int(info.get("bilstm_units") or 0) if info.get("model_kind") == model_kind else 0
+    if units:
+        logging.info("bilstm_units=%d, as %s was fine-tuned with", units, init_checkpoint)
+    return units
+
+
 def build_trainer(task: FineTuningTask, model, strategy, settings: Settings) -> training.Trainer:
+    if settings.do_train:
+        input_pipeline.warn_if_batch_exceeds_data(
+            task.num_train_examples, settings.train_batch_size, "--train_batch_size"
+        )
     num_train_steps, num_warmup_steps = (
         train_schedule(
             task.num_train_examples,
@@ -331,11 +386,15 @@ def write_run_files(
     values.update(
         resolved_vocab_file=files.vocab_file,
         resolved_do_lower_case=files.do_lower_case,
+        pad_to_max_seq_length=settings.pad_to_max_seq_length,
         model_kind=task.model_kind,
         num_train_steps=trainer.num_train_steps,
         num_warmup_steps=trainer.num_warmup_steps,
     )
-    records.write_json(os.path.join(settings.output_dir, RUN_CONFIG), values)
+    path = os.path.join(settings.output_dir, RUN_CONFIG)
+    if settings.do_train:
+        run_control.warn_changed_settings(path, values, RESUME_SETTINGS)
+    records.write_json(path, values)
 
 
 def run(
@@ -370,16 +429,43 @@ def run(
         if not train(task, trainer, settings, on_epoch_end):
             logging.warning(
                 "Training stopped at step %d of %d; run again with the same "
-                "--output_dir to resume it. Nothing evaluated or predicted.",
+                "--output_dir to resume it. Nothing evaluated, predicted or exported.",
                 int(trainer.global_step.numpy()),
                 trainer.num_train_steps,
             )
             return False
     step = best.restore() if best.exists else int(trainer.global_step.numpy())
+    if best.exists and settings.do_train:
+        trainer.progress.say(
+            f"The best model is that of step {step} (score {float(best.score.numpy()):.4g}): "
+            f"{best.directory}"
+        )
     if settings.do_eval:
         task.evaluate(trainer, settings.output_dir, step)
     if settings.do_predict:
         task.predict(trainer, settings.output_dir, step)
     if settings.export_dir:
-        task.export(model, settings.export_dir, files, settings.overwrite_export)
+        overwrite = settings.overwrite_export or owns_export(
+            settings.output_dir, settings.export_dir
+        )
+        records.write_json(
+            os.path.join(settings.output_dir, EXPORT_RECORD),
+            {"export_dir": os.path.abspath(settings.export_dir)},
+        )
+        task.export(model, settings.export_dir, files, overwrite)
     return True
+
+
+def owns_export(output_dir: str, export_dir: str) -> bool:
+    """Whether a run of `output_dir` wrote (or began to write) the export at
+    `export_dir`: its rerun may then replace it without --overwrite. The record is
+    written only after the export path was checked (new, empty, or --overwrite), and
+    the run holds the export path's lock while it writes it."""
+    path = os.path.join(output_dir, EXPORT_RECORD)
+    if not tf.io.gfile.exists(path):
+        return False
+    try:
+        recorded = records.read_json(path).get("export_dir")
+    except (ValueError, AttributeError):
+        return False
+    return recorded == os.path.abspath(export_dir)

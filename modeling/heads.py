@@ -1,7 +1,7 @@
 """Output heads on top of the encoder: pre-training and task heads.
 
 Shape legend: B batch, S sequence length, H hidden size, P masked positions,
-V vocabulary size, L labels, C choices. Every head returns float32 logits, whatever
+V vocabulary size, L labels, C choices, U LSTM units. Every head returns float32 logits, whatever
 the compute dtype, so that softmax and losses run in float32. The task heads draw their
 kernel from the original release's truncated normal unless `initializer="normal"`
 (`layers.INITIALIZERS`).
@@ -12,6 +12,7 @@ from __future__ import annotations
 import keras
 import tensorflow as tf
 
+from common.errors import UserError
 from modeling import kernels as kernel_choices
 from modeling import layers
 from modeling.config import BertConfig
@@ -86,7 +87,8 @@ class MaskedLMHead(keras.layers.Layer):
 
 class _DropoutDenseHead(keras.layers.Layer):
     """dropout -> Dense(num_outputs) on the last axis; float32 logits. `LEADING_AXES`
-    gives the axes before H that the dense kernel is built for."""
+    gives the axes before the input width (H, or `input_size`, e.g. 2U on a BiLSTM)
+    that the dense kernel is built for."""
 
     LEADING_AXES = ()
 
@@ -96,6 +98,7 @@ class _DropoutDenseHead(keras.layers.Layer):
         num_outputs: int,
         dropout_rate: float = None,
         initializer: str = "truncated_normal",
+        input_size: int | None = None,
         **kwargs,
     ):
         super().__init__(**kwargs)
@@ -104,10 +107,10 @@ class _DropoutDenseHead(keras.layers.Layer):
         self.dense = layers._dense(
             config, num_outputs, "dense", self.dtype_policy, distribution=initializer
         )
-        self.hidden_size = config.hidden_size
+        self.input_size = config.hidden_size if input_size is None else input_size
 
     def build(self, input_shape=None):
-        self.dense.build((*self.LEADING_AXES, self.hidden_size))
+        self.dense.build((*self.LEADING_AXES, self.input_size))
 
     def call(self, x, training=False):
         return tf.cast(self.dense(self.dropout(x, training=training)), tf.float32)
@@ -131,3 +134,32 @@ class TokenClassifierHead(_DropoutDenseHead):
     """
 
     LEADING_AXES = (None, None)
+
+
+class BiLSTM(keras.layers.Bidirectional):
+    """A bidirectional LSTM of `units` each way over [B, S, W] -> [B, S, 2U], padding
+    masked out (a token's output does not depend on how far its row is padded).
+
+    The feature-based tagger's layers (`modeling.feature_based`) and the "+ BiLSTM" of
+    the paper's Table 5 (a randomly initialised BiLSTM between a fine-tuned encoder and
+    its task head, `models.BertClassifier` / `BertSpanLabeler`). Sub-layers
+    `forward_layer` and `backward_layer`, as Keras' `Bidirectional`.
+    """
+
+    def __init__(self, units: int, **kwargs):
+        if units < 1:
+            raise UserError(f"a BiLSTM needs at least one unit, got {units}")
+        lstm = keras.layers.LSTM(units, return_sequences=True, dtype=kwargs.get("dtype"))
+        super().__init__(lstm, **kwargs)
+        self.units = units
+
+    def call(self, sequence, mask, training=False):
+        """sequence [B, S, W], mask [B, S] (1 or True on real tokens) -> [B, S, 2U]."""
+        return super().call(sequence, mask=tf.cast(mask, tf.bool), training=training)
+
+    def summary_vector(self, outputs, mask):
+        """[B, 2U]: the forward LSTM at the last real token and the backward one at the
+        first, the two states that have read the whole input."""
+        last = layers.last_real_positions(mask)
+        forward = tf.gather(outputs[..., : self.units], last, batch_dims=1)
+        return tf.concat([forward, outputs[:, 0, self.units :]], axis=-1)

@@ -150,6 +150,8 @@ class HubEncoder(keras.layers.Layer):
       config_sources: field -> where in the module it was read.
       vocab_file: path of the module's vocabulary asset, or None.
       do_lower_case: the module's `do_lower_case`, or None.
+      causal_attention: the module's `causal_attention` (a left-to-right encoder of
+        this project, whose left-only attention is inside its functions), else False.
     """
 
     def __init__(self, handle: str, trainable: bool = True, name: str = "hub_encoder", **kwargs):
@@ -167,6 +169,8 @@ class HubEncoder(keras.layers.Layer):
         self.vocab_file = _asset_path(self._module, "vocab_file")
         lower = getattr(self._module, "do_lower_case", None)
         self.do_lower_case = None if lower is None else bool(lower.numpy())
+        causal = getattr(self._module, "causal_attention", None)
+        self.causal_attention = False if causal is None else bool(causal.numpy())
         read = read_config(self._module, self.module_path)
         self.config, self.config_sources = read.config, read.sources
         self.inferred_fields = read.inferred

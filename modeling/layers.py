@@ -130,6 +130,11 @@ def initializer(config: BertConfig, distribution: str = "truncated_normal"):
     raise UserError(f"unknown initializer {distribution!r}; choose one of {INITIALIZERS}")
 
 
+def last_real_positions(mask):
+    """int32 [B]: the position of the last real token of each row of a [B, S] mask."""
+    return tf.maximum(tf.cast(tf.reduce_sum(tf.cast(mask, tf.int32), axis=1), tf.int32) - 1, 0)
+
+
 class LayerNorm(keras.layers.Layer):
     """LayerNorm over the last axis, computed in float32 whatever the policy.
 
@@ -397,7 +402,8 @@ class BertEmbeddings(keras.layers.Layer):
 
 
 class SelfAttention(keras.layers.Layer):
-    """Multi-head scaled dot-product self-attention with a padding mask.
+    """Multi-head scaled dot-product self-attention with a padding (and, for a
+    left-to-right model, causal) mask.
 
     Sub-layers `query`, `key`, `value` (Dense H -> H) as in the original
     `attention/self/{query,key,value}`. The softmax runs in float32.
@@ -423,7 +429,8 @@ class SelfAttention(keras.layers.Layer):
         return tf.transpose(x, [0, 2, 1, 3])  # [B, N, S, D]
 
     def call(self, x, attention_bias, training=False):
-        """x: [B, S, H]; attention_bias: float32 [B, 1, 1, S] (0 or -10000)."""
+        """x: [B, S, H]; attention_bias: float32 [B, 1, 1, S], or [B, 1, S, S] for a
+        mask per query (0 where attending is allowed, -10000 elsewhere)."""
         q = self._split_heads(self.query(x))
         k = self._split_heads(self.key(x))
         v = self._split_heads(self.value(x))

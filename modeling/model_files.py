@@ -6,17 +6,22 @@ other flag (`--init_checkpoint=<output_dir>`):
 
   bert_config.json   the config the model was really built with
   vocab.txt          a copy of the vocabulary
-  model_info.json    {"model_kind", "do_lower_case", "labels", ...}
+  model_info.json    {"model_kind", "do_lower_case", "preserve_unused_tokens", "labels",
+                     "vocab_sha256", "vocab_size", ...}; for a left-to-right model
+                     also "causal_attention": true
 
 `resolve` finds a model's files from the flags and what sits beside the checkpoint,
 and checks them against each other before any work: the case (`--do_lower_case`)
 against every statement of it the checkpoint makes, and the vocabulary against the
-config's vocab_size.
+config's vocab_size. `--preserve_unused_tokens` (the original's flag: `[unusedN]` words
+stay whole) defaults to the model's own record, so a model trained with it is
+fine-tuned, evaluated and served with it.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import hashlib
 import os
 import re
 
@@ -48,12 +53,25 @@ class ModelFiles:
       config_is_complete: False when some config values were not read from the model
         (e.g. a TF Hub encoder without bert_config.json); such a config is not written
         to an output_dir as the model's.
+      preserve_unused_tokens: whether its tokenizer keeps `[unusedN]` words whole.
+      causal_attention: the model is a left-to-right one (`BertEncoder`'s left-only
+        constraint), which every later use of it keeps. `bert_config.json` keeps the
+        original keys, so this is written to model_info.json (`causal_attention`);
+        a Hugging Face config.json says it with `is_decoder`.
     """
 
     config: BertConfig
     vocab_file: str | None
     do_lower_case: bool
     config_is_complete: bool = True
+    preserve_unused_tokens: bool = False
+    causal_attention: bool = False
+
+    def tokenizer(self) -> tokenization.FullTokenizer:
+        """The model's Python tokenizer (vocabulary, case, preserve_unused_tokens)."""
+        return tokenization.FullTokenizer(
+            self.vocab_file, self.do_lower_case, self.preserve_unused_tokens
+        )
 
 
 @dataclasses.dataclass(frozen=True)
@@ -72,6 +90,25 @@ def side_dirs(init_checkpoint: str | None) -> list[str]:
 def read_model_info(init_checkpoint: str | None) -> dict:
     """model_info.json beside the checkpoint (or in its run folder); {} if none."""
     return checkpoint_readers.read_model_info(side_dirs(init_checkpoint))
+
+
+def resolve_causal_attention(init_checkpoint: str | None) -> bool:
+    """Whether the model at `init_checkpoint` is a left-to-right one: its
+    model_info.json's `causal_attention`, else a Hugging Face config.json's
+    `is_decoder` (a decoder with cross-attention is not a BERT this project runs)."""
+    info = read_model_info(init_checkpoint)
+    if "causal_attention" in info:
+        return bool(info["causal_attention"])
+    path = checkpoint_readers.find_side_file(side_dirs(init_checkpoint), "config.json")
+    if path is None:
+        return False
+    config = records.read_json(path)
+    if config.get("add_cross_attention"):
+        raise UserError(
+            f"{path}: add_cross_attention is set (an encoder-decoder's decoder); only "
+            f"BERT encoders, bidirectional or left-to-right (is_decoder), are supported"
+        )
+    return bool(config.get("is_decoder", False))
 
 
 def vocab_case(vocab_file: str) -> CaseStatement | None:
@@ -173,6 +210,29 @@ def resolve_case(
     return True
 
 
+def resolve_preserve_unused_tokens(
+    preserve_unused_tokens: bool | None, init_checkpoint: str | None
+) -> bool:
+    """`--preserve_unused_tokens` when given, else the model's record of it
+    (model_info.json), else False (the original default). A flag that differs from
+    the record is used, with a warning: fine-tuning a model on text whose `[unusedN]`
+    words are new tokens is what the flag is for."""
+    recorded = read_model_info(init_checkpoint).get("preserve_unused_tokens")
+    if preserve_unused_tokens is None:
+        if recorded:
+            logging.info("preserve_unused_tokens=True, from %s of %s", MODEL_INFO, init_checkpoint)
+        return bool(recorded)
+    if recorded is not None and bool(recorded) != preserve_unused_tokens:
+        logging.warning(
+            "--preserve_unused_tokens=%s, but %s of %s says the model was trained with %s.",
+            preserve_unused_tokens,
+            MODEL_INFO,
+            init_checkpoint,
+            bool(recorded),
+        )
+    return preserve_unused_tokens
+
+
 def check_vocab_fits_config(vocab_file: str, config: BertConfig) -> int:
     """Fails when the vocabulary has ids the model's embedding table cannot hold.
 
@@ -197,6 +257,80 @@ def check_vocab_fits_config(vocab_file: str, config: BertConfig) -> int:
             config.vocab_size - size,
         )
     return size
+
+
+def vocab_entries(vocab_file: str) -> list[str]:
+    """The entries of a vocabulary, one per line, stripped as `load_vocab` strips them."""
+    tokenization.load_vocab(vocab_file)  # Its checks: the file exists, holds tokens.
+    lines = records.read_text(vocab_file).split("\n")
+    if lines and not lines[-1]:
+        lines.pop()
+    return [line.strip() for line in lines]
+
+
+def vocab_fingerprint(vocab_file: str) -> str:
+    """SHA-256 of a vocabulary's entries (so line endings and a final newline do not
+    count): model_info.json records the model's, to check a --vocab_file against."""
+    return hashlib.sha256("\n".join(vocab_entries(vocab_file)).encode("utf-8")).hexdigest()
+
+
+def check_vocab_matches_model(
+    vocab_file: str,
+    init_checkpoint: str | None,
+    allow_mismatch: bool = False,
+    own_vocab: str | None = None,
+) -> None:
+    """A --vocab_file must be the vocabulary the model was trained with, when the
+    checkpoint says which: the vocab.txt beside it (a Hugging Face folder, an
+    output_dir of ours), else the fingerprint in its model_info.json.
+
+    A vocabulary with one line dropped or added gives every later token the id of
+    its neighbour: the model runs and its features are silently wrong.
+
+    `own_vocab` is the model's vocabulary where it is known otherwise (a TF Hub
+    encoder's asset; `init_checkpoint` then names that model).
+
+    Raises:
+      UserError naming both files and the first line that differs (or the
+      fingerprints), unless `allow_mismatch` (then a warning).
+    """
+    own = own_vocab or checkpoint_readers.find_side_file(side_dirs(init_checkpoint), VOCAB_FILE)
+    if own and os.path.abspath(own) == os.path.abspath(vocab_file):
+        return
+    info = {} if own_vocab else read_model_info(init_checkpoint)
+    problem = None
+    if own:
+        given, theirs = vocab_entries(vocab_file), vocab_entries(own)
+        if given != theirs:
+            line = next(
+                (i for i, (a, b) in enumerate(zip(given, theirs)) if a != b),
+                min(len(given), len(theirs)),
+            )
+            shown = [
+                repr(entries[line]) if line < len(entries) else "the end of the file"
+                for entries in (given, theirs)
+            ]
+            problem = (
+                f"--vocab_file={vocab_file} is not the vocabulary of the model "
+                f"{init_checkpoint} ({own}): they first differ at line {line + 1}, "
+                f"{shown[0]} against {shown[1]} ({len(given)} and {len(theirs)} lines)"
+            )
+    elif info.get("vocab_sha256") and info["vocab_sha256"] != vocab_fingerprint(vocab_file):
+        problem = (
+            f"--vocab_file={vocab_file} is not the vocabulary of the model "
+            f"{init_checkpoint}: its fingerprint is not the one in {MODEL_INFO} "
+            f"({len(vocab_entries(vocab_file))} lines against {info.get('vocab_size')})"
+        )
+    if problem is None:
+        return
+    if allow_mismatch:
+        logging.warning("%s; used anyway (--allow_vocab_mismatch).", problem)
+        return
+    raise UserError(
+        f"{problem}. Every token after that line would get another word's id. Leave "
+        f"--vocab_file out to use the model's own, or pass --allow_vocab_mismatch if "
+        f"this vocabulary is meant."
+    )
 
 
 def _where(dirs: list[str]) -> str:
@@ -228,29 +362,43 @@ def resolve(
     vocab_file: str | None,
     init_checkpoint: str | None,
     do_lower_case: bool | None,
+    preserve_unused_tokens: bool | None = None,
+    allow_vocab_mismatch: bool = False,
 ) -> ModelFiles:
     """The model's files from the flags, else from beside the checkpoint, checked.
 
     `--bert_config_file` and `--vocab_file` win; when omitted, they are taken from the
     checkpoint's folder (bert_config.json or a Hugging Face config.json, and vocab.txt;
-    for a run's output_dir, the files it wrote).
+    for a run's output_dir, the files it wrote). A `--vocab_file` other than the
+    model's own is refused unless `allow_vocab_mismatch` (`check_vocab_matches_model`).
     """
     config = resolve_config(bert_config_file, init_checkpoint)
     dirs = side_dirs(init_checkpoint)
+    given = vocab_file
     vocab_file = vocab_file or checkpoint_readers.find_side_file(dirs, VOCAB_FILE)
     if vocab_file is None:
         raise UserError(f"--vocab_file is required: {_where(dirs)} {VOCAB_FILE}")
     if not tf.io.gfile.exists(vocab_file):
         raise MissingFileError(f"--vocab_file not found: {vocab_file}")
+    if given and init_checkpoint:
+        check_vocab_matches_model(vocab_file, init_checkpoint, allow_vocab_mismatch)
     check_vocab_fits_config(vocab_file, config)
     lower = resolve_case(do_lower_case, init_checkpoint, vocab_file)
-    return ModelFiles(config, vocab_file, lower)
+    preserve = resolve_preserve_unused_tokens(preserve_unused_tokens, init_checkpoint)
+    return ModelFiles(
+        config,
+        vocab_file,
+        lower,
+        preserve_unused_tokens=preserve,
+        causal_attention=resolve_causal_attention(init_checkpoint),
+    )
 
 
 def write_model_files(output_dir: str, files: ModelFiles, model_kind: str, **info) -> None:
     """Makes output_dir self-contained: bert_config.json (when the config was read,
-    not inferred), vocab.txt and model_info.json with the kind, the case and `info`
-    (labels, max_seq_length, task settings...)."""
+    not inferred), vocab.txt and model_info.json with the kind, the case,
+    preserve_unused_tokens, `info` (labels, max_seq_length, task settings...) and,
+    for a left-to-right model, `causal_attention`."""
     tf.io.gfile.makedirs(output_dir)
     if files.config_is_complete:
         records.write_text(os.path.join(output_dir, CONFIG_FILE), files.config.to_json_string())
@@ -268,7 +416,20 @@ def write_model_files(output_dir: str, files: ModelFiles, model_kind: str, **inf
             content = f.read()
         with records.atomic_open(vocab_copy, "wb") as f:
             f.write(content)
+    if files.vocab_file:  # The fingerprint checks a --vocab_file given with the model.
+        info = dict(
+            info,
+            vocab_sha256=vocab_fingerprint(files.vocab_file),
+            vocab_size=len(vocab_entries(files.vocab_file)),
+        )
+    if files.causal_attention:
+        info = dict(info, causal_attention=True)
     records.write_json(
         os.path.join(output_dir, MODEL_INFO),
-        dict(info, model_kind=model_kind, do_lower_case=files.do_lower_case),
+        dict(
+            info,
+            model_kind=model_kind,
+            do_lower_case=files.do_lower_case,
+            preserve_unused_tokens=files.preserve_unused_tokens,
+        ),
     )

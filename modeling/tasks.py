@@ -6,6 +6,8 @@ P masked positions, V vocabulary, L labels, S sequence.
 
 from __future__ import annotations
 
+import math
+
 import tensorflow as tf
 
 
@@ -76,6 +78,46 @@ class PretrainingTask:
             "masked_lm_loss": sums["mlm_loss"] / weight,
             "next_sentence_accuracy": sums["nsp_correct"] / examples,
             "next_sentence_loss": sums["nsp_loss"] / examples,
+        }
+
+
+class LanguageModelTask:
+    """Left-to-right language modelling: every position predicts the next token.
+
+    Features: `input_word_ids` int [B, S] (the clean text), `input_mask` int [B, S];
+    outputs `lm_logits` [B, S-1, V], position i's prediction of token i+1. A prediction
+    counts where token i+1 is real (never into padding); the loss is the mean
+    cross-entropy over those predictions of the global batch.
+    """
+
+    @staticmethod
+    def _labels_and_weights(features):
+        labels = features["input_word_ids"][:, 1:]  # [B, S-1]
+        return labels, tf.cast(features["input_mask"][:, 1:], tf.float32)
+
+    def loss_weights(self, features):
+        return {"next_token": tf.reduce_sum(self._labels_and_weights(features)[1])}
+
+    def loss_sums(self, features, outputs):
+        labels, weights = self._labels_and_weights(features)
+        return {"next_token": tf.reduce_sum(_sparse_nll(labels, outputs["lm_logits"]) * weights)}
+
+    def eval_sums(self, features, outputs):
+        labels, weights = self._labels_and_weights(features)
+        logits = outputs["lm_logits"]
+        return {
+            "loss": tf.reduce_sum(_sparse_nll(labels, logits) * weights),
+            "correct": tf.reduce_sum(_correct(labels, logits) * weights),
+            "predictions": tf.reduce_sum(weights),
+        }
+
+    def finalize_eval(self, sums):
+        predictions = max(sums["predictions"], 1e-5)
+        loss = sums["loss"] / predictions
+        return {
+            "next_token_accuracy": sums["correct"] / predictions,
+            "next_token_loss": loss,
+            "perplexity": math.exp(min(loss, 700.0)),
         }
 
 

@@ -15,7 +15,12 @@ gradient accumulation all compute the same loss and gradient for the same global
 Gradients are all-reduced once, then clipped by global norm (1.0, as the original) and
 applied by `modeling.optimization`. Checkpoints go to `output_dir` every
 `save_checkpoints_steps`, at the end and on SIGTERM; a restarted run resumes from the
-latest one, skipping the batches it had already consumed.
+latest one, skipping the batches it had already consumed. `train_summary.json` says
+whether training is complete (`"complete": false` after SIGTERM). Under
+MultiWorkerMirrored, a lost worker is a `LostWorkerError` naming it
+(`distribution.lost_worker_message`). `restore_training_state` continues another
+run's training state (weights, optimizer moments and step count, global step) on new
+data: phase 2 of the paper's pre-training.
 """
 
 from __future__ import annotations
@@ -30,10 +35,18 @@ import numpy as np
 import tensorflow as tf
 from absl import logging
 
-from common.errors import UserError
+from common.errors import LostWorkerError, UserError
+from common.progress import Progress
 from data_prep import records
+from modeling import checkpoint_readers
+from modeling import distribution
 from modeling import kernels as kernel_choices
 from modeling import optimization
+
+GLOBAL_STEP_KEY = "global_step/.ATTRIBUTES/VARIABLE_VALUE"
+
+
+SUMMARY_FILE = "train_summary.json"
 
 
 class Task(Protocol):
@@ -85,6 +98,28 @@ def _tf_value(variable):
     return variable.value if hasattr(variable, "path") else variable
 
 
+def training_state_step(path: str) -> tuple[str, int]:
+    """(checkpoint prefix, global step) of the Trainer checkpoint at `path`: a prefix,
+    or a run's output_dir (its latest checkpoint). Anything else (another format, a
+    model saved without its optimizer) is a UserError."""
+    kind, prefix = checkpoint_readers.resolve_checkpoint(path)
+    stored = dict(tf.train.list_variables(prefix)) if kind == "tf2" else {}
+    if GLOBAL_STEP_KEY not in stored or not any(n.startswith("optimizer/") for n in stored):
+        raise UserError(
+            f"{path} holds no training state (global step and optimizer moments): "
+            f"--restore_training_state continues a run of this project from its "
+            f"output_dir or one of its ckpt-N prefixes; without the flag "
+            f"--init_checkpoint restores the weights alone"
+        )
+    return prefix, int(tf.train.load_checkpoint(prefix).get_tensor(GLOBAL_STEP_KEY))
+
+
+def _num_batches(dataset: tf.data.Dataset) -> int | None:
+    """The dataset's batch count when tf.data knows it, else None."""
+    count = int(dataset.cardinality())
+    return count if count >= 0 else None
+
+
 def _split(features: dict, parts: int, index):
     """The `index`-th of `parts` equal slices of every feature along the batch axis."""
 
@@ -101,7 +136,8 @@ class Trainer:
     Build the model under `strategy.scope()` before creating the Trainer; the Trainer
     creates the optimizer and the checkpoint (model, optimizer, global step) itself.
     `kernels` (`modeling.kernels`; None: for this CPU) says whether the optimizer step
-    is compiled.
+    is compiled. `progress` (`common.progress`) is told of every loop, evaluation batch
+    and prediction batch (the default shows nothing); every loop is also logged.
     """
 
     def __init__(
@@ -127,6 +163,7 @@ class Trainer:
         max_checkpoints: int = 5,
         profile_steps: tuple[int, int] | None = None,
         kernels=None,
+        progress: Progress | None = None,
     ):
         if gradient_accumulation_steps < 1:
             raise UserError("--gradient_accumulation_steps must be >= 1")
@@ -140,6 +177,7 @@ class Trainer:
         self.accumulation = gradient_accumulation_steps
         self.enable_xla = enable_xla
         self.profile_steps = profile_steps
+        self.progress = progress if progress is not None else Progress()
         os.makedirs(output_dir, exist_ok=True)
         with strategy.scope():
             self.variables = list(model.trainable_variables)
@@ -211,8 +249,30 @@ class Trainer:
             initialize()
         return False
 
+    def restore_training_state(self, path: str) -> int:
+        """Restores another run's training state: the model's weights, the optimizer's
+        moments and step count (Adam's bias correction) and the global step (the
+        learning-rate schedule), from `path`, a Trainer checkpoint prefix or the
+        output_dir holding one (`training_state_step`). Returns the global step."""
+        prefix, step = training_state_step(path)
+        checkpoint = tf.train.Checkpoint(
+            model=self.model, optimizer=self.optimizer, global_step=self.global_step
+        )
+        try:
+            checkpoint.restore(prefix).assert_existing_objects_matched().expect_partial()
+        except AssertionError as error:
+            raise UserError(
+                f"{prefix} does not hold this model's training state (another model or "
+                f"optimizer?): {error}"
+            ) from error
+        logging.info("Continued the training state of %s at step %d", prefix, step)
+        return step
+
     def save(self) -> str:
-        path = self.manager.save(checkpoint_number=self.global_step)
+        try:
+            path = self.manager.save(checkpoint_number=self.global_step)
+        except (OSError, tf.errors.OpError) as e:  # No space or no permission: say so.
+            raise records.cannot_write(self.output_dir, e) or e
         if not self._is_chief():
             tf.io.gfile.rmtree(self._checkpoint_dir())
         logging.info("Saved checkpoint %s", path)
@@ -317,22 +377,34 @@ class Trainer:
         dataset_fn: Callable,
         global_batch_size: int,
         after_loop: Callable[[int], None] | None = None,
+        *,
+        first_step: int = 0,
+        stop_at_step: int | None = None,
     ) -> dict:
-        """Trains until `num_train_steps`.
+        """Trains until `num_train_steps` (or `stop_at_step`).
 
         Args:
           dataset_fn: (tf.distribute.InputContext) -> tf.data.Dataset of feature dicts
             batched at the per-replica batch size, repeated, deterministic order.
           global_batch_size: examples per step over all replicas and micro-batches.
           after_loop: optional callback(step) after each loop, e.g. an evaluation.
+          first_step: the global step `dataset_fn`'s first batch is for: 0, or the
+            step of a training state continued on new data (`restore_training_state`).
+            A resumed run skips the batches consumed since.
+          stop_at_step: stop (with a checkpoint) at this global step, the schedule
+            still running over `num_train_steps` (phase 1 of a two-phase run).
         """
         start_step = int(self.global_step.numpy())
-        if start_step >= self.num_train_steps:
+        end_step = min(stop_at_step or self.num_train_steps, self.num_train_steps)
+        if start_step >= end_step:
             logging.info("Already trained %d steps; nothing to do.", start_step)
-            return {"global_step": start_step}
+            return dict(global_step=start_step, num_train_steps=self.num_train_steps, complete=True)
+        # An earlier run's summary (or one written just before a kill) is not this one's.
+        if tf.io.gfile.exists(self._summary_path()):
+            tf.io.gfile.remove(self._summary_path())
 
         def skipping_dataset_fn(context):
-            return dataset_fn(context).skip(start_step)
+            return dataset_fn(context).skip(max(start_step - first_step, 0))
 
         dataset = self.strategy.distribute_datasets_from_function(skipping_dataset_fn)
         iterator = iter(dataset)
@@ -341,10 +413,11 @@ class Trainer:
         previous_handler = self._install_sigterm()
         step, loss = start_step, float("nan")
         start_time = time.time()
+        bar = self.progress.task("train", total=end_step, unit="step", initial=start_step)
         try:
-            while step < self.num_train_steps and not self._stop_requested:
+            while step < end_step and not self._stop_requested:
                 to_save = self.save_checkpoints_steps - step % self.save_checkpoints_steps
-                num = min(self.steps_per_loop, self.num_train_steps - step, to_save)
+                num = min(self.steps_per_loop, end_step - step, to_save)
                 self._maybe_profile(step, num)
                 loop_start = time.time()
                 loss_t, norm_t = loop(iterator, tf.constant(num, tf.int32))
@@ -361,22 +434,60 @@ class Trainer:
                     norm,
                     num * global_batch_size / max(elapsed, 1e-9),
                     start_time,
+                    end_step,
                 )
-                if step % self.save_checkpoints_steps == 0 or step >= self.num_train_steps:
+                if step >= end_step:
+                    # Written before the final checkpoint: a run killed between the
+                    # two resumes from the one before, trains the same last steps and
+                    # writes the same summary again.
+                    summary = self._write_summary(step, loss, end_step)
+                bar.update(
+                    step, loss=loss, **{"examples/s": num * global_batch_size / max(elapsed, 1e-9)}
+                )
+                if step % self.save_checkpoints_steps == 0 or step >= end_step:
                     self.save()
                 if after_loop is not None:
                     after_loop(step)
-            if self._stop_requested and step < self.num_train_steps:
+            if self._stop_requested and step < end_step:
                 self.save()
+                logging.warning("Stopped by SIGTERM at step %d (checkpoint saved).", step)
+        except distribution.PEER_ERRORS as e:
+            if distribution.num_workers(self.strategy) < 2:
+                raise
+            latest = tf.train.latest_checkpoint(self.output_dir) if self._is_chief() else None
+            message = distribution.lost_worker_message(self.strategy, e, step, latest)
+            raise LostWorkerError(message) from e
         finally:
+            bar.close()
             if previous_handler is not None:
                 signal.signal(signal.SIGTERM, previous_handler)
             writer.close()
-        summary = {"global_step": step, "loss": loss, **self.replica_report()}
-        name = "train_summary.json"
+        if step < end_step:
+            summary = self._write_summary(step, loss, end_step)
+        return summary
+
+    def _summary_path(self) -> str:
+        name = SUMMARY_FILE
         if not self._is_chief():
             name = f"train_summary_worker_{self.strategy.cluster_resolver.task_id}.json"
-        records.write_json(os.path.join(self.output_dir, name), summary)
+        return os.path.join(self.output_dir, name)
+
+    def _write_summary(self, step: int, loss: float, end_step: int) -> dict:
+        """train_summary.json: the step reached, whether training is complete (it
+        reached `end_step`: num_train_steps, or --stop_at_step; else what stopped it),
+        the last loop's loss and the weights' checksum."""
+        summary = {
+            "global_step": step,
+            "num_train_steps": self.num_train_steps,
+            "complete": step >= end_step,
+            "loss": loss,
+            **self.replica_report(),
+        }
+        if end_step < self.num_train_steps:
+            summary["stop_at_step"] = end_step
+        if not summary["complete"]:
+            summary["stopped_by"] = "SIGTERM"
+        records.write_json(self._summary_path(), summary)
         return summary
 
     def replica_report(self) -> dict:
@@ -408,10 +519,12 @@ class Trainer:
         if step <= last < step + num:
             tf.profiler.experimental.stop()
 
-    def _log_progress(self, writer, step, start_step, loss, norm, examples_per_sec, start_time):
+    def _log_progress(
+        self, writer, step, start_step, loss, norm, examples_per_sec, start_time, end_step
+    ):
         lr = float(self._current_lr())
         done = step - start_step
-        eta = (time.time() - start_time) / max(done, 1) * (self.num_train_steps - step)
+        eta = (time.time() - start_time) / max(done, 1) * (end_step - step)
         logging.info(
             "step %d/%d  loss %.4f  lr %.3g  grad_norm %.3f  %.1f examples/s  ETA %s",
             step,
@@ -466,11 +579,16 @@ class Trainer:
         """Metrics over a batched dataset (global batches), from the task's eval sums."""
         step = self._evaluation_step()
         totals = None
-        for i, batch in enumerate(self.strategy.experimental_distribute_dataset(dataset)):
-            if max_steps is not None and i >= max_steps:
-                break
-            sums = {k: float(v) for k, v in step(batch).items()}
-            totals = sums if totals is None else {k: totals[k] + sums[k] for k in totals}
+        total = _num_batches(dataset)
+        if max_steps is not None:
+            total = max_steps if total is None else min(total, max_steps)
+        with self.progress.task(summary_name, total=total, unit="batch", leave=False) as bar:
+            for i, batch in enumerate(self.strategy.experimental_distribute_dataset(dataset)):
+                if max_steps is not None and i >= max_steps:
+                    break
+                sums = {k: float(v) for k, v in step(batch).items()}
+                totals = sums if totals is None else {k: totals[k] + sums[k] for k in totals}
+                bar.update(i + 1)
         if totals is None:
             raise UserError("the evaluation dataset is empty")
         metrics = dict(self.task.finalize_eval(totals))
@@ -483,18 +601,38 @@ class Trainer:
         writer.close()
         return metrics
 
-    def predict(self, dataset: tf.data.Dataset, output_fn: Callable[[dict, dict], dict]) -> dict:
+    def predict(
+        self,
+        dataset: tf.data.Dataset,
+        output_fn: Callable[[dict, dict], dict],
+        description: str = "predict",
+    ) -> dict:
         """Concatenated numpy arrays of output_fn(features, outputs), in dataset order.
 
-        The compiled step is kept per `output_fn`: pass the same function (a
-        module-level one, not a new lambda) to reuse it.
+        Outputs of batches cut to different lengths (`data_prep.input_pipeline`) are
+        padded with zeros to the longest along their other axes. The compiled step is
+        kept per `output_fn`: pass the same function (a module-level one, not a new
+        lambda) to reuse it. `description` names the job in the progress shown (e.g.
+        "evaluate" when predictions are scored).
         """
         step = self._prediction_step(output_fn)
         pieces = []
-        for batch in self.strategy.experimental_distribute_dataset(dataset):
-            result = step(batch)
-            for local in self.strategy.experimental_local_results(result):
-                pieces.append({k: v.numpy() for k, v in local.items()})
+        total = _num_batches(dataset)
+        with self.progress.task(description, total=total, unit="batch", leave=False) as bar:
+            for i, batch in enumerate(self.strategy.experimental_distribute_dataset(dataset)):
+                result = step(batch)
+                for local in self.strategy.experimental_local_results(result):
+                    pieces.append({k: v.numpy() for k, v in local.items()})
+                bar.update(i + 1)
         if not pieces:
             return {}
-        return {k: np.concatenate([p[k] for p in pieces]) for k in pieces[0]}
+        return {k: _concatenate([p[k] for p in pieces]) for k in pieces[0]}
+
+
+def _concatenate(arrays: list[np.ndarray]) -> np.ndarray:
+    """`arrays` joined along axis 0, each padded with zeros to the largest size of
+    every other axis."""
+    shape = np.max([a.shape for a in arrays], axis=0)
+    return np.concatenate(
+        [np.pad(a, [(0, 0)] + [(0, m - n) for m, n in zip(shape[1:], a.shape[1:])]) for a in arrays]
+    )

@@ -9,7 +9,9 @@ Hub BERT encoders.
   obj.variables, obj.trainable_variables, obj.regularization_losses: what
     `hub.KerasLayer(..., trainable=True)` fine-tunes.
   obj.vocab_file (tf.saved_model.Asset), obj.do_lower_case (bool tf.Variable),
-    obj.bert_config_file (Asset, this project's addition: the exact config).
+    obj.bert_config_file (Asset, this project's addition: the exact config),
+    obj.causal_attention (bool tf.Variable, only on a left-to-right encoder: its calls
+    apply the left-only attention and pool the last real token; see BertEncoder).
   obj.mlm (with the masked-LM head only): the same call with an extra int32 [B, P]
     `masked_lm_positions`; adds float32 `mlm_logits` [B, P, V].
   Signatures `serving_default` (and `mlm`), for `saved_model_cli` and TF Serving; their
@@ -146,6 +148,8 @@ class EncoderModule(ReusableModule):
         self.do_lower_case = tf.Variable(bool(do_lower_case), trainable=False, name="do_lower_case")
         if bert_config_file:
             self.bert_config_file = tf.saved_model.Asset(bert_config_file)
+        if getattr(encoder, "causal_attention", False):
+            self.causal_attention = tf.Variable(True, trainable=False, name="causal_attention")
         if masked_lm is not None:
             self.mlm = ReusableModule(
                 [encoder, masked_lm],

@@ -66,19 +66,31 @@ class PreprocessingModule(tf.Module):
       tokenizer: the `TFBertTokenizer` (vocabulary table and asset).
       vocab_file: tf.saved_model.Asset of the vocabulary.
       do_lower_case: bool tf.Variable.
+      preserve_unused_tokens: bool tf.Variable: `[unusedN]` words stay whole.
       tokenize: tf.function strings [B] -> int32 RaggedTensor [B, (W), (P)].
       bert_pack_inputs: a `PackInputsModule`.
       seq_length: the sequence length of __call__.
     """
 
-    def __init__(self, vocab_file: str, do_lower_case: bool, seq_length: int = 128):
+    def __init__(
+        self,
+        vocab_file: str,
+        do_lower_case: bool,
+        seq_length: int = 128,
+        preserve_unused_tokens: bool = False,
+    ):
         super().__init__(name="bert_preprocess")
         if seq_length < 2:
             raise UserError(f"seq_length={seq_length} leaves no room for [CLS] and [SEP]")
-        tokenizer = tf_tokenization.TFBertTokenizer(vocab_file, do_lower_case)
+        tokenizer = tf_tokenization.TFBertTokenizer(
+            vocab_file, do_lower_case, preserve_unused_tokens=preserve_unused_tokens
+        )
         self.tokenizer = tokenizer
         self.vocab_file = tokenizer.vocab_file or tf.saved_model.Asset(vocab_file)
         self.do_lower_case = tf.Variable(bool(do_lower_case), trainable=False, name="do_lower_case")
+        self.preserve_unused_tokens = tf.Variable(
+            bool(preserve_unused_tokens), trainable=False, name="preserve_unused_tokens"
+        )
         self.seq_length = seq_length
         self.bert_pack_inputs = PackInputsModule(tokenizer.cls_id, tokenizer.sep_id, seq_length)
         text = tf.TensorSpec([None], tf.string, name="inputs")
@@ -105,13 +117,15 @@ def export_preprocessing(
     do_lower_case: bool,
     seq_length: int = 128,
     overwrite: bool = False,
+    preserve_unused_tokens: bool = False,
 ) -> str:
     """Exports the text -> BERT inputs preprocessing model. Returns the export path.
 
-    `export_path` and `overwrite`: as `savedmodel.save_atomically`.
+    `export_path` and `overwrite`: as `savedmodel.save_atomically`;
+    `preserve_unused_tokens`: as the model's tokenizer (`[unusedN]` words whole).
     """
     savedmodel.check_export_path(export_path, overwrite)
-    module = PreprocessingModule(vocab_file, do_lower_case, seq_length)
+    module = PreprocessingModule(vocab_file, do_lower_case, seq_length, preserve_unused_tokens)
     return savedmodel.save_atomically(
         module,
         export_path,

@@ -66,8 +66,9 @@ TASK_OPTIONS = {
 
 class TaskModule(tf.Module):
     """Holds what a task export's signatures use: the model's variables, the tokenizer,
-    the label names and the preprocessing settings (seq_length, do_lower_case and the
-    kind's options, e.g. max_query_length, as int tf.Variables)."""
+    the label names and the preprocessing settings (seq_length, do_lower_case,
+    preserve_unused_tokens and the kind's options, e.g. max_query_length, as
+    tf.Variables)."""
 
     def __init__(
         self, model, tokenizer, seq_length: int, labels, kind: str, options: dict | None = None
@@ -78,6 +79,9 @@ class TaskModule(tf.Module):
         self.seq_length = tf.Variable(seq_length, trainable=False, name="seq_length")
         self.do_lower_case = tf.Variable(
             bool(tokenizer.do_lower_case), trainable=False, name="do_lower_case"
+        )
+        self.preserve_unused_tokens = tf.Variable(
+            bool(tokenizer.preserve_unused_tokens), trainable=False, name="preserve_unused_tokens"
         )
         if labels is not None:
             self.labels = tf.Variable(
@@ -113,6 +117,7 @@ def export_task_model(
     kind: str = "classifier",
     labels: Sequence[str] | None = None,
     overwrite: bool = False,
+    preserve_unused_tokens: bool = False,
     **options,
 ) -> str:
     """Exports a fine-tuned task model with a raw-text serving signature.
@@ -129,6 +134,7 @@ def export_task_model(
       labels: label names in label-id order (classification, multiple choice, ner),
         None for regression and squad.
       overwrite: whether a previous export at `export_dir` may be replaced.
+      preserve_unused_tokens: as the tokenizer the model was trained with.
       **options: the kind's settings (TASK_OPTIONS, e.g. squad's max_query_length,
         and SHARED_OPTIONS' pad_to_max_seq_length); pass the runner's flags so that the
         export predicts as the runner does. Each is kept in the export as a variable
@@ -139,7 +145,9 @@ def export_task_model(
     """
     options = check_options(kind, options)
     check_export_path(export_dir, overwrite)
-    tokenizer = tf_tokenization.TFBertTokenizer(vocab_file, do_lower_case)
+    tokenizer = tf_tokenization.TFBertTokenizer(
+        vocab_file, do_lower_case, preserve_unused_tokens=preserve_unused_tokens
+    )
     signatures = TASK_SIGNATURE_BUILDERS[kind](model, tokenizer, seq_length, labels, **options)
     module = TaskModule(model, tokenizer, seq_length, labels, kind, options)
     return savedmodel.save_atomically(

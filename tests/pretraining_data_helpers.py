@@ -10,10 +10,9 @@ import sys
 
 import tensorflow as tf
 
-from data_prep import create_pretraining_data as cpd
 from data_prep import pretraining_instances as pti
 from data_prep import pretraining_records as ptr
-from data_prep import pretraining_data
+from data_prep import pretraining_data, records
 
 REPO_ROOT = pathlib.Path(__file__).resolve().parent.parent
 CORPUS_GLOB = str(REPO_ROOT / "sample_data" / "corpus" / "*.txt")
@@ -162,4 +161,4 @@ def options(input_files, output_files, vocab_file, **kwargs):
 
 
 def corpus_files():
-    return cpd.expand_input_patterns(CORPUS_GLOB)
+    return records.expand_globs(CORPUS_GLOB, original_order=True)

@@ -277,7 +277,8 @@ def test_tfrecord_round_trip(tmp_path, vocab_file, tokenizer):
     assert metadata["labels"] == ["0", "1"] and metadata["max_seq_length"] == 12
     assert metadata["vocab_file"] == "uncased_vocab.txt"
     assert metadata["do_lower_case"] is True and metadata["num_choices"] is None
-    assert metadata == records.read_metadata(output_file, cf.RECORD_FORMAT)
+    assert metadata.entries == records.read_metadata(output_file, cf.RECORD_FORMAT)
+    assert metadata == cf.read_metadata(output_file) and metadata.num_records == 3
     assert sorted(os.listdir(tmp_path / "out")) == ["train.tf_record", "train.tf_record.meta.json"]
 
     features = next(iter(cf.build_dataset(output_file, metadata, batch_size=8, is_training=False)))

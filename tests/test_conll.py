@@ -460,7 +460,7 @@ def _write_hand_windows(path: str, hand_sentences, tokenizer):
         hand_sentences * 2, labels, tokenizer, 8, 2
     )
     ner_features.write_tfrecord(features, path)
-    metadata = ner_features.NerMetadata.describe(
+    metadata = ner_features.describe(
         hand_sentences * 2,
         features,
         labels,
@@ -488,7 +488,7 @@ def test_tfrecord_round_trip_and_metadata(tmp_path, hand_sentences, tokenizer):
         assert label_ids.tolist() == feature.label_ids
     assert features[4].sentence_index == 1 and features[4].unique_id == 4
 
-    metadata.write(path)
+    ner_features.write_metadata(path, metadata)
     assert sorted(p.name for p in (tmp_path / "out").iterdir()) == [
         "train.tf_record",
         "train.tf_record.meta.json",
@@ -509,7 +509,8 @@ def test_tfrecord_round_trip_and_metadata(tmp_path, hand_sentences, tokenizer):
         "format": "bert_ner_tfrecord/3",
         "record_bytes": os.path.getsize(path),
     }
-    assert ner_features.NerMetadata.read(path) == metadata
+    assert ner_features.read_metadata(path) == metadata
+    assert metadata.num_records == 8 and metadata.max_seq_length == 8
     data["max_seq_lenght"] = data.pop("max_seq_length")
     bad = str(tmp_path / "bad.tf_record")
     (tmp_path / "bad.tf_record.meta.json").write_text(json.dumps(data), encoding="utf-8")
@@ -518,10 +519,10 @@ def test_tfrecord_round_trip_and_metadata(tmp_path, hand_sentences, tokenizer):
         match=r"bad\.tf_record\.meta\.json.*max_seq_lenght.*"
         r"max_seq_length",
     ):
-        ner_features.NerMetadata.read(bad)
+        ner_features.read_metadata(bad)
     records.write_json(records.metadata_path(bad), dict(data, format="bert_ner_tfrecord/0"))
     with pytest.raises(ValueError, match=r"'bert_ner_tfrecord/0', not 'bert_ner_tfrecord/3'"):
-        ner_features.NerMetadata.read(bad)
+        ner_features.read_metadata(bad)
 
 
 def test_build_dataset_batches_for_the_trainer(tmp_path, hand_sentences, tokenizer):

@@ -201,7 +201,10 @@ def test_conversions_round_trip_bit_for_bit(real, converted, tmp_path):
     """Our classifier, converted to Hugging Face, then to TF1 and to ours: the same
     values under every name (the tables' transposes included)."""
     source = converted["classifier"]
-    tf1 = convert_checkpoint.convert(source, str(tmp_path / "tf1"), "tf1")
+    tf1 = convert_checkpoint.convert(
+        source, str(tmp_path / "tf1"), "tf1", preserve_unused_tokens=True
+    )
+    # The setting goes on with the model (model_info.json), with no flag given.
     tf2 = convert_checkpoint.convert(str(tmp_path / "tf1"), str(tmp_path / "tf2"), "tf2")
     hf = read_safetensors(os.path.join(source, "model.safetensors"))
     stored = tf1_tensors(tf1)
@@ -228,6 +231,7 @@ def test_conversions_round_trip_bit_for_bit(real, converted, tmp_path):
         )
     info = json.loads((tmp_path / "tf2" / "model_info.json").read_text())
     assert info["labels"] == ["neg", "neu", "pos"] and info["model_kind"] == "classifier"
+    assert info["preserve_unused_tokens"] is True
 
 
 def test_every_kind_goes_round_all_formats_unchanged(tmp_path):

@@ -18,6 +18,7 @@ from absl import flags
 
 from data_prep import create_pretraining_data as cpd
 from data_prep import pretraining_instances as pti
+from data_prep import pretraining_data, records
 from data_prep import pretraining_records as ptr
 from tests.pretraining_data_helpers import (
     CORPUS_GLOB,
@@ -107,7 +108,7 @@ def test_workers_shard_equals_original_on_each_file(tmp_path, vocab_file):
         records = read_records(shard)
         assert len(records) > 100
         assert records == canonical(read_records(tmp_path / ("theirs_%d" % i)))
-        metadata = ptr.load_metadata(str(shard))
+        metadata = pretraining_data.read_metadata(str(shard))
         assert metadata["input_files"] == [path]
         assert metadata["num_instances"] == len(records)
 
@@ -148,7 +149,7 @@ def test_round_robin_and_metadata(tmp_path, vocab_file):
     for i, shard in enumerate(shards):
         assert read_records(shard) == records[i::3]
 
-    metadata = [ptr.load_metadata(str(shard)) for shard in shards]
+    metadata = [pretraining_data.read_metadata(str(shard)) for shard in shards]
     expected_counts = [len(records[i::3]) for i in range(3)]
     assert [m["num_instances"] for m in metadata] == expected_counts
     assert sum(m["num_tokens"] for m in metadata) == stats.tokens
@@ -306,7 +307,9 @@ def test_empty_corpus_names_the_files(tmp_path, vocab_file):
 
 def test_missing_input_pattern(tmp_path):
     with pytest.raises(ValueError, match="nothing_here.*matches no file"):
-        cpd.expand_input_patterns(CORPUS_GLOB + "," + str(tmp_path / "nothing_here*"))
+        records.expand_globs(
+            CORPUS_GLOB + "," + str(tmp_path / "nothing_here*"), original_order=True
+        )
 
 
 def test_vocab_without_special_tokens_names_the_file(tmp_path):

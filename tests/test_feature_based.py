@@ -14,7 +14,12 @@ import tensorflow as tf
 from evaluation import conlleval
 from modeling.config import BertConfig
 from modeling.encoder import BertEncoder
-from modeling.feature_based import BertFeatureBasedTagger, LayerCombination, parse_feature_layers
+from modeling.feature_based import (
+    EMBEDDINGS,
+    BertFeatureBasedTagger,
+    LayerCombination,
+    parse_feature_layers,
+)
 from tests.conftest import read_results
 from tests.ner_helpers import ENV, RUN_NER, TINY_CONFIG
 
@@ -28,7 +33,10 @@ def test_parse_feature_layers():
     assert parse_feature_layers("-1,-2,-3,-4", 12) == [11, 10, 9, 8]
     assert parse_feature_layers(" 0, -1 ", 3) == [0, 2]
     assert parse_feature_layers("all", 3) == [0, 1, 2]
+    assert parse_feature_layers("embeddings", 3) == [EMBEDDINGS]
+    assert parse_feature_layers("-1, embeddings", 3) == [2, EMBEDDINGS]
     for spec, message in [
+        ("embeddings,embeddings", "named twice"),
         ("-4", "does not exist"),
         ("3", "does not exist"),
         ("-1,2", "named twice"),
@@ -76,6 +84,22 @@ def _inputs(ids, mask):
         "input_mask": tf.constant(mask, tf.int32),
         "input_type_ids": tf.zeros_like(tf.constant(ids, tf.int32)),
     }
+
+
+def test_the_embedding_layer_as_features(small_config):
+    """Table 7's "Embeddings" row: the embedding layer's output (LayerNorm included),
+    beside the last layer when both are named."""
+    keras.utils.set_random_seed(4)
+    encoder = BertEncoder(small_config)
+    model = BertFeatureBasedTagger(encoder, small_config, 5, [EMBEDDINGS, 1], lstm_units=6)
+    ids = np.random.default_rng(2).integers(1, 99, size=(2, 7))
+    inputs = _inputs(ids, np.ones_like(ids))
+    embedded = encoder.embeddings(inputs["input_word_ids"], inputs["input_type_ids"]).numpy()
+    last = encoder(inputs)["encoder_outputs"][1].numpy()
+    np.testing.assert_allclose(
+        model.features(inputs).numpy(), np.concatenate([embedded, last], -1), atol=1e-6
+    )
+    assert model(inputs)["logits"].shape == (2, 7, 5)
 
 
 @pytest.mark.parametrize("combination", ["concat", "sum", "weighted_sum"])

@@ -96,12 +96,42 @@ def test_an_output_folder_is_self_contained(tmp_path):
         "vocab.txt",
     ]
     info = json.loads((out / "model_info.json").read_text())
-    assert info == {"model_kind": "classifier", "do_lower_case": True, "labels": ["0", "1"]}
+    assert info == {
+        "model_kind": "classifier",
+        "do_lower_case": True,
+        "preserve_unused_tokens": False,
+        "labels": ["0", "1"],
+        "vocab_sha256": model_files.vocab_fingerprint(VOCAB),
+        "vocab_size": 30522,
+    }
     again = model_files.resolve(None, None, str(out), None)
     assert again.config == files.config and again.do_lower_case
+    assert not again.preserve_unused_tokens
     assert (out / "vocab.txt").read_bytes() == open(VOCAB, "rb").read()
     # A checkpoint prefix inside the folder, or in its best/ sub-folder, finds it too.
     (out / "best").mkdir()
     assert model_files.read_model_info(str(out / "best" / "best-3"))["labels"] == ["0", "1"]
     with pytest.raises(ValueError, match="model_info.json .* says do_lower_case=True"):
         model_files.resolve(None, None, str(out / "ckpt-5"), do_lower_case=False)
+
+
+def test_preserve_unused_tokens_goes_with_the_model(tmp_path, caplog):
+    """Recorded in model_info.json; a later run uses it unless the flag says otherwise."""
+    config = BertConfig.from_json_file(_config(tmp_path / "c.json"))
+    files = model_files.ModelFiles(config, VOCAB, True, preserve_unused_tokens=True)
+    out = tmp_path / "run"
+    model_files.write_model_files(str(out), files, "classifier", labels=["0", "1"])
+    assert json.loads((out / "model_info.json").read_text())["preserve_unused_tokens"] is True
+    again = model_files.resolve(None, None, str(out), None)
+    assert again.preserve_unused_tokens
+    assert again.tokenizer().tokenize("[unused0] a") == ["[unused0]", "a"]
+    with caplog.at_level("WARNING"):
+        off = model_files.resolve(None, None, str(out), None, preserve_unused_tokens=False)
+    assert not off.preserve_unused_tokens
+    assert "trained with True" in caplog.text
+    assert off.tokenizer().tokenize("[unused0]") == ["[", "unused", "##0", "]"]
+    # No record (a released checkpoint): the flag, else False.
+    assert not model_files.resolve(
+        _config(tmp_path / "d.json"), VOCAB, None, None
+    ).preserve_unused_tokens
+    assert model_files.resolve_preserve_unused_tokens(True, None)

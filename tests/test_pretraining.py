@@ -16,7 +16,7 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from data_prep import pretraining_data
+from data_prep import input_pipeline, pretraining_data, records
 from tests.conftest import REPO_ROOT, SAMPLE_DATA, write_tiny_config
 
 VOCAB = str(SAMPLE_DATA / "vocab" / "uncased_vocab.txt")
@@ -143,16 +143,15 @@ def test_shards_of_another_length_are_a_clear_error(tmp_path):
     with pytest.raises(ValueError, match="empty"):
         pretraining_data.check_shard_shapes([str(empty)], 128, 20)
     with pytest.raises(FileNotFoundError, match="matches no file"):
-        pretraining_data.expand_input_files(str(tmp_path / "missing-*.tfrecord"))
+        records.expand_globs(str(tmp_path / "missing-*.tfrecord"))
 
 
 def test_pipeline_slices_global_batches_across_workers(shards):
-    """Two input pipelines over one file read exactly the single pipeline's batches."""
-    single = next(
-        iter(
-            pretraining_data.pretraining_dataset([shards["train"]], 8, SEQ, PREDS, is_training=True)
-        )
-    )
+    """Two input pipelines over one file read exactly the single pipeline's batches
+    (each cut to its own longest sequence)."""
+    files = [shards["train"]]
+    metadata = pretraining_data.shards_metadata(files, SEQ, PREDS)
+    single = next(iter(pretraining_data.pretraining_dataset(files, metadata, 8, is_training=True)))
     halves = []
     for pipeline_id in range(2):
         context = tf.distribute.InputContext(
@@ -162,13 +161,18 @@ def test_pipeline_slices_global_batches_across_workers(shards):
             next(
                 iter(
                     pretraining_data.pretraining_dataset(
-                        [shards["train"]], 4, SEQ, PREDS, is_training=True, input_context=context
+                        files, metadata, 8, is_training=True, input_context=context
                     )
                 )
             )
         )
     for key in single:
-        np.testing.assert_array_equal(np.concatenate([h[key] for h in halves]), single[key])
+        width = single[key].shape[1:]
+        got = [
+            input_pipeline.pad_to_length(h[key].numpy(), width[0]) if width else h[key]
+            for h in halves
+        ]
+        np.testing.assert_array_equal(np.concatenate(got), single[key])
     assert single["input_word_ids"].dtype == tf.int32
     assert single["masked_lm_weights"].dtype == tf.float32
 
@@ -271,28 +275,123 @@ def test_killed_run_resumes_to_the_same_weights(shards, tmp_path):
 
 
 @pytest.mark.slow
-def test_sigterm_saves_a_checkpoint_and_exits(shards, tmp_path):
+def test_one_run_per_output_dir_and_sigterm_stops_with_143(shards, tmp_path):
+    """While a run lives, a second run on its output_dir stops at once naming it. SIGTERM
+    saves a checkpoint and exits 143 with one line saying how to resume; nothing looks
+    finished (train_summary.json says "complete": false, no evaluation)."""
     config = tiny_config(tmp_path / "config.json")
-    proc = run_pretraining(
-        tmp_path / "out",
-        config,
-        shards["train"],
-        "--steps_per_loop=1",
-        "--save_checkpoints_steps=1000",
-        steps=100000,
-        wait=False,
-    )
+    out = tmp_path / "out"
+    args = ("--steps_per_loop=1", "--save_checkpoints_steps=1000", "--do_eval")
+    proc = run_pretraining(out, config, shards["train"], *args, steps=100000, wait=False)
     deadline = time.time() + 300
-    while not list((tmp_path / "out" / "train").glob("events*")):
-        assert proc.poll() is None, open(f"{tmp_path / 'out'}.log").read()[-3000:]
+    while not list((out / "train").glob("events*")):
+        assert proc.poll() is None, open(f"{out}.log").read()[-3000:]
         assert time.time() < deadline
         time.sleep(0.1)
+    second = subprocess.run(
+        [
+            sys.executable,
+            str(REPO_ROOT / "run_pretraining.py"),
+            f"--input_file={shards['train']}",
+            f"--output_dir={out}",
+            f"--bert_config_file={config}",
+            "--do_train",
+        ],
+        capture_output=True,
+        text=True,
+        env=dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3"),
+    )
+    assert second.returncode != 0
+    assert f"--output_dir={out} is in use by another run: pid {proc.pid} on host" in second.stderr
     time.sleep(2)
     proc.send_signal(signal.SIGTERM)
     proc.wait(timeout=120)
-    assert proc.returncode == 0
-    latest = tf.train.latest_checkpoint(str(tmp_path / "out"))
-    assert latest is not None and int(latest.rsplit("-", 1)[1]) > 0
+    assert proc.returncode == 143
+    last_line = open(f"{out}.log").read().strip().splitlines()[-1]
+    summary = json.loads((out / "train_summary.json").read_text())
+    step = summary["global_step"]
+    assert last_line == (
+        f"Stopped by SIGTERM at step {step} of 100000, checkpoint saved in {out}: run the "
+        f"same command again to resume."
+    )
+    assert summary["complete"] is False and summary["stopped_by"] == "SIGTERM"
+    assert tf.train.latest_checkpoint(str(out)).endswith(f"ckpt-{step}") and step > 0
+    assert not (out / "eval_results.txt").exists() and not (out / ".run.lock").exists()
+
+
+@pytest.mark.slow
+def test_a_lost_worker_is_named_and_a_restart_resumes(shards, tmp_path):
+    """Two MultiWorkerMirrored workers on loopback share one output_dir (the chief alone
+    takes its lock). Worker 1 killed: worker 0 stops with exit code 75 and one message
+    naming worker 1 and saying to restart every worker. Restarted with the same
+    command, they resume from the last checkpoint to the weights of an uninterrupted
+    run."""
+    config = tiny_config(tmp_path / "config.json", dropout=0.0)
+    steps, common = 24, ("--steps_per_loop=1", "--save_checkpoints_steps=4")
+    run_pretraining(tmp_path / "one", config, shards["train"], *common, steps=steps)
+    workers = [f"127.0.0.1:{free_port()}", f"127.0.0.1:{free_port()}"]
+    out = tmp_path / "shared"
+
+    def start_workers(tag):
+        procs = []
+        for index in range(2):
+            tf_config = json.dumps(
+                {"cluster": {"worker": workers}, "task": {"type": "worker", "index": index}}
+            )
+            procs.append(
+                subprocess.Popen(
+                    [
+                        sys.executable,
+                        str(REPO_ROOT / "run_pretraining.py"),
+                        f"--input_file={shards['train']}",
+                        f"--output_dir={out}",
+                        f"--bert_config_file={config}",
+                        f"--max_seq_length={SEQ}",
+                        f"--max_predictions_per_seq={PREDS}",
+                        "--train_batch_size=8",
+                        f"--num_train_steps={steps}",
+                        "--num_warmup_steps=2",
+                        "--learning_rate=1e-3",
+                        "--do_train",
+                        "--distribution_strategy=multi_worker_mirrored",
+                        *common,
+                    ],
+                    env=dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2", TF_CONFIG=tf_config),
+                    stdout=subprocess.DEVNULL,
+                    stderr=open(tmp_path / f"{tag}{index}.log", "w"),
+                )
+            )
+        return procs
+
+    procs = start_workers("first")
+    deadline = time.time() + 600
+    while not (out / "ckpt-8.index").exists():
+        for index, proc in enumerate(procs):
+            assert proc.poll() is None, (tmp_path / f"first{index}.log").read_text()[-3000:]
+        assert time.time() < deadline
+        time.sleep(0.05)
+    procs[1].send_signal(signal.SIGKILL)
+    procs[1].wait()
+    procs[0].wait(timeout=300)  # A guard against a hang, not a speed figure.
+    assert procs[0].returncode == 75, (tmp_path / "first0.log").read_text()[-3000:]
+    log = (tmp_path / "first0.log").read_text()
+    (message,) = [line for line in log.splitlines() if line.startswith("Lost ")]
+    assert message.startswith(f"Lost worker 1 ({workers[1]}) of the multi-worker run after step")
+    assert "Traceback" not in log
+    assert "Restart every worker with the same command and TF_CONFIG" in message
+    latest = tf.train.latest_checkpoint(str(out))
+    assert latest is not None and not latest.endswith(f"ckpt-{steps}")
+    for index, proc in enumerate(start_workers("again")):
+        proc.wait(timeout=600)
+        assert proc.returncode == 0, (tmp_path / f"again{index}.log").read_text()[-3000:]
+    logs = [path.read_text() for path in out.glob("run_pretraining.*.INFO.*")]
+    assert sum(f"Resumed from {latest}" in log for log in logs) == 2  # Both workers.
+    assert json.loads((out / "train_summary.json").read_text())["complete"] is True
+    assert_close_weights(
+        model_weights(str(tmp_path / "one" / f"ckpt-{steps}")),
+        model_weights(str(out / f"ckpt-{steps}")),
+        atol=1e-4,
+    )
 
 
 @pytest.mark.slow

@@ -25,7 +25,7 @@ from apache_beam.options.pipeline_options import PipelineOptions
 
 from data_prep import corpus
 from data_prep import corpus_pipeline as cp
-from data_prep import corpus_settings, corpus_summary
+from data_prep import corpus_settings, corpus_summary, pretraining_data
 from data_prep import pretraining_instances as pti
 from data_prep import pretraining_records as ptr
 from data_prep import pretraining_pipeline as pp
@@ -102,7 +102,7 @@ def test_each_file_equals_the_original_and_num_workers(tmp_path, vocab_file):
         ours = cpd_tests.read_records(shards / (path.stem + ".tfrecord"))
         assert len(ours) > 100
         assert ours == cpd_tests.read_records(workers / (path.stem + ".tfrecord"))
-        metadata = ptr.load_metadata(str(shards / (path.stem + ".tfrecord")))
+        metadata = pretraining_data.read_metadata(str(shards / (path.stem + ".tfrecord")))
         assert metadata["num_instances"] == len(ours)
         assert metadata["random_seed"] == 12345
         assert metadata["document_shard"]["first_byte"] == 0
@@ -142,7 +142,7 @@ def test_cut_file_pieces_equal_runs_on_each_piece(tmp_path, vocab_file):
     assert [p.name for p in outputs] == ["paper-%05d.tfrecord" % k for k in range(4)]
     starts = []
     for k, output in enumerate(outputs):
-        described = ptr.load_metadata(str(output))["document_shard"]
+        described = pretraining_data.read_metadata(str(output))["document_shard"]
         assert described["window"] == k
         piece = tmp_path / ("piece_%d.txt" % k)
         piece.write_bytes(data[described["first_byte"] : described["end_byte"]])
@@ -170,10 +170,8 @@ def test_compressed_file_is_one_shard_read_through_its_decompressor(tmp_path, vo
     assert cpd_tests.read_records(tmp_path / "shards" / "paper.tfrecord") == alone(
         tmp_path, plain, vocab_file, 12345, "paper"
     )
-    assert (
-        ptr.load_metadata(str(tmp_path / "shards" / "paper.tfrecord"))["document_shard"]["end_byte"]
-        is None
-    )
+    metadata = pretraining_data.read_metadata(str(tmp_path / "shards" / "paper.tfrecord"))
+    assert metadata["document_shard"]["end_byte"] is None
     assert summary["shards_written"] == 1
 
 
@@ -309,7 +307,7 @@ def test_failed_run_stops_naming_file_and_line_and_leaves_nothing_complete(tmp_p
     if "a_good.tfrecord" in names:
         assert (
             len(cpd_tests.read_records(shards / "a_good.tfrecord"))
-            == ptr.load_metadata(str(shards / "a_good.tfrecord"))["num_instances"]
+            == pretraining_data.read_metadata(str(shards / "a_good.tfrecord"))["num_instances"]
         )
 
 
@@ -425,7 +423,7 @@ def check_killed_run_leaves_only_complete_shards(tmp_path, command, env):
     for name in shards:
         assert (
             len(cpd_tests.read_records(out / name))
-            == ptr.load_metadata(str(out / name))["num_instances"]
+            == pretraining_data.read_metadata(str(out / name))["num_instances"]
         )
 
 
@@ -498,4 +496,66 @@ def test_command_line_with_two_worker_processes(tmp_path, vocab_file):
         )
     summary = json.loads((tmp_path / "shards" / corpus_summary.SUMMARY_NAME).read_text())
     assert summary["shards_written"] == 2 and summary["settings"]["do_whole_word_mask"]
-    assert "Done in" in result.stderr and "instances (" in result.stderr
+    assert " instances in 2 shards, in " in result.stderr  # The summary line.
+
+
+@pytest.mark.slow
+def test_a_rerun_never_mixes_two_runs_shards(tmp_path, vocab_file):
+    """A rerun with another shard size would leave the first run's shards beside its
+    own: refused, naming them; with overwrite they are removed first, and summary.json
+    lists the run's shards. `run_pretraining --input_file='shards/*'` then reads this
+    run's shards only, and refuses one of the earlier run put back."""
+    small = tmp_path / "paper.txt"
+    small.write_bytes(CORPUS[1].read_bytes())
+    first = run_in_process(settings(tmp_path, [small], vocab_file, dupe_factor=1))
+    assert first["shards"] == ["paper.tfrecord"]
+    out = tmp_path / "shards"
+    old_metadata = (out / "paper.tfrecord.meta.json").read_bytes()
+    rerun = settings(tmp_path, [small], vocab_file, dupe_factor=1, shard_bytes=20_000)
+    with pytest.raises(
+        FileExistsError, match=r"holds 1 shards of an earlier run .*paper\.tfrecord"
+    ):
+        run_in_process(rerun)
+    assert (out / "summary.json").exists()  # A refused run leaves the earlier one whole.
+    second = cp.run(rerun, PipelineOptions(["--runner=DirectRunner"]), overwrite=True)
+    shards = sorted(path.name for path in out.glob("*.tfrecord"))
+    assert shards == second["shards"] and shards[0].startswith("paper-0000")
+    assert second["run_id"] != first["run_id"]
+    pretraining_data.check_shard_runs(pretraining_data.expand_input_files(str(out / "*")))
+    (out / "paper.tfrecord").write_bytes(b"")
+    (out / "paper.tfrecord.meta.json").write_bytes(old_metadata)
+    with pytest.raises(ValueError, match="paper.tfrecord was left by an earlier pipeline run"):
+        pretraining_data.check_shard_runs(pretraining_data.expand_input_files(str(out / "*")))
+
+
+def test_a_failed_run_writes_no_summary(tmp_path):
+    """A vocabulary too small for the text fails the LearnVocab stage after the stage
+    that adds up the statistics ran: no summary.json, the mark of a finished run."""
+    pipeline_settings = settings(
+        tmp_path,
+        [SQUAD_JSONL],
+        str(tmp_path / "shards" / "vocab.txt"),
+        input_format="jsonl",
+        learn_vocab_size=50,
+        stop_after="vocab",
+    )
+    with pytest.raises(Exception, match="vocab_size=50 cannot hold"):
+        run_in_process(pipeline_settings)
+    visible = [p.name for p in (tmp_path / "shards").iterdir() if not p.name.startswith(".")]
+    assert visible == ["sentences"]
+
+
+def test_create_pretraining_data_refuses_an_earlier_runs_shards(tmp_path, vocab_file):
+    """One shard per input file into a directory: shards of an earlier run that this
+    run would not replace are refused (or removed with overwrite)."""
+    out = tmp_path / "out"
+    out.mkdir()
+    for name in ("a", "b"):
+        ptr.run(cpd_tests.options([CORPUS[1]], [out / f"{name}.tfrecord"], vocab_file))
+    both = [str(out / "a.tfrecord"), str(out / "b.tfrecord")]
+    ptr.check_no_earlier_shards(str(out), both, False, "--overwrite")
+    keep = both[1:]
+    with pytest.raises(FileExistsError, match=r"holds 1 shards of an earlier run .*a\.tfrecord"):
+        ptr.check_no_earlier_shards(str(out), keep, False, "--overwrite")
+    ptr.check_no_earlier_shards(str(out), keep, True, "--overwrite")
+    assert sorted(p.name for p in out.iterdir()) == ["b.tfrecord", "b.tfrecord.meta.json"]

@@ -146,18 +146,6 @@ def test_read_json_and_results_name_the_file(tmp_path):
     assert path.read_text(encoding="utf-8") == "eval_accuracy = 0.5\nglobal_step = 3\n"
 
 
-def test_tfrecord_dataset_shards_by_input_pipeline(tmp_path):
-    path = str(tmp_path / "r.tf_record")
-    records.write_tfrecord(path, [bytes([i]) for i in range(5)])
-    context = tf.distribute.InputContext(
-        num_input_pipelines=2, input_pipeline_id=1, num_replicas_in_sync=2
-    )
-    assert [r.numpy() for r in records.tfrecord_dataset(path, context)] == [b"\x01", b"\x03"]
-    assert len(list(records.tfrecord_dataset([path]))) == 5
-    assert records.per_replica_batch_size(8, context) == 4
-    assert records.per_replica_batch_size(8, None) == 8
-
-
 def test_eval_results_sorted_key_value_lines(tmp_path):
     """eval_results.txt of the GLUE runs (moved from test_glue_metrics)."""
     path = tmp_path / "eval_results.txt"

@@ -329,10 +329,10 @@ def test_fine_tune_end_to_end(runs, inputs):
     # The label list of the training file and its scheme (IOB1, the file's own), in the
     # metadata JSON, model_info.json and run_config.json; the records hold IOB1 labels.
     labels = conll.label_list(inputs["train"], "iob1")
-    metadata = ner_features.NerMetadata.read(str(output_dir / "train.tf_record"))
-    assert list(metadata.labels) == labels
-    assert metadata.num_sentences == 48 and metadata.tag_scheme == "iob1"
-    assert metadata.label_scheme == "iob1"
+    metadata = ner_features.read_metadata(str(output_dir / "train.tf_record"))
+    assert list(metadata["labels"]) == labels
+    assert metadata["num_sentences"] == 48 and metadata["tag_scheme"] == "iob1"
+    assert metadata["label_scheme"] == "iob1"
     model_info = json.loads((output_dir / "model_info.json").read_text())
     assert model_info["labels"] == labels and model_info["label_scheme"] == "iob1"
     learnt = collections.Counter(
@@ -348,8 +348,8 @@ def test_fine_tune_end_to_end(runs, inputs):
     )
     assert set(learnt) == set(iob1) and learnt["O"] >= iob1["O"]
     assert not any(t.startswith("B-") for t in learnt)  # No touching chunks in the slice.
-    assert metadata.num_features > 48  # Some sentences need two windows of 30 pieces.
-    assert results["global_step"] == int(metadata.num_features / 8)
+    assert metadata.num_records > 48  # Some sentences need two windows of 30 pieces.
+    assert results["global_step"] == int(metadata.num_records / 8)
     run_config = json.loads((output_dir / "run_config.json").read_text())
     assert run_config["labels"] == labels and run_config["label_scheme"] == "iob1"
     for lines in written:  # The IOB1 predictions written in IOB2, the dev file's scheme.
@@ -481,8 +481,8 @@ def test_feature_based_trains_only_the_lstm_head(runs, inputs):
         )
         return _restore_model(model, output_dir, step)
 
-    metadata = ner_features.NerMetadata.read(str(output_dir / "train.tf_record"))
-    num_steps = int(metadata.num_features / 8 * 0.5)
+    metadata = ner_features.read_metadata(str(output_dir / "train.tf_record"))
+    num_steps = int(metadata.num_records / 8 * 0.5)
     assert num_steps >= 2
     first, last = restored(1), restored(num_steps)
     for model in (first, last):
@@ -554,7 +554,8 @@ def test_bad_flags(bad_input_errors, inputs):
     assert bad_input_errors["export_dir"].startswith("UserError: --export_dir=gs://bucket/unused: ")
     assert "only local paths" in bad_input_errors["export_dir"]
     assert bad_input_errors["feature_layers"] == (
-        "UserError: feature layers '-1,-3': layer -3 does not exist in an encoder of 2 layers"
+        "UserError: --feature_layers='-1,-3': layer -3 does not exist in an encoder of 2 "
+        "layers (use -2 to 1)"
     )
     for name in BAD_FLAGS:
         assert not (inputs["root"] / name / "checkpoint").exists()

@@ -142,4 +142,7 @@ def test_export_tfhub_refuses_user_files_and_needs_overwrite(tmp_path, monkeypat
     assert calls == []
     run(f"--export_path={previous}", "--overwrite")
     run(f"--export_path={tmp_path / 'new'}")
-    assert calls == [{"overwrite": True}, {"overwrite": False}]
+    assert calls == [
+        {"overwrite": True, "preserve_unused_tokens": False},
+        {"overwrite": False, "preserve_unused_tokens": False},
+    ]

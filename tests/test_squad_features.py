@@ -449,8 +449,10 @@ def test_metadata_round_trip(tmp_path):
         num_skipped=1,
         vocab_file="vocab.txt",
     )
-    assert records.read_metadata(path, squad_records.RECORD_FORMAT) == written
-    assert written == {
+    assert squad_records.read_metadata(path) == written
+    assert written.num_records == 12 and written.max_seq_length == 384
+    assert records.read_metadata(path, squad_records.RECORD_FORMAT) == written.entries
+    assert written.entries == {
         "task": "squad",
         "is_training": True,
         "version_2_with_negative": True,
@@ -458,6 +460,7 @@ def test_metadata_round_trip(tmp_path):
         "doc_stride": 128,
         "max_query_length": 64,
         "do_lower_case": True,
+        "preserve_unused_tokens": False,
         "num_questions": 10,
         "num_examples": 9,
         "num_features": 12,

@@ -21,6 +21,7 @@ from test_tokenization import (
     TINY_VOCAB,
     TINY_VOCAB_CASES,
     UNCASED_VOCAB_CASES,
+    _with_unused_words,
     every_code_point_texts,
     write_vocab,
 )
@@ -224,6 +225,42 @@ def test_vocab_errors(tmp_path):
     path = write_vocab(tmp_path / "nosep.txt", ["[UNK]", "[CLS]", "a"])
     with pytest.raises(ValueError, match=r"nosep\.txt.*\[SEP\]"):
         tf_tokenization.TFBertTokenizer(path)
+
+
+# Words kept whole by preserve_unused_tokens, and look-alikes, in every path: ASCII
+# rows, other rows, cleaning that joins a word, a word over the length limit.
+PRESERVE_TEXTS = [
+    "[unused0]",
+    " [unused0] x",
+    "[UNUSED0] [unused0]. [MASK]",
+    "a\u200b[unused1] [un\u200bused2]",
+    "[unused3]\n[unused4]\t\u3000[unused5]中[unused6] 中 [unused7]",
+    "",
+    "[]",
+    "x" * 300 + " [unused8] Héllo",
+    b"\xff[unused9] caf\xc3\xa9 [unused10]",
+]
+
+
+@pytest.mark.parametrize("do_lower_case", [True, False])
+def test_preserve_unused_tokens_identical_to_python(text_lines, vocab_file, do_lower_case):
+    texts = _with_unused_words(text_lines[:1500]) + PRESERVE_TEXTS
+    python = tokenization.FullTokenizer(vocab_file, do_lower_case, preserve_unused_tokens=True)
+    tokenizer = tf_tokenization.TFBertTokenizer(
+        vocab_file, do_lower_case, preserve_unused_tokens=True
+    )
+    expected = python_ids(python, texts)
+    got = tokenizer.tokenize(tf.constant(texts)).to_list()
+    mismatches = [(t, e, g) for t, e, g in zip(texts, expected, got) if e != g]
+    assert not mismatches[:3]
+    assert got[len(texts) - len(PRESERVE_TEXTS)] == [1]  # "[unused0]": one piece, id 1.
+    assert sum(1 <= i < 100 or 104 <= i < 999 for row in got for i in row) > 1000  # [unusedN]
+    words = tokenizer.tokenize_words(tf.constant(PRESERVE_TEXTS)).to_list()
+    assert [[p for word in row for p in word] for row in words] == expected[-len(PRESERVE_TEXTS) :]
+    assert words[1][0] == [1]
+    # The path every row takes when FastWordpieceTokenizer cannot hold the vocabulary.
+    exact = tokenizer._exact_ids(tf.constant(PRESERVE_TEXTS)).to_list()
+    assert exact == expected[-len(PRESERVE_TEXTS) :]
 
 
 @pytest.mark.slow

@@ -438,3 +438,62 @@ def every_code_point_texts():
         if not 0xD800 <= cp <= 0xDFFF:
             char = chr(cp)
             yield "a%sb %s%s Ab%s" % (char, char, char, char)
+
+
+# ----------------------------------------------------------------------------
+# preserve_unused_tokens (the original's flag, an argument here).
+# ----------------------------------------------------------------------------
+
+
+def test_preserve_unused_tokens_keeps_unused_entries_whole(vocab_file):
+    text = "[unused0] Héllo [unused0]. [UNUSED1] [MASK] [unused994] \u200b[unused993]"
+    plain = tokenization.FullTokenizer(vocab_file)
+    kept = tokenization.FullTokenizer(vocab_file, preserve_unused_tokens=True)
+    assert plain.tokenize("[unused0]") == ["[", "unused", "##0", "]"]
+    assert kept.tokenize(text) == (
+        ["[unused0]", "hello"]
+        + ["[", "unused", "##0", "]", "."]  # Not a word between spaces.
+        + ["[", "unused", "##1", "]"]  # Lower-cased after the check, as the original.
+        + ["[", "mask", "]"]  # Only [unusedN] entries.
+        + ["[", "unused", "##9", "##9", "##4", "]"]  # Not in the vocabulary.
+        + ["[unused993]"]  # Cleaning drops the zero-width space first.
+    )
+    assert kept.convert_tokens_to_ids(kept.tokenize("[unused0] [unused993]")) == [1, 998]
+    assert kept.tokenize_to_ids(text) == kept.convert_tokens_to_ids(kept.tokenize(text))
+    basic = tokenization.BasicTokenizer(False, kept.vocab, preserve_unused_tokens=True)
+    assert basic.tokenize("A [unused5]B [unused5]") == ["A", "[", "unused5", "]", "B", "[unused5]"]
+    assert tokenization.BasicTokenizer(preserve_unused_tokens=True).tokenize("[unused5]") == [
+        "[",
+        "unused5",
+        "]",
+    ]  # No vocabulary given: nothing to keep, as the original.
+
+
+def _with_unused_words(lines):
+    """Real lines with [unusedN] words and look-alikes put between their words."""
+    words = ["[unused%d]" % (i * 7 % 1000) for i in range(50)]
+    words += ["[unused3],", "([unused4])", "[UNUSED5]", "[unused٣]", "中[unused6]", "[MASK]"]
+    out = []
+    for i, line in enumerate(lines):
+        parts = line.split(" ")
+        parts.insert(i % (len(parts) + 1), words[i % len(words)])
+        out.append(" ".join(parts))
+    return out
+
+
+@pytest.mark.parametrize("do_lower_case", [True, False])
+def test_preserve_unused_tokens_as_the_original(
+    original_tokenization, text_lines, vocab_file, do_lower_case
+):
+    from absl.testing import flagsaver
+
+    lines = _with_unused_words(text_lines[:3000])
+    ours = tokenization.FullTokenizer(vocab_file, do_lower_case, preserve_unused_tokens=True)
+    with flagsaver.flagsaver(preserve_unused_tokens=True):
+        theirs = original_tokenization.FullTokenizer(vocab_file, do_lower_case=do_lower_case)
+        expected = [theirs.tokenize(line) for line in lines]
+    assert [ours.tokenize(line) for line in lines] == expected
+    assert [ours.tokenize_to_ids(line) for line in lines] == [
+        theirs.convert_tokens_to_ids(tokens) for tokens in expected
+    ]
+    assert sum(token.startswith("[unused") for tokens in expected for token in tokens) > 2000

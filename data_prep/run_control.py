@@ -1,0 +1,366 @@
+"""How a long run starts and ends: one run per output, and a clear end when stopped.
+
+One run per output: a lock file that names the process holding it.
+
+A long job takes the lock of what it writes before any work: a run's output_dir
+(`<output_dir>/.run.lock`), or a path it replaces as a whole, such as an export
+folder or a shard file (`.<name>.lock` beside it). A second run on the same output
+while the first is alive stops at once with `LockedError`, naming the other process
+(pid, host, start time, command). Hidden names keep the lock out of every output
+glob (`records.expand_globs` skips them).
+
+The lock is an exclusive `flock` on that file, held as long as the process lives:
+the kernel drops it when the process ends in any way, kill -9 included, so a lock
+file left by a killed run is stale by construction and the next run takes it over.
+The file holds JSON {"pid", "host", "process_start", "started", "command"}, read only
+to say who holds it. On a file system without `flock` (some network and FUSE file
+systems), the file's content decides instead: on the same host, a lock whose
+process is gone (`os.kill(pid, 0)`, or another process now has that pid) is stale; a
+lock from another host cannot be checked from here and is refused, with the path to
+delete once that run is known to be gone. On NFS, `flock` works across hosts (the
+server frees the locks of a host that died after its lease). Paths of other file
+systems (`gs://`...) take no lock: they have no exclusive create.
+
+Under MultiWorkerMirrored every worker writes to one output_dir: only the chief takes
+the lock (`is_chief`).
+
+A stopped run ends with a line that says how to go on and a documented exit code
+(`common.errors.EXIT_STOPPED`, `EXIT_LOST_WORKER`): `exit_on_sigterm` makes SIGTERM
+end a run at once wherever it is (temporary files are removed on the way out, so
+nothing half-written stays under its name); the training loop replaces that handler
+with its own while it trains, to save a checkpoint first.
+"""
+
+from __future__ import annotations
+
+import atexit
+import errno
+import fcntl
+import json
+import os
+import signal
+import socket
+import sys
+import time
+
+from absl import logging
+
+from common.errors import EXIT_LOST_WORKER, EXIT_STOPPED, LostWorkerError, UserError
+from data_prep import records
+
+DIRECTORY_LOCK = ".run.lock"
+_NO_FLOCK = (errno.ENOLCK, errno.EOPNOTSUPP, errno.ENOSYS, errno.EINVAL)
+
+
+class LockedError(UserError):
+    """Another live run holds the output; the message names it."""
+
+
+def lock_path_for_directory(directory: str) -> str:
+    """The lock of a run's output folder: a hidden file inside it."""
+    return os.path.join(directory, DIRECTORY_LOCK)
+
+
+def lock_path_for_file(path: str) -> str:
+    """The lock of a file or folder written as a whole: a hidden file beside it."""
+    directory, name = os.path.split(os.path.normpath(path))
+    return os.path.join(directory, f".{name}.lock")
+
+
+def _process_start(pid: int) -> str | None:
+    """The start time of a process (clock ticks since boot), or None where unknown:
+    with the pid, it names one process even when pids are reused."""
+    try:
+        with open(f"/proc/{pid}/stat", encoding="ascii", errors="replace") as f:
+            stat = f.read()
+    except OSError:
+        return None
+    # The command name (field 2) may hold spaces and parentheses: split after it.
+    fields = stat.rsplit(")", 1)[-1].split()
+    return fields[19] if len(fields) > 19 else None
+
+
+def _alive(holder: dict) -> bool:
+    """Whether the process a lock names (on this host) still runs."""
+    pid = holder.get("pid")
+    if not isinstance(pid, int) or pid <= 0:
+        return False
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:  # Alive, another user's.
+        pass
+    recorded, current = holder.get("process_start"), _process_start(pid)
+    return recorded is None or current is None or recorded == current
+
+
+def _describe(holder: dict) -> str:
+    if not holder:
+        return "a process that has not yet written its name"
+    started = holder.get("started")
+    when = (
+        time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(started))
+        if isinstance(started, (int, float))
+        else "at an unknown time"
+    )
+    return (
+        f"pid {holder.get('pid')} on host {holder.get('host')}, started {when}: "
+        f"{holder.get('command') or '(command unknown)'}"
+    )
+
+
+def _read(fd: int) -> dict:
+    """The holder a lock file names ({} while it is being written or if damaged)."""
+    os.lseek(fd, 0, os.SEEK_SET)
+    data = b""
+    while chunk := os.read(fd, 65536):
+        data += chunk
+    try:
+        value = json.loads(data.decode("utf-8"))
+    except ValueError:
+        return {}
+    return value if isinstance(value, dict) else {}
+
+
+def _this_process() -> dict:
+    return {
+        "pid": os.getpid(),
+        "host": socket.gethostname(),
+        "process_start": _process_start(os.getpid()),
+        "started": time.time(),
+        "command": " ".join(sys.argv),
+    }
+
+
+class RunLock:
+    """A held lock; `release` (or the end of the process) frees it."""
+
+    def __init__(self, path: str, fd: int | None, holder: dict):
+        self.path, self.fd, self.holder = path, fd, holder
+
+    def release(self) -> None:
+        if self.fd is None:
+            return
+        try:
+            if os.path.exists(self.path) and os.stat(self.path).st_ino == os.fstat(self.fd).st_ino:
+                os.remove(self.path)
+        except OSError:
+            pass
+        os.close(self.fd)  # Frees the flock.
+        self.fd = None
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.release()
+
+
+def _refuse(what: str, path: str, other: dict, same_host: bool) -> LockedError:
+    hint = (
+        "Wait for it to end or stop it"
+        if same_host
+        else "It runs on another host, so this host cannot tell whether it is alive: "
+        f"once it is gone, delete {path}"
+    )
+    return LockedError(
+        f"{what} is in use by another run: {_describe(other)}. {hint}, or give this run "
+        f"another output. (Lock file: {path})"
+    )
+
+
+def acquire(path: str, what: str) -> RunLock | None:
+    """Takes the lock file `path` for this process, or raises LockedError.
+
+    Args:
+      path: the lock file (`lock_path_for_directory`, `lock_path_for_file`).
+      what: what it guards, for the message (e.g. "--output_dir=out").
+
+    Returns:
+      The lock (freed by `release` or when the process ends), or None for a path of
+      another file system, which takes no lock.
+    """
+    if "://" in path:
+        return None
+    me = _this_process()
+    for _ in range(10):
+        try:
+            os.makedirs(os.path.dirname(path) or ".", exist_ok=True)
+            fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+        except OSError as e:
+            raise (records.cannot_write(path, e) or e) from e
+        try:
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                supported = True
+            except BlockingIOError:
+                other = _read(fd)
+                if other.get("pid") == me["pid"] and other.get("host") == me["host"]:
+                    # This process holds it already (a runner's main run twice in
+                    # one process): the first holder frees it.
+                    os.close(fd)
+                    return RunLock(path, None, me)
+                raise _refuse(what, path, other, other.get("host") in (None, me["host"]))
+            except OSError as e:
+                if e.errno not in _NO_FLOCK:
+                    raise
+                supported = False
+            # The file may have been removed (released) between open and flock.
+            if not os.path.exists(path) or os.stat(path).st_ino != os.fstat(fd).st_ino:
+                os.close(fd)
+                continue
+            if not supported:
+                other = _read(fd)
+                same_host = other.get("host") in (None, me["host"])
+                if other and other.get("pid") != me["pid"] and (not same_host or _alive(other)):
+                    raise _refuse(what, path, other, same_host)
+            os.ftruncate(fd, 0)
+            os.lseek(fd, 0, os.SEEK_SET)
+            os.write(fd, json.dumps(me).encode("utf-8"))
+            return RunLock(path, fd, me)
+        except BaseException:
+            try:
+                os.close(fd)
+            except OSError:
+                pass
+            raise
+    raise LockedError(f"{what}: could not take the lock file {path}; try again.")
+
+
+def is_chief(tf_config: str | None) -> bool:
+    """Whether this process is the chief of the cluster in TF_CONFIG (the worker that
+    writes output_dir): the "chief" task, else worker 0; any process without a
+    cluster."""
+    if not tf_config:
+        return True
+    try:
+        config = json.loads(tf_config)
+        cluster, task = config.get("cluster") or {}, config.get("task") or {}
+    except (ValueError, AttributeError):
+        return True
+    task_type, index = task.get("type"), int(task.get("index", 0) or 0)
+    if not cluster or task_type in (None, "chief"):
+        return True
+    return task_type == "worker" and index == 0 and "chief" not in cluster
+
+
+def hold(path: str, what: str) -> RunLock | None:
+    """`acquire`, freed when the program exits."""
+    lock = acquire(path, what)
+    if lock is not None:
+        atexit.register(lock.release)
+    return lock
+
+
+def hold_directory(directory: str, what: str) -> RunLock | None:
+    """Holds the lock of a run's output folder until the program exits."""
+    return hold(lock_path_for_directory(directory), what)
+
+
+def hold_file(path: str, what: str) -> RunLock | None:
+    """Holds the lock of a file or folder written as a whole until the program exits."""
+    return hold(lock_path_for_file(path), what)
+
+
+def end_run(message: str, exit_code: int) -> None:
+    """Says `message` on stderr and in the log, and ends the program with `exit_code`."""
+    logging.warning("%s", message)
+    print(message, file=sys.stderr, flush=True)
+    raise SystemExit(exit_code)
+
+
+def exit_on_sigterm(program: str) -> None:
+    """SIGTERM ends the program at once with EXIT_STOPPED and one line saying so.
+
+    SystemExit is raised in the main thread wherever it is, so `finally` blocks and
+    the atomic writers' clean-up run: files being written are removed, complete ones
+    stay, and the same command redoes what was not finished.
+    """
+
+    def handler(signum, frame):
+        del signum, frame
+        signal.signal(signal.SIGTERM, signal.SIG_DFL)  # A second SIGTERM ends it now.
+        end_run(
+            f"{program}: stopped by SIGTERM; what was complete is kept. Run the same "
+            f"command again to finish.",
+            EXIT_STOPPED,
+        )
+
+    try:
+        signal.signal(signal.SIGTERM, handler)
+    except ValueError:  # Not the main thread: leave SIGTERM as it is.
+        pass
+
+
+def warn_changed_settings(run_config: str, values: dict, keys) -> list[str]:
+    """Compares a resumed run's settings with those the earlier run wrote to
+    `run_config` (run_config.json), when it left a checkpoint beside it; warns once per
+    changed setting, naming both values. Returns the warnings."""
+    directory = os.path.dirname(run_config)
+    if not os.path.exists(run_config) or not any(
+        name == "checkpoint" or name.startswith("ckpt-") for name in os.listdir(directory or ".")
+    ):
+        return []
+    try:
+        with open(run_config, encoding="utf-8") as f:
+            before = json.load(f)
+    except (OSError, ValueError):
+        return []
+    warnings = [
+        f"{key}: {before[key]!r} in the run being resumed, {values[key]!r} now"
+        for key in keys
+        if key in before and key in values and before[key] != values[key]
+    ]
+    for warning in warnings:
+        logging.warning(
+            "Resuming %s with another setting, %s: the steps already taken used the old "
+            "value (give the old value to resume the same run, or another output_dir).",
+            directory,
+            warning,
+        )
+        print(f"warning: resuming with another setting, {warning}", file=sys.stderr)
+    return warnings
+
+
+def hold_run_outputs(output_dir: str | None, export_dir: str | None, multi_worker: bool) -> None:
+    """A runner's locks: its output_dir and its export folder. Under MultiWorkerMirrored
+    (`multi_worker`) only the chief of TF_CONFIG's cluster takes them: every worker
+    writes to the same output_dir."""
+    if multi_worker and not is_chief(os.environ.get("TF_CONFIG")):
+        return
+    if output_dir:
+        hold_directory(output_dir, f"--output_dir={output_dir}")
+    if export_dir:
+        hold_file(export_dir, f"--export_dir={export_dir}")
+
+
+def run_training(train_fn, output_dir: str, summary_file: str) -> None:
+    """Runs `train_fn` (which returns whether training completed).
+
+    A run stopped by SIGTERM (it saved a checkpoint) ends the program with
+    EXIT_STOPPED, a run that lost a worker with EXIT_LOST_WORKER; each says in one
+    line where it stopped and how to resume.
+    """
+    try:
+        complete = train_fn()
+    except LostWorkerError as e:
+        end_run(str(e), EXIT_LOST_WORKER)
+    if complete:
+        return
+    path = os.path.join(output_dir, summary_file)
+    try:
+        with open(path, encoding="utf-8") as f:
+            summary = json.load(f)
+    except (OSError, ValueError):
+        summary = {}
+    at = (
+        f" at step {summary['global_step']} of {summary['num_train_steps']}"
+        if "num_train_steps" in summary
+        else ""
+    )
+    end_run(
+        f"Stopped by SIGTERM{at}, checkpoint saved in {output_dir}: run the same command "
+        f"again to resume.",
+        EXIT_STOPPED,
+    )

@@ -1,0 +1,137 @@
+"""The model a program starts from, from its flags: the model's files (config,
+vocabulary, case, preserve_unused_tokens, the left-only constraint) from
+--bert_config_file, --vocab_file, --do_lower_case, --preserve_unused_tokens or what sits
+beside --init_checkpoint, checked against each other and --max_seq_length, and the
+encoder they make (ours, or the TF Hub encoder of --hub_module_url).
+
+The flags themselves are defined once in `runner_flags` (`define_model_flags`).
+"""
+
+from __future__ import annotations
+
+import keras
+import tensorflow as tf
+from absl import logging
+
+from common.errors import UserError
+from modeling import checkpoint_readers, model_files
+from modeling.encoder import BertEncoder
+from runner_flags import given
+
+
+def check_max_seq_length(max_seq_length: int, config) -> None:
+    if max_seq_length > config.max_position_embeddings:
+        raise UserError(
+            f"--max_seq_length={max_seq_length} is larger than the model's "
+            f"max_position_embeddings={config.max_position_embeddings}"
+        )
+
+
+def check_init_checkpoint(FLAGS) -> None:
+    """Fails before any work when --init_checkpoint cannot be read, or when it and
+    --hub_module_url are both given."""
+    if given(FLAGS, "hub_module_url") and FLAGS.hub_module_url and FLAGS.init_checkpoint:
+        raise UserError("Give --hub_module_url or --init_checkpoint, not both.")
+    if FLAGS.init_checkpoint:
+        try:
+            checkpoint_readers.resolve_checkpoint(FLAGS.init_checkpoint)
+        except (FileNotFoundError, ValueError) as e:
+            raise type(e)(f"--init_checkpoint={FLAGS.init_checkpoint}: {e}") from None
+
+
+def do_lower_case_flag(FLAGS) -> bool | None:
+    """--do_lower_case when given, else None (the model's own setting)."""
+    return FLAGS.do_lower_case if FLAGS["do_lower_case"].present else None
+
+
+def preserve_unused_tokens_flag(FLAGS) -> bool | None:
+    """--preserve_unused_tokens when given, else None (the model's own setting)."""
+    return FLAGS.preserve_unused_tokens if given(FLAGS, "preserve_unused_tokens") else None
+
+
+def resolve_model_files(FLAGS) -> model_files.ModelFiles:
+    """--bert_config_file, --vocab_file, --do_lower_case and --preserve_unused_tokens,
+    or what sits beside --init_checkpoint, checked against each other and
+    --max_seq_length."""
+    check_init_checkpoint(FLAGS)
+    files = model_files.resolve(
+        FLAGS.bert_config_file,
+        FLAGS.vocab_file,
+        FLAGS.init_checkpoint,
+        do_lower_case_flag(FLAGS),
+        preserve_unused_tokens=preserve_unused_tokens_flag(FLAGS),
+        allow_vocab_mismatch=FLAGS.allow_vocab_mismatch,
+    )
+    check_max_seq_length(FLAGS.max_seq_length, files.config)
+    return files
+
+
+def hub_model_files(FLAGS, encoder) -> model_files.ModelFiles:
+    """A TF Hub encoder's config, and its vocabulary and case unless given."""
+    if FLAGS.bert_config_file:
+        logging.warning(
+            "--bert_config_file is ignored: the TF Hub encoder %s brings its own config.",
+            FLAGS.hub_module_url,
+        )
+    vocab_file = FLAGS.vocab_file or encoder.vocab_file
+    if FLAGS.vocab_file and encoder.vocab_file:
+        model_files.check_vocab_matches_model(
+            FLAGS.vocab_file,
+            FLAGS.hub_module_url,
+            FLAGS.allow_vocab_mismatch,
+            own_vocab=encoder.vocab_file,
+        )
+    if vocab_file is None:
+        raise UserError(
+            f"--vocab_file is required: the TF Hub encoder "
+            f"{FLAGS.hub_module_url} has no vocab_file asset"
+        )
+    stated = (
+        None
+        if encoder.do_lower_case is None
+        else model_files.CaseStatement(
+            encoder.do_lower_case, f"the TF Hub encoder {FLAGS.hub_module_url}"
+        )
+    )
+    do_lower_case = model_files.resolve_case(do_lower_case_flag(FLAGS), None, vocab_file, stated)
+    model_files.check_vocab_fits_config(vocab_file, encoder.config)
+    check_max_seq_length(FLAGS.max_seq_length, encoder.config)
+    return model_files.ModelFiles(
+        encoder.config,
+        vocab_file,
+        do_lower_case,
+        config_is_complete=encoder.config_is_complete,
+        preserve_unused_tokens=bool(FLAGS.preserve_unused_tokens),
+        causal_attention=encoder.causal_attention,
+    )
+
+
+def build_encoder(
+    FLAGS, strategy: tf.distribute.Strategy
+) -> tuple[keras.layers.Layer, model_files.ModelFiles]:
+    """Our BertEncoder from the model's files (left-to-right when they say so), or the
+    TF Hub encoder of --hub_module_url (whose config, vocabulary and case then make the
+    files)."""
+    if FLAGS.hub_module_url:
+        check_init_checkpoint(FLAGS)
+        from modeling import hub  # pylint: disable=g-import-not-at-top
+
+        with strategy.scope():
+            encoder = hub.HubEncoder(FLAGS.hub_module_url)
+        files = hub_model_files(FLAGS, encoder)
+    else:
+        files = resolve_model_files(FLAGS)
+        with strategy.scope():
+            encoder = BertEncoder(
+                files.config,
+                dtype=FLAGS.dtype,
+                kernels=FLAGS.kernels,
+                causal_attention=files.causal_attention,
+            )
+    if files.causal_attention:
+        logging.info(
+            "%s is a left-to-right model: the encoder keeps its left-only attention "
+            "and pools the last real token.",
+            FLAGS.hub_module_url or FLAGS.init_checkpoint,
+        )
+    return encoder, files
