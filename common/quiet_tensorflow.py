@@ -21,6 +21,7 @@ Nothing is hidden or set when the user set TF_CPP_MIN_LOG_LEVEL or gave
 from __future__ import annotations
 
 import contextlib
+import logging
 import os
 import re
 import sys
@@ -111,4 +112,14 @@ def import_quietly() -> None:
         tf.config.list_physical_devices()
 
 
+# Logged through the root logger when apache_beam is imported without Google Cloud's
+# client libraries, which no local run needs (the pipeline on Dataflow has them).
+BEAM_IMPORT_NOTE = "apitools not found, and bigquery client libraries are not available"
+
+
+def not_beam_import_note(record: logging.LogRecord) -> bool:
+    return not str(record.msg).startswith(BEAM_IMPORT_NOTE)
+
+
 import_quietly()
+logging.getLogger().addFilter(not_beam_import_note)

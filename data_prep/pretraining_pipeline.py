@@ -17,6 +17,7 @@ Usage (the corpus in the original format, 2 local worker processes):
 
 import common.quiet_tensorflow  # noqa: F401  (first: TensorFlow's start-up lines hidden)
 
+import logging as std_logging
 import os
 import pathlib
 
@@ -150,6 +151,9 @@ def _parse_flags(argv):
 
 def main(argv):
     logging.set_verbosity(logging.INFO)
+    # Beam logs a step's exception, traceback and all, before raising it again; the
+    # run's error reports it (one line on the terminal, the traceback in the log file).
+    std_logging.getLogger("apache_beam.runners.common").setLevel(std_logging.CRITICAL)
     # Local worker processes import this package from the repository root.
     root = str(pathlib.Path(__file__).resolve().parent.parent)
     os.environ["PYTHONPATH"] = os.pathsep.join(

@@ -112,6 +112,13 @@ def load_module(path: str):
             f"tensorflow_text's ops; load it after `import tensorflow_text`"
         ) from e
     missing = [a for a in ("variables", "trainable_variables") if not hasattr(module, a)]
+    if (not callable(module) or missing) and _text_inputs(module):
+        raise UserError(
+            f"{path} is a model that answers raw text (its signatures take "
+            f"{', '.join(_text_inputs(module))}): a fine-tuned task's export, not an "
+            f"encoder. Give an encoder: a checkpoint with --init_checkpoint, or an export "
+            f"of export_tfhub.py --export_type=encoder"
+        )
     if not callable(module) or missing:
         raise UserError(
             f"{path} is not a reusable TF Hub SavedModel (callable with "
@@ -119,6 +126,17 @@ def load_module(path: str):
             f"{missing or ['__call__']}"
         )
     return module
+
+
+def _text_inputs(module) -> list[str]:
+    """The string inputs of a SavedModel's signatures (a task export's text_a,
+    question...), which an encoder's signatures do not have."""
+    names = set()
+    for signature in getattr(module, "signatures", {}).values():
+        for name, spec in signature.structured_input_signature[1].items():
+            if getattr(spec, "dtype", None) == tf.string:
+                names.add(name)
+    return sorted(names)
 
 
 def _asset_path(module, name: str) -> str | None:

@@ -220,3 +220,19 @@ def test_loading_without_tensorflow_text_says_what_to_do(results, export_dir):
     for path, error in zip(paths, errors):
         assert path in error and "Op type not registered" in error, error
         assert "import tensorflow_text" in error and "not a BERT encoder" in error, error
+
+
+@pytest.mark.slow
+def test_a_task_export_given_as_an_encoder_is_named(results, export_dir):
+    """With tensorflow_text loaded (as the runners have it), a task export given where
+    an encoder belongs (--hub_module_url) is named for what it is."""
+    import tensorflow_text  # noqa: F401  (the runners' process has its ops)
+
+    from modeling import hub
+
+    path = str(export_dir / "classifier")
+    with pytest.raises(ValueError) as error:
+        hub.load_module(path)
+    message = str(error.value)
+    assert message.startswith(f"{path} is a model that answers raw text"), message
+    assert "text_a" in message and "--export_type=encoder" in message, message
