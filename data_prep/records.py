@@ -75,17 +75,44 @@ def is_temp_name(name: str) -> bool:
     return name.startswith(".") and _TEMP_MARK in name
 
 
+def _writer_alive(leftover: str) -> bool:
+    """Whether another process that a local temporary name names (`temp_path`) still
+    runs: it may be writing that file now (another worker of the same run, on this
+    machine). This process's own leftovers are those of writes that ended."""
+    if "://" in leftover:
+        return False
+    try:
+        pid = int(os.path.basename(leftover).rsplit(_TEMP_MARK, 1)[1].split("-", 1)[0])
+    except (IndexError, ValueError):
+        return False
+    if pid == os.getpid():
+        return False
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
 def clear_stale_temps(path: str) -> list[str]:
-    """Removes the temporary files and folders earlier runs left for `path`."""
+    """Removes the temporary files and folders earlier runs left for `path` (those of
+    a process that still runs are its writes in progress, and stay)."""
     directory, name = _split(path)
     if directory and not tf.io.gfile.isdir(directory):
         return []
     removed = []
     for leftover in tf.io.gfile.glob(_join(directory, f".{glob_escape(name)}{_TEMP_MARK}*")):
-        if tf.io.gfile.isdir(leftover):
-            tf.io.gfile.rmtree(leftover)
-        else:
-            tf.io.gfile.remove(leftover)
+        if _writer_alive(leftover):
+            continue
+        try:
+            if tf.io.gfile.isdir(leftover):
+                tf.io.gfile.rmtree(leftover)
+            else:
+                tf.io.gfile.remove(leftover)
+        except tf.errors.NotFoundError:
+            continue  # Renamed or removed meanwhile by the process that wrote it.
         removed.append(leftover)
     return removed
 

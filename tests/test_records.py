@@ -165,3 +165,25 @@ def test_eval_results_file(tmp_path):
     records.write_results(str(output), collections.OrderedDict(f1=95.0, exact=75.0, total=4))
     assert output.read_text() == "exact = 75.0\nf1 = 95.0\ntotal = 4\n"
     assert [p.name for p in tmp_path.iterdir()] == ["eval_results.txt"]
+
+
+def test_stale_temps_are_removed_and_live_writers_kept(tmp_path):
+    """A temporary file of a process that ended is removed before a write; one of
+    another process that still runs (another worker writing the same file) is left."""
+    import subprocess
+    import sys
+
+    ended = subprocess.Popen([sys.executable, "-c", "pass"])
+    ended.wait()
+    running = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
+    try:
+        stale = tmp_path / f".out.json.tmp-{ended.pid}-0badc0de"
+        live = tmp_path / f".out.json.tmp-{running.pid}-0badc0de"
+        stale.write_text("partial")
+        live.write_text("being written")
+        records.write_text(str(tmp_path / "out.json"), "{}")
+        assert not stale.exists() and live.read_text() == "being written"
+        assert (tmp_path / "out.json").read_text() == "{}"
+    finally:
+        running.kill()
+        running.wait()
