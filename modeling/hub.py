@@ -114,9 +114,9 @@ def load_module(path: str):
     missing = [a for a in ("variables", "trainable_variables") if not hasattr(module, a)]
     if (not callable(module) or missing) and _text_inputs(module):
         raise UserError(
-            f"{path} is a model that answers raw text (its signatures take "
-            f"{', '.join(_text_inputs(module))}): a fine-tuned task's export, not an "
-            f"encoder. Give an encoder: a checkpoint with --init_checkpoint, or an export "
+            f"{path} is a model that takes raw text (its signatures take "
+            f"{', '.join(_text_inputs(module))}): a preprocessing model or a fine-tuned "
+            f"task's export, not an encoder. Give an encoder: a checkpoint with --init_checkpoint, or an export "
             f"of export_tfhub.py --export_type=encoder"
         )
     if not callable(module) or missing:

@@ -306,7 +306,7 @@ def test_inferred_config_for_a_foreign_encoder(encoder_path, encoder, tmp_path):
 def test_hub_encoder_errors(tmp_path, preprocess_path):
     with pytest.raises(FileNotFoundError, match="not a folder"):
         hub.HubEncoder(str(tmp_path / "missing"))
-    with pytest.raises(ValueError, match="not a reusable TF Hub SavedModel"):
+    with pytest.raises(ValueError, match="takes raw text .* not an encoder"):
         hub.HubEncoder(preprocess_path)
 
 

@@ -234,5 +234,5 @@ def test_a_task_export_given_as_an_encoder_is_named(results, export_dir):
     with pytest.raises(ValueError) as error:
         hub.load_module(path)
     message = str(error.value)
-    assert message.startswith(f"{path} is a model that answers raw text"), message
+    assert message.startswith(f"{path} is a model that takes raw text"), message
     assert "text_a" in message and "--export_type=encoder" in message, message
