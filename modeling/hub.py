@@ -116,8 +116,8 @@ def load_module(path: str):
         raise UserError(
             f"{path} is a model that takes raw text (its signatures take "
             f"{', '.join(_text_inputs(module))}): a preprocessing model or a fine-tuned "
-            f"task's export, not an encoder. Give an encoder: a checkpoint with --init_checkpoint, or an export "
-            f"of export_tfhub.py --export_type=encoder"
+            f"task's export, not an encoder. Give an encoder: a checkpoint with "
+            f"--init_checkpoint, or an export of export_tfhub.py --export_type=encoder"
         )
     if not callable(module) or missing:
         raise UserError(
