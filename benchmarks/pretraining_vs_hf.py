@@ -27,6 +27,8 @@ weight difference after the last step (ours from its checkpoint, in Hugging Face
 
 from __future__ import annotations
 
+import common.quiet_tensorflow  # noqa: F401  (first: TensorFlow's start-up lines hidden)
+
 import argparse
 import glob
 import os
@@ -36,6 +38,7 @@ import sys
 import tempfile
 import time
 
+import keras
 import numpy as np
 import tensorflow as tf
 import torch
@@ -129,7 +132,6 @@ def run_ours(argv: list[str]) -> float:
         [sys.executable, str(REPO_ROOT / "run_pretraining.py"), *argv],
         check=True,
         cwd=REPO_ROOT,
-        env=dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2"),
     )
     return time.time() - start
 
@@ -155,21 +157,27 @@ def our_weights(checkpoint: str) -> dict:
     return {k: v.astype(np.float64) for k, v in checkpoint_writers.hf_tensors(model).items()}
 
 
-def training_batches(shard: str, count: int) -> list[dict]:
-    """The first `count` batches of run_pretraining.py's training input (its pipeline,
-    its --seed, which the runner also sets as the global seed), each row checked to be
-    a record of the shard as read here."""
-    tf.random.set_seed(SEED)
-    metadata = pretraining_data.shards_metadata([shard], SEQ, PREDS)
+def runner_batches(shard: str, seq: int, preds: int, batch_size: int, seed: int, count: int):
+    """The first `count` batches run_pretraining.py's training input gives on one
+    replica with --seed=`seed` (the runner sets it as the global seed too, which the
+    shuffles combine with their own), as NumPy arrays."""
+    keras.utils.set_random_seed(seed)
+    metadata = pretraining_data.shards_metadata([shard], seq, preds)
     dataset = pretraining_data.pretraining_dataset(
         [shard],
         metadata,
-        BATCH,
+        batch_size,
         is_training=True,
-        seed=SEED,
+        seed=seed,
         input_context=tf.distribute.InputContext(),
     )
-    batches = [{k: v.numpy() for k, v in b.items()} for b in dataset.take(count)]
+    return [{k: v.numpy() for k, v in b.items()} for b in dataset.take(count)]
+
+
+def training_batches(shard: str, count: int) -> list[dict]:
+    """The first `count` batches of this benchmark's run, each row checked to be a
+    record of the shard as read here."""
+    batches = runner_batches(shard, SEQ, PREDS, BATCH, SEED, count)
     records = set()
     for raw in tf.data.TFRecordDataset(shard):
         feature = tf.train.Example.FromString(raw.numpy()).features.feature
@@ -308,6 +316,7 @@ def relative(a, b) -> float:
 
 
 def main(argv=None):
+    transformers.utils.logging.disable_progress_bar()
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--steps", type=int, default=50)
     parser.add_argument("--output_dir", default=None, help="default: a temporary folder")

@@ -17,9 +17,9 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
+from benchmarks import pretraining_vs_hf as bench
 from tests import optimizer_reference as ref
 import run_pretraining
-from data_prep import pretraining_data
 from data_prep import pretraining_records as ptr
 from modeling.config import BertConfig
 from tests.conftest import SAMPLE_DATA, run_results_driver, tiny_config
@@ -232,19 +232,8 @@ class States:
 
 
 def training_batches(shard, phase, count):
-    """The first `count` batches the runner's training input gives (one replica). The
-    runner sets the global seed (--seed), which the shuffles combine with their own."""
-    keras.utils.set_random_seed(SEED)
-    metadata = pretraining_data.shards_metadata([shard], phase["seq"], phase["preds"])
-    dataset = pretraining_data.pretraining_dataset(
-        [shard],
-        metadata,
-        BATCH,
-        is_training=True,
-        seed=SEED,
-        input_context=tf.distribute.InputContext(),
-    )
-    return list(dataset.take(count))
+    """The first `count` batches the runner's training input gives (one replica)."""
+    return bench.runner_batches(shard, phase["seq"], phase["preds"], BATCH, SEED, count)
 
 
 def assert_update(states, before, after, batch, lr, optimizer="adamw"):
