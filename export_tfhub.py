@@ -42,7 +42,7 @@ from common.errors import UserError
 import model_flags
 import runner_flags
 from data_prep import run_control
-from modeling import checkpoint_readers, checkpoints, model_files
+from modeling import checkpoints, model_files
 from modeling.config import BertConfig
 from modeling.encoder import BertEncoder
 from modeling.models import BertPretrainer
@@ -90,14 +90,7 @@ def build_encoder(
 def export_encoder(with_mlm: bool) -> str:
     if not FLAGS.init_checkpoint:
         raise app.UsageError("--init_checkpoint is required to export an encoder")
-    model_flags.check_init_checkpoint(FLAGS)
-    files = model_files.resolve(
-        FLAGS.bert_config_file,
-        FLAGS.vocab_file,
-        FLAGS.init_checkpoint,
-        model_flags.do_lower_case_flag(FLAGS),
-        FLAGS.allow_vocab_mismatch,
-    )
+    files = model_flags.resolve_model_files(FLAGS)
     encoder, pretrainer = build_encoder(
         files.config, FLAGS.init_checkpoint, with_mlm, files.causal_attention
     )
@@ -113,31 +106,20 @@ def export_encoder(with_mlm: bool) -> str:
 
 
 def export_preprocessing() -> str:
-    vocab_file = FLAGS.vocab_file or checkpoint_readers.find_side_file(
-        model_files.side_dirs(FLAGS.init_checkpoint), model_files.VOCAB_FILE
-    )
-    if vocab_file is None:
-        raise app.UsageError(
-            "--vocab_file (or an --init_checkpoint folder with vocab.txt) "
-            "is required for --export_type=preprocessing"
-        )
-    if FLAGS.vocab_file and FLAGS.init_checkpoint:
-        model_files.check_vocab_matches_model(
-            FLAGS.vocab_file, FLAGS.init_checkpoint, FLAGS.allow_vocab_mismatch
-        )
-    do_lower_case = model_files.resolve_case(
-        model_flags.do_lower_case_flag(FLAGS), FLAGS.init_checkpoint, vocab_file
-    )
-    preserve = model_files.resolve_preserve_unused_tokens(
-        model_flags.preserve_unused_tokens_flag(FLAGS), FLAGS.init_checkpoint
+    vocabulary = model_files.resolve_vocabulary(
+        FLAGS.vocab_file,
+        FLAGS.init_checkpoint,
+        model_flags.do_lower_case_flag(FLAGS),
+        preserve_unused_tokens=model_flags.preserve_unused_tokens_flag(FLAGS),
+        allow_vocab_mismatch=FLAGS.allow_vocab_mismatch,
     )
     return preprocessing.export_preprocessing(
         FLAGS.export_path,
-        vocab_file,
-        do_lower_case,
+        vocabulary.vocab_file,
+        vocabulary.do_lower_case,
         FLAGS.seq_length,
         overwrite=FLAGS.overwrite,
-        preserve_unused_tokens=preserve,
+        preserve_unused_tokens=vocabulary.preserve_unused_tokens,
     )
 
 

@@ -49,10 +49,10 @@ def preserve_unused_tokens_flag(FLAGS) -> bool | None:
     return FLAGS.preserve_unused_tokens if given(FLAGS, "preserve_unused_tokens") else None
 
 
-def resolve_model_files(FLAGS) -> model_files.ModelFiles:
+def resolve_model_files(FLAGS, vocab_required: bool = True) -> model_files.ModelFiles:
     """--bert_config_file, --vocab_file, --do_lower_case and --preserve_unused_tokens,
-    or what sits beside --init_checkpoint, checked against each other and
-    --max_seq_length."""
+    or what sits beside --init_checkpoint, checked against each other and (where the
+    command has it) --max_seq_length."""
     check_init_checkpoint(FLAGS)
     files = model_files.resolve(
         FLAGS.bert_config_file,
@@ -61,8 +61,10 @@ def resolve_model_files(FLAGS) -> model_files.ModelFiles:
         do_lower_case_flag(FLAGS),
         preserve_unused_tokens=preserve_unused_tokens_flag(FLAGS),
         allow_vocab_mismatch=FLAGS.allow_vocab_mismatch,
+        vocab_required=vocab_required,
     )
-    check_max_seq_length(FLAGS.max_seq_length, files.config)
+    if "max_seq_length" in FLAGS:
+        check_max_seq_length(FLAGS.max_seq_length, files.config)
     return files
 
 

@@ -38,7 +38,7 @@ import runner_flags
 from common.errors import UserError
 from data_prep import damage, input_pipeline, pretraining_data, records, run_control
 from data_prep.input_pipeline import RecordMetadata
-from modeling import checkpoint_readers, checkpoints, model_files, training
+from modeling import checkpoints, model_files, training
 from modeling.config import BertConfig
 from modeling.encoder import BertEncoder
 from modeling.models import OBJECTIVES, BertPretrainer
@@ -134,27 +134,10 @@ def make_dataset_fn(files, metadata, batch_size, is_training, seed):
 
 def resolve_model_files() -> model_files.ModelFiles:
     """The config (flag or beside --init_checkpoint) and, when known, the vocabulary
-    the shards were made with: the output_dir then carries both."""
-    model_flags.check_init_checkpoint(FLAGS)
-    config = model_files.resolve_config(FLAGS.bert_config_file, FLAGS.init_checkpoint)
-    model_flags.check_max_seq_length(FLAGS.max_seq_length, config)
-    vocab_file = FLAGS.vocab_file or checkpoint_readers.find_side_file(
-        model_files.side_dirs(FLAGS.init_checkpoint), model_files.VOCAB_FILE
-    )
-    do_lower_case = model_flags.do_lower_case_flag(FLAGS)
-    if FLAGS.vocab_file and FLAGS.init_checkpoint:
-        model_files.check_vocab_matches_model(
-            FLAGS.vocab_file, FLAGS.init_checkpoint, FLAGS.allow_vocab_mismatch
-        )
-    if vocab_file:
-        model_files.check_vocab_fits_config(vocab_file, config)
-        do_lower_case = model_files.resolve_case(do_lower_case, FLAGS.init_checkpoint, vocab_file)
-    return model_files.ModelFiles(
-        config,
-        vocab_file,
-        bool(FLAGS.do_lower_case if do_lower_case is None else do_lower_case),
-        causal_attention=FLAGS.objective == "ltr",
-    )
+    the shards were made with: the output_dir then carries both. The left-only
+    constraint is --objective's."""
+    files = model_flags.resolve_model_files(FLAGS, vocab_required=False)
+    return dataclasses.replace(files, causal_attention=FLAGS.objective == "ltr")
 
 
 def with_shards_preserve_setting(
@@ -162,10 +145,12 @@ def with_shards_preserve_setting(
 ) -> model_files.ModelFiles:
     """--preserve_unused_tokens when given, else the shards' record of it (they were
     tokenized with it), else --init_checkpoint's: what model_info.json records."""
-    preserve = model_flags.preserve_unused_tokens_flag(FLAGS)
-    if preserve is None:
-        preserve = pretraining_data.recorded_setting(shards, "preserve_unused_tokens", bool)
-    preserve = model_files.resolve_preserve_unused_tokens(preserve, FLAGS.init_checkpoint)
+    if model_flags.preserve_unused_tokens_flag(FLAGS) is not None:
+        return files  # the flag, already checked against the model's record
+    recorded = pretraining_data.recorded_setting(shards, "preserve_unused_tokens", bool)
+    if recorded is None:
+        return files
+    preserve = model_files.resolve_preserve_unused_tokens(recorded, FLAGS.init_checkpoint)
     return dataclasses.replace(files, preserve_unused_tokens=preserve)
 
 

@@ -357,39 +357,81 @@ def resolve_config(bert_config_file: str | None, init_checkpoint: str | None) ->
     return BertConfig.from_json_file(path)
 
 
+@dataclasses.dataclass(frozen=True)
+class Vocabulary:
+    """A model's vocabulary file (None when there is none to be had) and the
+    tokenizer settings that go with it."""
+
+    vocab_file: str | None
+    do_lower_case: bool
+    preserve_unused_tokens: bool
+
+
+def resolve_vocabulary(
+    vocab_file: str | None,
+    init_checkpoint: str | None,
+    do_lower_case: bool | None,
+    *,
+    preserve_unused_tokens: bool | None = None,
+    allow_vocab_mismatch: bool = False,
+    required: bool = True,
+) -> Vocabulary:
+    """`--vocab_file`, else vocab.txt beside the checkpoint, with its case and
+    preserve_unused_tokens: a `--vocab_file` other than the model's own is refused
+    unless `allow_vocab_mismatch` (`check_vocab_matches_model`), the case is checked
+    against every statement the model makes (`resolve_case`). With `required=False`
+    no vocabulary is an answer (pre-training from shards, which hold ids)."""
+    dirs = side_dirs(init_checkpoint)
+    given = vocab_file
+    vocab_file = vocab_file or checkpoint_readers.find_side_file(dirs, VOCAB_FILE)
+    if vocab_file is None and required:
+        raise UserError(f"--vocab_file is required: {_where(dirs)} {VOCAB_FILE}")
+    if vocab_file is not None and not tf.io.gfile.exists(vocab_file):
+        raise MissingFileError(f"--vocab_file not found: {vocab_file}")
+    if given and init_checkpoint:
+        check_vocab_matches_model(vocab_file, init_checkpoint, allow_vocab_mismatch)
+    return Vocabulary(
+        vocab_file,
+        resolve_case(do_lower_case, init_checkpoint, vocab_file),
+        resolve_preserve_unused_tokens(preserve_unused_tokens, init_checkpoint),
+    )
+
+
 def resolve(
     bert_config_file: str | None,
     vocab_file: str | None,
     init_checkpoint: str | None,
     do_lower_case: bool | None,
+    *,
     preserve_unused_tokens: bool | None = None,
     allow_vocab_mismatch: bool = False,
+    vocab_required: bool = True,
 ) -> ModelFiles:
-    """The model's files from the flags, else from beside the checkpoint, checked.
+    """The model's files from the flags, else from beside the checkpoint, checked: the
+    one resolver every runner, export and the converter use.
 
     `--bert_config_file` and `--vocab_file` win; when omitted, they are taken from the
     checkpoint's folder (bert_config.json or a Hugging Face config.json, and vocab.txt;
-    for a run's output_dir, the files it wrote). A `--vocab_file` other than the
-    model's own is refused unless `allow_vocab_mismatch` (`check_vocab_matches_model`).
+    for a run's output_dir, the files it wrote). See `resolve_vocabulary` for the
+    vocabulary, its case and preserve_unused_tokens; the vocabulary must fit the
+    config's vocab_size.
     """
     config = resolve_config(bert_config_file, init_checkpoint)
-    dirs = side_dirs(init_checkpoint)
-    given = vocab_file
-    vocab_file = vocab_file or checkpoint_readers.find_side_file(dirs, VOCAB_FILE)
-    if vocab_file is None:
-        raise UserError(f"--vocab_file is required: {_where(dirs)} {VOCAB_FILE}")
-    if not tf.io.gfile.exists(vocab_file):
-        raise MissingFileError(f"--vocab_file not found: {vocab_file}")
-    if given and init_checkpoint:
-        check_vocab_matches_model(vocab_file, init_checkpoint, allow_vocab_mismatch)
-    check_vocab_fits_config(vocab_file, config)
-    lower = resolve_case(do_lower_case, init_checkpoint, vocab_file)
-    preserve = resolve_preserve_unused_tokens(preserve_unused_tokens, init_checkpoint)
+    vocabulary = resolve_vocabulary(
+        vocab_file,
+        init_checkpoint,
+        do_lower_case,
+        preserve_unused_tokens=preserve_unused_tokens,
+        allow_vocab_mismatch=allow_vocab_mismatch,
+        required=vocab_required,
+    )
+    if vocabulary.vocab_file is not None:
+        check_vocab_fits_config(vocabulary.vocab_file, config)
     return ModelFiles(
         config,
-        vocab_file,
-        lower,
-        preserve_unused_tokens=preserve,
+        vocabulary.vocab_file,
+        vocabulary.do_lower_case,
+        preserve_unused_tokens=vocabulary.preserve_unused_tokens,
         causal_attention=resolve_causal_attention(init_checkpoint),
     )
 

@@ -135,3 +135,29 @@ def test_preserve_unused_tokens_goes_with_the_model(tmp_path, caplog):
         _config(tmp_path / "d.json"), VOCAB, None, None
     ).preserve_unused_tokens
     assert model_files.resolve_preserve_unused_tokens(True, None)
+
+
+def test_a_vocabulary_accepted_by_flag_keeps_the_models_other_settings(tmp_path):
+    """--allow_vocab_mismatch lets another vocabulary through and changes nothing else
+    (an export once passed it where preserve_unused_tokens belongs: the options are
+    keyword-only now)."""
+    config = BertConfig.from_json_file(_config(tmp_path / "c.json"))
+    files = model_files.ModelFiles(config, VOCAB, True, preserve_unused_tokens=True)
+    out = tmp_path / "run"
+    model_files.write_model_files(str(out), files, "classifier", labels=["0", "1"])
+    lines = (out / "vocab.txt").read_text(encoding="utf-8").splitlines()
+    other = tmp_path / "other.txt"
+    other.write_text("\n".join(lines[:-1] + ["[other]"]) + "\n", encoding="utf-8")
+    with pytest.raises(ValueError, match="--allow_vocab_mismatch"):
+        model_files.resolve(None, str(other), str(out), None)
+    accepted = model_files.resolve(None, str(other), str(out), None, allow_vocab_mismatch=True)
+    assert accepted.vocab_file == str(other) and accepted.preserve_unused_tokens
+    with pytest.raises(TypeError):
+        model_files.resolve(None, str(other), str(out), None, True)
+    # Pre-training from shards needs no vocabulary; the case is then the model's.
+    bare = tmp_path / "bare"
+    bare.mkdir()
+    shutil.copy(out / "bert_config.json", bare / "bert_config.json")
+    assert model_files.resolve(None, None, str(bare), None, vocab_required=False).vocab_file is None
+    with pytest.raises(ValueError, match="--vocab_file is required"):
+        model_files.resolve(None, None, str(bare), None)
