@@ -267,6 +267,43 @@ def predict_logits(
     return outputs["logits"].astype(np.float64), outputs["label_ids"]
 
 
+# Prefix of the evaluation sums among an evaluation's prediction outputs.
+_SUM = "sum/"
+
+
+def evaluation_outputs(objective: training.Task):
+    """A Trainer.predict output_fn: the logits and labels of each example, and
+    `objective.eval_sums` of each batch ([1] each, under `_SUM` names), so that one
+    pass over a dev split gives both the metrics' inputs and the in-graph loss."""
+
+    def output_fn(features: dict, outputs: dict) -> dict:
+        sums = objective.eval_sums(features, outputs)
+        return dict(
+            _logits_and_labels(features, outputs),
+            **{_SUM + name: tf.reshape(value, [1]) for name, value in sums.items()},
+        )
+
+    return output_fn
+
+
+def predict_for_evaluation(
+    trainer: training.Trainer, dataset: tf.data.Dataset, output_fn
+) -> tuple[np.ndarray, np.ndarray, dict]:
+    """(logits float [N, K], labels [N], `trainer.task.finalize_eval` of the summed
+    eval sums: eval_loss, the loss that training minimises, on these examples)."""
+    outputs = trainer.predict(dataset, output_fn, "evaluate")
+    sums = {
+        name.removeprefix(_SUM): float(np.sum(values, dtype=np.float64))
+        for name, values in outputs.items()
+        if name.startswith(_SUM)
+    }
+    return (
+        outputs["logits"].astype(np.float64),
+        outputs["label_ids"],
+        trainer.task.finalize_eval(sums),
+    )
+
+
 def log_probabilities(logits: np.ndarray) -> np.ndarray:
     """Log-softmax over the last axis. float [N, K]."""
     shifted = logits - logits.max(axis=-1, keepdims=True)
@@ -278,19 +315,6 @@ def probabilities(logits: np.ndarray) -> np.ndarray:
     return np.exp(log_probabilities(logits))
 
 
-def mean_loss(logits: np.ndarray, labels: np.ndarray, is_regression: bool) -> float:
-    """The training loss on these examples: cross-entropy, or squared error.
-
-    Args:
-      logits: float [N, K] ([N, 1] for regression).
-      labels: int [N] class ids, or float [N] scores.
-    """
-    if is_regression:
-        return float(np.mean(np.square(logits[:, 0] - labels)))
-    picked = log_probabilities(logits)[np.arange(len(labels)), labels.astype(np.int64)]
-    return float(-np.mean(picked))
-
-
 def split_prefix(split: str, eval_splits: tuple[str, ...]) -> str:
     """Metric key prefix: "eval_" for the first dev split (MNLI's matched), then
     e.g. "eval_mismatched_"."""
@@ -300,13 +324,18 @@ def split_prefix(split: str, eval_splits: tuple[str, ...]) -> str:
 
 
 def score_split(
-    task_name: str, logits: np.ndarray, labels: np.ndarray, is_regression: bool, prefix: str
+    task_name: str,
+    logits: np.ndarray,
+    labels: np.ndarray,
+    loss: float,
+    is_regression: bool,
+    prefix: str,
 ) -> dict[str, float]:
-    """The loss and the task's GLUE metrics of one dev split."""
+    """The loss (from the task's eval sums) and the task's GLUE metrics of one dev split."""
     metrics = glue_metrics.compute_metrics(
         task_name, logits, labels, is_regression=is_regression, prefix=prefix
     )
-    metrics[prefix + "loss"] = mean_loss(logits, labels, is_regression)
+    metrics[prefix + "loss"] = loss
     return metrics
 
 
@@ -363,6 +392,7 @@ class ClassifierTask:
             BertMultipleChoice.MODEL_KIND if self.num_choices else BertClassifier.MODEL_KIND
         )
         self.objective = ClassificationTask(self.is_regression)
+        self._evaluation_outputs = evaluation_outputs(self.objective)
         self.num_train_examples = data.train.num_examples if data.train else 0
 
     def build_model(self, encoder, config: BertConfig) -> keras.Model:
@@ -403,18 +433,19 @@ class ClassifierTask:
         """
         metrics = {}
         for split, features in self.data.eval.items():
-            logits, labels = predict_logits(
+            logits, labels, in_graph = predict_for_evaluation(
                 trainer,
                 features.dataset(
                     self.settings.eval_batch_size, self.settings.pad_to_max_seq_length
                 ),
-                "evaluate",
+                self._evaluation_outputs,
             )
             metrics.update(
                 score_split(
                     self.processor.name,
                     logits,
                     labels,
+                    in_graph["eval_loss"],
                     self.is_regression,
                     split_prefix(split, tuple(self.data.eval)),
                 )

@@ -25,8 +25,9 @@ Words are split into word pieces; the first piece of each word carries its label
 windows every --doc_stride pieces and each word is predicted from the window that
 gives it the most context, so every word of every sentence gets exactly one tag.
 
-The label list ("O", then every prefix of the scheme learnt, B-/I- or B-/I-/E-/S-, for
-every entity type of the training file) and its scheme are stored with the training
+The label list ("O", then the labels the training file's tags have when written in
+the scheme learnt, by sorted entity type in the scheme's prefix order: B-/I- or
+B-/I-/E-/S-; `data_prep.conll.label_list`) and its scheme are stored with the training
 features (`train.tf_record.meta.json`) and in model_info.json (`labels`,
 `label_scheme`) in output_dir; later runs on the same output_dir, or with
 --init_checkpoint=<output_dir>, use them, and a type outside them in an evaluation
@@ -378,11 +379,14 @@ class NerTask:
         splits: dict[str, Split],
         train_metadata: RecordMetadata | None,
         feature_options: FeatureBasedOptions | None,
+        max_seq_length: int,
+        doc_stride: int,
         settings: finetuning.Settings,
         bilstm_units: int = 0,
     ):
         self.labels, self.splits, self.train_metadata = labels, splits, train_metadata
         self.feature_options, self.settings = feature_options, settings
+        self.max_seq_length, self.doc_stride = max_seq_length, doc_stride
         if feature_options and bilstm_units:
             raise UserError(
                 "--bilstm_units is the BiLSTM of a fine-tuned tagger; --feature_based has "
@@ -489,12 +493,12 @@ class NerTask:
             export_dir,
             files.vocab_file,
             files.do_lower_case,
-            FLAGS.max_seq_length,
+            self.max_seq_length,
             kind="ner",
             labels=self.labels.labels,
             overwrite=overwrite,
             preserve_unused_tokens=files.preserve_unused_tokens,
-            doc_stride=FLAGS.doc_stride,
+            doc_stride=self.doc_stride,
             tag_scheme=self.labels.scheme,
         )
         runner_flags.terminal().say(f"Exported the model to {path} (it answers raw text)")
@@ -503,8 +507,8 @@ class NerTask:
         return {
             "labels": list(self.labels.labels),
             "label_scheme": self.labels.scheme,
-            "max_seq_length": FLAGS.max_seq_length,
-            "doc_stride": FLAGS.doc_stride,
+            "max_seq_length": self.max_seq_length,
+            "doc_stride": self.doc_stride,
             "bilstm_units": self.bilstm_units,
         }
 
@@ -568,6 +572,8 @@ def main(_):
         splits,
         train_metadata,
         feature_options(),
+        FLAGS.max_seq_length,
+        FLAGS.doc_stride,
         settings,
         runner_flags.bilstm_units(FLAGS, BertTokenClassifier.MODEL_KIND),
     )

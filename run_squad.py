@@ -41,6 +41,7 @@ from __future__ import annotations
 
 import common.quiet_tensorflow  # noqa: F401  (first: TensorFlow's start-up lines hidden)
 
+import dataclasses
 import os
 
 import keras
@@ -178,8 +179,35 @@ def check_gold_file(gold_file: str, version_2_with_negative: bool) -> None:
         )
 
 
+@dataclasses.dataclass(frozen=True)
+class SquadOptions:
+    """The SQuAD settings of a run, from its flags (same names)."""
+
+    predict_file: str | None
+    version_2_with_negative: bool
+    max_seq_length: int
+    doc_stride: int
+    max_query_length: int
+    n_best_size: int
+    max_answer_length: int
+    null_score_diff_threshold: float
+
+    @classmethod
+    def from_flags(cls, flag_values) -> SquadOptions:
+        """The options of parsed flags (absl `FlagValues`)."""
+        return cls(
+            **{field.name: getattr(flag_values, field.name) for field in dataclasses.fields(cls)}
+        )
+
+
 class SquadTask:
-    """run_squad's part of a fine-tuning run (`finetuning.FineTuningTask`)."""
+    """run_squad's part of a fine-tuning run (`finetuning.FineTuningTask`).
+
+    `evaluate` is `predict` followed by scoring the files it wrote. The weights of one
+    global step are predicted once per output_dir: `predict` right after `evaluate`
+    into the same output_dir at the same step (`finetuning.run` with --do_eval
+    --do_predict) finds its files written and returns.
+    """
 
     model_kind = BertSpanLabeler.MODEL_KIND
 
@@ -187,16 +215,18 @@ class SquadTask:
         self,
         train_data: squad_records.TrainData | None,
         predict_data: squad_records.PredictData | None,
+        options: SquadOptions,
         settings: finetuning.Settings,
         do_lower_case: bool,
         bilstm_units: int = 0,
     ):
         self.train_data, self.predict_data = train_data, predict_data
-        self.settings, self.do_lower_case = settings, do_lower_case
+        self.options, self.settings, self.do_lower_case = options, settings, do_lower_case
         self.bilstm_units = bilstm_units
         self.objective = SpanTask()
         self.num_train_examples = train_data.num_features if train_data else 0
-        self._predicted_at = None
+        # (output_dir, global_step) of the prediction files written last.
+        self._written: tuple[str, int] | None = None
 
     def build_model(self, encoder, config: BertConfig) -> keras.Model:
         return BertSpanLabeler(
@@ -222,7 +252,8 @@ class SquadTask:
 
     def predict(self, trainer, output_dir: str, global_step: int) -> None:
         """predictions.json, nbest_predictions.json and, for v2.0, null_odds.json."""
-        if self._predicted_at == global_step:
+        options = self.options
+        if self._written == (os.path.abspath(output_dir), global_step):
             return  # Written by evaluate() from these very weights.
         results = predict_logits(
             trainer,
@@ -234,26 +265,26 @@ class SquadTask:
             self.predict_data.examples,
             self.predict_data.features,
             results,
-            n_best_size=FLAGS.n_best_size,
-            max_answer_length=FLAGS.max_answer_length,
+            n_best_size=options.n_best_size,
+            max_answer_length=options.max_answer_length,
             do_lower_case=self.do_lower_case,
-            version_2_with_negative=FLAGS.version_2_with_negative,
-            null_score_diff_threshold=FLAGS.null_score_diff_threshold,
+            version_2_with_negative=options.version_2_with_negative,
+            null_score_diff_threshold=options.null_score_diff_threshold,
         )
         squad_postprocess.write_predictions(
             predictions,
             os.path.join(output_dir, PREDICTIONS),
             os.path.join(output_dir, NBEST_PREDICTIONS),
-            os.path.join(output_dir, NULL_ODDS) if FLAGS.version_2_with_negative else None,
+            os.path.join(output_dir, NULL_ODDS) if options.version_2_with_negative else None,
         )
-        self._predicted_at = global_step
+        self._written = (os.path.abspath(output_dir), global_step)
 
     def evaluate(self, trainer, output_dir: str, global_step: int) -> dict:
-        """Predicts --predict_file and scores it by the official rules."""
-        self._predicted_at = None
+        """Predicts --predict_file into output_dir and scores it by the official rules."""
+        options = self.options
         self.predict(trainer, output_dir, global_step)
         return dict(
-            evaluate(FLAGS.predict_file, output_dir, FLAGS.version_2_with_negative),
+            evaluate(options.predict_file, output_dir, options.version_2_with_negative),
             global_step=global_step,
         )
 
@@ -270,29 +301,31 @@ class SquadTask:
         --max_answer_length and --n_best_size. For v2.0, the answer is "" where
         null_score - score > --null_score_diff_threshold.
         """
+        options = self.options
         path = serving_tasks.export_task_model(
             model,
             export_dir,
             files.vocab_file,
             files.do_lower_case,
-            FLAGS.max_seq_length,
+            options.max_seq_length,
             kind="squad",
             overwrite=overwrite,
             preserve_unused_tokens=files.preserve_unused_tokens,
-            max_query_length=FLAGS.max_query_length,
-            max_answer_length=FLAGS.max_answer_length,
-            n_best_size=FLAGS.n_best_size,
-            doc_stride=FLAGS.doc_stride,
+            max_query_length=options.max_query_length,
+            max_answer_length=options.max_answer_length,
+            n_best_size=options.n_best_size,
+            doc_stride=options.doc_stride,
         )
         runner_flags.terminal().say(f"Exported the model to {path} (it answers raw text)")
 
     def model_info(self) -> dict:
+        options = self.options
         return {
             "labels": None,
-            "max_seq_length": FLAGS.max_seq_length,
-            "doc_stride": FLAGS.doc_stride,
-            "max_query_length": FLAGS.max_query_length,
-            "version_2_with_negative": FLAGS.version_2_with_negative,
+            "max_seq_length": options.max_seq_length,
+            "doc_stride": options.doc_stride,
+            "max_query_length": options.max_query_length,
+            "version_2_with_negative": options.version_2_with_negative,
             "bilstm_units": self.bilstm_units,
         }
 
@@ -374,6 +407,7 @@ def main(_):
     task = SquadTask(
         train_data,
         predict_data,
+        SquadOptions.from_flags(FLAGS),
         settings,
         files.do_lower_case,
         runner_flags.bilstm_units(FLAGS, BertSpanLabeler.MODEL_KIND),

@@ -1,8 +1,9 @@
 """Windows over a long sequence of word pieces, and the window that gives a piece the
-most context: the one formula behind SQuAD's document spans (`squad.doc_spans`,
-`squad.is_max_context`), NER's sentence windows (`conll.make_windows`,
-`conll.max_context_windows`) and the in-graph windows of the task exports
-(`serving.windows`), so that the three cut and choose identically.
+most context: the one formula behind SQuAD's document spans
+(`squad_features.doc_spans`, `squad_features.is_max_context`), NER's sentence windows
+(`ner_features.make_windows`, `ner_features.max_context_windows`) and the in-graph
+windows of the task exports (`serving.windows`), so that the three cut and choose
+identically.
 
 Windows hold at most `max_pieces` pieces and start every step = min(max_pieces,
 doc_stride) pieces, until one reaches the sequence's end: window k starts at k * step

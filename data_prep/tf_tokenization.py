@@ -176,6 +176,21 @@ class TFBertTokenizer(tf.Module):
         )
         return spaced.with_flat_values(words.with_flat_values(values)).merge_dims(1, 2)
 
+    def basic_tokenize(self, text: tf.Tensor) -> tf.RaggedTensor:
+        """`tokenization.BasicTokenizer(do_lower_case).tokenize` of each string:
+        normalized (`normalize`), then split on whitespace and punctuation. Unlike
+        `split_words`, a word longer than max_input_chars_per_word is kept whole and
+        `[unusedN]` words are not preserved (the original's get_final_text reads
+        answers so).
+
+        Args:
+            text: tf.string Tensor [B].
+
+        Returns:
+            tf.string RaggedTensor [B, (W)].
+        """
+        return tf_text.regex_split(self.normalize(text), self._split_delimiters, self._split_keep)
+
     def _split_normalized(self, text: tf.Tensor) -> tf.RaggedTensor:
         words = tf_text.regex_split(text, self._split_delimiters, self._split_keep)
         # The original maps a word over the limit to [UNK] whatever its pieces.

@@ -269,20 +269,6 @@ def restore_model(path: str, model, *, reinit_head: bool = False) -> dict:
     return {"kind": reader.kind, "path": reader.path, "restored": restored, "fresh": fresh}
 
 
-def load_checkpoint(path: str, encoder, pretrainer=None) -> dict:
-    """Loads the encoder (and, when present, the pre-training heads) from `path`.
-
-    The older entry point: `restore_model` for `pretrainer`, else for `encoder`.
-    Returns {"kind", "path", "heads": whether a pre-training head was restored}.
-    """
-    info = restore_model(path, pretrainer if pretrainer is not None else encoder)
-    return {
-        "kind": info["kind"],
-        "path": info["path"],
-        "heads": any(part != "encoder" for part in info["restored"]),
-    }
-
-
 # ---------------------------------------------------------------------------------
 # What a checkpoint holds, for converters: model kind, labels, case, config, vocab.
 

@@ -83,7 +83,7 @@ class CaseStatement:
 
 
 def side_dirs(init_checkpoint: str | None) -> list[str]:
-    """The folders that describe a checkpoint (`checkpoints.checkpoint_side_dirs`)."""
+    """The folders that describe a checkpoint (`checkpoint_readers.checkpoint_side_dirs`)."""
     return checkpoint_readers.checkpoint_side_dirs(init_checkpoint) if init_checkpoint else []
 
 

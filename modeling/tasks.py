@@ -169,7 +169,8 @@ class SpanTask:
     """SQuAD span prediction: the mean of the start and end cross-entropies.
 
     Features: `start_positions`, `end_positions` int [B]; outputs `start_logits`,
-    `end_logits` [B, S].
+    `end_logits` [B, S]. A loss only, no evaluation sums: SQuAD is scored by the
+    official rules on its predictions (run_squad.py).
     """
 
     def _per_example_loss(self, features, outputs):
@@ -182,15 +183,6 @@ class SpanTask:
 
     def loss_sums(self, features, outputs):
         return {"loss": tf.reduce_sum(self._per_example_loss(features, outputs))}
-
-    def eval_sums(self, features, outputs):
-        return {
-            "loss": tf.reduce_sum(self._per_example_loss(features, outputs)),
-            "examples": tf.cast(tf.shape(features["input_word_ids"])[0], tf.float32),
-        }
-
-    def finalize_eval(self, sums):
-        return {"eval_loss": sums["loss"] / max(sums["examples"], 1.0)}
 
 
 class TokenClassificationTask:

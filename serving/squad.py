@@ -17,7 +17,6 @@ import functools
 from typing import NamedTuple
 
 import tensorflow as tf
-import tensorflow_text as tf_text
 
 from common.errors import UserError
 from data_prep import squad_features, squad_reader, tf_tokenization, tokenization
@@ -46,18 +45,8 @@ def _python_whitespace_class() -> str:
     return _regex_class(chr(c) for c in range(0x110000) if chr(c).isspace())
 
 
-# Characters that separate the words of a context (`squad.split_context`).
+# Characters that separate the words of a context (`squad_reader.split_context`).
 CONTEXT_WHITESPACE = _regex_class(squad_reader.CONTEXT_WHITESPACE)
-
-
-def _basic_tokens(tokenizer, text: tf.Tensor) -> tf.RaggedTensor:
-    """tf.string [B, (T)]: `tokenization.BasicTokenizer(do_lower_case).tokenize` of
-    each string (cleaned, lower-cased and stripped of accents if uncased, split on
-    whitespace and punctuation; unlike `split_words`, long words are kept)."""
-    # pylint: disable=protected-access
-    return tf_text.regex_split(
-        tokenizer.normalize(text), tokenizer._split_delimiters, tokenizer._split_keep
-    )
 
 
 def final_text(tokenizer, pred_text: tf.Tensor, orig_text: tf.Tensor) -> tf.Tensor:
@@ -77,7 +66,7 @@ def final_text(tokenizer, pred_text: tf.Tensor, orig_text: tf.Tensor) -> tf.Tens
     Returns:
       tf.string [B].
     """
-    tok_text = tf.strings.reduce_join(_basic_tokens(tokenizer, orig_text), axis=-1, separator=" ")
+    tok_text = tf.strings.reduce_join(tokenizer.basic_tokenize(orig_text), axis=-1, separator=" ")
 
     def project(args):
         pred, orig, tok = args

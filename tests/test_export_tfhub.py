@@ -61,7 +61,7 @@ def test_export_tfhub_real_checkpoint_parity(minilm_dir, sample_data, tmp_path):
 
     config = BertConfig.from_json_file(os.path.join(minilm_dir, "config.json"))
     ours = BertEncoder(config)
-    checkpoints.load_checkpoint(minilm_dir, ours)
+    checkpoints.restore_model(minilm_dir, ours)
     want = ours(inputs, training=False)
     assert_encoder_outputs_equal(
         tf.saved_model.load(encoder_path)(inputs, training=False), want, num_layers=6, atol=1e-4

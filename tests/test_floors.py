@@ -1,6 +1,6 @@
 """Floors: no import in the library runs up a floor, and no import runs in a circle.
 
-Floors, bottom to top (DESIGN.md, ARCHITECTURE.md):
+Floors, bottom to top (ARCHITECTURE.md):
  -1 common/                     errors for people; imports no other package of the project
   0 data_prep/                  tokenization, readers, features, records
   1 modeling/, evaluation/      side by side: each may import data_prep, not the other

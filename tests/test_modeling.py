@@ -381,8 +381,13 @@ def test_tf2_checkpoint_round_trip(config, tmp_path):
     path = tf.train.Checkpoint(model=pretrainer).save(str(tmp_path / "ckpt"))
     dst = BertEncoder(config)
     dst_pre = models.BertPretrainer(dst, config)
-    info = checkpoints.load_checkpoint(str(tmp_path), dst, dst_pre)
-    assert info == {"kind": "tf2", "path": path, "heads": True}
+    info = checkpoints.restore_model(str(tmp_path), dst_pre)
+    assert info == {
+        "kind": "tf2",
+        "path": path,
+        "restored": ["encoder", "masked_lm", "next_sentence"],
+        "fresh": [],
+    }
     for a, b in zip(pretrainer.weights, dst_pre.weights):
         np.testing.assert_array_equal(a.numpy(), b.numpy())
 
@@ -401,14 +406,18 @@ def test_original_checkpoint_round_trip_and_names(config, tmp_path):
     assert len(names) == len(src.weights) + 7
     dst = BertEncoder(config)
     dst_pre = models.BertPretrainer(dst, config)
-    assert checkpoints.load_checkpoint(prefix, dst, dst_pre)["heads"]
+    assert checkpoints.restore_model(prefix, dst_pre)["restored"] == [
+        "encoder",
+        "masked_lm",
+        "next_sentence",
+    ]
     for a, b in zip(pretrainer.weights, dst_pre.weights):
         np.testing.assert_array_equal(a.numpy(), b.numpy())
     # Encoder-only checkpoints load with heads left at their initializers.
     enc_only = checkpoints.write_original_checkpoint(str(tmp_path / "enc" / "bert_model.ckpt"), src)
-    assert not checkpoints.load_checkpoint(
-        enc_only, BertEncoder(config), models.BertPretrainer(BertEncoder(config), config)
-    )["heads"]
+    info = checkpoints.restore_model(enc_only, models.BertPretrainer(BertEncoder(config), config))
+    assert info["restored"] == ["encoder"]
+    assert info["fresh"] == ["masked_lm", "next_sentence"]
 
 
 def test_checkpoint_of_another_size_names_variable_and_shapes(config, tmp_path):
@@ -420,17 +429,17 @@ def test_checkpoint_of_another_size_names_variable_and_shapes(config, tmp_path):
         checkpoints.CheckpointMismatchError,
         match=r"bert/embeddings/word_embeddings.*\[99, 32\].*\[120, 32\]",
     ):
-        checkpoints.load_checkpoint(prefix, BertEncoder(other))
+        checkpoints.restore_model(prefix, BertEncoder(other))
     deeper = BertConfig(**dict(TINY, num_hidden_layers=3))
     with pytest.raises(checkpoints.CheckpointMismatchError, match="layer_2"):
-        checkpoints.load_checkpoint(prefix, BertEncoder(deeper))
+        checkpoints.restore_model(prefix, BertEncoder(deeper))
     tf2 = tf.train.Checkpoint(model=models.BertPretrainer(BertEncoder(config), config)).save(
         str(tmp_path / "tf2" / "ckpt")
     )
     with pytest.raises(checkpoints.CheckpointMismatchError, match=r"\(99, 32\)|\[99, 32\]"):
-        checkpoints.load_checkpoint(tf2, BertEncoder(other))
+        checkpoints.restore_model(tf2, BertEncoder(other))
     with pytest.raises(FileNotFoundError, match="nowhere"):
-        checkpoints.load_checkpoint(str(tmp_path / "nowhere"), BertEncoder(config))
+        checkpoints.restore_model(str(tmp_path / "nowhere"), BertEncoder(config))
 
 
 def test_hf_names_derive_from_original_names():

@@ -77,7 +77,7 @@ def models(minilm_dir):
     config = BertConfig.from_json_file(minilm_dir + "/config.json")
     assert config.hidden_act == "gelu_exact"
     ours = BertEncoder(config)
-    assert checkpoints.load_checkpoint(minilm_dir, ours)["kind"] == "hf"
+    assert checkpoints.restore_model(minilm_dir, ours)["kind"] == "hf"
     theirs = transformers.BertModel.from_pretrained(minilm_dir).eval()
     tokenizer = tokenization.FullTokenizer(minilm_dir + "/vocab.txt", do_lower_case=True)
     return ours, theirs, tokenizer
@@ -131,7 +131,7 @@ def test_same_weights_through_an_original_tf1_checkpoint(models, tmp_path):
     ours, theirs, tokenizer = models
     prefix = checkpoints.write_original_checkpoint(str(tmp_path / "bert_model.ckpt"), ours)
     reloaded = BertEncoder(ours.config)
-    assert checkpoints.load_checkpoint(prefix, reloaded)["kind"] == "tf1"
+    assert checkpoints.restore_model(prefix, reloaded)["kind"] == "tf1"
     compare(reloaded, theirs, encode(tokenizer, real_sentences()))
 
 
@@ -188,7 +188,7 @@ def test_squad_span_loss_and_gradients_equal_hugging_face(minilm_dir):
 
     config = BertConfig.from_json_file(minilm_dir + "/config.json")
     encoder = BertEncoder(config)
-    checkpoints.load_checkpoint(minilm_dir, encoder)
+    checkpoints.restore_model(minilm_dir, encoder)
     ours = BertSpanLabeler(encoder, config)
     tokenizer = tokenization.FullTokenizer(minilm_dir + "/vocab.txt", do_lower_case=True)
     examples = squad_reader.read_squad_examples(
@@ -281,7 +281,7 @@ def test_squad_fine_tuning_follows_hugging_face_step_by_step(minilm_dir, tmp_pat
 
     config = BertConfig.from_json_file(str(checkpoint / "config.json"))
     encoder = BertEncoder(config)
-    checkpoints.load_checkpoint(str(checkpoint), encoder)
+    checkpoints.restore_model(str(checkpoint), encoder)
     ours = BertSpanLabeler(encoder, config)
     task = SpanTask()
     ours(batches[0], training=False)

@@ -365,7 +365,7 @@ def test_fine_tune_end_to_end(runs, inputs):
     # Fine-tuning changes the encoder (the contrast of the feature-based test).
     config = inputs["config"]
     initial = BertEncoder(config)
-    checkpoints.load_checkpoint(inputs["init_checkpoint"], initial)
+    checkpoints.restore_model(inputs["init_checkpoint"], initial)
     trained = _restore_model(
         BertTokenClassifier(BertEncoder(config), config, len(labels)), output_dir
     )
@@ -473,7 +473,7 @@ def test_feature_based_trains_only_the_lstm_head(runs, inputs):
     config = inputs["config"]
     labels = conll.label_list(inputs["train"], "iob1")
     initial = BertEncoder(config)
-    checkpoints.load_checkpoint(inputs["init_checkpoint"], initial)
+    checkpoints.restore_model(inputs["init_checkpoint"], initial)
 
     def restored(step):
         model = BertFeatureBasedTagger(

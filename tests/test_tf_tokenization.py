@@ -128,6 +128,23 @@ def test_word_length_limit_counts_characters(vocab_file):
     ]
 
 
+@pytest.mark.parametrize("do_lower_case", [True, False])
+def test_basic_tokenize_is_the_basic_tokenizer(vocab_file, text_lines, do_lower_case):
+    """Whole words, however long, and no [unusedN] kept: as the original's get_final_text."""
+    tokenizer = tf_tokenization.TFBertTokenizer(
+        vocab_file, do_lower_case, preserve_unused_tokens=True
+    )
+    basic = tokenization.BasicTokenizer(do_lower_case)
+    texts = ["Steve Smith's café,  [unused0]!", "e" * 201, *text_lines[:300]]
+    got = [
+        [w.decode() for w in row] for row in tokenizer.basic_tokenize(tf.constant(texts)).to_list()
+    ]
+    assert got == [basic.tokenize(text) for text in texts]
+    cased = ["Steve", "Smith", "'", "s", "café", ",", "[", "unused0", "]", "!"]
+    assert got[0] == ([w.lower().replace("é", "e") for w in cased] if do_lower_case else cased)
+    assert got[1] == ["e" * 201]
+
+
 def test_invalid_utf8_and_special_characters(vocab_file):
     texts = [
         b"caf\xc3\xa9 a\xffb",
