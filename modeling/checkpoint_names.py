@@ -176,7 +176,7 @@ _HF_SPECIAL = {
     **{
         f"{kind.original_prefix}output_{part}": f"{kind.hf_head}.{hf_part}"
         for kind in task_kinds.KINDS
-        if kind.original_prefix is not None
+        if kind.original_prefix is not None and kind.hf_head is not None
         for part, hf_part in (("weights", "weight"), ("bias", "bias"))
     },
 }

@@ -35,8 +35,10 @@ USERS_NAMES = {
 
 
 def test_names_are_those_of_users_files():
-    assert {kind.name: kind.export_kind for kind in task_kinds.KINDS} == USERS_NAMES
-    assert names.MODEL_KINDS == tuple(USERS_NAMES)
+    # New kinds may come; these stay, spelled as they are.
+    assert {name: task_kinds.get(name).export_kind for name in USERS_NAMES} == USERS_NAMES
+    assert names.MODEL_KINDS[: len(USERS_NAMES)] == tuple(USERS_NAMES)
+    assert len(set(names.MODEL_KINDS)) == len(task_kinds.KINDS)
     for kind in task_kinds.KINDS:
         assert task_kinds.get(kind.name) is kind
         if kind.model_class is not None:
@@ -56,36 +58,41 @@ def test_export_options_are_the_original_flag_defaults():
         "doc_stride": 32,
         "tag_scheme": "iob2",
     }
-    assert sorted(serving_tasks.TASK_SIGNATURE_BUILDERS) == sorted(
-        {k for k in USERS_NAMES.values() if k}
-    )
+    assert set(serving_tasks.TASK_SIGNATURE_BUILDERS) >= {k for k in USERS_NAMES.values() if k}
 
 
 def test_checkpoint_names_derived_from_the_declarations():
-    assert checkpoints._TF2_MARKERS == (
+    tf2 = [name for name, _ in checkpoints._TF2_MARKERS]
+    # A part of one kind is looked for before one that several kinds share.
+    assert tf2.index("bilstm_0") < tf2.index("classifier")
+    assert set(checkpoints._TF2_MARKERS) >= {
         ("masked_lm", ("pretrainer",)),
         ("next_sentence", ("pretrainer",)),
         ("scorer", ("multiple_choice",)),
         ("span", ("span",)),
         ("bilstm_0", ("feature_based_token_classifier",)),
         ("classifier", ("classifier", "token_classifier")),
-    )
-    assert dict(checkpoints._ORIGINAL_MARKERS) == {
-        "cls/predictions/output_bias": ("pretrainer",),
-        "cls/seq_relationship/output_weights": ("pretrainer",),
-        "cls/squad/output_weights": ("span",),
-        "output_weights": ("classifier", "multiple_choice", "token_classifier"),
+    }
+    assert set(checkpoints._ORIGINAL_MARKERS) >= {
+        ("cls/predictions/output_bias", ("pretrainer",)),
+        ("cls/seq_relationship/output_weights", ("pretrainer",)),
+        ("cls/squad/output_weights", ("span",)),
+        ("output_weights", ("classifier", "multiple_choice", "token_classifier")),
     }
     assert names.hf_name("cls/squad/output_weights", "bert.") == ("qa_outputs.weight", False)
     assert names.hf_name("output_bias", "bert.") == ("classifier.bias", False)
-    assert names.HF_ARCHITECTURE_OF == {
-        "encoder": "BertModel",
-        "pretrainer": "BertForPreTraining",
-        "classifier": "BertForSequenceClassification",
-        "multiple_choice": "BertForMultipleChoice",
-        "span": "BertForQuestionAnswering",
-        "token_classifier": "BertForTokenClassification",
-    }
+    assert names.HF_ARCHITECTURES["BertLMHeadModel"] == "pretrainer"
+    assert (
+        names.HF_ARCHITECTURE_OF.items()
+        >= {
+            "encoder": "BertModel",
+            "pretrainer": "BertForPreTraining",
+            "classifier": "BertForSequenceClassification",
+            "multiple_choice": "BertForMultipleChoice",
+            "span": "BertForQuestionAnswering",
+            "token_classifier": "BertForTokenClassification",
+        }.items()
+    )
 
 
 @pytest.mark.parametrize(
