@@ -42,12 +42,14 @@ import model_flags
 import runner_flags
 from data_prep import run_control
 from modeling import checkpoint_names as names
-from modeling import checkpoints, model_files, models
+from modeling import checkpoints, model_files, task_kinds
 from modeling.config import BertConfig
 from modeling.encoder import BertEncoder
 
 FORMATS = ("tf1", "hf", "tf2")
-CONVERTIBLE_KINDS = tuple(k for k in names.MODEL_KINDS if k != names.FEATURE_BASED)
+# The feature-based tagger's BiLSTM head exists only in our TF2 format, which holds it
+# as it is: nothing to convert.
+CONVERTIBLE_KINDS = tuple(k.name for k in task_kinds.KINDS if k is not task_kinds.FEATURE_BASED)
 
 FLAGS = flags.FLAGS
 
@@ -86,7 +88,7 @@ def build_model(
     causal_attention: bool = False,
     bilstm_units: int = 0,
 ):
-    """A float32 model of `kind` (checkpoint_names.MODEL_KINDS) on a new encoder,
+    """A float32 model of `kind` (`task_kinds.TaskKind.build`) on a new encoder,
     left-to-right with `causal_attention`, with the BiLSTM of `bilstm_units` (a
     classifier's, span labeler's or token classifier's)."""
     if kind not in CONVERTIBLE_KINDS:
@@ -96,20 +98,13 @@ def build_model(
             f"(--model_kind=encoder converts its encoder)"
         )
     encoder = BertEncoder(config, dtype="float32", causal_attention=causal_attention)
-    objective = "ltr" if causal_attention else "mlm"
-    builders = {
-        names.ENCODER: lambda: encoder,
-        names.PRETRAINER: lambda: models.BertPretrainer(encoder, config, objective),
-        names.CLASSIFIER: lambda: models.BertClassifier(
-            encoder, config, num_labels, bilstm_units=bilstm_units
-        ),
-        names.MULTIPLE_CHOICE: lambda: models.BertMultipleChoice(encoder, config),
-        names.SPAN: lambda: models.BertSpanLabeler(encoder, config, bilstm_units=bilstm_units),
-        names.TOKEN_CLASSIFIER: lambda: models.BertTokenClassifier(
-            encoder, config, num_labels, bilstm_units=bilstm_units
-        ),
-    }
-    return builders[kind]()
+    return task_kinds.get(kind).build(
+        encoder,
+        config,
+        num_labels,
+        bilstm_units=bilstm_units,
+        objective="ltr" if causal_attention else "mlm",
+    )
 
 
 def choose_kind(info: dict, model_kind: str | None) -> str:
@@ -163,7 +158,7 @@ def convert(
         allow_vocab_mismatch=allow_vocab_mismatch,
     )
     bilstm_units = 0
-    if kind in (names.CLASSIFIER, names.SPAN, names.TOKEN_CLASSIFIER):
+    if task_kinds.get(kind).bilstm:
         stored = model_files.read_model_info(input_checkpoint)
         if stored.get("model_kind") == kind:
             bilstm_units = int(stored.get("bilstm_units") or 0)
@@ -192,7 +187,7 @@ def convert(
         model,
         files.vocab_file,
         files.do_lower_case,
-        labels if kind in (names.CLASSIFIER, names.TOKEN_CLASSIFIER) else None,
+        labels if task_kinds.get(kind).labelled else None,
         overwrite=overwrite,
         preserve_unused_tokens=files.preserve_unused_tokens,
     )

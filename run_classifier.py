@@ -66,9 +66,8 @@ import runner_flags
 from data_prep import classifier_features, classifier_reader, classifier_tasks, records
 from data_prep.input_pipeline import RecordMetadata
 from evaluation import glue_metrics
-from modeling import finetuning, model_files, training
+from modeling import finetuning, model_files, task_kinds, training
 from modeling.config import BertConfig
-from modeling.models import BertClassifier, BertMultipleChoice
 from modeling.tasks import ClassificationTask
 from serving import tasks as serving_tasks
 
@@ -180,7 +179,7 @@ def processor_options(init_checkpoint: str | None) -> dict:
     if (
         labels is None
         and FLAGS.task_name.lower() == "generic"
-        and info.get("model_kind") == BertClassifier.MODEL_KIND
+        and info.get("model_kind") == task_kinds.CLASSIFIER.name
     ):
         labels = info.get("labels")
     return dict(
@@ -339,19 +338,8 @@ def score_split(
     return metrics
 
 
-# Metrics of the GLUE score, where it is not the mean of all the task's metrics.
-_SCORE_METRICS = {"cola": ("eval_mcc",), "ax": ("eval_mcc",)}
-_SCORED = ("eval_accuracy", "eval_f1", "eval_pearson", "eval_spearman")
-
-
-def glue_score(task_name: str, metrics: dict) -> float:
-    """The number the best model is chosen by: the task's GLUE score on the first dev
-    split (MRPC, QQP: mean of accuracy and F1; STS-B: mean of Pearson and Spearman;
-    CoLA: MCC; MNLI: matched accuracy; others: accuracy)."""
-    keys = _SCORE_METRICS.get(
-        glue_metrics.normalize_task_name(task_name), [key for key in _SCORED if key in metrics]
-    )
-    return float(np.mean([metrics[key] for key in keys]))
+# The number the best model is chosen by (each task's reader declares which metrics).
+glue_score = glue_metrics.glue_score
 
 
 def results_file_name(split: str, test_splits: tuple[str, ...]) -> str:
@@ -388,9 +376,8 @@ class ClassifierTask:
                 f"--bilstm_units={bilstm_units}: the BiLSTM is for classification and "
                 f"regression; {processor.name} is multiple choice"
             )
-        self.model_kind = (
-            BertMultipleChoice.MODEL_KIND if self.num_choices else BertClassifier.MODEL_KIND
-        )
+        self.kind = task_kinds.MULTIPLE_CHOICE if self.num_choices else task_kinds.CLASSIFIER
+        self.model_kind = self.kind.name
         self.objective = ClassificationTask(self.is_regression)
         self._evaluation_outputs = evaluation_outputs(self.objective)
         self.num_train_examples = data.train.num_examples if data.train else 0
@@ -398,15 +385,12 @@ class ClassifierTask:
     def build_model(self, encoder, config: BertConfig) -> keras.Model:
         """BertMultipleChoice, or BertClassifier with one output per label (one output,
         the score, for regression), with the BiLSTM of --bilstm_units."""
-        initializer = self.settings.head_initializer
-        if self.num_choices:
-            return BertMultipleChoice(encoder, config, head_initializer=initializer)
         num_labels = 1 if self.is_regression else len(self.data.metadata["labels"])
-        return BertClassifier(
+        return self.kind.build(
             encoder,
             config,
             num_labels,
-            head_initializer=initializer,
+            head_initializer=self.settings.head_initializer,
             bilstm_units=self.bilstm_units,
         )
 
@@ -459,7 +443,7 @@ class ClassifierTask:
         return metrics
 
     def score(self, metrics: dict) -> float:
-        return glue_score(self.processor.name, metrics)
+        return glue_score(self.processor.name, metrics, self.is_regression)
 
     def predict(self, trainer, output_dir: str, global_step: int) -> None:
         """Writes test_results.tsv (class probabilities, or the score of a regression,
@@ -491,7 +475,6 @@ class ClassifierTask:
         self, model, export_dir: str, files: model_files.ModelFiles, overwrite: bool
     ) -> None:
         """A SavedModel that answers raw text (`serving.tasks.export_task_model`)."""
-        kind = "multiple_choice" if self.num_choices else "classifier"
         labels = None if self.is_regression else self.data.metadata["labels"]
         path = serving_tasks.export_task_model(
             model,
@@ -499,7 +482,7 @@ class ClassifierTask:
             files.vocab_file,
             files.do_lower_case,
             self.max_seq_length,
-            kind=kind,
+            kind=self.kind.export_kind,
             labels=labels,
             overwrite=overwrite,
             preserve_unused_tokens=files.preserve_unused_tokens,
@@ -534,7 +517,7 @@ def main(_):
         FLAGS.data_dir,
         FLAGS.max_seq_length,
         settings,
-        runner_flags.bilstm_units(FLAGS, BertClassifier.MODEL_KIND),
+        runner_flags.bilstm_units(FLAGS, task_kinds.CLASSIFIER.name),
     )
     runner_flags.run_training(
         lambda: finetuning.run(task, settings, strategy, encoder, files), FLAGS.output_dir

@@ -81,7 +81,7 @@ import runner_flags
 from data_prep import conll, input_pipeline, ner_features, records, tag_schemes, tokenization
 from data_prep.input_pipeline import RecordMetadata
 from evaluation import conlleval
-from modeling import feature_based, finetuning, model_files, training
+from modeling import feature_based, finetuning, model_files, task_kinds, training
 from modeling.config import BertConfig
 from modeling.models import BertTokenClassifier
 from modeling.tasks import TokenClassificationTask
@@ -113,7 +113,7 @@ flags.DEFINE_enum(
     "in it).",
 )
 runner_flags.define_doc_stride_flag(
-    64,
+    task_kinds.TOKEN_CLASSIFIER.export_options["doc_stride"],
     "Word pieces between the starts of the windows of a sentence longer than max_seq_length - 2.",
 )
 flags.DEFINE_bool(

@@ -57,7 +57,7 @@ import runner_flags
 from data_prep import input_pipeline, records, squad_features, squad_postprocess, squad_reader
 from data_prep import squad_records
 from evaluation import squad_eval
-from modeling import finetuning, model_files, training
+from modeling import finetuning, model_files, task_kinds, training
 from modeling.config import BertConfig
 from modeling.models import BertSpanLabeler
 from modeling.tasks import SpanTask
@@ -73,17 +73,26 @@ runner_flags.define_input_file_flags(
     }
 )
 flags.DEFINE_bool("version_2_with_negative", False, "SQuAD 2.0: questions may have no answer.")
+# Defaults of the flags a raw-text export keeps (`task_kinds.SPAN.export_options`).
+_EXPORT_DEFAULTS = task_kinds.SPAN.export_options
 runner_flags.define_doc_stride_flag(
-    128, "Word pieces between the starts of consecutive windows of a long context."
+    _EXPORT_DEFAULTS["doc_stride"],
+    "Word pieces between the starts of consecutive windows of a long context.",
 )
-flags.DEFINE_integer("max_query_length", 64, "Questions are cut to this many word pieces.")
+flags.DEFINE_integer(
+    "max_query_length",
+    _EXPORT_DEFAULTS["max_query_length"],
+    "Questions are cut to this many word pieces.",
+)
 flags.DEFINE_integer(
     "n_best_size",
-    20,
+    _EXPORT_DEFAULTS["n_best_size"],
     "Start and end positions considered per window, "
     "and answers kept per question in nbest_predictions.json.",
 )
-flags.DEFINE_integer("max_answer_length", 30, "Longest answer, in word pieces.")
+flags.DEFINE_integer(
+    "max_answer_length", _EXPORT_DEFAULTS["max_answer_length"], "Longest answer, in word pieces."
+)
 flags.DEFINE_float(
     "null_score_diff_threshold",
     0.0,

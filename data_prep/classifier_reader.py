@@ -218,6 +218,11 @@ class DataProcessor:
       label_aliases: label spellings mapped to a label-list entry on reading.
       label_range: inclusive bounds of a regression score, or None.
       language: the language kept from files with a language column (XNLI).
+      metrics: names of its metrics (`evaluation.glue_metrics`: accuracy, f1, mcc,
+        pearson, spearman); None: accuracy, or pearson and spearman for regression.
+      score_metrics: those of its metrics whose mean is its score, which picks the
+        best model (its GLUE score); None: all of them.
+      glue_submission: prediction split -> its GLUE server file name, without ".tsv".
     """
 
     name = ""
@@ -231,6 +236,9 @@ class DataProcessor:
     label_aliases: dict[str, str] = {}
     label_range: tuple[float, float] | None = None
     language: str | None = None
+    metrics: tuple[str, ...] | None = None
+    score_metrics: tuple[str, ...] | None = None
+    glue_submission: dict[str, str] = {}
 
     def options(self) -> dict:
         """Settings that change what is read (part of the feature cache key)."""

@@ -87,6 +87,9 @@ class ColaProcessor(DataProcessor):
 
     name = "cola"
     labels = ("0", "1")
+    metrics = ("accuracy", "mcc")
+    score_metrics = ("mcc",)
+    glue_submission = {"test": "CoLA"}
     layouts = {
         "train": tsv("train.tsv", has_header=False, text_a=3, label=1),
         "dev": tsv("dev.tsv", has_header=False, text_a=3, label=1),
@@ -103,6 +106,7 @@ class Sst2Processor(DataProcessor):
 
     name = "sst-2"
     labels = ("0", "1")
+    glue_submission = {"test": "SST-2"}
     layouts = {
         "train": tsv("train.tsv", text_a="sentence", label="label"),
         "dev": tsv("dev.tsv", text_a="sentence", label="label"),
@@ -120,6 +124,8 @@ class MrpcProcessor(DataProcessor):
 
     name = "mrpc"
     labels = ("0", "1")
+    metrics = ("accuracy", "f1")
+    glue_submission = {"test": "MRPC"}
     layouts = {
         "train": tsv("train.tsv", text_a="#1 String", text_b="#2 String", label="Quality"),
         "dev": tsv("dev.tsv", text_a="#1 String", text_b="#2 String", label="Quality"),
@@ -138,6 +144,7 @@ class StsbProcessor(DataProcessor):
     name = "sts-b"
     is_regression = True
     label_range = (0.0, 5.0)
+    glue_submission = {"test": "STS-B"}
     layouts = _glue_layouts("score", **_PAIR_COLUMNS)
 
 
@@ -151,6 +158,8 @@ class QqpProcessor(DataProcessor):
 
     name = "qqp"
     labels = ("0", "1")
+    metrics = ("accuracy", "f1")
+    glue_submission = {"test": "QQP"}
     layouts = _glue_layouts("is_duplicate", text_a="question1", text_b="question2", index="id")
 
 
@@ -179,6 +188,7 @@ class MnliProcessor(DataProcessor):
     split_aliases = {"dev": "dev_matched", "test": "test_matched"}
     eval_splits = ("dev_matched", "dev_mismatched")
     test_splits = ("test_matched", "test_mismatched")
+    glue_submission = {"test": "MNLI-m", "test_matched": "MNLI-m", "test_mismatched": "MNLI-mm"}
 
 
 class AxProcessor(DataProcessor):
@@ -190,6 +200,9 @@ class AxProcessor(DataProcessor):
 
     name = "ax"
     labels = _NLI_LABELS
+    metrics = ("accuracy", "mcc")
+    score_metrics = ("mcc",)
+    glue_submission = {"test": "AX"}
     layouts = {"test": tsv("diagnostic.tsv", **_PAIR_COLUMNS)}
     eval_splits = ()
 
@@ -203,6 +216,7 @@ class QnliProcessor(DataProcessor):
 
     name = "qnli"
     labels = ("entailment", "not_entailment")
+    glue_submission = {"test": "QNLI"}
     layouts = _glue_layouts("label", text_a="question", text_b="sentence", index="index")
 
 
@@ -215,6 +229,7 @@ class RteProcessor(DataProcessor):
 
     name = "rte"
     labels = ("entailment", "not_entailment")
+    glue_submission = {"test": "RTE"}
     layouts = _glue_layouts("label", **_PAIR_COLUMNS)
 
 
@@ -227,6 +242,7 @@ class WnliProcessor(DataProcessor):
 
     name = "wnli"
     labels = ("0", "1")
+    glue_submission = {"test": "WNLI"}
     layouts = _glue_layouts("label", **_PAIR_COLUMNS)
 
 
@@ -483,29 +499,41 @@ class PawsProcessor(DataProcessor):
 # ----------------------------------------------------------------------------
 
 
+# The tasks of this project: each declares its files, labels, metrics, score and GLUE
+# submission file (`DataProcessor`'s class attributes). A new one is added here.
+TASKS = (
+    ColaProcessor,
+    Sst2Processor,
+    MrpcProcessor,
+    StsbProcessor,
+    QqpProcessor,
+    MnliProcessor,
+    QnliProcessor,
+    RteProcessor,
+    WnliProcessor,
+    AxProcessor,
+    PawsProcessor,
+    XnliProcessor,
+    SwagProcessor,
+    GenericProcessor,
+)
+
 # Task name -> reader class. A reader of one's own goes here ("mytask": MyProcessor,
 # as the original README says of its `processors`), or stays in a module of one's own:
 # --task_name=my_module:MyProcessor.
-PROCESSORS = {
-    "cola": ColaProcessor,
-    "sst-2": Sst2Processor,
-    "mrpc": MrpcProcessor,
-    "sts-b": StsbProcessor,
-    "qqp": QqpProcessor,
-    "mnli": MnliProcessor,
-    "qnli": QnliProcessor,
-    "rte": RteProcessor,
-    "wnli": WnliProcessor,
-    "ax": AxProcessor,
-    "paws": PawsProcessor,
-    "xnli": XnliProcessor,
-    "swag": SwagProcessor,
-    "generic": GenericProcessor,
-}
+PROCESSORS = {task.name: task for task in TASKS}
 
 
 def _lookup_name(task_name: str) -> str:
     return task_name.lower().replace("-", "").replace("_", "")
+
+
+def task_class(task_name: str) -> type[DataProcessor] | None:
+    """The task of `TASKS` named `task_name` (any case, "SST-2" or "sst2"), whatever
+    reader `PROCESSORS` now holds under that name, else None: a reader registered under
+    a task's name is scored with that task's metrics."""
+    wanted = _lookup_name(task_name)
+    return next((task for task in TASKS if _lookup_name(task.name) == wanted), None)
 
 
 def get_processor(task_name: str, **options) -> DataProcessor:

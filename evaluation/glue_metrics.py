@@ -7,7 +7,10 @@ Metrics (NumPy):
                                         (Gorodkin's R_K) is GLUE's R3 for AX
   Pearson and Spearman correlations     STS-B and any regression task
 MNLI is scored once per evaluation split (matched, mismatched): the caller runs
-`compute_metrics` on each split with its own key prefix.
+`compute_metrics` on each split with its own key prefix. Which metrics a task has,
+which of them make its score (`glue_score`) and its GLUE submission file name are
+declared by its reader in data_prep.classifier_tasks (`DataProcessor.metrics`,
+`score_metrics`, `glue_submission`, `is_regression`).
 
 Output files, written atomically (`data_prep.records`, which also writes
 eval_results.txt: `records.write_results`):
@@ -27,45 +30,11 @@ from typing import Sequence
 import numpy as np
 
 from common.errors import UserError
-from data_prep import records
+from data_prep import classifier_tasks, records
 
 # Label "1" is the positive class of MRPC and QQP; it has id 1 in their label
 # list ["0", "1"].
 _POSITIVE_LABEL_ID = 1
-
-# Metric names per task (normalized task name -> metric functions' keys).
-_TASK_METRICS = {
-    "cola": ("accuracy", "mcc"),
-    "sst2": ("accuracy",),
-    "mrpc": ("accuracy", "f1"),
-    "qqp": ("accuracy", "f1"),
-    "stsb": ("pearson", "spearman"),
-    "mnli": ("accuracy",),
-    "qnli": ("accuracy",),
-    "rte": ("accuracy",),
-    "wnli": ("accuracy",),
-    "ax": ("accuracy", "mcc"),
-    "xnli": ("accuracy",),
-    "paws": ("accuracy",),
-    "swag": ("accuracy",),
-}
-_REGRESSION_TASKS = frozenset({"stsb"})
-
-# GLUE server file names (without ".tsv") per (task, prediction split).
-_SUBMISSION_NAMES = {
-    ("cola", "test"): "CoLA",
-    ("sst2", "test"): "SST-2",
-    ("mrpc", "test"): "MRPC",
-    ("stsb", "test"): "STS-B",
-    ("qqp", "test"): "QQP",
-    ("mnli", "test"): "MNLI-m",
-    ("mnli", "test_matched"): "MNLI-m",
-    ("mnli", "test_mismatched"): "MNLI-mm",
-    ("qnli", "test"): "QNLI",
-    ("rte", "test"): "RTE",
-    ("wnli", "test"): "WNLI",
-    ("ax", "test"): "AX",
-}
 
 
 def normalize_task_name(task_name: str) -> str:
@@ -200,8 +169,30 @@ _METRIC_FUNCTIONS = {
 
 
 def is_regression_task(task_name: str) -> bool:
-    """True for the GLUE regression task (STS-B)."""
-    return normalize_task_name(task_name) in _REGRESSION_TASKS
+    """True for a task of data_prep.classifier_tasks that is a regression (STS-B)."""
+    task = classifier_tasks.task_class(task_name)
+    return bool(task is not None and task.is_regression)
+
+
+def metric_names(task_name: str, is_regression: bool | None = None) -> tuple[bool, tuple]:
+    """(whether the task is a regression, its metric names): as its reader in
+    data_prep.classifier_tasks declares them (`metrics`); a task unknown there (a
+    user's "generic" one) gets accuracy, or pearson and spearman when `is_regression`."""
+    regression = is_regression_task(task_name) or bool(is_regression)
+    task = classifier_tasks.task_class(task_name)
+    declared = task.metrics if task is not None else None
+    return regression, declared or (("pearson", "spearman") if regression else ("accuracy",))
+
+
+def glue_score(task_name: str, metrics: dict, is_regression: bool | None = None) -> float:
+    """The number the best model is chosen by: the task's GLUE score, the mean of its
+    `score_metrics` (default: all its metrics) on the first evaluation split (keys
+    "eval_<name>"): MRPC, QQP: mean of accuracy and F1; STS-B: mean of Pearson and
+    Spearman; CoLA: MCC; MNLI: matched accuracy; others: accuracy."""
+    task = classifier_tasks.task_class(task_name)
+    scored = task.score_metrics if task is not None else None
+    names = scored or metric_names(task_name, is_regression)[1]
+    return float(np.mean([metrics["eval_" + name] for name in names]))
 
 
 def compute_metrics(
@@ -223,22 +214,14 @@ def compute_metrics(
       is_regression: needed only for tasks unknown here; known tasks decide.
       prefix: prepended to every key.
     """
-    name = normalize_task_name(task_name)
-    if name in _TASK_METRICS:
-        regression = name in _REGRESSION_TASKS
-        metric_names = _TASK_METRICS[name]
-    else:
-        regression = bool(is_regression)
-        metric_names = ("pearson", "spearman") if regression else ("accuracy",)
+    regression, names = metric_names(task_name, is_regression)
     predictions = np.asarray(predictions)
     if regression:
         if predictions.ndim == 2 and predictions.shape[1] == 1:
             predictions = predictions[:, 0]
     elif predictions.ndim == 2:
         predictions = np.argmax(predictions, axis=-1)
-    return {
-        prefix + metric: _METRIC_FUNCTIONS[metric](predictions, labels) for metric in metric_names
-    }
+    return {prefix + metric: _METRIC_FUNCTIONS[metric](predictions, labels) for metric in names}
 
 
 def write_test_results(path: str, probabilities) -> None:
@@ -265,14 +248,19 @@ def submission_file_name(task_name: str, split: str = "test") -> str:
     Raises:
       ValueError: the task/split has no GLUE submission file (XNLI, SWAG, ...).
     """
-    key = (normalize_task_name(task_name), split)
-    if key not in _SUBMISSION_NAMES:
-        known = sorted({f"{task}/{split}" for task, split in _SUBMISSION_NAMES})
+    task = classifier_tasks.task_class(task_name)
+    name = task.glue_submission.get(split) if task is not None else None
+    if name is None:
+        known = sorted(
+            f"{normalize_task_name(task.name)}/{split}"
+            for task in classifier_tasks.TASKS
+            for split in task.glue_submission
+        )
         raise UserError(
             f"No GLUE submission file for task {task_name!r}, split {split!r}; "
             f"known: {', '.join(known)}"
         )
-    return _SUBMISSION_NAMES[key] + ".tsv"
+    return name + ".tsv"
 
 
 def write_glue_submission(

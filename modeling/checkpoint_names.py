@@ -34,39 +34,27 @@ import re
 import keras
 import tensorflow as tf
 
-# Model kinds: each task model's `MODEL_KIND` (modeling/models.py, feature_based.py).
-ENCODER = "encoder"
-PRETRAINER = "pretrainer"
-CLASSIFIER = "classifier"
-MULTIPLE_CHOICE = "multiple_choice"
-SPAN = "span"
-TOKEN_CLASSIFIER = "token_classifier"
-FEATURE_BASED = "feature_based_token_classifier"
-MODEL_KINDS = (
-    ENCODER,
-    PRETRAINER,
-    CLASSIFIER,
-    MULTIPLE_CHOICE,
-    SPAN,
-    TOKEN_CLASSIFIER,
-    FEATURE_BASED,
-)
+from modeling import task_kinds
+
+# Model kinds, as `modeling.task_kinds` declares them.
+ENCODER = task_kinds.ENCODER.name
+PRETRAINER = task_kinds.PRETRAINER.name
+CLASSIFIER = task_kinds.CLASSIFIER.name
+MULTIPLE_CHOICE = task_kinds.MULTIPLE_CHOICE.name
+SPAN = task_kinds.SPAN.name
+TOKEN_CLASSIFIER = task_kinds.TOKEN_CLASSIFIER.name
+FEATURE_BASED = task_kinds.FEATURE_BASED.name
+MODEL_KINDS = tuple(kind.name for kind in task_kinds.KINDS)
 
 # Hugging Face architecture <-> model kind; the first name of a kind is the one written.
 HF_ARCHITECTURES = {
-    "BertModel": ENCODER,
-    "BertForPreTraining": PRETRAINER,
-    "BertForMaskedLM": PRETRAINER,
-    "BertLMHeadModel": PRETRAINER,
-    "BertForNextSentencePrediction": PRETRAINER,
-    "BertForSequenceClassification": CLASSIFIER,
-    "BertForMultipleChoice": MULTIPLE_CHOICE,
-    "BertForQuestionAnswering": SPAN,
-    "BertForTokenClassification": TOKEN_CLASSIFIER,
+    architecture: kind.name for kind in task_kinds.KINDS for architecture in kind.hf_architectures
 }
-HF_ARCHITECTURE_OF = {kind: name for name, kind in reversed(HF_ARCHITECTURES.items())}
+HF_ARCHITECTURE_OF = {
+    kind.name: kind.hf_architectures[0] for kind in task_kinds.KINDS if kind.hf_architectures
+}
 # A left-to-right pre-trainer (causal attention) is written as Hugging Face's causal BERT.
-HF_CAUSAL_PRETRAINER = "BertLMHeadModel"
+HF_CAUSAL_PRETRAINER = task_kinds.PRETRAINER.hf_causal_architecture
 
 # Our activation names -> Hugging Face's: the inverse of the table modeling.config reads
 # Hugging Face configs with, taking Hugging Face's own name where several read as one of
@@ -81,16 +69,9 @@ HF_ACTIVATION_OF = {
 
 
 def model_kind(model) -> str:
-    """The kind of `model`: its `MODEL_KIND`, or "encoder" for a bare encoder."""
-    kind = getattr(type(model), "MODEL_KIND", None)
-    if kind is not None:
-        return kind
-    if hasattr(model, "embeddings") and hasattr(model, "encoder_layers"):
-        return ENCODER
-    raise TypeError(
-        f"{type(model).__name__} is not a BERT model of this project (no "
-        f"MODEL_KIND and not an encoder)"
-    )
+    """The kind of `model` (`task_kinds.of_model`): its class's `MODEL_KIND`, or
+    "encoder" for a bare encoder."""
+    return task_kinds.of_model(model).name
 
 
 def encoder_of(model):
@@ -160,16 +141,6 @@ def pretraining_head_tables(pretrainer) -> dict:
     }
 
 
-# kind -> (model attribute of the head, prefix of its original names); see the module
-# docstring for where each name comes from.
-_TASK_HEADS = {
-    CLASSIFIER: ("classifier", ""),
-    MULTIPLE_CHOICE: ("scorer", ""),
-    SPAN: ("span", "cls/squad/"),
-    TOKEN_CLASSIFIER: ("classifier", ""),
-}
-
-
 def has_bilstm_head(model) -> bool:
     """Whether a task model has the "+ BiLSTM" of `models` (a `bilstm` sub-layer)."""
     return getattr(model, "bilstm", None) is not None
@@ -185,10 +156,11 @@ def head_tables(model) -> dict:
         return {}
     if kind == PRETRAINER:
         return pretraining_head_tables(model)
-    if kind in _TASK_HEADS:
-        attribute, prefix = _TASK_HEADS[kind]
-        return {attribute: _output_entries(prefix, getattr(model, attribute).dense)}
-    return {}
+    declared = task_kinds.get(kind)
+    if declared.original_prefix is None:
+        return {}
+    head = getattr(model, declared.head)
+    return {declared.head: _output_entries(declared.original_prefix, head.dense)}
 
 
 # ---------------------------------------------------------------------------------
@@ -200,10 +172,13 @@ _HF_SPECIAL = {
     "cls/predictions/output_bias": "cls.predictions.bias",
     "cls/seq_relationship/output_weights": "cls.seq_relationship.weight",
     "cls/seq_relationship/output_bias": "cls.seq_relationship.bias",
-    "cls/squad/output_weights": "qa_outputs.weight",
-    "cls/squad/output_bias": "qa_outputs.bias",
-    "output_weights": "classifier.weight",
-    "output_bias": "classifier.bias",
+    # The one-layer task heads (`task_kinds`: original_prefix -> hf_head).
+    **{
+        f"{kind.original_prefix}output_{part}": f"{kind.hf_head}.{hf_part}"
+        for kind in task_kinds.KINDS
+        if kind.original_prefix is not None and kind.hf_head is not None
+        for part, hf_part in (("weights", "weight"), ("bias", "bias"))
+    },
 }
 
 # Names other Hugging Face checkpoints use -> the name `hf_name` gives. Older ones name

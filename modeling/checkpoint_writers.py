@@ -30,7 +30,7 @@ import tensorflow as tf
 from common.errors import MissingFileError, OutputExistsError, UserError
 from data_prep import records
 from modeling import checkpoint_names as names
-from modeling import model_files
+from modeling import model_files, task_kinds
 from modeling.checkpoint_readers import MODEL_INFO
 
 _CHECKPOINT_FILES = r"(index|data-\d{5}-of-\d{5})"
@@ -148,14 +148,7 @@ def causal_attention(model) -> bool:
 
 def num_labels(model) -> int | None:
     """The label count of a classifier or token classifier, else None."""
-    if names.model_kind(model) in (names.CLASSIFIER, names.TOKEN_CLASSIFIER, names.FEATURE_BASED):
-        return model.num_labels
-    return None
-
-
-# Kinds whose output reads the pooled output: under causal attention ours pools the last
-# real token, Hugging Face's BERT classes always pool [CLS].
-_POOLED_KINDS = (names.CLASSIFIER, names.MULTIPLE_CHOICE)
+    return model.num_labels if task_kinds.of_model(model).labelled else None
 
 
 def hf_config(
@@ -174,17 +167,20 @@ def hf_config(
     Hugging Face's causal BERT). A left-to-right classifier has no Hugging Face class:
     ours reads the last real token, Hugging Face's the first.
     """
-    if kind == names.FEATURE_BASED:
-        raise UserError("the feature-based tagger has no Hugging Face class")
-    if causal_attention and kind in _POOLED_KINDS:
-        raise UserError(
-            f"a left-to-right {kind} has no Hugging Face class: it classifies from the "
-            f"last real token, transformers' BERT classifiers from [CLS]. Keep the TF1 or "
-            f"TF2 format, or write its encoder (model_kind encoder)"
-        )
-    architecture = names.HF_ARCHITECTURE_OF[kind]
-    if causal_attention and kind == names.PRETRAINER:
-        architecture = names.HF_CAUSAL_PRETRAINER
+    declared = task_kinds.get(kind)
+    if not declared.hf_architectures:
+        raise UserError(f"the {kind} model has no Hugging Face class")
+    architecture = declared.hf_architectures[0]
+    if causal_attention:
+        # Ours pools the last real token under causal attention, Hugging Face's BERT
+        # classes always [CLS]: a kind that reads the pooled output has no causal class.
+        architecture = declared.hf_causal_architecture
+        if architecture is None:
+            raise UserError(
+                f"a left-to-right {kind} has no Hugging Face class: it classifies from the "
+                f"last real token, transformers' BERT classifiers from [CLS]. Keep the TF1 "
+                f"or TF2 format, or write its encoder (model_kind encoder)"
+            )
     values = config.to_dict()
     values.update(
         model_type="bert",

@@ -25,6 +25,7 @@ from absl import logging
 
 from data_prep import records
 from modeling import checkpoint_names as names
+from modeling import task_kinds
 from modeling.checkpoint_names import hf_name, original_variable_table  # noqa: F401
 from modeling.checkpoint_readers import (  # noqa: F401
     CheckpointMismatchError,
@@ -44,8 +45,6 @@ from modeling.checkpoint_writers import (  # noqa: F401
 )
 
 _SHOWN_UNUSED = 6
-# Kinds whose outputs do not depend on the pooler.
-_POOLER_UNUSED = (names.ENCODER, names.SPAN, names.TOKEN_CLASSIFIER, names.FEATURE_BASED)
 
 
 @dataclasses.dataclass
@@ -119,7 +118,7 @@ def _drop_missing_pooler(reader, group: _Group, kind: str) -> bool:
     pooler. A model that does not use the pooled output keeps its pooler's
     initializer then (a bare encoder with a warning: its `pooled_output` is
     untrained); returns whether the pooler was left out of `group`."""
-    if reader.kind == "tf2" or kind not in _POOLER_UNUSED:
+    if reader.kind == "tf2" or task_kinds.get(kind).uses_pooler:
         return False
     pooler = {reader.name_of(f"bert/pooler/dense/{v}")[0] for v in ("kernel", "bias")}
     if any(name in reader.shapes for name in pooler):
@@ -272,21 +271,20 @@ def restore_model(path: str, model, *, reinit_head: bool = False) -> dict:
 # ---------------------------------------------------------------------------------
 # What a checkpoint holds, for converters: model kind, labels, case, config, vocab.
 
-# Names whose presence tells which kinds of model a checkpoint can hold.
-_TF2_MARKERS = (
-    ("masked_lm", (names.PRETRAINER,)),
-    ("next_sentence", (names.PRETRAINER,)),
-    ("span", (names.SPAN,)),
-    ("scorer", (names.MULTIPLE_CHOICE,)),
-    ("bilstm_0", (names.FEATURE_BASED,)),
-    ("classifier", (names.CLASSIFIER, names.TOKEN_CLASSIFIER)),
-)
-_ORIGINAL_MARKERS = (
-    ("cls/predictions/output_bias", (names.PRETRAINER,)),
-    ("cls/seq_relationship/output_weights", (names.PRETRAINER,)),
-    ("cls/squad/output_weights", (names.SPAN,)),
-    ("output_weights", (names.CLASSIFIER, names.TOKEN_CLASSIFIER, names.MULTIPLE_CHOICE)),
-)
+
+def _markers(attribute: str) -> tuple:
+    """((name, kinds whose `attribute` holds it), ...): names whose presence tells
+    which kinds of model a checkpoint can hold (`task_kinds`), a name of one kind before
+    one that several share (a feature-based tagger's `classifier` is no classifier's)."""
+    kinds_of = {}
+    for kind in task_kinds.KINDS:
+        for name in getattr(kind, attribute):
+            kinds_of.setdefault(name, []).append(kind.name)
+    return tuple(sorted(((n, tuple(k)) for n, k in kinds_of.items()), key=lambda e: len(e[1]) > 1))
+
+
+_TF2_MARKERS = _markers("tf2_markers")
+_ORIGINAL_MARKERS = _markers("original_markers")
 # Where the number of labels is read: (name, axis).
 _LABEL_COUNT = {
     "tf1": ("output_weights", 0),
@@ -305,7 +303,7 @@ def _candidate_kinds(reader) -> list[str]:
             name = reader.name_of(original)[0]
             if name in reader.shapes:
                 one_output = reader.shapes[name][0] == 1
-                found.append([k for k in kinds if one_output or k != names.MULTIPLE_CHOICE])
+                found.append([k for k in kinds if one_output or not task_kinds.get(k).one_output])
     return list(found[0]) if found else [names.ENCODER]
 
 

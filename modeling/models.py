@@ -5,8 +5,9 @@ Each model takes the encoder's input dict (int32 [B, S] `input_word_ids`, `input
 The encoder may be a `BertEncoder` or any layer with the same dict contract (a TF Hub
 encoder loaded with `modeling.hub`).
 
-Each class names its kind in `MODEL_KIND`; checkpoints use it to tell which head a
-checkpoint holds for it (modeling/checkpoints.py). The task models take
+Each class names its kind in `MODEL_KIND` (the name model_info.json keeps);
+modeling/task_kinds.py declares the rest of each kind (its checkpoint names,
+evaluation, export). The task models take
 `head_initializer`: how their new head's kernel is drawn, "truncated_normal" (the
 original release's) or "normal" (Hugging Face's); see `layers.INITIALIZERS`.
 """

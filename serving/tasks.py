@@ -32,35 +32,30 @@ import tensorflow as tf
 
 from common.errors import UserError
 from data_prep import tf_tokenization
+from modeling import task_kinds
 from serving import classifier, ner, savedmodel, squad
 
 # Re-exported: the runners check the path before training.
 from serving.savedmodel import check_export_path  # noqa: F401
 
-# kind -> builder(model, tokenizer, seq_length, labels, **options) -> {signature name:
-# tf.function}. A new task adds its builder here (and its options to TASK_OPTIONS); the
-# rest of the export is shared.
+# export kind (`modeling.task_kinds`: a kind's `export_kind`) -> builder(model,
+# tokenizer, seq_length, labels, **options) -> {signature name: tf.function}. A new kind
+# of head with a raw-text export adds its builder here; its options and their defaults
+# are declared with its kind. The rest of the export is shared.
 TASK_SIGNATURE_BUILDERS = {
-    "classifier": classifier.classifier_signatures,
-    "multiple_choice": classifier.multiple_choice_signatures,
-    "squad": squad.squad_signatures,
-    "ner": ner.ner_signatures,
+    task_kinds.CLASSIFIER.export_kind: classifier.classifier_signatures,
+    task_kinds.MULTIPLE_CHOICE.export_kind: classifier.multiple_choice_signatures,
+    task_kinds.SPAN.export_kind: squad.squad_signatures,
+    task_kinds.TOKEN_CLASSIFIER.export_kind: ner.ner_signatures,
 }
 # The options of every kind and their defaults: pad_to_max_seq_length=True pads every
 # model input to seq_length (static shapes), as the original release does, instead of
 # cutting each request batch to its longest input.
 SHARED_OPTIONS = {"pad_to_max_seq_length": False}
-# kind -> the options of its builder and their defaults (those of the runner's flags).
+# export kind -> the options of its builder and their defaults (`TaskKind.export_options`,
+# those of the runner's flags).
 TASK_OPTIONS = {
-    "classifier": {},
-    "multiple_choice": {},
-    "squad": {
-        "max_query_length": 64,
-        "max_answer_length": 30,
-        "n_best_size": 20,
-        "doc_stride": 128,
-    },
-    "ner": {"doc_stride": 64, "tag_scheme": "iob2"},
+    kind.export_kind: dict(kind.export_options) for kind in task_kinds.KINDS if kind.export_kind
 }
 
 
