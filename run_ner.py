@@ -464,7 +464,7 @@ class NerTask:
         return {**conlleval.eval_results(counts), **extra}
 
     def score(self, metrics: dict) -> float:
-        return metrics["eval_f1"]
+        return metrics[task_kinds.TOKEN_CLASSIFIER.score]
 
     def predict(self, trainer, output_dir: str, global_step: int) -> None:
         """Tags the predict file and writes test_predictions.txt (its gold tags beside)."""
@@ -494,7 +494,7 @@ class NerTask:
             files.vocab_file,
             files.do_lower_case,
             self.max_seq_length,
-            kind="ner",
+            kind=task_kinds.TOKEN_CLASSIFIER.export_kind,
             labels=self.labels.labels,
             overwrite=overwrite,
             preserve_unused_tokens=files.preserve_unused_tokens,

@@ -298,7 +298,7 @@ class SquadTask:
         )
 
     def score(self, metrics: dict) -> float:
-        return metrics["f1"]
+        return metrics[task_kinds.SPAN.score]
 
     def export(
         self, model, export_dir: str, files: model_files.ModelFiles, overwrite: bool
@@ -317,7 +317,7 @@ class SquadTask:
             files.vocab_file,
             files.do_lower_case,
             options.max_seq_length,
-            kind="squad",
+            kind=task_kinds.SPAN.export_kind,
             overwrite=overwrite,
             preserve_unused_tokens=files.preserve_unused_tokens,
             max_query_length=options.max_query_length,
