@@ -264,8 +264,9 @@ def hold_file(path: str, what: str) -> RunLock | None:
 
 
 def end_run(message: str, exit_code: int) -> None:
-    """Says `message` on stderr and in the log, and ends the program with `exit_code`."""
-    logging.warning("%s", message)
+    """Says `message` once on stderr (and in the log file), and ends the program with
+    `exit_code`. Logged at INFO: a warning would show on stderr a second time."""
+    logging.info("%s", message)
     print(message, file=sys.stderr, flush=True)
     raise SystemExit(exit_code)
 

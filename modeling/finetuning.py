@@ -427,7 +427,9 @@ def run(
         if settings.do_eval and settings.evaluate_every_epoch:
             on_epoch_end = EpochEvaluator(task, trainer, best, settings.output_dir)
         if not train(task, trainer, settings, on_epoch_end):
-            logging.warning(
+            # For the log file: the program's last line says that it stopped and how
+            # to resume (run_control.run_training).
+            logging.info(
                 "Training stopped at step %d of %d; run again with the same "
                 "--output_dir to resume it. Nothing evaluated, predicted or exported.",
                 int(trainer.global_step.numpy()),

@@ -364,7 +364,8 @@ class Trainer:
 
     def _install_sigterm(self):
         def handler(signum, frame):
-            logging.warning("SIGTERM: saving a checkpoint at the end of this loop")
+            # The program says once that it stopped, when it ends (run_control.run_training).
+            logging.info("SIGTERM: saving a checkpoint at the end of this loop")
             self._stop_requested = True
 
         try:
@@ -450,7 +451,7 @@ class Trainer:
                     after_loop(step)
             if self._stop_requested and step < end_step:
                 self.save()
-                logging.warning("Stopped by SIGTERM at step %d (checkpoint saved).", step)
+                logging.info("SIGTERM: checkpoint saved at step %d.", step)
         except distribution.PEER_ERRORS as e:
             if distribution.num_workers(self.strategy) < 2:
                 raise

@@ -277,11 +277,14 @@ def test_killed_run_resumes_to_the_same_weights(shards, tmp_path):
 @pytest.mark.slow
 def test_one_run_per_output_dir_and_sigterm_stops_with_143(shards, tmp_path):
     """While a run lives, a second run on its output_dir stops at once naming it. SIGTERM
-    saves a checkpoint and exits 143 with one line saying how to resume; nothing looks
+    saves a checkpoint and exits 143 with one line saying how to resume, said once on
+    the terminal (not also as a warning) and kept in the log file; nothing looks
     finished (train_summary.json says "complete": false, no evaluation)."""
     config = tiny_config(tmp_path / "config.json")
     out = tmp_path / "out"
+    # The terminal as a user sees it: absl's log in the log file only.
     args = ("--steps_per_loop=1", "--save_checkpoints_steps=1000", "--do_eval")
+    args += ("--noalsologtostderr",)
     proc = run_pretraining(out, config, shards["train"], *args, steps=100000, wait=False)
     deadline = time.time() + 300
     while not list((out / "train").glob("events*")):
@@ -307,13 +310,17 @@ def test_one_run_per_output_dir_and_sigterm_stops_with_143(shards, tmp_path):
     proc.send_signal(signal.SIGTERM)
     proc.wait(timeout=120)
     assert proc.returncode == 143
-    last_line = open(f"{out}.log").read().strip().splitlines()[-1]
+    terminal = open(f"{out}.log").read().strip().splitlines()
     summary = json.loads((out / "train_summary.json").read_text())
     step = summary["global_step"]
-    assert last_line == (
+    said = (
         f"Stopped by SIGTERM at step {step} of 100000, checkpoint saved in {out}: run the "
         f"same command again to resume."
     )
+    assert terminal[-1] == said
+    assert [line for line in terminal if "sigterm" in line.lower()] == [said], terminal
+    (log_file,) = out.glob("run_pretraining.*.INFO.*")
+    assert log_file.read_text().count(said) == 1
     assert summary["complete"] is False and summary["stopped_by"] == "SIGTERM"
     assert tf.train.latest_checkpoint(str(out)).endswith(f"ckpt-{step}") and step > 0
     assert not (out / "eval_results.txt").exists() and not (out / ".run.lock").exists()
