@@ -38,7 +38,7 @@ import runner_flags
 from common.errors import UserError
 from data_prep import damage, input_pipeline, pretraining_data, records, run_control
 from data_prep.input_pipeline import RecordMetadata
-from modeling import checkpoints, model_files, training
+from modeling import checkpoints, distribution, model_files, training
 from modeling.config import BertConfig
 from modeling.encoder import BertEncoder
 from modeling.models import OBJECTIVES, BertPretrainer
@@ -172,9 +172,10 @@ def check_shards(shards: list[str], files: model_files.ModelFiles) -> RecordMeta
 
 def evaluate(trainer: training.Trainer, files: list[str], metadata: RecordMetadata) -> dict:
     dataset = make_dataset_fn(files, metadata, FLAGS.eval_batch_size, False, FLAGS.seed)()
-    results = trainer.evaluate(dataset, max_steps=FLAGS.max_eval_steps)
+    results = trainer.evaluate(dataset, max_steps=FLAGS.max_eval_steps, summary_name="eval")
     output = os.path.join(FLAGS.output_dir, EVAL_RESULTS)
-    records.write_results(output, results)
+    if distribution.is_chief(trainer.strategy):  # Every worker evaluates; one writes.
+        records.write_results(output, results)
     trainer.progress.say(
         f"Evaluation at step {results['global_step']}: "
         f"{format_fields({k: v for k, v in results.items() if k != 'global_step'})} ({output})"
@@ -285,14 +286,18 @@ def main(_):
     with strategy.scope():
         model = build_model(files.config, FLAGS.dtype, FLAGS.kernels, FLAGS.objective)
     trainer = build_trainer(strategy, model)
-    model_files.write_model_files(
-        FLAGS.output_dir, files, BertPretrainer.MODEL_KIND, pretraining_objective=FLAGS.objective
-    )
-    run_config = os.path.join(FLAGS.output_dir, "run_config.json")
-    values = dict(runner_flags.flag_values(FLAGS), input_files=shards)
-    if FLAGS.do_train:
-        run_control.warn_changed_settings(run_config, values, RESUME_SETTINGS)
-    records.write_json(run_config, values)
+    if distribution.is_chief(strategy):  # Of a multi-worker run, the chief alone writes.
+        model_files.write_model_files(
+            FLAGS.output_dir,
+            files,
+            BertPretrainer.MODEL_KIND,
+            pretraining_objective=FLAGS.objective,
+        )
+        run_config = os.path.join(FLAGS.output_dir, "run_config.json")
+        values = dict(runner_flags.flag_values(FLAGS), input_files=shards)
+        if FLAGS.do_train:
+            run_control.warn_changed_settings(run_config, values, RESUME_SETTINGS)
+        records.write_json(run_config, values)
 
     def initialize():
         if FLAGS.init_checkpoint:

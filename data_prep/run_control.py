@@ -239,7 +239,12 @@ def is_chief(tf_config: str | None) -> bool:
         cluster, task = config.get("cluster") or {}, config.get("task") or {}
     except (ValueError, AttributeError):
         return True
-    task_type, index = task.get("type"), int(task.get("index", 0) or 0)
+    return is_chief_task(cluster, task.get("type"), int(task.get("index", 0) or 0))
+
+
+def is_chief_task(cluster, task_type: str | None, index: int) -> bool:
+    """The chief's rule, for a cluster (its job names) and this process's task: the
+    "chief" task, else worker 0; any process without a cluster."""
     if not cluster or task_type in (None, "chief"):
         return True
     return task_type == "worker" and index == 0 and "chief" not in cluster

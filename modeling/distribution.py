@@ -3,12 +3,14 @@ what a multi-worker run says when it loses a worker."""
 
 from __future__ import annotations
 
+import os
 import re
 
 import tensorflow as tf
 from absl import logging
 
 from common.errors import UserError
+from data_prep import run_control
 
 STRATEGIES = ("one_device", "mirrored", "multi_worker_mirrored", "tpu")
 
@@ -72,6 +74,26 @@ PEER_ERRORS = (
     tf.errors.DeadlineExceededError,
     tf.errors.CancelledError,
 )
+
+
+def is_chief(strategy: tf.distribute.Strategy) -> bool:
+    """Whether this process writes the run's files (model files, run_config.json,
+    summaries, results, exports): the chief of a multi-worker cluster, any process
+    without one. Every worker still takes part in the collective steps and saves (a
+    worker's checkpoint goes to a temporary folder it then removes)."""
+    resolver = getattr(strategy, "cluster_resolver", None)
+    if resolver is None:
+        return True
+    spec = resolver.cluster_spec().as_dict()
+    return run_control.is_chief_task(spec, resolver.task_type, resolver.task_id or 0)
+
+
+def worker_scratch_dir(strategy: tf.distribute.Strategy, output_dir: str, name="tmp") -> str:
+    """Where a worker that is not the chief writes what it must write for the
+    collective operations (a checkpoint, an evaluation, an export): a hidden folder of
+    its own in output_dir, which it removes after use."""
+    task_id = strategy.cluster_resolver.task_id
+    return os.path.join(output_dir, f".worker_{task_id}_{name}")
 
 
 def num_workers(strategy: tf.distribute.Strategy) -> int:

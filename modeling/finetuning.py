@@ -18,6 +18,11 @@ the same way for every task:
 
 A run stopped by SIGTERM saves a checkpoint and ends before step 5 (`run` returns
 False; the runners then exit with code 143); the same command resumes it.
+
+Under MultiWorkerMirrored every worker runs these steps (training, evaluation and
+saves are collective), and the chief alone writes output_dir's files and the export:
+another worker writes its best model, evaluations, predictions and export into a
+folder of its own in output_dir (`distribution.worker_scratch_dir`), removed at the end.
 """
 
 from __future__ import annotations
@@ -33,7 +38,7 @@ from absl import logging
 
 from common.errors import UserError
 from data_prep import input_pipeline, records, run_control
-from modeling import checkpoint_readers, checkpoints, model_files, training
+from modeling import checkpoint_readers, checkpoints, distribution, model_files, training
 from modeling.config import BertConfig
 
 BEST_DIR = checkpoint_readers.BEST_DIR
@@ -179,8 +184,13 @@ class BestCheckpoint:
             self.checkpoint, directory, max_to_keep=1, checkpoint_name="best"
         )
         if self.manager.latest_checkpoint:
-            scalars = tf.train.Checkpoint(step=self.step, score=self.score)
-            scalars.read(self.manager.latest_checkpoint).expect_partial()
+            self.read_score(self.manager.latest_checkpoint)
+
+    def read_score(self, path: str) -> None:
+        """The step and score of the best model saved at `path` (a worker that is not
+        the chief starts from the chief's, to choose the same steps)."""
+        scalars = tf.train.Checkpoint(step=self.step, score=self.score)
+        scalars.read(path).expect_partial()
 
     @property
     def exists(self) -> bool:
@@ -208,6 +218,7 @@ class BestCheckpoint:
 
 
 def write_eval_summaries(output_dir: str, metrics: dict, step: int) -> None:
+    """An evaluation's metrics in TensorBoard (output_dir/eval), once per evaluation."""
     writer = tf.summary.create_file_writer(os.path.join(output_dir, "eval"))
     with writer.as_default(step=step):
         for key, value in metrics.items():
@@ -226,9 +237,18 @@ class EpochEvaluator:
     """
 
     def __init__(
-        self, task: FineTuningTask, trainer: training.Trainer, best: BestCheckpoint, output_dir: str
+        self,
+        task: FineTuningTask,
+        trainer: training.Trainer,
+        best: BestCheckpoint,
+        output_dir: str,
+        scratch: str | None = None,
     ):
+        """`scratch`: where the evaluations' files go (default output_dir's hidden
+        folder); a worker that is not the chief gives its own and writes nothing else."""
         self.task, self.trainer, self.best, self.output_dir = task, trainer, best, output_dir
+        self.chief = scratch is None
+        self.scratch = scratch or os.path.join(output_dir, EPOCH_EVALUATION_DIR)
         self.history_path = os.path.join(output_dir, EVAL_HISTORY)
         self.history = (
             records.read_json(self.history_path) if tf.io.gfile.exists(self.history_path) else []
@@ -240,18 +260,18 @@ class EpochEvaluator:
         return any(entry.get("global_step") == step for entry in self.history)
 
     def __call__(self, step: int) -> None:
-        scratch = os.path.join(self.output_dir, EPOCH_EVALUATION_DIR)
-        tf.io.gfile.makedirs(scratch)
-        metrics = self.task.evaluate(self.trainer, scratch, step)
+        tf.io.gfile.makedirs(self.scratch)
+        metrics = self.task.evaluate(self.trainer, self.scratch, step)
         score = self.task.score(metrics)
         logging.info("Evaluation at step %d: score %.4f, %s", step, score, metrics)
-        write_eval_summaries(self.output_dir, metrics, step)
         self.best.update(step, score)
         # A run killed after an evaluation but before its next checkpoint evaluates
         # that epoch again when it resumes: the new entry replaces the old one.
         self.history = [h for h in self.history if h.get("global_step", -1) < step]
         self.history.append(dict(metrics, global_step=step, score=score))
-        records.write_json(self.history_path, self.history)
+        if self.chief:
+            write_eval_summaries(self.output_dir, metrics, step)
+            records.write_json(self.history_path, self.history)
 
 
 def train(
@@ -418,14 +438,36 @@ def run(
     with strategy.scope():
         model = task.build_model(encoder, files.config)
     trainer = build_trainer(task, model, strategy, settings)
-    write_run_files(task, trainer, files, settings)
+    chief = distribution.is_chief(strategy)
+    # Where this process writes: output_dir, or a worker's own folder (removed at the end).
+    out = settings.output_dir
+    if chief:
+        write_run_files(task, trainer, files, settings)
+    else:
+        out = distribution.worker_scratch_dir(strategy, settings.output_dir, "outputs")
+        if tf.io.gfile.exists(out):  # A killed run's.
+            tf.io.gfile.rmtree(out)
     trainer.restore_or_initialize(lambda: restore_initial_weights(model, settings))
-    best = BestCheckpoint(os.path.join(settings.output_dir, BEST_DIR), model)
+    best = BestCheckpoint(os.path.join(out, BEST_DIR), model)
+    chiefs_best = tf.train.latest_checkpoint(os.path.join(settings.output_dir, BEST_DIR))
+    if not chief and chiefs_best:
+        best.read_score(chiefs_best)
+    try:
+        return _train_and_finish(task, settings, trainer, model, files, best, chief, out)
+    finally:
+        if not chief and tf.io.gfile.exists(out):
+            tf.io.gfile.rmtree(out)
 
+
+def _train_and_finish(task, settings, trainer, model, files, best, chief, out) -> bool:
+    """`run`'s training, evaluation, prediction and export; `out` is where this
+    process writes them (output_dir, or the folder of a worker that is not the chief)."""
     if settings.do_train:
         on_epoch_end = None
         if settings.do_eval and settings.evaluate_every_epoch:
-            on_epoch_end = EpochEvaluator(task, trainer, best, settings.output_dir)
+            on_epoch_end = EpochEvaluator(
+                task, trainer, best, settings.output_dir, None if chief else out
+            )
         if not train(task, trainer, settings, on_epoch_end):
             # For the log file: the program's last line says that it stopped and how
             # to resume (run_control.run_training).
@@ -443,10 +485,15 @@ def run(
             f"{best.directory}"
         )
     if settings.do_eval:
-        task.evaluate(trainer, settings.output_dir, step)
+        metrics = task.evaluate(trainer, out, step)
+        history = EpochEvaluator(task, trainer, best, settings.output_dir)
+        if chief and not history.evaluated(step):  # Else in TensorBoard already.
+            write_eval_summaries(settings.output_dir, metrics, step)
     if settings.do_predict:
-        task.predict(trainer, settings.output_dir, step)
-    if settings.export_dir:
+        task.predict(trainer, out, step)
+    if settings.export_dir and not chief:  # Every worker saves; into its own folder.
+        task.export(model, os.path.join(out, "export"), files, True)
+    elif settings.export_dir:
         overwrite = settings.overwrite_export or owns_export(
             settings.output_dir, settings.export_dir
         )

@@ -221,21 +221,14 @@ class Trainer:
     # ---------------------------------------------------------------- checkpoints
 
     def _is_chief(self) -> bool:
-        resolver = getattr(self.strategy, "cluster_resolver", None)
-        if resolver is None or not resolver.cluster_spec().as_dict():
-            return True
-        task_type, task_id = resolver.task_type, resolver.task_id
-        return task_type in (None, "chief") or (
-            task_type == "worker" and task_id == 0 and "chief" not in resolver.cluster_spec().jobs
-        )
+        return distribution.is_chief(self.strategy)
 
     def _checkpoint_dir(self) -> str:
         # Under MultiWorkerMirrored every worker must save (the save is collective);
         # only the chief writes to output_dir.
         if self._is_chief():
             return self.output_dir
-        task_id = self.strategy.cluster_resolver.task_id
-        return os.path.join(self.output_dir, f".worker_{task_id}_tmp")
+        return distribution.worker_scratch_dir(self.strategy, self.output_dir)
 
     def restore_or_initialize(self, initialize: Callable[[], None] | None = None) -> bool:
         """Resumes from the latest checkpoint in output_dir, else calls `initialize`
@@ -410,7 +403,7 @@ class Trainer:
         dataset = self.strategy.distribute_datasets_from_function(skipping_dataset_fn)
         iterator = iter(dataset)
         loop = self.train_loop()
-        writer = tf.summary.create_file_writer(os.path.join(self.output_dir, "train"))
+        writer = self._summary_writer("train")
         previous_handler = self._install_sigterm()
         step, loss = start_step, float("nan")
         start_time = time.time()
@@ -466,6 +459,13 @@ class Trainer:
         if step < end_step:
             summary = self._write_summary(step, loss, end_step)
         return summary
+
+    def _summary_writer(self, name: str):
+        """TensorBoard's writer of output_dir/`name`; none on a worker that is not the
+        chief (it would add a second event file of the same run)."""
+        if not self._is_chief():
+            return tf.summary.create_noop_writer()
+        return tf.summary.create_file_writer(os.path.join(self.output_dir, name))
 
     def _summary_path(self) -> str:
         name = SUMMARY_FILE
@@ -575,15 +575,23 @@ class Trainer:
         return self._predict_steps[output_fn]
 
     def evaluate(
-        self, dataset: tf.data.Dataset, max_steps: int | None = None, summary_name: str = "eval"
+        self,
+        dataset: tf.data.Dataset,
+        max_steps: int | None = None,
+        summary_name: str | None = None,
     ) -> dict:
-        """Metrics over a batched dataset (global batches), from the task's eval sums."""
+        """Metrics over a batched dataset (global batches), from the task's eval sums.
+
+        With `summary_name`, they also go to TensorBoard (output_dir/`summary_name`) at
+        the global step. Fine-tuning leaves it out: it writes each evaluation's metrics
+        once itself (`finetuning.write_eval_summaries`).
+        """
         step = self._evaluation_step()
         totals = None
         total = _num_batches(dataset)
         if max_steps is not None:
             total = max_steps if total is None else min(total, max_steps)
-        with self.progress.task(summary_name, total=total, unit="batch", leave=False) as bar:
+        with self.progress.task("eval", total=total, unit="batch", leave=False) as bar:
             for i, batch in enumerate(self.strategy.experimental_distribute_dataset(dataset)):
                 if max_steps is not None and i >= max_steps:
                     break
@@ -594,12 +602,13 @@ class Trainer:
             raise UserError("the evaluation dataset is empty")
         metrics = dict(self.task.finalize_eval(totals))
         metrics["global_step"] = int(self.global_step.numpy())
-        writer = tf.summary.create_file_writer(os.path.join(self.output_dir, summary_name))
-        with writer.as_default(step=metrics["global_step"]):
-            for k, v in metrics.items():
-                if k != "global_step":
-                    tf.summary.scalar(k, v)
-        writer.close()
+        if summary_name is not None:
+            writer = self._summary_writer(summary_name)
+            with writer.as_default(step=metrics["global_step"]):
+                for k, v in metrics.items():
+                    if k != "global_step":
+                        tf.summary.scalar(k, v)
+            writer.close()
         return metrics
 
     def predict(

@@ -239,6 +239,26 @@ def test_multi_worker_mirrored_equals_one_device(shards, tmp_path):
     assert chief["num_replicas"] == 2
     assert chief["weights_checksum"] == other["weights_checksum"]
     assert not (tmp_path / "worker1" / ".worker_1_tmp").exists()
+    # The chief alone writes the run's files; worker 1 (given a folder of its own here,
+    # to tell who wrote what) only its log and its summary, to compare checksums.
+    chief_files = set(os.listdir(tmp_path / "worker0"))
+    assert {
+        "bert_config.json",
+        "model_info.json",
+        "run_config.json",
+        "train_summary.json",
+        "checkpoint",
+        "ckpt-6.index",
+        "train",
+    } <= chief_files, chief_files
+    assert len(list((tmp_path / "worker0" / "train").glob("events*"))) == 1
+    assert json.loads((tmp_path / "worker0" / "model_info.json").read_text())["model_kind"]
+    worker_files = {
+        name
+        for name in os.listdir(tmp_path / "worker1")
+        if not name.startswith("run_pretraining.")  # absl's log of each process.
+    }
+    assert worker_files == {"train_summary_worker_1.json"}, worker_files
     assert_close_weights(
         model_weights(str(tmp_path / "one" / "ckpt-6")),
         model_weights(str(tmp_path / "worker0" / "ckpt-6")),
