@@ -47,6 +47,9 @@ class MaskedLMHead(keras.layers.Layer):
             activation=layers.get_activation(config.hidden_act, fused),
         )
         self.transform_layer_norm = layers.LayerNorm(name="transform_LayerNorm", fused=fused)
+        # The decoder as XLA's kernel where the kernels say so; False under
+        # `layers.standard_ops` (exports).
+        self.fused = True
 
     def build(self, input_shape=None):
         hidden = (None, None, self.config.hidden_size)
@@ -79,7 +82,7 @@ class MaskedLMHead(keras.layers.Layer):
             flat,
             word_embeddings,
             tf.convert_to_tensor(self.output_bias),
-            xla=self.kernels.decoder_xla,
+            xla=self.kernels.decoder_xla and self.fused,
             bfloat16=self.kernels.decoder_bfloat16 and self.compute_dtype == "bfloat16",
         )
         return tf.reshape(logits, tf.concat([batch_shape, [self.config.vocab_size]], 0))

@@ -47,25 +47,30 @@ def _gelu_exact_grad(x, dy):
     )
 
 
-# Element-wise chains (GELU, LayerNorm) run as single XLA-compiled kernels while this is
-# True: unfused, each of their dozen ops is a pass over memory, which on CPU costs more
-# than a tenth of a training step. Exports set it to False (`plain_ops`), so that a
-# SavedModel holds only standard ops (TF Serving, TFLite and hub users need no XLA).
-_FUSE = [True]
+# Element-wise chains (GELU, LayerNorm, dropout's mask) run as single XLA-compiled
+# kernels in the layers whose `fused` setting is True: unfused, each of their dozen ops
+# is a pass over memory, which on CPU costs more than a tenth of a training step.
+# Exports trace the model with that setting False (`standard_ops`), so that a SavedModel
+# holds only standard ops (TF Serving, TFLite and hub users need no XLA).
 
 
 @contextlib.contextmanager
-def plain_ops():
-    """Within this block, layers trace their element-wise chains as plain TF ops."""
-    _FUSE.append(False)
+def standard_ops(*models):
+    """Within this block, `models` (Keras layers or models) and every layer inside them
+    trace as standard TF ops: each layer's `fused` setting is False, then set back."""
+    found = {}
+    for model in models:
+        for layer in model._flatten_layers(include_self=True, recursive=True):
+            if hasattr(layer, "fused"):
+                found[id(layer)] = layer
+    before = [(layer, layer.fused) for layer in found.values()]
     try:
+        for layer, _ in before:
+            layer.fused = False
         yield
     finally:
-        _FUSE.pop()
-
-
-def fusing() -> bool:
-    return _FUSE[-1]
+        for layer, fused in before:
+            layer.fused = fused
 
 
 def _in_float32(fn):
@@ -93,8 +98,9 @@ def _fused(forward, backward):
         return forward_xla(x), lambda dy: backward_xla(x, dy)
 
     def call(x):
-        return op(x) if fusing() else forward(x)
+        return op(x)
 
+    call.plain = forward  # What `Dense` computes with `fused` False.
     return call
 
 
@@ -156,7 +162,7 @@ class LayerNorm(keras.layers.Layer):
         self.beta = self.add_weight(name="beta", shape=(width,), initializer="zeros")
 
     def call(self, x):
-        if self.fused and fusing():
+        if self.fused:
             # Reads, not variables: the custom gradient returns their gradients.
             return _fused_layer_norm(self.epsilon)(
                 x, tf.convert_to_tensor(self.gamma), tf.convert_to_tensor(self.beta)
@@ -243,7 +249,7 @@ def decoder_logits(x, table, bias, xla: bool = True, bfloat16: bool = False):
         product = tf.matmul(tf.cast(x, tf.bfloat16), tf.cast(table, tf.bfloat16), transpose_b=True)
         return tf.cast(product, tf.float32) + bias
     x, table = tf.cast(x, tf.float32), tf.cast(table, tf.float32)
-    if xla and fusing():
+    if xla:
         return _fused_decoder_logits(x, table, bias)
     return _decoder_logits(x, table, bias)
 
@@ -257,8 +263,8 @@ class Dropout(keras.layers.Dropout):
     element-wise cost of a BERT training step on CPU (the attention-probability mask is
     [B, N, S, S]), and this halves it. An element is dropped with probability
     round(rate * 65536) / 65536 (0.1 -> 0.10001). Seeds come from the layer's Keras
-    seed generator, as Keras' own. With `fused=False`, under `plain_ops()`, and for a
-    noise shape, this is Keras' dropout.
+    seed generator, as Keras' own. With `fused=False` (and under `standard_ops`) and
+    for a noise shape, this is Keras' dropout.
     """
 
     def __init__(self, rate, fused: bool = True, **kwargs):
@@ -266,12 +272,7 @@ class Dropout(keras.layers.Dropout):
         self.fused = fused
 
     def call(self, inputs, training=False):
-        if (
-            not training
-            or self.rate == 0
-            or self.noise_shape is not None
-            or not (self.fused and fusing())
-        ):
+        if not training or self.rate == 0 or self.noise_shape is not None or not self.fused:
             return super().call(inputs, training=training)
         seed = tf.cast(tf.math.floormod(self.seed_generator.next(), tf.int32.max - 1), tf.int32)
         words = tf.random.stateless_uniform(
@@ -301,25 +302,29 @@ def _dropout_kernel(rate: float):
 class Dense(keras.layers.Dense):
     """Keras' Dense, with the standard-op form that exports trace made fast.
 
-    Under `plain_ops()` an input of rank > 2 runs as a 2-D MatMul, BiasAdd and
-    activation between two reshapes: TensorFlow's CPU graph optimizer fuses that
-    chain into one kernel, where the batched product of Keras' 3-D form leaves GELU
-    as a dozen element-wise passes (at BERT-small's shapes the exported encoder ran
-    at 0.88x the in-memory one, whose GELU is XLA-compiled). The variables and the
-    arithmetic are Keras'.
+    With `fused` False (exports: `standard_ops`), the activation is its standard-op
+    form, and an input of rank > 2 runs as a 2-D MatMul, BiasAdd and activation
+    between two reshapes: TensorFlow's CPU graph optimizer fuses that chain into one
+    kernel, where the batched product of Keras' 3-D form leaves GELU as a dozen
+    element-wise passes (at BERT-small's shapes the exported encoder ran at 0.88x the
+    in-memory one, whose GELU is XLA-compiled). The variables and the arithmetic are
+    Keras'.
     """
 
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        self.fused = True
+
     def call(self, inputs, training=None):
-        rank = inputs.shape.rank
-        if fusing() or rank is None or rank <= 2 or self.lora_enabled or self.quantization_mode:
+        if self.fused or self.lora_enabled or self.quantization_mode:
             return super().call(inputs, training=training)
         shape = tf.shape(inputs)
-        flat = tf.reshape(inputs, [-1, inputs.shape[-1]])
+        flat = tf.reshape(inputs, [-1, self.kernel.shape[0]])
         x = tf.matmul(flat, tf.cast(self.kernel, flat.dtype))
         if self.bias is not None:
             x = tf.nn.bias_add(x, tf.cast(self.bias, x.dtype))
         if self.activation is not None:
-            x = self.activation(x)
+            x = getattr(self.activation, "plain", self.activation)(x)
         return tf.reshape(x, tf.concat([shape[:-1], [self.units]], axis=0))
 
 

@@ -24,6 +24,7 @@ import json
 import os
 from typing import Sequence
 
+import keras
 import tensorflow as tf
 from absl import logging
 
@@ -102,12 +103,14 @@ def write_marker(export_dir: str, kind: str) -> None:
 
 
 def standard_ops(export):
-    """Decorates an export function: what it traces holds only standard TensorFlow ops
-    (`modeling.layers.plain_ops`; training fuses element-wise chains with XLA)."""
+    """Decorates an export function: the Keras models it is given trace as standard
+    TensorFlow ops (`modeling.layers.standard_ops`; training fuses element-wise chains
+    with XLA)."""
 
     @functools.wraps(export)
     def wrapped(*args, **kwargs):
-        with bert_layers.plain_ops():
+        models = [a for a in (*args, *kwargs.values()) if isinstance(a, keras.layers.Layer)]
+        with bert_layers.standard_ops(*models):
             return export(*args, **kwargs)
 
     return wrapped

@@ -206,8 +206,9 @@ def test_layer_norm_runs_in_float32_and_keeps_input_dtype():
 @pytest.mark.parametrize("dtype, atol", [(tf.float32, 1e-4), (tf.bfloat16, 0.07)])
 def test_fused_kernels_equal_plain_ops_with_gradients(dtype, atol):
     # Training runs GELU and LayerNorm as XLA-compiled kernels with hand-written
-    # gradients; plain_ops() (used by exports) traces the plain TF ops. Both must agree
-    # in value and in every gradient.
+    # gradients; under standard_ops() (used by exports) a layer traces the plain TF ops,
+    # as does an activation's `plain` form. Both must agree in value and in every
+    # gradient.
     rng = np.random.default_rng(5)
     x = tf.cast(rng.normal(size=(3, 6, 48)) * 3 + 0.5, dtype)
     norm = layers.LayerNorm()
@@ -223,12 +224,14 @@ def test_fused_kernels_equal_plain_ops_with_gradients(dtype, atol):
     for name, fn in functions.items():
         results = []
         for fused in (True, False):
-            context = contextlib.nullcontext() if fused else layers.plain_ops()
+            context = contextlib.nullcontext() if fused else layers.standard_ops(norm)
+            if not fused and name != "layer_norm":
+                fn = fn.plain
             with context, tf.GradientTape() as tape:
                 tape.watch(x)
                 y = fn(x)
                 loss = tf.reduce_sum(tf.cast(y, tf.float32) * weights)
-            assert layers.fusing() is True
+            assert norm.fused is True  # Set back.
             assert y.dtype == dtype
             sources = [x] + ([norm.gamma, norm.beta] if name == "layer_norm" else [])
             results.append([y] + tape.gradient(loss, sources))
@@ -241,7 +244,7 @@ def test_fused_kernels_equal_plain_ops_with_gradients(dtype, atol):
 
 @pytest.mark.parametrize("policy, atol", [("float32", 1e-5), ("mixed_bfloat16", 0.05)])
 def test_dense_plain_ops_form_equals_keras_with_gradients(policy, atol):
-    # Under plain_ops() a 3-D input runs as a 2-D MatMul + BiasAdd + activation (the
+    # Under standard_ops() a 3-D input runs as a 2-D MatMul + BiasAdd + activation (the
     # chain TensorFlow fuses on CPU): Keras' values and gradients, Keras' dtypes.
     rng = np.random.default_rng(7)
     dense = layers.Dense(40, activation=layers.get_activation("gelu"), dtype=policy)
@@ -249,7 +252,7 @@ def test_dense_plain_ops_form_equals_keras_with_gradients(policy, atol):
     dense.build(x.shape)
     dense.bias.assign(rng.normal(size=40).astype(np.float32))
     results = []
-    for context in (contextlib.nullcontext(), layers.plain_ops()):
+    for context in (contextlib.nullcontext(), layers.standard_ops(dense)):
         with context, tf.GradientTape() as tape:
             tape.watch(x)
             y = dense(x)
@@ -272,10 +275,10 @@ def test_fused_decoder_equals_plain_ops_with_gradients():
     bias = tf.constant(rng.normal(size=77), tf.float32)
     labels = rng.integers(0, 77, size=10)
     results = []
-    for context in (contextlib.nullcontext(), layers.plain_ops()):
-        with context, tf.GradientTape() as tape:
+    for xla in (True, False):
+        with tf.GradientTape() as tape:
             tape.watch([x, table, bias])
-            logits = layers.decoder_logits(x, table, bias)
+            logits = layers.decoder_logits(x, table, bias, xla=xla)
             loss = tf.reduce_sum(tf.nn.sparse_softmax_cross_entropy_with_logits(labels, logits))
         results.append([logits] + tape.gradient(loss, [x, table, bias]))
     np.testing.assert_allclose(
@@ -300,10 +303,10 @@ def test_dropout_drops_at_its_rate_and_masks_the_gradient(dtype):
     assert abs((y == 0).mean() - 0.1) < 0.004  # 100,200 draws: 4 sigma is 0.004
     # The gradient is the same mask: 3 x scale where kept, 0 where dropped.
     np.testing.assert_allclose(tf.cast(grad, tf.float32), y * 3.0, rtol=1e-2)
-    # Fresh masks per call; identity when not training; Keras' op under plain_ops().
+    # Fresh masks per call; identity when not training; Keras' op under standard_ops().
     assert (tf.cast(dropout(x, training=True), tf.float32).numpy() != y).any()
     assert dropout(x, training=False) is x or np.array_equal(dropout(x), x)
-    with layers.plain_ops():
+    with layers.standard_ops(dropout):
         z = tf.cast(dropout(x, training=True), tf.float32).numpy()
     assert abs((z == 0).mean() - 0.1) < 0.004
 
