@@ -414,6 +414,10 @@ def test_a_lost_worker_is_named_and_a_restart_resumes(shards, tmp_path):
     logs = [path.read_text() for path in out.glob("run_pretraining.*.INFO.*")]
     assert sum(f"Resumed from {latest}" in log for log in logs) == 2  # Both workers.
     assert json.loads((out / "train_summary.json").read_text())["complete"] is True
+    # One writer of the shared output_dir: one TensorBoard file per run (worker 0's),
+    # no worker's folder left.
+    assert len(list((out / "train").glob("events*"))) == 2
+    assert not list(out.glob(".worker_*"))
     assert_close_weights(
         model_weights(str(tmp_path / "one" / f"ckpt-{steps}")),
         model_weights(str(out / f"ckpt-{steps}")),

@@ -297,6 +297,15 @@ def test_fine_tune_end_to_end(runs, inputs):
     output_dir, returncode, output = _finish(runs, "fine_tune")
     assert returncode == 0, output
 
+    # TensorBoard holds each evaluation scalar once per step (the epoch's evaluation;
+    # the final one, of the same best model, adds none), eval_loss among them.
+    written = collections.Counter()
+    for path in (output_dir / "eval").glob("events*"):
+        for event in tf.compat.v1.train.summary_iterator(str(path)):
+            written.update((value.tag, event.step) for value in event.summary.value)
+    assert ("eval_loss", read_results(output_dir / "eval_results.txt")["global_step"]) in written
+    assert set(written.values()) == {1}, written
+
     # eval_results.txt holds exactly what conlleval counts in the written file.
     predictions_file = output_dir / "eval_predictions.txt"
     counts = conlleval.evaluate_file(str(predictions_file))
