@@ -279,8 +279,8 @@ def train(
 ) -> bool:
     """Trains to num_train_steps, calling on_epoch_end(step) at each epoch's end.
 
-    The Trainer runs --steps_per_loop steps per compiled loop; loops are shortened so
-    that one ends exactly at every epoch's end.
+    The Trainer runs --steps_per_loop steps per compiled loop, a loop shortened so
+    that one ends exactly at every epoch's end (`loop_ends`).
 
     Returns:
       Whether training is complete (False: stopped early by SIGTERM, checkpointed).
@@ -292,19 +292,10 @@ def train(
     ends = epoch_end_steps(
         task.num_train_examples, settings.train_batch_size, trainer.num_train_steps
     )
-    steps_per_loop = trainer.steps_per_loop
-    pending = [end for end in ends if end > int(trainer.global_step.numpy())]
-
-    def limit_loop(step: int) -> None:
-        while pending and pending[0] <= step:
-            pending.pop(0)
-        if pending:
-            trainer.steps_per_loop = min(steps_per_loop, pending[0] - step)
 
     def after_loop(step: int) -> None:
         if on_epoch_end is not None and step in ends:
             on_epoch_end(step)
-        limit_loop(step)
 
     start = int(trainer.global_step.numpy())
     # A run killed after the checkpoint at an epoch's end but before that epoch's
@@ -312,11 +303,9 @@ def train(
     evaluated = getattr(on_epoch_end, "evaluated", None)
     if start in ends and evaluated is not None and not evaluated(start):
         on_epoch_end(start)
-    limit_loop(start)
-    try:
-        summary = trainer.train(dataset_fn, settings.train_batch_size, after_loop=after_loop)
-    finally:
-        trainer.steps_per_loop = steps_per_loop
+    summary = trainer.train(
+        dataset_fn, settings.train_batch_size, after_loop=after_loop, loop_ends=ends
+    )
     return summary["global_step"] >= trainer.num_train_steps
 
 

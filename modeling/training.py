@@ -28,7 +28,7 @@ from __future__ import annotations
 import os
 import signal
 import time
-from typing import Callable, Protocol
+from typing import Callable, Protocol, Sequence
 
 import keras
 import numpy as np
@@ -374,6 +374,7 @@ class Trainer:
         *,
         first_step: int = 0,
         stop_at_step: int | None = None,
+        loop_ends: Sequence[int] = (),
     ) -> dict:
         """Trains until `num_train_steps` (or `stop_at_step`).
 
@@ -387,6 +388,9 @@ class Trainer:
             A resumed run skips the batches consumed since.
           stop_at_step: stop (with a checkpoint) at this global step, the schedule
             still running over `num_train_steps` (phase 1 of a two-phase run).
+          loop_ends: global steps a loop must end at (e.g. every epoch's end, for
+            `after_loop` to evaluate there): a loop that would run past one is
+            shortened to end at it.
         """
         start_step = int(self.global_step.numpy())
         end_step = min(stop_at_step or self.num_train_steps, self.num_train_steps)
@@ -411,7 +415,10 @@ class Trainer:
         try:
             while step < end_step and not self._stop_requested:
                 to_save = self.save_checkpoints_steps - step % self.save_checkpoints_steps
-                num = min(self.steps_per_loop, end_step - step, to_save)
+                to_end = min(
+                    (end - step for end in loop_ends if end > step), default=end_step - step
+                )
+                num = min(self.steps_per_loop, end_step - step, to_save, to_end)
                 self._maybe_profile(step, num)
                 loop_start = time.time()
                 loss_t, norm_t = loop(iterator, tf.constant(num, tf.int32))
