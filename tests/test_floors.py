@@ -128,6 +128,14 @@ def test_the_checker_sees_what_it_checks():
     assert "data_prep.tag_schemes" in graph["evaluation.conlleval"]
     assert _floor("run_classifier") == TOP and _floor("numpy") is None
     assert "common.errors" in graph["data_prep.records"]
+    assert "common.file_io" in graph["data_prep.records"]
+
+
+def test_the_model_config_needs_no_data_preparation():
+    """BertConfig reads and writes its JSON through common/, not data_prep/."""
+    graph = _graph()
+    assert "common.file_io" in graph["modeling.config"]
+    assert not {m for m in graph["modeling.config"] if m.startswith("data_prep")}
 
 
 def test_the_checker_reads_sub_packages(tmp_path):
