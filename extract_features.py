@@ -32,7 +32,8 @@ from common.errors import MissingFileError, UserError
 from common.progress import Progress
 import model_flags
 import runner_flags
-from data_prep import input_pipeline, records, run_control, tokenization
+from common import file_io
+from data_prep import input_pipeline, run_control, tokenization
 from modeling import checkpoints, feature_based
 from modeling.encoder import BertEncoder
 
@@ -174,7 +175,7 @@ def extract(
     count, start = 0, time.time()
     # Nothing half-written survives: the output appears only when complete.
     total = sum(1 for _ in read_examples(input_file))
-    with records.atomic_open(output_file) as out:
+    with file_io.atomic_open(output_file) as out:
         batch = []
         for example in progress.iterate(read_examples(input_file), "features", total, "example"):
             batch.append(example)

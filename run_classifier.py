@@ -63,7 +63,8 @@ from common.errors import UserError
 from common.progress import format_fields
 import model_flags
 import runner_flags
-from data_prep import classifier_features, classifier_reader, classifier_tasks, records
+from common import file_io
+from data_prep import classifier_features, classifier_reader, classifier_tasks
 from data_prep.input_pipeline import RecordMetadata
 from evaluation import glue_metrics
 from modeling import finetuning, model_files, task_kinds, training
@@ -437,7 +438,7 @@ class ClassifierTask:
         metrics["loss"] = metrics["eval_loss"]
         metrics["global_step"] = global_step
         path = os.path.join(output_dir, EVAL_RESULTS)
-        records.write_results(path, metrics)
+        file_io.write_results(path, metrics)
         shown = {k: v for k, v in metrics.items() if k not in ("loss", "global_step")}
         trainer.progress.say(f"Evaluation at step {global_step}: {format_fields(shown)} ({path})")
         return metrics

@@ -78,7 +78,8 @@ from common.errors import MissingFileError, UserError
 from common.progress import format_fields
 import model_flags
 import runner_flags
-from data_prep import conll, input_pipeline, ner_features, records, tag_schemes, tokenization
+from common import file_io
+from data_prep import conll, input_pipeline, ner_features, tag_schemes, tokenization
 from data_prep.input_pipeline import RecordMetadata
 from evaluation import conlleval
 from modeling import feature_based, finetuning, model_files, task_kinds, training
@@ -282,7 +283,7 @@ def labels_of_earlier_run(output_dir: str, init_checkpoint: str | None) -> Label
     fine-tuned model of --init_checkpoint."""
     info_file = os.path.join(output_dir, model_files.MODEL_INFO)
     if tf.io.gfile.exists(info_file):
-        labels = fine_tuned_labels(records.read_json(info_file))
+        labels = fine_tuned_labels(file_io.read_json(info_file))
         if labels:
             return labels
     labels = fine_tuned_labels(model_files.read_model_info(init_checkpoint))
@@ -450,7 +451,7 @@ class NerTask:
         )
         counts = conlleval.evaluate_file(path)
         report = counts.report()
-        records.write_text(os.path.join(output_dir, EVAL_REPORT), report)
+        file_io.write_text(os.path.join(output_dir, EVAL_REPORT), report)
         loss = trainer.evaluate(ner_features.inference_dataset(split.features, batch_size, pad))
         extra = {"eval_loss": loss["eval_loss"], "global_step": global_step}
         conlleval.write_eval_results(os.path.join(output_dir, EVAL_RESULTS), counts, extra)

@@ -36,7 +36,8 @@ from common.progress import format_fields
 import model_flags
 import runner_flags
 from common.errors import UserError
-from data_prep import damage, input_pipeline, pretraining_data, records, run_control
+from common import file_io
+from data_prep import damage, input_pipeline, pretraining_data, run_control
 from data_prep.input_pipeline import RecordMetadata
 from modeling import checkpoints, distribution, model_files, training
 from modeling.config import BertConfig
@@ -175,7 +176,7 @@ def evaluate(trainer: training.Trainer, files: list[str], metadata: RecordMetada
     results = trainer.evaluate(dataset, max_steps=FLAGS.max_eval_steps, summary_name="eval")
     output = os.path.join(FLAGS.output_dir, EVAL_RESULTS)
     if distribution.is_chief(trainer.strategy):  # Every worker evaluates; one writes.
-        records.write_results(output, results)
+        file_io.write_results(output, results)
     trainer.progress.say(
         f"Evaluation at step {results['global_step']}: "
         f"{format_fields({k: v for k, v in results.items() if k != 'global_step'})} ({output})"
@@ -203,7 +204,7 @@ def check_objective() -> None:
     causal = FLAGS.objective == "ltr"
     info_file = os.path.join(FLAGS.output_dir, model_files.MODEL_INFO)
     if tf.train.latest_checkpoint(FLAGS.output_dir) and tf.io.gfile.exists(info_file):
-        earlier = bool(records.read_json(info_file).get("causal_attention", False))
+        earlier = bool(file_io.read_json(info_file).get("causal_attention", False))
         if earlier != causal:
             was = "ltr" if earlier else "mlm"
             raise UserError(
@@ -297,7 +298,7 @@ def main(_):
         values = dict(runner_flags.flag_values(FLAGS), input_files=shards)
         if FLAGS.do_train:
             run_control.warn_changed_settings(run_config, values, RESUME_SETTINGS)
-        records.write_json(run_config, values)
+        file_io.write_json(run_config, values)
 
     def initialize():
         if FLAGS.init_checkpoint:

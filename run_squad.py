@@ -54,7 +54,8 @@ from common.errors import MissingFileError, UserError
 from common.progress import format_fields
 import model_flags
 import runner_flags
-from data_prep import input_pipeline, records, squad_features, squad_postprocess, squad_reader
+from common import file_io
+from data_prep import input_pipeline, squad_features, squad_postprocess, squad_reader
 from data_prep import squad_records
 from evaluation import squad_eval
 from modeling import finetuning, model_files, task_kinds, training
@@ -172,7 +173,7 @@ def evaluate(gold_file: str, output_dir: str, version_2_with_negative: bool) -> 
         null_odds = squad_eval.read_null_odds(null_odds_file)
     results = squad_eval.evaluate_file(gold_file, predictions, null_odds, version_2_with_negative)
     path = os.path.join(output_dir, EVAL_RESULTS)
-    records.write_results(path, results)
+    file_io.write_results(path, results)
     shown = {k: v for k, v in results.items() if not k.endswith("_thresh")}
     runner_flags.terminal().say(f"Evaluation: {format_fields(shown)} ({path})")
     return results

@@ -58,7 +58,8 @@ import time
 import numpy as np
 
 import finetune_compare as common
-from data_prep import records, squad_features, squad_postprocess, squad_reader
+from common import file_io
+from data_prep import squad_features, squad_postprocess, squad_reader
 from data_prep import squad_records, tokenization
 from evaluation import squad_eval
 
@@ -164,7 +165,7 @@ def split_articles(args) -> tuple[str, str]:
         ("eval", [articles[args.eval_article]]),
     ):
         path = os.path.join(args.output_dir, f"{name}.json")
-        records.write_json(
+        file_io.write_json(
             path,
             {"version": dataset.get("version", "v2.0") if is_v2(args) else "1.1", "data": chosen},
             indent=None,
@@ -302,7 +303,7 @@ def predict_checkpoint(args, run_dir: str, step: int, eval_file: str) -> dict:
             )
         for name in names:
             shutil.copy(os.path.join(run_dir, name), step_dir)
-        records.write_text(
+        file_io.write_text(
             os.path.join(step_dir, "checkpoint"), f'model_checkpoint_path: "ckpt-{step}"\n'
         )
         common.run_runner(

@@ -35,7 +35,7 @@ import time
 
 import numpy as np
 
-from data_prep import records
+from common import file_io
 
 REPO = pathlib.Path(__file__).resolve().parent.parent
 SAMPLE_DATA = REPO / "sample_data"
@@ -181,12 +181,12 @@ def checkpoint_without_dropout(checkpoint: str, output_dir: str) -> str:
 
     copy = os.path.join(output_dir, "checkpoint_no_dropout")
     if not os.path.isfile(os.path.join(copy, "config.json")):
-        with records.atomic_directory(copy) as temp:
+        with file_io.atomic_directory(copy) as temp:
             shutil.copytree(checkpoint, temp, dirs_exist_ok=True)
             config_file = os.path.join(temp, "config.json")
-            config = records.read_json(config_file)
+            config = file_io.read_json(config_file)
             config.update(hidden_dropout_prob=0.0, attention_probs_dropout_prob=0.0)
-            records.write_json(config_file, config, sort_keys=False)
+            file_io.write_json(config_file, config, sort_keys=False)
     return copy
 
 
@@ -405,7 +405,7 @@ def run_all(args, run_system) -> list[dict]:
             if not os.path.isfile(result_file):
                 result = run_system(system, seed, os.path.join(args.output_dir, name))
                 result.update(system=system, seed=seed, settings=dict(vars(args)))
-                records.write_json(result_file, result, sort_keys=False)
+                file_io.write_json(result_file, result, sort_keys=False)
             with open(result_file, encoding="utf-8") as f:
                 result = json.load(f)
             check_saved_recipe(result_file, result, args)
@@ -511,5 +511,5 @@ def loss_comparison(results: list[dict]) -> str:
 
 
 def write_table(output_dir: str, text: str) -> None:
-    records.write_text(os.path.join(output_dir, "results.md"), text)
+    file_io.write_text(os.path.join(output_dir, "results.md"), text)
     print(text)

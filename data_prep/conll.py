@@ -35,7 +35,8 @@ from typing import Sequence
 
 
 from common.errors import UserError
-from data_prep import records, tag_schemes
+from common import file_io
+from data_prep import tag_schemes
 
 DOCSTART = "-DOCSTART-"
 _FIELD_SEPARATOR = re.compile(r"[ \t]+")
@@ -82,7 +83,7 @@ def read_conll(
             outside the scheme, text that is not UTF-8, or a file without sentences.
     """
     return parse_conll(
-        records.read_text(path), path=str(path), tag_scheme=tag_scheme, missing_tag=missing_tag
+        file_io.read_text(path), path=str(path), tag_scheme=tag_scheme, missing_tag=missing_tag
     )
 
 
@@ -92,7 +93,7 @@ def detect_file_tag_scheme(path: str, missing_tag: str | None = None) -> str:
     Raises:
         ValueError: as `read_conll`, for a tag that is in none of the schemes.
     """
-    groups = _split_sentences(records.read_text(path), str(path), "iobes", missing_tag)
+    groups = _split_sentences(file_io.read_text(path), str(path), "iobes", missing_tag)
     return tag_schemes.detect_tag_scheme([[tag for _, tag, _ in group] for group in groups])
 
 
@@ -212,4 +213,4 @@ def write_predictions(
             for word, gold_tag, guessed_tag in zip(sentence.words, gold, guessed)
         )
         lines.append("\n")
-    records.write_text(path, "".join(lines))
+    file_io.write_text(path, "".join(lines))

@@ -54,6 +54,7 @@ from common.progress import Progress
 from data_prep import corpus
 from data_prep import pretraining_data
 from data_prep import pretraining_instances
+from common import file_io
 from data_prep import records
 from data_prep import tokenization
 from data_prep.corpus_settings import PipelineSettings, join_path
@@ -314,11 +315,11 @@ def run(
     # published.
     if makes_shards:
         _remove_shards(_run_shards(output_dir, settings.run_id, other=True))
-    summary = records.read_json(pending_path)
+    summary = file_io.read_json(pending_path)
     summary["shards"] = [
         os.path.basename(path) for path in _run_shards(output_dir, settings.run_id)
     ]
-    records.write_json(summary_path, summary, sort_keys=False)
+    file_io.write_json(summary_path, summary, sort_keys=False)
     FileSystems.delete([pending_path])
     _log_summary(summary, elapsed)
     progress.say(

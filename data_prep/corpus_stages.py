@@ -30,7 +30,7 @@ from data_prep import corpus
 from data_prep import damage
 from data_prep import pretraining_instances
 from data_prep import pretraining_records
-from data_prep import records
+from common import file_io
 from data_prep import sentences
 from data_prep import tokenization
 from data_prep import wordpiece_vocab
@@ -186,7 +186,7 @@ class SplitSentences(beam.DoFn):
         writes nothing) if there is no document."""
         size = 0
         count_words = self.settings.learn_vocab_size > 0
-        with records.atomic_open(output, "wb") as writer:
+        with file_io.atomic_open(output, "wb") as writer:
             for line in corpus.format_sentences(
                 self._counted(documents, counts, words, count_words)
             ):

@@ -16,7 +16,7 @@ import apache_beam as beam
 
 from common.errors import UserError
 from data_prep import corpus
-from data_prep import records
+from common import file_io
 from data_prep.corpus_settings import PipelineSettings, join_path
 from data_prep.pretraining_instances import Stats
 
@@ -169,5 +169,5 @@ def write_summary(totals: dict, settings: PipelineSettings, vocab_file: str) -> 
     check_output(totals, settings)
     path = join_path(settings.output_dir, PENDING_NAME)
     summary = dict(summarize(totals, settings, vocab_file), run_id=settings.run_id)
-    records.write_json(path, summary, sort_keys=False)
+    file_io.write_json(path, summary, sort_keys=False)
     return path

@@ -17,6 +17,7 @@ import os
 import tensorflow as tf
 
 from common.errors import UserError
+from common import file_io
 from data_prep import damage, input_pipeline, records
 from data_prep.input_pipeline import RecordMetadata
 
@@ -68,7 +69,7 @@ def check_shard_runs(files: list[str]) -> None:
         if path not in cache:
             meta = records.metadata_path(path)
             cache[path] = (
-                records.read_json_object(meta, "shard metadata (a JSON object)")
+                file_io.read_json_object(meta, "shard metadata (a JSON object)")
                 if tf.io.gfile.exists(meta)
                 else None
             )
@@ -120,7 +121,7 @@ def check_shard_runs(files: list[str]) -> None:
                     f"the end."
                 )
             if summary_path not in cache:
-                cache[summary_path] = records.read_json_object(summary_path, "a run's summary")
+                cache[summary_path] = file_io.read_json_object(summary_path, "a run's summary")
             summary = cache[summary_path]
             listed = summary.get("shards", [])
             if summary.get("run_id") != pipeline_run or os.path.basename(path) not in (
@@ -204,7 +205,7 @@ def recorded_setting(files: list[str], key: str, kind: type = object):
     for path in files:
         metadata_file = records.metadata_path(path)
         if tf.io.gfile.exists(metadata_file):
-            value = records.read_json_object(metadata_file, "shard metadata (a JSON object)")
+            value = file_io.read_json_object(metadata_file, "shard metadata (a JSON object)")
             value = value.get(key)
             if value is not None and not isinstance(value, kind):
                 raise UserError(f"{metadata_file}: {key} is not a {kind.__name__}: {value!r}")
@@ -252,7 +253,7 @@ def shards_metadata(
                 preserve_unused_tokens,
             )
         if "://" in path and has_metadata:  # Not walked: it would be read whole.
-            count = records.read_json(records.metadata_path(path)).get(COUNT_KEY, 0)
+            count = file_io.read_json(records.metadata_path(path)).get(COUNT_KEY, 0)
         else:
             count = damage.check_tfrecord_file(path)
         if not count:
@@ -271,7 +272,7 @@ def shards_metadata(
 
 def _check_count(path: str, count: int) -> None:
     metadata_file = records.metadata_path(path)
-    recorded = records.read_json(metadata_file).get(COUNT_KEY)
+    recorded = file_io.read_json(metadata_file).get(COUNT_KEY)
     if recorded is not None and recorded != count:
         raise UserError(
             f"{path} holds {count} records but its metadata ({metadata_file}) says "

@@ -32,6 +32,7 @@ import tensorflow as tf
 
 from common.errors import OutputExistsError, UserError
 from common.progress import Progress, Task
+from common import file_io
 from data_prep import pretraining_data, records
 from data_prep import tokenization
 from data_prep.pretraining_instances import (
@@ -248,7 +249,7 @@ def write_shards(
         for k, index in enumerate(order):
             writers[k % len(writers)].write(spill[index])
     for path, shard_metadata_ in zip(output_files, metadata):
-        records.write_json(records.metadata_path(path), shard_metadata_, sort_keys=False)
+        file_io.write_json(records.metadata_path(path), shard_metadata_, sort_keys=False)
 
 
 def shard_metadata(

@@ -1,15 +1,8 @@
-"""Files that never look complete before they are: atomic writes, TFRecord files and
-their metadata, input fingerprints, input globs; shared by every writer and reader of
-the project.
-
-A file (or folder) is written under a hidden temporary name beside its destination,
-`.NAME.tmp-<pid>-<random>`, and renamed onto it once complete: a killed or failed run
-leaves no file with the destination's name, and no output glob (`shards/*`,
-`*.tfrecord`) matches the leftover, because `expand_globs` skips hidden names. The next
-run that writes the same destination removes the leftovers of earlier runs.
-
-Paths go through `tf.io.gfile`, so `gs://` and the other file systems TensorFlow reads
-work too (rename is a copy there, but the destination still appears only when complete).
+"""Record files: TFRecord files and their metadata, input fingerprints, input globs,
+and the UTF-8 lines of (possibly compressed) input files; shared by every writer and
+reader of data. Files are written atomically through `common.file_io` (a temporary
+name, then a rename; see there), so no record file looks complete before it is, and
+`expand_globs` skips the hidden temporary names of unfinished writes.
 
 Record files. `write_tfrecord` writes one; `write_metadata` writes the JSON that
 describes it, `<file>.meta.json`, with the record format ("<kind>/<version>", e.g.
@@ -26,21 +19,17 @@ Shape legend: B batch.
 from __future__ import annotations
 
 import contextlib
-import errno
 import hashlib
 import json
 import os
-import posixpath
-import uuid
 from typing import Iterable, Iterator, Mapping, Sequence
 
 from absl import logging
 import tensorflow as tf
 
-from common.errors import CannotWriteError, MissingFileError, UserError
+from common import file_io
+from common.errors import MissingFileError, UserError
 from data_prep import damage
-
-_TEMP_MARK = ".tmp-"
 
 METADATA_SUFFIX = ".meta.json"
 # The keys `write_metadata` adds to those of a task.
@@ -54,252 +43,22 @@ ENCODER_INPUT_NAMES = {
 }
 
 
-def _split(path: str) -> tuple[str, str]:
-    directory, name = posixpath.split(path) if "://" in path else os.path.split(path)
-    return directory, name
-
-
-def _join(directory: str, name: str) -> str:
-    if not directory:
-        return name
-    return posixpath.join(directory, name) if "://" in directory else os.path.join(directory, name)
-
-
-def temp_path(path: str) -> str:
-    """A fresh hidden temporary name beside `path`: `.NAME.tmp-<pid>-<random>`."""
-    directory, name = _split(path)
-    return _join(directory, f".{name}{_TEMP_MARK}{os.getpid()}-{uuid.uuid4().hex[:8]}")
-
-
-def is_temp_name(name: str) -> bool:
-    return name.startswith(".") and _TEMP_MARK in name
-
-
-def _writer_alive(leftover: str) -> bool:
-    """Whether another process that a local temporary name names (`temp_path`) still
-    runs: it may be writing that file now (another worker of the same run, on this
-    machine). This process's own leftovers are those of writes that ended."""
-    if "://" in leftover:
-        return False
-    try:
-        pid = int(os.path.basename(leftover).rsplit(_TEMP_MARK, 1)[1].split("-", 1)[0])
-    except (IndexError, ValueError):
-        return False
-    if pid == os.getpid():
-        return False
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
-
-
-def clear_stale_temps(path: str) -> list[str]:
-    """Removes the temporary files and folders earlier runs left for `path` (those of
-    a process that still runs are its writes in progress, and stay)."""
-    directory, name = _split(path)
-    if directory and not tf.io.gfile.isdir(directory):
-        return []
-    removed = []
-    for leftover in tf.io.gfile.glob(_join(directory, f".{glob_escape(name)}{_TEMP_MARK}*")):
-        if _writer_alive(leftover):
-            continue
-        try:
-            if tf.io.gfile.isdir(leftover):
-                tf.io.gfile.rmtree(leftover)
-            else:
-                tf.io.gfile.remove(leftover)
-        except tf.errors.NotFoundError:
-            continue  # Renamed or removed meanwhile by the process that wrote it.
-        removed.append(leftover)
-    return removed
-
-
-def glob_escape(name: str) -> str:
-    """`name` with glob metacharacters escaped (for tf.io.gfile.glob)."""
-    return "".join(f"[{c}]" if c in "*?[" else c for c in name)
-
-
-# Why a write fails for a reason outside the program: errno values and the words
-# TensorFlow's file systems put in their messages.
-_WRITE_ERRNOS = (errno.ENOSPC, errno.EDQUOT, errno.EFBIG, errno.EACCES, errno.EPERM, errno.EROFS)
-_WRITE_REASONS = (
-    "No space left on device",
-    "Disk quota exceeded",
-    "File too large",
-    "Permission denied",
-    "Operation not permitted",
-    "Read-only file system",
-)
-
-
-def cannot_write(path: str, error: BaseException) -> CannotWriteError | None:
-    """A CannotWriteError for people when `error` says that `path` cannot be written
-    (no space, no permission, a read-only file system); None for any other error."""
-    if isinstance(error, OSError) and error.errno in _WRITE_ERRNOS:
-        reason = error.strerror or str(error)
-    elif isinstance(error, (OSError, tf.errors.OpError)):
-        text = error.message if isinstance(error, tf.errors.OpError) else str(error)
-        reason = next((r for r in _WRITE_REASONS if r.lower() in text.lower()), None)
-        if reason is None:
-            return None
-    else:
-        return None
-    return CannotWriteError(
-        f"cannot write {path}: {reason}. Nothing unfinished was left under that name; "
-        f"free some space, or give an output where this user may write, and run the same "
-        f"command again."
-    )
-
-
-def _make_parent(path: str) -> None:
-    directory, _ = _split(path)
-    if directory:
-        try:
-            tf.io.gfile.makedirs(directory)
-        except (OSError, tf.errors.OpError) as e:
-            raise (cannot_write(directory, e) or e) from e
-
-
-@contextlib.contextmanager
-def atomic_path(path: str) -> Iterator[str]:
-    """Yields a temporary path to write `path`'s content to (a file, or a folder the
-    caller creates); renames it onto `path` when the block ends without an exception,
-    removes it otherwise.
-
-    An existing file at `path` is replaced. For folders, see `atomic_directory`.
-    """
-    _make_parent(path)
-    clear_stale_temps(path)
-    temp = temp_path(path)
-    try:
-        yield temp
-        tf.io.gfile.rename(temp, path, overwrite=True)
-    except BaseException as e:
-        _remove(temp)
-        error = cannot_write(path, e)
-        if error is not None:
-            raise error from e
-        raise
-
-
-@contextlib.contextmanager
-def atomic_open(path: str, mode: str = "w") -> Iterator:
-    """`open(path, mode)` whose content appears at `path` only once the block ends
-    without an exception. Text modes read and write UTF-8."""
-    if mode not in ("w", "wb"):
-        raise ValueError(f"atomic_open writes whole files: mode {mode!r} is not 'w' or 'wb'")
-    with atomic_path(path) as temp:
-        with tf.io.gfile.GFile(temp, mode) as f:
-            yield f
-
-
-def write_text(path: str, text: str) -> None:
-    with atomic_open(path) as f:
-        f.write(text)
-
-
-def write_json(path: str, value, **kwargs) -> None:
-    """JSON (indent 2, sorted keys unless given) written atomically."""
-    kwargs.setdefault("indent", 2)
-    kwargs.setdefault("sort_keys", True)
-    write_text(path, json.dumps(value, **kwargs) + "\n")
-
-
-class NotUtf8Error(UserError):
-    """A file holds bytes that are not UTF-8; the message names the file and line."""
-
-
-def decode_line(raw: bytes, path: str, line_number: int) -> str:
-    """One line of a UTF-8 file as text; NotUtf8Error naming file and line if not."""
-    try:
-        return raw.decode("utf-8")
-    except UnicodeDecodeError as e:
-        raise NotUtf8Error(
-            f"{path}:{line_number}: not UTF-8 text ({e.reason}: byte "
-            f"{raw[e.start : e.start + 1]!r} at column {e.start + 1})"
-        ) from None
-
-
-def _check_readable(path: str) -> None:
-    if not tf.io.gfile.exists(path):
-        raise MissingFileError(f"{path} does not exist")
-    if tf.io.gfile.isdir(path):
-        raise UserError(f"{path} is a directory, not a file")
-
-
 def read_lines(path: str) -> Iterator[tuple[int, str]]:
     """(line number, text) of each line of a UTF-8 file, ends included, split on "\n"
     only; streamed (local or any `tf.io.gfile` file system). A compressed file (.gz,
     .bz2, ...) is decompressed, and `damage.DamagedFileError` names a damaged one."""
-    _check_readable(path)
+    file_io.check_readable(path)
     with damage.open_decompressed(tf.io.gfile.GFile(path, "rb"), path) as f:
         line_number = 0
         while raw := f.readline():
             line_number += 1
-            yield line_number, decode_line(raw, path, line_number)
-
-
-def read_text(path: str) -> str:
-    """The text of a UTF-8 file (a byte-order mark dropped); NotUtf8Error naming the
-    line of the first undecodable byte."""
-    _check_readable(path)
-    with tf.io.gfile.GFile(path, "rb") as f:
-        data = f.read()
-    try:
-        return data.decode("utf-8-sig")
-    except UnicodeDecodeError as e:
-        line_number = data.count(b"\n", 0, e.start) + 1
-        line_start = data.rfind(b"\n", 0, e.start) + 1
-        raise NotUtf8Error(
-            f"{path}:{line_number}: not UTF-8 text ({e.reason}: byte "
-            f"{data[e.start : e.start + 1]!r} at column "
-            f"{e.start - line_start + 1})"
-        ) from None
-
-
-def read_json(path: str):
-    """The JSON value of `path`.
-
-    Raises:
-      FileNotFoundError: `path` does not exist (naming it).
-      ValueError: the file is not UTF-8 or not valid JSON (naming it and the position).
-    """
-    text = read_text(path)
-    try:
-        return json.loads(text)
-    except json.JSONDecodeError as e:
-        raise UserError(f"{path} is not valid JSON: {e}") from e
-    except RecursionError:
-        raise UserError(f"{path}: its JSON is nested too deeply to read") from None
-
-
-def read_json_object(path: str, what: str = "a JSON object") -> dict:
-    """The JSON object (dict) of `path`; as `read_json`, and a `UserError` naming the
-    file and `what` it should hold if its value is not an object."""
-    value = read_json(path)
-    if not isinstance(value, dict):
-        raise UserError(f"{path}: expected {what}, got a JSON {type(value).__name__}")
-    return value
-
-
-def format_results(results: Mapping[str, object]) -> str:
-    """`key = value` lines, keys sorted, values by `str`: the original release's
-    eval_results.txt."""
-    return "".join(f"{key} = {results[key]}\n" for key in sorted(results))
-
-
-def write_results(path: str, results: Mapping[str, object]) -> None:
-    """Writes `format_results(results)` atomically (eval_results.txt and the like)."""
-    write_text(path, format_results(results))
+            yield line_number, file_io.decode_line(raw, path, line_number)
 
 
 @contextlib.contextmanager
 def atomic_tfrecord_writer(path: str, options: str | None = None) -> Iterator:
     """A `tf.io.TFRecordWriter` whose file appears at `path` only when complete."""
-    with atomic_path(path) as temp:
+    with file_io.atomic_path(path) as temp:
         writer = tf.io.TFRecordWriter(temp, options)
         try:
             yield writer
@@ -322,47 +81,6 @@ def write_tfrecord(path: str, serialized: Iterable[bytes]) -> int:
     return count
 
 
-@contextlib.contextmanager
-def atomic_directory(path: str) -> Iterator[str]:
-    """Yields a new empty temporary folder; it replaces `path` when the block ends
-    without an exception (an existing `path` is moved aside first and removed after),
-    and is removed otherwise. The caller decides whether replacing `path` is allowed."""
-    _make_parent(path)
-    clear_stale_temps(path)
-    temp = temp_path(path)
-    try:
-        tf.io.gfile.makedirs(temp)
-        yield temp
-    except BaseException as e:
-        _remove(temp)
-        error = cannot_write(path, e)
-        if error is not None:
-            raise error from e
-        raise
-    if not tf.io.gfile.exists(path):
-        tf.io.gfile.rename(temp, path)
-        return
-    backup = temp_path(path)
-    tf.io.gfile.rename(path, backup)
-    try:
-        tf.io.gfile.rename(temp, path)
-    except BaseException:
-        tf.io.gfile.rename(backup, path)
-        _remove(temp)
-        raise
-    _remove(backup)
-
-
-def _remove(path: str) -> None:
-    try:
-        if tf.io.gfile.isdir(path):
-            tf.io.gfile.rmtree(path)
-        elif tf.io.gfile.exists(path):
-            tf.io.gfile.remove(path)
-    except tf.errors.OpError:
-        pass
-
-
 def expand_globs(
     patterns: str | Iterable[str], what: str = "--input_file", original_order: bool = False
 ) -> list[str]:
@@ -382,12 +100,14 @@ def expand_globs(
         pattern = pattern.strip()
         if not pattern:
             continue
-        visible = [m for m in tf.io.gfile.glob(pattern) if not _split(m)[1].startswith(".")]
+        visible = [
+            m for m in tf.io.gfile.glob(pattern) if not file_io.split_path(m)[1].startswith(".")
+        ]
         matches = [m for m in visible if not tf.io.gfile.isdir(m)]
         if not matches and visible:
             raise UserError(
                 f"{what} {pattern!r}: {visible[0]} is a directory, not a file: give its "
-                f"files (e.g. '{_join(visible[0], '*')}')"
+                f"files (e.g. '{file_io.join_path(visible[0], '*')}')"
             )
         if not matches:
             raise MissingFileError(f"{what} pattern {pattern!r} matches no file")
@@ -436,7 +156,7 @@ def file_fingerprint(path: str) -> dict:
     """{"name", "path", "size", "mtime_ns", "sha256"} of a file, for `same_file`."""
     size, mtime_ns = _size_and_mtime(path)
     return {
-        "name": _split(path)[1],
+        "name": file_io.split_path(path)[1],
         "path": path,
         "size": size,
         "mtime_ns": mtime_ns,
@@ -453,7 +173,7 @@ def same_file(recorded: Mapping, path: str) -> bool:
     mtimes and sizes.
     """
     size, mtime_ns = _size_and_mtime(path)
-    if (recorded.get("name"), recorded.get("size")) != (_split(path)[1], size):
+    if (recorded.get("name"), recorded.get("size")) != (file_io.split_path(path)[1], size):
         return False
     if recorded.get("path") == path and recorded.get("mtime_ns") == mtime_ns:
         return True
@@ -486,7 +206,7 @@ def write_metadata(
     if input_files:
         metadata["input_files"] = [file_fingerprint(path) for path in input_files]
     metadata = json.loads(json.dumps(metadata))  # As read back: tuples become lists.
-    write_json(metadata_path(record_file), metadata, ensure_ascii=False)
+    file_io.write_json(metadata_path(record_file), metadata, ensure_ascii=False)
     return metadata
 
 
@@ -499,7 +219,7 @@ def read_metadata(record_file: str, record_format: str | None = None) -> dict:
         format is another: records of another kind or version, to be rebuilt.
     """
     path = metadata_path(record_file)
-    metadata = read_json_object(path, "record metadata (a JSON object)")
+    metadata = file_io.read_json_object(path, "record metadata (a JSON object)")
     if record_format is not None and metadata.get("format") != record_format:
         raise UserError(
             f"{path}: the records have format {metadata.get('format')!r}, not "

@@ -46,7 +46,7 @@ import time
 from absl import logging
 
 from common.errors import EXIT_LOST_WORKER, EXIT_STOPPED, LostWorkerError, UserError
-from data_prep import records
+from common import file_io
 
 DIRECTORY_LOCK = ".run.lock"
 _NO_FLOCK = (errno.ENOLCK, errno.EOPNOTSUPP, errno.ENOSYS, errno.EINVAL)
@@ -189,7 +189,7 @@ def acquire(path: str, what: str) -> RunLock | None:
             os.makedirs(os.path.dirname(path) or ".", exist_ok=True)
             fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
         except OSError as e:
-            raise (records.cannot_write(path, e) or e) from e
+            raise (file_io.cannot_write(path, e) or e) from e
         try:
             try:
                 fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)

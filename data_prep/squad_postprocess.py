@@ -22,7 +22,8 @@ from typing import Any, Iterable, Mapping, NamedTuple, Sequence
 from absl import logging
 
 from common.errors import UserError
-from data_prep import records, tokenization
+from common import file_io
+from data_prep import tokenization
 from data_prep.squad_features import InputFeatures
 from data_prep.squad_reader import SquadExample
 
@@ -173,7 +174,7 @@ def write_predictions(
 
 
 def _write_json(path: str, obj: Any) -> None:
-    records.write_json(path, obj, indent=4, sort_keys=False)
+    file_io.write_json(path, obj, indent=4, sort_keys=False)
 
 
 def _index_results(results: Iterable[Any] | Mapping[int, Any]) -> dict[int, RawResult]:

@@ -16,7 +16,8 @@ from typing import Any, Mapping
 from absl import logging
 
 from common.errors import UserError
-from data_prep import records, tokenization
+from common import file_io
+from data_prep import tokenization
 
 # Characters that separate words of a context, as in the original reader
 # (U+202F NARROW NO-BREAK SPACE occurs in SQuAD).
@@ -130,7 +131,7 @@ def read_squad_json(input_file: str) -> dict:
             has no top-level "data" list.
     """
     try:
-        dataset = records.read_json(input_file)
+        dataset = file_io.read_json(input_file)
     except FileNotFoundError:
         raise UserError("SQuAD file %s does not exist." % input_file) from None
     if not isinstance(dataset, dict) or not isinstance(dataset.get("data"), list):

@@ -191,6 +191,6 @@ def _cut(vocab: list[str], size: int, num_reserved: int) -> list[str]:
 
 def write_vocab(path: str, vocab: list[str]) -> None:
     """One token a line, written atomically."""
-    from data_prep import records
+    from common import file_io
 
-    records.write_text(path, "".join(token + "\n" for token in vocab))
+    file_io.write_text(path, "".join(token + "\n" for token in vocab))

@@ -36,6 +36,7 @@ import re
 from typing import Iterable, Mapping, Sequence
 
 from common.errors import UserError
+from common import file_io
 from data_prep import records, tag_schemes
 
 BOUNDARY = "-X-"
@@ -314,4 +315,4 @@ def write_eval_results(
         counts: the scores.
         extra: more entries, e.g. {"eval_loss": ..., "global_step": ...}.
     """
-    records.write_results(path, {**eval_results(counts), **(extra or {})})
+    file_io.write_results(path, {**eval_results(counts), **(extra or {})})

@@ -12,8 +12,8 @@ which of them make its score (`glue_score`) and its GLUE submission file name ar
 declared by its reader in data_prep.classifier_tasks (`DataProcessor.metrics`,
 `score_metrics`, `glue_submission`, `is_regression`).
 
-Output files, written atomically (`data_prep.records`, which also writes
-eval_results.txt: `records.write_results`):
+Output files, written atomically (`common.file_io`, which also writes
+eval_results.txt: `file_io.write_results`):
   test_results.tsv   one row per example: tab-separated class probabilities (or the
                      predicted score for a regression task), as the original release
   <Task>.tsv         the GLUE server's submission file: header "index<TAB>prediction"
@@ -30,7 +30,8 @@ from typing import Sequence
 import numpy as np
 
 from common.errors import UserError
-from data_prep import classifier_tasks, records
+from common import file_io
+from data_prep import classifier_tasks
 
 # Label "1" is the positive class of MRPC and QQP; it has id 1 in their label
 # list ["0", "1"].
@@ -239,7 +240,7 @@ def write_test_results(path: str, probabilities) -> None:
     if values.ndim != 2:
         raise UserError(f"`probabilities` must be [N, K] or [N], got shape {values.shape}")
     lines = ["\t".join(str(value) for value in row) + "\n" for row in values]
-    records.write_text(path, "".join(lines))
+    file_io.write_text(path, "".join(lines))
 
 
 def submission_file_name(task_name: str, split: str = "test") -> str:
@@ -298,5 +299,5 @@ def write_glue_submission(
         values = [label_list[int(class_id)] for class_id in predictions]
     lines = ["index\tprediction\n"]
     lines += [f"{index}\t{value}\n" for index, value in zip(indices, values)]
-    records.write_text(path, "".join(lines))
+    file_io.write_text(path, "".join(lines))
     return path

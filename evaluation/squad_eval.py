@@ -29,7 +29,8 @@ from typing import Mapping, Sequence
 from absl import logging
 
 from common.errors import UserError
-from data_prep import records, squad_reader
+from common import file_io
+from data_prep import squad_reader
 
 _ARTICLES = re.compile(r"\b(a|an|the)\b", re.UNICODE)
 _PUNCTUATION = frozenset(string.punctuation)
@@ -117,7 +118,7 @@ def read_predictions(path: str) -> dict[str, str]:
     Raises:
         UserError: naming the file, if it is not a JSON object of strings.
     """
-    predictions = records.read_json_object(path, "predictions (an object of id -> text)")
+    predictions = file_io.read_json_object(path, "predictions (an object of id -> text)")
     for qas_id, text in predictions.items():
         if not isinstance(text, str):
             raise UserError(
@@ -132,7 +133,7 @@ def read_null_odds(path: str) -> dict[str, float]:
     Raises:
         UserError: naming the file, if it is not a JSON object of numbers.
     """
-    odds = records.read_json_object(path, "null odds (an object of id -> number)")
+    odds = file_io.read_json_object(path, "null odds (an object of id -> number)")
     for qas_id, value in odds.items():
         if not isinstance(value, (int, float)) or isinstance(value, bool) or value != value:
             raise UserError(

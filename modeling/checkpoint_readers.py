@@ -19,7 +19,7 @@ import numpy as np
 import tensorflow as tf
 
 from common.errors import MissingFileError, UserError
-from data_prep import records
+from common import file_io
 from data_prep.damage import DamagedFileError
 from modeling import checkpoint_names as names
 
@@ -144,7 +144,7 @@ def read_model_info(side_dirs) -> dict:
     """The `model_info.json` beside a checkpoint ({} when there is none): `model_kind`,
     `labels` and `do_lower_case` of the model it holds."""
     path = find_side_file(side_dirs, MODEL_INFO)
-    return records.read_json_object(path, "the model's info (a JSON object)") if path else {}
+    return file_io.read_json_object(path, "the model's info (a JSON object)") if path else {}
 
 
 def _damaged_checkpoint(prefix: str, name: str | None, error: Exception) -> DamagedFileError:
@@ -205,7 +205,7 @@ class _TF2Reader(_TF1Reader):
 
 def _hf_weight_files(index: str) -> list[str]:
     """The safetensors files a Hugging Face index names in its "weight_map"."""
-    weight_map = records.read_json_object(index).get("weight_map")
+    weight_map = file_io.read_json_object(index).get("weight_map")
     if (
         not isinstance(weight_map, dict)
         or not weight_map
@@ -235,7 +235,7 @@ class _HFReader:
         self.shapes = {k: tuple(v.shape) for k, v in self._tensors.items()}
         self.prefix = "bert." if any(k.startswith("bert.") for k in self._tensors) else ""
         config = os.path.join(directory, "config.json")
-        self.config = records.read_json_object(config) if os.path.isfile(config) else {}
+        self.config = file_io.read_json_object(config) if os.path.isfile(config) else {}
         architectures = self.config.get("architectures") or [None]
         if not isinstance(architectures, list) or not isinstance(
             architectures[0], (str, _NONE_TYPE)

@@ -13,7 +13,7 @@ Every directory also gets a `model_info.json` (`model_kind`, `labels`,
 `do_lower_case`, `written_by`; `causal_attention` for a left-to-right model and
 `bilstm_units` for a task model with a BiLSTM), which tells the readers which head it
 holds and how to build the model. A folder
-appears only complete (data_prep.records.atomic_directory). A writer never replaces a
+appears only complete (common.file_io.atomic_directory). A writer never replaces a
 folder of the user's: an existing non-empty destination is refused unless it is an
 earlier output of the same writer (its model_info.json says so and it holds nothing
 else) and `overwrite` is set.
@@ -28,7 +28,7 @@ import numpy as np
 import tensorflow as tf
 
 from common.errors import MissingFileError, OutputExistsError, UserError
-from data_prep import records
+from common import file_io
 from modeling import checkpoint_names as names
 from modeling import model_files, task_kinds
 from modeling.checkpoint_readers import MODEL_INFO
@@ -84,8 +84,8 @@ def write_original_checkpoint(prefix: str, model, pretrainer=None) -> str:
     values = [var.numpy().T if transposed else var.numpy() for _, var, transposed in table]
     directory, base = os.path.split(prefix)
     tf.io.gfile.makedirs(directory or ".")
-    records.clear_stale_temps(prefix)
-    temp = records.temp_path(prefix)
+    file_io.clear_stale_temps(prefix)
+    temp = file_io.temp_path(prefix)
     tf.io.gfile.makedirs(temp)
     try:
         # A name-based (TF1) checkpoint bundle with exactly these names.
@@ -223,7 +223,7 @@ def check_destination(directory: str, writer: str, overwrite: bool) -> None:
     if not entries:
         return
     info_path = os.path.join(directory, MODEL_INFO)
-    info = records.read_json(info_path) if tf.io.gfile.exists(info_path) else {}
+    info = file_io.read_json(info_path) if tf.io.gfile.exists(info_path) else {}
     previous = (
         isinstance(info, dict)
         and info.get("written_by") == writer
@@ -268,7 +268,7 @@ def _write_directory(
     if not vocab_file or not tf.io.gfile.exists(vocab_file):
         raise MissingFileError(f"vocab file not found: {vocab_file}")
     check_destination(directory, writer, overwrite)
-    with records.atomic_directory(directory) as temp:
+    with file_io.atomic_directory(directory) as temp:
         write_content(temp)
         tf.io.gfile.copy(vocab_file, os.path.join(temp, "vocab.txt"))
         info = {
@@ -285,7 +285,7 @@ def _write_directory(
         bilstm_units = getattr(model, "bilstm_units", 0)
         if bilstm_units:
             info["bilstm_units"] = bilstm_units
-        records.write_json(os.path.join(temp, MODEL_INFO), info)
+        file_io.write_json(os.path.join(temp, MODEL_INFO), info)
 
 
 def write_hf_directory(
@@ -326,8 +326,8 @@ def write_hf_directory(
     def content(temp):
         with tf.io.gfile.GFile(os.path.join(temp, "model.safetensors"), "wb") as f:
             f.write(safetensors_bytes(hf_tensors(model), metadata={"format": "pt"}))
-        records.write_json(os.path.join(temp, "config.json"), config_json)
-        records.write_json(
+        file_io.write_json(os.path.join(temp, "config.json"), config_json)
+        file_io.write_json(
             os.path.join(temp, "tokenizer_config.json"), _hf_tokenizer_config(config, do_lower_case)
         )
 
@@ -363,7 +363,7 @@ def write_original_directory(
 
     def content(temp):
         write_original_checkpoint(os.path.join(temp, TF1_CHECKPOINT_NAME), model)
-        records.write_text(os.path.join(temp, "bert_config.json"), config.to_json_string())
+        file_io.write_text(os.path.join(temp, "bert_config.json"), config.to_json_string())
 
     _write_directory(
         directory,
@@ -396,7 +396,7 @@ def write_tf2_directory(
 
     def content(temp):
         _write_tf2_checkpoint(temp, model)
-        records.write_text(os.path.join(temp, "bert_config.json"), config.to_json_string())
+        file_io.write_text(os.path.join(temp, "bert_config.json"), config.to_json_string())
 
     _write_directory(
         directory,

@@ -23,7 +23,7 @@ import dataclasses
 import numpy as np
 from absl import logging
 
-from data_prep import records
+from common import file_io
 from modeling import checkpoint_names as names
 from modeling import task_kinds
 from modeling.checkpoint_names import hf_name, original_variable_table  # noqa: F401
@@ -323,7 +323,7 @@ def _do_lower_case(side_dirs, info: dict) -> bool | None:
         return bool(info["do_lower_case"])
     tokenizer_config = find_side_file(side_dirs, "tokenizer_config.json")
     if tokenizer_config:
-        value = records.read_json(tokenizer_config).get("do_lower_case")
+        value = file_io.read_json(tokenizer_config).get("do_lower_case")
         return None if value is None else bool(value)
     return None
 

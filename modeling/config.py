@@ -8,7 +8,7 @@ import json
 import math
 
 from common.errors import MissingFileError, UserError
-from data_prep import records
+from common import file_io
 
 # Activations this project computes. "gelu" is the tanh approximation the original
 # release computes; "gelu_exact" is the erf form (Hugging Face calls it "gelu").
@@ -124,7 +124,7 @@ class BertConfig:
     @classmethod
     def from_json_file(cls, path: str) -> "BertConfig":
         try:
-            values = records.read_json_object(path, "a BERT config (a JSON object)")
+            values = file_io.read_json_object(path, "a BERT config (a JSON object)")
         except FileNotFoundError:
             raise MissingFileError(f"BERT config file not found: {path}") from None
         if "model_type" in values or "layer_norm_eps" in values:
@@ -157,5 +157,5 @@ class BertConfig:
         return json.dumps(self.to_dict(), indent=2, sort_keys=True) + "\n"
 
     def to_json_file(self, path: str) -> None:
-        """Writes the config atomically (`data_prep.records`)."""
-        records.write_text(path, self.to_json_string())
+        """Writes the config atomically (`common.file_io`)."""
+        file_io.write_text(path, self.to_json_string())

@@ -37,7 +37,8 @@ import tensorflow as tf
 from absl import logging
 
 from common.errors import UserError
-from data_prep import input_pipeline, records, run_control
+from common import file_io
+from data_prep import input_pipeline, run_control
 from modeling import checkpoint_readers, checkpoints, distribution, model_files, training
 from modeling.config import BertConfig
 
@@ -251,7 +252,7 @@ class EpochEvaluator:
         self.scratch = scratch or os.path.join(output_dir, EPOCH_EVALUATION_DIR)
         self.history_path = os.path.join(output_dir, EVAL_HISTORY)
         self.history = (
-            records.read_json(self.history_path) if tf.io.gfile.exists(self.history_path) else []
+            file_io.read_json(self.history_path) if tf.io.gfile.exists(self.history_path) else []
         )
 
     def evaluated(self, step: int) -> bool:
@@ -271,7 +272,7 @@ class EpochEvaluator:
         self.history.append(dict(metrics, global_step=step, score=score))
         if self.chief:
             write_eval_summaries(self.output_dir, metrics, step)
-            records.write_json(self.history_path, self.history)
+            file_io.write_json(self.history_path, self.history)
 
 
 def train(
@@ -403,7 +404,7 @@ def write_run_files(
     path = os.path.join(settings.output_dir, RUN_CONFIG)
     if settings.do_train:
         run_control.warn_changed_settings(path, values, RESUME_SETTINGS)
-    records.write_json(path, values)
+    file_io.write_json(path, values)
 
 
 def run(
@@ -486,7 +487,7 @@ def _train_and_finish(task, settings, trainer, model, files, best, chief, out) -
         overwrite = settings.overwrite_export or owns_export(
             settings.output_dir, settings.export_dir
         )
-        records.write_json(
+        file_io.write_json(
             os.path.join(settings.output_dir, EXPORT_RECORD),
             {"export_dir": os.path.abspath(settings.export_dir)},
         )
@@ -503,7 +504,7 @@ def owns_export(output_dir: str, export_dir: str) -> bool:
     if not tf.io.gfile.exists(path):
         return False
     try:
-        recorded = records.read_json(path).get("export_dir")
+        recorded = file_io.read_json(path).get("export_dir")
     except (ValueError, AttributeError):
         return False
     return recorded == os.path.abspath(export_dir)

@@ -29,7 +29,8 @@ import tensorflow as tf
 from absl import logging
 
 from common.errors import MissingFileError, UserError
-from data_prep import records, tokenization
+from common import file_io
+from data_prep import tokenization
 from modeling import checkpoint_readers
 from modeling.config import BertConfig
 
@@ -102,7 +103,7 @@ def resolve_causal_attention(init_checkpoint: str | None) -> bool:
     path = checkpoint_readers.find_side_file(side_dirs(init_checkpoint), "config.json")
     if path is None:
         return False
-    config = records.read_json(path)
+    config = file_io.read_json(path)
     if config.get("add_cross_attention"):
         raise UserError(
             f"{path}: add_cross_attention is set (an encoder-decoder's decoder); only "
@@ -139,7 +140,7 @@ def checkpoint_case_statements(
         )
     path = checkpoint_readers.find_side_file(side_dirs(init_checkpoint), _HF_TOKENIZER_CONFIG)
     if path:
-        value = records.read_json(path).get("do_lower_case")
+        value = file_io.read_json(path).get("do_lower_case")
         if value is not None:
             statements.append(CaseStatement(bool(value), path))
     if init_checkpoint:
@@ -262,7 +263,7 @@ def check_vocab_fits_config(vocab_file: str, config: BertConfig) -> int:
 def vocab_entries(vocab_file: str) -> list[str]:
     """The entries of a vocabulary, one per line, stripped as `load_vocab` strips them."""
     tokenization.load_vocab(vocab_file)  # Its checks: the file exists, holds tokens.
-    lines = records.read_text(vocab_file).split("\n")
+    lines = file_io.read_text(vocab_file).split("\n")
     if lines and not lines[-1]:
         lines.pop()
     return [line.strip() for line in lines]
@@ -443,7 +444,7 @@ def write_model_files(output_dir: str, files: ModelFiles, model_kind: str, **inf
     for a left-to-right model, `causal_attention`."""
     tf.io.gfile.makedirs(output_dir)
     if files.config_is_complete:
-        records.write_text(os.path.join(output_dir, CONFIG_FILE), files.config.to_json_string())
+        file_io.write_text(os.path.join(output_dir, CONFIG_FILE), files.config.to_json_string())
     else:
         logging.warning(
             "Not writing %s to %s: the TF Hub encoder's config was partly "
@@ -456,7 +457,7 @@ def write_model_files(output_dir: str, files: ModelFiles, model_kind: str, **inf
     if files.vocab_file and os.path.abspath(files.vocab_file) != os.path.abspath(vocab_copy):
         with tf.io.gfile.GFile(files.vocab_file, "rb") as f:
             content = f.read()
-        with records.atomic_open(vocab_copy, "wb") as f:
+        with file_io.atomic_open(vocab_copy, "wb") as f:
             f.write(content)
     if files.vocab_file:  # The fingerprint checks a --vocab_file given with the model.
         info = dict(
@@ -466,7 +467,7 @@ def write_model_files(output_dir: str, files: ModelFiles, model_kind: str, **inf
         )
     if files.causal_attention:
         info = dict(info, causal_attention=True)
-    records.write_json(
+    file_io.write_json(
         os.path.join(output_dir, MODEL_INFO),
         dict(
             info,

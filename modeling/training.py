@@ -37,7 +37,7 @@ from absl import logging
 
 from common.errors import LostWorkerError, UserError
 from common.progress import Progress
-from data_prep import records
+from common import file_io
 from modeling import checkpoint_readers
 from modeling import distribution
 from modeling import kernels as kernel_choices
@@ -265,7 +265,7 @@ class Trainer:
         try:
             path = self.manager.save(checkpoint_number=self.global_step)
         except (OSError, tf.errors.OpError) as e:  # No space or no permission: say so.
-            raise records.cannot_write(self.output_dir, e) or e
+            raise file_io.cannot_write(self.output_dir, e) or e
         if not self._is_chief():
             tf.io.gfile.rmtree(self._checkpoint_dir())
         logging.info("Saved checkpoint %s", path)
@@ -495,7 +495,7 @@ class Trainer:
             summary["stop_at_step"] = end_step
         if not summary["complete"]:
             summary["stopped_by"] = "SIGTERM"
-        records.write_json(self._summary_path(), summary)
+        file_io.write_json(self._summary_path(), summary)
         return summary
 
     def replica_report(self) -> dict:

@@ -11,7 +11,7 @@ Every export goes through `save_atomically`:
   folder for files that TensorFlow does not load, so the marker changes nothing for
   `tf.saved_model.load`, `hub.load` or TF Serving.
 * The SavedModel is written to a hidden temporary folder beside the destination,
-  `.NAME.tmp-<pid>-<random>` (`data_prep.records.atomic_directory`: no output glob
+  `.NAME.tmp-<pid>-<random>` (`common.file_io.atomic_directory`: no output glob
   matches it, and the next export to the same path clears what a killed run left), and
   renamed onto it once complete. Folders get the permissions TensorFlow's file system
   gives the SavedModel's own subfolders (0755 less the umask), not a private 0700.
@@ -29,7 +29,7 @@ import tensorflow as tf
 from absl import logging
 
 from common.errors import OutputExistsError, UserError
-from data_prep import records
+from common import file_io
 from modeling import layers as bert_layers
 
 MARKER_FILE = os.path.join("assets.extra", "bert_export.json")
@@ -96,7 +96,7 @@ def check_export_path(export_path: str, overwrite: bool = False) -> None:
 
 def write_marker(export_dir: str, kind: str) -> None:
     """Writes the marker that makes `export_dir` a previous export of `kind`."""
-    records.write_json(
+    file_io.write_json(
         os.path.join(export_dir, MARKER_FILE),
         {"format": MARKER_FORMAT, "format_version": MARKER_VERSION, "kind": kind},
     )
@@ -137,7 +137,7 @@ def save_atomically(
     """
     check_export_path(export_path, overwrite)
     export_path = os.path.abspath(export_path)
-    with records.atomic_directory(export_path) as temp:
+    with file_io.atomic_directory(export_path) as temp:
         tf.saved_model.save(module, temp, signatures=signatures)
         write_marker(temp, kind)
     logging.info("Exported SavedModel (%s) to %s", kind, export_path)

@@ -12,6 +12,7 @@ import tensorflow as tf
 
 from data_prep import conll
 from data_prep import ner_features
+from common import file_io
 from data_prep import records
 from data_prep import tag_schemes
 from data_prep import tokenization
@@ -520,7 +521,7 @@ def test_tfrecord_round_trip_and_metadata(tmp_path, hand_sentences, tokenizer):
         r"max_seq_length",
     ):
         ner_features.read_metadata(bad)
-    records.write_json(records.metadata_path(bad), dict(data, format="bert_ner_tfrecord/0"))
+    file_io.write_json(records.metadata_path(bad), dict(data, format="bert_ner_tfrecord/0"))
     with pytest.raises(ValueError, match=r"'bert_ner_tfrecord/0', not 'bert_ner_tfrecord/3'"):
         ner_features.read_metadata(bad)
 

@@ -23,6 +23,7 @@ import pytest
 import tensorflow as tf
 
 from common.errors import UserError
+from common import file_io
 from data_prep import corpus, damage, input_pipeline, pretraining_data, records
 from data_prep import pretraining_instances as pti
 from conftest import tiny_config
@@ -306,4 +307,4 @@ def test_json_readers_name_the_file(tmp_path):
         BertConfig.from_json_file(str(path))
     path.write_text("[" * 100_000)
     with pytest.raises(UserError, match="nested too deeply"):
-        records.read_json(str(path))
+        file_io.read_json(str(path))

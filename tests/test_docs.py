@@ -157,9 +157,13 @@ def documented_commands() -> list[tuple[str, str, list[str]]]:
 def benchmark_flags(script: pathlib.Path) -> set[str]:
     """The flags a benchmark script defines, and those of the benchmark modules it imports."""
     sources = [script]
-    for module in re.findall(r"^(?:from benchmarks import|import) (\w+)", script.read_text(), re.M):
-        if (REPO / "benchmarks" / f"{module}.py").exists():
-            sources.append(REPO / "benchmarks" / f"{module}.py")
+    imports = r"^(?:from (benchmarks(?:\.\w+)*) import|import) (\w+)"
+    for package, module in re.findall(imports, script.read_text(), re.M):
+        # A sibling imported by name (the script's folder is on sys.path), or a module
+        # of a benchmarks package.
+        folder = REPO.joinpath(*package.split(".")) if package else script.parent
+        if (folder / f"{module}.py").exists():
+            sources.append(folder / f"{module}.py")
     names = set()
     for source in sources:
         text = source.read_text()

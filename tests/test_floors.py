@@ -88,16 +88,15 @@ def test_no_import_runs_up_a_floor():
 
 
 def test_benchmarks_import_the_library_never_a_runner():
-    """Benchmarks measure the library; a runner's flags and main are not an API."""
+    """Benchmarks (in every sub-folder) measure the library; a runner's flags and main
+    are not an API."""
     modules = _library_modules()
     runners = {name for name in SCRIPTS}
     wrong = {}
-    for path in sorted((REPO_ROOT / "benchmarks").glob("*.py")):
-        imported = {
-            name.split(".")[0] for name in _imports("benchmarks." + path.stem, path, modules)
-        }
+    for path in sorted((REPO_ROOT / "benchmarks").rglob("*.py")):
+        imported = {name.split(".")[0] for name in _imports(_module_name(path), path, modules)}
         if imported & runners:
-            wrong[path.name] = sorted(imported & runners)
+            wrong[path.relative_to(REPO_ROOT).as_posix()] = sorted(imported & runners)
     assert wrong == KNOWN_BENCHMARK_VIOLATIONS
 
 
@@ -129,6 +128,14 @@ def test_the_checker_sees_what_it_checks():
     assert "data_prep.tag_schemes" in graph["evaluation.conlleval"]
     assert _floor("run_classifier") == TOP and _floor("numpy") is None
     assert "common.errors" in graph["data_prep.records"]
+    assert "common.file_io" in graph["data_prep.records"]
+
+
+def test_the_model_config_needs_no_data_preparation():
+    """BertConfig reads and writes its JSON through common/, not data_prep/."""
+    graph = _graph()
+    assert "common.file_io" in graph["modeling.config"]
+    assert not {m for m in graph["modeling.config"] if m.startswith("data_prep")}
 
 
 def test_the_checker_reads_sub_packages(tmp_path):

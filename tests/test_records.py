@@ -1,5 +1,5 @@
-"""data_prep.records: atomic writes leave nothing that looks complete; globs skip the
-leftovers of unfinished writes."""
+"""common/file_io.py and data_prep/records.py: atomic writes leave nothing that looks
+complete; globs skip the leftovers of unfinished writes."""
 
 import collections
 import os
@@ -7,31 +7,32 @@ import os
 import pytest
 import tensorflow as tf
 
+from common import file_io
 from data_prep import records
 
 
 def test_atomic_open_writes_only_on_success(tmp_path):
     path = str(tmp_path / "sub" / "out.txt")
     with pytest.raises(RuntimeError):
-        with records.atomic_open(path) as f:
+        with file_io.atomic_open(path) as f:
             f.write("half")
             raise RuntimeError("killed")
     assert not os.path.exists(path)
     assert os.listdir(tmp_path / "sub") == []
-    records.write_text(path, "whole\n")
+    file_io.write_text(path, "whole\n")
     assert open(path, encoding="utf-8").read() == "whole\n"
-    records.write_json(path, {"b": 1, "a": [2]})
-    assert records.read_json(path) == {"a": [2], "b": 1}
+    file_io.write_json(path, {"b": 1, "a": [2]})
+    assert file_io.read_json(path) == {"a": [2], "b": 1}
 
 
 def test_leftovers_are_hidden_from_globs_and_cleared_by_the_next_write(tmp_path):
     out = tmp_path / "shards"
     out.mkdir()
     (out / "a.tfrecord").write_bytes(b"")
-    leftover = records.temp_path(str(out / "b.tfrecord"))
+    leftover = file_io.temp_path(str(out / "b.tfrecord"))
     open(leftover, "wb").write(b"partial")  # what a killed writer leaves
     assert os.path.basename(leftover).startswith(".b.tfrecord.tmp-")
-    assert records.is_temp_name(os.path.basename(leftover))
+    assert file_io.is_temp_name(os.path.basename(leftover))
     assert records.expand_globs(str(out / "*")) == [str(out / "a.tfrecord")]
     with records.atomic_tfrecord_writer(str(out / "b.tfrecord")) as writer:
         writer.write(b"record")
@@ -55,14 +56,14 @@ def test_expand_globs_order_and_errors(tmp_path):
 
 def test_atomic_directory_replaces_only_when_complete(tmp_path):
     target = str(tmp_path / "export")
-    with records.atomic_directory(target) as temp:
+    with file_io.atomic_directory(target) as temp:
         open(os.path.join(temp, "v1"), "w").write("1")
     with pytest.raises(RuntimeError):
-        with records.atomic_directory(target) as temp:
+        with file_io.atomic_directory(target) as temp:
             open(os.path.join(temp, "v2"), "w").write("2")
             raise RuntimeError("failed export")
     assert os.listdir(target) == ["v1"]
-    with records.atomic_directory(target) as temp:
+    with file_io.atomic_directory(target) as temp:
         open(os.path.join(temp, "v2"), "w").write("2")
     assert os.listdir(target) == ["v2"]
     assert sorted(os.listdir(tmp_path)) == ["export"]
@@ -138,11 +139,11 @@ def test_read_json_and_results_name_the_file(tmp_path):
     bad = tmp_path / "bad.json"
     bad.write_text("{", encoding="utf-8")
     with pytest.raises(ValueError, match=r"bad\.json is not valid JSON"):
-        records.read_json(str(bad))
+        file_io.read_json(str(bad))
     with pytest.raises(FileNotFoundError, match=r"absent\.json does not exist"):
-        records.read_json(str(tmp_path / "absent.json"))
+        file_io.read_json(str(tmp_path / "absent.json"))
     path = tmp_path / "eval_results.txt"
-    records.write_results(str(path), {"global_step": 3, "eval_accuracy": 0.5})
+    file_io.write_results(str(path), {"global_step": 3, "eval_accuracy": 0.5})
     assert path.read_text(encoding="utf-8") == "eval_accuracy = 0.5\nglobal_step = 3\n"
 
 
@@ -150,7 +151,7 @@ def test_eval_results_sorted_key_value_lines(tmp_path):
     """eval_results.txt of the GLUE runs (moved from test_glue_metrics)."""
     path = tmp_path / "eval_results.txt"
     path.write_text("stale\n")
-    records.write_results(
+    file_io.write_results(
         str(path), {"global_step": 343, "eval_loss": 0.5, "eval_accuracy": 0.75, "eval_f1": 0.8}
     )
     assert path.read_text() == (
@@ -162,7 +163,7 @@ def test_eval_results_sorted_key_value_lines(tmp_path):
 def test_eval_results_file(tmp_path):
     """eval_results.txt of the SQuAD runs (moved from test_squad_eval)."""
     output = tmp_path / "eval_results.txt"
-    records.write_results(str(output), collections.OrderedDict(f1=95.0, exact=75.0, total=4))
+    file_io.write_results(str(output), collections.OrderedDict(f1=95.0, exact=75.0, total=4))
     assert output.read_text() == "exact = 75.0\nf1 = 95.0\ntotal = 4\n"
     assert [p.name for p in tmp_path.iterdir()] == ["eval_results.txt"]
 
@@ -181,7 +182,7 @@ def test_stale_temps_are_removed_and_live_writers_kept(tmp_path):
         live = tmp_path / f".out.json.tmp-{running.pid}-0badc0de"
         stale.write_text("partial")
         live.write_text("being written")
-        records.write_text(str(tmp_path / "out.json"), "{}")
+        file_io.write_text(str(tmp_path / "out.json"), "{}")
         assert not stale.exists() and live.read_text() == "being written"
         assert (tmp_path / "out.json").read_text() == "{}"
     finally:

@@ -20,6 +20,7 @@ import pytest
 import tensorflow as tf
 
 from common.errors import CannotWriteError, UserError
+from common import file_io
 from data_prep import pretraining_data, records, run_control
 from modeling import model_files
 from tests.conftest import REPO_ROOT, SAMPLE_DATA
@@ -113,9 +114,10 @@ def test_only_the_chief_of_a_cluster_takes_the_lock():
 def test_sigterm_outside_training_ends_with_143_and_one_line(tmp_path):
     program = textwrap.dedent("""
         import os, signal, sys, time
-        from data_prep import records, run_control
+        from common import file_io
+        from data_prep import run_control
         run_control.exit_on_sigterm("job")
-        with records.atomic_open(sys.argv[1]) as f:
+        with file_io.atomic_open(sys.argv[1]) as f:
             f.write("half")
             os.kill(os.getpid(), signal.SIGTERM)
             time.sleep(5)
@@ -141,14 +143,14 @@ def test_sigterm_outside_training_ends_with_143_and_one_line(tmp_path):
 def _full_disk(monkeypatch):
     """Every temporary file of an atomic write is /dev/full: writing it fails with
     ENOSPC as on a full disk."""
-    real = records.temp_path
+    real = file_io.temp_path
 
     def full(path):
         temp = real(path)
         os.symlink("/dev/full", temp)
         return temp
 
-    monkeypatch.setattr(records, "temp_path", full)
+    monkeypatch.setattr(file_io, "temp_path", full)
 
 
 def test_a_full_disk_is_a_clear_error_and_leaves_the_old_file(tmp_path, monkeypatch):
@@ -164,7 +166,7 @@ def test_a_full_disk_is_a_clear_error_and_leaves_the_old_file(tmp_path, monkeypa
     assert [r.numpy() for r in tf.data.TFRecordDataset(str(target))] == [b"old"]
     assert sorted(os.listdir(tmp_path)) == ["train.tfrecord"]
     with pytest.raises(CannotWriteError, match="No space left on device"):
-        records.write_json(str(tmp_path / "results.json"), {"a": "b" * 100_000})
+        file_io.write_json(str(tmp_path / "results.json"), {"a": "b" * 100_000})
     assert sorted(os.listdir(tmp_path)) == ["train.tfrecord"]
 
 
@@ -182,7 +184,7 @@ def unwritable_dir(tmp_path) -> pathlib.Path:
 def test_no_permission_is_a_clear_error(tmp_path):
     directory = unwritable_dir(tmp_path)
     with pytest.raises(CannotWriteError, match=f"cannot write {directory}/out"):
-        records.write_text(str(directory / "out" / "a.txt"), "x")
+        file_io.write_text(str(directory / "out" / "a.txt"), "x")
     with pytest.raises(CannotWriteError, match="(Permission denied|Operation not permitted)"):
         run_control.acquire(run_control.lock_path_for_directory(str(directory / "o")), "o")
 
@@ -193,7 +195,7 @@ def test_no_permission_is_a_clear_error(tmp_path):
 def _shard(directory, name, **metadata):
     path = directory / name
     records.write_tfrecord(str(path), [b"r"])
-    records.write_json(records.metadata_path(str(path)), metadata)
+    file_io.write_json(records.metadata_path(str(path)), metadata)
     return str(path)
 
 
@@ -224,7 +226,7 @@ def test_shards_of_an_unfinished_or_mixed_run_are_refused(tmp_path):
 
 def test_a_resumed_run_that_changes_a_setting_warns_naming_both(tmp_path, capsys):
     config = tmp_path / "run_config.json"
-    records.write_json(str(config), {"train_batch_size": 32, "seed": 1})
+    file_io.write_json(str(config), {"train_batch_size": 32, "seed": 1})
     keys = ("train_batch_size", "seed")
     assert run_control.warn_changed_settings(str(config), {"train_batch_size": 8}, keys) == []
     (tmp_path / "ckpt-5.index").write_bytes(b"")  # Now there is a run to resume.
@@ -257,7 +259,7 @@ def test_a_damaged_vocabulary_is_refused_naming_the_first_line(tmp_path):
     model_files.check_vocab_matches_model(str(damaged), str(model), allow_mismatch=True)
     # Only the fingerprint in model_info.json: the check still holds.
     (model / "vocab.txt").unlink()
-    records.write_json(
+    file_io.write_json(
         str(model / "model_info.json"),
         {"vocab_sha256": model_files.vocab_fingerprint(VOCAB), "vocab_size": len(lines)},
     )
@@ -296,6 +298,6 @@ def test_a_rerun_may_replace_the_export_its_output_dir_made(tmp_path):
 
     out, export = tmp_path / "out", tmp_path / "export"
     assert not finetuning.owns_export(str(out), str(export))
-    records.write_json(str(out / "export.json"), {"export_dir": str(export)})
+    file_io.write_json(str(out / "export.json"), {"export_dir": str(export)})
     assert finetuning.owns_export(str(out), str(export))
     assert not finetuning.owns_export(str(out), str(tmp_path / "another_export"))
