@@ -35,7 +35,7 @@ A user's task: --task_name=generic with {train,dev,test}.tsv or .csv in --data_d
 release, in a module of one's own on the Python path:
 
   from run_classifier import DataProcessor, InputExample
-  from data_prep import tokenization
+  from data_prep.text import tokenization
 
   class MyProcessor(DataProcessor):  # get_train_examples(data_dir), ..., get_labels()
       ...
@@ -64,7 +64,7 @@ from common.progress import format_fields
 import model_flags
 import runner_flags
 from common import file_io
-from data_prep import classifier_features, classifier_reader, classifier_tasks
+from data_prep.classifier import classifier_features, classifier_reader, classifier_tasks
 from data_prep.input_pipeline import RecordMetadata
 from evaluation import glue_metrics
 from modeling import finetuning, model_files, task_kinds, training

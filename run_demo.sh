@@ -120,7 +120,7 @@ before = results(f"{out}/squad_before/eval_results.txt")
 print(f"==> F1 {after['f1']:.1f} (exact match {after['exact_match']:.1f}) on the 5th article's "
       f"124 questions (official rules); {before['f1']:.1f} before fine-tuning. Hugging Face "
       f"transformers on this checkpoint, 10 epochs at sequence 256: 41.2 "
-      f"(benchmarks/SQUAD_VS_HF.md).")
+      f"(benchmarks/compare/SQUAD_VS_HF.md).")
 PY
 
 # ------------------------------------------------------------------ NER

@@ -21,13 +21,13 @@ them and written in the scheme of the file they are made for; scores do not depe
 the scheme they are written in.
 
 Words are split into word pieces; the first piece of each word carries its label
-(`data_prep.ner_features`). Sentences longer than --max_seq_length are cut into overlapping
+(`data_prep.ner.ner_features`). Sentences longer than --max_seq_length are cut into overlapping
 windows every --doc_stride pieces and each word is predicted from the window that
 gives it the most context, so every word of every sentence gets exactly one tag.
 
 The label list ("O", then the labels the training file's tags have when written in
 the scheme learnt, by sorted entity type in the scheme's prefix order: B-/I- or
-B-/I-/E-/S-; `data_prep.conll.label_list`) and its scheme are stored with the training
+B-/I-/E-/S-; `data_prep.ner.conll.label_list`) and its scheme are stored with the training
 features (`train.tf_record.meta.json`) and in model_info.json (`labels`,
 `label_scheme`) in output_dir; later runs on the same output_dir, or with
 --init_checkpoint=<output_dir>, use them, and a type outside them in an evaluation
@@ -79,7 +79,9 @@ from common.progress import format_fields
 import model_flags
 import runner_flags
 from common import file_io
-from data_prep import conll, input_pipeline, ner_features, tag_schemes, tokenization
+from data_prep.ner import conll, ner_features, tag_schemes
+from data_prep import input_pipeline
+from data_prep.text import tokenization
 from data_prep.input_pipeline import RecordMetadata
 from evaluation import conlleval
 from modeling import feature_based, finetuning, model_files, task_kinds, training

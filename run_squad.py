@@ -55,8 +55,9 @@ from common.progress import format_fields
 import model_flags
 import runner_flags
 from common import file_io
-from data_prep import input_pipeline, squad_features, squad_postprocess, squad_reader
-from data_prep import squad_records
+from data_prep import input_pipeline
+from data_prep.squad import squad_features, squad_postprocess, squad_reader
+from data_prep.squad import squad_records
 from evaluation import squad_eval
 from modeling import finetuning, model_files, task_kinds, training
 from modeling.config import BertConfig

@@ -2,7 +2,7 @@
 # Sets up a virtual environment with the test dependencies and runs the whole test suite
 # (the tests marked slow included) on two pytest workers, with the slowest tests listed
 # at the end so that the time budget stays visible. Extra arguments go to pytest, e.g.
-# `bash run_tests.sh -m "not slow"` (the fast part) or `bash run_tests.sh tests/test_modeling.py`.
+# `bash run_tests.sh -m "not slow"` (the fast part) or `bash run_tests.sh tests/modeling/test_modeling.py`.
 set -euo pipefail
 cd "$(dirname "$0")"
 PYTHON=${PYTHON:-python3.11}

@@ -55,8 +55,8 @@ from common import cli as command_line
 from common.errors import UserError
 from common.progress import TerminalProgress
 from data_prep import records, run_control
-from data_prep.pretraining_instances import InstanceOptions, MaskingOptions
-from data_prep.pretraining_records import RunOptions, check_no_earlier_shards, run
+from data_prep.pretraining.pretraining_instances import InstanceOptions, MaskingOptions
+from data_prep.pretraining.pretraining_records import RunOptions, check_no_earlier_shards, run
 
 
 # ----------------------------------------------------------------------------

@@ -29,9 +29,9 @@ from common import cli
 from common.errors import UserError
 from common.progress import TerminalProgress
 
-from data_prep import corpus
-from data_prep import corpus_pipeline
-from data_prep import corpus_settings
+from data_prep.pretraining import corpus
+from data_prep.pretraining import corpus_pipeline
+from data_prep.pretraining import corpus_settings
 from data_prep import create_pretraining_data as cpd
 from data_prep import run_control
 

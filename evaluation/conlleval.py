@@ -4,7 +4,7 @@
 2004-01-26) is the reference scorer of NER and chunking results. It never builds a
 list of entities: it walks the tag sequence once and decides, between each pair of
 neighbouring tags, whether a chunk ends and whether one starts. This module
-applies the same rules to the raw tags (`data_prep.tag_schemes`, where `get_chunks`
+applies the same rules to the raw tags (`data_prep.ner.tag_schemes`, where `get_chunks`
 reads chunks by them), so its counts are those of the script, including on tag
 sequences that are not valid IOB2 (a chunk may start with I-, B- always starts a new
 chunk, a change of type ends one...). A sentence boundary (blank line, or a line whose
@@ -17,7 +17,7 @@ the same type, keep the same type, and end it on the same token.
 IOBES. With `iobes=True` (the default) S- is a one-token chunk and B- after E- starts
 a new chunk, as `seqeval` and the Python ports of conlleval count them; `iobes=False`
 gives the script's rules verbatim, which merge neighbouring IOBES chunks of one type
-(see `data_prep.tag_schemes`).
+(see `data_prep.ner.tag_schemes`).
 
 Reading files differs from the script only where it cannot matter for well-formed
 files: fields are separated by runs of spaces or tabs (the script splits on
@@ -37,7 +37,8 @@ from typing import Iterable, Mapping, Sequence
 
 from common.errors import UserError
 from common import file_io
-from data_prep import records, tag_schemes
+from data_prep import records
+from data_prep.ner import tag_schemes
 
 BOUNDARY = "-X-"
 

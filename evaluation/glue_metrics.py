@@ -9,7 +9,7 @@ Metrics (NumPy):
 MNLI is scored once per evaluation split (matched, mismatched): the caller runs
 `compute_metrics` on each split with its own key prefix. Which metrics a task has,
 which of them make its score (`glue_score`) and its GLUE submission file name are
-declared by its reader in data_prep.classifier_tasks (`DataProcessor.metrics`,
+declared by its reader in data_prep.classifier.classifier_tasks (`DataProcessor.metrics`,
 `score_metrics`, `glue_submission`, `is_regression`).
 
 Output files, written atomically (`common.file_io`, which also writes
@@ -31,7 +31,7 @@ import numpy as np
 
 from common.errors import UserError
 from common import file_io
-from data_prep import classifier_tasks
+from data_prep.classifier import classifier_tasks
 
 # Label "1" is the positive class of MRPC and QQP; it has id 1 in their label
 # list ["0", "1"].
@@ -170,14 +170,14 @@ _METRIC_FUNCTIONS = {
 
 
 def is_regression_task(task_name: str) -> bool:
-    """True for a task of data_prep.classifier_tasks that is a regression (STS-B)."""
+    """True for a task of data_prep.classifier.classifier_tasks that is a regression (STS-B)."""
     task = classifier_tasks.task_class(task_name)
     return bool(task is not None and task.is_regression)
 
 
 def metric_names(task_name: str, is_regression: bool | None = None) -> tuple[bool, tuple]:
     """(whether the task is a regression, its metric names): as its reader in
-    data_prep.classifier_tasks declares them (`metrics`); a task unknown there (a
+    data_prep.classifier.classifier_tasks declares them (`metrics`); a task unknown there (a
     user's "generic" one) gets accuracy, or pearson and spearman when `is_regression`."""
     regression = is_regression_task(task_name) or bool(is_regression)
     task = classifier_tasks.task_class(task_name)

@@ -30,7 +30,7 @@ from absl import logging
 
 from common.errors import UserError
 from common import file_io
-from data_prep import squad_reader
+from data_prep.squad import squad_reader
 
 _ARTICLES = re.compile(r"\b(a|an|the)\b", re.UNICODE)
 _PUNCTUATION = frozenset(string.punctuation)

@@ -3,7 +3,7 @@
 The same arithmetic has several fast forms on CPU, and which is fastest depends on the
 CPU's matrix units. `Kernels` names the choices; `for_cpu` picks them from the CPU's
 instruction sets (Linux: the `flags` of /proc/cpuinfo), from measurements made with
-`benchmarks/bench_kernels.py` and `benchmarks/bench_training.py` (README, Performance):
+`benchmarks/speed/bench_kernels.py` and `benchmarks/speed/bench_training.py` (README, Performance):
 
   amx          Xeon with AMX (bfloat16 matmul about 4x float32): the masked-LM decoder
                in float32 with an XLA-compiled forward product.

@@ -30,7 +30,7 @@ from absl import logging
 
 from common.errors import MissingFileError, UserError
 from common import file_io
-from data_prep import tokenization
+from data_prep.text import tokenization
 from modeling import checkpoint_readers
 from modeling.config import BertConfig
 

@@ -64,7 +64,7 @@ class TaskKind:
       evaluation: how a fine-tuning run evaluates it.
       score: the metric (a key of its evaluation results) the best model is chosen
         by; None: the task's own (a classification task's GLUE score, see
-        data_prep.classifier_reader.DataProcessor.score_metrics).
+        data_prep.classifier.classifier_reader.DataProcessor.score_metrics).
       export_kind: the kind of its raw-text serving export (serving/tasks.py), as the
         export's marker and `TaskModule` name it; None: no such export.
       export_options: that export's own options and their defaults, which are those of

@@ -1,6 +1,6 @@
 """Sentence (pair) classification, regression and multiple-choice signatures: raw text
 in, the probabilities run_classifier.py's --do_predict writes (`test_results.tsv`) out,
-tokenized and packed in-graph as `data_prep.classifier_features.convert_example` does.
+tokenized and packed in-graph as `data_prep.classifier.classifier_features.convert_example` does.
 
 Loading the export needs `import tensorflow_text` first.
 

@@ -1,5 +1,5 @@
 """NER tags in-graph: the task export of a token classifier tags raw text as run_ner.py's
---do_predict does (`data_prep.ner_features`): the same word pieces (`tokenize_words`), windows
+--do_predict does (`data_prep.ner.ner_features`): the same word pieces (`tokenize_words`), windows
 (`serving.windows`, the formula of `ner_features.make_windows` / `max_context_windows`) and one
 tag per word from the window where its first piece has the most context
 (`predictions_to_tags`).
@@ -15,7 +15,8 @@ from __future__ import annotations
 import tensorflow as tf
 
 from common.errors import UserError
-from data_prep import tag_schemes, tf_tokenization, tokenization
+from data_prep.ner import tag_schemes
+from data_prep.text import tf_tokenization, tokenization
 from serving import inputs as text_inputs
 from serving import windows as serving_windows
 

@@ -18,7 +18,7 @@ import itertools
 import tensorflow as tf
 
 from common.errors import UserError
-from data_prep import tf_tokenization
+from data_prep.text import tf_tokenization
 from serving import savedmodel
 from serving.inputs import checked_request
 

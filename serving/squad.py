@@ -1,5 +1,5 @@
 """SQuAD answers in-graph: the task export of a `BertSpanLabeler` answers a raw question
-on a raw context as run_squad.py's --do_predict does (`data_prep.squad_features`,
+on a raw context as run_squad.py's --do_predict does (`data_prep.squad.squad_features`,
 `squad_postprocess`): the same features (`convert_examples_to_features`), windows
 (`serving.windows`, the formula of `squad_features.doc_spans` / `is_max_context`), span
 rules (`predict_example`) and answer text
@@ -19,7 +19,8 @@ from typing import NamedTuple
 import tensorflow as tf
 
 from common.errors import UserError
-from data_prep import squad_features, squad_reader, tf_tokenization, tokenization
+from data_prep.squad import squad_features, squad_reader
+from data_prep.text import tf_tokenization, tokenization
 from serving import inputs as text_inputs
 from serving import windows as serving_windows
 

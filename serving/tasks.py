@@ -31,7 +31,7 @@ from typing import Sequence
 import tensorflow as tf
 
 from common.errors import UserError
-from data_prep import tf_tokenization
+from data_prep.text import tf_tokenization
 from modeling import task_kinds
 from serving import classifier, ner, savedmodel, squad
 

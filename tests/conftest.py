@@ -118,7 +118,7 @@ def vocab_file():
 @pytest.fixture(scope="module")
 def text_lines(sample_data):
     """Every text line of the bundled sample data (test_tokenization.real_text_lines)."""
-    from test_tokenization import real_text_lines
+    from tests.data_prep.test_tokenization import real_text_lines
 
     lines = real_text_lines(sample_data)
     assert sum(len(line) for line in lines) >= 1_000_000
@@ -128,7 +128,7 @@ def text_lines(sample_data):
 @pytest.fixture(scope="module")
 def cased_vocab_file(vocab_file, tmp_path_factory):
     """A cased vocabulary made from the uncased one (test_tokenization.cased_vocab_tokens)."""
-    from test_tokenization import cased_vocab_tokens, write_vocab
+    from tests.data_prep.test_tokenization import cased_vocab_tokens, write_vocab
 
     path = tmp_path_factory.mktemp("cased") / "cased_vocab.txt"
     return write_vocab(path, cased_vocab_tokens(vocab_file))
@@ -145,7 +145,7 @@ def minilm_dir():
 @pytest.fixture(scope="module")
 def tokenizer(vocab_file):
     """The uncased `FullTokenizer` of the bundled vocabulary."""
-    from data_prep import tokenization
+    from data_prep.text import tokenization
 
     return tokenization.FullTokenizer(vocab_file, do_lower_case=True)
 
@@ -182,7 +182,7 @@ def orig_tokenizer(orig, vocab_file):
 @pytest.fixture(scope="module")
 def vocab(tokenizer, vocab_file):
     """The special tokens' ids of the bundled uncased vocabulary (`VocabIds`)."""
-    from data_prep import pretraining_instances as pti
+    from data_prep.pretraining import pretraining_instances as pti
 
     return pti.VocabIds.from_vocab(tokenizer.vocab, vocab_file)
 
@@ -190,7 +190,7 @@ def vocab(tokenizer, vocab_file):
 @pytest.fixture(scope="module")
 def mrpc_dir(tmp_path_factory, sample_data):
     """A slice of the real MRPC files (test_run_classifier*.py)."""
-    from tests.run_classifier_helpers import MRPC_DEV, MRPC_TEST, MRPC_TRAIN, _copy_head
+    from tests.helpers.run_classifier_helpers import MRPC_DEV, MRPC_TEST, MRPC_TRAIN, _copy_head
 
     directory = tmp_path_factory.mktemp("MRPC")
     source = sample_data / "glue" / "MRPC"
@@ -204,7 +204,7 @@ def root(tmp_path_factory, sample_data):
     """A directory with the tiny config and the SQuAD files of test_run_squad*.py:
     v2.json (the first two paragraphs of the sample: 17 questions, 9 unanswerable),
     v1.json (the same without the unanswerable questions, as SQuAD 1.1)."""
-    from tests.run_squad_helpers import read_json, tiny_config, write_json
+    from tests.helpers.run_squad_helpers import read_json, tiny_config, write_json
 
     directory = tmp_path_factory.mktemp("squad")
     tiny_config(directory / "bert_config.json")

@@ -1,0 +1,582 @@
+"""The sentence (pair) classification tasks, by name (`get_processor`).
+
+  GLUE (the layout of the GLUE download script): CoLA, SST-2, MRPC, STS-B (a
+    regression), QQP, MNLI, QNLI, RTE, WNLI and AX (the diagnostic set);
+  XNLI (the `xnli.{dev,test}.tsv` files and the machine-translated MultiNLI
+    training data, as the original release reads them);
+  SWAG (multiple choice, the official `{train,val,test}.csv`);
+  "generic": a user's own TSV or CSV files.
+
+A task is a `classifier_reader.DataProcessor` whose class attributes say where each
+split's file is and where its fields are; a new task of the same kind is a class
+here and an entry in `PROCESSORS`. A reader written for the original release
+(`get_train_examples(data_dir)`, ..., `get_labels()`) works too, as an entry of
+`PROCESSORS` or by name, "my_module:MyProcessor", from a module of its own
+(`classifier_compat`).
+
+Typical use:
+  processor = get_processor("mrpc")  # or get_processor("my_module:MyProcessor")
+  examples = processor.get_examples(data_dir, "train")
+"""
+
+from __future__ import annotations
+
+import inspect
+import os
+from typing import Sequence
+
+from common.errors import MissingFileError, UserError
+from data_prep.classifier import classifier_compat
+from data_prep.classifier.classifier_reader import (
+    Column,
+    DataProcessor,
+    FileLayout,
+    MultipleChoiceExample,
+    check_width,
+    file_exists,
+    read_field,
+    resolve_column,
+    rows_and_header,
+    tsv,
+)
+
+XNLI_LANGUAGES = (
+    "ar",
+    "bg",
+    "de",
+    "el",
+    "en",
+    "es",
+    "fr",
+    "hi",
+    "ru",
+    "sw",
+    "th",
+    "tr",
+    "ur",
+    "vi",
+    "zh",
+)
+
+
+# ----------------------------------------------------------------------------
+# GLUE.
+# ----------------------------------------------------------------------------
+
+# The columns of the sentence-pair files of STS-B, MNLI, AX, RTE and WNLI.
+_PAIR_COLUMNS = dict(text_a="sentence1", text_b="sentence2", index="index")
+
+
+def _glue_layouts(label: Column, **columns: Column) -> dict[str, FileLayout]:
+    """GLUE's usual three files with a header: train.tsv and dev.tsv with the label
+    column, test.tsv without."""
+    return {
+        "train": tsv("train.tsv", label=label, **columns),
+        "dev": tsv("dev.tsv", label=label, **columns),
+        "test": tsv("test.tsv", **columns),
+    }
+
+
+class ColaProcessor(DataProcessor):
+    """CoLA: is a sentence grammatical? Labels "0" (no), "1" (yes).
+
+    train.tsv, dev.tsv: no header; columns source, label, author's label,
+      sentence.
+    test.tsv: header `index  sentence`.
+    """
+
+    name = "cola"
+    labels = ("0", "1")
+    metrics = ("accuracy", "mcc")
+    score_metrics = ("mcc",)
+    glue_submission = {"test": "CoLA"}
+    layouts = {
+        "train": tsv("train.tsv", has_header=False, text_a=3, label=1),
+        "dev": tsv("dev.tsv", has_header=False, text_a=3, label=1),
+        "test": tsv("test.tsv", text_a="sentence", index="index"),
+    }
+
+
+class Sst2Processor(DataProcessor):
+    """SST-2: sentence sentiment, "0" negative, "1" positive.
+
+    train.tsv, dev.tsv: header `sentence  label`.
+    test.tsv: header `index  sentence`.
+    """
+
+    name = "sst-2"
+    labels = ("0", "1")
+    glue_submission = {"test": "SST-2"}
+    layouts = {
+        "train": tsv("train.tsv", text_a="sentence", label="label"),
+        "dev": tsv("dev.tsv", text_a="sentence", label="label"),
+        "test": tsv("test.tsv", text_a="sentence", index="index"),
+    }
+
+
+class MrpcProcessor(DataProcessor):
+    """MRPC: is sentence 2 a paraphrase of sentence 1? "0" no, "1" yes.
+
+    train.tsv, dev.tsv (UTF-8 with a byte-order mark): header
+      `Quality  #1 ID  #2 ID  #1 String  #2 String`, Quality being the label.
+    test.tsv: header `index  #1 ID  #2 ID  #1 String  #2 String`.
+    """
+
+    name = "mrpc"
+    labels = ("0", "1")
+    metrics = ("accuracy", "f1")
+    glue_submission = {"test": "MRPC"}
+    layouts = {
+        "train": tsv("train.tsv", text_a="#1 String", text_b="#2 String", label="Quality"),
+        "dev": tsv("dev.tsv", text_a="#1 String", text_b="#2 String", label="Quality"),
+        "test": tsv("test.tsv", text_a="#1 String", text_b="#2 String", index="index"),
+    }
+
+
+class StsbProcessor(DataProcessor):
+    """STS-B: similarity of two sentences, a float score in [0, 5] (regression).
+
+    train.tsv, dev.tsv: header `index  genre  filename  year  old_index  source1
+      source2  sentence1  sentence2  score`.
+    test.tsv: the same without `score`.
+    """
+
+    name = "sts-b"
+    is_regression = True
+    label_range = (0.0, 5.0)
+    glue_submission = {"test": "STS-B"}
+    layouts = _glue_layouts("score", **_PAIR_COLUMNS)
+
+
+class QqpProcessor(DataProcessor):
+    """QQP: are two Quora questions duplicates? "0" no, "1" yes.
+
+    train.tsv, dev.tsv: header `id  qid1  qid2  question1  question2
+      is_duplicate`.
+    test.tsv: header `id  question1  question2`.
+    """
+
+    name = "qqp"
+    labels = ("0", "1")
+    metrics = ("accuracy", "f1")
+    glue_submission = {"test": "QQP"}
+    layouts = _glue_layouts("is_duplicate", text_a="question1", text_b="question2", index="id")
+
+
+_NLI_LABELS = ("contradiction", "entailment", "neutral")
+
+
+class MnliProcessor(DataProcessor):
+    """MultiNLI: does the premise entail, contradict or not decide the hypothesis?
+
+    All files have a header; the columns read are `index`, `sentence1`
+    (premise), `sentence2` (hypothesis) and, in train.tsv and
+    dev_{matched,mismatched}.tsv, `gold_label` (the last column).
+    test_{matched,mismatched}.tsv have no label. Splits: train, dev_matched
+    (alias dev), dev_mismatched, test_matched (alias test), test_mismatched.
+    """
+
+    name = "mnli"
+    labels = _NLI_LABELS
+    layouts = {
+        "train": tsv("train.tsv", label="gold_label", **_PAIR_COLUMNS),
+        "dev_matched": tsv("dev_matched.tsv", label="gold_label", **_PAIR_COLUMNS),
+        "dev_mismatched": tsv("dev_mismatched.tsv", label="gold_label", **_PAIR_COLUMNS),
+        "test_matched": tsv("test_matched.tsv", **_PAIR_COLUMNS),
+        "test_mismatched": tsv("test_mismatched.tsv", **_PAIR_COLUMNS),
+    }
+    split_aliases = {"dev": "dev_matched", "test": "test_matched"}
+    eval_splits = ("dev_matched", "dev_mismatched")
+    test_splits = ("test_matched", "test_mismatched")
+    glue_submission = {"test": "MNLI-m", "test_matched": "MNLI-m", "test_mismatched": "MNLI-mm"}
+
+
+class AxProcessor(DataProcessor):
+    """AX, GLUE's diagnostic set, predicted by an MNLI model (no labels given).
+
+    The data directory is GLUE's `diagnostic/`; diagnostic.tsv has the header
+    `index  sentence1  sentence2`. The only split is "test".
+    """
+
+    name = "ax"
+    labels = _NLI_LABELS
+    metrics = ("accuracy", "mcc")
+    score_metrics = ("mcc",)
+    glue_submission = {"test": "AX"}
+    layouts = {"test": tsv("diagnostic.tsv", **_PAIR_COLUMNS)}
+    eval_splits = ()
+
+
+class QnliProcessor(DataProcessor):
+    """QNLI: does the sentence answer the question? entailment/not_entailment.
+
+    train.tsv, dev.tsv: header `index  question  sentence  label`.
+    test.tsv: header `index  question  sentence`.
+    """
+
+    name = "qnli"
+    labels = ("entailment", "not_entailment")
+    glue_submission = {"test": "QNLI"}
+    layouts = _glue_layouts("label", text_a="question", text_b="sentence", index="index")
+
+
+class RteProcessor(DataProcessor):
+    """RTE: does sentence 1 entail sentence 2? entailment/not_entailment.
+
+    train.tsv, dev.tsv: header `index  sentence1  sentence2  label`.
+    test.tsv: header `index  sentence1  sentence2`.
+    """
+
+    name = "rte"
+    labels = ("entailment", "not_entailment")
+    glue_submission = {"test": "RTE"}
+    layouts = _glue_layouts("label", **_PAIR_COLUMNS)
+
+
+class WnliProcessor(DataProcessor):
+    """WNLI: does sentence 1 entail sentence 2 (Winograd)? "0" no, "1" yes.
+
+    train.tsv, dev.tsv: header `index  sentence1  sentence2  label`.
+    test.tsv: header `index  sentence1  sentence2`.
+    """
+
+    name = "wnli"
+    labels = ("0", "1")
+    glue_submission = {"test": "WNLI"}
+    layouts = _glue_layouts("label", **_PAIR_COLUMNS)
+
+
+# ----------------------------------------------------------------------------
+# XNLI, SWAG and a user's own files.
+# ----------------------------------------------------------------------------
+
+
+class XnliProcessor(DataProcessor):
+    """XNLI in one language: entailment, contradiction or neutral.
+
+    Files under the data directory, as the original release expects them:
+      multinli/multinli.train.<lang>.tsv (XNLI-MT): a header, then premise,
+        hypothesis, label by position; "contradictory" means contradiction.
+      xnli.dev.tsv, xnli.test.tsv (XNLI-1.0): header with columns `language`,
+        `gold_label`, `sentence1`, `sentence2` (among others); only the rows of
+        `xnli_language` are read.
+    """
+
+    name = "xnli"
+    labels = _NLI_LABELS
+    label_aliases = {"contradictory": "contradiction"}
+
+    def __init__(self, xnli_language: str = "zh"):
+        if xnli_language not in XNLI_LANGUAGES:
+            raise UserError(
+                f"xnli_language={xnli_language!r} is not an XNLI language; "
+                f"known: {', '.join(XNLI_LANGUAGES)}"
+            )
+        self.language = xnli_language
+        columns = dict(
+            text_a="sentence1", text_b="sentence2", label="gold_label", language="language"
+        )
+        self.layouts = {
+            "train": tsv(
+                f"multinli/multinli.train.{xnli_language}.tsv", text_a=0, text_b=1, label=2
+            ),
+            "dev": tsv("xnli.dev.tsv", **columns),
+            "test": tsv("xnli.test.tsv", **columns),
+        }
+
+    def options(self) -> dict:
+        return {"xnli_language": self.language}
+
+
+class SwagProcessor(DataProcessor):
+    """SWAG: which of four endings continues the scene? Labels "0".."3".
+
+    train.csv, val.csv (split "dev"), test.csv of the official release: a
+    comma-separated, quoted CSV with a header; the columns read are `sent1`,
+    `sent2`, `ending0`..`ending3` and `label` (test.csv has none). Other columns
+    (the unnamed row number, video-id, fold-ind, startphrase, gold-source) are
+    ignored.
+
+    Each choice is encoded as its own sequence
+    `[CLS] sent1 [SEP] sent2 + " " + ending_i [SEP]`, as in the BERT paper
+    (section 4.4: sentence A the given sentence, sentence B a possible
+    continuation) and Hugging Face's run_swag.py (first sentence `sent1`, second
+    `f"{sent2} {ending}"`).
+    """
+
+    name = "swag"
+    labels = ("0", "1", "2", "3")
+    num_choices = 4
+    layouts = {
+        split: FileLayout(file_name, delimiter=",", quotechar='"')
+        for split, file_name in (("train", "train.csv"), ("dev", "val.csv"), ("test", "test.csv"))
+    }
+
+    def _read(self, path, layout, split, labels):
+        rows, header = rows_and_header(path, layout)
+        names = ["sent1", "sent2"] + [f"ending{i}" for i in range(self.num_choices)]
+        if split != "test" or "label" in header:
+            names.append("label")
+        at = {name: resolve_column(name, header, path) for name in names}
+        width = max(at.values()) + 1
+        examples = []
+        for line, fields in rows:
+            check_width(fields, width, layout.delimiter, path, line)
+            start = read_field(fields, at["sent2"], "sent2", path, line, allow_empty=True).strip()
+            endings = [
+                read_field(fields, at[f"ending{i}"], f"ending{i}", path, line)
+                for i in range(self.num_choices)
+            ]
+            label = None
+            if "label" in at:
+                label = self.parse_label(fields[at["label"]], labels, path, line)
+            examples.append(
+                MultipleChoiceExample(
+                    guid=f"{split}-{line}",
+                    context=read_field(fields, at["sent1"], "sent1", path, line),
+                    choices=tuple(f"{start} {ending}" if start else ending for ending in endings),
+                    label=label,
+                    index=str(len(examples)),
+                )
+            )
+        return examples
+
+
+_EXTENSION_DELIMITERS = {"tsv": "\t", "csv": ","}
+_EXTENSION_QUOTECHARS = {"tsv": None, "csv": '"'}
+_AUTO = "auto"
+
+
+def _column_spec(value: Column | None, has_header: bool, argument: str) -> Column | None:
+    """A user's column argument: a name with a header, a position without."""
+    if value is None or has_header:
+        return value
+    try:
+        return int(value)
+    except ValueError:
+        raise UserError(
+            f"{argument}={value!r}: without a header, columns are 0-based positions"
+        ) from None
+
+
+class GenericProcessor(DataProcessor):
+    """A user's own task: {train,dev,test}.tsv or .csv in the data directory.
+
+    The columns are arguments: by name when the files have a header row, by
+    0-based position otherwise. The delimiter follows the extension (tab for
+    .tsv, comma for .csv) unless given; .tsv files are read with quoting off
+    (as GLUE's), .csv files with `"` quoting. Labels are the sorted distinct
+    values of the label column of train.tsv/csv (or `labels` when given); a
+    regression task reads float scores. The test file's labels, if any, are not
+    read.
+    """
+
+    name = "generic"
+
+    def __init__(
+        self,
+        text_a_column: Column | None = None,
+        label_column: Column | None = None,
+        text_b_column: Column | None = None,
+        has_header: bool = True,
+        delimiter: str | None = None,
+        quotechar: str | None = _AUTO,
+        is_regression: bool = False,
+        labels: Sequence[str] | None = None,
+    ):
+        if text_a_column is None or label_column is None:
+            raise UserError(
+                "The generic task needs text_a_column and label_column "
+                f"(got {text_a_column!r}, {label_column!r})"
+            )
+        self.text_a_column = _column_spec(text_a_column, has_header, "text_a_column")
+        self.text_b_column = _column_spec(text_b_column, has_header, "text_b_column")
+        self.label_column = _column_spec(label_column, has_header, "label_column")
+        self.has_header = has_header
+        self.delimiter = delimiter
+        self.quotechar = quotechar
+        self.is_regression = is_regression
+        self.layouts = {"train": None, "dev": None, "test": None}
+        self._given_labels = list(labels) if labels is not None else None
+        self._labels_by_dir = {}
+
+    def options(self) -> dict:
+        return {
+            "text_a_column": self.text_a_column,
+            "text_b_column": self.text_b_column,
+            "label_column": self.label_column,
+            "has_header": self.has_header,
+            "delimiter": self.delimiter,
+            "quotechar": self.quotechar,
+            "is_regression": self.is_regression,
+            "labels": self._given_labels,
+        }
+
+    def _file_name(self, data_dir: str, split: str) -> str:
+        names = [f"{split}.{extension}" for extension in _EXTENSION_DELIMITERS]
+        found = [name for name in names if file_exists(os.path.join(data_dir, name))]
+        if not found:
+            raise MissingFileError(
+                f"generic {split} file not found: "
+                f"{' or '.join(os.path.join(data_dir, name) for name in names)}"
+            )
+        if len(found) > 1:
+            raise UserError(f"Both {' and '.join(found)} are in {data_dir}: keep one")
+        return found[0]
+
+    def layout(self, data_dir: str, split: str) -> FileLayout:
+        file_name = self._file_name(data_dir, split)
+        extension = file_name.rsplit(".", 1)[1]
+        quotechar = self.quotechar
+        if quotechar == _AUTO:
+            quotechar = _EXTENSION_QUOTECHARS[extension]
+        return FileLayout(
+            file_name,
+            self.has_header,
+            text_a=self.text_a_column,
+            text_b=self.text_b_column,
+            label=None if split == "test" else self.label_column,
+            delimiter=self.delimiter or _EXTENSION_DELIMITERS[extension],
+            quotechar=quotechar,
+        )
+
+    def input_files(self, data_dir: str, split: str) -> list[str]:
+        """The split's file, and train.tsv/csv where the labels come from it."""
+        files = super().input_files(data_dir, split)
+        if self._given_labels is None and not self.is_regression:
+            train = os.path.join(data_dir, self._file_name(data_dir, "train"))
+            if train not in files:
+                files.append(train)
+        return files
+
+    def get_labels(self, data_dir: str | None = None) -> list[str]:
+        """Sorted labels of the training file (or those given, or [])."""
+        if self.is_regression:
+            return []
+        if self._given_labels is not None:
+            return list(self._given_labels)
+        if data_dir is None:
+            raise UserError(
+                "The generic task reads its labels from train.tsv/csv: pass "
+                "data_dir, or give labels"
+            )
+        if data_dir not in self._labels_by_dir:
+            path = os.path.join(data_dir, self._file_name(data_dir, "train"))
+            examples = self._read(path, self.layout(data_dir, "train"), "train", labels=None)
+            labels = sorted({example.label for example in examples})
+            if len(labels) < 2:
+                raise UserError(
+                    f"{path}: column {self.label_column!r} has fewer than two "
+                    f"distinct labels: {labels}"
+                )
+            self._labels_by_dir[data_dir] = labels
+        return list(self._labels_by_dir[data_dir])
+
+
+class PawsProcessor(DataProcessor):
+    """PAWS-Wiki (Labeled, Final): is sentence 2 a paraphrase of sentence 1? "0" no,
+    "1" yes. Pairs made by word swapping and back translation, so that word overlap
+    alone does not tell (Zhang et al., 2019).
+
+    train.tsv, dev.tsv, test.tsv (as the release unpacks them, in `final/`): header
+    `id  sentence1  sentence2  label`; every split is labelled, so --do_eval scores
+    dev and test (eval_test_accuracy) and --do_predict writes test_results.tsv.
+    """
+
+    name = "paws"
+    labels = ("0", "1")
+    layouts = {
+        split: tsv(
+            f"{split}.tsv", text_a="sentence1", text_b="sentence2", label="label", index="id"
+        )
+        for split in ("train", "dev", "test")
+    }
+    eval_splits = ("dev", "test")
+
+
+# ----------------------------------------------------------------------------
+# By name.
+# ----------------------------------------------------------------------------
+
+
+# The tasks of this project: each declares its files, labels, metrics, score and GLUE
+# submission file (`DataProcessor`'s class attributes). A new one is added here.
+TASKS = (
+    ColaProcessor,
+    Sst2Processor,
+    MrpcProcessor,
+    StsbProcessor,
+    QqpProcessor,
+    MnliProcessor,
+    QnliProcessor,
+    RteProcessor,
+    WnliProcessor,
+    AxProcessor,
+    PawsProcessor,
+    XnliProcessor,
+    SwagProcessor,
+    GenericProcessor,
+)
+
+# Task name -> reader class. A reader of one's own goes here ("mytask": MyProcessor,
+# as the original README says of its `processors`), or stays in a module of one's own:
+# --task_name=my_module:MyProcessor.
+PROCESSORS = {task.name: task for task in TASKS}
+
+
+def _lookup_name(task_name: str) -> str:
+    return task_name.lower().replace("-", "").replace("_", "")
+
+
+def task_class(task_name: str) -> type[DataProcessor] | None:
+    """The task of `TASKS` named `task_name` (any case, "SST-2" or "sst2"), whatever
+    reader `PROCESSORS` now holds under that name, else None: a reader registered under
+    a task's name is scored with that task's metrics."""
+    wanted = _lookup_name(task_name)
+    return next((task for task in TASKS if _lookup_name(task.name) == wanted), None)
+
+
+def get_processor(task_name: str, **options) -> DataProcessor:
+    """Returns the reader of `task_name` (any case; "sst2", "SST-2" both work).
+
+    Args:
+      task_name: a key of PROCESSORS, or "module:Class", a reader class in a module
+        on the Python path. A reader written for the original release is wrapped
+        (`classifier_compat.OriginalStyleReader`).
+      **options: the task's own arguments (`xnli_language` for XNLI; the column
+        arguments of "generic"). Options that are None are dropped, so a runner
+        can pass all its flags.
+
+    Raises:
+      ValueError: an unknown task (listing the known ones), a class that cannot be
+        loaded or is no reader, or an option the task does not take.
+    """
+    if ":" in task_name:
+        name, cls = task_name, classifier_compat.load_class(task_name)
+    else:
+        by_lookup = {_lookup_name(name): (name, cls) for name, cls in PROCESSORS.items()}
+        name, cls = by_lookup.get(_lookup_name(task_name), (task_name, None))
+        if cls is None:
+            raise UserError(
+                f"Unknown task {task_name!r}; known tasks: {', '.join(PROCESSORS)}, or "
+                f"module:Class for a reader class of one's own"
+            )
+    original_style = classifier_compat.is_original_style(cls)
+    if not (original_style or issubclass(cls, DataProcessor)):
+        raise UserError(
+            f"Task {task_name!r}: {cls.__module__}.{cls.__qualname__} is not a DataProcessor "
+            f"(get_train_examples(data_dir), get_dev_examples, get_test_examples, get_labels())"
+        )
+    options = {key: value for key, value in options.items() if value is not None}
+    accepted = set(inspect.signature(cls).parameters)
+    unknown = sorted(set(options) - accepted)
+    if unknown:
+        raise UserError(
+            f"Task {name!r} does not take {', '.join(unknown)}; it takes: "
+            f"{', '.join(sorted(accepted)) or 'no options'}"
+        )
+    processor = cls(**options)
+    if original_style:
+        return classifier_compat.OriginalStyleReader(processor, name)
+    processor.name = processor.name or name
+    return processor

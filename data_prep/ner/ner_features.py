@@ -1,0 +1,549 @@
+"""CoNLL sentences -> BERT token-classification features, TFRecords and tf.data, and
+the model's predictions back to one tag per word.
+
+Features. Every word is split into word pieces by `tokenization.FullTokenizer`;
+a word left without pieces (one the tokenizer drops whole, such as a control
+character) becomes [UNK], so that every word gets a prediction. A sequence is
+`[CLS] pieces [SEP]` with segment ids 0, zero padded. The first piece of a word
+carries the word's label id; every other position ([CLS], [SEP], the following
+pieces of a word, padding) carries LABEL_IGNORE_ID (-1), which the loss and
+the metrics mask out (`label_ids >= 0`), as Hugging Face's token classification
+examples do by default.
+
+Label scheme. The model learns its labels in one tag scheme (`label_scheme`:
+"iob1", "iob2" or "iobes"; run_ner.py's default is the training file's own): each
+sentence's chunks are written in it (`tag_schemes.from_iob2`) before the tags become
+label ids, and `predictions_to_tags` returns tags in it, which
+`conll.write_predictions` rewrites in any file's scheme. On IOB1 data (CoNLL-2003)
+nearly every entity word is I-X; learning IOB2 instead doubles the entity classes a
+short fine-tuning must tell apart.
+
+Long sentences. A sentence of more than max_seq_length - 2 pieces is cut into
+overlapping windows, as SQuAD cuts documents: windows of max_seq_length - 2
+pieces starting every doc_stride pieces, the last one ending at the last piece.
+A word is labelled in every window holding its first piece (all of them train)
+and predicted from one: the window where min(left context, right context) +
+0.01 * window length, taken at the first piece, is highest (the first one on
+ties). `InputFeatures.token_is_max_context` marks it and `predictions_to_tags`
+reassembles one tag per word from those positions.
+
+Records. `write_tfrecord`: int64 input_ids, input_mask, segment_ids, label_ids
+[max_seq_length] and unique_ids [1], written atomically; beside them
+`<file>.meta.json` (`describe`, `write_metadata`, `read_metadata`: a
+`RecordMetadata`, format `RECORD_FORMAT`) with the label list and its scheme.
+`build_dataset` reads them back as the Trainer takes them; `inference_dataset`
+batches features held in memory; both cut each batch to its longest window
+(`input_pipeline`).
+
+Shape legend: B batch, F features, S max_seq_length, L labels.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Sequence
+
+import numpy as np
+import tensorflow as tf
+from absl import logging
+
+from common.progress import Progress
+from common.errors import UserError
+from data_prep import context_windows, input_pipeline, records
+from data_prep.ner import tag_schemes
+from data_prep.text import tokenization
+from data_prep.input_pipeline import RecordMetadata
+from data_prep.ner.conll import Sentence
+
+LABEL_IGNORE_ID = -1
+# Raise the version when the records written for the same inputs change.
+RECORD_FORMAT = "bert_ner_tfrecord/3"
+
+
+# ----------------------------------------------------------------------------
+# Word pieces and windows.
+# ----------------------------------------------------------------------------
+
+
+@dataclasses.dataclass
+class InputFeatures:
+    """One window of one sentence, ready for the model.
+
+    Attributes:
+        unique_id: index of this feature among all features written together.
+        sentence_index: index of its sentence.
+        window_index: index of this window among its sentence's windows.
+        input_ids: int [S] `[CLS] pieces [SEP]`, zero padded.
+        input_mask: int [S] 1 for real tokens, 0 for padding.
+        segment_ids: int [S] all 0.
+        label_ids: int [S] label id at the first piece of each word,
+            LABEL_IGNORE_ID elsewhere.
+        token_to_word: int [S] index of the word whose first piece is at this
+            position, -1 elsewhere.
+        token_is_max_context: bool [S] True where `token_to_word` >= 0 and this
+            window is the one the word is predicted from.
+    """
+
+    unique_id: int
+    sentence_index: int
+    window_index: int
+    input_ids: list[int]
+    input_mask: list[int]
+    segment_ids: list[int]
+    label_ids: list[int]
+    token_to_word: list[int]
+    token_is_max_context: list[bool]
+
+
+def tokenize_words(
+    words: Sequence[str], tokenizer: tokenization.FullTokenizer
+) -> tuple[list[str], list[int]]:
+    """Word pieces of the words, and the index of each word's first piece.
+
+    A word without pieces becomes [UNK].
+    """
+    pieces, word_starts = [], []
+    for word in words:
+        word_starts.append(len(pieces))
+        pieces.extend(tokenizer.tokenize(word) or [tokenization.UNK_TOKEN])
+    return pieces, word_starts
+
+
+def make_windows(num_pieces: int, max_pieces: int, doc_stride: int) -> list[tuple[int, int]]:
+    """(start, length) of the windows covering `num_pieces` pieces, as SQuAD doc spans
+    (`context_windows.windows`); an empty sentence gets one empty window."""
+    return context_windows.windows(num_pieces, max_pieces, doc_stride)
+
+
+def max_context_windows(positions: Sequence[int], windows: Sequence[tuple[int, int]]) -> list[int]:
+    """For each piece position, the window that gives it the most context.
+
+    Score of a window holding the position: min(pieces to its left, pieces to its
+    right) + 0.01 * window length; the first window with the highest score wins
+    (`context_windows.max_context_window`).
+    """
+    best = []
+    for position in positions:
+        index = context_windows.max_context_window(position, windows)
+        if index is None:
+            raise ValueError(f"piece position {position} is in no window")
+        best.append(index)
+    return best
+
+
+def _label_ids(
+    sentence: Sentence, label_map: dict[str, int], label_scheme: str, unlearnt: list
+) -> list[int]:
+    """Label ids of a sentence's words; LABEL_IGNORE_ID for a tag of a known type whose
+    label training never had (appended to `unlearnt` as (path, line, tag))."""
+    known_types = {tag_schemes.split_tag(label)[1] for label in label_map}
+    ids = []
+    tags = tag_schemes.from_iob2(sentence.tags, label_scheme)
+    for tag, line_number in zip(tags, sentence.line_numbers):
+        if tag in label_map:
+            ids.append(label_map[tag])
+        elif tag_schemes.split_tag(tag)[1] in known_types:
+            unlearnt.append((sentence.path, line_number, tag))
+            ids.append(LABEL_IGNORE_ID)
+        else:
+            raise UserError(
+                f"{sentence.path}:{line_number}: tag {tag!r} ({label_scheme} form) is "
+                f"not in the training label list {list(label_map)}"
+            )
+    return ids
+
+
+def _pad(values: list, length: int, value) -> list:
+    return values + [value] * (length - len(values))
+
+
+def convert_sentences_to_features(
+    sentences: Sequence[Sentence],
+    labels: Sequence[str],
+    tokenizer: tokenization.FullTokenizer,
+    max_seq_length: int,
+    doc_stride: int,
+    label_scheme: str = "iob2",
+    progress: Progress | None = None,
+) -> list[InputFeatures]:
+    """Tokenizes sentences and cuts them into windows of `max_seq_length` tokens.
+
+    Args:
+        sentences: sentences with IOB2 tags.
+        labels: the label list of the training sentences (`conll.label_list`), in
+            `label_scheme`.
+        tokenizer: the WordPiece tokenizer.
+        max_seq_length: S, length of every sequence ([CLS] and [SEP] included).
+        doc_stride: pieces between the starts of consecutive windows of a long
+            sentence.
+        label_scheme: the tag scheme the labels are in ("iob1", "iob2", "iobes"):
+            each sentence's tags are rewritten in it before they become label ids.
+        progress: shown the sentences done (`common.progress`).
+
+    Returns:
+        The features, sentence by sentence, window by window. A tag of a type in
+        `labels` whose label is not (IOB1's rare B- when training had none) carries
+        LABEL_IGNORE_ID, with one warning naming how many and the first one.
+
+    Raises:
+        ValueError: bad lengths, or a tag of a type missing from `labels` (naming
+            the file and line of the word).
+    """
+    if max_seq_length < 3:
+        raise UserError(f"max_seq_length must be at least 3, got {max_seq_length}")
+    if doc_stride < 1:
+        raise UserError(f"doc_stride must be at least 1, got {doc_stride}")
+    tag_schemes.check_scheme(label_scheme)
+    label_map = {label: index for index, label in enumerate(labels)}
+    cls_id, sep_id = tokenizer.convert_tokens_to_ids(
+        [tokenization.CLS_TOKEN, tokenization.SEP_TOKEN]
+    )
+    features, unlearnt = [], []
+    progress = progress if progress is not None else Progress()
+    done = progress.iterate(sentences, "features", len(sentences), "sentence")
+    for sentence_index, sentence in enumerate(done):
+        word_labels = _label_ids(sentence, label_map, label_scheme, unlearnt)
+        pieces, word_starts = tokenize_words(sentence.words, tokenizer)
+        piece_ids = tokenizer.convert_tokens_to_ids(pieces)
+        piece_word = [-1] * len(pieces)
+        for word, start in enumerate(word_starts):
+            piece_word[start] = word
+        windows = make_windows(len(pieces), max_seq_length - 2, doc_stride)
+        best_window = max_context_windows(word_starts, windows)
+        for window_index, (start, length) in enumerate(windows):
+            token_to_word = [-1] + piece_word[start : start + length] + [-1]
+            input_ids = [cls_id] + piece_ids[start : start + length] + [sep_id]
+            features.append(
+                InputFeatures(
+                    unique_id=len(features),
+                    sentence_index=sentence_index,
+                    window_index=window_index,
+                    input_ids=_pad(input_ids, max_seq_length, 0),
+                    input_mask=_pad([1] * len(input_ids), max_seq_length, 0),
+                    segment_ids=[0] * max_seq_length,
+                    label_ids=_pad(
+                        [word_labels[w] if w >= 0 else LABEL_IGNORE_ID for w in token_to_word],
+                        max_seq_length,
+                        LABEL_IGNORE_ID,
+                    ),
+                    token_to_word=_pad(token_to_word, max_seq_length, -1),
+                    token_is_max_context=_pad(
+                        [w >= 0 and best_window[w] == window_index for w in token_to_word],
+                        max_seq_length,
+                        False,
+                    ),
+                )
+            )
+    if unlearnt:
+        path, line_number, tag = unlearnt[0]
+        logging.warning(
+            "%d tags have a label training never had, left out of the loss (the model "
+            "cannot predict them); the first: %s:%d %r",
+            len(unlearnt),
+            path,
+            line_number,
+            tag,
+        )
+    return features
+
+
+def predictions_to_tags(
+    predictions,
+    features: Sequence[InputFeatures],
+    sentences: Sequence[Sentence],
+    labels: Sequence[str],
+) -> list[list[str]]:
+    """One predicted tag per word, each taken from the word's max-context window.
+
+    The tags are labels, in the scheme the model learnt (`label_scheme` of
+    `convert_sentences_to_features`); `conll.write_predictions` writes them in a
+    file's scheme.
+
+    Args:
+        predictions: int [F, S] label ids, or float [F, S, L] logits (or
+            probabilities), one row per feature in `features` order.
+        features: the features the predictions were made for.
+        sentences: the sentences the features were made from.
+        labels: the label list.
+
+    Returns:
+        For every sentence, one tag per word.
+
+    Raises:
+        ValueError: shapes that do not match, a label id outside [0, L), or a word
+            with no prediction or more than one (features from other sentences).
+    """
+    predictions = np.asarray(predictions)
+    if predictions.ndim == 3:
+        predictions = np.argmax(predictions, axis=-1)
+    if predictions.ndim != 2 or predictions.shape[0] != len(features):
+        raise UserError(
+            f"predictions must be [F={len(features)}, S] or [F, S, L], "
+            f"got shape {np.shape(predictions)}"
+        )
+    tags = [[None] * len(sentence.words) for sentence in sentences]
+    for row, feature in zip(predictions, features):
+        if len(row) != len(feature.token_to_word):
+            raise UserError(
+                f"predictions have {len(row)} positions per feature, "
+                f"features {len(feature.token_to_word)}"
+            )
+        sentence_tags = tags[feature.sentence_index]
+        for position, word in enumerate(feature.token_to_word):
+            if not feature.token_is_max_context[position]:
+                continue
+            label_id = int(row[position])
+            if not 0 <= label_id < len(labels):
+                raise UserError(
+                    f"feature {feature.unique_id}, position {position}: "
+                    f"label id {label_id} is not in [0, {len(labels)})"
+                )
+            if sentence_tags[word] is not None:
+                raise UserError(
+                    f"sentence {feature.sentence_index}, word {word}: "
+                    "predicted by more than one window"
+                )
+            sentence_tags[word] = labels[label_id]
+    for sentence_index, sentence_tags in enumerate(tags):
+        if None in sentence_tags:
+            word = sentence_tags.index(None)
+            raise UserError(
+                f"sentence {sentence_index}, word {word}: no prediction "
+                "(the features do not cover it)"
+            )
+    return tags
+
+
+# ----------------------------------------------------------------------------
+# Records.
+# ----------------------------------------------------------------------------
+
+
+def write_tfrecord(features: Sequence[InputFeatures], path: str) -> None:
+    """Writes the features as tf.train.Examples (fields in the module docstring)."""
+    ints = records.int64_feature
+    records.write_tfrecord(
+        path,
+        (
+            tf.train.Example(
+                features=tf.train.Features(
+                    feature={
+                        "input_ids": ints(feature.input_ids),
+                        "input_mask": ints(feature.input_mask),
+                        "segment_ids": ints(feature.segment_ids),
+                        "label_ids": ints(feature.label_ids),
+                        "unique_ids": ints([feature.unique_id]),
+                    }
+                )
+            ).SerializeToString(deterministic=True)
+            for feature in features
+        ),
+    )
+
+
+# The entries of the metadata beside NER records (`RecordMetadata.entries`): the label
+# list (label id i is labels[i]) and its tag scheme (the one the model learns in), the
+# source file's tag scheme, how the features were made, the vocabulary's size, counts,
+# and the label id of positions without a label.
+METADATA_ENTRIES = (
+    "labels",
+    "label_scheme",
+    "tag_scheme",
+    "max_seq_length",
+    "doc_stride",
+    "do_lower_case",
+    "vocab_size",
+    "num_sentences",
+    "num_words",
+    "num_features",
+    "label_ignore_id",
+)
+# The metadata entry that counts the records (windows).
+COUNT_KEY = "num_features"
+
+
+def describe(
+    sentences: Sequence[Sentence],
+    features: Sequence[InputFeatures],
+    labels: Sequence[str],
+    label_scheme: str,
+    tag_scheme: str,
+    max_seq_length: int,
+    doc_stride: int,
+    do_lower_case: bool,
+    vocab_size: int,
+) -> RecordMetadata:
+    """The metadata of `features`, made from `sentences` (entries: METADATA_ENTRIES)."""
+    return RecordMetadata.from_entries(
+        dict(
+            labels=list(labels),
+            label_scheme=label_scheme,
+            tag_scheme=tag_scheme,
+            max_seq_length=max_seq_length,
+            doc_stride=doc_stride,
+            do_lower_case=do_lower_case,
+            vocab_size=vocab_size,
+            num_sentences=len(sentences),
+            num_words=sum(len(s.words) for s in sentences),
+            num_features=len(features),
+            label_ignore_id=LABEL_IGNORE_ID,
+        ),
+        COUNT_KEY,
+    )
+
+
+def write_metadata(record_file: str, metadata: RecordMetadata) -> None:
+    """Writes `<record_file>.meta.json` (`records.write_metadata`)."""
+    records.write_metadata(record_file, RECORD_FORMAT, dict(metadata.entries))
+
+
+def read_metadata(record_file: str) -> RecordMetadata:
+    """The metadata of `record_file`.
+
+    Raises:
+        FileNotFoundError: there is none.
+        ValueError: naming the file, for another format, or a missing or unknown
+            entry.
+    """
+    entries = records.read_metadata(record_file, RECORD_FORMAT)
+    for key in records.METADATA_KEYS:
+        entries.pop(key, None)
+    unknown = sorted(set(entries) - set(METADATA_ENTRIES))
+    missing = sorted(set(METADATA_ENTRIES) - set(entries))
+    if unknown or missing:
+        raise UserError(
+            f"{records.metadata_path(record_file)}: bad NER metadata: "
+            f"unknown keys {unknown}, missing keys {missing}"
+        )
+    return RecordMetadata.from_entries(entries, COUNT_KEY)
+
+
+# ----------------------------------------------------------------------------
+# tf.data.
+# ----------------------------------------------------------------------------
+
+
+def parse_example(serialized: tf.Tensor, max_seq_length: int):
+    """Parses one serialized example written by `write_tfrecord`.
+
+    Args:
+        serialized: string scalar.
+        max_seq_length: S.
+
+    Returns:
+        (inputs, label_ids): inputs is a dict of int32 [S] tensors
+        `input_word_ids`, `input_mask`, `input_type_ids`; label_ids is int32 [S]
+        with LABEL_IGNORE_ID at positions that carry no label.
+    """
+    spec = {
+        name: tf.io.FixedLenFeature([max_seq_length], tf.int64)
+        for name in (*records.ENCODER_INPUT_NAMES, "label_ids")
+    }
+    example = tf.io.parse_single_example(serialized, spec)
+    inputs = {
+        new: tf.cast(example[old], tf.int32) for old, new in records.ENCODER_INPUT_NAMES.items()
+    }
+    return inputs, tf.cast(example["label_ids"], tf.int32)
+
+
+def load_dataset(path: str, max_seq_length: int) -> tf.data.Dataset:
+    """The (inputs, label_ids) pairs of a TFRecord file, in file order, unbatched."""
+    return tf.data.TFRecordDataset(path).map(
+        lambda record: parse_example(record, max_seq_length),
+        num_parallel_calls=tf.data.AUTOTUNE,
+        deterministic=True,
+    )
+
+
+def decode_records(serialized: tf.Tensor, max_seq_length: int) -> dict[str, tf.Tensor]:
+    """Parses a batch of serialized examples written by `write_tfrecord`.
+
+    Args:
+        serialized: string [B].
+        max_seq_length: S.
+
+    Returns:
+        int32 `input_word_ids`, `input_mask`, `input_type_ids` and `label_ids`
+        [B, S] (LABEL_IGNORE_ID where a position carries no label).
+    """
+    spec = {
+        name: tf.io.FixedLenFeature([max_seq_length], tf.int64)
+        for name in (*records.ENCODER_INPUT_NAMES, "label_ids")
+    }
+    parsed = tf.io.parse_example(serialized, spec)
+    return {
+        records.ENCODER_INPUT_NAMES.get(name, name): tf.cast(value, tf.int32)
+        for name, value in parsed.items()
+    }
+
+
+# The features of a batch with a sequence axis (cut with the batch).
+SEQUENCE_FEATURES = (*input_pipeline.SEQUENCE_FEATURES, "label_ids")
+
+
+def build_dataset(
+    record_file: str,
+    metadata: RecordMetadata,
+    batch_size: int,
+    is_training: bool,
+    seed: int | None = None,
+    input_context: tf.distribute.InputContext | None = None,
+    *,
+    shuffle_buffer_size: int = input_pipeline.DEFAULT_SHUFFLE_BUFFER_SIZE,
+    pad_to_max_seq_length: bool = False,
+    group_by_length: bool = False,
+) -> tf.data.Dataset:
+    """Batches of a file's windows, as the Trainer takes them
+    (`input_pipeline.batched_records`).
+
+    Each element: int32 `input_word_ids`, `input_mask`, `input_type_ids` and
+    `label_ids` [B, <= S] (LABEL_IGNORE_ID where a position carries no label), cut to
+    the batch's longest window unless `pad_to_max_seq_length`. Training shuffles
+    each epoch, repeats and drops the last partial batch; otherwise the file is read
+    once, in order.
+
+    Args:
+        record_file: a file written by `write_tfrecord`.
+        metadata: its metadata (`read_metadata`), for S and the number of windows.
+        batch_size: the global batch size; under `input_context` the per-replica
+            size is used and each input pipeline reads its share of the records.
+        seed, input_context, shuffle_buffer_size, pad_to_max_seq_length,
+            group_by_length: as `input_pipeline.batched_records` takes them.
+    """
+    return input_pipeline.batched_records(
+        input_pipeline.tfrecord_dataset(record_file, input_context),
+        metadata,
+        lambda serialized: decode_records(serialized, metadata.max_seq_length),
+        batch_size,
+        is_training,
+        seed,
+        input_context,
+        shuffle_buffer_size=shuffle_buffer_size,
+        pad_to_max_seq_length=pad_to_max_seq_length,
+        group_by_length=group_by_length,
+        sequence_features=SEQUENCE_FEATURES,
+    )
+
+
+def inference_dataset(
+    features: Sequence[InputFeatures], batch_size: int, pad_to_max_seq_length: bool = False
+) -> tf.data.Dataset:
+    """Features held in memory, once, in order, the last batch partial.
+
+    Each element: int32 `input_word_ids`, `input_mask`, `input_type_ids`,
+    `label_ids` [B, <= S] (cut to the batch's longest window unless
+    `pad_to_max_seq_length`) and `unique_ids` [B].
+    """
+    columns = {
+        "input_word_ids": [f.input_ids for f in features],
+        "input_mask": [f.input_mask for f in features],
+        "input_type_ids": [f.segment_ids for f in features],
+        "label_ids": [f.label_ids for f in features],
+        "unique_ids": [f.unique_id for f in features],
+    }
+    tensors = {k: np.asarray(v, dtype=np.int32) for k, v in columns.items()}
+    max_seq_length = tensors["input_mask"].shape[-1] if features else 1
+    dataset = tf.data.Dataset.from_tensor_slices(tensors).batch(batch_size)
+    return input_pipeline.cut_batches(
+        dataset, max_seq_length, pad_to_max_seq_length, SEQUENCE_FEATURES
+    ).prefetch(tf.data.AUTOTUNE)

@@ -1,0 +1,2 @@
+"""Text: WordPiece tokenization (Python, as the original release, and in-graph), the
+WordPiece vocabulary builder, character classes, sentence splitting."""

@@ -1,0 +1,158 @@
+"""Floors: no import in the library runs up a floor, and no import runs in a circle.
+
+Floors, bottom to top (ARCHITECTURE.md):
+ -1 common/                     errors for people; imports no other package of the project
+  0 data_prep/                  tokenization, readers, features, records
+  1 modeling/, evaluation/      side by side: each may import data_prep, not the other
+  2 serving/                    exports: may import the floors below
+  3 the scripts at the top      runners, runner_flags.py, model_flags.py, export_tfhub.py,
+                                extract_features.py
+Every import counts, also one inside a function. Imports are read with `ast`, so
+nothing is imported to check them.
+"""
+
+import ast
+import pathlib
+
+from tests.conftest import REPO_ROOT
+
+FLOORS = {"common": -1, "data_prep": 0, "modeling": 1, "evaluation": 1, "serving": 2}
+SCRIPTS = {p.stem for p in REPO_ROOT.glob("*.py")}
+TOP = 3
+# (importing module, imported module) -> why it is allowed for now. Remove an entry
+# when its import is gone.
+KNOWN_VIOLATIONS: dict = {}
+# Benchmarks that still call a runner's main in-process (to be rebuilt on the library).
+KNOWN_BENCHMARK_VIOLATIONS: dict = {}
+
+
+def _floor(module: str) -> int | None:
+    """The floor of a project module name, None for third-party modules."""
+    top = module.split(".")[0]
+    if top in FLOORS:
+        return FLOORS[top]
+    return TOP if top in SCRIPTS else None
+
+
+def _module_name(path: pathlib.Path, root: pathlib.Path = REPO_ROOT) -> str:
+    """data_prep/squad/reader.py -> data_prep.squad.reader."""
+    return ".".join(path.relative_to(root).with_suffix("").parts)
+
+
+def _library_modules() -> dict[str, pathlib.Path]:
+    """Every module of every package, sub-packages included."""
+    return {
+        _module_name(path): path
+        for package in FLOORS
+        for path in sorted((REPO_ROOT / package).rglob("*.py"))
+    }
+
+
+def _imports(module: str, path: pathlib.Path, modules) -> set[str]:
+    """Project modules that `module` imports: `from a import b` is a.b where that is a
+    module, else a; a package stands for its `__init__`."""
+    package = module.rsplit(".", 1)[0]
+    found = set()
+    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+        if isinstance(node, ast.Import):
+            found.update(alias.name for alias in node.names)
+        elif isinstance(node, ast.ImportFrom):
+            base = node.module or ""
+            if node.level:  # relative: from the package of `module`
+                base = ".".join([package] + ([base] if base else []))
+            for alias in node.names:
+                name = f"{base}.{alias.name}"
+                found.add(name if name in modules or f"{name}.__init__" in modules else base)
+    found = {f"{name}.__init__" if f"{name}.__init__" in modules else name for name in found}
+    return {name for name in found if name in modules or name.split(".")[0] in SCRIPTS}
+
+
+def _graph() -> dict[str, set[str]]:
+    """Library module -> the project modules it imports."""
+    modules = _library_modules()
+    return {module: _imports(module, path, modules) for module, path in modules.items()}
+
+
+def test_no_import_runs_up_a_floor():
+    violations = set()
+    for module, imported in _graph().items():
+        own = module.split(".")[0]
+        for name in imported:
+            other = name.split(".")[0]
+            if other == own:
+                continue
+            if _floor(name) >= FLOORS[own]:  # up, or across to a side-by-side package
+                violations.add((module, name))
+    new = sorted(violations - set(KNOWN_VIOLATIONS))
+    assert not new, f"imports that run up (or across) a floor: {new}"
+
+
+def test_benchmarks_import_the_library_never_a_runner():
+    """Benchmarks (in every sub-folder) measure the library; a runner's flags and main
+    are not an API."""
+    modules = _library_modules()
+    runners = {name for name in SCRIPTS}
+    wrong = {}
+    for path in sorted((REPO_ROOT / "benchmarks").rglob("*.py")):
+        imported = {name.split(".")[0] for name in _imports(_module_name(path), path, modules)}
+        if imported & runners:
+            wrong[path.relative_to(REPO_ROOT).as_posix()] = sorted(imported & runners)
+    assert wrong == KNOWN_BENCHMARK_VIOLATIONS
+
+
+def test_no_import_runs_in_a_circle():
+    graph = _graph()
+    state, path, circles = {}, [], []
+
+    def visit(module):
+        state[module] = "open"
+        path.append(module)
+        for name in sorted(graph.get(module, ())):
+            if state.get(name) == "open":
+                circles.append(path[path.index(name) :] + [name])
+            elif name in graph and name not in state:
+                visit(name)
+        path.pop()
+        state[module] = "done"
+
+    for module in sorted(graph):
+        if module not in state:
+            visit(module)
+    assert not circles, f"import circles: {circles}"
+
+
+def test_the_checker_sees_what_it_checks():
+    graph = _graph()
+    assert "data_prep.context_windows" in graph["serving.windows"]
+    assert "serving.savedmodel" in graph["serving.tasks"]
+    assert "data_prep.ner.tag_schemes" in graph["evaluation.conlleval"]
+    assert _floor("run_classifier") == TOP and _floor("numpy") is None
+    assert "common.errors" in graph["data_prep.records"]
+    assert "common.file_io" in graph["data_prep.records"]
+
+
+def test_the_model_config_needs_no_data_preparation():
+    """BertConfig reads and writes its JSON through common/, not data_prep/."""
+    graph = _graph()
+    assert "common.file_io" in graph["modeling.config"]
+    assert not {m for m in graph["modeling.config"] if m.startswith("data_prep")}
+
+
+def test_the_checker_reads_sub_packages(tmp_path):
+    """A module moved into a sub-package is still checked, and an import of a
+    sub-package counts as an import of its __init__."""
+    package = tmp_path / "data_prep" / "inner"
+    package.mkdir(parents=True)
+    (tmp_path / "data_prep" / "__init__.py").write_text("")
+    (package / "__init__.py").write_text("from modeling import config\n")
+    (package / "leaf.py").write_text("from data_prep import inner\nimport serving.tasks\n")
+    (tmp_path / "modeling").mkdir()
+    (tmp_path / "modeling" / "config.py").write_text("")
+    (tmp_path / "serving").mkdir()
+    (tmp_path / "serving" / "tasks.py").write_text("")
+    modules = {_module_name(path, tmp_path): path for path in sorted(tmp_path.rglob("*.py"))}
+    assert "data_prep.inner.leaf" in modules
+    leaf = _imports("data_prep.inner.leaf", package / "leaf.py", modules)
+    assert leaf == {"data_prep.inner.__init__", "serving.tasks"}
+    init = _imports("data_prep.inner.__init__", package / "__init__.py", modules)
+    assert init == {"modeling.config"}

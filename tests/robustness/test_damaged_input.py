@@ -1,0 +1,311 @@
+"""Damaged input named, not read silently or failed on deep inside: compressed corpora
+cut short or bit-flipped, TFRecord shards cut short or corrupted, checkpoints cut
+short or garbled, a directory or blank lines as a corpus, ids beyond the vocabulary,
+a flag of layers that is not a list of numbers, a batch larger than the data.
+
+Each case is one of the "bad cases" of the robustness issue; docs/robustness.md lists
+them with their messages. The fuzzing of every reader is tests/robustness/test_fuzz_readers.py.
+"""
+
+from __future__ import annotations
+
+import bz2
+import gzip
+import io
+import json
+import logging
+import pathlib
+import pickle
+import shutil
+
+import numpy as np
+import pytest
+import tensorflow as tf
+
+from common.errors import UserError
+from common import file_io
+from data_prep.pretraining import corpus, pretraining_data
+from data_prep import damage, input_pipeline, records
+from data_prep.pretraining import pretraining_instances as pti
+from tests.conftest import tiny_config
+from modeling import checkpoint_readers, feature_based
+from modeling.config import BertConfig
+from tests.data_prep.test_pretraining_pipeline import run_in_process, settings
+
+REPO_ROOT = pathlib.Path(__file__).resolve().parent.parent.parent
+CORPUS = REPO_ROOT / "sample_data" / "corpus" / "bert_paper_v1.txt"
+TEXT = CORPUS.read_bytes()[:20000]
+
+
+def flipped(data: bytes, at: int) -> bytes:
+    return data[:at] + bytes([data[at] ^ 0x40]) + data[at + 1 :]
+
+
+# ----------------------------------------------------------------------------
+# Compressed text.
+# ----------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("suffix, compress", [(".gz", gzip.compress), (".bz2", bz2.compress)])
+def test_decompressed_text_is_whole_or_named(suffix, compress):
+    data = compress(TEXT)
+
+    def read(raw: bytes) -> bytes:
+        return damage.open_decompressed(io.BytesIO(raw), "corpus.txt" + suffix).read()
+
+    assert read(data) == TEXT
+    assert read(data + data) == TEXT + TEXT  # Concatenated streams (cat a.gz b.gz).
+    with pytest.raises(damage.DamagedFileError, match="ends before its end marker") as cut:
+        read(data[: len(data) // 2])
+    assert str(cut.value).startswith(f"corpus.txt{suffix}: line ")
+    # Whole across worker processes (create_pretraining_data --num_workers).
+    assert str(pickle.loads(pickle.dumps(cut.value))) == str(cut.value)
+    # The line named is where the text stops: the lines before it are whole (bzip2
+    # gives no text of a block, 900 kB, before its end).
+    line = int(str(cut.value).split("line ")[1].split(":")[0])
+    assert (1 if suffix == ".bz2" else 10) <= line <= TEXT.count(b"\n")
+    with pytest.raises(damage.DamagedFileError, match=f"corpus.txt{suffix}: line .*not valid"):
+        read(flipped(data, len(data) // 2))
+    with pytest.raises(damage.DamagedFileError, match="empty"):
+        read(b"")
+
+
+def test_compressed_corpus_of_create_pretraining_data(tmp_path, tokenizer):
+    path = tmp_path / "corpus.txt.gz"
+    path.write_bytes(gzip.compress(TEXT))
+    stats = pti.Stats()
+    documents = pti.read_documents([str(path)], tokenizer, 125, stats)
+    plain = tmp_path / "corpus.txt"
+    plain.write_bytes(TEXT)
+    assert documents == pti.read_documents([str(plain)], tokenizer, 125, pti.Stats())
+    path.write_bytes(flipped(gzip.compress(TEXT), 3000))
+    with pytest.raises(UserError, match=r"corpus.txt.gz: line \d+: not valid gzip data"):
+        pti.read_documents([str(path)], tokenizer, 125, pti.Stats())
+
+
+@pytest.mark.slow
+def test_pipeline_names_or_counts_a_damaged_gz_and_refuses_to_write_nothing(tmp_path, vocab_file):
+    """A truncated .gz was read as if whole (exit 0, "bad input none"); a bit-flipped
+    one failed with a bare zlib.error; a corpus of blank lines wrote nothing, exit 0."""
+    inputs = tmp_path / "in"
+    inputs.mkdir()
+    data = gzip.compress(TEXT)
+    (inputs / "cut.txt.gz").write_bytes(data[: len(data) // 2])
+    with pytest.raises(corpus.BadInputError, match=r"cut.txt.gz: line \d+: the gzip data ends"):
+        run_in_process(settings(tmp_path / "a", [inputs / "cut.txt.gz"], vocab_file, dupe_factor=1))
+
+    (inputs / "good.txt").write_bytes(TEXT)
+    (inputs / "flip.txt.gz").write_bytes(flipped(data, len(data) // 2))
+    skip = settings(tmp_path / "b", [inputs / "*"], vocab_file, dupe_factor=1, bad_input="skip")
+    summary = run_in_process(skip)
+    assert summary["bad_input"] == {"damaged_file": 2}
+    examples = "\n".join(summary["bad_input_examples"])
+    assert "cut.txt.gz: line" in examples and "flip.txt.gz: line" in examples
+    assert [p.name for p in (tmp_path / "b" / "shards").glob("*.tfrecord")] == ["good.tfrecord"]
+
+    (inputs / "blank.txt").write_text("\n \n\t\n\n")
+    with pytest.raises(UserError, match=r"No shard written .* no document with a token"):
+        run_in_process(settings(tmp_path / "c", [inputs / "blank.txt"], vocab_file))
+    assert not (tmp_path / "c" / "shards" / "summary.json").exists()
+
+
+def test_a_directory_as_corpus_is_named(tmp_path):
+    (tmp_path / "corpus").mkdir()
+    with pytest.raises(UserError, match=r"--input_file '.*corpus': .*corpus is a directory"):
+        records.expand_globs(str(tmp_path / "corpus"), original_order=True)
+
+
+# ----------------------------------------------------------------------------
+# TFRecord shards.
+# ----------------------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def shard(tmp_path_factory, vocab_file):
+    """A pre-training shard (S 32, P 5) of the paper's first lines, with metadata."""
+    from data_prep.pretraining import pretraining_records as ptr
+
+    directory = tmp_path_factory.mktemp("shard")
+    text = directory / "corpus.txt"
+    text.write_bytes(b"".join(CORPUS.read_bytes().splitlines(keepends=True)[:40]))
+    output = directory / "shard.tfrecord"
+    ptr.run(
+        ptr.RunOptions(
+            input_files=(str(text),),
+            output_files=(str(output),),
+            vocab_file=vocab_file,
+            dupe_factor=2,
+            instance=pti.InstanceOptions(max_seq_length=32),
+            masking=pti.MaskingOptions(max_predictions_per_seq=5),
+        )
+    )
+    return output
+
+
+def copy_shard(shard, directory, data: bytes, metadata: bool) -> str:
+    path = directory / "damaged.tfrecord"
+    path.write_bytes(data)
+    if metadata:
+        shutil.copy(records.metadata_path(str(shard)), records.metadata_path(str(path)))
+    return str(path)
+
+
+def test_truncated_shard_names_file_and_record(shard, tmp_path):
+    data = shard.read_bytes()
+    offsets = list(damage.record_offsets(str(shard)))
+    count = len(offsets)
+    assert pretraining_data.shards_metadata([str(shard)], 32, 5, 30522, True).num_records == count
+    for metadata in (True, False):
+        path = copy_shard(shard, tmp_path, data[: offsets[7] + 20], metadata)
+        with pytest.raises(damage.DamagedFileError) as error:
+            pretraining_data.shards_metadata([path], 32, 5, 30522)
+        assert str(error.value) == (
+            f"{path}: record 8 (byte {offsets[7]:,}): the file ends inside this record: "
+            "it was cut short: make it again"
+        )
+    # Whole records dropped: the metadata's count no longer holds.
+    path = copy_shard(shard, tmp_path, data[: offsets[7]], metadata=True)
+    with pytest.raises(UserError, match=f"holds 7 records but its metadata .* says {count}"):
+        pretraining_data.shards_metadata([path], 32, 5, 30522)
+
+
+def test_corrupted_record_is_named_when_it_is_read(shard, tmp_path):
+    offsets = list(damage.record_offsets(str(shard)))
+    path = copy_shard(shard, tmp_path, flipped(shard.read_bytes(), offsets[5] + 40), True)
+    metadata = pretraining_data.shards_metadata([path], 32, 5, 30522)  # Framing, metadata hold.
+    dataset = pretraining_data.pretraining_dataset([path], metadata, 4, is_training=False)
+    with pytest.raises(tf.errors.DataLossError):
+        list(dataset)  # What TensorFlow says: "corrupted record at 1234", no file.
+    with pytest.raises(damage.DamagedFileError) as error:
+        with damage.naming_damaged_records([str(shard), path]):
+            list(dataset)
+    assert str(error.value) == (
+        f"{path}: record 6 (byte {offsets[5]:,}): the record is damaged (checksum "
+        "mismatch): make the file again"
+    )
+
+
+def test_ids_beyond_the_vocabulary_are_named_without_metadata(shard, tmp_path):
+    path = copy_shard(shard, tmp_path, shard.read_bytes(), metadata=False)
+    first = tf.train.Example.FromString(next(iter(tf.data.TFRecordDataset(path))).numpy())
+    top = max(first.features.feature["input_ids"].int64_list.value)
+    with pytest.raises(UserError) as error:
+        pretraining_data.shards_metadata([path], 32, 5, vocab_size=top)
+    assert str(error.value).startswith(f"{path}: record 1: holds token id {top}, outside ")
+    assert "vocab_size" in str(error.value)
+    with pytest.raises(UserError, match="has length 32 but --max_seq_length=64"):
+        pretraining_data.shards_metadata([path], 64, 5, 30522)
+
+
+def test_damaged_feature_cache_is_made_again(tmp_path, mrpc_dir, vocab_file, caplog):
+    from data_prep.classifier import classifier_features, classifier_tasks
+
+    processor = classifier_tasks.get_processor("mrpc")
+    cache = str(tmp_path / "train.tf_record")
+
+    def features():
+        return classifier_features.get_or_create_features(
+            processor, str(mrpc_dir), "train", cache, vocab_file, True, 32
+        )
+
+    features()
+    whole = pathlib.Path(cache).read_bytes()
+    pathlib.Path(cache).write_bytes(flipped(whole, len(whole) // 2))  # Same size.
+    with caplog.at_level(logging.WARNING):
+        metadata = features()
+    assert "Making" in caplog.text and "checksum mismatch" in caplog.text
+    assert pathlib.Path(cache).read_bytes() == whole
+    assert metadata["num_examples"] == damage.verify_tfrecord_file(cache)
+
+
+# ----------------------------------------------------------------------------
+# Checkpoints.
+# ----------------------------------------------------------------------------
+
+
+def test_damaged_safetensors_name_the_file_and_the_tensor(tmp_path):
+    from safetensors.numpy import save
+
+    weights = tmp_path / "model.safetensors"
+    data = save(
+        {
+            "embeddings.word_embeddings.weight": np.ones((99, 8), np.float32),
+            "pooler.dense.bias": np.ones(8, np.float32),
+        }
+    )
+    weights.write_bytes(data)
+    reader = checkpoint_readers.open_checkpoint(str(tmp_path))
+    assert reader.shapes == {
+        "embeddings.word_embeddings.weight": (99, 8),
+        "pooler.dense.bias": (8,),
+    }
+    cases = [
+        (data[:4], "4 bytes, less than its 8-byte header size"),
+        (data[:100], "the header size says"),
+        (data[:1000], "tensor 'embeddings.word_embeddings.weight' needs bytes"),
+        (data[:20] + b"\xff" + data[21:], "its header is not JSON"),
+        (
+            data.replace(b"[99,8]", b"[98,8]"),
+            "of shape \\[98, 8\\] and dtype F32 is not 3168 bytes",
+        ),
+    ]
+    for content, message in cases:
+        weights.write_bytes(content)
+        with pytest.raises(damage.DamagedFileError, match=message) as error:
+            checkpoint_readers.open_checkpoint(str(tmp_path))
+        assert str(error.value).startswith(f"{weights}: not a valid safetensors file: ")
+
+
+def test_damaged_tf1_checkpoint_names_the_file_and_the_variable(tmp_path):
+    prefix = str(tmp_path / "bert_model.ckpt")
+    names = ["bert/embeddings/word_embeddings", "bert/pooler/dense/kernel"]
+    values = [np.ones((99, 8), np.float32), np.ones((8, 8), np.float32)]
+    tf.raw_ops.SaveV2(prefix=prefix, tensor_names=names, shape_and_slices=["", ""], tensors=values)
+    data_file = prefix + ".data-00000-of-00001"
+    data = pathlib.Path(data_file).read_bytes()
+    pathlib.Path(data_file).write_bytes(data[: len(data) // 2])
+    reader = checkpoint_readers.open_checkpoint(prefix)
+    with pytest.raises(damage.DamagedFileError) as error:
+        for name in sorted(reader.shapes):
+            reader.get(name)
+    assert str(error.value).startswith(
+        f"{prefix}.data-*: variable bert/embeddings/word_embeddings: "
+    )
+    assert "the data file ends before its bytes" in str(error.value)
+    pathlib.Path(prefix + ".index").write_bytes(b"not an index")
+    with pytest.raises(damage.DamagedFileError, match=r"bert_model.ckpt.index: its index"):
+        checkpoint_readers.open_checkpoint(prefix)
+
+
+# ----------------------------------------------------------------------------
+# Flags.
+# ----------------------------------------------------------------------------
+
+
+def test_layers_flag_is_named():
+    with pytest.raises(UserError) as error:
+        feature_based.parse_layer_numbers("0,abc", 12, "--layers")
+    assert str(error.value).startswith("--layers='0,abc': 'abc' is not a layer number")
+    assert feature_based.parse_layer_numbers("-1,0,-1", 12, "--layers") == [-1, 0, -1]
+    with pytest.raises(UserError, match="--feature_layers='0,x': 'x' is not a layer"):
+        feature_based.parse_feature_layers("0,x", 12)
+
+
+def test_a_batch_larger_than_the_data_is_warned_about(caplog):
+    with caplog.at_level(logging.WARNING):
+        assert not input_pipeline.warn_if_batch_exceeds_data(32, 32, "--train_batch_size")
+        assert input_pipeline.warn_if_batch_exceeds_data(10, 32, "--train_batch_size")
+    assert "--train_batch_size=32 is larger than the 10 training examples" in caplog.text
+
+
+def test_json_readers_name_the_file(tmp_path):
+    path = tmp_path / "config.json"
+    path.write_text(json.dumps([1, 2]))
+    with pytest.raises(UserError, match=f"{path}: expected a BERT config"):
+        BertConfig.from_json_file(str(path))
+    path.write_text(json.dumps(dict(tiny_config(), hidden_dropout_prob="0.1")))
+    with pytest.raises(UserError, match=f"{path}: BertConfig.hidden_dropout_prob must be"):
+        BertConfig.from_json_file(str(path))
+    path.write_text("[" * 100_000)
+    with pytest.raises(UserError, match="nested too deeply"):
+        file_io.read_json(str(path))

@@ -1,0 +1,93 @@
+"""Slow test of export_tfhub.py on the real checkpoint (MiniLM): its encoder and
+preprocessing exports against the in-memory model and the Python tokenizer and
+packing on the bundled MRPC text.
+"""
+
+import os
+
+import numpy as np
+import pytest
+import tensorflow as tf
+import tensorflow_text  # noqa: F401  (registers the ops the preprocessing model needs)
+
+from data_prep.text import tokenization
+from modeling import checkpoints, hub
+from modeling.config import BertConfig
+from modeling.encoder import BertEncoder
+from tests.helpers.export_helpers import (
+    assert_encoder_outputs_equal,
+    mrpc_pairs,
+    python_pack,
+    run_export_tfhub,
+)
+
+
+@pytest.mark.slow
+def test_export_tfhub_real_checkpoint_parity(minilm_dir, sample_data, tmp_path):
+    """export_tfhub.py on the real checkpoint: text -> preprocessing export -> encoder
+    export (hub.KerasLayer, hub.load, HubEncoder) equals our in-memory encoder and
+    Hugging Face transformers (an independent implementation)."""
+    encoder_path, preprocess_path = str(tmp_path / "encoder"), str(tmp_path / "preprocess")
+    result = run_export_tfhub(
+        f"--init_checkpoint={minilm_dir}", "--export_type=encoder", f"--export_path={encoder_path}"
+    )
+    assert result.returncode == 0, result.stderr[-3000:]
+    result = run_export_tfhub(
+        f"--init_checkpoint={minilm_dir}",
+        "--export_type=preprocessing",
+        "--seq_length=128",
+        f"--export_path={preprocess_path}",
+    )
+    assert result.returncode == 0, result.stderr[-3000:]
+    # This checkpoint has no masked-LM head: a clear error and no export.
+    mlm_path = tmp_path / "mlm"
+    result = run_export_tfhub(
+        f"--init_checkpoint={minilm_dir}",
+        "--export_type=encoder_with_mlm",
+        f"--export_path={mlm_path}",
+    )
+    assert result.returncode != 0 and "no masked-LM head" in result.stderr
+    assert not mlm_path.exists()
+
+    pairs = mrpc_pairs(sample_data, count=16)
+    preprocessor = tf.saved_model.load(preprocess_path)
+    texts_a, texts_b = (tf.constant([p[i] for p in pairs]) for i in (0, 1))
+    inputs = preprocessor.bert_pack_inputs(
+        [preprocessor.tokenize(texts_a), preprocessor.tokenize(texts_b)], seq_length=128
+    )
+    python_tokenizer = tokenization.FullTokenizer(os.path.join(minilm_dir, "vocab.txt"))
+    want_ids = python_pack(python_tokenizer, pairs, 128)
+    np.testing.assert_array_equal(inputs["input_word_ids"], want_ids["input_word_ids"])
+
+    config = BertConfig.from_json_file(os.path.join(minilm_dir, "config.json"))
+    ours = BertEncoder(config)
+    checkpoints.restore_model(minilm_dir, ours)
+    want = ours(inputs, training=False)
+    assert_encoder_outputs_equal(
+        tf.saved_model.load(encoder_path)(inputs, training=False), want, num_layers=6, atol=1e-4
+    )
+    assert_encoder_outputs_equal(
+        hub.HubEncoder(encoder_path)(inputs), want, num_layers=6, atol=1e-4
+    )
+    hub_lib = pytest.importorskip("tensorflow_hub")
+    assert_encoder_outputs_equal(
+        hub_lib.KerasLayer(encoder_path)(inputs), want, num_layers=6, atol=1e-4
+    )
+
+    torch = pytest.importorskip("torch")
+    transformers = pytest.importorskip("transformers")
+    reference = transformers.BertModel.from_pretrained(minilm_dir).eval()
+    with torch.no_grad():
+        hf = reference(
+            input_ids=torch.tensor(want_ids["input_word_ids"], dtype=torch.long),
+            attention_mask=torch.tensor(want_ids["input_mask"], dtype=torch.long),
+            token_type_ids=torch.tensor(want_ids["input_type_ids"], dtype=torch.long),
+        )
+    got = tf.saved_model.load(encoder_path)(inputs, training=False)
+    mask = want_ids["input_mask"][..., None].astype(bool)
+    np.testing.assert_allclose(
+        np.where(mask, got["sequence_output"], 0),
+        np.where(mask, hf.last_hidden_state.numpy(), 0),
+        atol=1e-4,
+    )
+    np.testing.assert_allclose(got["pooled_output"], hf.pooler_output.numpy(), atol=1e-4)
