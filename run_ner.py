@@ -435,9 +435,7 @@ class NerTask:
             True,
             seed,
             input_context,
-            shuffle_buffer_size=self.settings.shuffle_buffer_size,
-            pad_to_max_seq_length=self.settings.pad_to_max_seq_length,
-            group_by_length=self.settings.group_by_length,
+            **self.settings.training_input_options(),
         )
 
     def evaluate(self, trainer, output_dir: str, global_step: int) -> dict:

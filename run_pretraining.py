@@ -93,17 +93,7 @@ runner_flags.define_training_flags()
 
 EVAL_RESULTS = "eval_results.txt"
 # What a resumed run must share with the run it resumes (else a warning names both).
-RESUME_SETTINGS = (
-    "train_batch_size",
-    "gradient_accumulation_steps",
-    "learning_rate",
-    "num_train_steps",
-    "num_warmup_steps",
-    "max_seq_length",
-    "max_predictions_per_seq",
-    "seed",
-    "input_files",
-)
+RESUME_SETTINGS = run_control.RESUME_SETTINGS + ("max_predictions_per_seq", "input_files")
 
 
 def build_model(

@@ -299,6 +299,19 @@ def exit_on_sigterm(program: str) -> None:
         pass
 
 
+# Settings that a resumed training run must share with the run it resumes, or its
+# steps mean other examples and another schedule (a runner adds its own).
+RESUME_SETTINGS = (
+    "train_batch_size",
+    "gradient_accumulation_steps",
+    "learning_rate",
+    "num_train_steps",
+    "num_warmup_steps",
+    "max_seq_length",
+    "seed",
+)
+
+
 def warn_changed_settings(run_config: str, values: dict, keys) -> list[str]:
     """Compares a resumed run's settings with those the earlier run wrote to
     `run_config` (run_config.json), when it left a checkpoint beside it; warns once per

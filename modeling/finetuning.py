@@ -49,17 +49,7 @@ RUN_CONFIG = "run_config.json"
 # after a kill replaces that export without --overwrite.
 EXPORT_RECORD = "export.json"
 EPOCH_EVALUATION_DIR = ".epoch_evaluation"
-# Settings that a resumed run must share with the run it resumes, or its steps mean
-# other examples and another schedule.
-RESUME_SETTINGS = (
-    "train_batch_size",
-    "gradient_accumulation_steps",
-    "learning_rate",
-    "num_train_steps",
-    "num_warmup_steps",
-    "max_seq_length",
-    "seed",
-)
+RESUME_SETTINGS = run_control.RESUME_SETTINGS
 
 
 @dataclasses.dataclass(frozen=True)
@@ -98,13 +88,22 @@ class Settings:
     trainer_options: dict = dataclasses.field(default_factory=dict)
     flag_values: dict = dataclasses.field(default_factory=dict)
 
+    def training_input_options(self) -> dict:
+        """Keyword arguments of a task's training dataset builder (shuffling, padding,
+        length grouping), as `data_prep.input_pipeline.batched_records` takes them."""
+        return dict(
+            shuffle_buffer_size=self.shuffle_buffer_size,
+            pad_to_max_seq_length=self.pad_to_max_seq_length,
+            group_by_length=self.group_by_length,
+        )
+
 
 class FineTuningTask(Protocol):
     """A task's part of a fine-tuning run. Its data is read before `run` starts, so
     bad input fails before any model is built.
 
     Attributes:
-      model_kind: the kind of model (`modeling.models` MODEL_KIND).
+      model_kind: the kind of model (a `modeling.task_kinds` declaration's name).
       objective: the loss and evaluation sums (`training.Task`).
       num_train_examples: training examples (windows, features) per epoch.
     """

@@ -23,25 +23,15 @@ import datetime
 import logging
 import os
 import pathlib
-import platform
 import sys
 import time
 
 REPO = pathlib.Path(__file__).resolve().parent.parent.parent
 # The fuzzing targets are test code (tests/ is not an installed package).
 sys.path[:0] = [str(REPO), str(REPO / "tests")]
+from modeling.kernels import cpu_model_name  # noqa: E402
+
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
-
-
-def cpu_model() -> str:
-    try:
-        with open("/proc/cpuinfo", encoding="utf-8") as f:
-            for line in f:
-                if line.startswith("model name"):
-                    return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor() or "unknown"
 
 
 def main() -> int:
@@ -67,7 +57,7 @@ def main() -> int:
         if not wanted or any(part in name.lower() for part in wanted)
     ]
     print(
-        f"# {datetime.date.today()}, {cpu_model()}, {args.examples} examples per reader, "
+        f"# {datetime.date.today()}, {cpu_model_name()}, {args.examples} examples per reader, "
         f"seed {args.seed}"
     )
     print("| reader | tried | accepted | rejected (UserError) | other | CPU s |")

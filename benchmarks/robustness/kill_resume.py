@@ -20,24 +20,14 @@ from __future__ import annotations
 import argparse
 import json
 import pathlib
-import platform
 import sys
 import tempfile
 import time
 
 sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent.parent.parent))
 
+from modeling.kernels import cpu_model_name  # noqa: E402
 from tests.helpers import kill_helpers  # noqa: E402
-
-
-def cpu_model() -> str:
-    try:
-        for line in open("/proc/cpuinfo", encoding="utf-8"):
-            if line.startswith("model name"):
-                return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor() or "unknown CPU"
 
 
 def main() -> int:
@@ -70,7 +60,7 @@ def main() -> int:
         failed |= len(clean) < len(killed) or len(identical) < len(killed)
         rows.append((name, seconds, len(killed), len(clean), len(identical)))
     print()
-    print(f"Kill table ({time.strftime('%Y-%m-%d')}, {cpu_model()}, seed {args.seed}):")
+    print(f"Kill table ({time.strftime('%Y-%m-%d')}, {cpu_model_name()}, seed {args.seed}):")
     print()
     print(
         "| job | uninterrupted run (s) | kill points | nothing half-written visible | "

@@ -38,13 +38,15 @@ import json
 import math
 import os
 import pathlib
-import platform
 import statistics
 import subprocess
 import sys
 import time
 
 REPO = pathlib.Path(__file__).resolve().parent.parent.parent
+sys.path.insert(0, str(REPO))
+from modeling.kernels import cpu_model_name  # noqa: E402
+
 SAMPLE_DATA = REPO / "sample_data"
 
 # The paper's Table 5 (BERT-Base architecture, dev sets): the columns this study has.
@@ -358,16 +360,6 @@ def pretraining_cell(results: dict | None) -> str:
     )
 
 
-def cpu_model() -> str:
-    try:
-        for line in open("/proc/cpuinfo", encoding="utf-8"):
-            if line.startswith("model name"):
-                return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor() or "unknown CPU"
-
-
 def parse_args():
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--scale", choices=sorted(SCALES), default="small")
@@ -445,7 +437,7 @@ def main() -> int:
         f"A={scale['heads']}, vocab {scale['vocab']}, {steps} pre-training steps of batch 32 "
         f"at length {SEQ}; {data['summary']['instances']} instances from "
         f"{data['summary']['tokens']} tokens), fine-tuning seeds {seeds}; mean ± standard "
-        f"deviation. {cpu_model()}, {os.cpu_count()} CPUs, {time.strftime('%Y-%m-%d')}; "
+        f"deviation. {cpu_model_name()}, {os.cpu_count()} CPUs, {time.strftime('%Y-%m-%d')}; "
         f"this invocation {time.time() - start:.0f} s."
     )
     print("\n" + header + "\n\n" + text)
