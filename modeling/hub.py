@@ -3,7 +3,7 @@
 `HubEncoder(handle)` loads a reusable SavedModel and keeps the encoder contract of
 `BertEncoder`, so the task models of `modeling.models` take it in place of one:
 
-    encoder = hub.HubEncoder(FLAGS.hub_module_url)          # under strategy.scope()
+    encoder = hub.HubEncoder(hub_module_url)                # under strategy.scope()
     model = models.BertClassifier(encoder, encoder.config, num_labels)
 
 Handles (`resolve`): a local folder; or a URL that tensorflow_hub resolves with its own
