@@ -69,7 +69,7 @@ from data_prep.input_pipeline import RecordMetadata
 from evaluation import glue_metrics
 from modeling import finetuning, model_files, task_kinds, training
 from modeling.config import BertConfig
-from modeling.tasks import ClassificationTask
+from modeling.tasks import ClassificationObjective
 from serving import tasks as serving_tasks
 
 FLAGS = flags.FLAGS
@@ -271,7 +271,7 @@ def predict_logits(
 _SUM = "sum/"
 
 
-def evaluation_outputs(objective: training.Task):
+def evaluation_outputs(objective: training.Objective):
     """A Trainer.predict output_fn: the logits and labels of each example, and
     `objective.eval_sums` of each batch ([1] each, under `_SUM` names), so that one
     pass over a dev split gives both the metrics' inputs and the in-graph loss."""
@@ -379,7 +379,7 @@ class ClassifierTask:
             )
         self.kind = task_kinds.MULTIPLE_CHOICE if self.num_choices else task_kinds.CLASSIFIER
         self.model_kind = self.kind.name
-        self.objective = ClassificationTask(self.is_regression)
+        self.objective = ClassificationObjective(self.is_regression)
         self._evaluation_outputs = evaluation_outputs(self.objective)
         self.num_train_examples = data.train.num_examples if data.train else 0
 

@@ -87,7 +87,7 @@ from evaluation import conlleval
 from modeling import feature_based, finetuning, model_files, task_kinds, training
 from modeling.config import BertConfig
 from modeling.models import BertTokenClassifier
-from modeling.tasks import TokenClassificationTask
+from modeling.tasks import TokenClassificationObjective
 from serving import tasks as serving_tasks
 
 FLAGS = flags.FLAGS
@@ -401,7 +401,7 @@ class NerTask:
             if feature_options
             else BertTokenClassifier.MODEL_KIND
         )
-        self.objective = TokenClassificationTask()
+        self.objective = TokenClassificationObjective()
         self.num_train_examples = len(splits["train"].features) if "train" in splits else 0
 
     def build_model(self, encoder, config: BertConfig) -> keras.Model:

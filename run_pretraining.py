@@ -44,7 +44,7 @@ from modeling import checkpoints, distribution, model_files, training
 from modeling.config import BertConfig
 from modeling.encoder import BertEncoder
 from modeling.models import OBJECTIVES, BertPretrainer
-from modeling.tasks import LanguageModelTask, PretrainingTask
+from modeling.tasks import LanguageModelObjective, PretrainingObjective
 
 FLAGS = flags.FLAGS
 
@@ -209,9 +209,9 @@ def build_trainer(strategy, model) -> training.Trainer:
     """The Trainer of the objective's losses (masked LM and next sentence, or next
     token), with the flags' schedule."""
     task = (
-        LanguageModelTask()
+        LanguageModelObjective()
         if FLAGS.objective == "ltr"
-        else PretrainingTask(FLAGS.use_next_sentence_loss)
+        else PretrainingObjective(FLAGS.use_next_sentence_loss)
     )
     return training.Trainer(
         strategy,

@@ -62,7 +62,7 @@ from evaluation import squad_eval
 from modeling import finetuning, model_files, task_kinds, training
 from modeling.config import BertConfig
 from modeling.models import BertSpanLabeler
-from modeling.tasks import SpanTask
+from modeling.tasks import SpanObjective
 from serving import tasks as serving_tasks
 
 FLAGS = flags.FLAGS
@@ -234,7 +234,7 @@ class SquadTask:
         self.train_data, self.predict_data = train_data, predict_data
         self.options, self.settings, self.do_lower_case = options, settings, do_lower_case
         self.bilstm_units = bilstm_units
-        self.objective = SpanTask()
+        self.objective = SpanObjective()
         self.num_train_examples = train_data.num_features if train_data else 0
         # (output_dir, global_step) of the prediction files written last.
         self._written: tuple[str, int] | None = None

@@ -104,12 +104,12 @@ class FineTuningTask(Protocol):
 
     Attributes:
       model_kind: the kind of model (a `modeling.task_kinds` declaration's name).
-      objective: the loss and evaluation sums (`training.Task`).
+      objective: the loss and evaluation sums (`training.Objective`).
       num_train_examples: training examples (windows, features) per epoch.
     """
 
     model_kind: str
-    objective: training.Task
+    objective: training.Objective
     num_train_examples: int
 
     def build_model(self, encoder, config: BertConfig) -> keras.Model: ...

@@ -1,4 +1,4 @@
-"""Losses and evaluation sums of each task, in the `modeling.training.Task` form.
+"""Losses and evaluation sums of each task, in the `modeling.training.Objective` form.
 
 All losses are computed in float32 from float32 logits. Shape legend: B batch,
 P masked positions, V vocabulary, L labels, S sequence.
@@ -24,7 +24,7 @@ def _correct(labels, logits):
     )
 
 
-class PretrainingTask:
+class PretrainingObjective:
     """Masked-LM (weighted by `masked_lm_weights`) plus next-sentence loss.
 
     Features: `masked_lm_ids` int [B, P], `masked_lm_weights` float [B, P],
@@ -81,7 +81,7 @@ class PretrainingTask:
         }
 
 
-class LanguageModelTask:
+class LanguageModelObjective:
     """Left-to-right language modelling: every position predicts the next token.
 
     Features: `input_word_ids` int [B, S] (the clean text), `input_mask` int [B, S];
@@ -121,7 +121,7 @@ class LanguageModelTask:
         }
 
 
-class ClassificationTask:
+class ClassificationObjective:
     """Sequence classification (and multiple choice) or, with `is_regression`,
     regression on one output.
 
@@ -165,7 +165,7 @@ class ClassificationTask:
         return metrics
 
 
-class SpanTask:
+class SpanObjective:
     """SQuAD span prediction: the mean of the start and end cross-entropies.
 
     Features: `start_positions`, `end_positions` int [B]; outputs `start_logits`,
@@ -185,7 +185,7 @@ class SpanTask:
         return {"loss": tf.reduce_sum(self._per_example_loss(features, outputs))}
 
 
-class TokenClassificationTask:
+class TokenClassificationObjective:
     """Token classification (NER): cross-entropy at the positions that carry a label.
 
     Features: `label_ids` int [B, S] with -1 where a position has no label (padding,

@@ -1,6 +1,7 @@
 """The one training loop every runner uses: custom `strategy.run` steps.
 
-A task supplies the model and three functions of its features and outputs:
+A task supplies the model and its objective (`Objective`): functions of its features
+and outputs:
 
   loss_weights(features) -> {name: scalar}   denominators of the loss terms, from the
                                              inputs alone (examples, masked-LM weights)
@@ -49,7 +50,9 @@ GLOBAL_STEP_KEY = "global_step/.ATTRIBUTES/VARIABLE_VALUE"
 SUMMARY_FILE = "train_summary.json"
 
 
-class Task(Protocol):
+class Objective(Protocol):
+    """A model's loss and evaluation sums (modeling/tasks.py has one per kind)."""
+
     def loss_weights(self, features: dict) -> dict: ...
 
     def loss_sums(self, features: dict, outputs: dict) -> dict: ...
@@ -144,7 +147,7 @@ class Trainer:
         self,
         strategy: tf.distribute.Strategy,
         model: keras.Model,
-        task: Task,
+        objective: Objective,
         output_dir: str,
         *,
         learning_rate: float,
@@ -167,7 +170,7 @@ class Trainer:
     ):
         if gradient_accumulation_steps < 1:
             raise UserError("--gradient_accumulation_steps must be >= 1")
-        self.strategy, self.model, self.task = strategy, model, task
+        self.strategy, self.model, self.objective = strategy, model, objective
         self.output_dir = output_dir
         self.learning_rate, self.num_train_steps = learning_rate, num_train_steps
         self.num_warmup_steps = num_warmup_steps
@@ -285,7 +288,7 @@ class Trainer:
         def loss_and_grads(batch):
             with tf.GradientTape() as tape:
                 outputs = self.model(batch, training=True)
-                sums = self.task.loss_sums(batch, outputs)
+                sums = self.objective.loss_sums(batch, outputs)
                 loss = tf.add_n([tf.cast(sums[k], tf.float32) / weights[k] for k in sums])
                 scaled = loss * scale if scale is not None else loss
             grads = tape.gradient(scaled, self.variables)
@@ -306,7 +309,9 @@ class Trainer:
 
     def _replica_train_step(self, features):
         context = tf.distribute.get_replica_context()
-        weights = {k: tf.cast(w, tf.float32) for k, w in self.task.loss_weights(features).items()}
+        weights = {
+            k: tf.cast(w, tf.float32) for k, w in self.objective.loss_weights(features).items()
+        }
         weights = context.all_reduce(tf.distribute.ReduceOp.SUM, weights)
         weights = {k: tf.maximum(w, 1e-5) for k, w in weights.items()}
         loss, grads = self._local_loss_and_grads(features, weights)
@@ -560,7 +565,7 @@ class Trainer:
             @tf.function(reduce_retracing=True)
             def step(batch):
                 def replica(features):
-                    return self.task.eval_sums(features, self.model(features, training=False))
+                    return self.objective.eval_sums(features, self.model(features, training=False))
 
                 sums = self.strategy.run(replica, args=(batch,))
                 return self.strategy.reduce(tf.distribute.ReduceOp.SUM, sums, axis=None)
@@ -607,7 +612,7 @@ class Trainer:
                 bar.update(i + 1)
         if totals is None:
             raise UserError("the evaluation dataset is empty")
-        metrics = dict(self.task.finalize_eval(totals))
+        metrics = dict(self.objective.finalize_eval(totals))
         metrics["global_step"] = int(self.global_step.numpy())
         if summary_name is not None:
             writer = self._summary_writer(summary_name)

@@ -225,7 +225,7 @@ def loop_datasets(args, job: str, output_dir: pathlib.Path, spec):
         def model(encoder):
             return models.BertTokenClassifier(encoder, files.config, len(labels))
 
-        objective = tasks.TokenClassificationTask()
+        objective = tasks.TokenClassificationObjective()
     elif runner == "run_squad.py":
         tokenizer = tokenization.FullTokenizer(vocab, True)
         data = squad_records.build_train_features(
@@ -241,7 +241,7 @@ def loop_datasets(args, job: str, output_dir: pathlib.Path, spec):
         def model(encoder):
             return models.BertSpanLabeler(encoder, files.config)
 
-        objective = tasks.SpanTask()
+        objective = tasks.SpanObjective()
     else:
         options = {}
         if flags["task_name"] == "generic":
@@ -255,7 +255,7 @@ def loop_datasets(args, job: str, output_dir: pathlib.Path, spec):
         def model(encoder):
             return models.BertClassifier(encoder, files.config, len(metadata["labels"]))
 
-        objective = tasks.ClassificationTask()
+        objective = tasks.ClassificationObjective()
 
     def dataset_fn(pad):
         return lambda context=None: build(

@@ -89,7 +89,7 @@ def run_ours_loop(args):
     from modeling.config import BertConfig
     from modeling.encoder import BertEncoder
     from modeling.models import BertPretrainer
-    from modeling.tasks import PretrainingTask
+    from modeling.tasks import PretrainingObjective
 
     config = BertConfig(**bert_config(args.shape))
     strategy = tf.distribute.OneDeviceStrategy("/cpu:0")
@@ -100,7 +100,7 @@ def run_ours_loop(args):
     trainer = training.Trainer(
         strategy,
         model,
-        PretrainingTask(),
+        PretrainingObjective(),
         tempfile.mkdtemp(),
         learning_rate=1e-4,
         num_train_steps=10**9,

@@ -174,7 +174,7 @@ def test_extract_features_output_equals_in_memory_model(models, minilm_dir, tmp_
 
 
 def test_squad_span_loss_and_gradients_equal_hugging_face(minilm_dir):
-    """Our span model (run_squad's BertSpanLabeler + SpanTask) against Hugging Face
+    """Our span model (run_squad's BertSpanLabeler + SpanObjective) against Hugging Face
     `BertForQuestionAnswering` with the same head weights, on real SQuAD 2.0 training
     windows (answerable and unanswerable), dropout off: same loss, same gradients.
 
@@ -184,7 +184,7 @@ def test_squad_span_loss_and_gradients_equal_hugging_face(minilm_dir):
     import tensorflow as tf
     from data_prep.squad import squad_features, squad_reader
     from modeling.models import BertSpanLabeler
-    from modeling.tasks import SpanTask
+    from modeling.tasks import SpanObjective
 
     config = BertConfig.from_json_file(minilm_dir + "/config.json")
     encoder = BertEncoder(config)
@@ -203,7 +203,7 @@ def test_squad_span_loss_and_gradients_equal_hugging_face(minilm_dir):
         for ours_name, name in SQUAD_COLUMNS.items()
     }
     with tf.GradientTape() as tape:
-        loss = SpanTask().loss_sums(batch, ours(batch, training=False))["loss"] / len(features)
+        loss = SpanObjective().loss_sums(batch, ours(batch, training=False))["loss"] / len(features)
     variables = {v.path: v for v in ours.trainable_variables}
     grads = dict(zip(variables, tape.gradient(loss, list(variables.values()))))
 
@@ -252,7 +252,7 @@ def test_squad_fine_tuning_follows_hugging_face_step_by_step(minilm_dir, tmp_pat
     from data_prep.squad import squad_features, squad_reader
     from modeling import training
     from modeling.models import BertSpanLabeler
-    from modeling.tasks import SpanTask
+    from modeling.tasks import SpanObjective
 
     steps, batch_size, warmup, lr = 8, 8, 2, 5e-4
     checkpoint = tmp_path / "checkpoint"  # The same weights with dropout off.
@@ -283,7 +283,7 @@ def test_squad_fine_tuning_follows_hugging_face_step_by_step(minilm_dir, tmp_pat
     encoder = BertEncoder(config)
     checkpoints.restore_model(str(checkpoint), encoder)
     ours = BertSpanLabeler(encoder, config)
-    task = SpanTask()
+    task = SpanObjective()
     ours(batches[0], training=False)
     head = {v.path: v.numpy() for v in ours.trainable_variables if v.path.startswith("squad/")}
     trainer = training.Trainer(

@@ -19,7 +19,7 @@ from data_prep.pretraining import pretraining_data
 from modeling import models, training
 from modeling.config import BertConfig
 from modeling.encoder import BertEncoder
-from modeling.tasks import TokenClassificationTask
+from modeling.tasks import TokenClassificationObjective
 from tests.conftest import REPO_ROOT, SAMPLE_DATA, tiny_config
 
 SEQ = 64
@@ -242,7 +242,7 @@ def _train_ner(tmp_path, name, path, metadata, labels, pad, steps=6, xla=False, 
     trainer = training.Trainer(
         strategy,
         model,
-        TokenClassificationTask(),
+        TokenClassificationObjective(),
         str(tmp_path / name),
         learning_rate=2e-3,
         num_train_steps=steps,

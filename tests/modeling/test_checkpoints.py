@@ -342,7 +342,7 @@ def test_run_output_dir_resolves_to_its_best_model(tmp_path):
     trainer = training.Trainer(
         tf.distribute.get_strategy(),
         model,
-        tasks.ClassificationTask(),
+        tasks.ClassificationObjective(),
         str(tmp_path),
         learning_rate=1e-3,
         num_train_steps=10,

@@ -27,7 +27,7 @@ from modeling import checkpoints, heads, model_files, models
 from modeling.checkpoint_readers import CheckpointMismatchError
 from modeling.config import BertConfig
 from modeling.encoder import BertEncoder
-from modeling.tasks import LanguageModelTask
+from modeling.tasks import LanguageModelObjective
 from tests.conftest import REPO_ROOT, SAMPLE_DATA, read_results, tiny_config, write_tiny_config
 
 VOCAB = str(SAMPLE_DATA / "vocab" / "uncased_vocab.txt")
@@ -240,7 +240,7 @@ def test_language_model_loss_counts_every_next_real_token():
     ids = np.array([[101, 5, 6, 7, 102, 0], [101, 8, 102, 0, 0, 0]], np.int32)
     mask = (ids > 0).astype(np.int32)
     logits = rng.standard_normal((2, 5, 110)).astype(np.float32)
-    task = LanguageModelTask()
+    task = LanguageModelObjective()
     features = {"input_word_ids": ids, "input_mask": mask}
     sums = {k: float(v) for k, v in task.eval_sums(features, {"lm_logits": logits}).items()}
     log_probs = logits - np.log(np.exp(logits).sum(-1, keepdims=True))
@@ -265,7 +265,7 @@ def test_ltr_step_on_a_cut_batch_computes_what_the_full_width_batch_computes(sho
     assert length < SEQ  # Else the test compares a batch with itself.
     config = BertConfig.from_dict(tiny_config(0.0, vocab_size=30522, max_position_embeddings=SEQ))
     model = models.BertPretrainer(BertEncoder(config, causal_attention=True), config, "ltr")
-    task = LanguageModelTask()
+    task = LanguageModelObjective()
     results = {}
     for name, batch in (("cut", cut), ("full", full)):
         features = pretraining_data.restore_masked_tokens(batch)

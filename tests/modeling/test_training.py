@@ -8,7 +8,7 @@ import tensorflow as tf
 from modeling import models, optimization, training
 from modeling.config import BertConfig
 from modeling.encoder import BertEncoder
-from modeling.tasks import ClassificationTask, PretrainingTask
+from modeling.tasks import ClassificationObjective, PretrainingObjective
 from tests.conftest import tiny_config
 
 TINY = tiny_config(0.0, vocab_size=99)
@@ -230,7 +230,7 @@ def train_classifier(
     trainer = training.Trainer(
         strategy,
         model,
-        ClassificationTask(),
+        ClassificationObjective(),
         str(tmp_path / name),
         learning_rate=lr,
         num_train_steps=steps,
@@ -339,7 +339,7 @@ def test_float16_and_bfloat16_training_runs(tmp_path):
 
 
 def test_pretraining_loss_normalises_over_the_global_batch():
-    task = PretrainingTask()
+    task = PretrainingObjective()
     features = {
         "masked_lm_ids": tf.constant([[1, 2], [3, 0]]),
         "masked_lm_weights": tf.constant([[1.0, 1.0], [1.0, 0.0]]),
@@ -354,5 +354,5 @@ def test_pretraining_loss_normalises_over_the_global_batch():
     sums = task.loss_sums(features, outputs)
     np.testing.assert_allclose(float(sums["masked_lm"]), 3 * np.log(5), rtol=1e-6)
     np.testing.assert_allclose(float(sums["next_sentence"]), 2 * np.log(2), rtol=1e-6)
-    no_nsp = PretrainingTask(use_next_sentence_loss=False)
+    no_nsp = PretrainingObjective(use_next_sentence_loss=False)
     assert set(no_nsp.loss_sums(features, outputs)) == {"masked_lm"}

@@ -25,7 +25,7 @@ from data_prep.text import tokenization
 from modeling import checkpoints, hub, models, training
 from modeling.config import BertConfig
 from modeling.encoder import INPUT_KEYS, BertEncoder
-from modeling.tasks import ClassificationTask
+from modeling.tasks import ClassificationObjective
 from serving import encoder as serving_encoder
 from serving import preprocessing, tasks
 from tests.conftest import tiny_config
@@ -332,7 +332,7 @@ def test_hub_encoder_fine_tunes_with_trainer_and_resumes(encoder_path, encoder, 
         trainer = training.Trainer(
             strategy,
             model,
-            ClassificationTask(),
+            ClassificationObjective(),
             output_dir,
             learning_rate=3e-3,
             num_train_steps=6,
