@@ -289,7 +289,7 @@ def evaluation_outputs(objective: training.Objective):
 def predict_for_evaluation(
     trainer: training.Trainer, dataset: tf.data.Dataset, output_fn
 ) -> tuple[np.ndarray, np.ndarray, dict]:
-    """(logits float [N, K], labels [N], `trainer.task.finalize_eval` of the summed
+    """(logits float [N, K], labels [N], `trainer.objective.finalize_eval` of the summed
     eval sums: eval_loss, the loss that training minimises, on these examples)."""
     outputs = trainer.predict(dataset, output_fn, "evaluate")
     sums = {
@@ -300,7 +300,7 @@ def predict_for_evaluation(
     return (
         outputs["logits"].astype(np.float64),
         outputs["label_ids"],
-        trainer.task.finalize_eval(sums),
+        trainer.objective.finalize_eval(sums),
     )
 
 
