@@ -419,12 +419,14 @@ def check_killed_run_leaves_only_complete_shards(tmp_path, command, env):
     visible = sorted(path.name for path in out.iterdir() if not path.name.startswith("."))
     shards = [name for name in visible if name.endswith(".tfrecord")]
     assert 1 <= len(shards) < 3
-    assert visible == sorted(shards + [name + ".meta.json" for name in shards])
+    # A shard is renamed into place whole, then its metadata is written: a kill between
+    # the two leaves a whole shard without metadata (which `run_shards` shows as
+    # unfinished beside its siblings), never metadata without its shard.
+    assert set(visible) - set(shards) <= {name + ".meta.json" for name in shards}
     for name in shards:
-        assert (
-            len(cpd_tests.read_records(out / name))
-            == pretraining_data.read_metadata(str(out / name))["num_instances"]
-        )
+        records = cpd_tests.read_records(out / name)  # a cut file fails to read
+        if name + ".meta.json" in visible:
+            assert len(records) == pretraining_data.read_metadata(str(out / name))["num_instances"]
 
 
 @pytest.mark.slow
