@@ -565,10 +565,14 @@ class Trainer:
             @tf.function(reduce_retracing=True)
             def step(batch):
                 def replica(features):
-                    return self.objective.eval_sums(features, self.model(features, training=False))
+                    sums = self.objective.eval_sums(features, self.model(features, training=False))
+                    # Summed in the replica context, as the gradients are: the same
+                    # collective on one machine and across workers.
+                    context = tf.distribute.get_replica_context()
+                    return context.all_reduce(tf.distribute.ReduceOp.SUM, sums)
 
                 sums = self.strategy.run(replica, args=(batch,))
-                return self.strategy.reduce(tf.distribute.ReduceOp.SUM, sums, axis=None)
+                return self.strategy.experimental_local_results(sums)[0]
 
             self._eval_step = step
         return self._eval_step
@@ -603,6 +607,13 @@ class Trainer:
         total = _num_batches(dataset)
         if max_steps is not None:
             total = max_steps if total is None else min(total, max_steps)
+        # Workers share every global batch (DATA sharding): sharding by file fails on
+        # fewer files than workers, and the sums do not depend on who read what.
+        options = tf.data.Options()
+        options.experimental_distribute.auto_shard_policy = (
+            tf.data.experimental.AutoShardPolicy.DATA
+        )
+        dataset = dataset.with_options(options)
         with self.progress.task("eval", total=total, unit="batch", leave=False) as bar:
             for i, batch in enumerate(self.strategy.experimental_distribute_dataset(dataset)):
                 if max_steps is not None and i >= max_steps:

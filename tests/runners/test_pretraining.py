@@ -215,7 +215,9 @@ def free_port():
 @pytest.mark.slow
 def test_multi_worker_mirrored_equals_one_device(shards, tmp_path):
     config = tiny_config(tmp_path / "config.json", dropout=0.0)
-    run_pretraining(tmp_path / "one", config, shards["train"])
+    # --do_eval on one shard: each worker evaluates its part of every batch.
+    evaluation = ("--do_eval", "--max_eval_steps=3", "--eval_batch_size=8")
+    run_pretraining(tmp_path / "one", config, shards["train"], *evaluation)
     workers = [f"127.0.0.1:{free_port()}", f"127.0.0.1:{free_port()}"]
     procs = []
     for index in range(2):
@@ -228,6 +230,7 @@ def test_multi_worker_mirrored_equals_one_device(shards, tmp_path):
                 config,
                 shards["train"],
                 "--distribution_strategy=multi_worker_mirrored",
+                *evaluation,
                 env={"TF_CONFIG": tf_config},
                 wait=False,
             )
@@ -265,6 +268,16 @@ def test_multi_worker_mirrored_equals_one_device(shards, tmp_path):
         model_weights(str(tmp_path / "worker0" / "ckpt-6")),
         atol=1e-4,
     )
+    one, chief = (
+        dict(
+            line.split(" = ")
+            for line in (tmp_path / name / "eval_results.txt").read_text().splitlines()
+        )
+        for name in ("one", "worker0")
+    )
+    assert one.keys() == chief.keys() and "masked_lm_loss" in one, (one, chief)
+    for key in one:
+        assert float(chief[key]) == pytest.approx(float(one[key]), rel=1e-4, abs=1e-6), key
 
 
 @pytest.mark.slow
