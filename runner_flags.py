@@ -43,17 +43,15 @@ def define_model_flags(max_seq_length: int | None, flag_values=FLAGS) -> None:
     flags.DEFINE_string(
         "init_checkpoint",
         None,
-        "Original TF1 checkpoint, Hugging Face "
-        "directory, or TF2 checkpoint or output_dir of this project. A "
-        "fine-tuned checkpoint brings its task head too.",
+        "Original TF1 checkpoint, Hugging Face directory, or TF2 checkpoint or output_dir "
+        "of this project. A fine-tuned checkpoint brings its task head too.",
         flag_values=f,
     )
     flags.DEFINE_bool(
         "do_lower_case",
         True,
-        "Lower-case the input (uncased models). When "
-        "not given, the checkpoint's own setting; a contradiction is an "
-        "error.",
+        "Lower-case the input (uncased models). When not given, the checkpoint's own "
+        "setting; a contradiction is an error.",
         flag_values=f,
     )
     flags.DEFINE_bool(
@@ -110,9 +108,8 @@ def define_common_flags(max_seq_length: int, flag_values=FLAGS) -> None:
     flags.DEFINE_integer(
         "num_cpu_devices",
         0,
-        "Split the CPU into this many logical "
-        "devices (with --distribution_strategy=mirrored on a machine "
-        "without GPUs).",
+        "Split the CPU into this many logical devices (with "
+        "--distribution_strategy=mirrored on a machine without GPUs).",
         flag_values=f,
     )
     flags.DEFINE_enum(
@@ -330,6 +327,14 @@ def define_finetuning_flags(flag_values=FLAGS) -> None:
         None,
         "Export the fine-tuned model (the best one with "
         "--do_eval) as a SavedModel that answers raw text.",
+        flag_values=f,
+    )
+    flags.DEFINE_bool(
+        "export_xla_single_requests",
+        False,
+        "Lower latency for one request at a time: the export runs a request of one example "
+        "through XLA (TensorFlow Serving must be started with --xla_cpu_compilation_enabled); "
+        "batches of more than one take the standard path (docs/serving.md).",
         flag_values=f,
     )
     define_overwrite_flag("Let --export_dir replace a previous export.", f)
@@ -589,6 +594,7 @@ def finetuning_settings(FLAGS) -> finetuning.Settings:
         evaluate_every_epoch=FLAGS.evaluate_every_epoch,
         export_dir=FLAGS.export_dir,
         overwrite_export=FLAGS.overwrite,
+        export_options={"xla_single_requests": FLAGS.export_xla_single_requests},
         trainer_options=trainer_options(FLAGS),
         flag_values=flag_values(FLAGS),
     )
