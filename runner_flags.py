@@ -124,9 +124,8 @@ def define_common_flags(max_seq_length: int, flag_values=FLAGS) -> None:
         "kernels",
         "auto",
         list(kernels.NAMES),
-        "CPU kernel choices "
-        "(modeling/kernels.py): auto picks them from the CPU's instruction "
-        "sets (amx, avx512_bf16 or avx2); plain compiles nothing.",
+        "CPU kernel choices (modeling/kernels.py): auto picks them from the CPU's "
+        "instruction sets (amx, avx512_bf16 or avx2); plain compiles nothing.",
         flag_values=f,
     )
     flags.DEFINE_integer(
@@ -175,8 +174,7 @@ def define_original_flags(flag_values=FLAGS) -> None:
     flags.DEFINE_string(
         "master",
         None,
-        "Original flag: TensorFlow master address; with "
-        "--use_tpu and no --tpu_name, the TPU's address.",
+        "Original flag: TensorFlow master address; with --use_tpu and no --tpu_name, the TPU's.",
         flag_values=f,
     )
     flags.DEFINE_integer(
@@ -188,8 +186,8 @@ def define_original_flags(flag_values=FLAGS) -> None:
     flags.DEFINE_bool(
         "verbose_logging",
         False,
-        "Original flag: debug logging (e.g. SQuAD "
-        "answers that cannot be mapped back onto the context).",
+        "Original flag: debug logging (e.g. SQuAD answers that cannot be mapped back "
+        "onto the context).",
         flag_values=f,
     )
 
@@ -212,10 +210,9 @@ def define_training_flags(flag_values=FLAGS, learning_rate: float = 5e-5) -> Non
     flags.DEFINE_bool(
         "adam_bias_correction",
         True,
-        "Bias-correct Adam's moments (as Adam, "
-        "TF Model Garden and PyTorch do). --noadam_bias_correction is the "
-        "original release's AdamWeightDecayOptimizer exactly; its larger "
-        "early updates can destabilise fine-tuning at high learning rates.",
+        "Bias-correct Adam's moments (as Adam, TF Model Garden and PyTorch do). "
+        "--noadam_bias_correction is the original release's AdamWeightDecayOptimizer "
+        "exactly; its larger early updates can destabilise fine-tuning at high learning rates.",
         flag_values=f,
     )
     flags.DEFINE_float(
@@ -561,6 +558,8 @@ def check_finetuning_flags(FLAGS) -> None:
         raise app.UsageError("At least one of --do_train, --do_eval or --do_predict must be set.")
     if not FLAGS.output_dir:
         raise app.UsageError("--output_dir is required")
+    if FLAGS.export_xla_single_requests and not FLAGS.export_dir:
+        raise app.UsageError("--export_xla_single_requests needs --export_dir (the export).")
     if FLAGS.export_dir:
         try:
             savedmodel.check_export_path(

@@ -209,6 +209,7 @@ def driver(tmp_path_factory, mrpc_dir, vocab_file):
     add("bad_label", mrpc_copy("bad_label", lambda line: "2" + line[1:]))
     add("long_sequence", good, "--max_seq_length=128")
     add("nothing_to_do", good, do=())
+    add("xla_without_export", good, "--export_xla_single_requests")
     add("missing_hub_module", good, "--hub_module_url=/nonexistent/hub", model=())
     add(
         "hub_module",
@@ -286,6 +287,7 @@ def driver(tmp_path_factory, mrpc_dir, vocab_file):
         ),
         ("long_sequence", "UserError", ["--max_seq_length=128", "max_position_embeddings=64"]),
         ("nothing_to_do", "UsageError", ["--do_train, --do_eval or --do_predict"]),
+        ("xla_without_export", "UsageError", ["--export_xla_single_requests needs --export_dir"]),
         ("missing_hub_module", "MissingFileError", ["/nonexistent/hub is not a folder"]),
         (
             "export_over_user_files",
