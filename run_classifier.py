@@ -485,6 +485,7 @@ class ClassifierTask:
             labels=labels,
             overwrite=overwrite,
             preserve_unused_tokens=files.preserve_unused_tokens,
+            **self.settings.export_options,
         )
         runner_flags.terminal().say(f"Exported the model to {path} (it answers raw text)")
 

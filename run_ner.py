@@ -501,6 +501,7 @@ class NerTask:
             preserve_unused_tokens=files.preserve_unused_tokens,
             doc_stride=self.doc_stride,
             tag_scheme=self.labels.scheme,
+            **self.settings.export_options,
         )
         runner_flags.terminal().say(f"Exported the model to {path} (it answers raw text)")
 

@@ -324,6 +324,7 @@ class SquadTask:
             max_answer_length=options.max_answer_length,
             n_best_size=options.n_best_size,
             doc_stride=options.doc_stride,
+            **self.settings.export_options,
         )
         runner_flags.terminal().say(f"Exported the model to {path} (it answers raw text)")
 

@@ -43,17 +43,15 @@ def define_model_flags(max_seq_length: int | None, flag_values=FLAGS) -> None:
     flags.DEFINE_string(
         "init_checkpoint",
         None,
-        "Original TF1 checkpoint, Hugging Face "
-        "directory, or TF2 checkpoint or output_dir of this project. A "
-        "fine-tuned checkpoint brings its task head too.",
+        "Original TF1 checkpoint, Hugging Face directory, or TF2 checkpoint or output_dir "
+        "of this project. A fine-tuned checkpoint brings its task head too.",
         flag_values=f,
     )
     flags.DEFINE_bool(
         "do_lower_case",
         True,
-        "Lower-case the input (uncased models). When "
-        "not given, the checkpoint's own setting; a contradiction is an "
-        "error.",
+        "Lower-case the input (uncased models). When not given, the checkpoint's own "
+        "setting; a contradiction is an error.",
         flag_values=f,
     )
     flags.DEFINE_bool(
@@ -110,9 +108,8 @@ def define_common_flags(max_seq_length: int, flag_values=FLAGS) -> None:
     flags.DEFINE_integer(
         "num_cpu_devices",
         0,
-        "Split the CPU into this many logical "
-        "devices (with --distribution_strategy=mirrored on a machine "
-        "without GPUs).",
+        "Split the CPU into this many logical devices (with "
+        "--distribution_strategy=mirrored on a machine without GPUs).",
         flag_values=f,
     )
     flags.DEFINE_enum(
@@ -127,9 +124,8 @@ def define_common_flags(max_seq_length: int, flag_values=FLAGS) -> None:
         "kernels",
         "auto",
         list(kernels.NAMES),
-        "CPU kernel choices "
-        "(modeling/kernels.py): auto picks them from the CPU's instruction "
-        "sets (amx, avx512_bf16 or avx2); plain compiles nothing.",
+        "CPU kernel choices (modeling/kernels.py): auto picks them from the CPU's "
+        "instruction sets (amx, avx512_bf16 or avx2); plain compiles nothing.",
         flag_values=f,
     )
     flags.DEFINE_integer(
@@ -178,8 +174,7 @@ def define_original_flags(flag_values=FLAGS) -> None:
     flags.DEFINE_string(
         "master",
         None,
-        "Original flag: TensorFlow master address; with "
-        "--use_tpu and no --tpu_name, the TPU's address.",
+        "Original flag: TensorFlow master address; with --use_tpu and no --tpu_name, the TPU's.",
         flag_values=f,
     )
     flags.DEFINE_integer(
@@ -191,8 +186,8 @@ def define_original_flags(flag_values=FLAGS) -> None:
     flags.DEFINE_bool(
         "verbose_logging",
         False,
-        "Original flag: debug logging (e.g. SQuAD "
-        "answers that cannot be mapped back onto the context).",
+        "Original flag: debug logging (e.g. SQuAD answers that cannot be mapped back "
+        "onto the context).",
         flag_values=f,
     )
 
@@ -215,10 +210,9 @@ def define_training_flags(flag_values=FLAGS, learning_rate: float = 5e-5) -> Non
     flags.DEFINE_bool(
         "adam_bias_correction",
         True,
-        "Bias-correct Adam's moments (as Adam, "
-        "TF Model Garden and PyTorch do). --noadam_bias_correction is the "
-        "original release's AdamWeightDecayOptimizer exactly; its larger "
-        "early updates can destabilise fine-tuning at high learning rates.",
+        "Bias-correct Adam's moments (as Adam, TF Model Garden and PyTorch do). "
+        "--noadam_bias_correction is the original release's AdamWeightDecayOptimizer "
+        "exactly; its larger early updates can destabilise fine-tuning at high learning rates.",
         flag_values=f,
     )
     flags.DEFINE_float(
@@ -330,6 +324,14 @@ def define_finetuning_flags(flag_values=FLAGS) -> None:
         None,
         "Export the fine-tuned model (the best one with "
         "--do_eval) as a SavedModel that answers raw text.",
+        flag_values=f,
+    )
+    flags.DEFINE_bool(
+        "export_xla_single_requests",
+        False,
+        "Lower latency for one request at a time: the export runs a request of one example "
+        "through XLA (TensorFlow Serving must be started with --xla_cpu_compilation_enabled); "
+        "batches of more than one take the standard path (docs/serving.md).",
         flag_values=f,
     )
     define_overwrite_flag("Let --export_dir replace a previous export.", f)
@@ -556,6 +558,8 @@ def check_finetuning_flags(FLAGS) -> None:
         raise app.UsageError("At least one of --do_train, --do_eval or --do_predict must be set.")
     if not FLAGS.output_dir:
         raise app.UsageError("--output_dir is required")
+    if FLAGS.export_xla_single_requests and not FLAGS.export_dir:
+        raise app.UsageError("--export_xla_single_requests needs --export_dir (the export).")
     if FLAGS.export_dir:
         try:
             savedmodel.check_export_path(
@@ -589,6 +593,7 @@ def finetuning_settings(FLAGS) -> finetuning.Settings:
         evaluate_every_epoch=FLAGS.evaluate_every_epoch,
         export_dir=FLAGS.export_dir,
         overwrite_export=FLAGS.overwrite,
+        export_options={"xla_single_requests": FLAGS.export_xla_single_requests},
         trainer_options=trainer_options(FLAGS),
         flag_values=flag_values(FLAGS),
     )

@@ -61,7 +61,9 @@ class Settings:
     `shuffle_buffer_size`, `pad_to_max_seq_length` and `group_by_length` say how a
     task's datasets are read (`data_prep.input_pipeline`);
     `head_initializer` is how a task model draws its new head
-    (`modeling.layers.INITIALIZERS`).
+    (`modeling.layers.INITIALIZERS`); `export_options` are the options of the raw-text
+    export every task passes on (`serving.tasks.SHARED_OPTIONS`, e.g.
+    xla_single_requests).
     """
 
     output_dir: str
@@ -85,6 +87,7 @@ class Settings:
     evaluate_every_epoch: bool = True
     export_dir: str | None = None
     overwrite_export: bool = False
+    export_options: dict = dataclasses.field(default_factory=dict)
     trainer_options: dict = dataclasses.field(default_factory=dict)
     flag_values: dict = dataclasses.field(default_factory=dict)
 

@@ -15,6 +15,8 @@ docs/serving.md has the calls, answers and figures.
   inputs.py         raw-text signature inputs: specs, request checks, tokenizing words,
                     packing text, cutting a packed batch to its longest input
   windows.py        windows over long inputs and their max-context choice, in-graph
+  model_call.py     the model call of the task exports: the cut, and XLA for requests
+                    of one example (option xla_single_requests)
   classifier.py     classification, regression and multiple-choice signatures
   squad.py          SQuAD span answers in-graph (the runner's post-processing)
   ner.py            one IOB2 tag per word in-graph

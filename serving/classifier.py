@@ -17,15 +17,21 @@ from common.errors import UserError
 from serving.inputs import (
     BAD_REQUEST,
     after_checks,
-    cut_to_longest,
     pack_text,
     checked_request,
     text_spec,
 )
+from serving.model_call import ModelCall
 
 
 def classifier_signatures(
-    model, tokenizer, seq_length: int, labels, *, pad_to_max_seq_length: bool = False
+    model,
+    tokenizer,
+    seq_length: int,
+    labels,
+    *,
+    pad_to_max_seq_length: bool = False,
+    xla_single_requests: bool = False,
 ) -> dict:
     """Signatures of a `BertClassifier` export.
 
@@ -37,7 +43,9 @@ def classifier_signatures(
     batches of other sizes fail with tf.errors.InvalidArgumentError naming both.
 
     Each request batch is cut to its longest packed input (`inputs.cut_to_longest`),
-    unless `pad_to_max_seq_length`: then every input is padded to seq_length.
+    unless `pad_to_max_seq_length`: then every input is padded to seq_length. With
+    `xla_single_requests`, a request of one text runs the model through XLA
+    (`model_call.ModelCall`).
     """
     is_regression = labels is None
     if is_regression and model.num_labels != 1:
@@ -50,16 +58,20 @@ def classifier_signatures(
             f"{len(labels)} labels {list(labels)} for a classifier with {model.num_labels} outputs"
         )
     label_names = None if is_regression else tf.constant([str(label) for label in labels])
+    call = ModelCall(
+        model,
+        seq_length,
+        pad_to_max_seq_length=pad_to_max_seq_length,
+        xla_single_requests=xla_single_requests,
+    )
 
     def predict(text_a, text_b):
         if text_b is None:
             (text_a,) = checked_request({"text_a": text_a})
         else:
             text_a, text_b = checked_request({"text_a": text_a, "text_b": text_b})
-        inputs = pack_text(tokenizer, seq_length, text_a, text_b)
-        if not pad_to_max_seq_length:
-            inputs = cut_to_longest(inputs)
-        logits = model(inputs, training=False)["logits"]
+        inputs = call.cut(pack_text(tokenizer, seq_length, text_a, text_b))
+        logits = call(inputs)["logits"]
         if is_regression:
             return {"predictions": logits[:, 0]}
         probabilities = tf.nn.softmax(logits, axis=-1)
@@ -96,6 +108,7 @@ def multiple_choice_signatures(
     labels: Sequence[str] | None,
     *,
     pad_to_max_seq_length: bool = False,
+    xla_single_requests: bool = False,
 ) -> dict:
     """Signatures of a `BertMultipleChoice` export (SWAG), scoring as run_classifier.py
     does.
@@ -113,7 +126,8 @@ def multiple_choice_signatures(
     row per example (context [B], start [B], endings or choices [B, C], C >= 1);
     others fail with tf.errors.InvalidArgumentError naming them. Each request batch is
     cut to its longest packed choice (`inputs.cut_to_longest`), unless
-    `pad_to_max_seq_length`.
+    `pad_to_max_seq_length`. With `xla_single_requests`, a request of one example (its
+    C choices) runs the model through XLA (`model_call.ModelCall`).
 
     Args:
       model: a `BertMultipleChoice` (logits [B, C] from inputs [B, C, S]).
@@ -121,7 +135,14 @@ def multiple_choice_signatures(
       seq_length: --max_seq_length.
       labels: the choice labels "0".."C-1" of the task (fixing C), or None (any C).
       pad_to_max_seq_length: pad every choice to seq_length (static shapes).
+      xla_single_requests: the XLA call for one example.
     """
+    call = ModelCall(
+        model,
+        seq_length,
+        pad_to_max_seq_length=pad_to_max_seq_length,
+        xla_single_requests=xla_single_requests,
+    )
     num_choices = None
     if labels is not None:
         num_choices = len(labels)
@@ -142,15 +163,12 @@ def multiple_choice_signatures(
             [tokenizer.tokenize(contexts), tokenizer.tokenize(tf.reshape(choices, [-1]))],
             seq_length,
         )
-        if not pad_to_max_seq_length:
-            packed = cut_to_longest(packed)
+        packed = call.cut(packed, examples=shape[0])
         inputs = {
             k: tf.reshape(v, [-1, shape[1], tf.shape(v, out_type=tf.int64)[1]])  # [B, C, S]
             for k, v in packed.items()
         }
-        probabilities = tf.nn.softmax(
-            tf.cast(model(inputs, training=False)["logits"], tf.float32), axis=-1
-        )
+        probabilities = tf.nn.softmax(tf.cast(call(inputs)["logits"], tf.float32), axis=-1)
         return {"probabilities": probabilities, "best_choice": tf.argmax(probabilities, axis=-1)}
 
     def predict_parts(context, start, endings):

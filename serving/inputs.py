@@ -90,9 +90,19 @@ def cut_to_longest(inputs: dict[str, tf.Tensor]) -> dict[str, tf.Tensor]:
     The model's outputs at the positions kept are those of the padded inputs (the
     attention mask hides padding): what a request gets does not change, only its cost.
     """
-    lengths = tf.reshape(tf.reduce_sum(inputs["input_mask"], axis=-1), [-1])
-    longest = tf.reduce_max(tf.concat([lengths, [1]], axis=0))  # 1 for an empty batch
-    return {key: value[..., :longest] for key, value in inputs.items()}
+    return cut_to_length(inputs, longest_input(inputs))
+
+
+def longest_input(inputs: dict[str, tf.Tensor]) -> tf.Tensor:
+    """int32 scalar: the longest real input of packed inputs ([..., S] each), at least
+    1 (for an empty batch)."""
+    lengths = tf.reshape(tf.reduce_sum(tf.cast(inputs["input_mask"], tf.int32), axis=-1), [-1])
+    return tf.reduce_max(tf.concat([lengths, [1]], axis=0))
+
+
+def cut_to_length(inputs: dict[str, tf.Tensor], length: tf.Tensor) -> dict[str, tf.Tensor]:
+    """Packed inputs ([..., S] each) cut to their first `length` positions (<= S)."""
+    return {key: value[..., :length] for key, value in inputs.items()}
 
 
 def word_pieces(tokenizer, words: tf.RaggedTensor) -> tf.RaggedTensor:

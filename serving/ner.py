@@ -19,6 +19,7 @@ from data_prep.ner import tag_schemes
 from data_prep.text import tf_tokenization, tokenization
 from serving import inputs as text_inputs
 from serving import windows as serving_windows
+from serving.model_call import ModelCall
 
 # Characters that separate the words of an NER input (a CoNLL word never holds one).
 NER_WORD_SEPARATORS = "[ \t\r\n]+"
@@ -33,6 +34,7 @@ def ner_signatures(
     doc_stride: int,
     tag_scheme: str,
     pad_to_max_seq_length: bool = False,
+    xla_single_requests: bool = False,
 ) -> dict:
     """Signatures of a token-classification export, tagging as run_ner.py does.
 
@@ -52,7 +54,9 @@ def ner_signatures(
     seq_length - 2 pieces every doc_stride pieces, each word tagged from the window
     where its first piece has the most context; so every word gets a tag. The windows
     of a request are cut to the longest of them (`inputs.cut_to_longest`) unless
-    `pad_to_max_seq_length`.
+    `pad_to_max_seq_length`. With `xla_single_requests`, a request of one window (one
+    text of at most seq_length - 2 pieces) runs the model through XLA
+    (`model_call.ModelCall`).
 
     Args:
       model: a `BertTokenClassifier` or `BertFeatureBasedTagger` (logits [N, S, L]).
@@ -62,6 +66,7 @@ def ner_signatures(
       doc_stride: run_ner's --doc_stride.
       tag_scheme: the scheme of the labels ("iob1", "iob2" or "iobes").
       pad_to_max_seq_length: pad every window to seq_length (static shapes).
+      xla_single_requests: the XLA call for a request of one window.
     """
     if labels is None:
         raise UserError("a token-classification export needs the label list")
@@ -81,6 +86,12 @@ def ner_signatures(
     label_names = tf.constant([str(label) for label in labels])
     unk_id = int(tokenizer.vocab_table.lookup(tf.constant(tokenization.UNK_TOKEN)))
     cls_id, sep_id = tokenizer.cls_id, tokenizer.sep_id
+    call = ModelCall(
+        model,
+        seq_length,
+        pad_to_max_seq_length=pad_to_max_seq_length,
+        xla_single_requests=xla_single_requests,
+    )
 
     def tag(text):
         (text,) = text_inputs.checked_request({"text": text})
@@ -108,9 +119,8 @@ def ner_signatures(
         inputs = tf_tokenization.combine_and_pad(
             [tf.gather(pieces.flat_values, window_pieces)], seq_length, cls_id, sep_id
         )
-        if not pad_to_max_seq_length:
-            inputs = text_inputs.cut_to_longest(inputs)
-        logits = model(inputs, training=False)["logits"]  # [N, S, L]
+        inputs = call.cut(inputs)
+        logits = call(inputs)["logits"]  # [N, S, L]
         label_ids = tf.argmax(logits, axis=-1, output_type=tf.int32)
         window = tf.gather(best, first_piece)  # [sum W]
         window_first = tf.gather(pieces.row_splits, tf.gather(windows.row, window)) + tf.gather(

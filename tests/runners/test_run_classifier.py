@@ -209,6 +209,7 @@ def driver(tmp_path_factory, mrpc_dir, vocab_file):
     add("bad_label", mrpc_copy("bad_label", lambda line: "2" + line[1:]))
     add("long_sequence", good, "--max_seq_length=128")
     add("nothing_to_do", good, do=())
+    add("xla_without_export", good, "--export_xla_single_requests")
     add("missing_hub_module", good, "--hub_module_url=/nonexistent/hub", model=())
     add(
         "hub_module",
@@ -248,6 +249,7 @@ def driver(tmp_path_factory, mrpc_dir, vocab_file):
         "--train_batch_size=4",
         "--num_train_epochs=1",
         f"--export_dir={root / 'export'}",
+        "--export_xla_single_requests",
         task="generic",
         do=("--do_train", "--do_eval", "--do_predict"),
     )
@@ -285,6 +287,7 @@ def driver(tmp_path_factory, mrpc_dir, vocab_file):
         ),
         ("long_sequence", "UserError", ["--max_seq_length=128", "max_position_embeddings=64"]),
         ("nothing_to_do", "UsageError", ["--do_train, --do_eval or --do_predict"]),
+        ("xla_without_export", "UsageError", ["--export_xla_single_requests needs --export_dir"]),
         ("missing_hub_module", "MissingFileError", ["/nonexistent/hub is not a folder"]),
         (
             "export_over_user_files",
@@ -404,6 +407,11 @@ def test_generic_export_answers_raw_text_as_predicted(driver):
     outputs = model.signatures["serving_text_a"](text_a=tf.constant(texts))
     want = _read_tsv(driver["root"] / "out_generic" / "test_results.tsv")
     np.testing.assert_allclose(outputs["probabilities"].numpy(), want, atol=1e-5)
+    # --export_xla_single_requests: one text at a time runs through XLA, as predicted.
+    assert model.xla_single_requests.numpy()
+    for text, row in list(zip(texts, want))[:2]:
+        one = model.signatures["serving_text_a"](text_a=tf.constant([text]))
+        np.testing.assert_allclose(one["probabilities"].numpy()[0], row, atol=1e-5)
     assert [label.decode() for label in outputs["labels"].numpy()] == [
         ["neg", "pos"][i] for i in want.argmax(axis=1)
     ]

@@ -169,6 +169,7 @@ def runs(inputs):
             "--num_train_epochs=1",
             "--learning_rate=1e-3",
             f"--export_dir={root / 'fine_tune_export'}",
+            "--export_xla_single_requests",
         ),
         "feature_based": _command(
             root / "feature_based",
@@ -398,6 +399,7 @@ def test_export_tags_raw_text_as_predicted(runs, inputs):
     assert [label.decode() for label in model.labels.numpy()] == labels
     assert model.doc_stride.numpy() == 8 and model.seq_length.numpy() == 32
     assert model.tag_scheme.numpy().decode() == "iob1"
+    assert model.xla_single_requests.numpy()  # --export_xla_single_requests
     for path, sentences in (
         (inputs["dev_file"], inputs["dev"][:6] + [inputs["long"]] + inputs["dev"][6:]),
         (inputs["test_file"], inputs["dev"]),

@@ -74,7 +74,7 @@ def runs(root):
     write_json(eval_alone / "predictions.json", predictions)
     write_json(eval_alone / "null_odds.json", null_odds)
     cases = {
-        "v2": flags("v2", f"--export_dir={root / 'v2_export'}"),
+        "v2": flags("v2", f"--export_dir={root / 'v2_export'}", "--export_xla_single_requests"),
         "eval_alone": [a for a in flags("eval_alone") if a not in ("--do_train", "--do_predict")],
         "v1": flags("v1", version_2=False),
         "no_data": train_only(flags("bad", train_file=no_data)),
@@ -266,6 +266,7 @@ def test_export_answers_raw_text_as_predicted(runs, root):
     ]
     model = tf.saved_model.load(str(root / "v2_export"))
     assert model.max_query_length.numpy() == QUERY and model.doc_stride.numpy() == STRIDE
+    assert model.xla_single_requests.numpy()  # --export_xla_single_requests
     got = model.signatures["serving_default"](
         question=tf.constant([q for _, q, _ in rows]), context=tf.constant([c for _, _, c in rows])
     )
