@@ -26,6 +26,8 @@ sample_data/sciner_iob1 (CoNLL-2003's IOB1, where nearly every entity word is I-
                    False by default, so its `DataCollatorForTokenClassification` pads
                    each batch, in training and evaluation, to the longest example it
                    holds (labels with -100). This script uses that collator.
+                   It runs in a process of its own (`finetune_compare.run_peer`): its
+                   wall time is the whole job, start-up to the predictions written.
   hf_same_batches  Hugging Face on exactly the batches ours drew, in ours' order (its
                    train.tf_record read by ours' tf.data pipeline with the same seed),
                    with ours' labels, from ours' initial head: run it after ours. With
@@ -48,8 +50,6 @@ import os
 import numpy as np
 
 import finetune_compare as common
-from data_prep.ner import conll
-from evaluation import conlleval
 
 SYSTEMS = ("ours", "hf", "hf_same_batches")
 
@@ -67,6 +67,8 @@ def parse_args(argv=None):
 def score_file(path: str) -> dict:
     """conlleval metrics of a `token gold guess` file, and seqeval's F1 as a check."""
     from seqeval.metrics import f1_score
+
+    from evaluation import conlleval
 
     counts = conlleval.evaluate_file(path)
     gold, guess = [[]], [[]]
@@ -256,8 +258,19 @@ def run_hf(args, seed: int, run_dir: str, same_batches: bool = False) -> dict:
         "steps": total,
         "losses": losses,
         "dev_loss": dev_loss,
+        "predictions": path,
+    }
+
+
+def score_hf(args, result: dict) -> dict:
+    """A Hugging Face run's result with its scores and the tag scheme it learned (in
+    the parent process, after the run's timing)."""
+    from data_prep.ner import conll
+
+    return {
+        **result,
         "label_scheme": conll.detect_file_tag_scheme(os.path.join(args.data_dir, "train.txt")),
-        **score_file(path),
+        **score_file(result["predictions"]),
     }
 
 
@@ -362,10 +375,17 @@ def main(argv=None) -> None:
     args = parse_args(argv)
 
     def run_system(system, seed, run_dir):
+        if args.peer_result:  # The process of one Hugging Face run (common.run_peer).
+            return run_hf(args, seed, run_dir)
         if system == "ours":
             return run_ours(args, seed, run_dir)
-        return run_hf(args, seed, run_dir, same_batches=system == "hf_same_batches")
+        if system == "hf":
+            return score_hf(args, common.run_peer(args, system, seed))
+        return score_hf(args, run_hf(args, seed, run_dir, same_batches=True))
 
+    if args.peer_result:
+        common.peer_main(args, run_system)
+        return
     results = common.run_all(args, run_system)
     text = (
         f"NER on {args.data_dir} (dev.txt), {args.num_train_epochs:g} epochs, lr "
