@@ -442,7 +442,9 @@ def run_peer(args, system: str, seed: int) -> dict:
     ]
     print("$ " + " ".join(command), flush=True)
     start, cpu_start = time.time(), _children_cpu_s()
-    subprocess.run(command, check=True)
+    code = subprocess.run(command).returncode
+    if code:
+        raise SystemExit(f"{system} seed {seed} failed (exit status {code}): its error is above")
     wall, cpu = time.time() - start, _children_cpu_s() - cpu_start
     with open(result_file, encoding="utf-8") as f:
         result = json.load(f)
