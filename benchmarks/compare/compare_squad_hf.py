@@ -25,7 +25,11 @@ questions). Answering nothing scores the share of unanswerable questions.
                    only the model and the training differ), its own loss (the mean of
                    the start and end cross-entropies); its logits go through this
                    project's post-processing (`squad_postprocess`) and official scoring
-                   (`evaluation.squad_eval`), as ours do.
+                   (`evaluation.squad_eval`), as ours do. Every window is padded to
+                   --max_seq_length (384), as Hugging Face's question-answering example
+                   (examples/pytorch/question-answering/run_qa.py) does by default: its
+                   `pad_to_max_length` is True. It runs in the comparison's process
+                   (its wall time leaves out the imports).
   hf_same_batches  Hugging Face on exactly the batches ours drew, in ours' order
                    (run_squad.py's train.tf_record read by its tf.data pipeline with the
                    same seed), from ours' initial span head (--same_batches_head=hf: its

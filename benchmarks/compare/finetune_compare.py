@@ -18,6 +18,13 @@ project's choices at a time (the original release's epsilon 1e-6, its schedule, 
 truncated-normal head), which is how the differences between the two are measured; this
 project's side takes its runner's flags (`--extra_flags`).
 
+Hugging Face and keras-hub run each (system, seed) in a fresh Python process of the
+comparison script (`run_peer`), as ours' runner does, so that every wall time is the
+whole job: start-up and imports, reading and tokenizing the data, building the model,
+training and predicting the dev set. The Hugging Face process imports neither
+TensorFlow nor this project (its metrics are computed with numpy, `accuracy_f1`;
+scoring files with this project's scorers happens in the parent, after the timing).
+
 This module is imported by the scripts beside it (`python benchmarks/compare/compare_ner_hf.py`
 runs with benchmarks/ first on the import path).
 """
@@ -34,8 +41,6 @@ import sys
 import time
 
 import numpy as np
-
-from common import file_io
 
 REPO = pathlib.Path(__file__).resolve().parent.parent.parent
 SAMPLE_DATA = REPO / "sample_data"
@@ -154,6 +159,8 @@ def recipe_parser(
     parser.add_argument(
         "--extra_flags", default="", help="More flags for this project's runner, space-separated."
     )
+    # Internal: set by run_peer for the process that runs one peer's (system, seed).
+    parser.add_argument("--peer_result", default=None, help=argparse.SUPPRESS)
     return parser
 
 
@@ -181,6 +188,8 @@ def checkpoint_without_dropout(checkpoint: str, output_dir: str) -> str:
 
     copy = os.path.join(output_dir, "checkpoint_no_dropout")
     if not os.path.isfile(os.path.join(copy, "config.json")):
+        from common import file_io
+
         with file_io.atomic_directory(copy) as temp:
             shutil.copytree(checkpoint, temp, dirs_exist_ok=True)
             config_file = os.path.join(temp, "config.json")
@@ -188,6 +197,27 @@ def checkpoint_without_dropout(checkpoint: str, output_dir: str) -> str:
             config.update(hidden_dropout_prob=0.0, attention_probs_dropout_prob=0.0)
             file_io.write_json(config_file, config, sort_keys=False)
     return copy
+
+
+def epoch_end_steps(num_examples: int, batch_size: int, total: int) -> list[int]:
+    """The step at which each epoch ends, as `modeling.finetuning.epoch_end_steps` counts
+    them (here so that the peers' processes do not import TensorFlow)."""
+    ends, epoch = [], 1
+    while (step := int(num_examples * epoch / batch_size)) < total:
+        if not ends or step > ends[-1]:
+            ends.append(step)
+        epoch += 1
+    return ends + [total]
+
+
+def accuracy_f1(logits, labels) -> dict[str, float]:
+    """Accuracy and F1 of class 1 (MRPC's metrics), in percent, with numpy."""
+    predictions = np.argmax(np.asarray(logits), axis=-1)
+    labels = np.asarray(labels)
+    true_positives = int(np.sum((predictions == 1) & (labels == 1)))
+    guessed, gold = int(np.sum(predictions == 1)), int(np.sum(labels == 1))
+    f1 = 2 * true_positives / (guessed + gold) if guessed + gold else 0.0
+    return {"accuracy": 100 * float(np.mean(predictions == labels)), "f1": 100 * f1}
 
 
 def train_schedule(num_examples: int, args) -> tuple[int, int]:
@@ -394,9 +424,53 @@ def hf_train(
 # ----------------------------------------------------------------------------
 
 
+def run_peer(args, system: str, seed: int) -> dict:
+    """Runs one peer's (system, seed) in a new process of the running comparison script
+    (its arguments, this system and seed, and --peer_result) and returns its result,
+    with wall_s the whole process (`inner_wall_s`: as the process measured itself,
+    imports excluded)."""
+    result_file = os.path.join(args.output_dir, f"{system}_seed{seed}.peer.json")
+    if os.path.isfile(result_file):
+        os.remove(result_file)
+    command = [
+        sys.executable,
+        os.path.abspath(sys.argv[0]),
+        *sys.argv[1:],
+        f"--systems={system}",
+        f"--seeds={seed}",
+        f"--peer_result={result_file}",
+    ]
+    print("$ " + " ".join(command), flush=True)
+    start, cpu_start = time.time(), _children_cpu_s()
+    code = subprocess.run(command).returncode
+    if code:
+        raise SystemExit(f"{system} seed {seed} failed (exit status {code}): its error is above")
+    wall, cpu = time.time() - start, _children_cpu_s() - cpu_start
+    with open(result_file, encoding="utf-8") as f:
+        result = json.load(f)
+    os.remove(result_file)
+    result.update(
+        inner_wall_s=result.get("wall_s"), wall_s=wall, cpu_s=cpu, command=" ".join(command)
+    )
+    return result
+
+
+def peer_main(args, run_system) -> None:
+    """In the process started by run_peer: runs its one (system, seed) and writes the
+    result to --peer_result (JSON, renamed into place when whole)."""
+    system, seed = args.systems, int(args.seeds)
+    result = run_system(system, seed, os.path.join(args.output_dir, f"{system}_seed{seed}"))
+    temp = args.peer_result + ".tmp"
+    with open(temp, "w", encoding="utf-8") as f:
+        json.dump(result, f)
+    os.replace(temp, args.peer_result)
+
+
 def run_all(args, run_system) -> list[dict]:
     """Runs every (seed, system) not saved yet in output_dir, `run_system(system, seed,
     run_dir)` -> result dict, and returns every saved result of these settings."""
+    from common import file_io
+
     results = []
     for seed in seeds(args):
         for system in args.systems.split(","):
@@ -511,5 +585,7 @@ def loss_comparison(results: list[dict]) -> str:
 
 
 def write_table(output_dir: str, text: str) -> None:
+    from common import file_io
+
     file_io.write_text(os.path.join(output_dir, "results.md"), text)
     print(text)
