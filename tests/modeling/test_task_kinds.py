@@ -48,6 +48,7 @@ def test_names_are_those_of_users_files():
 def test_export_options_are_the_original_flag_defaults():
     assert serving_tasks.check_options("squad", {}) == {
         "pad_to_max_seq_length": False,
+        "xla_single_requests": False,
         "max_query_length": 64,
         "max_answer_length": 30,
         "n_best_size": 20,
@@ -55,6 +56,7 @@ def test_export_options_are_the_original_flag_defaults():
     }
     assert serving_tasks.check_options("ner", {"doc_stride": 32}) == {
         "pad_to_max_seq_length": False,
+        "xla_single_requests": False,
         "doc_stride": 32,
         "tag_scheme": "iob2",
     }
