@@ -238,7 +238,7 @@ def main(_):
         layer_indexes,
         FLAGS.max_seq_length,
         FLAGS.batch_size,
-        runner_flags.pad_to_max_seq_length(FLAGS),
+        bool(runner_flags.pad_to_max_seq_length(FLAGS)),
         runner_flags.terminal(),
     )
 

@@ -404,7 +404,7 @@ class ClassifierTask:
             True,
             seed,
             input_context,
-            **self.settings.training_input_options(),
+            **self.settings.training_input_options(self.objective),
         )
 
     def evaluate(self, trainer, output_dir: str, global_step: int) -> dict:
@@ -418,9 +418,7 @@ class ClassifierTask:
         for split, features in self.data.eval.items():
             logits, labels, in_graph = predict_for_evaluation(
                 trainer,
-                features.dataset(
-                    self.settings.eval_batch_size, self.settings.pad_to_max_seq_length
-                ),
+                features.dataset(self.settings.eval_batch_size, self.settings.pads_inference),
                 self._evaluation_outputs,
             )
             metrics.update(
@@ -450,9 +448,7 @@ class ClassifierTask:
         for split, features in self.data.test.items():
             logits, _ = predict_logits(
                 trainer,
-                features.dataset(
-                    self.settings.predict_batch_size, self.settings.pad_to_max_seq_length
-                ),
+                features.dataset(self.settings.predict_batch_size, self.settings.pads_inference),
             )
             values = logits[:, 0] if self.is_regression else probabilities(logits)
             path = os.path.join(output_dir, results_file_name(split, tuple(self.data.test)))

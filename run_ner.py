@@ -435,7 +435,7 @@ class NerTask:
             True,
             seed,
             input_context,
-            **self.settings.training_input_options(),
+            **self.settings.training_input_options(self.objective),
         )
 
     def evaluate(self, trainer, output_dir: str, global_step: int) -> dict:
@@ -445,7 +445,7 @@ class NerTask:
         eval_results.txt (`conlleval.eval_results` keys, eval_loss, global_step).
         """
         split, batch_size = self.splits["eval"], self.settings.eval_batch_size
-        pad = self.settings.pad_to_max_seq_length
+        pad = self.settings.pads_inference
         path = write_predictions(
             split, predict_tags(trainer, split, self.labels, batch_size, pad), output_dir
         )
@@ -477,7 +477,7 @@ class NerTask:
                 split,
                 self.labels,
                 self.settings.predict_batch_size,
-                self.settings.pad_to_max_seq_length,
+                self.settings.pads_inference,
             ),
             output_dir,
         )

@@ -113,7 +113,7 @@ def make_dataset_fn(files, metadata, batch_size, is_training, seed):
             is_training,
             seed,
             context,
-            pad_to_max_seq_length=runner_flags.pad_to_max_seq_length(FLAGS),
+            pad_to_max_seq_length=bool(runner_flags.pad_to_max_seq_length(FLAGS)),
         )
         if FLAGS.objective == "ltr":  # The clean text, from the masked LM's shards.
             dataset = dataset.map(

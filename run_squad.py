@@ -256,7 +256,7 @@ class SquadTask:
             True,
             seed,
             input_context,
-            **self.settings.training_input_options(),
+            **self.settings.training_input_options(self.objective),
         )
 
     def predict(self, trainer, output_dir: str, global_step: int) -> None:
@@ -268,7 +268,7 @@ class SquadTask:
             trainer,
             self.predict_data,
             self.settings.predict_batch_size,
-            self.settings.pad_to_max_seq_length,
+            self.settings.pads_inference,
         )
         predictions = squad_postprocess.compute_predictions(
             self.predict_data.examples,

@@ -84,8 +84,10 @@ def define_model_flags(max_seq_length: int | None, flag_values=FLAGS) -> None:
             "Compute every batch at --max_seq_length, as the original release does "
             "(static shapes, for TPUs and for comparisons with it), instead of cutting "
             "each batch to its longest example (rounded up to one of a few lengths; "
-            "docs/padding.md). Default: true under --distribution_strategy=tpu, "
-            "else false.",
+            "docs/padding.md). Default: true under --distribution_strategy=tpu; "
+            "else every batch is cut, except run_squad.py's training batches (its span "
+            "loss counts the padding positions, so cutting them would change training). "
+            "Given explicitly, it also pads the --export_dir export's requests.",
             flag_values=f,
         )
 
@@ -513,12 +515,15 @@ def describe_devices(strategy: tf.distribute.Strategy, kernels_name: str, dtype:
     )
 
 
-def pad_to_max_seq_length(FLAGS) -> bool:
-    """--pad_to_max_seq_length, by default true only under --distribution_strategy=tpu
-    (TPUs need static shapes)."""
+def pad_to_max_seq_length(FLAGS) -> bool | None:
+    """--pad_to_max_seq_length as given; not given: true under
+    --distribution_strategy=tpu (TPUs need static shapes), else None (cut, except where a
+    task's loss sees the padding: `finetuning.Settings.pads_training`)."""
     if FLAGS.pad_to_max_seq_length is not None:
         return FLAGS.pad_to_max_seq_length
-    return "distribution_strategy" in FLAGS and FLAGS.distribution_strategy == "tpu"
+    if "distribution_strategy" in FLAGS and FLAGS.distribution_strategy == "tpu":
+        return True
+    return None
 
 
 def trainer_options(FLAGS) -> dict:
@@ -593,7 +598,10 @@ def finetuning_settings(FLAGS) -> finetuning.Settings:
         evaluate_every_epoch=FLAGS.evaluate_every_epoch,
         export_dir=FLAGS.export_dir,
         overwrite_export=FLAGS.overwrite,
-        export_options={"xla_single_requests": FLAGS.export_xla_single_requests},
+        export_options={
+            "xla_single_requests": FLAGS.export_xla_single_requests,
+            "pad_to_max_seq_length": FLAGS.pad_to_max_seq_length is True,
+        },
         trainer_options=trainer_options(FLAGS),
         flag_values=flag_values(FLAGS),
     )

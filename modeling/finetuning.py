@@ -59,7 +59,11 @@ class Settings:
     `trainer_options` are keyword arguments of `training.Trainer` (optimizer,
     weight_decay_rate, dtype, steps_per_loop, save_checkpoints_steps, ...);
     `shuffle_buffer_size`, `pad_to_max_seq_length` and `group_by_length` say how a
-    task's datasets are read (`data_prep.input_pipeline`);
+    task's datasets are read (`data_prep.input_pipeline`): pad_to_max_seq_length None
+    (the default) cuts every batch to its longest example, except the training batches
+    of an objective whose loss sees the padding (`loss_sees_padding`, SQuAD's span
+    loss), which stay padded so that training computes what the original release does;
+    True pads every batch, False cuts every batch;
     `head_initializer` is how a task model draws its new head
     (`modeling.layers.INITIALIZERS`); `export_options` are the options of the raw-text
     export every task passes on (`serving.tasks.SHARED_OPTIONS`, e.g.
@@ -82,7 +86,7 @@ class Settings:
     warmup_proportion: float = 0.1
     seed: int = 12345
     shuffle_buffer_size: int = 10000
-    pad_to_max_seq_length: bool = False
+    pad_to_max_seq_length: bool | None = None
     group_by_length: bool = False
     evaluate_every_epoch: bool = True
     export_dir: str | None = None
@@ -91,12 +95,24 @@ class Settings:
     trainer_options: dict = dataclasses.field(default_factory=dict)
     flag_values: dict = dataclasses.field(default_factory=dict)
 
-    def training_input_options(self) -> dict:
+    def pads_training(self, objective=None) -> bool:
+        """Whether the training batches of `objective` are padded to max_seq_length."""
+        if self.pad_to_max_seq_length is not None:
+            return self.pad_to_max_seq_length
+        return bool(getattr(objective, "loss_sees_padding", False))
+
+    @property
+    def pads_inference(self) -> bool:
+        """Whether evaluation and prediction batches are padded to max_seq_length (the
+        real positions' outputs are the same either way)."""
+        return bool(self.pad_to_max_seq_length)
+
+    def training_input_options(self, objective=None) -> dict:
         """Keyword arguments of a task's training dataset builder (shuffling, padding,
         length grouping), as `data_prep.input_pipeline.batched_records` takes them."""
         return dict(
             shuffle_buffer_size=self.shuffle_buffer_size,
-            pad_to_max_seq_length=self.pad_to_max_seq_length,
+            pad_to_max_seq_length=self.pads_training(objective),
             group_by_length=self.group_by_length,
         )
 
@@ -398,7 +414,8 @@ def write_run_files(
     values.update(
         resolved_vocab_file=files.vocab_file,
         resolved_do_lower_case=files.do_lower_case,
-        pad_to_max_seq_length=settings.pad_to_max_seq_length,
+        pad_to_max_seq_length=settings.pads_inference,
+        padded_training_batches=settings.pads_training(task.objective),
         model_kind=task.model_kind,
         num_train_steps=trainer.num_train_steps,
         num_warmup_steps=trainer.num_warmup_steps,

@@ -171,7 +171,14 @@ class SpanObjective:
     Features: `start_positions`, `end_positions` int [B]; outputs `start_logits`,
     `end_logits` [B, S]. A loss only, no evaluation sums: SQuAD is scored by the
     official rules on its predictions (run_squad.py).
+
+    The softmax runs over every position of the window, padding included, as in the
+    original release and Hugging Face: a batch cut to its longest window has fewer
+    positions, so its loss differs (`loss_sees_padding`; fine-tuning pads SQuAD's
+    training batches unless told otherwise, docs/padding.md).
     """
+
+    loss_sees_padding = True
 
     def _per_example_loss(self, features, outputs):
         start = _sparse_nll(tf.reshape(features["start_positions"], [-1]), outputs["start_logits"])

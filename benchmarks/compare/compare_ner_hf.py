@@ -299,8 +299,11 @@ def ours_batches(args, seed: int, ours_dir: str) -> tuple[list[str], list[dict]]
         True,
         seed,
         shuffle_buffer_size=run_config["shuffle_buffer_size"],
-        # Runs from before batches were cut computed every batch padded.
-        pad_to_max_seq_length=run_config.get("pad_to_max_seq_length", True),
+        # The training batches as ours read them (runs from before batches were cut
+        # padded every batch).
+        pad_to_max_seq_length=run_config.get(
+            "padded_training_batches", run_config.get("pad_to_max_seq_length", True)
+        ),
         group_by_length=run_config.get("group_by_length", False),
     )
     batches = []

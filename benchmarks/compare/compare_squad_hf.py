@@ -28,8 +28,9 @@ questions). Answering nothing scores the share of unanswerable questions.
                    (`evaluation.squad_eval`), as ours do. Every window is padded to
                    --max_seq_length (384), as Hugging Face's question-answering example
                    (examples/pytorch/question-answering/run_qa.py) does by default: its
-                   `pad_to_max_length` is True. It runs in the comparison's process
-                   (its wall time leaves out the imports).
+                   `pad_to_max_length` is True. Each of its runs is a process of its
+                   own (`finetune_compare.run_peer`): its wall time is the whole
+                   process, as ours' (it also imports TensorFlow, for the features).
   hf_same_batches  Hugging Face on exactly the batches ours drew, in ours' order
                    (run_squad.py's train.tf_record read by its tf.data pipeline with the
                    same seed), from ours' initial span head (--same_batches_head=hf: its
@@ -445,8 +446,11 @@ def ours_batches(args, seed: int, ours_dir: str) -> list[dict]:
         True,
         seed,
         shuffle_buffer_size=run_config["shuffle_buffer_size"],
-        # Runs from before batches were cut computed every batch padded.
-        pad_to_max_seq_length=run_config.get("pad_to_max_seq_length", True),
+        # The training batches as ours read them (runs from before batches were cut
+        # padded every batch).
+        pad_to_max_seq_length=run_config.get(
+            "padded_training_batches", run_config.get("pad_to_max_seq_length", True)
+        ),
         group_by_length=run_config.get("group_by_length", False),
     )
     names = dict(
@@ -534,11 +538,17 @@ def curve_table(results: list[dict], columns) -> str:
 def main(argv=None) -> None:
     args = parse_args(argv)
     train_file, eval_file = split_articles(args)
-    interval = eval_interval(args, len(make_features(args, train_file, True)[1]))
+    interval = (
+        eval_interval(args, len(make_features(args, train_file, True)[1]))
+        if args.eval_every_epochs
+        else 0
+    )
 
     def run_system(system, seed, run_dir):
         if system == "ours":
             return run_ours(args, seed, run_dir, train_file, eval_file, interval)
+        if not args.peer_result:  # Each peer run in a process of its own.
+            return common.run_peer(args, system, seed)
         return run_hf(
             args,
             seed,
@@ -549,6 +559,9 @@ def main(argv=None) -> None:
             same_batches=system == "hf_same_batches",
         )
 
+    if args.peer_result:  # The process of one peer's run (common.run_peer).
+        common.peer_main(args, run_system)
+        return
     results = common.run_all(args, run_system)
     for run in results:
         run_dir = os.path.join(args.output_dir, f"{run['system']}_seed{run['seed']}")

@@ -76,7 +76,7 @@ def runs(root):
     cases = {
         "v2": flags("v2", f"--export_dir={root / 'v2_export'}", "--export_xla_single_requests"),
         "eval_alone": [a for a in flags("eval_alone") if a not in ("--do_train", "--do_predict")],
-        "v1": flags("v1", version_2=False),
+        "v1": flags("v1", "--nopad_to_max_seq_length", version_2=False),
         "no_data": train_only(flags("bad", train_file=no_data)),
         "no_context": train_only(flags("bad", train_file=no_context)),
         "past_context": train_only(flags("bad", train_file=past_context)),
@@ -176,6 +176,9 @@ def test_v2_trains_over_the_features(runs, root):
     config = read_json(out / "run_config.json")
     assert config["num_train_steps"] == steps
     assert config["num_warmup_steps"] == int(steps * 0.1)
+    # By default the training batches stay padded (the span loss sees the padding);
+    # prediction cuts them.
+    assert config["padded_training_batches"] and not config["pad_to_max_seq_length"]
     assert read_json(out / "train_summary.json")["global_step"] == steps
     assert (out / f"ckpt-{steps}.index").is_file()
     # Same records as the data module writes (the runner shuffles the questions first).
@@ -305,6 +308,8 @@ def test_v1_mode(runs, root):
     )
     metadata = read_json(out / "train.tf_record.meta.json")
     assert metadata["num_examples"] == 8 and not metadata["version_2_with_negative"]
+    config = read_json(out / "run_config.json")  # Run with --nopad_to_max_seq_length.
+    assert not config["padded_training_batches"] and not config["pad_to_max_seq_length"]
 
 
 def _known_predictions(root) -> tuple[dict, dict, str]:
