@@ -2,6 +2,7 @@
 tries 80 per export (tests/serving/test_serving_requests.py), this script as many as asked.
 
   python benchmarks/robustness/fuzz_serving.py --examples=10000 [--seed=0] [--exports=squad,ner]
+  python benchmarks/robustness/fuzz_serving.py --xla_single_requests   # the XLA exports
 
 Each export (classifier, multiple_choice, ner, squad, preprocessing: of a tiny random
 model) runs in its own process (`python -m tests.helpers.serving_fuzz`), so that a crash ends
@@ -43,6 +44,7 @@ def run_export(export: str, args, scratch: str) -> dict:
             f"--timeout={args.timeout}",
             f"--out={out}",
             f"--progress={progress}",
+            *(["--xla_single_requests"] if args.xla_single_requests else []),
         ],
         cwd=REPO,
         capture_output=True,
@@ -84,13 +86,20 @@ def main():
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--exports", default=",".join(EXPORTS))
     parser.add_argument("--timeout", type=float, default=300, help="Seconds per request.")
+    parser.add_argument(
+        "--xla_single_requests",
+        action="store_true",
+        help="Task exports that run a request of one example through XLA "
+        "(--export_xla_single_requests).",
+    )
     args = parser.parse_args()
     rows = {}
     with tempfile.TemporaryDirectory() as scratch:
         for export in args.exports.split(","):
             rows[export] = run_export(export, args, scratch)
             print(f"{export}: {json.dumps(rows[export])[:300]}", file=sys.stderr, flush=True)
-    print(f"\n{args.examples} generated requests per export, seed {args.seed}\n")
+    xla = ", task exports with xla_single_requests" if args.xla_single_requests else ""
+    print(f"\n{args.examples} generated requests per export, seed {args.seed}{xla}\n")
     print("| export | tried | answered | rejected with a clear error | anything else | s |")
     print("|---|---|---|---|---|---|")
     for export, row in rows.items():

@@ -11,7 +11,7 @@ Run as a program, it builds the exports once and tries them in this process, so 
 in a subprocess (a crash must not take the caller with it):
 
   python -m tests.helpers.serving_fuzz --examples=100 --seed=0 --out=results.json \
-      --progress=progress.txt [--exports=classifier,squad]
+      --progress=progress.txt [--exports=classifier,squad] [--xla_single_requests]
 
 Before each request it writes a summary of it to --progress: after a crash that file
 names the request. A request running longer than --timeout seconds ends the process
@@ -339,8 +339,10 @@ NAMED_CASES = {
 # Exports, calls and the contract.
 
 
-def build_exports(directory: str, exports=EXPORTS) -> dict:
-    """Exports of a tiny random model (one per kind) under `directory`, loaded."""
+def build_exports(directory: str, exports=EXPORTS, xla_single_requests: bool = False) -> dict:
+    """Exports of a tiny random model (one per kind) under `directory`, loaded; with
+    `xla_single_requests`, the task exports run a request of one example through XLA
+    (`serving.model_call`)."""
     import keras
     import tensorflow as tf
     import tensorflow_text  # noqa: F401  (registers the ops the exports need)
@@ -372,7 +374,14 @@ def build_exports(directory: str, exports=EXPORTS) -> dict:
             preprocessing.export_preprocessing(path, vocab, True, SEQ[export])
         else:
             tasks.export_task_model(
-                builders[export](), path, vocab, True, SEQ[export], kind=export, **options[export]
+                builders[export](),
+                path,
+                vocab,
+                True,
+                SEQ[export],
+                kind=export,
+                xla_single_requests=xla_single_requests,
+                **options[export],
             )
         loaded[export] = tf.saved_model.load(path)
     return loaded
@@ -607,6 +616,11 @@ def main(argv=None):
     parser.add_argument("--progress", default=None, help="File naming the request running.")
     parser.add_argument("--timeout", type=float, default=120, help="Seconds per request.")
     parser.add_argument("--export_dir", default=None, help="Folder of the exports (temporary).")
+    parser.add_argument(
+        "--xla_single_requests",
+        action="store_true",
+        help="Task exports that run a request of one example through XLA.",
+    )
     parser.add_argument("--crash_for_test", action="store_true", help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     faulthandler.enable()
@@ -617,7 +631,7 @@ def main(argv=None):
     exports = args.exports.split(",")
     with tempfile.TemporaryDirectory() as scratch:
         start = time.time()
-        modules = build_exports(args.export_dir or scratch, exports)
+        modules = build_exports(args.export_dir or scratch, exports, args.xla_single_requests)
         results = {"build_seconds": time.time() - start, "named": {}, "generated": {}}
         tracker = Tracker(args.progress, args.timeout)
         for name, request in NAMED_CASES.items():

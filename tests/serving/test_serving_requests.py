@@ -111,6 +111,25 @@ def test_generated_requests_get_an_answer_or_a_clear_error(results, export):
     assert counts["answered"] >= EXAMPLES // 2 and counts["rejected"] >= 1, counts
 
 
+@pytest.mark.slow
+def test_xla_exports_keep_the_contract(tmp_path):
+    """The task exports with xla_single_requests (a request of one example runs through
+    XLA): the hand-made cases and generated requests, fewer than above."""
+    got = run_fuzz_worker(
+        tmp_path,
+        "--examples=25",
+        "--seed=1",
+        "--timeout=300",
+        "--exports=classifier,multiple_choice,ner,squad",
+        "--xla_single_requests",
+    )
+    for case, value in got["named"].items():
+        assert value["outcome"] != "other", (case, value)
+    for export, counts in got["generated"].items():
+        assert counts["tried"] == 25 and counts["other"] == 0, (export, counts)
+        assert counts["answered"] >= 10 and counts["rejected"] >= 1, (export, counts)
+
+
 def test_the_contract_catches_wrong_answers():
     """`outcome` counts as "other" what breaks the contract: an answer to a request that
     must be refused, an answer of the wrong form, an error that is not a request check."""
