@@ -260,6 +260,8 @@ def driver(tmp_path_factory, mrpc_dir, vocab_file):
         root / "paws",
         "--train_batch_size=8",
         "--num_train_epochs=1",
+        "--pad_to_max_seq_length",
+        f"--export_dir={root / 'paws_export'}",
         task="PAWS",
         do=("--do_train", "--do_eval", "--do_predict"),
     )
@@ -367,8 +369,23 @@ def test_paws_a_task_added_as_one_class(driver):
     }
     assert results["global_step"] == 3  # 24 pairs, batch 8, one epoch
     assert results["eval_accuracy"] * 12 == pytest.approx(round(results["eval_accuracy"] * 12))
-    assert _read_tsv(output_dir / "test_results.tsv").shape == (12, 2)
-    assert json.loads((output_dir / "run_config.json").read_text())["labels"] == ["0", "1"]
+    predictions = _read_tsv(output_dir / "test_results.tsv")
+    assert predictions.shape == (12, 2)
+    config = json.loads((output_dir / "run_config.json").read_text())
+    assert config["labels"] == ["0", "1"]
+    # --pad_to_max_seq_length: every batch padded, and the export pads every request.
+    assert config["pad_to_max_seq_length"] and config["padded_training_batches"]
+    import tensorflow as tf
+    import tensorflow_text  # noqa: F401  (registers the tokenizer ops)
+
+    model = tf.saved_model.load(str(driver["root"] / "paws_export"))
+    assert model.pad_to_max_seq_length.numpy()
+    lines = (driver["root"] / "paws" / "test.tsv").read_text(encoding="utf-8").splitlines()
+    rows = [line.split("\t") for line in lines[1:]]
+    outputs = model.signatures["serving_default"](
+        text_a=tf.constant([r[1] for r in rows]), text_b=tf.constant([r[2] for r in rows])
+    )
+    np.testing.assert_allclose(outputs["probabilities"].numpy(), predictions, atol=1e-5)
 
 
 def test_xnli_reads_only_its_language(driver):
