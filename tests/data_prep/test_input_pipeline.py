@@ -3,6 +3,7 @@ grouping, batches cut to their length, and training on cut batches (in-process, 
 model)."""
 
 import json
+import logging
 import subprocess
 import sys
 import textwrap
@@ -194,7 +195,7 @@ def test_length_grouped_order(tmp_path):
     assert maxima != sorted(maxima) and maxima != sorted(maxima, reverse=True)
 
 
-def test_group_by_length_is_deterministic_resumable_and_splits_over_replicas(tmp_path):
+def test_group_by_length_is_deterministic_resumable_and_splits_over_replicas(tmp_path, caplog):
     path, metadata, _, _ = _ner_records(tmp_path)
     n = metadata.num_records
 
@@ -204,7 +205,10 @@ def test_group_by_length_is_deterministic_resumable_and_splits_over_replicas(tmp
         )
         return list(dataset.take(3 * n // 8).as_numpy_iterator())
 
-    grouped = batches()
+    with caplog.at_level(logging.WARNING):
+        grouped = batches()
+    # 60 windows are less than one group of 50 batches: the run is told.
+    assert f"--group_by_length on {n} training examples" in caplog.text
     assert _ids(grouped) == _ids(batches())  # Deterministic for a seed.
     plain = _ids(ner_features.build_dataset(path, metadata, 8, True, 3).take(3 * n // 8))
     # Less padding than the plain order: the widths computed are smaller.

@@ -298,6 +298,15 @@ def test_a_batch_larger_than_the_data_is_warned_about(caplog):
     assert "--train_batch_size=32 is larger than the 10 training examples" in caplog.text
 
 
+def test_length_grouping_of_a_set_smaller_than_one_group_is_warned_about(caplog):
+    with caplog.at_level(logging.WARNING):
+        assert not input_pipeline.warn_if_one_group(1601, 32, 50)
+        assert input_pipeline.warn_if_one_group(449, 32, 50)
+    assert "--group_by_length on 449 training examples, no more than one group of 1600" in (
+        caplog.text
+    )
+
+
 def test_json_readers_name_the_file(tmp_path):
     path = tmp_path / "config.json"
     path.write_text(json.dumps([1, 2]))
