@@ -191,6 +191,17 @@ def parse_block(text: str, page: str = "<block>", first_line: int = 1):
                 break
             i += 1
             continue
+        if char == "$" and text.startswith("$(", i):  # A command substitution: kept whole.
+            depth, end = 0, i + 1
+            while end < len(text):
+                depth += {"(": 1, ")": -1}.get(text[end], 0)
+                if depth == 0:
+                    break
+                end += 1
+            word = (word or "") + text[i : end + 1]
+            line += text.count("\n", i, end)
+            i = end + 1
+            continue
         if char == "$":
             match = variable.match(text, i)
             if match:
@@ -450,6 +461,7 @@ def test_a_lost_backslash_is_caught():
     assert any("starts with a flag" in p for p in problems_of(commands))
     # What stays one command: continuations, comments on their own lines, quotes.
     fine = (
+        'CKPT=$(python -c "print(1)")\n'
         "X='--do_train --do_eval'   # flags\n"
         "python run_ner.py $X --data_dir=sample_data/sciner \\\n"
         '  --init_checkpoint="$CKPT" \\\n'
@@ -459,9 +471,10 @@ def test_a_lost_backslash_is_caught():
     )
     commands, errors = parse_block(fine)
     assert not errors
+    assert commands.pop(0).words == ['CKPT=$(python -c "print(1)")']
     assert [c.words[0] for c in commands] == ["X=--do_train --do_eval", "python", "echo"]
     assert commands[1].words[2:5] == ["--do_train", "--do_eval", "--data_dir=sample_data/sciner"]
-    assert commands[1].words[5] == "--init_checkpoint=$CKPT"
+    assert commands[1].words[5] == '--init_checkpoint=$(python -c "print(1)")'
     assert commands[2].words == ["echo", "a # b\nc"] and commands[2].writes == ["out/x.txt"]
     assert not problems_of(commands)
 
