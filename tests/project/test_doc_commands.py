@@ -443,6 +443,20 @@ def test_every_documented_command_runs_as_copied():
     assert not problems, "\n".join(problems)
 
 
+def test_every_command_is_in_a_bash_block():
+    """A command line in an untagged or indented code block would escape the checks."""
+    command = re.compile(r"\s*(\S*/)?python[\d.]* +(-m +\w|\S+\.py)|\s*(bash|sh) +\S+\.sh")
+    outside = []
+    for page in PAGES:
+        fence = None
+        for number, line in enumerate(page.read_text(encoding="utf-8").splitlines(), 1):
+            if line.lstrip().startswith("```"):
+                fence = None if fence is not None else line.strip()[3:]
+            elif fence not in {"bash", "sh", "shell", "python"} and command.match(line):
+                outside.append(f"{page.relative_to(REPO)}:{number}: {line.strip()}")
+    assert not outside, "put these in ```bash blocks:\n" + "\n".join(outside)
+
+
 def test_a_lost_backslash_is_caught():
     """The mistakes this test exists for, on blocks written to show them."""
     lost = (
