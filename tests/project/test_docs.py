@@ -60,3 +60,27 @@ def test_pages_expected_later_are_linked_from_the_index():
     index = (REPO / "docs" / "index.md").read_text()
     for name in EXPECTED_LATER:
         assert f"]({name})" in index
+
+
+def test_table_rows_are_inside_their_tables():
+    """A row after a blank line without a header, or text glued to a table, renders
+    wrong: the row as text, the text as a row."""
+    misplaced = []
+    for page in PAGES + [REPO / "sample_data" / "README.md"]:
+        lines = re.sub(r"```.*?```", "", page.read_text(encoding="utf-8"), flags=re.S)
+        lines = lines.splitlines() + [""]
+        for index, line in enumerate(lines[1:-1], 1):
+            before, after = lines[index - 1], lines[index + 1]
+            if line.startswith("|"):
+                starts = not before.strip()
+                if before.strip() and not before.startswith("|"):
+                    misplaced.append(
+                        f"{page.relative_to(REPO)}: {line[:60]} (text right before it)"
+                    )
+                elif starts and not re.match(r"\|[ :|-]+\|?\s*$", after):
+                    misplaced.append(
+                        f"{page.relative_to(REPO)}: {line[:60]} (a row without a header)"
+                    )
+            elif line.strip() and before.startswith("|"):
+                misplaced.append(f"{page.relative_to(REPO)}: {line[:60]} (text glued to a table)")
+    assert not misplaced, misplaced
