@@ -135,13 +135,22 @@ def quiet_logging(flag_values=flags.FLAGS) -> None:
 
 
 def flags_parser(parse: Callable[[list[str]], list[str]] | None = None):
-    """absl's flags_parser that reports a flag error in two lines."""
+    """absl's flags_parser that reports a flag error in two lines. With absl's own
+    parsing (no `parse`), a word that is not a flag is an error too: the commands take
+    flags only, and a stray word (`[--overwrite]` copied with its brackets, a value
+    after a space) would otherwise be dropped without a word."""
 
     def parser(argv: list[str]) -> list[str]:
         try:
             rest = parse(argv) if parse is not None else flags.FLAGS(argv)
         except flags.Error as e:
             exit_for_person(str(e), _help_hint())
+        if parse is None and len(rest) > 1:
+            exit_for_person(
+                f"unexpected argument {rest[1]!r}: this command takes flags only "
+                "(--name=value, --name or --noname).",
+                _help_hint(),
+            )
         quiet_logging()
         return rest
 

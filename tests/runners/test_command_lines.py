@@ -146,6 +146,24 @@ def test_missing_flag_is_one_message(tmp_path):
 
 
 @pytest.mark.slow
+def test_a_stray_word_is_one_message(tmp_path):
+    """A word that is not a flag (an optional flag copied with its brackets) stops the
+    run before it starts, instead of being dropped."""
+    output_dir = tmp_path / "out"
+    code, stderr = _run(
+        ["--task_name=MRPC", "--data_dir=x", f"--output_dir={output_dir}", "[--do_train]"],
+        tmp_path,
+    )
+    assert code == 2, stderr
+    assert stderr.splitlines() == [
+        "run_classifier.py: error: unexpected argument '[--do_train]': this command takes "
+        "flags only (--name=value, --name or --noname).",
+        f"`python {SCRIPT} --helpshort` lists its flags.",
+    ]
+    assert not output_dir.exists()
+
+
+@pytest.mark.slow
 def test_training_shows_progress_lines_and_no_tensorflow_startup(tiny_model, mrpc_dir, tmp_path):
     output_dir = tmp_path / "out"
     code, stderr = _run(
