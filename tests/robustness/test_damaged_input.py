@@ -407,3 +407,92 @@ def test_a_vocabulary_larger_than_the_config_is_refused_without_a_checkpoint(tmp
     fv.unparse_flags()
     fv(["export_tfhub.py", f"--vocab_file={big}"])  # No model: nothing to fit.
     assert model_flags.resolve_vocabulary(fv).vocab_file == str(big)
+
+
+def test_lstm_units_past_any_memory_are_a_flag_error():
+    """--bilstm_units=100000 asked for a [400000, 100000] kernel: TensorFlow's
+    ResourceExhaustedError, deep in building the model, named a shape."""
+    from absl import flags
+
+    import runner_flags
+
+    fv = flags.FlagValues()
+    runner_flags.define_bilstm_flag(fv)
+    with pytest.raises(flags.IllegalFlagValueError) as error:
+        fv(["run_ner.py", "--bilstm_units=100000"])
+    assert str(error.value) == (
+        "flag --bilstm_units=100000: 100000 is not an integer in the range [0, 4096]"
+    )
+    fv(["run_ner.py", "--bilstm_units=768"])  # The paper's.
+    import run_ner
+
+    with pytest.raises(flags.IllegalFlagValueError, match=r"in the range \[1, 4096\]"):
+        run_ner.FLAGS["lstm_units"].parse("100000")
+
+
+# ----------------------------------------------------------------------------
+# What a run says.
+# ----------------------------------------------------------------------------
+
+
+def test_squad_2_data_without_the_flag_says_which_flag(tmp_path):
+    from data_prep.squad import squad_reader
+
+    def squad(qa: dict) -> str:
+        path = tmp_path / f"{qa['id']}.json"
+        paragraph = {"context": "BERT reads text.", "qas": [dict(qa, question="What?")]}
+        path.write_text(json.dumps({"version": "v2.0", "data": [{"paragraphs": [paragraph]}]}))
+        return str(path)
+
+    marked = squad({"id": "q1", "answers": [], "is_impossible": True})
+    with pytest.raises(UserError) as error:
+        squad_reader.read_squad_examples(marked, True, False)
+    assert str(error.value) == (
+        f"{marked}: question q1 is marked is_impossible (SQuAD 2.0 data): pass "
+        f"--version_2_with_negative to train on unanswerable questions."
+    )
+    assert len(squad_reader.read_squad_examples(marked, True, True)) == 1
+    unmarked = squad({"id": "q2", "answers": []})
+    with pytest.raises(UserError) as error:
+        squad_reader.read_squad_examples(unmarked, True, False)
+    assert str(error.value) == (
+        f"{unmarked}: question q2 has no answer and is not marked is_impossible (SQuAD 2.0 "
+        f"data: --version_2_with_negative)."
+    )
+
+
+def test_thousands_of_long_lines_are_one_line_at_the_end(tmp_path, vocab_file):
+    """create_pretraining_data on a corpus of long lines: no warning per line, one line
+    at the end with how many and where the first is."""
+    import os
+    import subprocess
+    import sys
+
+    corpus = tmp_path / "long.txt"
+    long_line = " ".join(["word"] * 40)
+    corpus.write_text("short line.\n" + "".join(f"{long_line}\n" for _ in range(3000)))
+    process = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "data_prep.create_pretraining_data",
+            f"--input_file={corpus}",
+            f"--output_file={tmp_path / 'shard.tfrecord'}",
+            f"--vocab_file={vocab_file}",
+            "--max_seq_length=32",
+            "--max_predictions_per_seq=5",
+            "--dupe_factor=1",
+        ],
+        capture_output=True,
+        text=True,
+        cwd=REPO_ROOT,
+        env={k: v for k, v in os.environ.items() if k != "TF_CPP_MIN_LOG_LEVEL"},
+        timeout=300,
+    )
+    assert process.returncode == 0, process.stderr[-2000:]
+    lines = process.stderr.splitlines()
+    assert not [line for line in lines if line.startswith("warning:")], process.stderr
+    assert lines[-1] == (
+        f"3000 lines longer than the 29 tokens an instance holds were truncated (the first: "
+        f"{corpus}:2, 40 tokens)"
+    )

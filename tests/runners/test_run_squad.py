@@ -355,8 +355,12 @@ def test_eval_alone_scores_the_prediction_files_in_output_dir(runs, root):
             ["past_context.json", "character 10000", "runs outside its context"],
         ),
         ("bad_predict_file", "UserError", ["no_context.json", "'context'"]),
-        ("query_too_long", "UserError", ["max_seq_length (20)", "max_query_length (17)"]),
-        ("v2_without_flag", "UserError", ["not marked is_impossible", "version_2_with_negative"]),
+        ("query_too_long", "UserError", ["--max_seq_length=20", "--max_query_length=17"]),
+        (
+            "v2_without_flag",
+            "UserError",
+            ["is marked is_impossible", "pass --version_2_with_negative"],
+        ),
         (
             "v2_gold_without_flag",
             "UserError",
