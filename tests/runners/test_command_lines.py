@@ -176,6 +176,15 @@ def test_training_shows_progress_lines_and_no_tensorflow_startup(tiny_model, mrp
             r"  loss \d+\.\d+  examples/s [\d.,]+  elapsed \d+:\d\d  ETA \d+:\d\d$", line
         )
     assert any(line.startswith("Evaluation at step 8: eval_accuracy ") for line in lines), stderr
+    # The score that picked the best model is named: MRPC's is not a printed metric.
+    assert any(
+        re.fullmatch(
+            r"The best model is that of step 8 \(score [\d.]+ = mean of eval_accuracy and "
+            rf"eval_f1\): {output_dir}/best",
+            line,
+        )
+        for line in lines
+    ), stderr
     # TensorBoard summaries are kept.
     assert any(name.startswith("events.") for name in os.listdir(output_dir / "train"))
 

@@ -107,6 +107,11 @@ def test_v2_end_to_end_writes_the_original_files(runs, root):
     assert runs["v2"] == ["no error", ""]
     out = root / "v2"
     ids = question_ids(root / "v2.json")
+    # --do_predict says where the answers are (once: not at each epoch's evaluation).
+    log = "".join(path.read_text() for path in out.glob("*.INFO.*"))
+    assert (
+        log.count(f"Wrote the answers to {len(ids)} questions to {out / 'predictions.json'}") == 1
+    )
     predictions = read_json(out / "predictions.json")
     nbest = read_json(out / "nbest_predictions.json")
     null_odds = read_json(out / "null_odds.json")
