@@ -15,10 +15,12 @@ Each folder also gets model_info.json (model kind, labels, case).
 A left-to-right model (run_pretraining.py --objective=ltr, and what is fine-tuned from
 it) keeps its left-only attention: model_info.json says `causal_attention`, and a
 Hugging Face folder gets `is_decoder: true`, so that transformers runs it as a causal
-BERT (a pre-trainer as BertLMHeadModel) with our outputs. A left-to-right classifier
-has no Hugging Face class (it reads the last real token, transformers' classifiers the
-first) and a task model with a BiLSTM (--bilstm_units) has no TF1 or Hugging Face
-names: those convert to tf2 only (their encoder, with --model_kind=encoder, to any).
+BERT (a pre-trainer as BertLMHeadModel) with our outputs; the TF1 bert_config.json
+cannot say it (a warning says so). A left-to-right classifier (or multiple choice
+model) reads the last real token, transformers' and the original release's classifiers
+the first; it and a task model with a BiLSTM (--bilstm_units), which has no TF1 or
+Hugging Face names, convert to tf2 only (their encoder, with --model_kind=encoder, to
+any).
 
 The task head travels too: its kind and label count are read from the checkpoint
 (model_info.json, Hugging Face's architectures, the variable names and shapes). An
@@ -147,6 +149,8 @@ def convert(
     variable and both shapes) for a config that does not fit, ValueError when the
     model kind or the case is ambiguous or contradicted.
     """
+    # Before any work: a folder the writer would refuse.
+    checkpoints.check_destination(output_dir, WRITERS[output_format].__name__, overwrite)
     info = checkpoints.inspect_checkpoint(input_checkpoint)
     kind = choose_kind(info, model_kind)
     files = model_files.resolve(

@@ -42,7 +42,7 @@ from common.errors import UserError
 import model_flags
 import runner_flags
 from data_prep import run_control
-from modeling import checkpoints, model_files
+from modeling import checkpoints
 from modeling.config import BertConfig
 from modeling.encoder import BertEncoder
 from modeling.models import BertPretrainer
@@ -106,13 +106,7 @@ def export_encoder(with_mlm: bool) -> str:
 
 
 def export_preprocessing() -> str:
-    vocabulary = model_files.resolve_vocabulary(
-        FLAGS.vocab_file,
-        FLAGS.init_checkpoint,
-        model_flags.do_lower_case_flag(FLAGS),
-        preserve_unused_tokens=model_flags.preserve_unused_tokens_flag(FLAGS),
-        allow_vocab_mismatch=FLAGS.allow_vocab_mismatch,
-    )
+    vocabulary = model_flags.resolve_vocabulary(FLAGS)
     return preprocessing.export_preprocessing(
         FLAGS.export_path,
         vocabulary.vocab_file,

@@ -68,6 +68,24 @@ def resolve_model_files(FLAGS, vocab_required: bool = True) -> model_files.Model
     return files
 
 
+def resolve_vocabulary(FLAGS) -> model_files.Vocabulary:
+    """--vocab_file (else the vocab.txt beside --init_checkpoint), its case and
+    preserve_unused_tokens, for a command that builds no model (the preprocessing
+    export), checked against the model's config where there is one (--bert_config_file
+    or beside --init_checkpoint): a vocabulary larger than its vocab_size is refused."""
+    vocabulary = model_files.resolve_vocabulary(
+        FLAGS.vocab_file,
+        FLAGS.init_checkpoint,
+        do_lower_case_flag(FLAGS),
+        preserve_unused_tokens=preserve_unused_tokens_flag(FLAGS),
+        allow_vocab_mismatch=FLAGS.allow_vocab_mismatch,
+    )
+    config = model_files.resolve_config(FLAGS.bert_config_file, FLAGS.init_checkpoint, False)
+    if config is not None:
+        model_files.check_vocab_fits_config(vocabulary.vocab_file, config)
+    return vocabulary
+
+
 def hub_model_files(FLAGS, encoder) -> model_files.ModelFiles:
     """A TF Hub encoder's config, and its vocabulary and case unless given."""
     if FLAGS.bert_config_file:

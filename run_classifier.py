@@ -442,6 +442,12 @@ class ClassifierTask:
     def score(self, metrics: dict) -> float:
         return glue_score(self.processor.name, metrics, self.is_regression)
 
+    @property
+    def score_name(self) -> str:
+        return glue_metrics.score_name(
+            glue_metrics.glue_score_keys(self.processor.name, self.is_regression)
+        )
+
     def predict(self, trainer, output_dir: str, global_step: int) -> None:
         """Writes test_results.tsv (class probabilities, or the score of a regression,
         one row per example) and the GLUE submission file of every test split."""

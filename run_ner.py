@@ -139,7 +139,11 @@ flags.DEFINE_enum(
     "weighted_sum for --feature_layers=all).",
 )
 flags.DEFINE_integer(
-    "lstm_units", 256, "--feature_based: units of each LSTM direction (the paper uses 768)."
+    "lstm_units",
+    256,
+    "--feature_based: units of each LSTM direction (the paper uses 768).",
+    lower_bound=1,
+    upper_bound=runner_flags.MAX_LSTM_UNITS,
 )
 runner_flags.define_common_flags(max_seq_length=128)
 runner_flags.define_training_flags()

@@ -260,10 +260,18 @@ class SquadTask:
         )
 
     def predict(self, trainer, output_dir: str, global_step: int) -> None:
-        """predictions.json, nbest_predictions.json and, for v2.0, null_odds.json."""
+        """predictions.json, nbest_predictions.json and, for v2.0, null_odds.json; says
+        where."""
+        count = self._write_predictions(trainer, output_dir, global_step)
+        path = os.path.join(output_dir, PREDICTIONS)
+        trainer.progress.say(f"Wrote the answers to {count} questions to {path}")
+
+    def _write_predictions(self, trainer, output_dir: str, global_step: int) -> int:
+        """`predict`'s files, unless written from these very weights already (by
+        `evaluate`); returns the number of questions answered."""
         options = self.options
         if self._written == (os.path.abspath(output_dir), global_step):
-            return  # Written by evaluate() from these very weights.
+            return len(self.predict_data.examples)
         results = predict_logits(
             trainer,
             self.predict_data,
@@ -287,11 +295,12 @@ class SquadTask:
             os.path.join(output_dir, NULL_ODDS) if options.version_2_with_negative else None,
         )
         self._written = (os.path.abspath(output_dir), global_step)
+        return len(predictions.predictions)
 
     def evaluate(self, trainer, output_dir: str, global_step: int) -> dict:
         """Predicts --predict_file into output_dir and scores it by the official rules."""
         options = self.options
-        self.predict(trainer, output_dir, global_step)
+        self._write_predictions(trainer, output_dir, global_step)
         return dict(
             evaluate(options.predict_file, output_dir, options.version_2_with_negative),
             global_step=global_step,

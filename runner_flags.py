@@ -355,6 +355,11 @@ def define_doc_stride_flag(default: int, help_text: str, flag_values=FLAGS) -> N
     flags.DEFINE_integer("doc_stride", default, help_text, flag_values=flag_values)
 
 
+# The most units an LSTM flag takes: 4096 each way on BERT-large (H 1024) is 168M
+# weights, 2.7 GB of float32 with Adam's two slots; the paper's BiLSTMs have 768.
+MAX_LSTM_UNITS = 4096
+
+
 def define_bilstm_flag(flag_values=FLAGS) -> None:
     """--bilstm_units: the paper's Table 5 "+ BiLSTM" (run_classifier, run_squad)."""
     flags.DEFINE_integer(
@@ -364,6 +369,7 @@ def define_bilstm_flag(flag_values=FLAGS) -> None:
         "way between the encoder and the task head (the paper's Table 5 '+ BiLSTM'); 0: "
         "none. Default: what a fine-tuned --init_checkpoint of this task was trained with.",
         lower_bound=0,
+        upper_bound=MAX_LSTM_UNITS,
         flag_values=flag_values,
     )
 

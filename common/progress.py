@@ -14,6 +14,7 @@ its bars (`tqdm.write`), and has no dependencies of its own.
 
 from __future__ import annotations
 
+import os
 import sys
 import time
 from typing import Iterable, Iterator
@@ -126,12 +127,30 @@ class LineTask(Task):
             self._line(self.clock())
 
 
+# The size a bar is drawn for where the terminal reports none.
+FALLBACK_SIZE = (80, 24)
+
+
+def reported_size(stream) -> tuple[int, int] | None:
+    """The terminal's (columns, lines), or None where it reports none (0 x 0: a
+    container's or serial console's terminal before it is sized)."""
+    try:
+        columns, lines = os.get_terminal_size(stream.fileno())
+    except (AttributeError, OSError, ValueError):
+        return None
+    return (columns, lines) if columns > 0 and lines > 0 else None
+
+
 class BarTask(Task):
-    """A live tqdm bar (on a terminal)."""
+    """A live tqdm bar (on a terminal). On a terminal that reports 0 columns or lines,
+    tqdm draws nothing (its last line included): the bar then has FALLBACK_SIZE."""
 
     def __init__(self, stream, description, total, unit, initial, leave):
         from tqdm import tqdm  # pylint: disable=g-import-not-at-top
 
+        size = {}
+        if reported_size(stream) is None:
+            size = dict(dynamic_ncols=False, ncols=FALLBACK_SIZE[0], nrows=FALLBACK_SIZE[1])
         bar_format = None
         if total:
             bar_format = (
@@ -145,8 +164,8 @@ class BarTask(Task):
             unit=unit,
             file=stream,
             leave=leave,
-            dynamic_ncols=True,
             bar_format=bar_format,
+            **({"dynamic_ncols": True} | size),
         )
 
     def update(self, done: int, **fields) -> None:

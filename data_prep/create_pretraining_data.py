@@ -299,6 +299,8 @@ def main(argv):
             ", ".join(options.output_files),
         )
     )
+    if stats.long_lines:
+        progress.say(stats.long_lines_note(options.instance.max_num_tokens))
 
 
 if __name__ == "__main__":

@@ -17,15 +17,19 @@ Usage (the corpus in the original format, 2 local worker processes):
 
 import common.quiet_tensorflow  # noqa: F401  (first: TensorFlow's start-up lines hidden)
 
+import contextlib
 import logging as std_logging
 import os
 import pathlib
+import re
+import sys
+import threading
 
 from absl import flags
 from absl import logging
 from apache_beam.options.pipeline_options import PipelineOptions
 
-from common import cli
+from common import cli, quiet_tensorflow
 from common.errors import UserError
 from common.progress import TerminalProgress
 
@@ -164,13 +168,14 @@ def main(argv):
         if "://" not in settings.output_dir and not os.path.isfile(settings.output_dir):
             run_control.hold_directory(settings.output_dir, "--output_dir=%s" % settings.output_dir)
         run_control.exit_on_sigterm("pretraining_pipeline")
-        progress = TerminalProgress(interval=flags.FLAGS.progress_interval_s)
-        corpus_pipeline.run(
-            settings,
-            PipelineOptions(beam_args(argv[1:])),
-            overwrite=flags.FLAGS.overwrite,
-            progress=progress,
-        )
+        with worker_start_lines_hidden():
+            progress = TerminalProgress(interval=flags.FLAGS.progress_interval_s)
+            corpus_pipeline.run(
+                settings,
+                PipelineOptions(beam_args(argv[1:])),
+                overwrite=flags.FLAGS.overwrite,
+                progress=progress,
+            )
     except Exception as e:  # pylint: disable=broad-except
         message = _input_error_message(e)
         if message is None:
@@ -187,6 +192,62 @@ def beam_args(args: list[str]) -> list[str]:
     if any(a.startswith("--default_sdk_harness_log_level") for a in args):
         return args
     return args + ["--default_sdk_harness_log_level=ERROR"]
+
+
+# What each of Beam's local worker processes prints as it starts, on the stderr it
+# shares with this process (its log goes to this process's log afterwards): a note
+# on Google Cloud's libraries, which no local run needs, and one for Beam's developers.
+WORKER_START_LINES = tuple(
+    re.compile(pattern)
+    for pattern in (
+        r"^WARNING:root:" + re.escape(quiet_tensorflow.BEAM_IMPORT_NOTE),
+        r"^INFO:__main__:Logging handler created\.$",
+    )
+)
+
+
+@contextlib.contextmanager
+def worker_start_lines_hidden():
+    """Within: the worker processes Beam starts write their stderr into a pipe whose
+    lines reach the terminal as they come, all but `WORKER_START_LINES`; this process's
+    own `sys.stderr` writes to the terminal directly (its progress bar stays live).
+    Nothing is hidden where TensorFlow's start-up lines are not either (the user set
+    TF_CPP_MIN_LOG_LEVEL or gave --verbose_logging)."""
+    if quiet_tensorflow.wants_tensorflow_lines(sys.argv, os.environ):
+        yield
+        return
+    sys.stderr.flush()
+    terminal = os.dup(2)
+    read_end, write_end = os.pipe()
+    os.dup2(write_end, 2)  # What child processes inherit.
+    os.close(write_end)
+    saved_stderr = sys.stderr
+    sys.stderr = open(os.dup(terminal), "w", buffering=1, errors="backslashreplace")
+
+    def forward():
+        pending = b""
+        while data := os.read(read_end, 65536):
+            *lines, pending = (pending + data).split(b"\n")
+            for line in lines:
+                text = line.decode("utf-8", errors="replace").rstrip("\r")
+                if not any(p.search(text) for p in WORKER_START_LINES):
+                    os.write(terminal, line + b"\n")
+        if pending:
+            os.write(terminal, pending)
+        os.close(read_end)
+
+    thread = threading.Thread(target=forward, name="worker-stderr", daemon=True)
+    thread.start()
+    try:
+        yield
+    finally:
+        sys.stderr.flush()
+        sys.stderr.close()
+        sys.stderr = saved_stderr
+        os.dup2(terminal, 2)  # Closes this process's write end of the pipe.
+        thread.join(timeout=5.0)  # The pipe ends when every worker has exited.
+        if not thread.is_alive():
+            os.close(terminal)
 
 
 def _input_error_message(error: Exception) -> str | None:

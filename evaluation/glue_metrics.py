@@ -185,15 +185,28 @@ def metric_names(task_name: str, is_regression: bool | None = None) -> tuple[boo
     return regression, declared or (("pearson", "spearman") if regression else ("accuracy",))
 
 
+def glue_score_keys(task_name: str, is_regression: bool | None = None) -> tuple[str, ...]:
+    """The metrics whose mean is the task's GLUE score (`glue_score`), as keyed in
+    eval_results.txt: "eval_<name>" of its `score_metrics` (default: all its metrics)."""
+    task = classifier_tasks.task_class(task_name)
+    scored = task.score_metrics if task is not None else None
+    return tuple("eval_" + name for name in scored or metric_names(task_name, is_regression)[1])
+
+
 def glue_score(task_name: str, metrics: dict, is_regression: bool | None = None) -> float:
     """The number the best model is chosen by: the task's GLUE score, the mean of its
     `score_metrics` (default: all its metrics) on the first evaluation split (keys
     "eval_<name>"): MRPC, QQP: mean of accuracy and F1; STS-B: mean of Pearson and
     Spearman; CoLA: MCC; MNLI: matched accuracy; others: accuracy."""
-    task = classifier_tasks.task_class(task_name)
-    scored = task.score_metrics if task is not None else None
-    names = scored or metric_names(task_name, is_regression)[1]
-    return float(np.mean([metrics["eval_" + name] for name in names]))
+    return float(np.mean([metrics[key] for key in glue_score_keys(task_name, is_regression)]))
+
+
+def score_name(keys: tuple[str, ...]) -> str:
+    """What a score averaged over `keys` is, in words: "eval_mcc", "mean of eval_accuracy
+    and eval_f1"."""
+    if len(keys) == 1:
+        return keys[0]
+    return "mean of " + ", ".join(keys[:-1]) + " and " + keys[-1]
 
 
 def compute_metrics(

@@ -26,6 +26,7 @@ import re
 
 import numpy as np
 import tensorflow as tf
+from absl import logging
 
 from common.errors import MissingFileError, OutputExistsError, UserError
 from common import file_io
@@ -50,6 +51,12 @@ _WRITTEN_FILES = {
     ),
 }
 TF1_CHECKPOINT_NAME = "bert_model.ckpt"
+# What each directory writer's folder is, in messages.
+_FORMAT_NAMES = {
+    "write_original_directory": "the TF1 format",
+    "write_hf_directory": "the Hugging Face format",
+    "write_tf2_directory": "the TF2 format",
+}
 
 
 def _head_table(model) -> list:
@@ -146,6 +153,29 @@ def causal_attention(model) -> bool:
     return bool(getattr(names.encoder_of(model), "causal_attention", False))
 
 
+def _check_tf1_attention(model) -> None:
+    """The TF1 bert_config.json cannot say that attention is left-only (model_info.json
+    says it to this project's programs only). A left-to-right model whose head reads the
+    pooled output (the last real token; the original release's code reads [CLS], as
+    Hugging Face's does) is refused, as for Hugging Face; any other is written with a
+    warning."""
+    if not causal_attention(model):
+        return
+    kind = names.model_kind(model)
+    if task_kinds.get(kind).hf_causal_architecture is None:
+        raise UserError(
+            f"a left-to-right {kind} has no TF1 form: the original release's "
+            f"bert_config.json cannot say that its attention is left-only, and the original "
+            f"code classifies from [CLS] where this model reads the last real token. Keep "
+            f"the TF2 format, or convert its encoder alone (--model_kind=encoder)"
+        )
+    logging.warning(
+        "The %s is left-to-right: model_info.json says so to this project's programs, but "
+        "the TF1 bert_config.json cannot; the original release's code would attend both ways.",
+        kind,
+    )
+
+
 def num_labels(model) -> int | None:
     """The label count of a classifier or token classifier, else None."""
     return model.num_labels if task_kinds.of_model(model).labelled else None
@@ -178,8 +208,8 @@ def hf_config(
         if architecture is None:
             raise UserError(
                 f"a left-to-right {kind} has no Hugging Face class: it classifies from the "
-                f"last real token, transformers' BERT classifiers from [CLS]. Keep the TF1 "
-                f"or TF2 format, or write its encoder (model_kind encoder)"
+                f"last real token, transformers' BERT classifiers from [CLS]. Keep the TF2 "
+                f"format, or convert its encoder alone (--model_kind=encoder)"
             )
     values = config.to_dict()
     values.update(
@@ -231,13 +261,13 @@ def check_destination(directory: str, writer: str, overwrite: bool) -> None:
     )
     if not previous:
         raise OutputExistsError(
-            f"output folder {directory} is not empty and is not an earlier output of "
-            f"{writer}: refusing to replace it (choose a new or empty folder)"
+            f"output folder {directory} is not empty and is not an earlier conversion to "
+            f"{_FORMAT_NAMES[writer]}: refusing to replace it (choose a new or empty folder)"
         )
     if not overwrite:
         raise OutputExistsError(
-            f"output folder {directory} holds an earlier output of "
-            f"{writer}; ask to overwrite it to replace it"
+            f"output folder {directory} holds an earlier conversion to "
+            f"{_FORMAT_NAMES[writer]}; pass --overwrite (overwrite=True) to replace it"
         )
 
 
@@ -360,6 +390,7 @@ def write_original_directory(
     `write_hf_directory`; returns the checkpoint prefix."""
     config = names.encoder_of(model).config
     _head_table(model)  # Refuse a model without TF1 names before writing anything.
+    _check_tf1_attention(model)
 
     def content(temp):
         write_original_checkpoint(os.path.join(temp, TF1_CHECKPOINT_NAME), model)

@@ -38,6 +38,7 @@ from modeling.checkpoint_readers import (  # noqa: F401
     resolve_checkpoint,
 )
 from modeling.checkpoint_writers import (  # noqa: F401
+    check_destination,
     write_hf_directory,
     write_original_checkpoint,
     write_original_directory,

@@ -40,6 +40,7 @@ from common.errors import UserError
 from common import file_io
 from data_prep import input_pipeline, run_control
 from modeling import checkpoint_readers, checkpoints, distribution, model_files, training
+from modeling import task_kinds
 from modeling.config import BertConfig
 
 BEST_DIR = checkpoint_readers.BEST_DIR
@@ -489,9 +490,12 @@ def _train_and_finish(task, settings, trainer, model, files, best, chief, out) -
             return False
     step = best.restore() if best.exists else int(trainer.global_step.numpy())
     if best.exists and settings.do_train:
+        # What the score is (e.g. "mean of eval_accuracy and eval_f1"): a task's own
+        # `score_name`, else its kind's score metric.
+        name = getattr(task, "score_name", None) or task_kinds.get(task.model_kind).score
         trainer.progress.say(
-            f"The best model is that of step {step} (score {float(best.score.numpy()):.4g}): "
-            f"{best.directory}"
+            f"The best model is that of step {step} (score {float(best.score.numpy()):.4g}"
+            f"{f' = {name}' if name else ''}): {best.directory}"
         )
     if settings.do_eval:
         metrics = task.evaluate(trainer, out, step)

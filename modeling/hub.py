@@ -32,6 +32,7 @@ import hashlib
 import json
 import os
 import re
+import warnings
 
 import keras
 import tensorflow as tf
@@ -72,37 +73,80 @@ def resolve(handle: str) -> str:
         if not os.path.isdir(handle):
             raise MissingFileError(f"TF Hub encoder not found: {handle} is not a folder")
         return handle
-    import tensorflow_hub  # pylint: disable=g-import-not-at-top (tf_keras: only here)
-
     try:
-        return tensorflow_hub.resolve(handle)
+        return _tensorflow_hub().resolve(handle)
     except (OSError, ValueError, tf.errors.OpError) as e:
-        raise OSError(
+        reason = " ".join(str(e).split())
+        raise UserError(
             f"TF Hub handle {handle}: not in the cache ({cache_folder(handle)}) and it "
-            f"could not be downloaded: {e}"
+            f"could not be downloaded ({reason[:200]}): check the handle and the network, "
+            f"set TFHUB_CACHE_DIR to a cache that holds it, or give the SavedModel's folder"
         ) from e
+
+
+def _tensorflow_hub():
+    """tensorflow_hub (it imports tf_keras: only where a URL is resolved), without the
+    warning its import gives under setuptools >= 67 (pkg_resources is deprecated), which
+    a user cannot act on."""
+    with warnings.catch_warnings():
+        warnings.filterwarnings("ignore", message="pkg_resources is deprecated")
+        import tensorflow_hub  # pylint: disable=g-import-not-at-top
+        from tensorflow_hub import resolver  # noqa: F401  pylint: disable=g-import-not-at-top
+
+    return tensorflow_hub
 
 
 def cache_folder(handle: str) -> str:
     """Where tensorflow_hub keeps the download of `handle`:
     $TFHUB_CACHE_DIR (default <temp>/tfhub_modules) / SHA-1 of the handle."""
-    from tensorflow_hub import resolver  # pylint: disable=g-import-not-at-top
-
+    resolver = _tensorflow_hub().resolver
     return os.path.join(
         resolver.tfhub_cache_dir(use_temp=True), hashlib.sha1(handle.encode("utf8")).hexdigest()
     )
 
 
-def load_module(path: str):
-    """`tf.saved_model.load(path)` with a clear error for what is not an encoder.
+def _incomplete(path: str) -> str | None:
+    """What a SavedModel folder lacks (an encoder has variables), or None."""
+    if not any(
+        tf.io.gfile.exists(os.path.join(path, name))
+        for name in ("saved_model.pb", "saved_model.pbtxt")
+    ):
+        return "it has no saved_model.pb"
+    if not tf.io.gfile.exists(os.path.join(path, "variables", "variables.index")):
+        return "it has no variables/variables.index"
+    return None
+
+
+def _damaged(path: str, handle: str | None, reason: str) -> UserError:
+    if handle is not None and "://" in handle:
+        return UserError(
+            f"TF Hub handle {handle}: its copy in the cache, {path}, is incomplete or "
+            f"damaged ({reason}): delete that folder and run again to download it anew"
+        )
+    return UserError(
+        f"TF Hub encoder {path} is incomplete or damaged ({reason}): export it again "
+        f"(export_tfhub.py) or give another folder"
+    )
+
+
+def load_module(path: str, handle: str | None = None):
+    """`tf.saved_model.load(path)` with a clear error for what is not an encoder, or a
+    folder that is not a whole SavedModel (a download cut short in the cache of the URL
+    `handle`, a copy cut short).
 
     A SavedModel that uses tensorflow_text ops (preprocessing models, task exports)
     needs `import tensorflow_text` before loading; encoders do not. Loading one
     without it fails with TensorFlow's "Op type not registered 'NormalizeUTF8'": the
     error here says what that means.
     """
+    lacks = _incomplete(path)
+    if lacks is not None:
+        raise _damaged(path, handle, lacks)
     try:
         module = tf.saved_model.load(path)
+    except (OSError, ValueError, tf.errors.OpError) as e:
+        first = " ".join(str(e).split("\n", 1)[0].split())
+        raise _damaged(path, handle, f"it cannot be loaded: {first[:200]}") from e
     except RuntimeError as e:
         if "Op type not registered" not in str(e):
             raise
@@ -176,7 +220,7 @@ class HubEncoder(keras.layers.Layer):
         super().__init__(trainable=trainable, name=name, **kwargs)
         self.handle = handle
         self.module_path = resolve(handle)
-        self._module = load_module(self.module_path)
+        self._module = load_module(self.module_path, handle)
         trainable_ids = {id(v) for v in self._module.trainable_variables}
         # keras.Variable(initializer=tf.Variable) wraps that very variable, so gradients
         # and optimizer updates reach what the loaded functions read.

@@ -342,15 +342,19 @@ def _where(dirs: list[str]) -> str:
     )
 
 
-def resolve_config(bert_config_file: str | None, init_checkpoint: str | None) -> BertConfig:
+def resolve_config(
+    bert_config_file: str | None, init_checkpoint: str | None, required: bool = True
+) -> BertConfig | None:
     """--bert_config_file, else bert_config.json or a Hugging Face config.json beside
-    the checkpoint."""
+    the checkpoint; with `required=False` None when there is neither."""
     if bert_config_file:
         return BertConfig.from_json_file(bert_config_file)
     dirs = side_dirs(init_checkpoint)
     path = checkpoint_readers.find_side_file(
         dirs, CONFIG_FILE
     ) or checkpoint_readers.find_side_file(dirs, "config.json")
+    if path is None and not required:
+        return None
     if path is None:
         raise UserError(
             f"--bert_config_file is required: {_where(dirs)} {CONFIG_FILE} or config.json"

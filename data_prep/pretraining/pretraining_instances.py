@@ -33,7 +33,6 @@ REQUIRED_TOKENS = (
     tokenization.MASK_TOKEN,
     tokenization.UNK_TOKEN,
 )
-NUM_LOGGED_WARNINGS = 5
 
 
 # ----------------------------------------------------------------------------
@@ -187,17 +186,39 @@ class Stats:
     random_next: int = 0
     # Instance length (tokens, special ones included) -> number of instances.
     lengths: dict = dataclasses.field(default_factory=dict)
+    # The first line longer than an instance: "file:line (N tokens)"; not in `summary`.
+    first_long_line: str = ""
 
     def add(self, other: "Stats") -> None:
         for field in dataclasses.fields(self):
-            if field.name != "lengths":
+            if field.name not in ("lengths", "first_long_line"):
                 setattr(self, field.name, getattr(self, field.name) + getattr(other, field.name))
         for length, count in other.lengths.items():
             self.lengths[length] = self.lengths.get(length, 0) + count
+        self.first_long_line = self.first_long_line or other.first_long_line
+
+    def long_lines_note(self, max_num_tokens: int) -> str | None:
+        """One line on the lines longer than an instance (truncated, as the original
+        does), or None when there is none."""
+        if not self.long_lines:
+            return None
+        one = self.long_lines == 1
+        return (
+            "%d line%s longer than the %d tokens an instance holds %s truncated (the first: %s)"
+            % (
+                self.long_lines,
+                "" if one else "s",
+                max_num_tokens,
+                "was" if one else "were",
+                self.first_long_line,
+            )
+        )
 
     def summary(self) -> dict:
+        values = dataclasses.asdict(self)
+        del values["first_long_line"]
         return dict(
-            dataclasses.asdict(self),
+            values,
             lengths={str(length): self.lengths[length] for length in sorted(self.lengths)},
             masked_fraction=self.masked / max(self.tokens, 1),
             random_next_fraction=self.random_next / max(self.instances, 1),
@@ -287,16 +308,11 @@ def documents_from_lines(
         if not ids:
             continue
         if len(ids) > max_num_tokens:
+            # Counted, not warned about line by line: a corpus may hold thousands, and
+            # the run ends with one line (`Stats.long_lines_note`).
             stats.long_lines += 1
-            if stats.long_lines <= NUM_LOGGED_WARNINGS:
-                logging.warning(
-                    "%s:%d has %d tokens, more than the %d an "
-                    "instance holds: it will be truncated.",
-                    path,
-                    line_number,
-                    len(ids),
-                    max_num_tokens,
-                )
+            if not stats.first_long_line:
+                stats.first_long_line = "%s:%d, %d tokens" % (path, line_number, len(ids))
         documents[-1].append(ids)
     if start and not documents[-1] and empty_document:
         empty_document(*start)

@@ -74,11 +74,12 @@ def check_lengths(max_seq_length: int, doc_stride: int, max_query_length: int) -
     """Raises ValueError if no document piece would fit into a window."""
     if max_seq_length <= max_query_length + 3:
         raise UserError(
-            "The max_seq_length (%d) must be greater than max_query_length "
-            "(%d) + 3 ([CLS] and two [SEP])." % (max_seq_length, max_query_length)
+            "--max_seq_length=%d must be greater than --max_query_length=%d + 3 ([CLS] and "
+            "two [SEP]) to leave room for the document: raise the one or lower the other."
+            % (max_seq_length, max_query_length)
         )
     if doc_stride < 1:
-        raise UserError("doc_stride must be positive, got %d." % doc_stride)
+        raise UserError("--doc_stride=%d must be positive." % doc_stride)
 
 
 def convert_examples_to_features(

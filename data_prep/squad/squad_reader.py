@@ -235,9 +235,13 @@ def _first_answer(qa: dict, version_2_with_negative: bool, input_file: str) -> d
     """The first answer of a training question, checked."""
     answers = qa.get("answers")
     if not isinstance(answers, list) or not answers:
-        hint = (
-            "" if version_2_with_negative else " (for SQuAD 2.0 data set version_2_with_negative)"
-        )
+        if qa.get("is_impossible") and not version_2_with_negative:
+            raise UserError(
+                "%s: question %s is marked is_impossible (SQuAD 2.0 data): pass "
+                "--version_2_with_negative to train on unanswerable questions."
+                % (input_file, qa["id"])
+            )
+        hint = "" if version_2_with_negative else " (SQuAD 2.0 data: --version_2_with_negative)"
         raise UserError(
             "%s: question %s has no answer and is not marked "
             "is_impossible%s." % (input_file, qa["id"], hint)

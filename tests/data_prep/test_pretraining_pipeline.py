@@ -561,3 +561,30 @@ def test_create_pretraining_data_refuses_an_earlier_runs_shards(tmp_path, vocab_
         ptr.check_no_earlier_shards(str(out), keep, False, "--overwrite")
     ptr.check_no_earlier_shards(str(out), keep, True, "--overwrite")
     assert sorted(p.name for p in out.iterdir()) == ["b.tfrecord", "b.tfrecord.meta.json"]
+
+
+def test_worker_start_lines_are_hidden_and_everything_else_shown(capfd, monkeypatch):
+    """Each of Beam's worker processes printed `apitools not found` and `Logging handler
+    created` on the shared stderr as it started: twice each with two workers."""
+    monkeypatch.delenv("TF_CPP_MIN_LOG_LEVEL", raising=False)
+    monkeypatch.setattr(sys, "argv", ["pretraining_pipeline.py"])
+    worker = (
+        "WARNING:root:apitools not found, and bigquery client libraries are not available "
+        "despite the import not raising an ImportError.\n"
+        "INFO:__main__:Logging handler created.\n"
+        "Traceback of a real failure\n"
+    )
+    with pp.worker_start_lines_hidden():
+        for text in (worker, worker, "the last words, without a newline"):
+            subprocess.run([sys.executable, "-c", f"import sys; sys.stderr.write({text!r})"])
+        print("this process's own line", file=sys.stderr)
+    err = capfd.readouterr().err
+    assert "apitools" not in err and "Logging handler created" not in err, err
+    assert err.count("Traceback of a real failure\n") == 2
+    assert "the last words, without a newline" in err
+    assert "this process's own line\n" in err
+    # The user asked for everything: nothing hidden.
+    monkeypatch.setenv("TF_CPP_MIN_LOG_LEVEL", "0")
+    with pp.worker_start_lines_hidden():
+        subprocess.run([sys.executable, "-c", f"import sys; sys.stderr.write({worker!r})"])
+    assert "apitools not found" in capfd.readouterr().err

@@ -408,20 +408,22 @@ def test_writers_never_replace_a_users_folder(vocab, tmp_path):
     users.mkdir()
     (users / "notes.txt").write_text("mine")
     for writer in WRITERS.values():
-        with pytest.raises(FileExistsError, match="not an earlier output"):
+        with pytest.raises(FileExistsError, match="not an earlier conversion"):
             writer(str(users), model, vocab, True)
     assert os.listdir(users) == ["notes.txt"]
 
     out = str(tmp_path / "out")
     checkpoints.write_hf_directory(out, model, vocab, True)
     assert oct(os.stat(out).st_mode & 0o777) == oct(0o777 & ~_umask())
-    with pytest.raises(FileExistsError, match="earlier output of write_hf_directory"):
+    with pytest.raises(
+        FileExistsError, match="earlier conversion to the Hugging Face format; pass --overwrite"
+    ):
         checkpoints.write_hf_directory(out, model, vocab, True)
-    with pytest.raises(FileExistsError, match="not an earlier output"):  # Another writer.
+    with pytest.raises(FileExistsError, match="not an earlier conversion"):  # Another writer.
         checkpoints.write_tf2_directory(out, model, vocab, True, overwrite=True)
     checkpoints.write_hf_directory(out, build("span"), vocab, True, overwrite=True)
     (tmp_path / "out" / "extra.txt").write_text("added by the user")
-    with pytest.raises(FileExistsError, match="not an earlier output"):
+    with pytest.raises(FileExistsError, match="not an earlier conversion"):
         checkpoints.write_hf_directory(out, model, vocab, True, overwrite=True)
     assert sorted(os.listdir(tmp_path)) == ["out", "users"]  # No temporary left behind.
     empty = tmp_path / "empty"

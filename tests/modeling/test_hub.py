@@ -21,6 +21,7 @@ Shape legend: B batch, S sequence, H hidden, N heads, D head size, I intermediat
 import hashlib
 import json
 import os
+import pathlib
 import shutil
 import urllib.request
 
@@ -29,6 +30,7 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
+from common.errors import UserError
 from modeling import hub, models
 from modeling.config import BertConfig
 from modeling.encoder import BertEncoder
@@ -342,8 +344,37 @@ def test_tfhub_and_kaggle_handles_resolve_from_the_cache(official_dir, offline_c
 
 def test_handle_errors_name_the_handle_and_the_cache(offline_cache, tmp_path):
     handle = "https://tfhub.dev/tensorflow/small_bert/bert_en_uncased_L-2_H-128_A-2/2"
-    with pytest.raises(OSError, match="small_bert.*not in the cache") as error:
+    with pytest.raises(UserError, match="small_bert.*not in the cache") as error:
         hub.HubEncoder(handle)
     assert hub.cache_folder(handle) in str(error.value)
+    assert "no network in tests" in str(error.value) and "\n" not in str(error.value)
     with pytest.raises(FileNotFoundError, match="is not a folder"):
         hub.HubEncoder(str(tmp_path / "missing"))
+
+
+@pytest.mark.parametrize("damage", ["no_saved_model", "cut_saved_model", "no_variables"])
+def test_a_half_written_cache_folder_is_named_with_what_to_do(
+    official_dir, offline_cache, tmp_path, damage
+):
+    """A download cut short, or a cache folder copied in part: tensorflow_hub hands any
+    non-empty cache folder over as the module."""
+    handle = "https://tfhub.dev/tensorflow/small_bert/bert_en_uncased_L-2_H-128_A-2/2"
+    folder = pathlib.Path(hub.cache_folder(handle))
+    shutil.copytree(official_dir, folder)
+    if damage == "no_saved_model":
+        (folder / "saved_model.pb").unlink()
+    elif damage == "cut_saved_model":
+        data = (folder / "saved_model.pb").read_bytes()
+        (folder / "saved_model.pb").write_bytes(data[: len(data) // 3])
+    else:
+        shutil.rmtree(folder / "variables")
+    with pytest.raises(UserError, match="incomplete or damaged") as error:
+        hub.HubEncoder(handle)
+    message = str(error.value)
+    assert handle in message and str(folder) in message and "\n" not in message
+    assert "delete that folder and run again" in message
+    # The same folder given as a local path: named, with what to do for a local copy.
+    local = tmp_path / "copy"
+    shutil.copytree(folder, local)
+    with pytest.raises(UserError, match=f"TF Hub encoder {local} is incomplete.*export it again"):
+        hub.HubEncoder(str(local))

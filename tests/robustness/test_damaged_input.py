@@ -318,3 +318,181 @@ def test_json_readers_name_the_file(tmp_path):
     path.write_text("[" * 100_000)
     with pytest.raises(UserError, match="nested too deeply"):
         file_io.read_json(str(path))
+
+
+# ----------------------------------------------------------------------------
+# Conversion and the model's files.
+# ----------------------------------------------------------------------------
+
+
+def _ltr_classifier_dir(path: pathlib.Path, vocab_file: str) -> str:
+    """A left-to-right classifier's folder, as fine-tuning an --objective=ltr model
+    leaves it (model_info.json: classifier, causal_attention)."""
+    from modeling import checkpoints, models
+    from modeling.encoder import BertEncoder
+
+    config = BertConfig(**tiny_config())
+    model = models.BertClassifier(BertEncoder(config, causal_attention=True), config, 2)
+    checkpoints.write_tf2_directory(str(path), model, vocab_file, True, ["0", "1"])
+    return str(path)
+
+
+def test_a_left_to_right_classifier_converts_to_tf2_only(tmp_path, vocab_file, caplog):
+    """The TF1 bert_config.json cannot say "causal": the original release's code would
+    read the classifier as a bidirectional [CLS] one. Refused before anything is written,
+    as for Hugging Face; its encoder converts (with a warning for TF1)."""
+    import convert_checkpoint
+
+    source = _ltr_classifier_dir(tmp_path / "ltr_mrpc", vocab_file)
+    for output_format, says in (("tf1", "has no TF1 form"), ("hf", "has no Hugging Face class")):
+        out = tmp_path / output_format
+        with pytest.raises(UserError, match=f"left-to-right classifier {says}") as error:
+            convert_checkpoint.convert(source, str(out), output_format)
+        assert "convert its encoder alone (--model_kind=encoder)" in str(error.value)
+        assert "TF1" not in str(error.value).split("Keep")[1]  # Only tf2 is offered.
+        assert not out.exists() and sorted(p.name for p in tmp_path.iterdir()) == ["ltr_mrpc"]
+    with caplog.at_level(logging.WARNING):
+        prefix = convert_checkpoint.convert(
+            source, str(tmp_path / "enc"), "tf1", model_kind="encoder"
+        )
+    assert "TF1 bert_config.json cannot" in caplog.text
+    info = json.loads((tmp_path / "enc" / "model_info.json").read_text())
+    assert info["model_kind"] == "encoder" and info["causal_attention"] is True
+    assert prefix == str(tmp_path / "enc" / "bert_model.ckpt")
+    # tf2 keeps the classifier whole.
+    convert_checkpoint.convert(source, str(tmp_path / "tf2"), "tf2")
+    assert json.loads((tmp_path / "tf2" / "model_info.json").read_text())["causal_attention"]
+
+
+def test_an_earlier_conversion_is_replaced_only_with_overwrite(tmp_path, vocab_file):
+    import convert_checkpoint
+
+    source = _ltr_classifier_dir(tmp_path / "ltr_mrpc", vocab_file)
+    out = str(tmp_path / "out")
+    convert_checkpoint.convert(source, out, "tf2")
+    with pytest.raises(UserError) as error:
+        convert_checkpoint.convert(source, out, "tf2")
+    assert str(error.value) == (
+        f"output folder {out} holds an earlier conversion to the TF2 format; pass "
+        f"--overwrite (overwrite=True) to replace it"
+    )
+    convert_checkpoint.convert(source, out, "tf2", overwrite=True)
+    with pytest.raises(UserError, match="not an earlier conversion to the TF1 format"):
+        convert_checkpoint.convert(source, out, "tf1", model_kind="encoder", overwrite=True)
+
+
+def test_a_vocabulary_larger_than_the_config_is_refused_without_a_checkpoint(tmp_path, vocab_file):
+    """export_tfhub.py --export_type=preprocessing --vocab_file --bert_config_file: no
+    checkpoint whose vocabulary it could differ from, but ids past vocab_size."""
+    from absl import flags
+
+    import model_flags
+    import runner_flags
+    from tests.conftest import write_tiny_config
+
+    big = tmp_path / "vocab_plus_one.txt"
+    big.write_text(pathlib.Path(vocab_file).read_text() + "newword\n")
+    config = write_tiny_config(tmp_path / "bert_config.json")
+    fv = flags.FlagValues()
+    runner_flags.define_model_flags(None, fv)
+    fv(["export_tfhub.py", f"--vocab_file={big}", f"--bert_config_file={config}"])
+    with pytest.raises(UserError) as error:
+        model_flags.resolve_vocabulary(fv)
+    assert str(error.value).startswith(
+        f"the vocabulary {big} has 30523 entries but the model's config has vocab_size=30522"
+    )
+    assert "Use the vocabulary the model was trained with" in str(error.value)
+    fv(["export_tfhub.py", f"--vocab_file={vocab_file}", f"--bert_config_file={config}"])
+    assert model_flags.resolve_vocabulary(fv).vocab_file == vocab_file
+    fv.unparse_flags()
+    fv(["export_tfhub.py", f"--vocab_file={big}"])  # No model: nothing to fit.
+    assert model_flags.resolve_vocabulary(fv).vocab_file == str(big)
+
+
+def test_lstm_units_past_any_memory_are_a_flag_error():
+    """--bilstm_units=100000 asked for a [400000, 100000] kernel: TensorFlow's
+    ResourceExhaustedError, deep in building the model, named a shape."""
+    from absl import flags
+
+    import runner_flags
+
+    fv = flags.FlagValues()
+    runner_flags.define_bilstm_flag(fv)
+    with pytest.raises(flags.IllegalFlagValueError) as error:
+        fv(["run_ner.py", "--bilstm_units=100000"])
+    assert str(error.value) == (
+        "flag --bilstm_units=100000: 100000 is not an integer in the range [0, 4096]"
+    )
+    fv(["run_ner.py", "--bilstm_units=768"])  # The paper's.
+    import run_ner
+
+    with pytest.raises(flags.IllegalFlagValueError, match=r"in the range \[1, 4096\]"):
+        run_ner.FLAGS["lstm_units"].parse("100000")
+
+
+# ----------------------------------------------------------------------------
+# What a run says.
+# ----------------------------------------------------------------------------
+
+
+def test_squad_2_data_without_the_flag_says_which_flag(tmp_path):
+    from data_prep.squad import squad_reader
+
+    def squad(qa: dict) -> str:
+        path = tmp_path / f"{qa['id']}.json"
+        paragraph = {"context": "BERT reads text.", "qas": [dict(qa, question="What?")]}
+        path.write_text(json.dumps({"version": "v2.0", "data": [{"paragraphs": [paragraph]}]}))
+        return str(path)
+
+    marked = squad({"id": "q1", "answers": [], "is_impossible": True})
+    with pytest.raises(UserError) as error:
+        squad_reader.read_squad_examples(marked, True, False)
+    assert str(error.value) == (
+        f"{marked}: question q1 is marked is_impossible (SQuAD 2.0 data): pass "
+        f"--version_2_with_negative to train on unanswerable questions."
+    )
+    assert len(squad_reader.read_squad_examples(marked, True, True)) == 1
+    unmarked = squad({"id": "q2", "answers": []})
+    with pytest.raises(UserError) as error:
+        squad_reader.read_squad_examples(unmarked, True, False)
+    assert str(error.value) == (
+        f"{unmarked}: question q2 has no answer and is not marked is_impossible (SQuAD 2.0 "
+        f"data: --version_2_with_negative)."
+    )
+
+
+def test_thousands_of_long_lines_are_one_line_at_the_end(tmp_path, vocab_file):
+    """create_pretraining_data on a corpus of long lines: no warning per line, one line
+    at the end with how many and where the first is."""
+    import os
+    import subprocess
+    import sys
+
+    corpus = tmp_path / "long.txt"
+    long_line = " ".join(["word"] * 40)
+    corpus.write_text("short line.\n" + "".join(f"{long_line}\n" for _ in range(3000)))
+    process = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "data_prep.create_pretraining_data",
+            f"--input_file={corpus}",
+            f"--output_file={tmp_path / 'shard.tfrecord'}",
+            f"--vocab_file={vocab_file}",
+            "--max_seq_length=32",
+            "--max_predictions_per_seq=5",
+            "--dupe_factor=1",
+        ],
+        capture_output=True,
+        text=True,
+        cwd=REPO_ROOT,
+        env={k: v for k, v in os.environ.items() if k != "TF_CPP_MIN_LOG_LEVEL"},
+        timeout=300,
+    )
+    assert process.returncode == 0, process.stderr[-2000:]
+    lines = process.stderr.splitlines()
+    assert not [line for line in lines if line.startswith("warning:")], process.stderr
+    assert lines[-1] == (
+        f"3000 lines longer than the 29 tokens an instance holds were truncated (the first: "
+        f"{corpus}:2, 40 tokens)"
+    )

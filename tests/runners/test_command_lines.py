@@ -194,6 +194,15 @@ def test_training_shows_progress_lines_and_no_tensorflow_startup(tiny_model, mrp
             r"  loss \d+\.\d+  examples/s [\d.,]+  elapsed \d+:\d\d  ETA \d+:\d\d$", line
         )
     assert any(line.startswith("Evaluation at step 8: eval_accuracy ") for line in lines), stderr
+    # The score that picked the best model is named: MRPC's is not a printed metric.
+    assert any(
+        re.fullmatch(
+            r"The best model is that of step 8 \(score [\d.]+ = mean of eval_accuracy and "
+            rf"eval_f1\): {output_dir}/best",
+            line,
+        )
+        for line in lines
+    ), stderr
     # TensorBoard summaries are kept.
     assert any(name.startswith("events.") for name in os.listdir(output_dir / "train"))
 
@@ -210,3 +219,31 @@ def test_the_end_is_shown_once():
         "shards: shard 1/2 (50%)",
         "shards: shard 2/2 (100%)",
     ]
+
+
+@pytest.mark.parametrize("columns, lines", [(0, 0), (80, 0), (0, 24), (100, 30)])
+def test_a_bar_is_drawn_whatever_size_the_terminal_reports(columns, lines):
+    """tqdm draws nothing, not even its last line, on a terminal that reports 0 lines
+    (a container's terminal before it is sized reports 0 x 0); such a bar is drawn
+    for 80 x 24."""
+    import fcntl
+    import struct
+    import termios
+
+    main, side = os.openpty()
+    fcntl.ioctl(side, termios.TIOCSWINSZ, struct.pack("HHHH", lines, columns, 0, 0))
+    with open(side, "w", encoding="utf-8", closefd=True) as terminal:
+        shown = progress.TerminalProgress(stream=terminal)
+        assert shown.live
+        with shown.task("train", total=5, unit="step") as bar:
+            bar.update(5, loss=0.5)
+        shown.say("done")
+    text = b""
+    while not text.endswith(b"done\r\n"):
+        text += os.read(main, 4096)
+    os.close(main)
+    last = text.decode().split("\r")[-3]  # The bar's final state, then "\n", "done".
+    assert last.startswith("train: 100%|") and last.endswith(
+        "5/5 step [elapsed 00:00, ETA 00:00, loss 0.5]"
+    )
+    assert len(last) == (columns - 1 if columns and lines else 80)

@@ -107,6 +107,11 @@ def test_v2_end_to_end_writes_the_original_files(runs, root):
     assert runs["v2"] == ["no error", ""]
     out = root / "v2"
     ids = question_ids(root / "v2.json")
+    # --do_predict says where the answers are (once: not at each epoch's evaluation).
+    log = "".join(path.read_text() for path in out.glob("*.INFO.*"))
+    assert (
+        log.count(f"Wrote the answers to {len(ids)} questions to {out / 'predictions.json'}") == 1
+    )
     predictions = read_json(out / "predictions.json")
     nbest = read_json(out / "nbest_predictions.json")
     null_odds = read_json(out / "null_odds.json")
@@ -355,8 +360,12 @@ def test_eval_alone_scores_the_prediction_files_in_output_dir(runs, root):
             ["past_context.json", "character 10000", "runs outside its context"],
         ),
         ("bad_predict_file", "UserError", ["no_context.json", "'context'"]),
-        ("query_too_long", "UserError", ["max_seq_length (20)", "max_query_length (17)"]),
-        ("v2_without_flag", "UserError", ["not marked is_impossible", "version_2_with_negative"]),
+        ("query_too_long", "UserError", ["--max_seq_length=20", "--max_query_length=17"]),
+        (
+            "v2_without_flag",
+            "UserError",
+            ["is marked is_impossible", "pass --version_2_with_negative"],
+        ),
         (
             "v2_gold_without_flag",
             "UserError",
