@@ -61,6 +61,7 @@ from absl import flags, logging
 from common import cli as command_line
 from common.errors import UserError
 from common.progress import format_fields
+import hparam_search
 import model_flags
 import runner_flags
 from common import file_io
@@ -115,7 +116,7 @@ flags.DEFINE_list(
 )
 flags.DEFINE_bool("is_regression", None, "generic: the label is a float score.")
 runner_flags.define_common_flags(max_seq_length=128)
-runner_flags.define_training_flags()
+runner_flags.define_training_flags(value_lists=True)
 runner_flags.define_finetuning_flags()
 runner_flags.define_bilstm_flag()
 
@@ -442,6 +443,12 @@ class ClassifierTask:
     def score(self, metrics: dict) -> float:
         return glue_score(self.processor.name, metrics, self.is_regression)
 
+    @property
+    def score_name(self) -> str:
+        """What `score` is, in words (a search's report)."""
+        keys = glue_metrics.score_keys(self.processor.name, self.is_regression)
+        return keys[0] if len(keys) == 1 else f"mean of {', '.join(keys)}"
+
     def predict(self, trainer, output_dir: str, global_step: int) -> None:
         """Writes test_results.tsv (class probabilities, or the score of a regression,
         one row per example) and the GLUE submission file of every test split."""
@@ -498,6 +505,7 @@ class ClassifierTask:
 
 def main(_):
     runner_flags.check_finetuning_flags(FLAGS)
+    grid = hparam_search.check(FLAGS)
     strategy = runner_flags.setup(FLAGS)
     settings = runner_flags.finetuning_settings(FLAGS)
     processor = classifier_tasks.get_processor(
@@ -515,9 +523,7 @@ def main(_):
         settings,
         runner_flags.bilstm_units(FLAGS, task_kinds.CLASSIFIER.name),
     )
-    runner_flags.run_training(
-        lambda: finetuning.run(task, settings, strategy, encoder, files), FLAGS.output_dir
-    )
+    hparam_search.run(FLAGS, grid, task, settings, strategy, encoder, files)
 
 
 def cli():

@@ -190,10 +190,14 @@ def glue_score(task_name: str, metrics: dict, is_regression: bool | None = None)
     `score_metrics` (default: all its metrics) on the first evaluation split (keys
     "eval_<name>"): MRPC, QQP: mean of accuracy and F1; STS-B: mean of Pearson and
     Spearman; CoLA: MCC; MNLI: matched accuracy; others: accuracy."""
+    return float(np.mean([metrics[key] for key in score_keys(task_name, is_regression)]))
+
+
+def score_keys(task_name: str, is_regression: bool | None = None) -> tuple[str, ...]:
+    """The metrics whose mean is `glue_score` ("eval_<name>")."""
     task = classifier_tasks.task_class(task_name)
     scored = task.score_metrics if task is not None else None
-    names = scored or metric_names(task_name, is_regression)[1]
-    return float(np.mean([metrics["eval_" + name] for name in names]))
+    return tuple("eval_" + name for name in scored or metric_names(task_name, is_regression)[1])
 
 
 def compute_metrics(
