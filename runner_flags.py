@@ -382,8 +382,8 @@ class _ValuesParser(flags.ArgumentParser):
         try:
             value = self.number(text.strip())
         except ValueError:
-            kind = "integer" if self.integer else "number"
-            raise ValueError(f"{text.strip()!r} is not a {kind}") from None
+            kind = "an integer" if self.integer else "a number"
+            raise ValueError(f"{text.strip()!r} is not {kind}") from None
         if not (value >= 0 if self.zero_allowed else value > 0) or value == float("inf"):
             sign = "non-negative" if self.zero_allowed else "positive"
             raise ValueError(f"{text.strip()} is not {sign} and finite")
