@@ -26,6 +26,7 @@ Trials run one after another.
 from __future__ import annotations
 
 import dataclasses
+import fnmatch
 import gc
 import itertools
 import os
@@ -47,16 +48,9 @@ TRIAL_FILE = "search_trial.json"  # In a finished trial's folder: its score and 
 RESULTS_JSON = "search_results.json"
 RESULTS_MD = "search_results.md"
 GRID_FLAGS = ("learning_rate", "train_batch_size", "num_train_epochs")
-# What output_dir takes of the chosen trial (besides best/): its model files, its
-# results and the settings it ran with.
-COPIED_FILES = (
-    "bert_config.json",
-    "vocab.txt",
-    "model_info.json",
-    "eval_results.txt",
-    finetuning.EVAL_HISTORY,
-    finetuning.RUN_CONFIG,
-)
+# What output_dir does not take of the chosen trial: its training checkpoints (the
+# best model's best/ folder is taken) and its record of the search.
+NOT_COPIED = ("checkpoint", "ckpt-*", TRIAL_FILE)
 
 
 def _values(value) -> tuple:
@@ -426,10 +420,17 @@ class Search:
                 lambda: finetuning.run(self.task, settings, self.strategy, encoder, self.files),
                 self.output_dir,
             )
-        for name in COPIED_FILES:
+        # Its model files, results and evaluation files, and the settings it ran with.
+        for name in sorted(tf.io.gfile.listdir(trial_dir)):
             source = os.path.join(trial_dir, name)
-            if tf.io.gfile.exists(source):
-                with tf.io.gfile.GFile(source, "rb") as f:
-                    content = f.read()
-                with file_io.atomic_open(os.path.join(self.output_dir, name), "wb") as f:
-                    f.write(content)
+            if (
+                tf.io.gfile.isdir(source)
+                or file_io.is_temp_name(name)
+                or name.startswith(".")
+                or any(fnmatch.fnmatch(name, pattern) for pattern in NOT_COPIED)
+            ):
+                continue
+            with tf.io.gfile.GFile(source, "rb") as f:
+                content = f.read()
+            with file_io.atomic_open(os.path.join(self.output_dir, name), "wb") as f:
+                f.write(content)
