@@ -9,8 +9,9 @@ the grid times every restart is a trial, a normal fine-tuning run of its own in
 replaced); restart k draws its data order, head initialisation and dropout from
 --seed + k - 1, so restart 1 of every configuration sees the same draws. The trial
 with the best dev score (the task's score, which also picks the best epoch) becomes
-output_dir's model: its best/ checkpoint, model files, eval_results.txt and
-eval_history.json are copied there, and --do_predict and --export_dir use it, so
+output_dir's model: its best/ checkpoint and its files but the training checkpoints
+(model files, eval_results.txt, eval_history.json, run_config.json, a task's
+evaluation files) are copied there, and --do_predict and --export_dir use it, so
 output_dir works as any fine-tuned output_dir (--init_checkpoint, predicting later).
 --select=best_mean takes the configuration with the best mean over its restarts, then
 its best trial.
