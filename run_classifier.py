@@ -61,6 +61,7 @@ from absl import flags, logging
 from common import cli as command_line
 from common.errors import UserError
 from common.progress import format_fields
+import hparam_search
 import model_flags
 import runner_flags
 from common import file_io
@@ -115,7 +116,7 @@ flags.DEFINE_list(
 )
 flags.DEFINE_bool("is_regression", None, "generic: the label is a float score.")
 runner_flags.define_common_flags(max_seq_length=128)
-runner_flags.define_training_flags()
+runner_flags.define_training_flags(value_lists=True)
 runner_flags.define_finetuning_flags()
 runner_flags.define_bilstm_flag()
 
@@ -504,6 +505,7 @@ class ClassifierTask:
 
 def main(_):
     runner_flags.check_finetuning_flags(FLAGS)
+    grid = hparam_search.check(FLAGS)
     strategy = runner_flags.setup(FLAGS)
     settings = runner_flags.finetuning_settings(FLAGS)
     processor = classifier_tasks.get_processor(
@@ -521,9 +523,7 @@ def main(_):
         settings,
         runner_flags.bilstm_units(FLAGS, task_kinds.CLASSIFIER.name),
     )
-    runner_flags.run_training(
-        lambda: finetuning.run(task, settings, strategy, encoder, files), FLAGS.output_dir
-    )
+    hparam_search.run(FLAGS, grid, task, settings, strategy, encoder, files)
 
 
 def cli():

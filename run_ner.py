@@ -76,6 +76,7 @@ from absl import app, flags, logging
 from common import cli as command_line
 from common.errors import MissingFileError, UserError
 from common.progress import format_fields
+import hparam_search
 import model_flags
 import runner_flags
 from common import file_io
@@ -146,7 +147,7 @@ flags.DEFINE_integer(
     upper_bound=runner_flags.MAX_LSTM_UNITS,
 )
 runner_flags.define_common_flags(max_seq_length=128)
-runner_flags.define_training_flags()
+runner_flags.define_training_flags(value_lists=True)
 runner_flags.define_finetuning_flags()
 runner_flags.define_bilstm_flag()
 
@@ -471,6 +472,8 @@ class NerTask:
     def score(self, metrics: dict) -> float:
         return metrics[task_kinds.TOKEN_CLASSIFIER.score]
 
+    score_name = task_kinds.TOKEN_CLASSIFIER.score  # What `score` is (a search's report).
+
     def predict(self, trainer, output_dir: str, global_step: int) -> None:
         """Tags the predict file and writes test_predictions.txt (its gold tags beside)."""
         split = self.splits["predict"]
@@ -569,6 +572,7 @@ def read_splits(
 
 def main(_):
     runner_flags.check_finetuning_flags(FLAGS)
+    grid = hparam_search.check(FLAGS)
     strategy = runner_flags.setup(FLAGS)
     settings = runner_flags.finetuning_settings(FLAGS)
     encoder, files = model_flags.build_encoder(FLAGS, strategy)
@@ -583,9 +587,7 @@ def main(_):
         settings,
         runner_flags.bilstm_units(FLAGS, BertTokenClassifier.MODEL_KIND),
     )
-    runner_flags.run_training(
-        lambda: finetuning.run(task, settings, strategy, encoder, files), FLAGS.output_dir
-    )
+    hparam_search.run(FLAGS, grid, task, settings, strategy, encoder, files)
 
 
 def cli():

@@ -52,6 +52,7 @@ from absl import app, flags
 from common import cli as command_line
 from common.errors import MissingFileError, UserError
 from common.progress import format_fields
+import hparam_search
 import model_flags
 import runner_flags
 from common import file_io
@@ -101,7 +102,7 @@ flags.DEFINE_float(
     "v2.0: predict no answer when the null score exceeds the best span's score by more than this.",
 )
 runner_flags.define_common_flags(max_seq_length=384)
-runner_flags.define_training_flags()
+runner_flags.define_training_flags(value_lists=True)
 runner_flags.define_finetuning_flags()
 runner_flags.define_bilstm_flag()
 
@@ -309,6 +310,8 @@ class SquadTask:
     def score(self, metrics: dict) -> float:
         return metrics[task_kinds.SPAN.score]
 
+    score_name = task_kinds.SPAN.score  # What `score` is (a search's report).
+
     def export(
         self, model, export_dir: str, files: model_files.ModelFiles, overwrite: bool
     ) -> None:
@@ -416,6 +419,7 @@ def build_features(files: model_files.ModelFiles, settings: finetuning.Settings)
 
 def main(_):
     check_flags()
+    grid = hparam_search.check(FLAGS)
     strategy = runner_flags.setup(FLAGS)
     if FLAGS.do_eval and not (FLAGS.do_predict or FLAGS.do_train):
         evaluate(FLAGS.predict_file, FLAGS.output_dir, FLAGS.version_2_with_negative)
@@ -431,9 +435,7 @@ def main(_):
         files.do_lower_case,
         runner_flags.bilstm_units(FLAGS, BertSpanLabeler.MODEL_KIND),
     )
-    runner_flags.run_training(
-        lambda: finetuning.run(task, settings, strategy, encoder, files), FLAGS.output_dir
-    )
+    hparam_search.run(FLAGS, grid, task, settings, strategy, encoder, files)
 
 
 def cli():

@@ -194,14 +194,27 @@ def define_original_flags(flag_values=FLAGS) -> None:
     )
 
 
-def define_training_flags(flag_values=FLAGS, learning_rate: float = 5e-5) -> None:
-    """What to run, batch sizes and the optimizer, for every trained model."""
+def define_training_flags(
+    flag_values=FLAGS, learning_rate: float = 5e-5, value_lists: bool = False
+) -> None:
+    """What to run, batch sizes and the optimizer, for every trained model.
+
+    `value_lists`: --train_batch_size and --learning_rate also take comma-separated
+    values, a grid of the fine-tuning runners' search (hparam_search.py)."""
     f = flag_values
     flags.DEFINE_bool("do_train", False, "Run training.", flag_values=f)
     flags.DEFINE_bool("do_eval", False, "Evaluate on the dev data.", flag_values=f)
-    flags.DEFINE_integer("train_batch_size", 32, "Global training batch size.", flag_values=f)
+    if value_lists:
+        define_values_flag(
+            "train_batch_size", 32, int, "Global training batch size", f, integer=True
+        )
+        define_values_flag(
+            "learning_rate", learning_rate, float, "Peak learning rate", f, zero_allowed=True
+        )
+    else:
+        flags.DEFINE_integer("train_batch_size", 32, "Global training batch size.", flag_values=f)
+        flags.DEFINE_float("learning_rate", learning_rate, "Peak learning rate.", flag_values=f)
     flags.DEFINE_integer("eval_batch_size", 8, "Global evaluation batch size.", flag_values=f)
-    flags.DEFINE_float("learning_rate", learning_rate, "Peak learning rate.", flag_values=f)
     flags.DEFINE_enum("optimizer", "adamw", ["adamw", "lamb"], "Optimizer.", flag_values=f)
     flags.DEFINE_float(
         "weight_decay_rate",
@@ -258,8 +271,23 @@ def define_finetuning_flags(flag_values=FLAGS) -> None:
     f = flag_values
     flags.DEFINE_bool("do_predict", False, "Predict the test data.", flag_values=f)
     flags.DEFINE_integer("predict_batch_size", 8, "Global prediction batch size.", flag_values=f)
-    flags.DEFINE_float(
-        "num_train_epochs", 3.0, "Training epochs (may be fractional).", flag_values=f
+    define_values_flag("num_train_epochs", 3.0, float, "Training epochs (may be fractional)", f)
+    flags.DEFINE_integer(
+        "restarts",
+        1,
+        "Random restarts of every configuration of the search grid (each restart its "
+        "own seed: data order, head initialisation, dropout); the trial with the best "
+        "dev score becomes output_dir's model (docs/hyperparameter_search.md).",
+        lower_bound=1,
+        flag_values=f,
+    )
+    flags.DEFINE_enum(
+        "select",
+        "best_trial",
+        ["best_trial", "best_mean"],
+        "Of a search: the trial with the best dev score (the paper's random restarts), "
+        "or the configuration with the best mean over its restarts, then its best trial.",
+        flag_values=f,
     )
     flags.DEFINE_float(
         "warmup_proportion",
@@ -337,6 +365,74 @@ def define_finetuning_flags(flag_values=FLAGS) -> None:
         flag_values=f,
     )
     define_overwrite_flag("Let --export_dir replace a previous export.", f)
+
+
+class _ValuesParser(flags.ArgumentParser):
+    """A positive number, or comma-separated positive numbers (a search grid). One
+    value parses to the number itself, several to a tuple of them."""
+
+    def __init__(self, number: type, integer: bool, zero_allowed: bool):
+        super().__init__()
+        self.number, self.integer, self.zero_allowed = number, integer, zero_allowed
+        sign = "non-negative" if zero_allowed else "positive"
+        kind = "integer" if integer else "number"
+        self.syntactic_help = f"a {sign} {kind}, or a comma-separated list of them"
+
+    def _one(self, text: str):
+        try:
+            value = self.number(text.strip())
+        except ValueError:
+            kind = "an integer" if self.integer else "a number"
+            raise ValueError(f"{text.strip()!r} is not {kind}") from None
+        if not (value >= 0 if self.zero_allowed else value > 0) or value == float("inf"):
+            sign = "non-negative" if self.zero_allowed else "positive"
+            raise ValueError(f"{text.strip()} is not {sign} and finite")
+        return value
+
+    def parse(self, argument):
+        if isinstance(argument, (int, float)) and not isinstance(argument, bool):
+            return self._one(str(argument))
+        if isinstance(argument, (tuple, list)):
+            argument = ",".join(str(a) for a in argument)
+        parts = str(argument).split(",")
+        if any(not part.strip() for part in parts):
+            raise ValueError(f"{argument!r}: an empty value in the list")
+        values = tuple(self._one(part) for part in parts)
+        if len(set(values)) != len(values):
+            raise ValueError(f"{argument!r}: a value given twice")
+        return values[0] if len(values) == 1 else values
+
+    def flag_type(self) -> str:
+        return ("int" if self.integer else "float") + " or list"
+
+
+class _ValuesSerializer(flags.ArgumentSerializer):
+    def serialize(self, value) -> str:
+        if isinstance(value, tuple):
+            return ",".join(str(v) for v in value)
+        return str(value)
+
+
+def define_values_flag(
+    name: str,
+    default,
+    number: type,
+    help_text: str,
+    flag_values=FLAGS,
+    integer: bool = False,
+    zero_allowed: bool = False,
+) -> None:
+    """A numeric flag that also takes comma-separated values, the grid of a search:
+    `FLAGS.<name>` is the number when one is given (as before), a tuple when several."""
+    flags.DEFINE(
+        _ValuesParser(number, integer, zero_allowed),
+        name,
+        default,
+        f"{help_text}; comma-separated values make a grid, searched with --restarts "
+        f"(docs/hyperparameter_search.md).",
+        flag_values=flag_values,
+        serializer=_ValuesSerializer(),
+    )
 
 
 def define_output_dir_flag(help_text: str, flag_values=FLAGS) -> None:
