@@ -15,6 +15,10 @@ same split overlap). Writes train.tsv, dev.tsv and test.tsv with a header `label
 (tab-separated, whitespace in the text collapsed to single spaces), the layout
 `run_classifier.py --task_name=generic --text_a_column=text --label_column=label` reads,
 and prints each split's texts and their mean length in words.
+
+  python benchmarks/study/make_long_text_set.py --output_dir=long_text --score=out/long
+
+prints the test accuracy of a run_classifier.py --do_predict (its output_dir) on the set.
 """
 
 from __future__ import annotations
@@ -88,9 +92,22 @@ def write_splits(splits: dict[str, list[tuple[str, str]]], output_dir: str) -> N
                 f.write(f"{label}\t{text}\n")
 
 
+def test_accuracy(test_file: str, results_file: str, labels: list[str]) -> float:
+    """Accuracy of run_classifier.py's test_results.tsv (a row of probabilities per
+    text, in `labels` order) against the labels of the set's test.tsv."""
+    with open(test_file, encoding="utf-8") as f:
+        gold = [line.split("\t", 1)[0] for line in f.read().splitlines()[1:]]
+    with open(results_file, encoding="utf-8") as f:
+        rows = [[float(x) for x in line.split("\t")] for line in f.read().splitlines()]
+    if len(rows) != len(gold):
+        raise SystemExit(f"{results_file}: {len(rows)} rows for {len(gold)} texts of {test_file}")
+    predicted = [labels[max(range(len(row)), key=row.__getitem__)] for row in rows]
+    return sum(p == g for p, g in zip(predicted, gold)) / len(gold)
+
+
 def main(argv=None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--squad_file", required=True, help="A SQuAD v1.1 or v2.0 json file.")
+    parser.add_argument("--squad_file", help="A SQuAD v1.1 or v2.0 json file.")
     parser.add_argument("--output_dir", required=True)
     parser.add_argument(
         "--task",
@@ -102,7 +119,25 @@ def main(argv=None) -> None:
     parser.add_argument("--seed", type=int, default=1, help="The draws of --task=majority.")
     parser.add_argument("--paragraphs_per_text", type=int, default=3)
     parser.add_argument("--max_texts_per_article", type=int, default=0, help="Per split (0: all).")
+    parser.add_argument(
+        "--score",
+        default=None,
+        help="Instead of building the set: the output_dir of a run_classifier.py "
+        "--do_predict on --output_dir's set; prints its test accuracy.",
+    )
     args = parser.parse_args(argv)
+    if args.score:
+        with open(os.path.join(args.score, "model_info.json"), encoding="utf-8") as f:
+            labels = json.load(f)["labels"]
+        accuracy = test_accuracy(
+            os.path.join(args.output_dir, "test.tsv"),
+            os.path.join(args.score, "test_results.tsv"),
+            labels,
+        )
+        print(f"test accuracy {accuracy:.4f} ({args.score})")
+        return
+    if not args.squad_file:
+        parser.error("--squad_file is required to build the set")
     if args.paragraphs_per_text < 1:
         parser.error("--paragraphs_per_text must be at least 1")
     articles = article_paragraphs(args.squad_file)
