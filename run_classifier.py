@@ -56,7 +56,7 @@ import sys
 import keras
 import numpy as np
 import tensorflow as tf
-from absl import flags, logging
+from absl import app, flags, logging
 
 from common import cli as command_line
 from common.errors import UserError
@@ -65,7 +65,12 @@ import hparam_search
 import model_flags
 import runner_flags
 from common import file_io
-from data_prep.classifier import classifier_features, classifier_reader, classifier_tasks
+from data_prep.classifier import (
+    classifier_features,
+    classifier_reader,
+    classifier_tasks,
+    classifier_windows,
+)
 from data_prep.input_pipeline import RecordMetadata
 from evaluation import glue_metrics
 from modeling import finetuning, model_files, task_kinds, training
@@ -115,6 +120,33 @@ flags.DEFINE_list(
     "of the training file).",
 )
 flags.DEFINE_bool("is_regression", None, "generic: the label is a float score.")
+flags.DEFINE_enum(
+    "long_input",
+    None,
+    ["truncate", "windows"],
+    "A text longer than --max_seq_length: truncate it (the original's), or cut it into "
+    "windows of --max_seq_length every --doc_stride pieces, train on every window with "
+    "its text's label and join a text's windows into one prediction (--window_pooling). "
+    "Default: that of a fine-tuned --init_checkpoint, else truncate.",
+)
+flags.DEFINE_enum(
+    "window_pooling",
+    None,
+    list(classifier_windows.POOLINGS),
+    "--long_input=windows: a text's logits are the mean (default) or the maximum of "
+    "its windows' logits.",
+)
+flags.DEFINE_integer(
+    "max_windows_per_text",
+    None,
+    "--long_input=windows: read at most this many windows of a text (its first ones; "
+    "a warning counts the texts cut). Default 16.",
+)
+runner_flags.define_doc_stride_flag(
+    None,
+    "--long_input=windows: a window starts this many word pieces after the one before "
+    "(default: half a window, max_seq_length // 2 - 1).",
+)
 runner_flags.define_common_flags(max_seq_length=128)
 runner_flags.define_training_flags(value_lists=True)
 runner_flags.define_finetuning_flags()
@@ -148,6 +180,52 @@ class Features:
             batch_size,
             is_training=False,
             pad_to_max_seq_length=pad_to_max_seq_length,
+        )
+
+
+@dataclasses.dataclass(frozen=True)
+class LongInput:
+    """What happens to a text longer than max_seq_length (--long_input and its flags)."""
+
+    mode: str = "truncate"
+    doc_stride: int = 0
+    window_pooling: str = "mean"
+    max_windows_per_text: int = 16
+
+    @property
+    def windows(self) -> bool:
+        return self.mode == "windows"
+
+    def model_info(self) -> dict:
+        """Kept in model_info.json (windows only): prediction from the fine-tuned model
+        and its export read windows as training did."""
+        if not self.windows:
+            return {}
+        return {"long_input": dataclasses.asdict(self)}
+
+    def export_options(self) -> dict:
+        return dict(
+            long_input=self.mode,
+            doc_stride=self.doc_stride,
+            window_pooling=self.window_pooling,
+            max_windows_per_text=self.max_windows_per_text,
+        )
+
+
+@dataclasses.dataclass(frozen=True)
+class WindowFeatures(Features):
+    """One split's windows (--long_input=windows): a record per window, `num_texts` texts."""
+
+    pooling: str = "mean"
+
+    @property
+    def num_texts(self) -> int:
+        return int(self.metadata["num_texts"])
+
+    def dataset(self, batch_size: int, pad_to_max_seq_length: bool) -> tf.data.Dataset:
+        """Every window once, in order, with its text's `example_index`."""
+        return classifier_windows.build_window_dataset(
+            self.file, self.metadata, batch_size, pad_to_max_seq_length
         )
 
 
@@ -203,9 +281,15 @@ def build_features(
     output_dir: str,
     files: model_files.ModelFiles,
     max_seq_length: int,
+    long_input: LongInput = LongInput(),
 ) -> Features:
-    """Writes (or reuses) `output_dir/<split>.tf_record`."""
+    """Writes (or reuses) `output_dir/<split>.tf_record` (`<split>.windows.tf_record`
+    with --long_input=windows)."""
     split = processor.split_name(split)
+    if long_input.windows:
+        return build_window_features(
+            processor, data_dir, split, output_dir, files, max_seq_length, long_input
+        )
     file = os.path.join(output_dir, f"{split}.tf_record")
     metadata = classifier_features.get_or_create_features(
         processor,
@@ -224,6 +308,36 @@ def build_features(
     return Features(split, file, metadata)
 
 
+def build_window_features(
+    processor,
+    data_dir: str,
+    split: str,
+    output_dir: str,
+    files: model_files.ModelFiles,
+    max_seq_length: int,
+    long_input: LongInput,
+) -> WindowFeatures:
+    """Writes (or reuses) `output_dir/<split>.windows.tf_record`, a record per window."""
+    file = os.path.join(output_dir, f"{split}.windows.tf_record")
+    metadata = classifier_windows.get_or_create_window_features(
+        processor,
+        data_dir,
+        split,
+        file,
+        files.vocab_file,
+        files.do_lower_case,
+        max_seq_length,
+        files.preserve_unused_tokens,
+        long_input.doc_stride,
+        long_input.max_windows_per_text,
+        runner_flags.terminal(),
+    )
+    if metadata.num_records == 0:
+        source = processor.input_files(data_dir, split) or [f"{data_dir} (its reader's files)"]
+        raise UserError(f"{processor.name} {split}: no examples in {source[0]}")
+    return WindowFeatures(split, file, metadata, long_input.window_pooling)
+
+
 def build_task_features(
     processor,
     data_dir: str,
@@ -231,12 +345,15 @@ def build_task_features(
     files: model_files.ModelFiles,
     max_seq_length: int,
     settings: finetuning.Settings,
+    long_input: LongInput = LongInput(),
 ) -> TaskFeatures:
     """Reads and checks every split the run needs before any model is built."""
 
     def of(splits, wanted):
         features = [
-            build_features(processor, data_dir, split, output_dir, files, max_seq_length)
+            build_features(
+                processor, data_dir, split, output_dir, files, max_seq_length, long_input
+            )
             for split in (splits if wanted else ())
         ]
         return {f.split: f for f in features}
@@ -305,6 +422,45 @@ def predict_for_evaluation(
     )
 
 
+def _with_example_index(output_fn):
+    """`output_fn` with each window's `example_index` (a module-level cache keeps one
+    compiled prediction step per function)."""
+    if output_fn not in _WITH_INDEX:
+
+        def with_index(features: dict, outputs: dict) -> dict:
+            return dict(output_fn(features, outputs), example_index=features["example_index"])
+
+        _WITH_INDEX[output_fn] = with_index
+    return _WITH_INDEX[output_fn]
+
+
+_WITH_INDEX = {}
+
+
+def predict_text_logits(
+    trainer: training.Trainer,
+    features: WindowFeatures,
+    batch_size: int,
+    pad: bool,
+    output_fn=_logits_and_labels,
+    description: str = "predict",
+) -> tuple[np.ndarray, np.ndarray, dict]:
+    """(logits float [T, K], labels [T], the outputs' `_SUM` sums) of a split's T texts,
+    each text's logits pooled over its windows (`features.pooling`)."""
+    outputs = trainer.predict(
+        features.dataset(batch_size, pad), _with_example_index(output_fn), description
+    )
+    index, texts = outputs["example_index"], features.num_texts
+    logits = classifier_windows.pool_windows(outputs["logits"], index, texts, features.pooling)
+    labels = classifier_windows.first_of_each_text(outputs["label_ids"], index, texts)
+    sums = {
+        name.removeprefix(_SUM): float(np.sum(values, dtype=np.float64))
+        for name, values in outputs.items()
+        if name.startswith(_SUM)
+    }
+    return logits, labels, sums
+
+
 def log_probabilities(logits: np.ndarray) -> np.ndarray:
     """Log-softmax over the last axis. float [N, K]."""
     shifted = logits - logits.max(axis=-1, keepdims=True)
@@ -366,13 +522,20 @@ class ClassifierTask:
         max_seq_length: int,
         settings: finetuning.Settings,
         bilstm_units: int = 0,
+        long_input: LongInput = LongInput(),
     ):
         self.processor, self.data, self.data_dir = processor, data, data_dir
         self.max_seq_length, self.settings = max_seq_length, settings
         self.bilstm_units = bilstm_units
+        self.long_input = long_input
         metadata = data.metadata
         self.is_regression = metadata["is_regression"]
         self.num_choices = metadata.get("num_choices")
+        if self.num_choices and long_input.windows:
+            raise UserError(
+                f"--long_input=windows is for classification and regression; "
+                f"{processor.name} is multiple choice"
+            )
         if self.num_choices and bilstm_units:
             raise UserError(
                 f"--bilstm_units={bilstm_units}: the BiLSTM is for classification and "
@@ -417,11 +580,23 @@ class ClassifierTask:
         """
         metrics = {}
         for split, features in self.data.eval.items():
-            logits, labels, in_graph = predict_for_evaluation(
-                trainer,
-                features.dataset(self.settings.eval_batch_size, self.settings.pads_inference),
-                self._evaluation_outputs,
-            )
+            if isinstance(features, WindowFeatures):
+                # The metrics of the texts; eval_loss that of the windows (training's).
+                logits, labels, sums = predict_text_logits(
+                    trainer,
+                    features,
+                    self.settings.eval_batch_size,
+                    self.settings.pads_inference,
+                    self._evaluation_outputs,
+                    "evaluate",
+                )
+                in_graph = trainer.objective.finalize_eval(sums)
+            else:
+                logits, labels, in_graph = predict_for_evaluation(
+                    trainer,
+                    features.dataset(self.settings.eval_batch_size, self.settings.pads_inference),
+                    self._evaluation_outputs,
+                )
             metrics.update(
                 score_split(
                     self.processor.name,
@@ -453,10 +628,20 @@ class ClassifierTask:
         """Writes test_results.tsv (class probabilities, or the score of a regression,
         one row per example) and the GLUE submission file of every test split."""
         for split, features in self.data.test.items():
-            logits, _ = predict_logits(
-                trainer,
-                features.dataset(self.settings.predict_batch_size, self.settings.pads_inference),
-            )
+            if isinstance(features, WindowFeatures):  # One row per text.
+                logits, _, _ = predict_text_logits(
+                    trainer,
+                    features,
+                    self.settings.predict_batch_size,
+                    self.settings.pads_inference,
+                )
+            else:
+                logits, _ = predict_logits(
+                    trainer,
+                    features.dataset(
+                        self.settings.predict_batch_size, self.settings.pads_inference
+                    ),
+                )
             values = logits[:, 0] if self.is_regression else probabilities(logits)
             path = os.path.join(output_dir, results_file_name(split, tuple(self.data.test)))
             glue_metrics.write_test_results(path, values)
@@ -489,6 +674,7 @@ class ClassifierTask:
             overwrite=overwrite,
             preserve_unused_tokens=files.preserve_unused_tokens,
             **self.settings.export_options,
+            **(self.long_input.export_options() if self.long_input.windows else {}),
         )
         runner_flags.terminal().say(f"Exported the model to {path} (it answers raw text)")
 
@@ -500,7 +686,48 @@ class ClassifierTask:
             "num_choices": self.num_choices,
             "max_seq_length": self.max_seq_length,
             "bilstm_units": self.bilstm_units,
+            **self.long_input.model_info(),
         }
+
+
+def long_input_settings(FLAGS) -> LongInput:
+    """--long_input and its flags as given, else as a fine-tuned --init_checkpoint
+    (model_info.json) was trained, else the defaults; a usage error for windows that
+    cannot work or a window flag without windows."""
+    info = {}
+    if FLAGS.init_checkpoint and not FLAGS.reinit_head:
+        fine_tuned = model_files.read_model_info(FLAGS.init_checkpoint)
+        if fine_tuned.get("model_kind") == task_kinds.CLASSIFIER.name:
+            info = fine_tuned.get("long_input") or {}
+    default = LongInput()
+    mode = FLAGS.long_input or info.get("mode") or default.mode
+    window_flags = ("doc_stride", "window_pooling", "max_windows_per_text")
+    if mode != "windows":
+        for name in window_flags:
+            if FLAGS[name].value is not None:
+                raise app.UsageError(f"--{name} is for --long_input=windows")
+        return default
+    values = {
+        name: FLAGS[name].value if FLAGS[name].value is not None else info.get(name)
+        for name in window_flags
+    }
+    defaults = dict(
+        doc_stride=FLAGS.max_seq_length // 2 - 1,
+        window_pooling=default.window_pooling,
+        max_windows_per_text=default.max_windows_per_text,
+    )
+    long_input = LongInput(
+        mode="windows",
+        **{name: defaults[name] if value is None else value for name, value in values.items()},
+    )
+    try:
+        classifier_windows.check_window_settings(
+            FLAGS.max_seq_length, long_input.doc_stride, long_input.max_windows_per_text
+        )
+    except ValueError as e:
+        raise app.UsageError(str(e)) from None
+    logging.info("Long inputs: %s", long_input)
+    return long_input
 
 
 def main(_):
@@ -511,9 +738,16 @@ def main(_):
     processor = classifier_tasks.get_processor(
         FLAGS.task_name, **processor_options(FLAGS.init_checkpoint)
     )
+    long_input = long_input_settings(FLAGS)
     encoder, files = model_flags.build_encoder(FLAGS, strategy)
     data = build_task_features(
-        processor, FLAGS.data_dir, FLAGS.output_dir, files, FLAGS.max_seq_length, settings
+        processor,
+        FLAGS.data_dir,
+        FLAGS.output_dir,
+        files,
+        FLAGS.max_seq_length,
+        settings,
+        long_input,
     )
     task = ClassifierTask(
         processor,
@@ -522,6 +756,7 @@ def main(_):
         FLAGS.max_seq_length,
         settings,
         runner_flags.bilstm_units(FLAGS, task_kinds.CLASSIFIER.name),
+        long_input,
     )
     hparam_search.run(FLAGS, grid, task, settings, strategy, encoder, files)
 

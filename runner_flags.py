@@ -320,6 +320,15 @@ def define_finetuning_flags(flag_values=FLAGS) -> None:
         "(the one evaluated, predicted and exported at the end).",
         flag_values=f,
     )
+    flags.DEFINE_integer(
+        "early_stopping_patience",
+        0,
+        "If positive: stop training after this many epoch evaluations in a row that do "
+        "not beat the best dev score (needs --do_train --do_eval); the best model is "
+        "evaluated, predicted and exported as usual, and train_summary.json says where "
+        "and why training stopped. 0: train every epoch.",
+        flag_values=f,
+    )
     flags.DEFINE_string(
         "hub_module_url",
         None,
@@ -665,6 +674,7 @@ def check_finetuning_flags(FLAGS) -> None:
         raise app.UsageError("At least one of --do_train, --do_eval or --do_predict must be set.")
     if not FLAGS.output_dir:
         raise app.UsageError("--output_dir is required")
+    check_early_stopping_flags(FLAGS)
     if FLAGS.export_xla_single_requests and not FLAGS.export_dir:
         raise app.UsageError("--export_xla_single_requests needs --export_dir (the export).")
     if FLAGS.export_dir:
@@ -675,6 +685,21 @@ def check_finetuning_flags(FLAGS) -> None:
             )
         except (ValueError, FileExistsError) as e:
             raise type(e)(f"--export_dir={FLAGS.export_dir}: {e}") from None
+
+
+def check_early_stopping_flags(FLAGS) -> None:
+    """--early_stopping_patience counts the evaluations at each epoch's end."""
+    patience = FLAGS.early_stopping_patience
+    if patience < 0:
+        raise app.UsageError(
+            f"--early_stopping_patience={patience}: give a number of evaluations >= 1 "
+            f"(0: no early stopping)"
+        )
+    if patience and not (FLAGS.do_train and FLAGS.do_eval and FLAGS.evaluate_every_epoch):
+        raise app.UsageError(
+            f"--early_stopping_patience={patience} counts the evaluations at each epoch's "
+            f"end: it needs --do_train, --do_eval and --evaluate_every_epoch"
+        )
 
 
 def finetuning_settings(FLAGS) -> finetuning.Settings:
@@ -698,6 +723,7 @@ def finetuning_settings(FLAGS) -> finetuning.Settings:
         pad_to_max_seq_length=pad_to_max_seq_length(FLAGS),
         group_by_length=FLAGS.group_by_length,
         evaluate_every_epoch=FLAGS.evaluate_every_epoch,
+        early_stopping_patience=FLAGS.early_stopping_patience,
         export_dir=FLAGS.export_dir,
         overwrite_export=FLAGS.overwrite,
         export_options={

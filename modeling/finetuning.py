@@ -50,7 +50,8 @@ RUN_CONFIG = "run_config.json"
 # after a kill replaces that export without --overwrite.
 EXPORT_RECORD = "export.json"
 EPOCH_EVALUATION_DIR = ".epoch_evaluation"
-RESUME_SETTINGS = run_control.RESUME_SETTINGS
+# A patience changed on resume would stop it elsewhere than the run it continues.
+RESUME_SETTINGS = run_control.RESUME_SETTINGS + ("early_stopping_patience",)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -65,10 +66,11 @@ class Settings:
     of an objective whose loss sees the padding (`loss_sees_padding`, SQuAD's span
     loss), which stay padded so that training computes what the original release does;
     True pads every batch, False cuts every batch;
-    `head_initializer` is how a task model draws its new head
-    (`modeling.layers.INITIALIZERS`); `export_options` are the options of the raw-text
-    export every task passes on (`serving.tasks.SHARED_OPTIONS`, e.g.
-    xla_single_requests).
+    `early_stopping_patience` N > 0 ends training after N epoch evaluations in a row
+    that do not beat the best score (0: train every epoch); `head_initializer` is how
+    a task model draws its new head (`modeling.layers.INITIALIZERS`); `export_options`
+    are the options of the raw-text export every task passes on
+    (`serving.tasks.SHARED_OPTIONS`, e.g. xla_single_requests).
     """
 
     output_dir: str
@@ -90,6 +92,7 @@ class Settings:
     pad_to_max_seq_length: bool | None = None
     group_by_length: bool = False
     evaluate_every_epoch: bool = True
+    early_stopping_patience: int = 0
     export_dir: str | None = None
     overwrite_export: bool = False
     export_options: dict = dataclasses.field(default_factory=dict)
@@ -297,6 +300,37 @@ class EpochEvaluator:
             file_io.write_json(self.history_path, self.history)
 
 
+def early_stop(history: list[dict], patience: int) -> dict | None:
+    """Whether `patience` evaluations in a row of `history` (eval_history.json's
+    entries, in step order) failed to beat the best score before them, and so training
+    stops at the last of them: its step, the best's step and score, and why; else None.
+
+    A function of the history alone, so a resumed run stops where an uninterrupted one
+    does."""
+    if patience <= 0:
+        return None
+    best, since = None, []
+    for entry in history:
+        if best is None or entry["score"] > best["score"]:
+            best, since = entry, []
+            continue
+        since.append(entry["global_step"])
+        if len(since) >= patience:
+            steps = ", ".join(str(s) for s in since)
+            return {
+                "global_step": entry["global_step"],
+                "best_step": best["global_step"],
+                "best_score": best["score"],
+                "patience": patience,
+                "reason": (
+                    f"the dev score did not beat {best['score']:.4g} (step "
+                    f"{best['global_step']}) in {len(since)} evaluations (steps {steps}); "
+                    f"--early_stopping_patience={patience}"
+                ),
+            }
+    return None
+
+
 def train(
     task: FineTuningTask, trainer: training.Trainer, settings: Settings, on_epoch_end=None
 ) -> bool:
@@ -316,9 +350,27 @@ def train(
         task.num_train_examples, settings.train_batch_size, trainer.num_train_steps
     )
 
+    def stop_early(step: int) -> bool:
+        """Asks the trainer to stop when the history up to `step` says so."""
+        history = getattr(on_epoch_end, "history", None)
+        if not settings.early_stopping_patience or history is None:
+            return False
+        stop = early_stop(
+            [h for h in history if h["global_step"] <= step], settings.early_stopping_patience
+        )
+        if stop is None or step >= trainer.num_train_steps:
+            return False
+        stop["global_step"] = step
+        trainer.request_stop("early_stopping", stop)
+        message = f"Stopped early at step {step} of {trainer.num_train_steps}: {stop['reason']}"
+        logging.info(message)
+        trainer.progress.say(message)
+        return True
+
     def after_loop(step: int) -> None:
         if on_epoch_end is not None and step in ends:
             on_epoch_end(step)
+            stop_early(step)
 
     start = int(trainer.global_step.numpy())
     # A run killed after the checkpoint at an epoch's end but before that epoch's
@@ -326,10 +378,19 @@ def train(
     evaluated = getattr(on_epoch_end, "evaluated", None)
     if start in ends and evaluated is not None and not evaluated(start):
         on_epoch_end(start)
+    if start < trainer.num_train_steps and stop_early(start):
+        # It had stopped early here (or a kill came after the evaluation that stops it):
+        # its train_summary.json stays, else the trainer writes it without training.
+        summary_path = os.path.join(settings.output_dir, training.SUMMARY_FILE)
+        if (
+            tf.io.gfile.exists(summary_path)
+            and file_io.read_json(summary_path).get("stopped_by") == "early_stopping"
+        ):
+            return True
     summary = trainer.train(
         dataset_fn, settings.train_batch_size, after_loop=after_loop, loop_ends=ends
     )
-    return summary["global_step"] >= trainer.num_train_steps
+    return bool(summary["complete"])
 
 
 # ---------------------------------------------------------------------------------

@@ -157,6 +157,10 @@ CLASSIFIER = TaskKind(
     uses_pooler=True,
     evaluation="the task's GLUE metrics (evaluation.glue_metrics) and the loss",
     export_kind="classifier",
+    # run_classifier.py --long_input=windows: a text's windows, joined (its model_info).
+    export_options=_options(
+        long_input="truncate", doc_stride=0, window_pooling="mean", max_windows_per_text=16
+    ),
 )
 MULTIPLE_CHOICE = TaskKind(
     model_class=models.BertMultipleChoice,

@@ -17,7 +17,8 @@ Gradients are all-reduced once, then clipped by global norm (1.0, as the origina
 applied by `modeling.optimization`. Checkpoints go to `output_dir` every
 `save_checkpoints_steps`, at the end and on SIGTERM; a restarted run resumes from the
 latest one, skipping the batches it had already consumed. `train_summary.json` says
-whether training is complete (`"complete": false` after SIGTERM). Under
+whether training is complete (`"complete": false` after SIGTERM; a stop the caller asks
+for, `request_stop`, ends training early and says why). Under
 MultiWorkerMirrored, a lost worker is a `LostWorkerError` naming it
 (`distribution.lost_worker_message`). `restore_training_state` continues another
 run's training state (weights, optimizer moments and step count, global step) on new
@@ -213,6 +214,9 @@ class Trainer:
             checkpoint_name="ckpt",
         )
         self._stop_requested = False
+        # A stop the caller asked for (`request_stop`): (reason, details); it ends
+        # training, where SIGTERM pauses it.
+        self._stop = None
         # Compiled once per Trainer and reused by every train / evaluate / predict call
         # (per-epoch evaluation, a resumed loop, the shorter loop before a checkpoint or
         # an epoch's end): tracing and optimising BERT-base's training graph takes tens
@@ -360,6 +364,14 @@ class Trainer:
 
     # ---------------------------------------------------------------- training
 
+    def request_stop(self, reason: str, details: dict) -> None:
+        """Ends training at the end of the current loop (or before the first, if asked
+        before `train`): a checkpoint is saved there and train_summary.json says
+        `"complete": true`, `"stopped_by": reason` and `reason: details`. Unlike
+        SIGTERM, nothing is left to resume (e.g. early stopping)."""
+        self._stop = (reason, details)
+        self._stop_requested = True
+
     def _install_sigterm(self):
         def handler(signum, frame):
             # The program says once that it stopped, when it ends (run_control.run_training).
@@ -455,8 +467,13 @@ class Trainer:
                 if after_loop is not None:
                     after_loop(step)
             if self._stop_requested and step < end_step:
-                self.save()
-                logging.info("SIGTERM: checkpoint saved at step %d.", step)
+                if not (self.manager.latest_checkpoint or "").endswith(f"-{step}"):
+                    self.save()
+                logging.info(
+                    "%s: checkpoint saved at step %d.",
+                    self._stop[0] if self._stop else "SIGTERM",
+                    step,
+                )
         except distribution.PEER_ERRORS as e:
             if distribution.num_workers(self.strategy) < 2:
                 raise
@@ -498,7 +515,10 @@ class Trainer:
         }
         if end_step < self.num_train_steps:
             summary["stop_at_step"] = end_step
-        if not summary["complete"]:
+        if self._stop is not None and not summary["complete"]:
+            reason, details = self._stop
+            summary.update({"complete": True, "stopped_by": reason, reason: details})
+        elif not summary["complete"]:
             summary["stopped_by"] = "SIGTERM"
         file_io.write_json(self._summary_path(), summary)
         return summary

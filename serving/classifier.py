@@ -21,6 +21,8 @@ from serving.inputs import (
     checked_request,
     text_spec,
 )
+from data_prep.text.tf_tokenization import combine_and_pad
+from serving import windows as serving_windows
 from serving.model_call import ModelCall
 
 
@@ -32,6 +34,10 @@ def classifier_signatures(
     *,
     pad_to_max_seq_length: bool = False,
     xla_single_requests: bool = False,
+    long_input: str = "truncate",
+    doc_stride: int = 0,
+    window_pooling: str = "mean",
+    max_windows_per_text: int = 16,
 ) -> dict:
     """Signatures of a `BertClassifier` export.
 
@@ -46,6 +52,10 @@ def classifier_signatures(
     unless `pad_to_max_seq_length`: then every input is padded to seq_length. With
     `xla_single_requests`, a request of one text runs the model through XLA
     (`model_call.ModelCall`).
+
+    With long_input="windows", a text longer than a window is read as
+    run_classifier.py --long_input=windows reads it (`window_logits`): its windows'
+    logits joined by `window_pooling`, at most `max_windows_per_text` windows.
     """
     is_regression = labels is None
     if is_regression and model.num_labels != 1:
@@ -70,8 +80,20 @@ def classifier_signatures(
             (text_a,) = checked_request({"text_a": text_a})
         else:
             text_a, text_b = checked_request({"text_a": text_a, "text_b": text_b})
-        inputs = call.cut(pack_text(tokenizer, seq_length, text_a, text_b))
-        logits = call(inputs)["logits"]
+        if long_input == "windows":
+            logits = window_logits(
+                call,
+                tokenizer,
+                seq_length,
+                text_a,
+                text_b,
+                doc_stride,
+                window_pooling,
+                max_windows_per_text,
+            )
+        else:
+            inputs = call.cut(pack_text(tokenizer, seq_length, text_a, text_b))
+            logits = call(inputs)["logits"]
         if is_regression:
             return {"predictions": logits[:, 0]}
         probabilities = tf.nn.softmax(logits, axis=-1)
@@ -85,6 +107,66 @@ def classifier_signatures(
         lambda text_a: predict(text_a, None), input_signature=[text_spec("text_a")]
     )
     return {"serving_default": pair, "serving_text_a": single}
+
+
+def window_logits(
+    call: ModelCall,
+    tokenizer,
+    seq_length: int,
+    text_a: tf.Tensor,
+    text_b: tf.Tensor | None,
+    doc_stride: int,
+    pooling: str,
+    max_windows: int,
+) -> tf.Tensor:
+    """float32 [B, K]: each text's logits joined over its windows (the mean, or the
+    maximum with pooling "max"), the windows cut as
+    `data_prep.classifier.classifier_windows.window_pieces` cuts them: of a single
+    text, windows of seq_length - 2 pieces; of a pair (text_b not ""), windows over the
+    longer text with the shorter (at most (seq_length - 3) // 2 pieces) whole in its
+    place; the first `max_windows` windows of each text.
+
+    Args:
+      text_a, text_b: tf.string [B] (text_b None: single texts).
+    """
+    ids_a = tf.cast(tokenizer.tokenize(text_a), tf.int64)  # [B, (P)]
+    rows = tf.shape(text_a, out_type=tf.int64)[0]
+    if text_b is None:
+        has_b = tf.zeros([rows], tf.bool)
+        ids_b = ids_a[:, :0]
+    else:
+        has_b = tf.strings.length(text_b) > 0  # "" tokenizes to no pieces
+        ids_b = tf.cast(tokenizer.tokenize(text_b), tf.int64)
+    a_is_long = ids_a.row_lengths() >= ids_b.row_lengths()  # [B]
+    both = tf.concat([ids_a, ids_b], axis=0)  # [2B, (P)]
+    index = tf.range(rows)
+    long = tf.gather(both, tf.where(a_is_long, index, index + rows))  # [B, (L)]
+    short = tf.gather(both, tf.where(a_is_long, index + rows, index))[:, : (seq_length - 3) // 2]
+    room = tf.where(has_b, seq_length - 3 - short.row_lengths(), seq_length - 2)  # [B]
+    windows = serving_windows.make_windows(long.row_lengths(), room, doc_stride)
+    in_row = tf.range(tf.size(windows.row, out_type=tf.int64)) - tf.gather(
+        windows.row_splits, windows.row
+    )
+    kept = in_row < max_windows
+    windows = serving_windows.Windows(
+        tf.boolean_mask(windows.row, kept),
+        windows.row_splits,  # (not used below)
+        tf.boolean_mask(windows.start, kept),
+        tf.boolean_mask(windows.length, kept),
+    )
+    piece = tf.gather(long.flat_values, serving_windows.window_pieces(windows, long))  # [N, (W)]
+    other = tf.gather(short, windows.row)  # [N, (Q)]
+    first_long = tf.gather(a_is_long, windows.row)[:, None]  # [N, 1]
+    single = combine_and_pad([piece], seq_length, tokenizer.cls_id, tokenizer.sep_id)
+    long_a = combine_and_pad([piece, other], seq_length, tokenizer.cls_id, tokenizer.sep_id)
+    long_b = combine_and_pad([other, piece], seq_length, tokenizer.cls_id, tokenizer.sep_id)
+    pair = tf.gather(has_b, windows.row)[:, None]
+    inputs = {
+        k: tf.where(pair, tf.where(first_long, long_a[k], long_b[k]), single[k]) for k in single
+    }
+    logits = tf.cast(call(call.cut(inputs))["logits"], tf.float32)  # [N, K]
+    join = tf.math.segment_max if pooling == "max" else tf.math.segment_mean
+    return join(logits, windows.row)
 
 
 def join_start_and_ending(start: tf.Tensor, endings: tf.Tensor) -> tf.Tensor:

@@ -332,6 +332,17 @@ JOBS = {
         ),
         final_checkpoint="ckpt-8",
     ),
+    # Its dev score stops improving after the first epoch: it stops at the third of six.
+    "run_classifier_early_stopping": Job(
+        "run_classifier_early_stopping",
+        _prepare_common,
+        lambda work, run: _python(
+            REPO / "run_classifier.py",
+            *_classifier_flags(work, run),
+            "--num_train_epochs=6",
+            "--early_stopping_patience=2",
+        ),
+    ),
     "run_squad": Job(
         "run_squad",
         _prepare_common,
