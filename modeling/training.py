@@ -489,7 +489,12 @@ class Trainer:
                     step, loss=loss, **{"examples/s": num * global_batch_size / max(elapsed, 1e-9)}
                 )
                 if step % self.save_checkpoints_steps == 0 or step >= end_step:
-                    self.save()
+                    try:
+                        self.save()
+                    except BaseException:  # The summary must not say a lost step is done.
+                        if step >= end_step and tf.io.gfile.exists(self._summary_path()):
+                            tf.io.gfile.remove(self._summary_path())
+                        raise
                 if after_loop is not None:
                     after_loop(step)
             if self._stop_requested and step < end_step:
