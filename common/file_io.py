@@ -132,8 +132,8 @@ def cannot_write(path: str, error: BaseException) -> CannotWriteError | None:
         advice = "free some space (or give an output on another disk)"
     else:
         advice = (
-            "this user may not write there: give an output folder that is writable (or "
-            "make this one writable)"
+            "the folder is not writable by this user: give another output folder, or make "
+            "this one writable"
         )
     return CannotWriteError(
         f"cannot write {path}: {reason}. Nothing unfinished was left under that name; "

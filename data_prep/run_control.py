@@ -39,6 +39,7 @@ part changed, from the step it took effect.
 from __future__ import annotations
 
 import atexit
+import contextlib
 import errno
 import fcntl
 import json
@@ -250,7 +251,10 @@ def _under_a_file(path: str, what: str, error: OSError) -> UserError | None:
         folder = os.path.dirname(folder)
     if not folder or os.path.isdir(folder):
         return None
-    return UserError(f"{what}: {folder} is a file, not a folder. Give an output path of its own.")
+    return UserError(
+        f"{what}: {folder} is a file, not a folder, so nothing can be written under it. "
+        "Give another path."
+    )
 
 
 def is_chief(tf_config: str | None) -> bool:
@@ -316,24 +320,42 @@ def exit_on_sigterm(program: str, kept: str = "what was complete is kept") -> No
 
     SystemExit is raised in the main thread wherever it is, so `finally` blocks and
     the atomic writers' clean-up run: files being written are removed, complete ones
-    stay, and the same command redoes what was not finished. The same signal again
-    ends the program at once, clean-up or not.
+    stay, and the same command redoes what was not finished. The line is printed as
+    the program exits, after the clean-up's own last lines (a progress bar's). The
+    same signal again ends the program at once, clean-up or not.
     """
 
     def handler(signum, frame):
         del frame
         signal.signal(signum, signal.SIG_DFL)
         _, said, code = STOP_SIGNALS[signal.Signals(signum).name]
-        end_run(
-            f"{program}: stopped by {said}; {kept}. Run the same command again to finish.",
-            code,
-        )
+        message = f"{program}: stopped by {said}; {kept}. Run the same command again to finish."
+        logging.info("%s", message)
+        atexit.register(print, message, file=sys.stderr, flush=True)
+        raise SystemExit(code)
 
     for signum, _, _ in STOP_SIGNALS.values():
         try:
             signal.signal(signum, handler)
         except ValueError:  # Not the main thread: leave the signals as they are.
             return
+
+
+@contextlib.contextmanager
+def children_ignore_ctrl_c():
+    """Processes started in this block ignore Ctrl-C (SIGINT), from their first
+    instruction on: a terminal sends it to every process of the job, and it is this
+    one's to handle (it stops them). An ignored signal stays ignored across exec, and
+    Python then leaves it so. This process ignores it too meanwhile."""
+    try:
+        previous = signal.signal(signal.SIGINT, signal.SIG_IGN)
+    except ValueError:  # Not the main thread.
+        yield
+        return
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGINT, previous)
 
 
 # Settings that a resumed training run must share with the run it resumes, or its

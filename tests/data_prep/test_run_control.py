@@ -151,8 +151,8 @@ def test_an_output_under_a_regular_file_is_named(tmp_path):
         with pytest.raises(UserError) as caught:
             run_control.hold_run_outputs(str(output), None, False)
         assert str(caught.value) == (
-            f"--output_dir={output}: {tmp_path / 'notes.txt'} is a file, not a folder. "
-            "Give an output path of its own."
+            f"--output_dir={output}: {tmp_path / 'notes.txt'} is a file, not a folder, so "
+            "nothing can be written under it. Give another path."
         )
 
 
@@ -206,7 +206,7 @@ def test_no_permission_is_a_clear_error(tmp_path):
     with pytest.raises(CannotWriteError, match=f"cannot write {directory}/out") as caught:
         file_io.write_text(str(directory / "out" / "a.txt"), "x")
     # Not writable, not full: the advice says so.
-    assert "this user may not write there: give an output folder that is writable" in str(
+    assert "the folder is not writable by this user: give another output folder" in str(
         caught.value
     )
     assert "space" not in str(caught.value)
