@@ -48,6 +48,7 @@ import re
 import signal
 import socket
 import sys
+import threading
 import time
 
 from absl import logging
@@ -339,6 +340,75 @@ def exit_on_sigterm(program: str, kept: str = "what was complete is kept") -> No
             signal.signal(signum, handler)
         except ValueError:  # Not the main thread: leave the signals as they are.
             return
+
+
+class _CtrlCWatch:
+    """Sees Ctrl-C the moment it is pressed, from a thread: Python runs a signal's
+    handler only when the main thread runs Python again, not while it waits for a
+    compiled training loop. The C-level handler writes each signal's number to the
+    wakeup fd (`signal.set_wakeup_fd`), which this thread reads."""
+
+    def __init__(self):
+        self.read_fd, self.write_fd = os.pipe()
+        os.set_blocking(self.write_fd, False)
+        self.lock = threading.Lock()
+        self.note, self.pressed = None, 0
+        threading.Thread(target=self._watch, name="ctrl-c", daemon=True).start()
+
+    def _watch(self) -> None:
+        while True:
+            for signum in os.read(self.read_fd, 64):
+                if signum != signal.SIGINT:
+                    continue
+                with self.lock:
+                    if self.note is None:
+                        continue
+                    self.pressed += 1
+                    first = self.pressed == 1
+                if first:
+                    _say(self.note[0])
+                else:
+                    logging.info("%s", self.note[1])
+                    _say(self.note[1])
+                    os._exit(EXIT_INTERRUPTED)  # At once: the main thread may be in C.
+
+
+def _say(line: str) -> None:
+    print(f"\n{line}" if sys.stderr.isatty() else line, file=sys.stderr, flush=True)
+
+
+_ctrl_c_watch: _CtrlCWatch | None = None
+
+
+@contextlib.contextmanager
+def second_ctrl_c_ends_at_once(first: str, second: str):
+    """In this block, the first Ctrl-C is said at once (`first`: what will happen, the
+    main thread's handler doing it when it can), and a second one ends the program at
+    once with `second` and EXIT_INTERRUPTED, wherever the main thread is: as kill -9
+    would, so only what is already whole is kept (the last checkpoint). Where the
+    wakeup fd is not free (not the main thread, or an event loop holds it), neither
+    is said, and the main thread's handler decides alone. Yields whether it watches."""
+    global _ctrl_c_watch
+    if _ctrl_c_watch is None:
+        _ctrl_c_watch = _CtrlCWatch()
+    watch = _ctrl_c_watch
+    try:
+        previous = signal.set_wakeup_fd(watch.write_fd, warn_on_full_buffer=False)
+    except ValueError:  # Not the main thread.
+        yield False
+        return
+    if previous not in (-1, watch.write_fd):  # Another's: leave it theirs.
+        signal.set_wakeup_fd(previous)
+        yield False
+        return
+    with watch.lock:
+        watch.note, watch.pressed = (first, second), 0
+    try:
+        yield True
+    finally:
+        with watch.lock:
+            watch.note = None
+        signal.set_wakeup_fd(-1)
 
 
 @contextlib.contextmanager

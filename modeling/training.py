@@ -28,6 +28,7 @@ data: phase 2 of the paper's pre-training.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import time
@@ -41,6 +42,7 @@ from absl import logging
 from common.errors import LostWorkerError, UserError
 from common.progress import Progress
 from common import file_io
+from data_prep import run_control
 from modeling import checkpoint_readers
 from modeling import distribution
 from modeling import kernels as kernel_choices
@@ -387,10 +389,11 @@ class Trainer:
 
     # ---------------------------------------------------------------- training
 
-    def _install_stop_handlers(self) -> dict:
+    def _install_stop_handlers(self, watched: bool) -> dict:
         """SIGTERM and Ctrl-C (SIGINT) stop training with a checkpoint at the end of
-        this loop; a second Ctrl-C ends the program at once. Returns the handlers they
-        replace."""
+        this loop; a second Ctrl-C ends the program at once (`watched`: the watch of
+        `run_control.second_ctrl_c_ends_at_once` does, else the default action).
+        Returns the handlers they replace."""
 
         def handler(signum, frame):
             del frame
@@ -398,7 +401,7 @@ class Trainer:
             # The program says once that it stopped, when it ends (run_control.run_training).
             logging.info("%s: saving a checkpoint at the end of this loop", name)
             self._stop_requested = self._stop_requested or name
-            if signum == signal.SIGINT:
+            if signum == signal.SIGINT and not watched:
                 signal.signal(signum, signal.SIG_DFL)
 
         previous = {}
@@ -451,7 +454,16 @@ class Trainer:
         iterator = iter(dataset)
         loop = self.train_loop()
         writer = self._summary_writer("train")
-        previous_handlers = self._install_stop_handlers()
+        ctrl_c = contextlib.ExitStack()
+        watched = ctrl_c.enter_context(
+            run_control.second_ctrl_c_ends_at_once(
+                "Ctrl-C: stopping with a checkpoint at the end of this loop (Ctrl-C again "
+                "stops at once, losing the steps since the last checkpoint).",
+                "Stopped at once by a second Ctrl-C: run the same command again to resume "
+                f"from the last checkpoint in {self.output_dir} (the steps since are lost).",
+            )
+        )
+        previous_handlers = self._install_stop_handlers(watched)
         step, loss = start_step, float("nan")
         start_time = time.time()
         bar = self.progress.task("train", total=end_step, unit="step", initial=start_step)
@@ -511,6 +523,7 @@ class Trainer:
             for signum, previous in previous_handlers.items():
                 if previous is not None:
                     signal.signal(signum, previous)
+            ctrl_c.close()
             writer.close()
         if step < end_step:
             summary = self._write_summary(step, loss, end_step)

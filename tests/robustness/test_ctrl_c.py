@@ -2,13 +2,17 @@
 line saying where it stopped and how to resume, exit status 130; the same command
 again finishes with the outputs of an uninterrupted run, byte for byte, the final
 checkpoint included (`--deterministic`; the harness: tests/helpers/kill_helpers.py).
-In the training loop itself: a second Ctrl-C ends the program at once, and a save that
-fails for want of space leaves no unfinished checkpoint."""
+In the training loop itself: Ctrl-C is said at once, a second one ends the program at
+once, and a save that fails for want of space leaves no unfinished checkpoint."""
 
 import os
 import re
 import resource
 import signal
+import subprocess
+import sys
+import textwrap
+import time
 
 import keras
 import numpy as np
@@ -20,7 +24,7 @@ from modeling import models, training
 from modeling.config import BertConfig
 from modeling.encoder import BertEncoder
 from modeling.tasks import ClassificationObjective
-from tests.conftest import tiny_config
+from tests.conftest import REPO_ROOT, tiny_config
 from tests.helpers import kill_helpers
 
 
@@ -101,23 +105,53 @@ def _dataset(context=None):
     return tf.data.Dataset.from_tensor_slices(features).repeat().batch(8)
 
 
-def test_ctrl_c_stops_at_the_end_of_the_loop_and_a_second_one_ends_at_once(tmp_path):
+def test_ctrl_c_is_said_at_once_and_stops_at_the_end_of_the_loop(tmp_path, capfd):
     trainer = _trainer(tmp_path / "out")
     before = signal.getsignal(signal.SIGINT)
-    seen = {}
+    said = {}
 
     def after_loop(step):
         if step == 2:
             os.kill(os.getpid(), signal.SIGINT)  # Ctrl-C during the first loop.
-            # The next Ctrl-C is the default one: it ends the program at once.
-            seen["handler"] = signal.getsignal(signal.SIGINT)
+            time.sleep(1)
+            said["at once"] = capfd.readouterr().err
 
     summary = trainer.train(_dataset, 8, after_loop=after_loop)
-    assert seen["handler"] == signal.SIG_DFL
+    assert said["at once"].strip().splitlines()[-1] == (
+        "Ctrl-C: stopping with a checkpoint at the end of this loop (Ctrl-C again stops at "
+        "once, losing the steps since the last checkpoint)."
+    )
     assert summary["global_step"] == 2 and not summary["complete"]
     assert summary["stopped_by"] == "SIGINT"
     assert tf.train.latest_checkpoint(str(tmp_path / "out")).endswith("ckpt-2")
     assert signal.getsignal(signal.SIGINT) is before  # Given back after training.
+
+
+def test_a_second_ctrl_c_ends_the_program_at_once():
+    """Even while the main thread cannot run Python (here: its handler does nothing,
+    as if it waited for a compiled loop), a second Ctrl-C ends the program."""
+    program = textwrap.dedent("""
+        import os, signal, time
+        from data_prep import run_control
+        signal.signal(signal.SIGINT, lambda signum, frame: None)
+        with run_control.second_ctrl_c_ends_at_once("first", "second"):
+            os.kill(os.getpid(), signal.SIGINT)
+            time.sleep(1)
+            os.kill(os.getpid(), signal.SIGINT)
+            time.sleep(60)
+        print("not stopped")
+    """)
+    result = subprocess.run(
+        [sys.executable, "-c", program],
+        cwd=REPO_ROOT,
+        capture_output=True,
+        text=True,
+        env=dict(os.environ, PYTHONPATH=str(REPO_ROOT), TF_CPP_MIN_LOG_LEVEL="3"),
+        timeout=50,
+    )
+    assert result.returncode == 130
+    assert result.stderr.strip().splitlines()[-2:] == ["first", "second"]
+    assert "not stopped" not in result.stdout
 
 
 def test_a_save_that_fails_for_want_of_space_leaves_no_unfinished_checkpoint(tmp_path):
