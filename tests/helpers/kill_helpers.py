@@ -181,6 +181,7 @@ def trial(
         "killed": killed,
         "code": process.returncode,
         "said": lines[-1] if lines else "",
+        "traceback": any(line.startswith("Traceback") for line in lines),
         "left": left,
         "rerun": rerun,
     }
