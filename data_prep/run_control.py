@@ -323,12 +323,14 @@ def exit_on_sigterm(program: str, kept: str = "what was complete is kept") -> No
     the atomic writers' clean-up run: files being written are removed, complete ones
     stay, and the same command redoes what was not finished. The line is printed as
     the program exits, after the clean-up's own last lines (a progress bar's). The
-    same signal again ends the program at once, clean-up or not.
+    same signal again ends the program at once, clean-up or not. A signal that comes
+    once the program's work is done, as it exits (atexit), lets it end as it would.
     """
 
     def handler(signum, frame):
-        del frame
         signal.signal(signum, signal.SIG_DFL)
+        if frame is not None and not _in_program(frame):
+            return  # Its exit's clean-up (atexit): the work is done, let it end.
         _, said, code = STOP_SIGNALS[signal.Signals(signum).name]
         message = f"{program}: stopped by {said}; {kept}. Run the same command again to finish."
         logging.info("%s", message)
@@ -439,6 +441,16 @@ RESUME_SETTINGS = (
     "max_seq_length",
     "seed",
 )
+
+
+def _in_program(frame) -> bool:
+    """Whether `frame` runs under a module's code (the program), not in a callback of
+    the interpreter's exit (atexit), which runs without one."""
+    while frame is not None:
+        if frame.f_code.co_name == "<module>":
+            return True
+        frame = frame.f_back
+    return False
 
 
 RESUMED = "resumed"

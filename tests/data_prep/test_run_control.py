@@ -145,6 +145,28 @@ def test_a_signal_outside_training_ends_with_one_line(tmp_path, signum, code, sa
     assert os.listdir(tmp_path) == []  # The unfinished file was removed.
 
 
+def test_a_signal_as_the_program_exits_lets_it_end(tmp_path):
+    """Ctrl-C once the work is done, during the exit's atexit callbacks: exit 0, no
+    traceback (it came too late to stop anything)."""
+    program = textwrap.dedent("""
+        import atexit, os, signal, time
+        from data_prep import run_control
+        run_control.exit_on_sigterm("job")
+        atexit.register(lambda: (os.kill(os.getpid(), signal.SIGINT), time.sleep(0.5)))
+        print("done")
+    """)
+    result = subprocess.run(
+        [sys.executable, "-c", program],
+        cwd=REPO_ROOT,
+        capture_output=True,
+        text=True,
+        env=dict(os.environ, PYTHONPATH=str(REPO_ROOT), TF_CPP_MIN_LOG_LEVEL="3"),
+        timeout=120,
+    )
+    assert result.returncode == 0 and result.stdout == "done\n"
+    assert "Traceback" not in result.stderr and "stopped" not in result.stderr
+
+
 def test_an_output_under_a_regular_file_is_named(tmp_path):
     (tmp_path / "notes.txt").write_text("x")
     for output in (tmp_path / "notes.txt", tmp_path / "notes.txt" / "out" / "more"):

@@ -219,14 +219,15 @@ def interrupt(
 
 
 def _left(job: Job, ref: pathlib.Path, run: pathlib.Path) -> list[str]:
-    """What a stopped run left that differs from the reference, but a
-    train_summary.json that says the run is not complete (a stop signal's)."""
+    """What a stopped run left that differs from the reference, but, of a run whose
+    train_summary.json says it is not complete (a stop signal's), that summary and its
+    record of the evaluations so far (eval_history.json)."""
     summary = run / "train_summary.json"
     unfinished = summary.exists() and json.loads(summary.read_text())["complete"] is False
     return [
         problem
         for problem in compare(job, ref, run, only_present=True)
-        if not (unfinished and problem.startswith("train_summary.json:"))
+        if not (unfinished and problem.startswith(("train_summary.json:", "eval_history.json:")))
     ]
 
 
