@@ -285,11 +285,12 @@ def main(_):
             BertPretrainer.MODEL_KIND,
             pretraining_objective=FLAGS.objective,
         )
-        run_config = os.path.join(FLAGS.output_dir, "run_config.json")
-        values = dict(runner_flags.flag_values(FLAGS), input_files=shards)
-        if FLAGS.do_train:
-            run_control.warn_changed_settings(run_config, values, RESUME_SETTINGS)
-        file_io.write_json(run_config, values)
+        run_control.write_run_config(
+            os.path.join(FLAGS.output_dir, "run_config.json"),
+            dict(runner_flags.flag_values(FLAGS), input_files=shards),
+            RESUME_SETTINGS if FLAGS.do_train else (),
+            resumes=tf.train.latest_checkpoint(FLAGS.output_dir),
+        )
 
     def initialize():
         if FLAGS.init_checkpoint:

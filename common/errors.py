@@ -43,6 +43,9 @@ class LostWorkerError(RuntimeError):
 # a run that checkpointed on SIGTERM like one the signal ended; non-zero, so `&&`
 # chains and `set -e` scripts do not go on as if the run had finished.
 EXIT_STOPPED = 143
+# 130 = 128 + SIGINT: what the shell reports for a program stopped by Ctrl-C. A run
+# stopped by Ctrl-C keeps what it had done (a checkpoint) as one stopped by SIGTERM.
+EXIT_INTERRUPTED = 130
 # 75 = EX_TEMPFAIL (sysexits.h), "try again later": a worker of a multi-worker run was
 # lost; restarting every worker with the same command resumes from the last checkpoint.
 EXIT_LOST_WORKER = 75

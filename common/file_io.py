@@ -113,6 +113,7 @@ _WRITE_REASONS = (
     "Operation not permitted",
     "Read-only file system",
 )
+_NO_SPACE = ("No space left on device", "Disk quota exceeded", "File too large")
 
 
 def cannot_write(path: str, error: BaseException) -> CannotWriteError | None:
@@ -127,10 +128,16 @@ def cannot_write(path: str, error: BaseException) -> CannotWriteError | None:
             return None
     else:
         return None
+    if reason in _NO_SPACE:
+        advice = "free some space (or give an output on another disk)"
+    else:
+        advice = (
+            "the folder is not writable by this user: give another output folder, or make "
+            "this one writable"
+        )
     return CannotWriteError(
         f"cannot write {path}: {reason}. Nothing unfinished was left under that name; "
-        f"free some space, or give an output where this user may write, and run the same "
-        f"command again."
+        f"{advice}, and run the same command again."
     )
 
 

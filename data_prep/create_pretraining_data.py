@@ -284,7 +284,11 @@ def main(argv):
     logging.set_verbosity(logging.INFO)
     options = options_from_flags(flags.FLAGS)
     hold_outputs(flags.FLAGS.output_file, options, flags.FLAGS.overwrite)
-    run_control.exit_on_sigterm("create_pretraining_data")
+    run_control.exit_on_sigterm(
+        "create_pretraining_data",
+        "no unfinished file is left under an output's name, and run_pretraining refuses "
+        "the output files until every one of them is written",
+    )
     logging.info("Reading %s", ", ".join(options.input_files))
     logging.info("Writing %s", ", ".join(options.output_files))
     progress = TerminalProgress(interval=flags.FLAGS.progress_interval_s)

@@ -167,7 +167,11 @@ def main(argv):
         settings = settings_from_flags(flags.FLAGS)
         if "://" not in settings.output_dir and not os.path.isfile(settings.output_dir):
             run_control.hold_directory(settings.output_dir, "--output_dir=%s" % settings.output_dir)
-        run_control.exit_on_sigterm("pretraining_pipeline")
+        run_control.exit_on_sigterm(
+            "pretraining_pipeline",
+            f"the shards written so far in {settings.output_dir} are whole, but "
+            f"run_pretraining refuses them until a finished run writes summary.json",
+        )
         with worker_start_lines_hidden():
             progress = TerminalProgress(interval=flags.FLAGS.progress_interval_s)
             corpus_pipeline.run(

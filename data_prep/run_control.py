@@ -25,27 +25,41 @@ Under MultiWorkerMirrored every worker writes to one output_dir: only the chief 
 the lock (`is_chief`).
 
 A stopped run ends with a line that says how to go on and a documented exit code
-(`common.errors.EXIT_STOPPED`, `EXIT_LOST_WORKER`): `exit_on_sigterm` makes SIGTERM
-end a run at once wherever it is (temporary files are removed on the way out, so
-nothing half-written stays under its name); the training loop replaces that handler
-with its own while it trains, to save a checkpoint first.
+(`common.errors.EXIT_STOPPED` after SIGTERM, `EXIT_INTERRUPTED` after Ctrl-C (SIGINT),
+`EXIT_LOST_WORKER`): `exit_on_sigterm` makes either signal end a run at once wherever it
+is (temporary files are removed on the way out, so nothing half-written stays under its
+name); the training loop replaces that handler with its own while it trains, to save a
+checkpoint first (a second Ctrl-C then ends it at once).
+
+A run that resumes another in the same output_dir keeps the record of every part in
+run_config.json (`write_run_config`): the first part's settings, and what each later
+part changed, from the step it took effect.
 """
 
 from __future__ import annotations
 
 import atexit
+import contextlib
 import errno
 import fcntl
 import json
 import os
+import re
 import signal
 import socket
 import sys
+import threading
 import time
 
 from absl import logging
 
-from common.errors import EXIT_LOST_WORKER, EXIT_STOPPED, LostWorkerError, UserError
+from common.errors import (
+    EXIT_INTERRUPTED,
+    EXIT_LOST_WORKER,
+    EXIT_STOPPED,
+    LostWorkerError,
+    UserError,
+)
 from common import file_io
 
 DIRECTORY_LOCK = ".run.lock"
@@ -189,7 +203,7 @@ def acquire(path: str, what: str) -> RunLock | None:
             os.makedirs(os.path.dirname(path) or ".", exist_ok=True)
             fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
         except OSError as e:
-            raise (file_io.cannot_write(path, e) or e) from e
+            raise (_under_a_file(path, what, e) or file_io.cannot_write(path, e) or e) from e
         try:
             try:
                 fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
@@ -226,6 +240,22 @@ def acquire(path: str, what: str) -> RunLock | None:
                 pass
             raise
     raise LockedError(f"{what}: could not take the lock file {path}; try again.")
+
+
+def _under_a_file(path: str, what: str, error: OSError) -> UserError | None:
+    """The error for people when the folder of lock file `path` cannot be made because
+    it, or a folder above it, is a regular file; None for any other error."""
+    if error.errno not in (errno.ENOTDIR, errno.EEXIST):
+        return None
+    folder = os.path.dirname(path) or "."
+    while folder and not os.path.exists(folder):
+        folder = os.path.dirname(folder)
+    if not folder or os.path.isdir(folder):
+        return None
+    return UserError(
+        f"{what}: {folder} is a file, not a folder, so nothing can be written under it. "
+        "Give another path."
+    )
 
 
 def is_chief(tf_config: str | None) -> bool:
@@ -276,27 +306,128 @@ def end_run(message: str, exit_code: int) -> None:
     raise SystemExit(exit_code)
 
 
-def exit_on_sigterm(program: str) -> None:
-    """SIGTERM ends the program at once with EXIT_STOPPED and one line saying so.
+# The signals that stop a run with what it had done kept (a checkpoint, whole files):
+# their names in train_summary.json ("stopped_by"), as messages say them, and the exit
+# code of a run they stopped.
+STOP_SIGNALS = {
+    "SIGTERM": (signal.SIGTERM, "SIGTERM", EXIT_STOPPED),
+    "SIGINT": (signal.SIGINT, "Ctrl-C (SIGINT)", EXIT_INTERRUPTED),
+}
+
+
+def exit_on_sigterm(program: str, kept: str = "what was complete is kept") -> None:
+    """SIGTERM or Ctrl-C (SIGINT) ends the program at once with one line saying so,
+    with EXIT_STOPPED or EXIT_INTERRUPTED; `kept` says what it leaves.
 
     SystemExit is raised in the main thread wherever it is, so `finally` blocks and
     the atomic writers' clean-up run: files being written are removed, complete ones
-    stay, and the same command redoes what was not finished.
+    stay, and the same command redoes what was not finished. The line is printed as
+    the program exits, after the clean-up's own last lines (a progress bar's). The
+    same signal again ends the program at once, clean-up or not. A signal that comes
+    once the program's work is done, as it exits (atexit), lets it end as it would.
     """
 
     def handler(signum, frame):
-        del signum, frame
-        signal.signal(signal.SIGTERM, signal.SIG_DFL)  # A second SIGTERM ends it now.
-        end_run(
-            f"{program}: stopped by SIGTERM; what was complete is kept. Run the same "
-            f"command again to finish.",
-            EXIT_STOPPED,
-        )
+        signal.signal(signum, signal.SIG_DFL)
+        if frame is not None and not _in_program(frame):
+            return  # Its exit's clean-up (atexit): the work is done, let it end.
+        _, said, code = STOP_SIGNALS[signal.Signals(signum).name]
+        message = f"{program}: stopped by {said}; {kept}. Run the same command again to finish."
+        logging.info("%s", message)
+        atexit.register(print, message, file=sys.stderr, flush=True)
+        raise SystemExit(code)
 
+    for signum, _, _ in STOP_SIGNALS.values():
+        try:
+            signal.signal(signum, handler)
+        except ValueError:  # Not the main thread: leave the signals as they are.
+            return
+
+
+class _CtrlCWatch:
+    """Sees Ctrl-C the moment it is pressed, from a thread: Python runs a signal's
+    handler only when the main thread runs Python again, not while it waits for a
+    compiled training loop. The C-level handler writes each signal's number to the
+    wakeup fd (`signal.set_wakeup_fd`), which this thread reads."""
+
+    def __init__(self):
+        self.read_fd, self.write_fd = os.pipe()
+        os.set_blocking(self.write_fd, False)
+        self.lock = threading.Lock()
+        self.note, self.pressed = None, 0
+        threading.Thread(target=self._watch, name="ctrl-c", daemon=True).start()
+
+    def _watch(self) -> None:
+        while True:
+            for signum in os.read(self.read_fd, 64):
+                if signum != signal.SIGINT:
+                    continue
+                with self.lock:
+                    if self.note is None:
+                        continue
+                    self.pressed += 1
+                    first = self.pressed == 1
+                if first:
+                    _say(self.note[0])
+                else:
+                    logging.info("%s", self.note[1])
+                    _say(self.note[1])
+                    os._exit(EXIT_INTERRUPTED)  # At once: the main thread may be in C.
+
+
+def _say(line: str) -> None:
+    print(f"\n{line}" if sys.stderr.isatty() else line, file=sys.stderr, flush=True)
+
+
+_ctrl_c_watch: _CtrlCWatch | None = None
+
+
+@contextlib.contextmanager
+def second_ctrl_c_ends_at_once(first: str, second: str):
+    """In this block, the first Ctrl-C is said at once (`first`: what will happen, the
+    main thread's handler doing it when it can), and a second one ends the program at
+    once with `second` and EXIT_INTERRUPTED, wherever the main thread is: as kill -9
+    would, so only what is already whole is kept (the last checkpoint). Where the
+    wakeup fd is not free (not the main thread, or an event loop holds it), neither
+    is said, and the main thread's handler decides alone. Yields whether it watches."""
+    global _ctrl_c_watch
+    if _ctrl_c_watch is None:
+        _ctrl_c_watch = _CtrlCWatch()
+    watch = _ctrl_c_watch
     try:
-        signal.signal(signal.SIGTERM, handler)
-    except ValueError:  # Not the main thread: leave SIGTERM as it is.
-        pass
+        previous = signal.set_wakeup_fd(watch.write_fd, warn_on_full_buffer=False)
+    except ValueError:  # Not the main thread.
+        yield False
+        return
+    if previous not in (-1, watch.write_fd):  # Another's: leave it theirs.
+        signal.set_wakeup_fd(previous)
+        yield False
+        return
+    with watch.lock:
+        watch.note, watch.pressed = (first, second), 0
+    try:
+        yield True
+    finally:
+        with watch.lock:
+            watch.note = None
+        signal.set_wakeup_fd(-1)
+
+
+@contextlib.contextmanager
+def children_ignore_ctrl_c():
+    """Processes started in this block ignore Ctrl-C (SIGINT), from their first
+    instruction on: a terminal sends it to every process of the job, and it is this
+    one's to handle (it stops them). An ignored signal stays ignored across exec, and
+    Python then leaves it so. This process ignores it too meanwhile."""
+    try:
+        previous = signal.signal(signal.SIGINT, signal.SIG_IGN)
+    except ValueError:  # Not the main thread.
+        yield
+        return
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGINT, previous)
 
 
 # Settings that a resumed training run must share with the run it resumes, or its
@@ -312,34 +443,74 @@ RESUME_SETTINGS = (
 )
 
 
-def warn_changed_settings(run_config: str, values: dict, keys) -> list[str]:
-    """Compares a resumed run's settings with those the earlier run wrote to
-    `run_config` (run_config.json), when it left a checkpoint beside it; warns once per
-    changed setting, naming both values. Returns the warnings."""
-    directory = os.path.dirname(run_config)
-    if not os.path.exists(run_config) or not any(
-        name == "checkpoint" or name.startswith("ckpt-") for name in os.listdir(directory or ".")
-    ):
+def _in_program(frame) -> bool:
+    """Whether `frame` runs under a module's code (the program), not in a callback of
+    the interpreter's exit (atexit), which runs without one."""
+    while frame is not None:
+        if frame.f_code.co_name == "<module>":
+            return True
+        frame = frame.f_back
+    return False
+
+
+RESUMED = "resumed"
+
+
+def checkpoint_step(prefix: str) -> int | None:
+    """The global step of a Trainer checkpoint prefix (`<output_dir>/ckpt-<step>`)."""
+    found = re.search(r"-(\d+)$", prefix or "")
+    return int(found.group(1)) if found else None
+
+
+def write_run_config(path: str, values: dict, keys=(), resumes: str | None = None) -> list[str]:
+    """Writes a run's settings `values` to `path` (run_config.json).
+
+    A run that resumes another (`resumes`: the checkpoint it resumes from) keeps that
+    run's record: the first part's settings stay as they were, and the settings this
+    part changes are added to the list under "resumed", `{"step": <the checkpoint's
+    step>, "changed": {name: [old, new]}}`. Each changed setting of `keys` (those that
+    give the steps already taken another meaning: batch, schedule, seed...) is named in
+    one warning. Returns those settings' descriptions.
+    """
+    values = json.loads(json.dumps(values))  # As the file holds them (lists, not tuples).
+    record = _read_record(path) if resumes else None
+    if record is None:
+        file_io.write_json(path, values)
         return []
-    try:
-        with open(run_config, encoding="utf-8") as f:
-            before = json.load(f)
-    except (OSError, ValueError):
-        return []
-    warnings = [
-        f"{key}: {before[key]!r} in the run being resumed, {values[key]!r} now"
-        for key in keys
-        if key in before and key in values and before[key] != values[key]
-    ]
-    for warning in warnings:
+    current = {k: v for k, v in record.items() if k != RESUMED}
+    for part in record.get(RESUMED, []):
+        current.update({k: new for k, (_, new) in part.get("changed", {}).items()})
+    changed = {
+        k: [current.get(k), values.get(k)]
+        for k in sorted(set(current) | set(values))
+        if current.get(k) != values.get(k)
+    }
+    said = [f"{k} {old!r} -> {new!r}" for k, (old, new) in changed.items() if k in keys]
+    if said:
         logging.warning(
-            "Resuming %s with another setting, %s: the steps already taken used the old "
-            "value (give the old value to resume the same run, or another output_dir).",
-            directory,
-            warning,
+            "Resuming %s at step %s with other settings than the steps already taken: %s. "
+            "Give the earlier values to resume the same run, or another output_dir.",
+            os.path.dirname(path) or ".",
+            checkpoint_step(resumes),
+            "; ".join(said),
         )
-        print(f"warning: resuming with another setting, {warning}", file=sys.stderr)
-    return warnings
+    if changed:
+        parts = record.get(RESUMED, []) + [{"step": checkpoint_step(resumes), "changed": changed}]
+        file_io.write_json(path, dict(record, **{RESUMED: parts}))
+    return said
+
+
+def _read_record(path: str) -> dict | None:
+    """run_config.json of the run being resumed; None if there is none (or it is not
+    a record: a new one replaces it)."""
+    try:
+        with open(path, encoding="utf-8") as f:
+            record = json.load(f)
+    except (OSError, ValueError):
+        return None
+    if not isinstance(record, dict) or not isinstance(record.get(RESUMED, []), list):
+        return None
+    return record
 
 
 def hold_run_outputs(output_dir: str | None, export_dir: str | None, multi_worker: bool) -> None:
@@ -357,9 +528,9 @@ def hold_run_outputs(output_dir: str | None, export_dir: str | None, multi_worke
 def run_training(train_fn, output_dir: str, summary_file: str) -> None:
     """Runs `train_fn` (which returns whether training completed).
 
-    A run stopped by SIGTERM (it saved a checkpoint) ends the program with
-    EXIT_STOPPED, a run that lost a worker with EXIT_LOST_WORKER; each says in one
-    line where it stopped and how to resume.
+    A run stopped by SIGTERM or Ctrl-C (it saved a checkpoint) ends the program with
+    EXIT_STOPPED or EXIT_INTERRUPTED, a run that lost a worker with EXIT_LOST_WORKER;
+    each says in one line where it stopped and how to resume.
     """
     try:
         complete = train_fn()
@@ -378,8 +549,9 @@ def run_training(train_fn, output_dir: str, summary_file: str) -> None:
         if "num_train_steps" in summary
         else ""
     )
+    _, said, code = STOP_SIGNALS.get(summary.get("stopped_by"), STOP_SIGNALS["SIGTERM"])
     end_run(
-        f"Stopped by SIGTERM{at}, checkpoint saved in {output_dir}: run the same command "
+        f"Stopped by {said}{at}, checkpoint saved in {output_dir}: run the same command "
         f"again to resume.",
-        EXIT_STOPPED,
+        code,
     )

@@ -16,8 +16,8 @@ the same way for every task:
      per-epoch evaluation); output_dir/export.json names the export, so that the same
      command run again after a kill replaces it without --overwrite.
 
-A run stopped by SIGTERM saves a checkpoint and ends before step 5 (`run` returns
-False; the runners then exit with code 143); the same command resumes it.
+A run stopped by SIGTERM or Ctrl-C saves a checkpoint and ends before step 5 (`run`
+returns False; the runners then exit with code 143 or 130); the same command resumes it.
 
 Under MultiWorkerMirrored every worker runs these steps (training, evaluation and
 saves are collective), and the chief alone writes output_dir's files and the export:
@@ -340,7 +340,8 @@ def train(
     that one ends exactly at every epoch's end (`loop_ends`).
 
     Returns:
-      Whether training is complete (False: stopped early by SIGTERM, checkpointed).
+      Whether training is complete (False: stopped early by SIGTERM or Ctrl-C,
+      checkpointed).
     """
 
     def dataset_fn(context=None):
@@ -485,10 +486,12 @@ def write_run_files(
         num_train_steps=trainer.num_train_steps,
         num_warmup_steps=trainer.num_warmup_steps,
     )
-    path = os.path.join(settings.output_dir, RUN_CONFIG)
-    if settings.do_train:
-        run_control.warn_changed_settings(path, values, RESUME_SETTINGS)
-    file_io.write_json(path, values)
+    run_control.write_run_config(
+        os.path.join(settings.output_dir, RUN_CONFIG),
+        values,
+        RESUME_SETTINGS if settings.do_train else (),
+        resumes=tf.train.latest_checkpoint(settings.output_dir),
+    )
 
 
 def run(
@@ -501,7 +504,7 @@ def run(
     """Trains, evaluates, predicts and exports as `settings` ask.
 
     Returns:
-      False when training stopped early (SIGTERM): nothing was evaluated, predicted
+      False when training stopped early (SIGTERM, Ctrl-C): nothing was evaluated, predicted
       or exported from the unfinished model; a rerun resumes.
     """
     # The head's initial weights and dropout seeds depend on --seed alone, not on how

@@ -15,10 +15,12 @@ gradient accumulation all compute the same loss and gradient for the same global
 
 Gradients are all-reduced once, then clipped by global norm (1.0, as the original) and
 applied by `modeling.optimization`. Checkpoints go to `output_dir` every
-`save_checkpoints_steps`, at the end and on SIGTERM; a restarted run resumes from the
-latest one, skipping the batches it had already consumed. `train_summary.json` says
-whether training is complete (`"complete": false` after SIGTERM; a stop the caller asks
-for, `request_stop`, ends training early and says why). Under
+`save_checkpoints_steps`, at the end and on SIGTERM or Ctrl-C (SIGINT: a second one ends
+the program at once); a restarted run resumes from the latest one, skipping the batches
+it had already consumed. A checkpoint that could not be written whole is removed.
+`train_summary.json` says whether training is complete (`"complete": false` and
+`"stopped_by"` after a signal; a stop the caller asks for, `request_stop`, ends training
+early and says why). Under
 MultiWorkerMirrored, a lost worker is a `LostWorkerError` naming it
 (`distribution.lost_worker_message`). `restore_training_state` continues another
 run's training state (weights, optimizer moments and step count, global step) on new
@@ -27,6 +29,7 @@ data: phase 2 of the paper's pre-training.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import time
@@ -40,6 +43,7 @@ from absl import logging
 from common.errors import LostWorkerError, UserError
 from common.progress import Progress
 from common import file_io
+from data_prep import run_control
 from modeling import checkpoint_readers
 from modeling import distribution
 from modeling import kernels as kernel_choices
@@ -213,10 +217,12 @@ class Trainer:
             max_to_keep=max_checkpoints,
             checkpoint_name="ckpt",
         )
-        self._stop_requested = False
+        # The name of the signal (or the reason of `request_stop`) that asked to stop.
+        self._stop_requested = None
         # A stop the caller asked for (`request_stop`): (reason, details); it ends
-        # training, where SIGTERM pauses it.
+        # training, where a signal pauses it.
         self._stop = None
+        self._saved = None  # (step, path) of the checkpoint last saved or resumed from.
         # Compiled once per Trainer and reused by every train / evaluate / predict call
         # (per-epoch evaluation, a resumed loop, the shorter loop before a checkpoint or
         # an epoch's end): tracing and optimising BERT-base's training graph takes tens
@@ -240,9 +246,13 @@ class Trainer:
     def restore_or_initialize(self, initialize: Callable[[], None] | None = None) -> bool:
         """Resumes from the latest checkpoint in output_dir, else calls `initialize`
         (which loads --init_checkpoint). Returns whether it resumed."""
+        if self._is_chief():  # A killed save's folder, never used.
+            for leftover in tf.io.gfile.glob(os.path.join(self.output_dir, "ckpt-*_temp*")):
+                tf.io.gfile.rmtree(leftover)
         latest = tf.train.latest_checkpoint(self.output_dir)
         if latest:
             self.checkpoint.restore(latest).assert_existing_objects_matched()
+            self._saved = (int(self.global_step.numpy()), latest)
             logging.info("Resumed from %s at step %d", latest, int(self.global_step.numpy()))
             return True
         if initialize is not None:
@@ -269,14 +279,34 @@ class Trainer:
         return step
 
     def save(self) -> str:
+        step = int(self.global_step.numpy())
+        if self._saved is not None and self._saved[0] == step:  # Saved (or resumed) here.
+            return self._saved[1]
         try:
             path = self.manager.save(checkpoint_number=self.global_step)
-        except (OSError, tf.errors.OpError) as e:  # No space or no permission: say so.
-            raise file_io.cannot_write(self.output_dir, e) or e
+        except BaseException as e:
+            self._remove_unfinished_checkpoint(step)
+            if isinstance(e, (OSError, tf.errors.OpError)):  # No space or no permission.
+                raise file_io.cannot_write(self.output_dir, e) or e
+            raise
         if not self._is_chief():
             tf.io.gfile.rmtree(self._checkpoint_dir())
+        self._saved = (step, path)
         logging.info("Saved checkpoint %s", path)
         return path
+
+    def _remove_unfinished_checkpoint(self, step: int) -> None:
+        """The files of a save of `step` that failed: its temporary folder and what
+        it may have written of the checkpoint (the state file does not name it)."""
+        prefix = os.path.join(self._checkpoint_dir(), f"ckpt-{step}")
+        for path in tf.io.gfile.glob(prefix + "_temp*") + tf.io.gfile.glob(prefix + ".*"):
+            try:
+                if tf.io.gfile.isdir(path):
+                    tf.io.gfile.rmtree(path)
+                else:
+                    tf.io.gfile.remove(path)
+            except (OSError, tf.errors.OpError):
+                logging.warning("Could not remove %s, of an unfinished checkpoint.", path)
 
     # ---------------------------------------------------------------- steps
 
@@ -367,21 +397,33 @@ class Trainer:
     def request_stop(self, reason: str, details: dict) -> None:
         """Ends training at the end of the current loop (or before the first, if asked
         before `train`): a checkpoint is saved there and train_summary.json says
-        `"complete": true`, `"stopped_by": reason` and `reason: details`. Unlike
-        SIGTERM, nothing is left to resume (e.g. early stopping)."""
+        `"complete": true`, `"stopped_by": reason` and `reason: details`. Unlike a
+        signal, nothing is left to resume (e.g. early stopping)."""
         self._stop = (reason, details)
-        self._stop_requested = True
+        self._stop_requested = self._stop_requested or reason
 
-    def _install_sigterm(self):
+    def _install_stop_handlers(self, watched: bool) -> dict:
+        """SIGTERM and Ctrl-C (SIGINT) stop training with a checkpoint at the end of
+        this loop; a second Ctrl-C ends the program at once (`watched`: the watch of
+        `run_control.second_ctrl_c_ends_at_once` does, else the default action).
+        Returns the handlers they replace."""
+
         def handler(signum, frame):
+            del frame
+            name = signal.Signals(signum).name
             # The program says once that it stopped, when it ends (run_control.run_training).
-            logging.info("SIGTERM: saving a checkpoint at the end of this loop")
-            self._stop_requested = True
+            logging.info("%s: saving a checkpoint at the end of this loop", name)
+            self._stop_requested = self._stop_requested or name
+            if signum == signal.SIGINT and not watched:
+                signal.signal(signum, signal.SIG_DFL)
 
-        try:
-            return signal.signal(signal.SIGTERM, handler)
-        except ValueError:  # not the main thread
-            return None
+        previous = {}
+        for signum in (signal.SIGTERM, signal.SIGINT):
+            try:
+                previous[signum] = signal.signal(signum, handler)
+            except ValueError:  # not the main thread
+                break
+        return previous
 
     def train(
         self,
@@ -425,7 +467,16 @@ class Trainer:
         iterator = iter(dataset)
         loop = self.train_loop()
         writer = self._summary_writer("train")
-        previous_handler = self._install_sigterm()
+        ctrl_c = contextlib.ExitStack()
+        watched = ctrl_c.enter_context(
+            run_control.second_ctrl_c_ends_at_once(
+                "Ctrl-C: stopping with a checkpoint at the end of this loop (Ctrl-C again "
+                "stops at once, losing the steps since the last checkpoint).",
+                "Stopped at once by a second Ctrl-C: run the same command again to resume "
+                f"from the last checkpoint in {self.output_dir} (the steps since are lost).",
+            )
+        )
+        previous_handlers = self._install_stop_handlers(watched)
         step, loss = start_step, float("nan")
         start_time = time.time()
         bar = self.progress.task("train", total=end_step, unit="step", initial=start_step)
@@ -463,17 +514,17 @@ class Trainer:
                     step, loss=loss, **{"examples/s": num * global_batch_size / max(elapsed, 1e-9)}
                 )
                 if step % self.save_checkpoints_steps == 0 or step >= end_step:
-                    self.save()
+                    try:
+                        self.save()
+                    except BaseException:  # The summary must not say a lost step is done.
+                        if step >= end_step and tf.io.gfile.exists(self._summary_path()):
+                            tf.io.gfile.remove(self._summary_path())
+                        raise
                 if after_loop is not None:
                     after_loop(step)
             if self._stop_requested and step < end_step:
-                if not (self.manager.latest_checkpoint or "").endswith(f"-{step}"):
-                    self.save()
-                logging.info(
-                    "%s: checkpoint saved at step %d.",
-                    self._stop[0] if self._stop else "SIGTERM",
-                    step,
-                )
+                self.save()
+                logging.info("%s: checkpoint saved at step %d.", self._stop_requested, step)
         except distribution.PEER_ERRORS as e:
             if distribution.num_workers(self.strategy) < 2:
                 raise
@@ -482,8 +533,10 @@ class Trainer:
             raise LostWorkerError(message) from e
         finally:
             bar.close()
-            if previous_handler is not None:
-                signal.signal(signal.SIGTERM, previous_handler)
+            for signum, previous in previous_handlers.items():
+                if previous is not None:
+                    signal.signal(signum, previous)
+            ctrl_c.close()
             writer.close()
         if step < end_step:
             summary = self._write_summary(step, loss, end_step)
@@ -519,7 +572,7 @@ class Trainer:
             reason, details = self._stop
             summary.update({"complete": True, "stopped_by": reason, reason: details})
         elif not summary["complete"]:
-            summary["stopped_by"] = "SIGTERM"
+            summary["stopped_by"] = self._stop_requested or "SIGTERM"
         file_io.write_json(self._summary_path(), summary)
         return summary
 

@@ -2,6 +2,7 @@
 
     python benchmarks/robustness/kill_resume.py                  # every job, 12 kill points each
     python benchmarks/robustness/kill_resume.py --jobs=run_squad --points=30 --seed=3
+    python benchmarks/robustness/kill_resume.py --signal=INT     # Ctrl-C instead of kill -9
 
 For each job (tests/helpers/kill_helpers.py: create_pretraining_data, the Beam pipeline,
 pre-training, the three fine-tuning runners with their feature caches, evaluation and
@@ -12,7 +13,13 @@ uninterrupted run's (nothing half-written looks complete), runs the same command
 again and compares every output byte for byte. It prints the kill table and exits 1
 if any trial left a half-written file or a rerun differed.
 
-The default suite runs a few of these points (tests/robustness/test_kill_resume.py).
+With --signal=INT (Ctrl-C, to the process group as a terminal sends it) or TERM, a
+job stopped by the signal must also exit 130 or 143 with one line saying it stopped
+and no traceback (a run that ended first, 0), and may leave a train_summary.json that
+says "complete": false.
+
+The default suite runs a few of these points (tests/robustness/test_kill_resume.py,
+and Ctrl-C during training in tests/robustness/test_ctrl_c.py).
 """
 
 from __future__ import annotations
@@ -20,6 +27,7 @@ from __future__ import annotations
 import argparse
 import json
 import pathlib
+import signal
 import sys
 import tempfile
 import time
@@ -37,9 +45,13 @@ def main() -> int:
     parser.add_argument("--seed", type=int, default=1)
     parser.add_argument("--work_dir", default=None, help="Default: a temporary folder.")
     parser.add_argument("--json", default=None, help="Also write the trials here.")
+    parser.add_argument(
+        "--signal", default="KILL", choices=("KILL", "INT", "TERM"), help="The signal sent."
+    )
     args = parser.parse_args()
     root = pathlib.Path(args.work_dir or tempfile.mkdtemp(prefix="kill_resume_"))
     rows, trials, failed = [], {}, False
+    signum = getattr(signal, "SIG" + args.signal)
     start = time.time()
     for name in args.jobs.split(","):
         job = kill_helpers.JOBS[name]
@@ -47,7 +59,9 @@ def main() -> int:
         ref, seconds = kill_helpers.reference(job, work)
         results = []
         for delay in kill_helpers.kill_delays(seconds, args.points, args.seed):
-            result = kill_helpers.trial(job, work, ref, delay)
+            result = kill_helpers.trial(job, work, ref, delay, signum)
+            if args.signal != "KILL" and not _ended_as_said(result, signum):
+                result["left"].append(f"exit {result['code']}: {result['said']}")
             results.append(result)
             mark = "ok" if not (result["left"] or result["rerun"]) else "FAILED"
             print(f"{name}: kill at {result['delay']:.1f}s killed={result['killed']} {mark}")
@@ -60,7 +74,10 @@ def main() -> int:
         failed |= len(clean) < len(killed) or len(identical) < len(killed)
         rows.append((name, seconds, len(killed), len(clean), len(identical)))
     print()
-    print(f"Kill table ({time.strftime('%Y-%m-%d')}, {cpu_model_name()}, seed {args.seed}):")
+    print(
+        f"Kill table (SIG{args.signal}, {time.strftime('%Y-%m-%d')}, {cpu_model_name()}, "
+        f"seed {args.seed}):"
+    )
     print()
     print(
         "| job | uninterrupted run (s) | kill points | nothing half-written visible | "
@@ -73,6 +90,18 @@ def main() -> int:
     if args.json:
         pathlib.Path(args.json).write_text(json.dumps(trials, indent=2), encoding="utf-8")
     return 1 if failed else 0
+
+
+def _ended_as_said(result: dict, signum: int) -> bool:
+    """A job stopped by SIGINT or SIGTERM exits 130 or 143 with one line saying it
+    stopped, and no traceback. One that had ended first exits 0; one whose work was done
+    when the signal came, as the interpreter exited (its handlers already gone), is
+    ended by the signal itself (the shell says 130 or 143 too)."""
+    if result["traceback"]:
+        return False
+    if result["code"] in (0, -signum):
+        return True
+    return result["code"] == 128 + signum and "stopped by" in result["said"].lower()
 
 
 if __name__ == "__main__":

@@ -34,7 +34,7 @@ from common.errors import OutputExistsError, UserError
 from common.progress import Progress, Task
 from common import file_io
 from data_prep.pretraining import pretraining_data
-from data_prep import records
+from data_prep import records, run_control
 from data_prep.text import tokenization
 from data_prep.pretraining.pretraining_instances import (
     InstanceOptions,
@@ -580,9 +580,11 @@ def run(options: RunOptions, progress: Progress | None = None) -> Stats:
                 bar.update(done, instances=total.instances)
         else:
             context = multiprocessing.get_context("spawn")
-            with context.Pool(
-                min(options.num_workers, len(tasks)), _init_worker, (logging.get_verbosity(),)
-            ) as pool:
+            with run_control.children_ignore_ctrl_c():  # Ctrl-C stops the pool from here.
+                pool = context.Pool(
+                    min(options.num_workers, len(tasks)), _init_worker, (logging.get_verbosity(),)
+                )
+            with pool:
                 for done, stats in enumerate(pool.imap_unordered(_build_one_shard, tasks), 1):
                     total.add(stats)
                     bar.update(done, instances=total.instances)

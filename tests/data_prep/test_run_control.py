@@ -112,15 +112,19 @@ def test_only_the_chief_of_a_cluster_takes_the_lock():
     assert not run_control.is_chief(other) and not run_control.is_chief(with_chief)
 
 
-def test_sigterm_outside_training_ends_with_143_and_one_line(tmp_path):
-    program = textwrap.dedent("""
+@pytest.mark.parametrize(
+    "signum, code, said",
+    [(signal.SIGTERM, 143, "SIGTERM"), (signal.SIGINT, 130, "Ctrl-C (SIGINT)")],
+)
+def test_a_signal_outside_training_ends_with_one_line(tmp_path, signum, code, said):
+    program = textwrap.dedent(f"""
         import os, signal, sys, time
         from common import file_io
         from data_prep import run_control
-        run_control.exit_on_sigterm("job")
+        run_control.exit_on_sigterm("job", "the shards written so far are whole")
         with file_io.atomic_open(sys.argv[1]) as f:
             f.write("half")
-            os.kill(os.getpid(), signal.SIGTERM)
+            os.kill(os.getpid(), {int(signum)})
             time.sleep(5)
             f.write(" and the rest")
     """)
@@ -133,9 +137,45 @@ def test_sigterm_outside_training_ends_with_143_and_one_line(tmp_path):
         env=dict(os.environ, PYTHONPATH=str(REPO_ROOT)),
         timeout=120,
     )
-    assert result.returncode == 143
-    assert result.stderr.strip().splitlines()[-1].startswith("job: stopped by SIGTERM")
+    assert result.returncode == code
+    assert result.stderr.strip().splitlines()[-1] == (
+        f"job: stopped by {said}; the shards written so far are whole. Run the same command "
+        "again to finish."
+    )
     assert os.listdir(tmp_path) == []  # The unfinished file was removed.
+
+
+def test_a_signal_as_the_program_exits_lets_it_end(tmp_path):
+    """Ctrl-C once the work is done, during the exit's atexit callbacks: exit 0, no
+    traceback (it came too late to stop anything)."""
+    program = textwrap.dedent("""
+        import atexit, os, signal, time
+        from data_prep import run_control
+        run_control.exit_on_sigterm("job")
+        atexit.register(lambda: (os.kill(os.getpid(), signal.SIGINT), time.sleep(0.5)))
+        print("done")
+    """)
+    result = subprocess.run(
+        [sys.executable, "-c", program],
+        cwd=REPO_ROOT,
+        capture_output=True,
+        text=True,
+        env=dict(os.environ, PYTHONPATH=str(REPO_ROOT), TF_CPP_MIN_LOG_LEVEL="3"),
+        timeout=120,
+    )
+    assert result.returncode == 0 and result.stdout == "done\n"
+    assert "Traceback" not in result.stderr and "stopped" not in result.stderr
+
+
+def test_an_output_under_a_regular_file_is_named(tmp_path):
+    (tmp_path / "notes.txt").write_text("x")
+    for output in (tmp_path / "notes.txt", tmp_path / "notes.txt" / "out" / "more"):
+        with pytest.raises(UserError) as caught:
+            run_control.hold_run_outputs(str(output), None, False)
+        assert str(caught.value) == (
+            f"--output_dir={output}: {tmp_path / 'notes.txt'} is a file, not a folder, so "
+            "nothing can be written under it. Give another path."
+        )
 
 
 # ---------------------------------------------------------------------------- no space
@@ -162,6 +202,7 @@ def test_a_full_disk_is_a_clear_error_and_leaves_the_old_file(tmp_path, monkeypa
     with pytest.raises(CannotWriteError, match="No space left on device") as caught:
         records.write_tfrecord(str(target), [b"x" * 100_000] * 10)
     assert f"cannot write {target}" in str(caught.value)
+    assert "free some space" in str(caught.value)
     # The earlier records are whole; their metadata went first (it described them
     # only while nothing replaced them), and no temporary file is left.
     assert [r.numpy() for r in tf.data.TFRecordDataset(str(target))] == [b"old"]
@@ -184,8 +225,13 @@ def unwritable_dir(tmp_path) -> pathlib.Path:
 
 def test_no_permission_is_a_clear_error(tmp_path):
     directory = unwritable_dir(tmp_path)
-    with pytest.raises(CannotWriteError, match=f"cannot write {directory}/out"):
+    with pytest.raises(CannotWriteError, match=f"cannot write {directory}/out") as caught:
         file_io.write_text(str(directory / "out" / "a.txt"), "x")
+    # Not writable, not full: the advice says so.
+    assert "the folder is not writable by this user: give another output folder" in str(
+        caught.value
+    )
+    assert "space" not in str(caught.value)
     with pytest.raises(CannotWriteError, match="(Permission denied|Operation not permitted)"):
         run_control.acquire(run_control.lock_path_for_directory(str(directory / "o")), "o")
 
@@ -225,17 +271,40 @@ def test_shards_of_an_unfinished_or_mixed_run_are_refused(tmp_path):
     assert pretraining_data.expand_input_files(str(pipeline / "*")) == [c]
 
 
-def test_a_resumed_run_that_changes_a_setting_warns_naming_both(tmp_path, capsys):
+def test_a_resumed_run_keeps_the_record_of_every_part(tmp_path, caplog):
+    """run_config.json keeps the first part's settings; each later part that changes
+    any adds them with the step it resumed at; a changed setting of `keys` is warned
+    about once, naming both values; a part that changes nothing leaves the file as is."""
     config = tmp_path / "run_config.json"
-    file_io.write_json(str(config), {"train_batch_size": 32, "seed": 1})
     keys = ("train_batch_size", "seed")
-    assert run_control.warn_changed_settings(str(config), {"train_batch_size": 8}, keys) == []
-    (tmp_path / "ckpt-5.index").write_bytes(b"")  # Now there is a run to resume.
-    warnings = run_control.warn_changed_settings(
-        str(config), {"train_batch_size": 8, "seed": 1}, keys
+    first = {"train_batch_size": 32, "seed": 1, "do_predict": False}
+    # Nothing to resume (no checkpoint): a new record.
+    assert run_control.write_run_config(str(config), {"train_batch_size": 8}, keys) == []
+    assert run_control.write_run_config(str(config), first, keys) == []
+    assert json.loads(config.read_text()) == first
+    second = {"train_batch_size": 8, "seed": 1, "do_predict": True}
+    caplog.set_level("WARNING")
+    said = run_control.write_run_config(str(config), second, keys, str(tmp_path / "ckpt-5"))
+    assert said == ["train_batch_size 32 -> 8"]
+    (warning,) = [r.getMessage() for r in caplog.records]
+    assert "at step 5 with other settings than the steps already taken: train_batch_size " in (
+        warning
     )
-    assert warnings == ["train_batch_size: 32 in the run being resumed, 8 now"]
-    assert "train_batch_size: 32 in the run being resumed, 8 now" in capsys.readouterr().err
+    changes = {"step": 5, "changed": {"do_predict": [False, True], "train_batch_size": [32, 8]}}
+    assert json.loads(config.read_text()) == dict(first, resumed=[changes])
+    # Resumed again with the second part's settings: nothing changed, nothing added.
+    caplog.clear()
+    assert run_control.write_run_config(str(config), second, keys, str(tmp_path / "ckpt-9")) == []
+    assert caplog.records == []
+    third = dict(second, seed=2)
+    assert run_control.write_run_config(str(config), third, keys, str(tmp_path / "ckpt-12")) == [
+        "seed 1 -> 2"
+    ]
+    assert json.loads(config.read_text())["resumed"] == [
+        changes,
+        {"step": 12, "changed": {"seed": [1, 2]}},
+    ]
+    assert json.loads(config.read_text())["seed"] == 1
 
 
 # ---------------------------------------------------------------------------- vocabulary

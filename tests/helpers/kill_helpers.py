@@ -14,6 +14,11 @@ delay, and then checks:
      the reference's, byte for byte (`--deterministic`, sorted record keys); of a
      SavedModel, every file but saved_model.pb and fingerprint.pb, whose graph
      holds names drawn per process.
+
+The signal may also be SIGINT (Ctrl-C) or SIGTERM, which stop a run with one line and a
+checkpoint (`interrupt` sends one once training has started): then the run's
+train_summary.json says "complete": false, and the final checkpoint compares by its
+variables (one save more changes its `save_counter`).
 """
 
 from __future__ import annotations
@@ -144,10 +149,13 @@ def compare(job: Job, ref: pathlib.Path, run: pathlib.Path, only_present: bool) 
     return problems
 
 
-def trial(job: Job, work: pathlib.Path, ref: pathlib.Path, delay: float) -> dict:
-    """Kills the job after `delay` seconds, checks what it left, runs it again and
-    compares. Returns {"delay", "killed", "left", "rerun"}: killed is False when the
-    job had ended before the kill; left and rerun are lists of problems."""
+def trial(
+    job: Job, work: pathlib.Path, ref: pathlib.Path, delay: float, signum: int = signal.SIGKILL
+) -> dict:
+    """Kills the job after `delay` seconds (with `signum`, to its process group), checks
+    what it left, runs it again and compares. Returns {"delay", "killed", "code",
+    "said" (its last line on stderr), "left", "rerun"}: killed is False when the job had
+    ended before the signal; left and rerun are lists of problems."""
     run = work / "run"
     shutil.rmtree(run, ignore_errors=True)
     with open(work / "killed.log", "w") as log:
@@ -156,22 +164,110 @@ def trial(job: Job, work: pathlib.Path, ref: pathlib.Path, delay: float) -> dict
             process.wait(timeout=delay)
             killed = False
         except subprocess.TimeoutExpired:
-            os.killpg(process.pid, signal.SIGKILL)
-            process.wait()
+            os.killpg(process.pid, signum)
+            process.wait(timeout=600)
             killed = True
-    left = compare(job, ref, run, only_present=True)
-    try:
-        run_to_end(job, work, run, "rerun.log")
-        rerun = compare(job, ref, run, only_present=False)
-    except AssertionError as e:
-        rerun = [f"the rerun failed: {str(e).strip().splitlines()[-1]}"]
+    lines = (work / "killed.log").read_text().strip().splitlines()
+    left = _left(job, ref, run)
+    rerun = _rerun(job, work, ref, run)
     if left or rerun:  # Kept for a look: the run and both logs.
         kept = work / f"failed-{delay:.1f}s"
         shutil.rmtree(kept, ignore_errors=True)
         shutil.copytree(run, kept / "run", symlinks=True)
         for name in ("killed.log", "rerun.log"):
             shutil.copy(work / name, kept / name)
-    return {"delay": round(delay, 2), "killed": killed, "left": left, "rerun": rerun}
+    return {
+        "delay": round(delay, 2),
+        "killed": killed,
+        "code": process.returncode,
+        "said": lines[-1] if lines else "",
+        "traceback": any(line.startswith("Traceback") for line in lines),
+        "left": left,
+        "rerun": rerun,
+    }
+
+
+def interrupt(
+    job: Job, work: pathlib.Path, ref: pathlib.Path, started: str, signum: int = signal.SIGINT
+) -> dict:
+    """Runs the job until `started` (a path in its run folder, e.g. its first
+    checkpoint) exists, sends `signum` to its process group (as a terminal does on
+    Ctrl-C), checks what it left, runs the same command again and compares. Returns
+    {"code", "lines" (its stderr), "summary" (its train_summary.json or None),
+    "latest" (the checkpoint the state file names), "left", "rerun"}."""
+    run = work / "run"
+    shutil.rmtree(run, ignore_errors=True)
+    with open(work / "interrupted.log", "w") as log:
+        process = _spawn(job, work, run, log)
+        deadline = time.monotonic() + 600
+        while not (run / started).exists():
+            if process.poll() is not None or time.monotonic() > deadline:
+                break
+            time.sleep(0.05)
+        if process.poll() is None:
+            os.killpg(process.pid, signum)
+        code = process.wait(timeout=600)
+    summary_file, state = run / "train_summary.json", run / "checkpoint"
+    return {
+        "code": code,
+        "lines": (work / "interrupted.log").read_text().strip().splitlines(),
+        "summary": json.loads(summary_file.read_text()) if summary_file.exists() else None,
+        "latest": state.read_text().split("\n", 1)[0].split('"')[1] if state.exists() else None,
+        "left": _left(job, ref, run),
+        "rerun": _rerun(job, work, ref, run),
+    }
+
+
+def _left(job: Job, ref: pathlib.Path, run: pathlib.Path) -> list[str]:
+    """What a stopped run left that differs from the reference, but, of a run whose
+    train_summary.json says it is not complete (a stop signal's), that summary and its
+    record of the evaluations so far (eval_history.json)."""
+    summary = run / "train_summary.json"
+    unfinished = summary.exists() and json.loads(summary.read_text())["complete"] is False
+    return [
+        problem
+        for problem in compare(job, ref, run, only_present=True)
+        if not (unfinished and problem.startswith(("train_summary.json:", "eval_history.json:")))
+    ]
+
+
+def _rerun(job: Job, work: pathlib.Path, ref: pathlib.Path, run: pathlib.Path) -> list[str]:
+    """Runs the job's command again in `run`; how its outputs differ from the
+    reference's. The final checkpoint compares by its variables: a run stopped by a
+    signal saved once more, so its `save_counter` differs."""
+    try:
+        run_to_end(job, work, run, "rerun.log")
+    except AssertionError as e:
+        return [f"the rerun failed: {str(e).strip().splitlines()[-1]}"]
+    final = job.final_checkpoint
+    problems = [
+        problem
+        for problem in compare(job, ref, run, only_present=False)
+        if not (final and problem.startswith(final + "."))
+    ]
+    if final:
+        problems += checkpoint_differences(ref / final, run / final)
+    return problems
+
+
+def checkpoint_differences(a: pathlib.Path, b: pathlib.Path) -> list[str]:
+    """The variables of checkpoint `b` that are not those of `a`, bit for bit, but
+    `save_counter` (how many saves the run made: a stop signal adds one)."""
+    import numpy as np  # pylint: disable=g-import-not-at-top
+    import tensorflow as tf  # pylint: disable=g-import-not-at-top
+
+    if not tf.io.gfile.exists(f"{b}.index"):
+        return [f"{b.name}: missing"]
+    names = {name for name, _ in tf.train.list_variables(str(a))}
+    if names != {name for name, _ in tf.train.list_variables(str(b))}:
+        return [f"{b.name}: not the variables of the reference"]
+    ra, rb = tf.train.load_checkpoint(str(a)), tf.train.load_checkpoint(str(b))
+    return [
+        f"{b.name}: {name} differs from the reference"
+        for name in sorted(names)
+        if not name.startswith("save_counter")
+        and not np.array_equal(ra.get_tensor(name), rb.get_tensor(name))
+    ]
 
 
 def kill_delays(seconds: float, count: int, seed: int) -> list[float]:

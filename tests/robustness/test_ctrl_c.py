@@ -1,0 +1,183 @@
+"""Ctrl-C (SIGINT) during training: a checkpoint at the end of the current loop, one
+line saying where it stopped and how to resume, exit status 130; the same command
+again finishes with the outputs of an uninterrupted run, byte for byte, the final
+checkpoint included (`--deterministic`; the harness: tests/helpers/kill_helpers.py).
+In the training loop itself: Ctrl-C is said at once, a second one ends the program at
+once, and a save that fails for want of space leaves no unfinished checkpoint."""
+
+import os
+import re
+import resource
+import signal
+import subprocess
+import sys
+import textwrap
+import time
+
+import keras
+import numpy as np
+import pytest
+import tensorflow as tf
+
+from common.errors import CannotWriteError
+from modeling import models, training
+from modeling.config import BertConfig
+from modeling.encoder import BertEncoder
+from modeling.tasks import ClassificationObjective
+from tests.conftest import REPO_ROOT, tiny_config
+from tests.helpers import kill_helpers
+
+
+# Fine-tuning with an evaluation at each epoch's end (its kill job without the
+# prediction and the export, to keep the test short).
+FINE_TUNING = kill_helpers.Job(
+    "run_classifier",
+    kill_helpers.JOBS["run_classifier"].prepare,
+    lambda work, run: [
+        a
+        for a in kill_helpers.JOBS["run_classifier"].command(work, run)
+        if not a.startswith(("--do_predict", "--export_dir"))
+    ],
+    final_checkpoint="ckpt-8",
+)
+JOBS = {"run_classifier": FINE_TUNING, "run_pretraining": kill_helpers.JOBS["run_pretraining"]}
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize(
+    "name, started, steps",
+    [("run_classifier", "ckpt-2.index", 8), ("run_pretraining", "ckpt-3.index", 12)],
+)
+def test_ctrl_c_saves_a_checkpoint_and_the_same_command_resumes(name, started, steps, tmp_path):
+    job = JOBS[name]
+    ref, _ = kill_helpers.reference(job, tmp_path)
+    result = kill_helpers.interrupt(job, tmp_path, ref, started)
+    assert result["code"] == 130, result["lines"][-20:]
+    run = tmp_path / "run"
+    summary = result["summary"]
+    step = summary["global_step"]
+    assert summary["complete"] is False and summary["stopped_by"] == "SIGINT"
+    assert 2 <= step < steps and result["latest"] == f"ckpt-{step}"
+    assert result["lines"][-1] == (
+        f"Stopped by Ctrl-C (SIGINT) at step {step} of {steps}, checkpoint saved in {run}: "
+        "run the same command again to resume."
+    )
+    assert not any("Traceback" in line for line in result["lines"])
+    # Nothing it left looks finished: no file but its train_summary.json (which says
+    # "complete": false) differs from the uninterrupted run's.
+    assert result["left"] in ([], ["train_summary.json: differs from the reference"]), result
+    assert result["rerun"] == [], result  # The final checkpoint, results and export equal.
+
+
+# ---------------------------------------------------------------------------- in the loop
+
+
+def _trainer(output_dir, steps=6, save_every=100):
+    keras.utils.set_random_seed(7)
+    config = BertConfig(**tiny_config(0.0, vocab_size=99))
+    strategy = tf.distribute.OneDeviceStrategy("/cpu:0")
+    with strategy.scope():
+        model = models.BertClassifier(BertEncoder(config), config, 2)
+    trainer = training.Trainer(
+        strategy,
+        model,
+        ClassificationObjective(),
+        str(output_dir),
+        learning_rate=1e-3,
+        num_train_steps=steps,
+        num_warmup_steps=0,
+        steps_per_loop=2,
+        save_checkpoints_steps=save_every,
+    )
+    trainer.restore_or_initialize()
+    return trainer
+
+
+def _dataset(context=None):
+    rng = np.random.default_rng(0)
+    ids = rng.integers(1, 99, size=(64, 8)).astype(np.int32)
+    features = {
+        "input_word_ids": ids,
+        "input_mask": np.ones_like(ids),
+        "input_type_ids": np.zeros_like(ids),
+        "label_ids": rng.integers(0, 2, size=64).astype(np.int32),
+    }
+    return tf.data.Dataset.from_tensor_slices(features).repeat().batch(8)
+
+
+def test_ctrl_c_is_said_at_once_and_stops_at_the_end_of_the_loop(tmp_path, capfd):
+    trainer = _trainer(tmp_path / "out")
+    before = signal.getsignal(signal.SIGINT)
+    said = {}
+
+    def after_loop(step):
+        if step == 2:
+            os.kill(os.getpid(), signal.SIGINT)  # Ctrl-C during the first loop.
+            time.sleep(1)
+            said["at once"] = capfd.readouterr().err
+
+    summary = trainer.train(_dataset, 8, after_loop=after_loop)
+    assert said["at once"].strip().splitlines()[-1] == (
+        "Ctrl-C: stopping with a checkpoint at the end of this loop (Ctrl-C again stops at "
+        "once, losing the steps since the last checkpoint)."
+    )
+    assert summary["global_step"] == 2 and not summary["complete"]
+    assert summary["stopped_by"] == "SIGINT"
+    assert tf.train.latest_checkpoint(str(tmp_path / "out")).endswith("ckpt-2")
+    assert signal.getsignal(signal.SIGINT) is before  # Given back after training.
+
+
+def test_a_second_ctrl_c_ends_the_program_at_once():
+    """Even while the main thread cannot run Python (here: its handler does nothing,
+    as if it waited for a compiled loop), a second Ctrl-C ends the program."""
+    program = textwrap.dedent("""
+        import os, signal, time
+        from data_prep import run_control
+        signal.signal(signal.SIGINT, lambda signum, frame: None)
+        with run_control.second_ctrl_c_ends_at_once("first", "second"):
+            os.kill(os.getpid(), signal.SIGINT)
+            time.sleep(1)
+            os.kill(os.getpid(), signal.SIGINT)
+            time.sleep(60)
+        print("not stopped")
+    """)
+    result = subprocess.run(
+        [sys.executable, "-c", program],
+        cwd=REPO_ROOT,
+        capture_output=True,
+        text=True,
+        env=dict(os.environ, PYTHONPATH=str(REPO_ROOT), TF_CPP_MIN_LOG_LEVEL="3"),
+        timeout=50,
+    )
+    assert result.returncode == 130
+    assert result.stderr.strip().splitlines()[-2:] == ["first", "second"]
+    assert "not stopped" not in result.stdout
+
+
+def test_a_save_that_fails_for_want_of_space_leaves_no_unfinished_checkpoint(tmp_path):
+    """A file size limit makes the checkpoint's data file fail as a full disk would
+    (EFBIG, "File too large"): the error says so in one line, and neither the save's
+    temporary folder nor a part of the checkpoint is left."""
+    out = tmp_path / "out"
+    trainer = _trainer(out, steps=2)
+    soft, hard = resource.getrlimit(resource.RLIMIT_FSIZE)
+    previous = signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
+    resource.setrlimit(resource.RLIMIT_FSIZE, (4096, hard))
+    try:
+        with pytest.raises(CannotWriteError) as caught:
+            trainer.train(_dataset, 8)
+    finally:
+        resource.setrlimit(resource.RLIMIT_FSIZE, (soft, hard))
+        signal.signal(signal.SIGXFSZ, previous)
+    message = str(caught.value)
+    assert message.startswith(f"cannot write {out}: File too large. Nothing unfinished")
+    assert "free some space" in message
+    assert not [name for name in os.listdir(out) if re.match(r"ckpt-", name)]
+    assert not (out / "train_summary.json").exists()  # It would say the run is complete.
+    assert tf.train.latest_checkpoint(str(out)) is None
+    # With room again, the same step is saved whole.
+    assert trainer.save().endswith("ckpt-2")
+    assert sorted(n for n in os.listdir(out) if n.startswith("ckpt-")) == [
+        "ckpt-2.data-00000-of-00001",
+        "ckpt-2.index",
+    ]
