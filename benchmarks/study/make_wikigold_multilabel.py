@@ -46,14 +46,14 @@ def entity_types(tags: list[str]) -> list[str]:
     return sorted({tag.split("-", 1)[1] for tag in tags if tag != "O" and "-" in tag})
 
 
-def write_tsv(path: str, sentences, with_labels: bool = True) -> collections.Counter:
+def write_tsv(path: str, sentences) -> collections.Counter:
     counts = collections.Counter()
     lines = ["sentence\tlabels\n"]
     for words, tags in sentences:
         labels = entity_types(tags)
         counts.update(labels or ["(none)"])
         text = " ".join(words).replace("\t", " ")
-        lines.append(f"{text}\t{','.join(labels) if with_labels else ''}\n")
+        lines.append(f"{text}\t{','.join(labels)}\n")
     with open(path, "w", encoding="utf-8") as f:
         f.writelines(lines)
     return counts
