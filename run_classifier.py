@@ -43,6 +43,11 @@ release, in a module of one's own on the Python path:
   python run_classifier.py --task_name=my_module:MyProcessor ...
 
 (docs/own_task.md). Its metrics are accuracy and the loss, as the original's.
+
+--multi_label: zero or more labels per example (separated by --label_separator in the
+label field), a sigmoid per label, scored by micro F1; --class_weights=balanced (or a
+list) weighs rare classes. Every classification task's eval_results.txt also has
+eval_macro_f1 and each class's precision, recall and F1.
 """
 
 from __future__ import annotations
@@ -587,7 +592,10 @@ class ClassifierTask:
 
         Keys: eval_loss, eval_accuracy, eval_f1, eval_mcc, eval_pearson,
         eval_spearman as the task has them (MNLI adds eval_mismatched_*), `loss` (=
-        eval_loss, a key of the original's file) and global_step.
+        eval_loss, a key of the original's file) and global_step; a classification
+        task's eval_macro_f1 and eval_{precision,recall,f1}_<label>
+        (`glue_metrics.per_class_metrics`). Multi-label: eval_micro_f1, eval_macro_f1,
+        eval_subset_accuracy, eval_loss and each label's (`score_multi_label_split`).
         """
         metrics, per_class = {}, {}
         for split, features in self.data.eval.items():

@@ -6,6 +6,9 @@ Metrics (NumPy):
   Matthews correlation                  CoLA (with accuracy); its multi-class form
                                         (Gorodkin's R_K) is GLUE's R3 for AX
   Pearson and Spearman correlations     STS-B and any regression task
+  macro F1; each class's precision,      every classification task
+  recall and F1                         (`per_class_metrics`)
+  micro and macro F1, subset accuracy   multi-label tasks (`multi_label_metrics`)
 MNLI is scored once per evaluation split (matched, mismatched): the caller runs
 `compute_metrics` on each split with its own key prefix. Which metrics a task has,
 which of them make its score (`glue_score`) and its GLUE submission file name are
@@ -16,6 +19,8 @@ Output files, written atomically (`common.file_io`, which also writes
 eval_results.txt: `file_io.write_results`):
   test_results.tsv   one row per example: tab-separated class probabilities (or the
                      predicted score for a regression task), as the original release
+                     (`write_test_results`); multi-label: each label's probability,
+                     then the predicted labels (`write_multi_label_results`)
   <Task>.tsv         the GLUE server's submission file: header "index<TAB>prediction"
                      and label names (CoLA.tsv, MNLI-m.tsv, AX.tsv, ...)
 

@@ -449,7 +449,11 @@ def test_hub_module_fine_tunes_with_its_own_vocabulary(driver):
 def test_cola_reports_matthews_correlation(driver):
     assert driver["cola"] == ["no error", ""]
     results = read_results(driver["root"] / "out_cola" / "eval_results.txt")
-    assert set(results) == {"eval_accuracy", "eval_mcc", "eval_loss", "loss", "global_step"}
+    per_class = {f"eval_{m}_{label}" for m in ("precision", "recall", "f1") for label in "01"}
+    assert set(results) == {
+        *("eval_accuracy", "eval_mcc", "eval_loss", "loss", "global_step"),
+        *("eval_macro_f1", *per_class),
+    }
     assert results["global_step"] == 0
 
 
