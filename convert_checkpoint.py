@@ -39,12 +39,13 @@ import common.quiet_tensorflow  # noqa: F401  (first: TensorFlow's start-up line
 from absl import flags, logging
 
 from common import cli as command_line
+from common import file_io
 from common.errors import UserError
 import model_flags
 import runner_flags
 from data_prep import run_control
 from modeling import checkpoint_names as names
-from modeling import checkpoints, model_files, task_kinds
+from modeling import checkpoint_readers, checkpoints, model_files, task_kinds
 from modeling.config import BertConfig
 from modeling.encoder import BertEncoder
 
@@ -89,10 +90,11 @@ def build_model(
     num_labels: int | None,
     causal_attention: bool = False,
     bilstm_units: int = 0,
+    multi_label: bool = False,
 ):
     """A float32 model of `kind` (`task_kinds.TaskKind.build`) on a new encoder,
     left-to-right with `causal_attention`, with the BiLSTM of `bilstm_units` (a
-    classifier's, span labeler's or token classifier's)."""
+    classifier's, span labeler's or token classifier's), multi-label (a classifier)."""
     if kind not in CONVERTIBLE_KINDS:
         raise UserError(
             f"cannot convert a {kind} model: the feature-based tagger's BiLSTM "
@@ -106,7 +108,21 @@ def build_model(
         num_labels,
         bilstm_units=bilstm_units,
         objective="ltr" if causal_attention else "mlm",
+        multi_label=multi_label,
     )
+
+
+def stored_multi_label(input_checkpoint: str, kind: str) -> bool:
+    """Whether the classifier at `input_checkpoint` is multi-label: its
+    model_info.json says so, or a Hugging Face config.json's problem_type."""
+    if not task_kinds.get(kind).multi_label:
+        return False
+    stored = model_files.read_model_info(input_checkpoint)
+    if stored.get("model_kind") == kind:
+        return bool(stored.get("multi_label"))
+    path = checkpoint_readers.find_side_file(model_files.side_dirs(input_checkpoint), "config.json")
+    config = file_io.read_json(path) if path else {}
+    return config.get("problem_type") == "multi_label_classification"
 
 
 def choose_kind(info: dict, model_kind: str | None) -> str:
@@ -167,7 +183,12 @@ def convert(
         if stored.get("model_kind") == kind:
             bilstm_units = int(stored.get("bilstm_units") or 0)
     model = build_model(
-        kind, files.config, info["num_labels"], files.causal_attention, bilstm_units
+        kind,
+        files.config,
+        info["num_labels"],
+        files.causal_attention,
+        bilstm_units,
+        multi_label=stored_multi_label(input_checkpoint, kind),
     )
     restored = checkpoints.restore_model(input_checkpoint, model)
     if "pooler" in restored["fresh"]:

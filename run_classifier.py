@@ -43,6 +43,11 @@ release, in a module of one's own on the Python path:
   python run_classifier.py --task_name=my_module:MyProcessor ...
 
 (docs/own_task.md). Its metrics are accuracy and the loss, as the original's.
+
+--multi_label: zero or more labels per example (separated by --label_separator in the
+label field), a sigmoid per label, scored by micro F1; --class_weights=balanced (or a
+list) weighs rare classes. Every classification task's eval_results.txt also has
+eval_macro_f1 and each class's precision, recall and F1.
 """
 
 from __future__ import annotations
@@ -147,6 +152,31 @@ runner_flags.define_doc_stride_flag(
     "--long_input=windows: a window starts this many word pieces after the one before "
     "(default: half a window, max_seq_length // 2 - 1).",
 )
+flags.DEFINE_bool(
+    "multi_label",
+    False,
+    "Each example has zero or more labels, separated by --label_separator in its label "
+    "field: one sigmoid per label and binary cross-entropy; scored by micro F1 (default: "
+    "as --init_checkpoint's fine-tuned classifier was trained, else one label).",
+)
+flags.DEFINE_string(
+    "label_separator",
+    task_kinds.CLASSIFIER.export_options["label_separator"],
+    "--multi_label: what separates the labels of a label field.",
+)
+flags.DEFINE_float(
+    "multi_label_threshold",
+    task_kinds.CLASSIFIER.export_options["multi_label_threshold"],
+    "--multi_label: a label is predicted when its probability is above this.",
+)
+flags.DEFINE_string(
+    "class_weights",
+    None,
+    "Rare classes: 'balanced' (weights inversely proportional to the training counts; "
+    "multi-label: each label's negatives over its positives) or one positive weight per "
+    "label, comma-separated in label order. Single-label: weighted cross-entropy; "
+    "multi-label: the weight of each label's positive term.",
+)
 runner_flags.define_common_flags(max_seq_length=128)
 runner_flags.define_training_flags(value_lists=True)
 runner_flags.define_finetuning_flags()
@@ -245,6 +275,119 @@ class TaskFeatures:
             f.metadata
             for f in (self.train, *self.eval.values(), *self.test.values())
             if f is not None
+        )
+
+
+@dataclasses.dataclass(frozen=True)
+class MultiLabel:
+    """How a multi-label run reads and decides its labels (None: one label each)."""
+
+    separator: str
+    threshold: float
+
+
+def multi_label_option(init_checkpoint: str | None, reinit_head: bool) -> MultiLabel | None:
+    """--multi_label with its separator and threshold; not given, those of
+    --init_checkpoint's fine-tuned classifier (model_info.json), so that predicting
+    with it reads and decides labels as it was trained. A fine-tuned head of the other
+    kind (single- against multi-label) is refused unless --reinit_head."""
+    info = model_files.read_model_info(init_checkpoint)
+    stored = None
+    if info.get("model_kind") == task_kinds.CLASSIFIER.name and not reinit_head:
+        stored = bool(info.get("multi_label"))
+    multi_label = FLAGS.multi_label if FLAGS["multi_label"].present else bool(stored)
+    if stored is not None and stored != multi_label:
+        trained = "multi-label" if stored else "single-label"
+        raise UserError(
+            f"--multi_label={multi_label}: --init_checkpoint={init_checkpoint} is a "
+            f"{trained} classifier, whose head's outputs mean other things; leave "
+            f"--multi_label out to use it as trained, or --reinit_head to train a new head"
+        )
+    if not multi_label:
+        return None
+    from_info = stored is not None
+
+    def value(name, key):
+        if FLAGS[name].present or not from_info or key not in info:
+            return FLAGS[name].value
+        return info[key]
+
+    threshold = float(value("multi_label_threshold", "multi_label_threshold"))
+    if not 0.0 < threshold < 1.0:
+        raise UserError(f"--multi_label_threshold={threshold}: give a probability in (0, 1)")
+    return MultiLabel(value("label_separator", "label_separator"), threshold)
+
+
+def parse_class_weights(spec: str | None) -> str | list[float] | None:
+    """--class_weights: None, "balanced", or the list of weights (checked positive)."""
+    if spec is None or spec.strip().lower() == "balanced":
+        return spec and "balanced"
+    weights = []
+    for part in spec.split(","):
+        try:
+            weight = float(part)
+        except ValueError:
+            raise UserError(
+                f"--class_weights={spec}: {part.strip()!r} is not a number; give 'balanced' "
+                f"or one weight per label, comma-separated in label order"
+            ) from None
+        if not np.isfinite(weight) or weight <= 0:
+            raise UserError(
+                f"--class_weights={spec}: weight {part.strip()} is not positive; every "
+                f"label's weight must be a positive number"
+            )
+        weights.append(weight)
+    return weights
+
+
+def resolve_class_weights(
+    spec: str | list[float] | None, data: TaskFeatures, multi_label: bool
+) -> list[float] | None:
+    """The weight of each label: the list given (checked against the labels), or
+    "balanced" from the training counts: single-label N / (K n_k), as scikit-learn's
+    `class_weight="balanced"`; multi-label (N - n_k) / n_k, each label's negatives over
+    its positives (a positive weight that makes the label's positives weigh as its
+    negatives)."""
+    if spec is None:
+        return None
+    metadata = data.metadata
+    if metadata["is_regression"] or metadata.get("num_choices"):
+        raise UserError("--class_weights: the task is not a classification")
+    labels = list(metadata["labels"])
+    if spec != "balanced":
+        if len(spec) != len(labels):
+            raise UserError(
+                f"--class_weights: {len(spec)} weights for {len(labels)} labels {labels}; "
+                f"give one per label, in this order"
+            )
+        return list(spec)
+    if data.train is None:
+        raise UserError(
+            "--class_weights=balanced weighs by the training counts: it needs --do_train "
+            "(or give the weights as a list)"
+        )
+    counts = classifier_features.label_counts(data.train.file, data.train.metadata)
+    absent = [label for label, count in zip(labels, counts) if count == 0]
+    if absent:
+        raise UserError(
+            f"--class_weights=balanced: label {absent[0]!r} has no training example; "
+            f"give the weights as a list"
+        )
+    n = data.train.num_examples
+    if multi_label:
+        return [(n - count) / count for count in counts]
+    return [n / (len(labels) * count) for count in counts]
+
+
+def check_multi_label_training(processor, data_dir: str, data: TaskFeatures) -> None:
+    """A multi-label training file where no example has a label teaches nothing."""
+    if data.train is None or not data.train.metadata.get("multi_label"):
+        return
+    if not any(classifier_features.label_counts(data.train.file, data.train.metadata)):
+        source = processor.input_files(data_dir, "train") or [f"{processor.name} train"]
+        raise UserError(
+            f"{source[0]}: no training example has a label (--multi_label, separator "
+            f"{processor.label_separator!r}); check the label column and --label_separator"
         )
 
 
@@ -496,6 +639,37 @@ def score_split(
     return metrics
 
 
+def sigmoid(logits: np.ndarray) -> np.ndarray:
+    """Each label's probability of a multi-label classifier. float [N, L]."""
+    return 0.5 * (1.0 + np.tanh(0.5 * logits))
+
+
+def score_multi_label_split(
+    logits: np.ndarray,
+    labels: np.ndarray,
+    label_names: list[str],
+    loss: float,
+    multi_label: MultiLabel,
+    prefix: str,
+) -> dict[str, float]:
+    """Micro and macro F1, subset accuracy, the loss, then each label's precision,
+    recall and F1 of one dev split (labels above the threshold predicted)."""
+    metrics = glue_metrics.multi_label_metrics(
+        sigmoid(logits) > multi_label.threshold, labels, label_names, prefix
+    )
+    overall = {k: v for k, v in metrics.items() if not is_label_metric(k, label_names)}
+    return {**overall, prefix + "loss": loss, **metrics}
+
+
+def is_label_metric(key: str, label_names: list[str]) -> bool:
+    """Whether `key` is one label's precision, recall or F1 (not shown on the terminal)."""
+    return any(
+        key.endswith(f"_{measure}_{label}")
+        for label in label_names
+        for measure in ("precision", "recall", "f1")
+    )
+
+
 # The number the best model is chosen by (each task's reader declares which metrics).
 glue_score = glue_metrics.glue_score
 
@@ -523,8 +697,11 @@ class ClassifierTask:
         settings: finetuning.Settings,
         bilstm_units: int = 0,
         long_input: LongInput = LongInput(),
+        multi_label: MultiLabel | None = None,
+        class_weights: list[float] | None = None,
     ):
         self.processor, self.data, self.data_dir = processor, data, data_dir
+        self.multi_label, self.class_weights = multi_label, class_weights
         self.max_seq_length, self.settings = max_seq_length, settings
         self.bilstm_units = bilstm_units
         self.long_input = long_input
@@ -543,7 +720,9 @@ class ClassifierTask:
             )
         self.kind = task_kinds.MULTIPLE_CHOICE if self.num_choices else task_kinds.CLASSIFIER
         self.model_kind = self.kind.name
-        self.objective = ClassificationObjective(self.is_regression)
+        self.objective = ClassificationObjective(
+            self.is_regression, multi_label is not None, class_weights
+        )
         self._evaluation_outputs = evaluation_outputs(self.objective)
         self.num_train_examples = data.train.num_examples if data.train else 0
 
@@ -557,6 +736,7 @@ class ClassifierTask:
             num_labels,
             head_initializer=self.settings.head_initializer,
             bilstm_units=self.bilstm_units,
+            multi_label=self.multi_label is not None,
         )
 
     def train_dataset(self, batch_size, seed, input_context):
@@ -576,9 +756,12 @@ class ClassifierTask:
 
         Keys: eval_loss, eval_accuracy, eval_f1, eval_mcc, eval_pearson,
         eval_spearman as the task has them (MNLI adds eval_mismatched_*), `loss` (=
-        eval_loss, a key of the original's file) and global_step.
+        eval_loss, a key of the original's file) and global_step; a classification
+        task's eval_macro_f1 and eval_{precision,recall,f1}_<label>
+        (`glue_metrics.per_class_metrics`). Multi-label: eval_micro_f1, eval_macro_f1,
+        eval_subset_accuracy, eval_loss and each label's (`score_multi_label_split`).
         """
-        metrics = {}
+        metrics, per_class = {}, {}
         for split, features in self.data.eval.items():
             if isinstance(features, WindowFeatures):
                 # The metrics of the texts; eval_loss that of the windows (training's).
@@ -597,6 +780,13 @@ class ClassifierTask:
                     features.dataset(self.settings.eval_batch_size, self.settings.pads_inference),
                     self._evaluation_outputs,
                 )
+            prefix = split_prefix(split, tuple(self.data.eval))
+            if self.multi_label is not None:
+                scored = score_multi_label_split(
+                    logits, labels, self.labels, in_graph["eval_loss"], self.multi_label, prefix
+                )
+                metrics.update(scored)
+                continue
             metrics.update(
                 score_split(
                     self.processor.name,
@@ -604,22 +794,36 @@ class ClassifierTask:
                     labels,
                     in_graph["eval_loss"],
                     self.is_regression,
-                    split_prefix(split, tuple(self.data.eval)),
+                    prefix,
                 )
             )
+            if not (self.is_regression or self.num_choices):
+                per_class.update(
+                    glue_metrics.per_class_metrics(logits, labels, self.labels, prefix)
+                )
         metrics["loss"] = metrics["eval_loss"]
         metrics["global_step"] = global_step
+        metrics.update(per_class)  # After the task's own keys, which keep their places.
         path = os.path.join(output_dir, EVAL_RESULTS)
         file_io.write_results(path, metrics)
-        shown = {k: v for k, v in metrics.items() if k not in ("loss", "global_step")}
+        shown = {k: v for k, v in metrics.items() if not is_label_metric(k, self.labels)}
         trainer.progress.say(f"Evaluation at step {global_step}: {format_fields(shown)} ({path})")
         return metrics
 
+    @property
+    def labels(self) -> list[str]:
+        return list(self.data.metadata["labels"])
+
     def score(self, metrics: dict) -> float:
+        """The task's GLUE score; multi-label: micro F1."""
+        if self.multi_label is not None:
+            return metrics["eval_micro_f1"]
         return glue_score(self.processor.name, metrics, self.is_regression)
 
     @property
     def score_name(self) -> str:
+        if self.multi_label is not None:
+            return "eval_micro_f1"
         return glue_metrics.score_name(
             glue_metrics.glue_score_keys(self.processor.name, self.is_regression)
         )
@@ -642,8 +846,18 @@ class ClassifierTask:
                         self.settings.predict_batch_size, self.settings.pads_inference
                     ),
                 )
-            values = logits[:, 0] if self.is_regression else probabilities(logits)
             path = os.path.join(output_dir, results_file_name(split, tuple(self.data.test)))
+            if self.multi_label is not None:
+                glue_metrics.write_multi_label_results(
+                    path,
+                    sigmoid(logits),
+                    self.labels,
+                    self.multi_label.threshold,
+                    self.multi_label.separator,
+                )
+                trainer.progress.say(f"Wrote {len(logits)} predictions to {path}")
+                continue
+            values = logits[:, 0] if self.is_regression else probabilities(logits)
             glue_metrics.write_test_results(path, values)
             trainer.progress.say(f"Wrote {len(values)} predictions to {path}")
             try:
@@ -675,11 +889,20 @@ class ClassifierTask:
             preserve_unused_tokens=files.preserve_unused_tokens,
             **self.settings.export_options,
             **(self.long_input.export_options() if self.long_input.windows else {}),
+            **self.multi_label_export_options(),
         )
         runner_flags.terminal().say(f"Exported the model to {path} (it answers raw text)")
 
-    def model_info(self) -> dict:
+    def multi_label_export_options(self) -> dict:
+        if self.multi_label is None:
+            return {}
         return {
+            "multi_label_threshold": self.multi_label.threshold,
+            "label_separator": self.multi_label.separator,
+        }
+
+    def model_info(self) -> dict:
+        info = {
             "labels": self.data.metadata["labels"],
             "task_name": self.processor.name,
             "is_regression": self.is_regression,
@@ -688,6 +911,11 @@ class ClassifierTask:
             "bilstm_units": self.bilstm_units,
             **self.long_input.model_info(),
         }
+        if self.multi_label is not None:
+            info.update(multi_label=True, **self.multi_label_export_options())
+        if self.class_weights is not None:
+            info["class_weights"] = self.class_weights
+        return info
 
 
 def long_input_settings(FLAGS) -> LongInput:
@@ -739,6 +967,15 @@ def main(_):
         FLAGS.task_name, **processor_options(FLAGS.init_checkpoint)
     )
     long_input = long_input_settings(FLAGS)
+    multi_label = multi_label_option(FLAGS.init_checkpoint, settings.reinit_head)
+    if multi_label is not None:
+        if long_input.windows:
+            raise app.UsageError(
+                "--multi_label takes no --long_input=windows (a text's windows are joined "
+                "for single-label classification only); use --long_input=truncate"
+            )
+        classifier_tasks.set_multi_label(processor, multi_label.separator)
+    class_weights = parse_class_weights(FLAGS.class_weights)
     encoder, files = model_flags.build_encoder(FLAGS, strategy)
     data = build_task_features(
         processor,
@@ -749,6 +986,7 @@ def main(_):
         settings,
         long_input,
     )
+    check_multi_label_training(processor, FLAGS.data_dir, data)
     task = ClassifierTask(
         processor,
         data,
@@ -757,6 +995,8 @@ def main(_):
         settings,
         runner_flags.bilstm_units(FLAGS, task_kinds.CLASSIFIER.name),
         long_input,
+        multi_label,
+        resolve_class_weights(class_weights, data, multi_label is not None),
     )
     hparam_search.run(FLAGS, grid, task, settings, strategy, encoder, files)
 

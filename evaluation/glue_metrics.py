@@ -6,6 +6,9 @@ Metrics (NumPy):
   Matthews correlation                  CoLA (with accuracy); its multi-class form
                                         (Gorodkin's R_K) is GLUE's R3 for AX
   Pearson and Spearman correlations     STS-B and any regression task
+  macro F1; each class's precision,      every classification task
+  recall and F1                         (`per_class_metrics`)
+  micro and macro F1, subset accuracy   multi-label tasks (`multi_label_metrics`)
 MNLI is scored once per evaluation split (matched, mismatched): the caller runs
 `compute_metrics` on each split with its own key prefix. Which metrics a task has,
 which of them make its score (`glue_score`) and its GLUE submission file name are
@@ -16,6 +19,8 @@ Output files, written atomically (`common.file_io`, which also writes
 eval_results.txt: `file_io.write_results`):
   test_results.tsv   one row per example: tab-separated class probabilities (or the
                      predicted score for a regression task), as the original release
+                     (`write_test_results`); multi-label: each label's probability,
+                     then the predicted labels (`write_multi_label_results`)
   <Task>.tsv         the GLUE server's submission file: header "index<TAB>prediction"
                      and label names (CoLA.tsv, MNLI-m.tsv, AX.tsv, ...)
 
@@ -236,6 +241,115 @@ def compute_metrics(
     elif predictions.ndim == 2:
         predictions = np.argmax(predictions, axis=-1)
     return {prefix + metric: _METRIC_FUNCTIONS[metric](predictions, labels) for metric in names}
+
+
+def _precision_recall_f1(true_positives, predicted, actual):
+    """Per class, float [K] each; 0.0 where a denominator is zero (as scikit-learn's
+    zero_division=0)."""
+    tp = np.asarray(true_positives, np.float64)
+    predicted = np.asarray(predicted, np.float64)
+    actual = np.asarray(actual, np.float64)
+    precision = np.divide(tp, predicted, out=np.zeros_like(tp), where=predicted > 0)
+    recall = np.divide(tp, actual, out=np.zeros_like(tp), where=actual > 0)
+    both = predicted + actual
+    f1 = np.divide(2 * tp, both, out=np.zeros_like(tp), where=both > 0)
+    return precision, recall, f1
+
+
+def _class_keys(prefix, label_names, precision, recall, f1) -> dict[str, float]:
+    metrics = {}
+    for name, p, r, f in zip(label_names, precision, recall, f1):
+        metrics[f"{prefix}precision_{name}"] = float(p)
+        metrics[f"{prefix}recall_{name}"] = float(r)
+        metrics[f"{prefix}f1_{name}"] = float(f)
+    return metrics
+
+
+def per_class_metrics(
+    predictions, labels, label_names: Sequence[str], prefix: str = "eval_"
+) -> dict[str, float]:
+    """Macro F1 and each class's precision, recall and F1 of a single-label task.
+
+    Keys: `<prefix>macro_f1` (the unweighted mean of the classes' F1, every class of
+    `label_names` counted, so that a class never predicted pulls it down), then
+    `<prefix>precision_<label>`, `<prefix>recall_<label>`, `<prefix>f1_<label>` for
+    each label in label order.
+
+    Args:
+      predictions: int [N] class ids, or float [N, K] class scores (argmax is taken).
+      labels: int [N] class ids.
+      label_names: the K labels, in id order.
+    """
+    predictions = np.asarray(predictions)
+    if predictions.ndim == 2:
+        predictions = np.argmax(predictions, axis=-1)
+    predictions, labels = _as_pair(predictions, labels, np.int64)
+    ids = np.arange(len(label_names))
+    predicted = predictions[:, None] == ids  # [N, K]
+    actual = labels[:, None] == ids
+    precision, recall, f1 = _precision_recall_f1(
+        (predicted & actual).sum(0), predicted.sum(0), actual.sum(0)
+    )
+    return {
+        prefix + "macro_f1": float(np.mean(f1)),
+        **_class_keys(prefix, label_names, precision, recall, f1),
+    }
+
+
+def multi_label_metrics(
+    predicted, labels, label_names: Sequence[str], prefix: str = "eval_"
+) -> dict[str, float]:
+    """Metrics of a multi-label task (zero or more labels per example).
+
+    Keys: `<prefix>micro_f1` (F1 of every (example, label) decision pooled),
+    `<prefix>macro_f1` (the mean of the labels' F1), `<prefix>subset_accuracy` (the
+    fraction of examples whose predicted set is exactly their set), then each label's
+    `<prefix>precision_<label>`, `<prefix>recall_<label>`, `<prefix>f1_<label>`.
+
+    Args:
+      predicted: bool or 0/1 [N, L], the labels predicted for each example.
+      labels: 0/1 [N, L], the true labels.
+      label_names: the L labels, in id order.
+    """
+    predicted = np.asarray(predicted).astype(bool)
+    actual = np.asarray(labels).astype(bool)
+    if predicted.shape != actual.shape or predicted.ndim != 2:
+        raise UserError(
+            f"`predicted` and `labels` must be [N, L] alike, got {predicted.shape} and "
+            f"{actual.shape}"
+        )
+    if predicted.shape[0] == 0:
+        raise UserError("`predicted` and `labels` are empty")
+    tp = (predicted & actual).sum(0)
+    precision, recall, f1 = _precision_recall_f1(tp, predicted.sum(0), actual.sum(0))
+    _, _, micro = _precision_recall_f1([tp.sum()], [predicted.sum()], [actual.sum()])
+    return {
+        prefix + "micro_f1": float(micro[0]),
+        prefix + "macro_f1": float(np.mean(f1)),
+        prefix + "subset_accuracy": float(np.mean(np.all(predicted == actual, axis=1))),
+        **_class_keys(prefix, label_names, precision, recall, f1),
+    }
+
+
+def write_multi_label_results(
+    path: str, probabilities, label_names: Sequence[str], threshold: float, separator: str
+) -> None:
+    """Writes a multi-label task's test_results.tsv: one line per example, each
+    label's probability (tab-separated, in label order), then the predicted labels
+    (those with a probability above `threshold`, joined by `separator`; empty for
+    none).
+
+    Args:
+      probabilities: float [N, L], the labels' sigmoid probabilities.
+    """
+    values = np.asarray(probabilities)
+    if values.ndim != 2 or values.shape[1] != len(label_names):
+        raise UserError(f"`probabilities` must be [N, {len(label_names)}], got {values.shape}")
+    lines = []
+    for row in values:
+        chosen = separator.join(name for name, p in zip(label_names, row) if p > threshold)
+        lines.append("\t".join([*(str(value) for value in row), chosen]) + "\n")
+    file_io.write_text(path, "".join(lines))
 
 
 def write_test_results(path: str, probabilities) -> None:

@@ -187,6 +187,7 @@ def hf_config(
     labels: list | None = None,
     label_count: int | None = None,
     causal_attention: bool = False,
+    multi_label: bool = False,
 ) -> dict:
     """A Hugging Face `config.json` for `config` that `BertConfig.from_hf_dict` reads
     back unchanged: the activation in Hugging Face's naming, the architecture of
@@ -227,6 +228,8 @@ def hf_config(
         label_names = labels or [f"LABEL_{i}" for i in range(label_count)]
         values["id2label"] = {str(i): label for i, label in enumerate(label_names)}
         values["label2id"] = {label: i for i, label in enumerate(label_names)}
+    if multi_label:  # transformers then applies a sigmoid per label (and BCE).
+        values["problem_type"] = "multi_label_classification"
     return values
 
 
@@ -315,6 +318,8 @@ def _write_directory(
         bilstm_units = getattr(model, "bilstm_units", 0)
         if bilstm_units:
             info["bilstm_units"] = bilstm_units
+        if getattr(model, "multi_label", False):
+            info["multi_label"] = True
         file_io.write_json(os.path.join(temp, MODEL_INFO), info)
 
 
@@ -351,7 +356,14 @@ def write_hf_directory(
 
     config = names.encoder_of(model).config
     kind = names.model_kind(model)
-    config_json = hf_config(config, kind, labels, num_labels(model), causal_attention(model))
+    config_json = hf_config(
+        config,
+        kind,
+        labels,
+        num_labels(model),
+        causal_attention(model),
+        getattr(model, "multi_label", False),
+    )
 
     def content(temp):
         with tf.io.gfile.GFile(os.path.join(temp, "model.safetensors"), "wb") as f:

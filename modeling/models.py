@@ -154,6 +154,13 @@ class BertClassifier(_LabelClassifier):
     MODEL_KIND = "classifier"
     HEAD = heads.PooledClassifierHead
 
+    def __init__(self, *args, multi_label: bool = False, **kwargs):
+        """`multi_label`: each output is its own label's logit (a sigmoid each, zero
+        or more labels per example) rather than one of a softmax; kept with the model
+        (model_info.json, a Hugging Face config's problem_type, the export's answer)."""
+        super().__init__(*args, **kwargs)
+        self.multi_label = bool(multi_label)
+
     def _features(self, outputs, mask, training):
         if self.bilstm is None:
             return outputs["pooled_output"]

@@ -60,6 +60,8 @@ class TaskKind:
       one_output: its head has a single output (multiple choice: the score of a
         choice), which tells it apart from a head on the same names with more.
       bilstm: takes `bilstm_units` (the paper's Table 5 "+ BiLSTM").
+      multi_label: takes `multi_label` (zero or more labels per example, a sigmoid
+        each); model_info.json keeps it.
       uses_pooler: its outputs depend on the encoder's pooler.
       evaluation: how a fine-tuning run evaluates it.
       score: the metric (a key of its evaluation results) the best model is chosen
@@ -82,6 +84,7 @@ class TaskKind:
     labelled: bool = False
     one_output: bool = False
     bilstm: bool = False
+    multi_label: bool = False
     uses_pooler: bool = False
     evaluation: str = ""
     score: str | None = None
@@ -102,10 +105,12 @@ class TaskKind:
         bilstm_units: int = 0,
         head_initializer: str = "truncated_normal",
         objective: str = "mlm",
+        multi_label: bool = False,
     ):
         """A model of this kind on `encoder` (the encoder itself for ENCODER).
 
         `num_labels` for a labelled kind, `bilstm_units` for one with a BiLSTM option,
+        `multi_label` for one with that option,
         `objective` ("mlm" or "ltr") for the pre-trainer. The feature-based tagger
         takes options of its own: build it with its class.
         """
@@ -116,6 +121,10 @@ class TaskKind:
         kwargs = dict(head_initializer=head_initializer)
         if self.bilstm:
             kwargs["bilstm_units"] = bilstm_units
+        if self.multi_label:
+            kwargs["multi_label"] = multi_label
+        elif multi_label:
+            raise ValueError(f"a {self.name} model has no multi-label option")
         if self.labelled:
             return self.model_class(encoder, config, num_labels, **kwargs)
         return self.model_class(encoder, config, **kwargs)
@@ -154,12 +163,19 @@ CLASSIFIER = TaskKind(
     hf_architectures=("BertForSequenceClassification",),
     labelled=True,
     bilstm=True,
+    multi_label=True,
     uses_pooler=True,
     evaluation="the task's GLUE metrics (evaluation.glue_metrics) and the loss",
     export_kind="classifier",
-    # run_classifier.py --long_input=windows: a text's windows, joined (its model_info).
+    # run_classifier.py --long_input=windows: a text's windows, joined (its model_info);
+    # --multi_label: the threshold and the separator of the label set it answers.
     export_options=_options(
-        long_input="truncate", doc_stride=0, window_pooling="mean", max_windows_per_text=16
+        long_input="truncate",
+        doc_stride=0,
+        window_pooling="mean",
+        max_windows_per_text=16,
+        multi_label_threshold=0.5,
+        label_separator=",",
     ),
 )
 MULTIPLE_CHOICE = TaskKind(

@@ -123,25 +123,59 @@ class LanguageModelObjective:
 
 class ClassificationObjective:
     """Sequence classification (and multiple choice) or, with `is_regression`,
-    regression on one output.
+    regression on one output; with `multi_label`, zero or more of L labels per example.
 
-    Features: `label_ids` int [B] (float [B] for regression); outputs `logits` [B, L]
-    ([B, 1] for regression, [B, C] for multiple choice). Loss: mean cross-entropy, or
-    mean squared error for regression, over the global batch.
+    Features: `label_ids` int [B] (float [B] for regression, int 0/1 [B, L] for
+    multi-label); outputs `logits` [B, L] ([B, 1] for regression, [B, C] for multiple
+    choice). Loss: mean cross-entropy, or mean squared error for regression, over the
+    global batch; multi-label: one sigmoid per label, the binary cross-entropy averaged
+    over the labels, then over the batch (Hugging Face's multi_label_classification).
+
+    `class_weights` (float [L], rare classes): single-label, each example's
+    cross-entropy weighs the weight of its label and the loss is their weighted mean
+    (as PyTorch's `CrossEntropyLoss(weight=...)`); multi-label, the weight multiplies
+    each label's positive term (`pos_weight` of `BCEWithLogitsLoss`).
     """
 
-    def __init__(self, is_regression: bool = False):
+    def __init__(
+        self,
+        is_regression: bool = False,
+        multi_label: bool = False,
+        class_weights: list[float] | None = None,
+    ):
         self.is_regression = is_regression
+        self.multi_label = multi_label
+        self.class_weights = None if class_weights is None else [float(w) for w in class_weights]
+
+    def _weights(self):
+        return tf.constant(self.class_weights, tf.float32)
+
+    def _example_weights(self, features):
+        """float [B]: each example's weight in the mean (1 unless single-label class
+        weights)."""
+        batch = tf.shape(features["input_word_ids"])[0]
+        if self.class_weights is None or self.multi_label or self.is_regression:
+            return tf.ones([batch], tf.float32)
+        return tf.gather(self._weights(), tf.reshape(features["label_ids"], [-1]))
 
     def _per_example_loss(self, features, outputs):
         logits = outputs["logits"]
+        if self.multi_label:
+            labels = tf.cast(features["label_ids"], tf.float32)  # [B, L]
+            logits = tf.cast(logits, tf.float32)
+            if self.class_weights is None:
+                bce = tf.nn.sigmoid_cross_entropy_with_logits(labels=labels, logits=logits)
+            else:
+                bce = tf.nn.weighted_cross_entropy_with_logits(labels, logits, self._weights())
+            return tf.reduce_mean(bce, axis=-1)
         if self.is_regression:
             labels = tf.cast(tf.reshape(features["label_ids"], [-1]), tf.float32)
             return tf.square(tf.reshape(logits, [-1]) - labels)
-        return _sparse_nll(tf.reshape(features["label_ids"], [-1]), logits)
+        nll = _sparse_nll(tf.reshape(features["label_ids"], [-1]), logits)
+        return nll * self._example_weights(features)
 
     def loss_weights(self, features):
-        return {"loss": tf.cast(tf.shape(features["input_word_ids"])[0], tf.float32)}
+        return {"loss": tf.reduce_sum(self._example_weights(features))}
 
     def loss_sums(self, features, outputs):
         return {"loss": tf.reduce_sum(self._per_example_loss(features, outputs))}
@@ -151,7 +185,9 @@ class ClassificationObjective:
             "loss": tf.reduce_sum(self._per_example_loss(features, outputs)),
             "examples": tf.cast(tf.shape(features["input_word_ids"])[0], tf.float32),
         }
-        if not self.is_regression:
+        if self.class_weights is not None and not self.multi_label:
+            sums["loss_weight"] = tf.reduce_sum(self._example_weights(features))
+        if not (self.is_regression or self.multi_label):
             sums["correct"] = tf.reduce_sum(
                 _correct(tf.reshape(features["label_ids"], [-1]), outputs["logits"])
             )
@@ -159,7 +195,8 @@ class ClassificationObjective:
 
     def finalize_eval(self, sums):
         examples = max(sums["examples"], 1.0)
-        metrics = {"eval_loss": sums["loss"] / examples}
+        weight = max(sums.get("loss_weight", examples), 1e-12)
+        metrics = {"eval_loss": sums["loss"] / weight}
         if "correct" in sums:
             metrics["eval_accuracy"] = sums["correct"] / examples
         return metrics

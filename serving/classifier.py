@@ -32,6 +32,8 @@ def classifier_signatures(
     seq_length: int,
     labels,
     *,
+    multi_label_threshold: float = 0.5,
+    label_separator: str = ",",
     pad_to_max_seq_length: bool = False,
     xla_single_requests: bool = False,
     long_input: str = "truncate",
@@ -44,6 +46,10 @@ def classifier_signatures(
     serving_default(text_a, text_b) and serving_text_a(text_a), each tf.string [B] ->
       classification: `probabilities` float32 [B, num_labels], `labels` tf.string [B]
         (the most probable label);
+      multi-label (the model's `multi_label`): `probabilities` float32 [B, num_labels]
+        (a sigmoid each), `predicted` bool [B, num_labels] (probability above
+        `multi_label_threshold`) and `labels` tf.string [B], the predicted labels
+        joined by `label_separator` ("" for none), as test_results.tsv's last column;
       regression (labels None and one output): `predictions` float32 [B].
     text_a and text_b hold one entry per example (text_b "" for a single sentence);
     batches of other sizes fail with tf.errors.InvalidArgumentError naming both.
@@ -68,6 +74,7 @@ def classifier_signatures(
             f"{len(labels)} labels {list(labels)} for a classifier with {model.num_labels} outputs"
         )
     label_names = None if is_regression else tf.constant([str(label) for label in labels])
+    multi_label = bool(getattr(model, "multi_label", False))
     call = ModelCall(
         model,
         seq_length,
@@ -96,6 +103,8 @@ def classifier_signatures(
             logits = call(inputs)["logits"]
         if is_regression:
             return {"predictions": logits[:, 0]}
+        if multi_label:
+            return multi_label_answer(logits, label_names, multi_label_threshold, label_separator)
         probabilities = tf.nn.softmax(logits, axis=-1)
         return {
             "probabilities": probabilities,
@@ -167,6 +176,22 @@ def window_logits(
     logits = tf.cast(call(call.cut(inputs))["logits"], tf.float32)  # [N, K]
     join = tf.math.segment_max if pooling == "max" else tf.math.segment_mean
     return join(logits, windows.row)
+
+
+def multi_label_answer(logits, label_names, threshold: float, separator: str) -> dict:
+    """A multi-label classifier's answer: float32 probabilities [B, L], bool predicted
+    [B, L], and the predicted labels joined by `separator`, tf.string [B].
+
+    Args:
+      logits: [B, L].
+      label_names: tf.string [L].
+    """
+    probabilities = tf.sigmoid(tf.cast(logits, tf.float32))
+    predicted = probabilities > threshold
+    names = tf.where(predicted, tf.broadcast_to(label_names, tf.shape(predicted)), "")
+    chosen = tf.ragged.boolean_mask(names, predicted)  # [B, (labels)]
+    joined = tf.strings.reduce_join(chosen, axis=-1, separator=separator)
+    return {"probabilities": probabilities, "predicted": predicted, "labels": joined}
 
 
 def join_start_and_ending(start: tf.Tensor, endings: tf.Tensor) -> tf.Tensor:

@@ -27,7 +27,7 @@ from absl import flags
 
 from common.errors import MissingFileError, UserError
 from data_prep.text import tokenization
-from data_prep.classifier.classifier_reader import DataProcessor, InputExample
+from data_prep.classifier.classifier_reader import DataProcessor, InputExample, split_labels
 
 # split -> the original's method that reads it.
 ORIGINAL_METHODS = {
@@ -196,10 +196,15 @@ class OriginalStyleReader(DataProcessor):
                 raise
             raise MissingFileError(f"{call}: {e}") from None
         labels = None if split == "test" else self.get_labels(data_dir)
-        return [self._example(item, i, split, labels, call) for i, item in enumerate(read)]
+        return [
+            self._example(item, i, split, labels, call, self.label_separator)
+            for i, item in enumerate(read)
+        ]
 
     @staticmethod
-    def _example(item, position: int, split: str, labels, call: str) -> InputExample:
+    def _example(
+        item, position: int, split: str, labels, call: str, separator: str | None = None
+    ) -> InputExample:
         try:
             guid, text_a, text_b, label = item.guid, item.text_a, item.text_b, item.label
         except AttributeError:
@@ -211,7 +216,14 @@ class OriginalStyleReader(DataProcessor):
         text_a = _text(text_a, f"{where}: text_a")
         if text_a is None:
             raise UserError(f"{where}: text_a is None")
-        if labels is not None:  # Test examples' labels are placeholders.
+        if labels is not None and separator is not None:  # Multi-label.
+            label = split_labels("" if label is None else label, separator)
+            unknown = [name for name in label if name not in labels]
+            if unknown:
+                raise UserError(
+                    f"{where}: label {unknown[0]!r} is not one of get_labels() {labels}"
+                )
+        elif labels is not None:  # Test examples' labels are placeholders.
             if label is None:
                 raise UserError(f"{where} has no label")
             if str(label) not in labels:
@@ -220,6 +232,6 @@ class OriginalStyleReader(DataProcessor):
             guid=str(guid),
             text_a=text_a,
             text_b=_text(text_b, f"{where}: text_b"),
-            label=None if labels is None else str(label),
+            label=None if labels is None else label if separator is not None else str(label),
             index=str(position),
         )

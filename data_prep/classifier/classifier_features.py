@@ -7,7 +7,8 @@ per choice: `[CLS] context [SEP] choice [SEP]`.
 
 TFRecord features (the original release's names): int64 `input_ids`,
 `input_mask`, `segment_ids` `[S]` (`[C * S]` for multiple choice, choice-major),
-`label_ids` `[1]` (int64, or float for a regression task), int64
+`label_ids` `[1]` (int64, or float for a regression task; multi-label: int64 `[L]`,
+1 for each label the example has), int64
 `is_real_example` `[1]` (always 1: TF2 keeps partial batches, so no padding
 examples are written). Beside each file, `<file>.meta.json` (`records.write_metadata`,
 format `RECORD_FORMAT`) records what built it; `get_or_create_features` rebuilds the
@@ -64,7 +65,8 @@ class InputFeatures:
       input_mask: int [S], 1 for real tokens, 0 for padding (`[C][S]`).
       segment_ids: int [S], 0 for `[CLS] A [SEP]`, 1 for `B [SEP]` (`[C][S]`).
       label_id: class id, or the float score of a regression task; 0 for an
-        unlabelled example.
+        unlabelled example. Multi-label: int [L], 1 for each label the example has
+        (all 0 unlabelled).
       is_real_example: always True here (kept in the records for compatibility).
       truncated: whether tokens were cut to fit `max_seq_length`.
     """
@@ -72,7 +74,7 @@ class InputFeatures:
     input_ids: list
     input_mask: list
     segment_ids: list
-    label_id: int | float
+    label_id: int | float | list
     is_real_example: bool = True
     truncated: bool = False
 
@@ -93,6 +95,8 @@ def _encode(
 
 
 def _label_id(label, label_map: dict[str, int], is_regression: bool, guid: str) -> int | float:
+    if isinstance(label, tuple):
+        return multi_hot(label, label_map, guid)
     if label is None:
         return 0.0 if is_regression else 0
     if is_regression:
@@ -102,12 +106,22 @@ def _label_id(label, label_map: dict[str, int], is_regression: bool, guid: str) 
     return label_map[label]
 
 
+def multi_hot(labels: Sequence[str], label_map: dict[str, int], guid: str) -> list[int]:
+    """int [L]: 1 at the id of each of `labels` (a multi-label example's), else 0."""
+    unknown = [label for label in labels if label not in label_map]
+    if unknown:
+        raise UserError(f"Example {guid}: label {unknown[0]!r} is not one of {list(label_map)}")
+    ids = {label_map[label] for label in labels}
+    return [int(i in ids) for i in range(len(label_map))]
+
+
 def convert_example(
     example: InputExample | MultipleChoiceExample,
     label_list: Sequence[str],
     max_seq_length: int,
     tokenizer,
     is_regression: bool = False,
+    multi_label: bool = False,
 ) -> InputFeatures:
     """Tokenizes and packs one example.
 
@@ -118,9 +132,12 @@ def convert_example(
       max_seq_length: S, the length of every sequence.
       tokenizer: a `tokenization.FullTokenizer`.
       is_regression: labels are float scores.
+      multi_label: the label is a tuple of labels (`label_id` a multi-hot list [L]).
     """
     label_map = {label: i for i, label in enumerate(label_list)}
     label_id = _label_id(example.label, label_map, is_regression, example.guid)
+    if multi_label and example.label is None:  # Unlabelled (test): no label.
+        label_id = [0] * len(label_list)
     if isinstance(example, MultipleChoiceExample):
         ids_a = tokenizer.convert_tokens_to_ids(tokenizer.tokenize(example.context))
         encoded = [
@@ -164,6 +181,8 @@ def serialize_features(features: InputFeatures, is_regression: bool) -> bytes:
     """One `tf.train.Example` with the original release's feature names."""
     if is_regression:
         label = tf.train.Feature(float_list=tf.train.FloatList(value=[features.label_id]))
+    elif isinstance(features.label_id, list):
+        label = records.int64_feature(features.label_id)
     else:
         label = records.int64_feature([features.label_id])
     example = tf.train.Example(
@@ -208,7 +227,17 @@ def _settings(
         "do_lower_case": do_lower_case,
         "preserve_unused_tokens": preserve_unused_tokens,
         "vocab_sha256": records.file_sha256(vocab_file),
+        **multi_label_settings(processor),
     }
+
+
+def multi_label_settings(processor: DataProcessor) -> dict:
+    """The metadata entries of a multi-label task's records (`multi_label` and the
+    `label_separator` its files were read with); none for any other task, whose
+    records and metadata stay as they were."""
+    if processor.label_separator is None:
+        return {}
+    return {"multi_label": True, "label_separator": processor.label_separator}
 
 
 def create_features(
@@ -257,7 +286,12 @@ def create_features(
         nonlocal num_truncated
         for example in progress.iterate(examples, f"features {split}", len(examples), "example"):
             features = convert_example(
-                example, labels, max_seq_length, tokenizer, processor.is_regression
+                example,
+                labels,
+                max_seq_length,
+                tokenizer,
+                processor.is_regression,
+                processor.label_separator is not None,
             )
             num_truncated += features.truncated
             yield serialize_features(features, processor.is_regression)
@@ -355,6 +389,7 @@ def decode_records(
     max_seq_length: int,
     num_choices: int | None = None,
     is_regression: bool = False,
+    num_multi_labels: int | None = None,
 ) -> dict[str, tf.Tensor]:
     """Parses a batch of serialized records.
 
@@ -363,16 +398,19 @@ def decode_records(
       max_seq_length: S.
       num_choices: C for multiple choice, else None.
       is_regression: labels are floats.
+      num_multi_labels: L of a multi-label task's records, else None.
 
     Returns:
       int32 `input_word_ids`, `input_mask`, `input_type_ids`, each [B, S] (or
       [B, C, S]), and `label_ids`: int32 [B] class ids (float32 [B] scores for
-      regression).
+      regression; int32 [B, L] 0/1 for multi-label).
     """
     length = max_seq_length * (num_choices or 1)
     label_dtype = tf.float32 if is_regression else tf.int64
     spec = {name: tf.io.FixedLenFeature([length], tf.int64) for name in records.ENCODER_INPUT_NAMES}
-    spec["label_ids"] = tf.io.FixedLenFeature([], label_dtype)
+    spec["label_ids"] = tf.io.FixedLenFeature(
+        [num_multi_labels] if num_multi_labels else [], label_dtype
+    )
     parsed = tf.io.parse_example(serialized, spec)
     shape = [-1, max_seq_length] if num_choices is None else [-1, num_choices, max_seq_length]
     features = {
@@ -424,6 +462,7 @@ def build_dataset(
             metadata.max_seq_length,
             metadata.get("num_choices"),
             metadata["is_regression"],
+            len(metadata["labels"]) if metadata.get("multi_label") else None,
         ),
         batch_size,
         is_training,
@@ -434,3 +473,22 @@ def build_dataset(
         group_by_length=group_by_length,
         drop_remainder=drop_remainder,
     )
+
+
+def label_counts(input_file: str, metadata: RecordMetadata) -> list[int]:
+    """How many records of a classification file have each label, in label order
+    (multi-label: how many hold it among their labels): what --class_weights=balanced
+    weighs by."""
+    dataset = tf.data.TFRecordDataset(input_file).batch(1024)
+    num_labels = len(metadata["labels"])
+    multi = num_labels if metadata.get("multi_label") else None
+    counts = [0] * num_labels
+    for serialized in dataset:
+        labels = decode_records(serialized, metadata.max_seq_length, None, False, multi)
+        labels = labels["label_ids"].numpy()
+        if multi:
+            column_sums = labels.sum(axis=0)
+        else:
+            column_sums = [int((labels == i).sum()) for i in range(num_labels)]
+        counts = [c + int(n) for c, n in zip(counts, column_sums)]
+    return counts

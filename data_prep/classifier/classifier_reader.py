@@ -41,8 +41,9 @@ class InputExample:
       guid: unique id, "<split>-<line number>".
       text_a: the first sequence (untokenized).
       text_b: the second sequence, or None for single-sequence tasks.
-      label: label name (classification), float score (regression), or None
-        where the file has no labels (test sets).
+      label: label name (classification), float score (regression), a tuple of
+        label names, possibly empty (multi-label: `DataProcessor.label_separator`),
+        or None where the file has no labels (test sets).
       index: the file's `index`/`id` column (what the GLUE server wants in a
         submission file), or the example's position where there is none.
     """
@@ -50,7 +51,7 @@ class InputExample:
     guid: str
     text_a: str
     text_b: str | None = None
-    label: str | float | None = None
+    label: str | float | tuple[str, ...] | None = None
     index: str = ""
 
 
@@ -199,6 +200,15 @@ def tsv(file_name: str, has_header: bool = True, **columns) -> FileLayout:
     return FileLayout(file_name, has_header, **columns)
 
 
+def split_labels(value, separator: str) -> tuple[str, ...]:
+    """A multi-label field as its labels: "LOC, PER" -> ("LOC", "PER") with separator
+    ","; "" -> () (no label). Each label is stripped; empty ones and repeats are
+    dropped. A list or tuple (a reader of one's own may give one) is taken as is."""
+    parts = value if isinstance(value, (list, tuple)) else str(value).split(separator)
+    labels = (str(part).strip() for part in parts)
+    return tuple(dict.fromkeys(label for label in labels if label))
+
+
 # ----------------------------------------------------------------------------
 # The reader of a task.
 # ----------------------------------------------------------------------------
@@ -223,6 +233,9 @@ class DataProcessor:
       score_metrics: those of its metrics whose mean is its score, which picks the
         best model (its GLUE score); None: all of them.
       glue_submission: prediction split -> its GLUE server file name, without ".tsv".
+      label_separator: None for one label per example; multi-label (run_classifier's
+        --multi_label): the separator of the zero or more labels of a label field,
+        which is then read as a tuple of labels (`split_labels`).
     """
 
     name = ""
@@ -239,6 +252,7 @@ class DataProcessor:
     metrics: tuple[str, ...] | None = None
     score_metrics: tuple[str, ...] | None = None
     glue_submission: dict[str, str] = {}
+    label_separator: str | None = None
 
     def options(self) -> dict:
         """Settings that change what is read (part of the feature cache key)."""
@@ -309,6 +323,8 @@ class DataProcessor:
 
         `labels=None` accepts any non-empty name (label discovery).
         """
+        if self.label_separator is not None:
+            return self._parse_labels(value, labels, path, line)
         value = self.label_aliases.get(value, value)
         if self.is_regression:
             try:
@@ -326,6 +342,21 @@ class DataProcessor:
         elif value not in labels:
             raise UserError(f"{path}:{line}: label {value!r} is not one of {list(labels)}")
         return value
+
+    def _parse_labels(
+        self, value: str, labels: Sequence[str] | None, path: str, line: int
+    ) -> tuple[str, ...]:
+        """A multi-label field: zero or more labels, each known (unless discovering)."""
+        found = tuple(
+            self.label_aliases.get(v, v) for v in split_labels(value, self.label_separator)
+        )
+        unknown = [label for label in found if labels is not None and label not in labels]
+        if unknown:
+            raise UserError(
+                f"{path}:{line}: label {unknown[0]!r} is not one of {list(labels)} "
+                f"(labels separated by {self.label_separator!r})"
+            )
+        return found
 
     def _read(
         self, path: str, layout: FileLayout, split: str, labels: Sequence[str] | None

@@ -463,6 +463,9 @@ class GenericProcessor(DataProcessor):
         if data_dir not in self._labels_by_dir:
             path = os.path.join(data_dir, self._file_name(data_dir, "train"))
             examples = self._read(path, self.layout(data_dir, "train"), "train", labels=None)
+            if self.label_separator is not None:
+                self._labels_by_dir[data_dir] = multi_label_set(examples, path, self.label_column)
+                return list(self._labels_by_dir[data_dir])
             labels = sorted({example.label for example in examples})
             if len(labels) < 2:
                 raise UserError(
@@ -471,6 +474,32 @@ class GenericProcessor(DataProcessor):
                 )
             self._labels_by_dir[data_dir] = labels
         return list(self._labels_by_dir[data_dir])
+
+
+def multi_label_set(examples, path: str, column: Column) -> list[str]:
+    """The sorted labels that the multi-label training examples hold; an error naming
+    the file when no row holds one (an empty label column: nothing to learn)."""
+    labels = sorted({label for example in examples for label in example.label})
+    if not labels:
+        raise UserError(
+            f"{path}: column {column!r} holds no label on any row (--multi_label reads "
+            f"zero or more labels per row, and at least one row needs one); check "
+            f"--label_column and --label_separator"
+        )
+    return labels
+
+
+def set_multi_label(processor: DataProcessor, separator: str) -> DataProcessor:
+    """Makes `processor` (any task's reader, a user's too) read each label field as
+    zero or more labels separated by `separator` (run_classifier's --multi_label);
+    returns it."""
+    if processor.is_regression or processor.num_choices:
+        kind = "a regression" if processor.is_regression else "multiple choice"
+        raise UserError(f"--multi_label: task {processor.name!r} is {kind}, not classification")
+    if not separator:
+        raise UserError("--label_separator is empty: give the character between labels")
+    processor.label_separator = separator
+    return processor
 
 
 class PawsProcessor(DataProcessor):

@@ -499,3 +499,70 @@ def test_generic_errors(tmp_path):
         ct.get_processor("generic", text_a_column="text", label_column="label").get_dev_examples(
             str(tmp_path)
         )
+
+
+def test_generic_multi_label_reads_label_sets_and_records_them(tmp_path, vocab_file):
+    header = "text\ttags"
+    _write(tmp_path, "train.tsv", [header, "a b\tx; z", "c\t", "d\tz;y ;z"])
+    _write(tmp_path, "dev.tsv", [header, "e\ty", "f\tw"])
+    processor = ct.set_multi_label(
+        ct.get_processor("generic", text_a_column="text", label_column="tags"), ";"
+    )
+    data_dir = str(tmp_path)
+    assert processor.get_labels(data_dir) == ["x", "y", "z"]
+    assert [e.label for e in processor.get_train_examples(data_dir)] == [
+        ("x", "z"),
+        (),
+        ("z", "y"),
+    ]
+    with pytest.raises(ValueError, match=r"dev.tsv:3: label 'w' is not one of \['x', 'y', 'z'\]"):
+        processor.get_dev_examples(data_dir)
+    # Records: label_ids [L], multi-hot; the metadata says multi-label.
+    output = str(tmp_path / "train.tf_record")
+    metadata = cf.create_features(processor, data_dir, "train", output, vocab_file, True, 8)
+    assert metadata["multi_label"] and metadata["label_separator"] == ";"
+    batch = next(iter(cf.build_dataset(output, metadata, 3, is_training=False)))
+    assert batch["label_ids"].numpy().tolist() == [[1, 0, 1], [0, 0, 0], [0, 1, 1]]
+    assert cf.label_counts(output, metadata) == [1, 1, 2]
+    # A single-label run of the same files keeps its records as they were.
+    single = ct.get_processor("generic", text_a_column="text", label_column="tags")
+    assert cf.multi_label_settings(single) == {}
+
+
+def test_multi_label_column_empty_everywhere_is_named(tmp_path):
+    _write(tmp_path, "train.tsv", ["text\ttags", "a\t", "b\t , "])
+    processor = ct.set_multi_label(
+        ct.get_processor("generic", text_a_column="text", label_column="tags"), ","
+    )
+    with pytest.raises(ValueError, match=r"train.tsv: column 'tags' holds no label on any row"):
+        processor.get_labels(str(tmp_path))
+    regression = ct.get_processor("sts-b")
+    with pytest.raises(ValueError, match="--multi_label: task 'sts-b' is a regression"):
+        ct.set_multi_label(regression, ",")
+
+
+def test_original_style_reader_gives_label_sets(tmp_path):
+    from data_prep.classifier.classifier_reader import DataProcessor, InputExample
+
+    class TagReader(DataProcessor):  # As written for the original release.
+        def get_train_examples(self, data_dir):
+            return [
+                InputExample("t-0", "one", None, "news|sport"),
+                InputExample("t-1", "two", None, ["sport"]),
+                InputExample("t-2", "three", None, ""),
+            ]
+
+        def get_labels(self):
+            return ["news", "sport", "weather"]
+
+    module = types.ModuleType("tag_reader_module")
+    module.TagReader = TagReader
+    import sys
+
+    sys.modules["tag_reader_module"] = module
+    try:
+        processor = ct.set_multi_label(ct.get_processor("tag_reader_module:TagReader"), "|")
+        labels = [e.label for e in processor.get_examples(str(tmp_path), "train")]
+    finally:
+        del sys.modules["tag_reader_module"]
+    assert labels == [("news", "sport"), ("sport",), ()]

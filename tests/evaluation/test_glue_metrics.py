@@ -229,3 +229,46 @@ def test_submission_length_mismatch_raises(tmp_path):
         gm.write_glue_submission(
             str(tmp_path), "rte", ["0"], [0, 1], ["entailment", "not_entailment"]
         )
+
+
+def test_per_class_metrics_by_hand():
+    # labels    0 0 0 1 1 2;  predictions 0 0 1 1 0 0 (class 2 never predicted)
+    metrics = gm.per_class_metrics([0, 0, 1, 1, 0, 0], [0, 0, 0, 1, 1, 2], ["a", "b", "c"])
+    assert metrics["eval_precision_a"] == pytest.approx(2 / 4)
+    assert metrics["eval_recall_a"] == pytest.approx(2 / 3)
+    assert metrics["eval_f1_a"] == pytest.approx(2 * 2 / (4 + 3))
+    assert metrics["eval_precision_b"] == pytest.approx(1 / 2)
+    assert metrics["eval_recall_b"] == pytest.approx(1 / 2)
+    assert metrics["eval_precision_c"] == metrics["eval_recall_c"] == metrics["eval_f1_c"] == 0.0
+    assert metrics["eval_macro_f1"] == pytest.approx((4 / 7 + 1 / 2 + 0.0) / 3)
+    assert list(metrics)[0] == "eval_macro_f1"
+    # From logits (argmax) and with another prefix; MRPC's F1 is class "1"'s.
+    logits = np.array([[2.0, 1.0], [0.0, 3.0], [1.0, 0.0], [0.0, 1.0]])
+    by_logits = gm.per_class_metrics(logits, [0, 1, 1, 1], ["0", "1"], "eval_mismatched_")
+    assert by_logits["eval_mismatched_f1_1"] == gm.f1_score([0, 1, 0, 1], [0, 1, 1, 1])
+
+
+def test_multi_label_metrics_by_hand():
+    labels = np.array([[1, 0, 1], [0, 0, 0], [1, 1, 0], [0, 0, 1]])
+    predicted = np.array([[1, 0, 0], [0, 0, 0], [1, 1, 0], [1, 0, 1]])
+    metrics = gm.multi_label_metrics(predicted, labels, ["LOC", "ORG", "PER"])
+    # Pooled: TP 4 (LOC twice, ORG, PER), predicted 5, true 5.
+    assert metrics["eval_micro_f1"] == pytest.approx(2 * 4 / (5 + 5))
+    # LOC: TP 2, predicted 3, true 2; ORG: 1, 1, 1; PER: 1, 1, 2.
+    assert metrics["eval_precision_LOC"] == pytest.approx(2 / 3)
+    assert metrics["eval_recall_LOC"] == 1.0
+    assert metrics["eval_f1_ORG"] == 1.0
+    assert metrics["eval_recall_PER"] == pytest.approx(1 / 2)
+    f1 = [2 * 2 / (3 + 2), 1.0, 2 * 1 / (1 + 2)]
+    assert metrics["eval_macro_f1"] == pytest.approx(np.mean(f1))
+    assert metrics["eval_subset_accuracy"] == pytest.approx(2 / 4)  # rows 1 and 2 exact
+    with pytest.raises(ValueError, match=r"\[N, L\]"):
+        gm.multi_label_metrics(predicted[:, :2], labels, ["LOC", "ORG"])
+
+
+def test_multi_label_results_file(tmp_path):
+    path = tmp_path / "test_results.tsv"
+    probabilities = np.array([[0.9, 0.2, 0.6], [0.1, 0.5, 0.4]])
+    gm.write_multi_label_results(str(path), probabilities, ["LOC", "ORG", "PER"], 0.5, "|")
+    rows = [line.split("\t") for line in path.read_text().splitlines()]
+    assert rows == [["0.9", "0.2", "0.6", "LOC|PER"], ["0.1", "0.5", "0.4", ""]]

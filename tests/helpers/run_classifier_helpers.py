@@ -90,3 +90,16 @@ def _write_lines(path: pathlib.Path, lines) -> pathlib.Path:
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text("\n".join(lines) + "\n", encoding="utf-8")
     return path
+
+
+def per_class_keys(labels, prefixes=("eval_",)) -> set[str]:
+    """The keys that a classification task's eval_results.txt adds to its own: macro F1
+    and each class's precision, recall and F1, for each evaluation split's prefix."""
+    return {
+        key
+        for prefix in prefixes
+        for key in (
+            f"{prefix}macro_f1",
+            *(f"{prefix}{m}_{label}" for m in ("precision", "recall", "f1") for label in labels),
+        )
+    }

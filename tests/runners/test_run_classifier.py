@@ -21,7 +21,12 @@ import numpy as np
 import pytest
 
 from tests.conftest import read_results, run_results_driver, write_tiny_config
-from tests.helpers.run_classifier_helpers import _read_tsv, _write_lines, _write_swag
+from tests.helpers.run_classifier_helpers import (
+    _read_tsv,
+    _write_lines,
+    _write_swag,
+    per_class_keys,
+)
 
 
 # ----------------------------------------------------------------------------
@@ -334,6 +339,7 @@ def test_mnli_matched_and_mismatched(driver):
         "eval_mismatched_loss",
         "loss",
         "global_step",
+        *per_class_keys(("contradiction", "entailment", "neutral"), ("eval_", "eval_mismatched_")),
     }
     # An untrained model: accuracies are multiples of 1/3 and 1/6.
     assert results["eval_accuracy"] * 3 == pytest.approx(round(results["eval_accuracy"] * 3))
@@ -366,6 +372,7 @@ def test_paws_a_task_added_as_one_class(driver):
         "eval_test_loss",
         "loss",
         "global_step",
+        *per_class_keys("01", ("eval_", "eval_test_")),
     }
     assert results["global_step"] == 3  # 24 pairs, batch 8, one epoch
     assert results["eval_accuracy"] * 12 == pytest.approx(round(results["eval_accuracy"] * 12))
@@ -409,6 +416,7 @@ def test_generic_csv_task(driver):
         "eval_loss",
         "loss",
         "global_step",
+        *per_class_keys(("neg", "pos")),
     }
     assert _read_tsv(output_dir / "test_results.tsv").shape == (12, 2)
     assert not list(output_dir.glob("[A-Z]*.tsv"))  # no GLUE submission file
@@ -449,7 +457,10 @@ def test_hub_module_fine_tunes_with_its_own_vocabulary(driver):
 def test_cola_reports_matthews_correlation(driver):
     assert driver["cola"] == ["no error", ""]
     results = read_results(driver["root"] / "out_cola" / "eval_results.txt")
-    assert set(results) == {"eval_accuracy", "eval_mcc", "eval_loss", "loss", "global_step"}
+    assert set(results) == {
+        *("eval_accuracy", "eval_mcc", "eval_loss", "loss", "global_step"),
+        *per_class_keys("01"),
+    }
     assert results["global_step"] == 0
 
 

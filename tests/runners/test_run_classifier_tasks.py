@@ -66,7 +66,11 @@ def mrpc_run(tmp_path_factory, mrpc_dir, vocab_file):
 def test_mrpc_end_to_end(mrpc_run, mrpc_dir):
     output_dir, _ = mrpc_run
     results = read_results(output_dir / "eval_results.txt")
-    assert set(results) == {"eval_accuracy", "eval_f1", "eval_loss", "loss", "global_step"}
+    per_class = {f"eval_{m}_{label}" for m in ("precision", "recall", "f1") for label in "01"}
+    assert set(results) == {
+        *("eval_accuracy", "eval_f1", "eval_loss", "loss", "global_step"),
+        *("eval_macro_f1", *per_class),
+    }
     # 64 examples / 8 per batch * 2 epochs: an evaluation after steps 8 and 16; the
     # results are those of the better one, the model kept in best/.
     history = json.loads((output_dir / "eval_history.json").read_text())
