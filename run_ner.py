@@ -8,8 +8,8 @@
 
 --data_dir holds train.txt, dev.txt and test.txt (or give --train_file, --eval_file,
 --predict_file). Files are CoNLL columns (`token ... TAG`, blank line between
-sentences, -DOCSTART- lines skipped) in IOB1, IOB2 or IOBES (--tag_scheme=auto guesses
-each file's scheme). A Hugging Face directory or the original release's checkpoint as
+sentences, -DOCSTART- lines between documents) in IOB1, IOB2 or IOBES (--tag_scheme=auto
+guesses each file's scheme). A Hugging Face directory or the original release's checkpoint as
 --init_checkpoint brings its config and vocab.txt.
 
 Tag schemes. The model learns the tags in the scheme of the training file, as
@@ -24,6 +24,18 @@ Words are split into word pieces; the first piece of each word carries its label
 (`data_prep.ner.ner_features`). Sentences longer than --max_seq_length are cut into overlapping
 windows every --doc_stride pieces and each word is predicted from the window that
 gives it the most context, so every word of every sentence gets exactly one tag.
+
+Document context (--document_context: the paper's Section 5.3, "the maximal document
+context provided by the data"; off by default, as it measured worse than sentence by
+sentence on the bundled WikiGold at short schedules, docs/paper_experiments.md): in a
+file whose documents
+are marked by -DOCSTART- lines (before or after each document), the word pieces of a
+whole document are cut into those windows, so each word is tagged from the window of
+its document that gives it the most context; training, evaluation and prediction cut
+the same way, and the predictions files keep the file's sentences and markers. A file
+without -DOCSTART- lines has its sentences tagged one by one (the run says so). A run
+that does not train takes the setting its model was trained with (model_info.json),
+unless the flag is given.
 
 The label list ("O", then the labels the training file's tags have when written in
 the scheme learnt, by sorted entity type in the scheme's prefix order: B-/I- or
@@ -121,6 +133,14 @@ runner_flags.define_doc_stride_flag(
     "Word pieces between the starts of the windows of a sentence longer than max_seq_length - 2.",
 )
 flags.DEFINE_bool(
+    "document_context",
+    False,
+    "In a file that marks its documents (-DOCSTART- lines), cut each document's word "
+    "pieces into windows (--max_seq_length, --doc_stride) so that every word is tagged "
+    "with the context of its document (the paper's NER setup); off: each sentence alone. "
+    "Without --do_train, the trained model's setting unless given.",
+)
+flags.DEFINE_bool(
     "feature_based",
     False,
     "Freeze the encoder and train a BiLSTM tagger "
@@ -173,6 +193,7 @@ class Split:
         tag_scheme: its tag scheme (predictions are written in it).
         sentences: its sentences (IOB2 tags).
         features: their windows, in sentence order, labelled in the scheme learnt.
+        document_context: whether the windows are cut over whole documents.
     """
 
     name: str
@@ -180,6 +201,7 @@ class Split:
     tag_scheme: str
     sentences: list[conll.Sentence]
     features: list[ner_features.InputFeatures]
+    document_context: bool = False
 
 
 def input_file(split: str, explicit: str | None, data_dir: str | None) -> str:
@@ -217,8 +239,17 @@ def to_features(
     tokenizer: tokenization.FullTokenizer,
     max_seq_length: int,
     doc_stride: int,
+    document_context: bool = False,
 ) -> Split:
-    """A file's sentences as features labelled in `labels.scheme`."""
+    """A file's sentences as features labelled in `labels.scheme`, cut by document
+    with `document_context` if the file marks its documents (else by sentence, and the
+    terminal says so)."""
+    by_document = document_context and conll.has_documents(sentences)
+    if document_context and not by_document:
+        runner_flags.terminal().say(
+            f"{path} has no -DOCSTART- lines: each of its sentences is tagged alone "
+            "(document context needs the file's documents)"
+        )
     features = ner_features.convert_sentences_to_features(
         sentences,
         labels.labels,
@@ -227,15 +258,18 @@ def to_features(
         doc_stride,
         label_scheme=labels.scheme,
         progress=runner_flags.terminal(),
+        document_context=by_document,
     )
     logging.info(
-        "%s: %d sentences, %d words, %d windows",
+        "%s: %d sentences, %d words, %d documents, %d windows%s",
         path,
         len(sentences),
         sum(len(s.words) for s in sentences),
+        len({s.document for s in sentences}),
         len(features),
+        " over whole documents" if by_document else "",
     )
-    return Split(name, path, scheme, sentences, features)
+    return Split(name, path, scheme, sentences, features, by_document)
 
 
 def training_labels(
@@ -269,6 +303,7 @@ def write_training_features(
         doc_stride,
         tokenizer.do_lower_case,
         len(tokenizer.vocab),
+        split.document_context,
     )
     ner_features.write_metadata(record, metadata)
     return metadata
@@ -302,6 +337,22 @@ def labels_of_earlier_run(output_dir: str, init_checkpoint: str | None) -> Label
         f"labels). The label list comes from the training file: run with --do_train "
         f"first (or together)."
     )
+
+
+def document_context_setting(
+    flag_value: bool, given: bool, do_train: bool, output_dir: str, init_checkpoint: str | None
+) -> bool:
+    """--document_context as given, or when training; otherwise the setting the model
+    was trained with (output_dir's model, else --init_checkpoint's; a model from before
+    the setting existed was trained sentence by sentence)."""
+    if given or do_train:
+        return flag_value
+    info_file = os.path.join(output_dir, model_files.MODEL_INFO)
+    infos = [file_io.read_json(info_file)] if tf.io.gfile.exists(info_file) else []
+    for info in [*infos, model_files.read_model_info(init_checkpoint)]:
+        if fine_tuned_labels(info):
+            return bool(info.get("document_context", False))
+    return flag_value
 
 
 def check_scheme_of_init_checkpoint(labels: Labels, settings: finetuning.Settings) -> None:
@@ -391,8 +442,10 @@ class NerTask:
         doc_stride: int,
         settings: finetuning.Settings,
         bilstm_units: int = 0,
+        document_context: bool = False,
     ):
         self.labels, self.splits, self.train_metadata = labels, splits, train_metadata
+        self.document_context = document_context
         self.feature_options, self.settings = feature_options, settings
         self.max_seq_length, self.doc_stride = max_seq_length, doc_stride
         if feature_options and bilstm_units:
@@ -519,6 +572,7 @@ class NerTask:
             "max_seq_length": self.max_seq_length,
             "doc_stride": self.doc_stride,
             "bilstm_units": self.bilstm_units,
+            "document_context": self.document_context,
         }
 
 
@@ -529,7 +583,7 @@ def feature_options() -> FeatureBasedOptions | None:
 
 
 def read_splits(
-    files: model_files.ModelFiles, settings: finetuning.Settings
+    files: model_files.ModelFiles, settings: finetuning.Settings, document_context: bool
 ) -> tuple[Labels, dict[str, Split], RecordMetadata | None]:
     """Every file the run needs, read and converted before any model is built; the
     training features written to output_dir. (labels, splits, training metadata)."""
@@ -551,7 +605,15 @@ def read_splits(
         labels = labels_of_earlier_run(FLAGS.output_dir, settings.init_checkpoint)
     splits = {
         name: to_features(
-            name, path, scheme, sentences, labels, tokenizer, FLAGS.max_seq_length, FLAGS.doc_stride
+            name,
+            path,
+            scheme,
+            sentences,
+            labels,
+            tokenizer,
+            FLAGS.max_seq_length,
+            FLAGS.doc_stride,
+            document_context,
         )
         for name, (path, scheme, sentences) in files_read.items()
     }
@@ -576,7 +638,18 @@ def main(_):
     strategy = runner_flags.setup(FLAGS)
     settings = runner_flags.finetuning_settings(FLAGS)
     encoder, files = model_flags.build_encoder(FLAGS, strategy)
-    labels, splits, train_metadata = read_splits(files, settings)
+    document_context = document_context_setting(
+        FLAGS.document_context,
+        FLAGS["document_context"].present > 0,
+        settings.do_train,
+        FLAGS.output_dir,
+        settings.init_checkpoint,
+    )
+    # run_config.json records the setting used.
+    settings = dataclasses.replace(
+        settings, flag_values=dict(settings.flag_values, document_context=document_context)
+    )
+    labels, splits, train_metadata = read_splits(files, settings, document_context)
     task = NerTask(
         labels,
         splits,
@@ -586,6 +659,7 @@ def main(_):
         FLAGS.doc_stride,
         settings,
         runner_flags.bilstm_units(FLAGS, BertTokenClassifier.MODEL_KIND),
+        document_context,
     )
     hparam_search.run(FLAGS, grid, task, settings, strategy, encoder, files)
 

@@ -52,7 +52,15 @@ def ner_signatures(
     The features are those of `ner_features.convert_sentences_to_features`: each word tokenized
     on its own ([UNK] if it has no piece), `[CLS] pieces [SEP]` windows of
     seq_length - 2 pieces every doc_stride pieces, each word tagged from the window
-    where its first piece has the most context; so every word gets a tag. The windows
+    where its first piece has the most context; so every word gets a tag.
+
+    A text is one sequence of words, cut into windows as run_ner.py cuts a document
+    with --document_context (the words of its sentences follow each other, line breaks
+    are spaces): a model trained with the document context tags a text holding a whole
+    document as --do_predict tags that document's sentences. A model trained
+    sentence by sentence (--nodocument_context, or data without -DOCSTART- lines)
+    is best sent one sentence per text: several sentences in one text are tagged
+    together, where --do_predict would tag each alone. The windows
     of a request are cut to the longest of them (`inputs.cut_to_longest`) unless
     `pad_to_max_seq_length`. With `xla_single_requests`, a request of one window (one
     text of at most seq_length - 2 pieces) runs the model through XLA

@@ -2,8 +2,15 @@
 
 Files. One token per line, fields separated by spaces or tabs, the tag in the
 last field: `token TAG`, or CoNLL-2003's `token POS chunk TAG`. A blank line ends
-a sentence; `-DOCSTART-` lines are skipped. UTF-8 (a leading BOM is ignored),
-LF or CRLF line ends.
+a sentence. UTF-8 (a leading BOM is ignored), LF or CRLF line ends.
+
+Documents. A `-DOCSTART-` line (any fields after it) separates documents, wherever
+the file puts it: before each document (CoNLL-2003) or after each (WikiGold as
+published); the sentences between two markers are one document. Each sentence keeps
+its document's index (`Sentence.document`, 0-based, in file order) and the markers
+next to it (`docstart_before`, `docstart_after`), so that `write_predictions` writes
+them back where they stood. A file without markers is one document;
+`has_documents` tells the two apart.
 
 Tag schemes. "iob1", "iob2" or "iobes" (`data_prep.ner.tag_schemes`);
 `detect_file_tag_scheme` guesses a file's. Sentences hold IOB2 tags whatever the
@@ -56,12 +63,25 @@ class Sentence:
         tags: one IOB2 tag per word.
         line_numbers: the 1-based line of each word in `path`.
         path: the file it was read from, for error messages.
+        document: index of its document in the file (0 in a file without markers).
+        docstart_before: -DOCSTART- lines between the previous sentence (or the
+            file's start) and this one.
+        docstart_after: -DOCSTART- lines after the file's last sentence (0 for any
+            other sentence).
     """
 
     words: tuple[str, ...]
     tags: tuple[str, ...]
     line_numbers: tuple[int, ...]
     path: str = "<string>"
+    document: int = 0
+    docstart_before: int = 0
+    docstart_after: int = 0
+
+
+def has_documents(sentences: Sequence[Sentence]) -> bool:
+    """Whether the sentences' file marks its documents (holds a -DOCSTART- line)."""
+    return any(s.docstart_before or s.docstart_after for s in sentences)
 
 
 def read_conll(
@@ -94,24 +114,41 @@ def detect_file_tag_scheme(path: str, missing_tag: str | None = None) -> str:
         ValueError: as `read_conll`, for a tag that is in none of the schemes.
     """
     groups = _split_sentences(file_io.read_text(path), str(path), "iobes", missing_tag)
-    return tag_schemes.detect_tag_scheme([[tag for _, tag, _ in group] for group in groups])
+    return tag_schemes.detect_tag_scheme([[tag for _, tag, _ in g.lines] for g in groups])
 
 
-def _split_sentences(
-    text: str, path: str, tag_scheme: str, missing_tag: str | None
-) -> list[list[tuple[str, str, int]]]:
-    """Groups the (word, tag, line number) of each line into sentences.
+@dataclasses.dataclass
+class _Group:
+    """The (word, tag, line number) of one sentence's lines, and its place among the
+    documents."""
+
+    lines: list
+    document: int
+    docstart_before: int
+    docstart_after: int = 0
+
+
+def _split_sentences(text: str, path: str, tag_scheme: str, missing_tag: str | None) -> list:
+    """Groups the (word, tag, line number) of each line into sentences (`_Group`s).
 
     Tags are checked against `tag_scheme` but not converted.
     """
-    sentences, current = [], []
+    groups, current = [], []
+    # Markers since the last sentence; the document of the next sentence.
+    markers, document = 0, 0
+    line_number = 0
     for line_number, line in enumerate(text.split("\n"), start=1):
         line = line.strip(" \t\r")
         fields = _FIELD_SEPARATOR.split(line) if line else []
         if not fields or fields[0] == DOCSTART:
             if current:
-                sentences.append(current)
-                current = []
+                groups.append(_Group(current, document, markers))
+                current, markers = [], 0
+            if fields:
+                # A marker after a document's sentences ends that document.
+                if groups and markers == 0:
+                    document += 1
+                markers += 1
             continue
         if len(fields) == 1:
             if missing_tag is None:
@@ -125,13 +162,15 @@ def _split_sentences(
             raise UserError(f"{path}:{line_number}: {error}")
         current.append((fields[0], fields[-1], line_number))
     if current:
-        sentences.append(current)
-    if not sentences:
+        groups.append(_Group(current, document, markers))
+        markers = 0
+    if not groups:
         raise UserError(
             f"{path}:{line_number}: no sentence in the file (it is empty "
             "or holds only blank and -DOCSTART- lines)"
         )
-    return sentences
+    groups[-1].docstart_after = markers
+    return groups
 
 
 def parse_conll(
@@ -142,13 +181,16 @@ def parse_conll(
     groups = _split_sentences(text, path, tag_scheme, missing_tag)
     sentences = []
     for group in groups:
-        words, tags, line_numbers = zip(*group)
+        words, tags, line_numbers = zip(*group.lines)
         sentences.append(
             Sentence(
                 words=words,
                 tags=tuple(tag_schemes.to_iob2(tags)),
                 line_numbers=line_numbers,
                 path=path,
+                document=group.document,
+                docstart_before=group.docstart_before,
+                docstart_after=group.docstart_after,
             )
         )
     return sentences
@@ -178,13 +220,19 @@ def label_list(sentences: Sequence[Sentence], tag_scheme: str = "iob2") -> list[
 # ----------------------------------------------------------------------------
 
 
+_MARKER_LINES = [f"{DOCSTART} {tag_schemes.OUTSIDE} {tag_schemes.OUTSIDE}\n", "\n"]
+
+
 def write_predictions(
     path: str,
     sentences: Sequence[Sentence],
     predicted_tags: Sequence[Sequence[str]],
     tag_scheme: str = "iob2",
 ) -> None:
-    """Writes `token gold guess` lines, a blank line after each sentence, for conlleval.
+    """Writes `token gold guess` lines, a blank line after each sentence, for conlleval;
+    a sentence's -DOCSTART- markers (`Sentence.docstart_before`, `docstart_after`) as
+    `-DOCSTART- O O` and a blank line, where the file had them (conlleval counts such a
+    line as a token, as CoNLL-2003's scored outputs had it; F1 does not change).
 
     Both columns are written in `tag_scheme` (`tag_schemes.from_iob2`), so conlleval
     counts the same chunks, in any scheme, as in the predicted tags.
@@ -208,9 +256,11 @@ def write_predictions(
             )
         gold = tag_schemes.from_iob2(sentence.tags, tag_scheme)
         guessed = tag_schemes.from_iob2(guessed, tag_scheme)
+        lines.extend(_MARKER_LINES * sentence.docstart_before)
         lines.extend(
             f"{word} {gold_tag} {guessed_tag}\n"
             for word, gold_tag, guessed_tag in zip(sentence.words, gold, guessed)
         )
         lines.append("\n")
+        lines.extend(_MARKER_LINES * sentence.docstart_after)
     file_io.write_text(path, "".join(lines))

@@ -27,6 +27,15 @@ and predicted from one: the window where min(left context, right context) +
 ties). `InputFeatures.token_is_max_context` marks it and `predictions_to_tags`
 reassembles one tag per word from those positions.
 
+Document context. With `document_context`, the unit cut into windows is a document
+(the sentences of one `Sentence.document`, in order) instead of a sentence: the word
+pieces of all its sentences follow each other, with no separator, and are cut into
+windows as above, so a word sees the sentences around it (the paper's "maximal document
+context", Section 5.3); each word is still labelled in every window holding its first
+piece and predicted from the one where it has the most context. Training, evaluation
+and prediction cut the same way. `InputFeatures.token_to_sentence` says which sentence
+each position's word belongs to.
+
 Records. `write_tfrecord`: int64 input_ids, input_mask, segment_ids, label_ids
 [max_seq_length] and unique_ids [1], written atomically; beside them
 `<file>.meta.json` (`describe`, `write_metadata`, `read_metadata`: a
@@ -57,7 +66,7 @@ from data_prep.ner.conll import Sentence
 
 LABEL_IGNORE_ID = -1
 # Raise the version when the records written for the same inputs change.
-RECORD_FORMAT = "bert_ner_tfrecord/3"
+RECORD_FORMAT = "bert_ner_tfrecord/4"
 
 
 # ----------------------------------------------------------------------------
@@ -67,21 +76,25 @@ RECORD_FORMAT = "bert_ner_tfrecord/3"
 
 @dataclasses.dataclass
 class InputFeatures:
-    """One window of one sentence, ready for the model.
+    """One window of one sentence (or, with document context, of one document), ready
+    for the model.
 
     Attributes:
         unique_id: index of this feature among all features written together.
-        sentence_index: index of its sentence.
-        window_index: index of this window among its sentence's windows.
+        sentence_index: index of its sentence (with document context: of its
+            document's first sentence).
+        window_index: index of this window among its sentence's (document's) windows.
         input_ids: int [S] `[CLS] pieces [SEP]`, zero padded.
         input_mask: int [S] 1 for real tokens, 0 for padding.
         segment_ids: int [S] all 0.
         label_ids: int [S] label id at the first piece of each word,
             LABEL_IGNORE_ID elsewhere.
-        token_to_word: int [S] index of the word whose first piece is at this
-            position, -1 elsewhere.
+        token_to_word: int [S] index (in its sentence) of the word whose first piece
+            is at this position, -1 elsewhere.
         token_is_max_context: bool [S] True where `token_to_word` >= 0 and this
             window is the one the word is predicted from.
+        token_to_sentence: int [S] index of the sentence of that word, -1 where
+            `token_to_word` is.
     """
 
     unique_id: int
@@ -93,6 +106,7 @@ class InputFeatures:
     label_ids: list[int]
     token_to_word: list[int]
     token_is_max_context: list[bool]
+    token_to_sentence: list[int]
 
 
 def tokenize_words(
@@ -157,6 +171,20 @@ def _pad(values: list, length: int, value) -> list:
     return values + [value] * (length - len(values))
 
 
+def context_units(sentences: Sequence[Sentence], document_context: bool) -> list[range]:
+    """The runs of sentence indices cut into windows together: each document's
+    sentences (consecutive sentences of one `Sentence.document`) with
+    `document_context`, else each sentence alone."""
+    if not document_context:
+        return [range(i, i + 1) for i in range(len(sentences))]
+    units, start = [], 0
+    for index in range(1, len(sentences) + 1):
+        if index == len(sentences) or sentences[index].document != sentences[start].document:
+            units.append(range(start, index))
+            start = index
+    return units
+
+
 def convert_sentences_to_features(
     sentences: Sequence[Sentence],
     labels: Sequence[str],
@@ -165,8 +193,10 @@ def convert_sentences_to_features(
     doc_stride: int,
     label_scheme: str = "iob2",
     progress: Progress | None = None,
+    document_context: bool = False,
 ) -> list[InputFeatures]:
-    """Tokenizes sentences and cuts them into windows of `max_seq_length` tokens.
+    """Tokenizes sentences (or documents) and cuts them into windows of
+    `max_seq_length` tokens.
 
     Args:
         sentences: sentences with IOB2 tags.
@@ -179,9 +209,11 @@ def convert_sentences_to_features(
         label_scheme: the tag scheme the labels are in ("iob1", "iob2", "iobes"):
             each sentence's tags are rewritten in it before they become label ids.
         progress: shown the sentences done (`common.progress`).
+        document_context: cut each document's sentences together (`context_units`;
+            the module docstring), not each sentence alone.
 
     Returns:
-        The features, sentence by sentence, window by window. A tag of a type in
+        The features, sentence (document) by sentence, window by window. A tag of a type in
         `labels` whose label is not (IOB1's rare B- when training had none) carries
         LABEL_IGNORE_ID, with one warning naming how many and the first one.
 
@@ -200,37 +232,55 @@ def convert_sentences_to_features(
     )
     features, unlearnt = [], []
     progress = progress if progress is not None else Progress()
-    done = progress.iterate(sentences, "features", len(sentences), "sentence")
-    for sentence_index, sentence in enumerate(done):
-        word_labels = _label_ids(sentence, label_map, label_scheme, unlearnt)
-        pieces, word_starts = tokenize_words(sentence.words, tokenizer)
-        piece_ids = tokenizer.convert_tokens_to_ids(pieces)
-        piece_word = [-1] * len(pieces)
-        for word, start in enumerate(word_starts):
-            piece_word[start] = word
-        windows = make_windows(len(pieces), max_seq_length - 2, doc_stride)
-        best_window = max_context_windows(word_starts, windows)
+    units = context_units(sentences, document_context)
+    unit_name = "document" if document_context else "sentence"
+    done = progress.iterate(units, "features", len(units), unit_name)
+    for unit in done:
+        # Per piece of the unit: its word's label id, index in its sentence and the
+        # sentence's index, at the word's first piece (-1 elsewhere).
+        piece_ids, piece_label, piece_word, piece_sentence, word_starts = [], [], [], [], []
+        for sentence_index in unit:
+            sentence = sentences[sentence_index]
+            word_labels = _label_ids(sentence, label_map, label_scheme, unlearnt)
+            pieces, starts = tokenize_words(sentence.words, tokenizer)
+            offset = len(piece_ids)
+            piece_ids.extend(tokenizer.convert_tokens_to_ids(pieces))
+            piece_label.extend([LABEL_IGNORE_ID] * len(pieces))
+            piece_word.extend([-1] * len(pieces))
+            piece_sentence.extend([-1] * len(pieces))
+            for word, start in enumerate(starts):
+                piece_label[offset + start] = word_labels[word]
+                piece_word[offset + start] = word
+                piece_sentence[offset + start] = sentence_index
+            word_starts.extend(offset + start for start in starts)
+        windows = make_windows(len(piece_ids), max_seq_length - 2, doc_stride)
+        best_window = dict(zip(word_starts, max_context_windows(word_starts, windows)))
         for window_index, (start, length) in enumerate(windows):
-            token_to_word = [-1] + piece_word[start : start + length] + [-1]
+            positions = range(start, start + length)
             input_ids = [cls_id] + piece_ids[start : start + length] + [sep_id]
             features.append(
                 InputFeatures(
                     unique_id=len(features),
-                    sentence_index=sentence_index,
+                    sentence_index=unit.start,
                     window_index=window_index,
                     input_ids=_pad(input_ids, max_seq_length, 0),
                     input_mask=_pad([1] * len(input_ids), max_seq_length, 0),
                     segment_ids=[0] * max_seq_length,
                     label_ids=_pad(
-                        [word_labels[w] if w >= 0 else LABEL_IGNORE_ID for w in token_to_word],
+                        [LABEL_IGNORE_ID] + piece_label[start : start + length],
                         max_seq_length,
                         LABEL_IGNORE_ID,
                     ),
-                    token_to_word=_pad(token_to_word, max_seq_length, -1),
+                    token_to_word=_pad(
+                        [-1] + piece_word[start : start + length], max_seq_length, -1
+                    ),
                     token_is_max_context=_pad(
-                        [w >= 0 and best_window[w] == window_index for w in token_to_word],
+                        [False] + [best_window.get(p) == window_index for p in positions] + [False],
                         max_seq_length,
                         False,
+                    ),
+                    token_to_sentence=_pad(
+                        [-1] + piece_sentence[start : start + length], max_seq_length, -1
                     ),
                 )
             )
@@ -288,10 +338,11 @@ def predictions_to_tags(
                 f"predictions have {len(row)} positions per feature, "
                 f"features {len(feature.token_to_word)}"
             )
-        sentence_tags = tags[feature.sentence_index]
         for position, word in enumerate(feature.token_to_word):
             if not feature.token_is_max_context[position]:
                 continue
+            sentence_index = feature.token_to_sentence[position]
+            sentence_tags = tags[sentence_index]
             label_id = int(row[position])
             if not 0 <= label_id < len(labels):
                 raise UserError(
@@ -300,8 +351,7 @@ def predictions_to_tags(
                 )
             if sentence_tags[word] is not None:
                 raise UserError(
-                    f"sentence {feature.sentence_index}, word {word}: "
-                    "predicted by more than one window"
+                    f"sentence {sentence_index}, word {word}: predicted by more than one window"
                 )
             sentence_tags[word] = labels[label_id]
     for sentence_index, sentence_tags in enumerate(tags):
@@ -343,7 +393,8 @@ def write_tfrecord(features: Sequence[InputFeatures], path: str) -> None:
 
 # The entries of the metadata beside NER records (`RecordMetadata.entries`): the label
 # list (label id i is labels[i]) and its tag scheme (the one the model learns in), the
-# source file's tag scheme, how the features were made, the vocabulary's size, counts,
+# source file's tag scheme, how the features were made (document_context: windows over
+# whole documents), the vocabulary's size, counts,
 # and the label id of positions without a label.
 METADATA_ENTRIES = (
     "labels",
@@ -351,6 +402,7 @@ METADATA_ENTRIES = (
     "tag_scheme",
     "max_seq_length",
     "doc_stride",
+    "document_context",
     "do_lower_case",
     "vocab_size",
     "num_sentences",
@@ -372,6 +424,7 @@ def describe(
     doc_stride: int,
     do_lower_case: bool,
     vocab_size: int,
+    document_context: bool = False,
 ) -> RecordMetadata:
     """The metadata of `features`, made from `sentences` (entries: METADATA_ENTRIES)."""
     return RecordMetadata.from_entries(
@@ -381,6 +434,7 @@ def describe(
             tag_scheme=tag_scheme,
             max_seq_length=max_seq_length,
             doc_stride=doc_stride,
+            document_context=document_context,
             do_lower_case=do_lower_case,
             vocab_size=vocab_size,
             num_sentences=len(sentences),

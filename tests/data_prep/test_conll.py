@@ -2,6 +2,7 @@
 windows, records."""
 
 import collections
+import dataclasses
 import itertools
 import json
 import os
@@ -13,7 +14,7 @@ import tensorflow as tf
 from data_prep.ner import conll
 from data_prep.ner import ner_features
 from common import file_io
-from data_prep import records
+from data_prep import context_windows, records
 from data_prep.ner import tag_schemes
 from data_prep.text import tokenization
 from evaluation import conlleval
@@ -501,13 +502,14 @@ def test_tfrecord_round_trip_and_metadata(tmp_path, hand_sentences, tokenizer):
         "tag_scheme": "iob2",
         "max_seq_length": 8,
         "doc_stride": 2,
+        "document_context": False,
         "do_lower_case": True,
         "vocab_size": 30522,
         "num_sentences": 2,
         "num_words": 16,
         "num_features": 8,
         "label_ignore_id": -1,
-        "format": "bert_ner_tfrecord/3",
+        "format": "bert_ner_tfrecord/4",
         "record_bytes": os.path.getsize(path),
     }
     assert ner_features.read_metadata(path) == metadata
@@ -522,7 +524,7 @@ def test_tfrecord_round_trip_and_metadata(tmp_path, hand_sentences, tokenizer):
     ):
         ner_features.read_metadata(bad)
     file_io.write_json(records.metadata_path(bad), dict(data, format="bert_ner_tfrecord/0"))
-    with pytest.raises(ValueError, match=r"'bert_ner_tfrecord/0', not 'bert_ner_tfrecord/3'"):
+    with pytest.raises(ValueError, match=r"'bert_ner_tfrecord/0', not 'bert_ner_tfrecord/4'"):
         ner_features.read_metadata(bad)
 
 
@@ -600,3 +602,136 @@ def test_write_iob1_predictions_in_every_scheme(tmp_path, hand_sentences):
         "iob2": ["B-PER", "I-PER", "B-PER", "O", "O", "O", "B-LOC", "B-LOC"],
         "iobes": ["B-PER", "E-PER", "S-PER", "O", "O", "O", "S-LOC", "S-LOC"],
     }
+
+
+# ----------------------------------------------------------------------------
+# Documents.
+# ----------------------------------------------------------------------------
+
+MARKER = "-DOCSTART- O\n\n"
+# Three documents: two sentences, one sentence, two sentences.
+DOCUMENTS = [
+    ["Jim I-PER\nHenson I-PER\nwas O\nhere O\n", "He O\nleft O\nParis I-LOC\n"],
+    ["Kermit I-PER\nsang O\n"],
+    ["Oslo I-LOC\nis O\ncold O\n", "Ann I-PER\nagreed O\n"],
+]
+
+
+def _documents_text(marker_before: bool) -> str:
+    text = ""
+    for sentences in DOCUMENTS:
+        body = "\n".join(sentences) + "\n"
+        text += MARKER + body if marker_before else body + MARKER
+    return text
+
+
+@pytest.mark.parametrize("marker_before", [True, False], ids=["conll2003", "wikigold_upstream"])
+def test_documents_with_markers_before_or_after(tmp_path, marker_before):
+    """-DOCSTART- separates documents wherever it stands; sentences keep their order and
+    their line numbers; the predictions file has the markers where the input had them."""
+    path = _write(tmp_path, "docs.txt", _documents_text(marker_before))
+    sentences = conll.read_conll(path, tag_scheme="iob1")
+    assert conll.has_documents(sentences)
+    assert [s.words[0] for s in sentences] == ["Jim", "He", "Kermit", "Oslo", "Ann"]
+    assert [s.document for s in sentences] == [0, 0, 1, 2, 2]
+    first = 3 if marker_before else 1
+    assert sentences[0].line_numbers == tuple(range(first, first + 4))
+    lines = open(path, encoding="utf-8").read().split("\n")
+    for sentence in sentences:  # every word at its line
+        assert [lines[n - 1].split()[0] for n in sentence.line_numbers] == list(sentence.words)
+    out = str(tmp_path / "predictions.txt")
+    conll.write_predictions(out, sentences, [s.tags for s in sentences], tag_scheme="iob1")
+    written = open(out, encoding="utf-8").read().split("\n")
+    # Line for line the input's words, markers and blank lines, with gold and guess.
+    assert [line.split()[:1] for line in written] == [line.split()[:1] for line in lines]
+    assert [line.split()[1:] for line in written if line.startswith("Jim")] == [["I-PER", "I-PER"]]
+    assert conlleval.evaluate_file(out).precision_recall_f1()[2] == 1.0
+
+
+def test_file_without_markers_is_one_document(tmp_path):
+    sentences = conll.parse_conll("a O\n\nb O\n")
+    assert not conll.has_documents(sentences)
+    assert [s.document for s in sentences] == [0, 0]
+    # Two markers in a row open one document; one at the end closes the last.
+    sentences = conll.parse_conll(MARKER + MARKER + "a O\n\n" + MARKER + "b O\n" + MARKER)
+    assert [(s.document, s.docstart_before, s.docstart_after) for s in sentences] == [
+        (0, 2, 0),
+        (1, 1, 1),
+    ]
+
+
+def _gold_logits(features, labels):
+    """Logits that put all weight on each position's gold label (0 where none)."""
+    label_ids = np.array([f.label_ids for f in features])
+    return np.eye(len(labels))[np.maximum(label_ids, 0)]
+
+
+def test_document_windows_span_sentences(tokenizer):
+    sentences = conll.parse_conll(_documents_text(True), tag_scheme="iob1")
+    labels = conll.label_list(sentences)
+    features = ner_features.convert_sentences_to_features(
+        sentences, labels, tokenizer, 32, 16, document_context=True
+    )
+    # One window per document, holding all its sentences' pieces in order.
+    assert [f.sentence_index for f in features] == [0, 2, 3]
+    pieces = tokenizer.convert_ids_to_tokens(features[0].input_ids[: sum(features[0].input_mask)])
+    assert pieces == "[CLS] jim henson was here he left paris [SEP]".split()
+    assert features[0].token_to_word[:9] == [-1, 0, 1, 2, 3, 0, 1, 2, -1]
+    assert features[0].token_to_sentence[:9] == [-1, 0, 0, 0, 0, 1, 1, 1, -1]
+    tags = ner_features.predictions_to_tags(
+        _gold_logits(features, labels), features, sentences, labels
+    )
+    assert tags == [list(s.tags) for s in sentences]
+    # A document of one sentence: the same features as without document context.
+    alone = ner_features.convert_sentences_to_features(sentences[2:3], labels, tokenizer, 32, 16)
+    in_document = ner_features.convert_sentences_to_features(
+        sentences[2:3], labels, tokenizer, 32, 16, document_context=True
+    )
+    assert alone == in_document
+
+
+def test_long_document_and_long_sentence_each_word_from_its_max_context_window(
+    sample_data, tokenizer
+):
+    """A document of many windows, one of its sentences longer than a window: every word
+    is predicted once, from the window the SQuAD rule picks over the whole document's
+    pieces, and windows cross sentence boundaries."""
+    sciner = conll.read_conll(str(sample_data / "sciner" / "train.txt"))[:40]
+    long = max(sciner, key=lambda s: len(s.words))
+    sentences = sciner[:20] + [
+        dataclasses.replace(
+            long, words=long.words * 3, tags=long.tags * 3, line_numbers=long.line_numbers * 3
+        )
+    ]
+    sentences += sciner[20:]
+    labels = conll.label_list(sciner)
+    max_seq_length, stride = 24, 7
+    features = ner_features.convert_sentences_to_features(
+        sentences, labels, tokenizer, max_seq_length, stride, document_context=True
+    )
+    pieces = [ner_features.tokenize_words(s.words, tokenizer) for s in sentences]
+    assert max(len(p) for p, _ in pieces) > 3 * (max_seq_length - 2)
+    total = sum(len(p) for p, _ in pieces)
+    windows = context_windows.windows(total, max_seq_length - 2, stride)
+    assert len(features) == len(windows) > 100
+    # The reference: each word's first piece, its position in the document.
+    offset, expected = 0, {}
+    for sentence_index, (piece_list, starts) in enumerate(pieces):
+        for word, start in enumerate(starts):
+            position = offset + start
+            window = context_windows.max_context_window(position, windows)
+            expected[(sentence_index, word)] = (window, 1 + position - windows[window][0])
+        offset += len(piece_list)
+    found = {}
+    for feature in features:
+        for position, word in enumerate(feature.token_to_word):
+            if feature.token_is_max_context[position]:
+                key = (feature.token_to_sentence[position], word)
+                assert key not in found
+                found[key] = (feature.window_index, position)
+    assert found == expected
+    assert sum(len(set(f.token_to_sentence) - {-1}) > 1 for f in features) > 20
+    tags = ner_features.predictions_to_tags(
+        _gold_logits(features, labels), features, sentences, labels
+    )
+    assert tags == [list(s.tags) for s in sentences]
