@@ -132,11 +132,12 @@ def parse_block(text: str, page: str = "<block>", first_line: int = 1):
         words, writes, start_line = [], [], line
 
     def expand(name: str, quoted: bool):
-        """A variable the block assigned; unquoted, its value is split into words."""
+        """A variable the block assigned; unquoted, its value is split into words (a
+        command substitution's output is not known here: one word, as a path is)."""
         nonlocal word
         if name not in variables:
             word = (word or "") + "$" + name
-        elif quoted:
+        elif quoted or variables[name].startswith("$("):
             word = (word or "") + variables[name]
         else:
             for index, part in enumerate(variables[name].split()):
