@@ -283,7 +283,9 @@ def test_answer_offset_past_context(tmp_path):
 def test_training_question_without_answer(tmp_path):
     path = squad_json(tmp_path, [question("q3", "", 0, is_impossible=True)])
     # v1.1 mode does not read is_impossible, as in the original.
-    with pytest.raises(ValueError, match="question q3 has no answer .*version_2_with_negative"):
+    with pytest.raises(
+        ValueError, match="question q3 is marked is_impossible .*--version_2_with_negative"
+    ):
         squad_reader.read_squad_examples(path, True, False)
 
 
@@ -295,8 +297,8 @@ def test_training_question_without_answer(tmp_path):
 def test_length_check_at_call(tokenizer):
     with pytest.raises(
         ValueError,
-        match=r"max_seq_length \(67\) must be "
-        r"greater than max_query_length \(64\) \+ 3",
+        match=r"--max_seq_length=67 must be "
+        r"greater than --max_query_length=64 \+ 3",
     ):
         squad_features.convert_examples_to_features([], tokenizer, 67, 128, 64, False)
     assert (

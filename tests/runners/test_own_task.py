@@ -27,6 +27,7 @@ import numpy as np
 import pytest
 
 from tests.conftest import REPO_ROOT, SAMPLE_DATA, read_results, write_tiny_config
+from tests.helpers.run_classifier_helpers import per_class_keys
 
 # A user's module, as the original README has one write it (its CoLA reader).
 USER_MODULE = '''
@@ -299,7 +300,9 @@ def driver(user_dir, cli_run, vocab_file, tmp_path_factory):
 @pytest.mark.slow
 def test_cli_run_with_a_reader_of_ones_own(cli_run):
     results = read_results(cli_run / "eval_results.txt")
-    assert sorted(results) == ["eval_accuracy", "eval_loss", "global_step", "loss"]
+    assert set(results) == {"eval_accuracy", "eval_loss", "global_step", "loss"} | per_class_keys(
+        ["0", "1"]
+    )
     assert 0.0 <= results["eval_accuracy"] <= 1.0 and results["eval_loss"] > 0
     history = json.loads((cli_run / "eval_history.json").read_text())
     assert [entry["global_step"] for entry in history] == [4, 9]  # 36 examples, 8 a batch.
@@ -348,7 +351,9 @@ def test_the_export_answers_as_predicted_and_keeps_unused_tokens(driver, cli_run
 @pytest.mark.slow
 def test_the_original_class_fine_tunes(driver):
     results = read_results(driver["work"] / "bert_cola_out" / "eval_results.txt")
-    assert sorted(results) == ["eval_accuracy", "eval_loss", "global_step", "loss"]
+    assert set(results) == {"eval_accuracy", "eval_loss", "global_step", "loss"} | per_class_keys(
+        ["0", "1"]
+    )
     info = json.loads((driver["work"] / "bert_cola_out" / "model_info.json").read_text())
     assert info["task_name"] == "bert_cola:ColaProcessor"
 

@@ -97,7 +97,7 @@ def _without_times(results: dict) -> dict:
 def test_search_of_two_rates_and_two_restarts(search):
     output_dir, terminal = search
     results = json.loads((output_dir / "search_results.json").read_text())
-    assert results["metric"] == "mean of eval_accuracy, eval_f1"
+    assert results["metric"] == "mean of eval_accuracy and eval_f1"
     assert results["select"] == "best_trial"
     trials = results["trials"]
     assert [t["output_dir"] for t in trials] == [f"trials/{name}" for name in TRIAL_NAMES]
