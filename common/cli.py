@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import logging as pylogging
 import os
+import signal
 import sys
 from typing import Callable, NoReturn
 
@@ -161,6 +162,11 @@ def guarded(main: Callable):
     """`main` with input and usage errors reported for people."""
 
     def run_main(argv):
+        # From here on, Ctrl-C is the program's to handle (training saves a
+        # checkpoint, data preparation removes what it had half written).
+        quiet = sys.modules.get("common.quiet_tensorflow")
+        if quiet and signal.getsignal(signal.SIGINT) is quiet.stopped_while_starting:
+            signal.signal(signal.SIGINT, signal.default_int_handler)
         try:
             return main(argv)
         except (UserError, app.UsageError, flags.Error) as e:

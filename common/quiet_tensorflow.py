@@ -24,6 +24,7 @@ import contextlib
 import logging
 import os
 import re
+import signal
 import sys
 import tempfile
 
@@ -121,5 +122,32 @@ def not_beam_import_note(record: logging.LogRecord) -> bool:
     return not str(record.msg).startswith(BEAM_IMPORT_NOTE)
 
 
+# The exit status of a program stopped by Ctrl-C (128 + SIGINT), as the shell's.
+EXIT_INTERRUPTED = 130
+
+
+def stopped_while_starting(signum, frame) -> None:
+    """Ctrl-C before the program's main began (importing TensorFlow takes seconds):
+    one line and exit status 130, not a traceback through the import machinery.
+    `common.cli.run` puts Python's own handler back when main begins."""
+    del signum, frame
+    signal.signal(signal.SIGINT, signal.SIG_DFL)  # Ctrl-C again: at once.
+    program = os.path.basename(sys.argv[0]) if sys.argv and sys.argv[0] else "bert"
+    sys.stderr.write(f"{program}: stopped by Ctrl-C while starting; nothing was done.\n")
+    sys.stderr.flush()
+    raise SystemExit(EXIT_INTERRUPTED)
+
+
+def _handle_ctrl_c_while_starting() -> None:
+    if "_pytest" in sys.modules:  # Imported by a test: Ctrl-C stays the test runner's.
+        return
+    try:
+        if signal.getsignal(signal.SIGINT) is signal.default_int_handler:
+            signal.signal(signal.SIGINT, stopped_while_starting)
+    except ValueError:  # Imported outside the main thread: leave it as it is.
+        pass
+
+
+_handle_ctrl_c_while_starting()
 import_quietly()
 logging.getLogger().addFilter(not_beam_import_note)

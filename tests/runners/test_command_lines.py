@@ -247,3 +247,49 @@ def test_a_bar_is_drawn_whatever_size_the_terminal_reports(columns, lines):
         "5/5 step [elapsed 00:00, ETA 00:00, loss 0.5]"
     )
     assert len(last) == (columns - 1 if columns and lines else 80)
+
+
+def test_ctrl_c_while_starting_is_one_line():
+    """Ctrl-C while TensorFlow is imported (before main) ends the program with one
+    line and exit status 130, not a traceback through the import machinery; once
+    main begins (common/cli.py) Ctrl-C is Python's KeyboardInterrupt again, for the
+    program's own handling."""
+    program = (
+        "import os, signal, sys, time\n"
+        "import common.quiet_tensorflow\n"
+        "from absl import app\n"
+        "from common import cli\n"
+        "def main(argv):\n"
+        "    print(signal.getsignal(signal.SIGINT) is signal.default_int_handler)\n"
+        "    if argv[1:] == ['during_start']:\n"
+        "        return\n"
+        "    os.kill(os.getpid(), signal.SIGINT)\n"
+        "    time.sleep(5)\n"
+        "if sys.argv[1:] == ['before_main']:\n"
+        "    os.kill(os.getpid(), signal.SIGINT)\n"
+        "    time.sleep(5)\n"
+        "cli.run(main)\n"
+    )
+    env = {k: v for k, v in os.environ.items() if k != "TF_CPP_MIN_LOG_LEVEL"}
+    before = subprocess.run(
+        [sys.executable, "-c", program, "before_main"],
+        cwd=REPO,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert before.returncode == 130, before.stderr
+    assert before.stderr.splitlines() == [
+        "-c: stopped by Ctrl-C while starting; nothing was done."
+    ], before.stderr
+    during = subprocess.run(
+        [sys.executable, "-c", program],
+        cwd=REPO,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert during.stdout.splitlines() == ["True"], during.stderr
+    assert "KeyboardInterrupt" in during.stderr
