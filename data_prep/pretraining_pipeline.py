@@ -22,6 +22,7 @@ import logging as std_logging
 import os
 import pathlib
 import re
+import subprocess
 import sys
 import threading
 
@@ -172,7 +173,7 @@ def main(argv):
             f"the shards written so far in {settings.output_dir} are whole, but "
             f"run_pretraining refuses them until a finished run writes summary.json",
         )
-        with worker_start_lines_hidden():
+        with worker_start_lines_hidden(), workers_ignore_ctrl_c():
             progress = TerminalProgress(interval=flags.FLAGS.progress_interval_s)
             corpus_pipeline.run(
                 settings,
@@ -187,6 +188,50 @@ def main(argv):
         # Bad input or flags, also from a worker process: the message says what and
         # where (cli prints it alone).
         raise UserError(message) from e
+
+
+@contextlib.contextmanager
+def workers_ignore_ctrl_c():
+    """Within: the worker processes Beam's DirectRunner starts
+    (--direct_running_mode=multi_processing) ignore Ctrl-C, from their first
+    instruction on. A terminal sends Ctrl-C to every process of the job; it is this
+    process's to handle (it ends the run with one line, `run_control.exit_on_sigterm`),
+    and a worker that took it would print its own KeyboardInterrupt traceback. Beam
+    starts them through a shell (`subprocess.Popen(command, shell=True)` in
+    `local_job_service`); the shell ignores the signal, then becomes the worker (an
+    ignored signal stays ignored across exec). When the program ends, the workers
+    still running are stopped."""
+    try:
+        from apache_beam.runners.portability import local_job_service
+    except ImportError:  # Another Beam layout: its workers keep the default.
+        yield
+        return
+    if getattr(local_job_service, "subprocess", None) is not subprocess:
+        yield
+        return
+    started = []
+
+    class Popen(subprocess.Popen):
+        def __init__(self, args, *rest, **kwargs):
+            if kwargs.get("shell") and isinstance(args, str):
+                args = f"trap '' INT; exec {args}"
+            super().__init__(args, *rest, **kwargs)
+            started.append(self)
+
+    class WorkerSubprocess:
+        def __getattr__(self, name):
+            return getattr(subprocess, name)
+
+    wrapped = WorkerSubprocess()
+    wrapped.Popen = Popen
+    local_job_service.subprocess = wrapped
+    try:
+        yield
+    finally:
+        local_job_service.subprocess = subprocess
+        for process in started:
+            if process.poll() is None:
+                process.kill()
 
 
 def beam_args(args: list[str]) -> list[str]:

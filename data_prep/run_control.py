@@ -334,7 +334,9 @@ def exit_on_sigterm(program: str, kept: str = "what was complete is kept") -> No
         _, said, code = STOP_SIGNALS[signal.Signals(signum).name]
         message = f"{program}: stopped by {said}; {kept}. Run the same command again to finish."
         logging.info("%s", message)
-        atexit.register(print, message, file=sys.stderr, flush=True)
+        # sys.stderr as it is at exit: a stream set for a block (e.g. one that filters
+        # worker processes' lines) is closed by then.
+        atexit.register(lambda: print(message, file=sys.stderr, flush=True))
         raise SystemExit(code)
 
     for signum, _, _ in STOP_SIGNALS.values():

@@ -387,25 +387,27 @@ def test_flags_give_settings_and_leave_beam_its_options(tmp_path, vocab_file):
         cp.match_input_files(str(tmp_path / "nothing*.txt"))
 
 
-def check_killed_run_leaves_only_complete_shards(tmp_path, command, env):
-    """The pipeline on three files of 0.02, 1 and 2 MB, killed (SIGKILL, every
-    process) as soon as one shard is there, while at least one other is still
-    being built: no summary, and every shard that is there is whole, with its
-    metadata; nothing else but hidden temporary files."""
+def check_killed_run_leaves_only_complete_shards(tmp_path, command, env, stop=signal.SIGKILL):
+    """The pipeline on three files of 0.02, 1 and 2 MB, killed (`stop`: SIGKILL, or
+    SIGINT as a terminal's Ctrl-C sends it; to every process of the job) as soon as
+    one shard is there, while at least one other is still being built: no summary,
+    and every shard that is there is whole, with its metadata; nothing else but
+    hidden temporary files. Returns the run's stderr."""
     inputs = tmp_path / "kill_corpus"
-    inputs.mkdir()
+    inputs.mkdir(exist_ok=True)
     for name, copies in (("small", 0), ("medium", 18), ("large", 36)):
         (inputs / (name + ".txt")).write_bytes(
             b"\n\n".join([CORPUS[1].read_bytes()] + [CORPUS[0].read_bytes()] * copies)
         )
-    out = tmp_path / "killed"
+    out = tmp_path / ("killed_%s" % signal.Signals(stop).name)
     command = [arg for arg in command if not arg.startswith(("--input_file=", "--output_dir="))]
     process = subprocess.Popen(
         command + ["--input_file=%s/*.txt" % inputs, "--output_dir=%s" % out],
         cwd=tmp_path,
         env=env,
         stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        text=True,
         start_new_session=True,
     )
     deadline = time.monotonic() + 300
@@ -414,8 +416,14 @@ def check_killed_run_leaves_only_complete_shards(tmp_path, command, env):
             assert process.poll() is None and time.monotonic() < deadline
             time.sleep(0.005)
     finally:
-        os.killpg(process.pid, signal.SIGKILL)
-        process.wait()
+        os.killpg(process.pid, stop)
+        _, stderr = process.communicate(timeout=120)
+    # Nothing of the job is left running (Beam's worker processes included).
+    left = time.monotonic() + 10
+    with pytest.raises(ProcessLookupError):
+        while time.monotonic() < left:
+            os.killpg(process.pid, 0)
+            time.sleep(0.1)
     visible = sorted(path.name for path in out.iterdir() if not path.name.startswith("."))
     shards = [name for name in visible if name.endswith(".tfrecord")]
     assert 1 <= len(shards) < 3
@@ -427,6 +435,7 @@ def check_killed_run_leaves_only_complete_shards(tmp_path, command, env):
         records = cpd_tests.read_records(out / name)  # a cut file fails to read
         if name + ".meta.json" in visible:
             assert len(records) == pretraining_data.read_metadata(str(out / name))["num_instances"]
+    return stderr
 
 
 @pytest.mark.slow
@@ -468,6 +477,13 @@ def test_command_line_with_two_worker_processes(tmp_path, vocab_file):
     ]
     env = dict(cpd_tests.ENV, PYTHONPATH=str(REPO_ROOT))
     check_killed_run_leaves_only_complete_shards(tmp_path, command, env)
+    # Ctrl-C: the program's one line, and no worker's KeyboardInterrupt traceback;
+    # no worker process is left running.
+    stderr = check_killed_run_leaves_only_complete_shards(tmp_path, command, env, signal.SIGINT)
+    assert "Traceback" not in stderr and "KeyboardInterrupt" not in stderr, stderr[-3000:]
+    assert stderr.splitlines()[-1].startswith(
+        "pretraining_pipeline: stopped by Ctrl-C (SIGINT); the shards written so far in "
+    ), stderr[-3000:]
     result = subprocess.run(
         command, cwd=tmp_path, env=env, capture_output=True, text=True, timeout=600
     )
