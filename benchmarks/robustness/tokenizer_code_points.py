@@ -15,6 +15,8 @@ compared, the mismatches and the seconds, then the first mismatches; exits 1 if 
 
 from __future__ import annotations
 
+import common.quiet_tensorflow  # noqa: F401  (first: TensorFlow's start-up lines hidden)
+
 import argparse
 import datetime
 import os
@@ -22,7 +24,7 @@ import pathlib
 import sys
 import time
 
-from modeling.kernels import cpu_model_name  # Neither imports TensorFlow.
+from modeling.kernels import cpu_model_name
 from tests.helpers import code_points
 
 REPO = pathlib.Path(__file__).resolve().parent.parent.parent
@@ -74,7 +76,6 @@ def main() -> int:
     parser.add_argument("--cases", default="uncased,cased", help="Of: uncased, cased.")
     parser.add_argument("--show", type=int, default=5, help="Mismatches shown per check.")
     args = parser.parse_args()
-    os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")  # Before TensorFlow's import.
     checks = [name for name in args.checks.split(",") if name]
     cases = [name for name in args.cases.split(",") if name]
     unknown = sorted(set(checks) - set(CHECKS)) + sorted(set(cases) - set(CASES))
