@@ -1,4 +1,5 @@
-"""Floors: no import in the library runs up a floor, and no import runs in a circle.
+"""Floors: no import in the library runs up a floor, no import runs in a circle, and no
+module of the project (library, scripts, benchmarks, tests) edits the import path.
 
 Floors, bottom to top (ARCHITECTURE.md):
  -1 common/                     errors for people; imports no other package of the project
