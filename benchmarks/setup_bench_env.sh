@@ -10,4 +10,4 @@ pip install -q --upgrade pip
 pip install -q -r benchmarks/requirements-bench.txt
 # The project itself, editable: benchmarks import the library, never a path hack.
 pip install -q --no-deps -e .
-echo "ready: .venv-bench/bin/python benchmarks/speed/bench_training.py"
+echo "ready: .venv-bench/bin/python -m benchmarks.speed.bench_training (from the repository root)"

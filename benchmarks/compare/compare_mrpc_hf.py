@@ -39,8 +39,8 @@ hf and keras_hub run each (system, seed) in a process of their own
 (`finetune_compare.run_peer`): their wall time, as ours', is the whole job from
 start-up to the dev scores.
 
-  python benchmarks/compare/compare_mrpc_hf.py --output_dir=runs/mrpc_vs_hf
-  .venv-bench/bin/python benchmarks/compare/compare_mrpc_hf.py --output_dir=runs/mrpc_peers \\
+  python -m benchmarks.compare.compare_mrpc_hf --output_dir=runs/mrpc_vs_hf
+  .venv-bench/bin/python -m benchmarks.compare.compare_mrpc_hf --output_dir=runs/mrpc_peers \\
       --num_train_epochs=1 --systems=ours,hf,keras_hub
 
 Each run's result is saved as JSON in output_dir (a rerun skips finished runs); the
@@ -56,7 +56,7 @@ import time
 
 import numpy as np
 
-import finetune_compare as common
+from benchmarks.compare import finetune_compare as common
 
 SYSTEMS = ("ours", "hf", "keras_hub")
 
@@ -218,7 +218,7 @@ def run_keras_hub(args, seed: int) -> dict:
     import keras_hub
     import tensorflow as tf
 
-    import keras_hub_port
+    from benchmarks.compare import keras_hub_port
 
     keras.utils.set_random_seed(seed)
     train_a, train_b, train_labels = read_split(args, "train")

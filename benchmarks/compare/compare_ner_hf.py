@@ -34,8 +34,8 @@ sample_data/sciner_iob1 (CoNLL-2003's IOB1, where nearly every entity word is I-
                    --no_dropout nothing random is left between the two. Its dev set is
                    padded to --max_seq_length.
 
-  python benchmarks/compare/compare_ner_hf.py --output_dir=runs/ner_bio_e2
-  python benchmarks/compare/compare_ner_hf.py --output_dir=runs/ner_iob1_e2 \\
+  python -m benchmarks.compare.compare_ner_hf --output_dir=runs/ner_bio_e2
+  python -m benchmarks.compare.compare_ner_hf --output_dir=runs/ner_iob1_e2 \\
       --data_dir=sample_data/sciner_iob1
 
 Each run's result is saved as JSON in output_dir (a rerun skips finished runs); the
@@ -49,7 +49,7 @@ import os
 
 import numpy as np
 
-import finetune_compare as common
+from benchmarks.compare import finetune_compare as common
 
 SYSTEMS = ("ours", "hf", "hf_same_batches")
 

@@ -2,7 +2,7 @@
 padded to --max_seq_length (`pad_to_max_seq_length=True`): how often their answers
 differ on a fine-tuned model, and what each request costs.
 
-  python benchmarks/compare/compare_squad_builds.py --init_checkpoint=out/squad \
+  python -m benchmarks.compare.compare_squad_builds --init_checkpoint=out/squad \
       --predict_file=dev-v1.1.json --max_seq_length=384 --doc_stride=128
 
 --init_checkpoint is a fine-tuned SQuAD model (a run_squad.py output_dir, or any
@@ -23,9 +23,6 @@ import os
 import sys
 import tempfile
 import time
-
-REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-sys.path.insert(0, REPO)
 
 
 def main():

@@ -45,7 +45,7 @@ Face from a normal unless --hf_head_init=truncated_normal. --eval_every_epochs=N
 scores both every N epochs along the same training (ours from its saved checkpoints,
 Hugging Face in its loop).
 
-  python benchmarks/compare/compare_squad_hf.py --output_dir=runs/squad_v1
+  python -m benchmarks.compare.compare_squad_hf --output_dir=runs/squad_v1
 
 Each run's result is saved as JSON in output_dir (a rerun skips finished ones); the
 table is printed and written to output_dir/results.md. Wall times are of whole runs
@@ -62,7 +62,7 @@ import time
 
 import numpy as np
 
-import finetune_compare as common
+from benchmarks.compare import finetune_compare as common
 from common import file_io
 from data_prep.squad import squad_features, squad_postprocess, squad_reader
 from data_prep.squad import squad_records

@@ -25,8 +25,9 @@ training and predicting the dev set. The Hugging Face process imports neither
 TensorFlow nor this project (its metrics are computed with numpy, `accuracy_f1`;
 scoring files with this project's scorers happens in the parent, after the timing).
 
-This module is imported by the scripts beside it (`python benchmarks/compare/compare_ner_hf.py`
-runs with benchmarks/ first on the import path).
+The comparison scripts beside it import it (`from benchmarks.compare import
+finetune_compare`); run them from the repository's root as modules, e.g.
+`python -m benchmarks.compare.compare_ner_hf`.
 """
 
 from __future__ import annotations
@@ -434,7 +435,8 @@ def run_peer(args, system: str, seed: int) -> dict:
         os.remove(result_file)
     command = [
         sys.executable,
-        os.path.abspath(sys.argv[0]),
+        "-m",
+        sys.modules["__main__"].__spec__.name,  # python -m benchmarks.compare....
         *sys.argv[1:],
         f"--systems={system}",
         f"--seeds={seed}",
@@ -442,7 +444,7 @@ def run_peer(args, system: str, seed: int) -> dict:
     ]
     print("$ " + " ".join(command), flush=True)
     start, cpu_start = time.time(), _children_cpu_s()
-    code = subprocess.run(command).returncode
+    code = subprocess.run(command, cwd=REPO).returncode
     if code:
         raise SystemExit(f"{system} seed {seed} failed (exit status {code}): its error is above")
     wall, cpu = time.time() - start, _children_cpu_s() - cpu_start

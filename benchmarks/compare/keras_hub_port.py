@@ -16,7 +16,7 @@ One difference remains by design: keras-hub's `BertBackbone` computes GELU with 
 tanh approximation, Hugging Face's `hidden_act: gelu` exactly; `check` prints how far
 the two encoders' outputs part on real sentences.
 
-  python benchmarks/compare/keras_hub_port.py   (needs keras-hub: benchmarks/setup_bench_env.sh)
+  python -m benchmarks.compare.keras_hub_port   (needs keras-hub: benchmarks/setup_bench_env.sh)
 """
 
 from __future__ import annotations
@@ -200,7 +200,7 @@ CHECK_PAIRS = [
 
 
 def main() -> None:
-    import finetune_compare
+    from benchmarks.compare import finetune_compare
 
     result = check(finetune_compare.default_checkpoint(), CHECK_PAIRS)
     print(json.dumps(result, indent=2))

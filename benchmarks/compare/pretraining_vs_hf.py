@@ -1,7 +1,7 @@
 """Pre-training step by step: run_pretraining.py against Hugging Face transformers'
 `BertForPreTraining` trained in PyTorch, from the same weights on the same batches.
 
-  python benchmarks/compare/pretraining_vs_hf.py [--steps=50] [--output_dir=runs/pretraining_vs_hf]
+  python -m benchmarks.compare.pretraining_vs_hf [--steps=50] [--output_dir=runs/pretraining_vs_hf]
 
 1. Shards: `sample_data/corpus/bert_paper_v1.txt` through this project's
    create_pretraining_data (the bundled uncased vocabulary, sequence 32, 5 masked

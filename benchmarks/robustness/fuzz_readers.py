@@ -9,8 +9,8 @@ Per reader it prints the examples tried, those accepted, those rejected with the
 project's error (a UserError naming the file), and anything else (a bug: must be 0),
 with the CPU seconds; then the first few "other" failures in full.
 
-  python benchmarks/robustness/fuzz_readers.py --examples=10000
-  python benchmarks/robustness/fuzz_readers.py --examples=200 --readers=CoNLL,SQuAD --seed=3
+  python -m benchmarks.robustness.fuzz_readers --examples=10000
+  python -m benchmarks.robustness.fuzz_readers --examples=200 --readers=CoNLL,SQuAD --seed=3
 
 The default test suite runs the same readers on the "ci" profile
 (tests/robustness/test_fuzz_readers.py: 200 fixed examples each, 50 to 100 for the costliest).
@@ -22,14 +22,10 @@ import argparse
 import datetime
 import logging
 import os
-import pathlib
 import sys
 import time
 
-REPO = pathlib.Path(__file__).resolve().parent.parent.parent
-# The fuzzing targets are test code (tests/ is not an installed package).
-sys.path[:0] = [str(REPO), str(REPO / "tests")]
-from modeling.kernels import cpu_model_name  # noqa: E402
+from modeling.kernels import cpu_model_name
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 

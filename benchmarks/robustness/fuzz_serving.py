@@ -1,8 +1,8 @@
 """Many generated requests to every serving export, on demand: the default test suite
 tries 80 per export (tests/serving/test_serving_requests.py), this script as many as asked.
 
-  python benchmarks/robustness/fuzz_serving.py --examples=10000 [--seed=0] [--exports=squad,ner]
-  python benchmarks/robustness/fuzz_serving.py --xla_single_requests   # the XLA exports
+  python -m benchmarks.robustness.fuzz_serving --examples=10000 [--seed=0] [--exports=squad,ner]
+  python -m benchmarks.robustness.fuzz_serving --xla_single_requests   # the XLA exports
 
 Each export (classifier, multiple_choice, ner, squad, preprocessing: of a tiny random
 model) runs in its own process (`python -m tests.helpers.serving_fuzz`), so that a crash ends

@@ -1,8 +1,8 @@
 """Kill -9 anywhere, then the same command again, at many points of every long job.
 
-    python benchmarks/robustness/kill_resume.py                  # every job, 12 kill points each
-    python benchmarks/robustness/kill_resume.py --jobs=run_squad --points=30 --seed=3
-    python benchmarks/robustness/kill_resume.py --signal=INT     # Ctrl-C instead of kill -9
+    python -m benchmarks.robustness.kill_resume                  # every job, 12 kill points each
+    python -m benchmarks.robustness.kill_resume --jobs=run_squad --points=30 --seed=3
+    python -m benchmarks.robustness.kill_resume --signal=INT     # Ctrl-C instead of kill -9
 
 For each job (tests/helpers/kill_helpers.py: create_pretraining_data, the Beam pipeline,
 pre-training, the three fine-tuning runners with their feature caches, evaluation and
@@ -32,10 +32,8 @@ import sys
 import tempfile
 import time
 
-sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent.parent.parent))
-
-from modeling.kernels import cpu_model_name  # noqa: E402
-from tests.helpers import kill_helpers  # noqa: E402
+from modeling.kernels import cpu_model_name
+from tests.helpers import kill_helpers
 
 
 def main() -> int:

@@ -12,7 +12,7 @@ ours / original, `--runs` times each, in two settings:
 Every run's records are checked equal to the original's (after re-serializing
 them with sorted feature keys: see data_prep/create_pretraining_data.py).
 
-  python benchmarks/speed/bench_create_pretraining_data.py --repeat=20 --dupe_factor=5
+  python -m benchmarks.speed.bench_create_pretraining_data --repeat=20 --dupe_factor=5
 
 Reported per setting (median over runs): wall time of the whole command(s),
 instances per second of wall time, the throughput ratio ours / original, the

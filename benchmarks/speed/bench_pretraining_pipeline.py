@@ -28,8 +28,8 @@ Reported: wall time (start-up included), instances per second of wall time, the
 ratio to the original, and the peak resident memory (VmHWM, sampled every 50 ms)
 of the largest worker process and of the runner/parent process.
 
-    python benchmarks/speed/bench_pretraining_pipeline.py --corpus_mb=10
-    python benchmarks/speed/bench_pretraining_pipeline.py --corpus_mb=100 --one_file
+    python -m benchmarks.speed.bench_pretraining_pipeline --corpus_mb=10
+    python -m benchmarks.speed.bench_pretraining_pipeline --corpus_mb=100 --one_file
 """
 
 from __future__ import annotations

@@ -15,7 +15,7 @@ Speed: characters per second of one pass over both sets, best of `--repeats`
 (splitters that memoize decisions gain on repeats: give --repeats=1 and one splitter
 per process for first-pass figures).
 
-    python benchmarks/speed/bench_sentence_splitting.py \
+    python -m benchmarks.speed.bench_sentence_splitting \
         --splitters=sentencex,pysbd,blingfire,nupunkt
 """
 

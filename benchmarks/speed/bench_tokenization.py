@@ -8,8 +8,8 @@ not leak between them), alternating within each repetition; the best of
 Face's batched Rust tokenizer. Every implementation's ids are checked equal to the
 Python tokenizer's (the original release's algorithm), string by string.
 
-  .venv-bench/bin/python benchmarks/speed/bench_tokenization.py
-  .venv-bench/bin/python benchmarks/speed/bench_tokenization.py --repeat=4 --batch=1024
+  .venv-bench/bin/python -m benchmarks.speed.bench_tokenization
+  .venv-bench/bin/python -m benchmarks.speed.bench_tokenization --repeat=4 --batch=1024
 
 Implementations:
   python       data_prep.tokenization.FullTokenizer, one string at a time.
@@ -42,7 +42,7 @@ import sys
 import tempfile
 import time
 
-from bench_training import cpu_description, run_worker
+from benchmarks.speed.bench_training import cpu_description, run_worker
 
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 VOCAB = os.path.join(REPO, "sample_data", "vocab", "uncased_vocab.txt")
@@ -170,7 +170,8 @@ def worker(args):
 def spawn(impl, args, ids_out):
     cmd = [
         sys.executable,
-        os.path.abspath(__file__),
+        "-m",
+        "benchmarks.speed.bench_tokenization",
         "--worker",
         f"--impl={impl}",
         f"--repeat={args.repeat}",

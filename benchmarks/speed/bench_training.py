@@ -23,11 +23,11 @@ the same machine load, and the best repetition counts. A matmul chain measured i
 same run gives the hardware limit for model FLOP utilisation (MFU), and the CPU's model
 name and instruction sets are printed with the table.
 
-  .venv-bench/bin/python benchmarks/speed/bench_training.py              # e2e, BERT-base
-  .venv-bench/bin/python benchmarks/speed/bench_training.py --mode=loop \
+  .venv-bench/bin/python -m benchmarks.speed.bench_training              # e2e, BERT-base
+  .venv-bench/bin/python -m benchmarks.speed.bench_training --mode=loop \
       --shapes=base-128,small-128 \
       --dtypes=float32,bfloat16 --impls=ours,keras_hub,hf --xla_modes=both --repeats=2
-  .venv-bench/bin/python benchmarks/speed/bench_training.py --impls=ours --kernels=auto,avx2,plain
+  .venv-bench/bin/python -m benchmarks.speed.bench_training --impls=ours --kernels=auto,avx2,plain
 
 Set up the environment with `bash benchmarks/setup_bench_env.sh`.
 Model FLOPs per token: 6 x (encoder weights) + 12 x layers x hidden x seq (the
@@ -46,7 +46,13 @@ import sys
 import tempfile
 import time
 
-from training_workers import PREDICTIONS, SHAPES, bert_config, ratio_to_best_peer, worker
+from benchmarks.speed.training_workers import (
+    PREDICTIONS,
+    SHAPES,
+    bert_config,
+    ratio_to_best_peer,
+    worker,
+)
 
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 CORPUS = [os.path.join(REPO, "sample_data", "corpus", f"bert_paper_v{i}.txt") for i in (1, 2)]
@@ -87,7 +93,8 @@ def run_worker(cmd):
 def worker_command(args, impl, shape, dtype, xla=False, kernels="auto"):
     return [
         sys.executable,
-        os.path.abspath(__file__),
+        "-m",
+        "benchmarks.speed.bench_training",
         "--worker",
         f"--impl={impl}",
         f"--mode={args.mode}",

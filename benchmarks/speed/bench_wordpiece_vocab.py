@@ -16,7 +16,7 @@ and the word pieces per word. For the learned vocabularies, the Python and the
 in-graph tokenizer (data_prep/text/tf_tokenization.py) are checked to give the same ids on
 every held-out line.
 
-    python benchmarks/speed/bench_wordpiece_vocab.py --sizes=8000,30522
+    python -m benchmarks.speed.bench_wordpiece_vocab --sizes=8000,30522
 """
 
 from __future__ import annotations

@@ -8,8 +8,8 @@ matmul chain that gives the hardware limit (`matmul_limit`). The model shapes
 (`SHAPES`) and their configuration (`bert_config`) are shared with the driver and
 with bench_inference.py.
 
-This module is imported by the scripts beside it (`python benchmarks/speed/bench_training.py`
-runs with benchmarks/ first on the import path).
+The scripts beside it import it (`from benchmarks.speed import training_workers`); run
+them from the repository's root as modules, e.g. `python -m benchmarks.speed.bench_training`.
 """
 
 from __future__ import annotations

@@ -3,7 +3,7 @@ seeded sample of the positive ones ("1") so that positives are `--positive_fract
 of it; dev.tsv and test.tsv are copied unchanged. For run_classifier.py --task_name=MRPC
 with and without --class_weights (docs/own_task.md).
 
-  python benchmarks/study/make_imbalanced_mrpc.py --mrpc_dir=sample_data/glue/MRPC \\
+  python -m benchmarks.study.make_imbalanced_mrpc --mrpc_dir=sample_data/glue/MRPC \\
       --output_dir=mrpc_10pc --positive_fraction=0.1 --seed=0
 
 The rows kept stay in the file's order, bytes unchanged; the same arguments give the

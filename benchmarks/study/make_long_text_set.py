@@ -5,7 +5,7 @@ article. --task=majority: two consecutive paragraphs of the labelled article and
 paragraph of another article put before, between or after them, so that the text's
 first paragraph alone is wrong a third of the time.
 
-  python benchmarks/study/make_long_text_set.py \
+  python -m benchmarks.study.make_long_text_set \
       --squad_file=sample_data/squad/dev-v2.0-first5articles.json --output_dir=long_text
 
 Each article's paragraphs are split in order into train (the first 60%), dev (the next
@@ -16,7 +16,7 @@ same split overlap). Writes train.tsv, dev.tsv and test.tsv with a header `label
 `run_classifier.py --task_name=generic --text_a_column=text --label_column=label` reads,
 and prints each split's texts and their mean length in words.
 
-  python benchmarks/study/make_long_text_set.py --output_dir=long_text --score=out/long
+  python -m benchmarks.study.make_long_text_set --output_dir=long_text --score=out/long
 
 prints the test accuracy of a run_classifier.py --do_predict (its output_dir) on the set.
 """

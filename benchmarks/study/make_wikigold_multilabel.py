@@ -2,7 +2,7 @@
 sentence labelled with the set of entity types it mentions (PER, LOC, ORG, MISC;
 possibly none), for run_classifier.py --task_name=generic --multi_label.
 
-  python benchmarks/study/make_wikigold_multilabel.py \\
+  python -m benchmarks.study.make_wikigold_multilabel \\
       --train=wikigold/train.txt --dev=wikigold/dev.txt --output_dir=wikigold_multilabel
 
 writes train.tsv and dev.tsv (header `sentence<TAB>labels`, the labels sorted and

@@ -3,7 +3,7 @@
 what a classifier that never reads the text scores on dev, with the runner's metrics
 (`evaluation.glue_metrics.multi_label_metrics`).
 
-  python benchmarks/study/multi_label_baseline.py --data_dir=wikigold_multilabel \\
+  python -m benchmarks.study.multi_label_baseline --data_dir=wikigold_multilabel \\
       --label_column=labels
 
 Two baselines: "frequent" predicts, for every sentence, each label that more than half

@@ -1,10 +1,10 @@
 """The paper's Table 5 (Section 5.1, "Effect of Pre-training Tasks") at a size one
 machine affords: four pre-training rows on the same shards, fine-tuned with three seeds.
 
-  python benchmarks/study/paper_table5.py                                # the small scale
-  python benchmarks/study/paper_table5.py --scale=tiny --work_dir=/tmp/t5   # a smoke run
-  python benchmarks/study/paper_table5.py --pretrain_steps=20000 --work_dir=runs/t5_long
-  python benchmarks/study/paper_table5.py --rows=bert --tasks=MRPC --layers=6 --hidden=256 \
+  python -m benchmarks.study.paper_table5                                # the small scale
+  python -m benchmarks.study.paper_table5 --scale=tiny --work_dir=/tmp/t5   # a smoke run
+  python -m benchmarks.study.paper_table5 --pretrain_steps=20000 --work_dir=runs/t5_long
+  python -m benchmarks.study.paper_table5 --rows=bert --tasks=MRPC --layers=6 --hidden=256 \
       --heads=4 --work_dir=runs/t6_L6      # a row of Table 6 (model size)
 
 Rows (every pre-trained row from the same shards, for the same steps):
@@ -43,9 +43,9 @@ import subprocess
 import sys
 import time
 
+from modeling.kernels import cpu_model_name
+
 REPO = pathlib.Path(__file__).resolve().parent.parent.parent
-sys.path.insert(0, str(REPO))
-from modeling.kernels import cpu_model_name  # noqa: E402
 
 SAMPLE_DATA = REPO / "sample_data"
 

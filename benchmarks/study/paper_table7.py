@@ -2,9 +2,9 @@
 data: the fine-tuning row and the six feature-based rows, each with and without the
 document context, over several seeds.
 
-  python benchmarks/study/paper_table7.py                 # bundled WikiGold, 3 seeds
-  python benchmarks/study/paper_table7.py --rows=fine_tuning --contexts=document,sentence
-  python benchmarks/study/paper_table7.py --data_dir=conll2003 --do_lower_case=false \
+  python -m benchmarks.study.paper_table7                 # bundled WikiGold, 3 seeds
+  python -m benchmarks.study.paper_table7 --rows=fine_tuning --contexts=document,sentence
+  python -m benchmarks.study.paper_table7 --data_dir=conll2003 --do_lower_case=false \
       --init_checkpoint=cased_L-12_H-768_A-12/bert_model.ckpt --lstm_units=768 \
       --fine_tuning_learning_rate=5e-5 --work_dir=runs/t7_conll   # the paper's setup
 
@@ -43,15 +43,15 @@ import statistics
 import sys
 import time
 
-REPO = pathlib.Path(__file__).resolve().parent.parent.parent
-sys.path.insert(0, str(REPO))
-from benchmarks.study.paper_table5 import (  # noqa: E402
+from benchmarks.study.paper_table5 import (
     read_results,
     record_time,
     run_command,
     timings,
 )
-from modeling.kernels import cpu_model_name  # noqa: E402
+from modeling.kernels import cpu_model_name
+
+REPO = pathlib.Path(__file__).resolve().parent.parent.parent
 
 # row -> (run_ner flags, the paper's CoNLL-2003 dev F1 with BERT-Base)
 ROWS = {

@@ -4,8 +4,8 @@ flags a user types). They take about 25 minutes on 2 CPU cores, so they are not 
 the test suite; run them after a change to the model, the optimizer, the training loop
 or a task's data path.
 
-  python benchmarks/study/quality.py                                  # every run
-  python benchmarks/study/quality.py --runs=ner_fine_tuned,pretraining --output_dir=runs/quality
+  python -m benchmarks.study.quality                                  # every run
+  python -m benchmarks.study.quality --runs=ner_fine_tuned,pretraining --output_dir=runs/quality
 
 Runs (figures measured on the CPUs named in the README):
   pretraining        a 2-layer, hidden-128 model pre-trained 1,500 steps (batch 32) on

@@ -8,6 +8,7 @@ import pathlib
 import pytest
 
 from data_prep.text import tokenization
+from tests.helpers import code_points
 
 # A tiny vocabulary in which cased pieces and "##" continuations are explicit.
 TINY_VOCAB = [
@@ -423,21 +424,16 @@ def test_tokenize_to_ids_equals_tokens_then_ids(text_lines, vocab_file):
 
 @pytest.mark.slow
 @pytest.mark.parametrize("do_lower_case", [True, False])
-def test_identical_to_original_release_on_every_code_point(
+def test_identical_to_original_release_on_code_points_of_every_kind(
     original_tokenization, vocab_file, do_lower_case
 ):
+    """Both sides of every boundary between character kinds, in all planes (all code
+    points: `python -m benchmarks.robustness.tokenizer_code_points`)."""
     ours = tokenization.FullTokenizer(vocab_file, do_lower_case=do_lower_case)
     theirs = original_tokenization.FullTokenizer(vocab_file, do_lower_case=do_lower_case)
-    for text in every_code_point_texts():
-        assert ours.tokenize(text) == theirs.tokenize(text), repr(text)
-
-
-def every_code_point_texts():
-    """One text per Unicode code point (surrogates excluded), in a few contexts."""
-    for cp in range(0x110000):
-        if not 0xD800 <= cp <= 0xDFFF:
-            char = chr(cp)
-            yield "a%sb %s%s Ab%s" % (char, char, char, char)
+    texts = code_points.texts(code_points.sampled_code_points())
+    mismatches = [text for text in texts if ours.tokenize(text) != theirs.tokenize(text)]
+    assert not mismatches[:5]
 
 
 # ----------------------------------------------------------------------------

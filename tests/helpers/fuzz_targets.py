@@ -10,7 +10,7 @@ a read that takes more than `HANG_SECONDS`.
 Profiles: "ci" (the default suite: `CI_EXAMPLES` examples per reader, fewer for the
 costliest (`Reader.ci_examples`), the same ones every run), "large" (10,000 per
 reader, new ones every run), chosen with the environment variable FUZZ_PROFILE or
-`benchmarks/robustness/fuzz_readers.py --examples`.
+`python -m benchmarks.robustness.fuzz_readers --examples`.
 """
 
 from __future__ import annotations

@@ -1,5 +1,6 @@
 """Kill -9 anywhere, then the same command again: the long jobs and the harness that
-kills them (test_kill_resume.py runs a few kill points, benchmarks/robustness/kill_resume.py many).
+kills them (test_kill_resume.py runs a few kill points, `python -m
+benchmarks.robustness.kill_resume` many).
 
 A job is a command line of a tiny model on small real data. `reference` runs it once
 uninterrupted in `<work>/run` and moves the result to `<work>/reference`. A trial runs

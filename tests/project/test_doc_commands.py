@@ -9,8 +9,10 @@ For every simple command:
 - its program exists: a script of this repository (`python run_squad.py`,
   `bash run_demo.sh`), a module of it or an installed one (`python -m
   data_prep.create_pretraining_data`), an interpreter made by one of the set-up scripts
-  (`.venv-bench/bin/python`), or a known tool (pip, git, docker...). A "command" that
-  starts with a flag is a continuation line whose previous line lost its backslash;
+  (`.venv-bench/bin/python`), or a known tool (pip, git, docker...). A benchmark runs as
+  a module (`python -m benchmarks.speed.bench_serving`), never as a script: its imports
+  are absolute, from the repository's root. A "command" that starts with a flag is a
+  continuation line whose previous line lost its backslash;
 - the paths it reads exist in a fresh clone after `bash run_demo.sh`. The rule: a path
   whose first part is a file or folder of the repository (`sample_data/...`,
   `benchmarks/...`) must exist (a glob must match); one under `output/` must be made by
@@ -360,6 +362,9 @@ def check_command(command: Command, roots: set[str], made: set[str]) -> list[str
         kind, what, arguments = split_python(words)
         if kind == "module" and not module_exists(what):
             problems.append(f"{command.where()}: no module {what} in the repository")
+        elif kind == "script" and what.startswith("benchmarks/"):
+            module = what.removesuffix(".py").replace("/", ".")
+            problems.append(f"{command.where()}: run it as a module: python -m {module}")
         elif kind == "script" and not (REPO / what).is_file():
             problems.append(f"{command.where()}: {what} is not a script of the repository")
         reads = arguments
@@ -502,15 +507,32 @@ def test_missing_programs_and_paths_are_caught():
         "python run_ner.py --init_checkpoint=output/no_such_run --output_dir=out/ner\n"
         "python run_ner.py --data_dir=sample_data/sciner --init_checkpoint=output/ner\n"
         "bertify --do_train\n"
+        "python benchmarks/speed/bench_serving.py --queries=3\n"
+        "python -m benchmarks.speed.bench_servin --queries=3\n"
+        "python -m benchmarks.speed.bench_serving --queries=3\n"
     )
     commands, _ = parse_block(block)
     problems = problems_of(commands)
-    assert len(problems) == 5, problems
+    assert len(problems) == 7, problems
     for expected, problem in zip(
-        ["run_clasifier.py", "no_such_module", "no_such_folder", "no_such_run", "bertify"],
+        [
+            "run_clasifier.py",
+            "no_such_module",
+            "no_such_folder",
+            "no_such_run",
+            "bertify",
+            "run it as a module: python -m benchmarks.speed.bench_serving",
+            "no module benchmarks.speed.bench_servin",
+        ],
         problems,
     ):
         assert expected in problem
+
+
+def test_a_benchmark_has_the_flags_of_the_benchmark_modules_it_imports():
+    compare_ner = REPO / "benchmarks" / "compare" / "compare_ner_hf.py"
+    assert {"output_dir", "seeds", "batch_size"} <= benchmark_flags(compare_ner)
+    assert "output_dir" not in benchmark_flags(REPO / "benchmarks" / "speed" / "bench_kernels.py")
 
 
 # The absl programs parse the documented command lines with their own flags. A value
@@ -571,13 +593,12 @@ print(json.dumps(problems))
 
 
 def benchmark_flags(script: pathlib.Path) -> set[str]:
-    """The flags a benchmark script defines, and those of the benchmark modules it imports."""
+    """The flags a benchmark script defines, and those of the benchmark modules it imports
+    at its top (`from benchmarks.compare import finetune_compare`)."""
     sources = [script]
-    imports = r"^(?:from (benchmarks(?:\.\w+)*) import|import) (\w+)"
+    imports = r"^from (benchmarks(?:\.\w+)*) import (\w+)"
     for package, module in re.findall(imports, script.read_text(), re.M):
-        # A sibling imported by name (the script's folder is on sys.path), or a module
-        # of a benchmarks package.
-        folder = REPO.joinpath(*package.split(".")) if package else script.parent
+        folder = REPO.joinpath(*package.split("."))
         if (folder / f"{module}.py").exists():
             sources.append(folder / f"{module}.py")
     names = set()
@@ -599,8 +620,11 @@ def test_every_documented_flag_exists_and_parses():
         kind, program, arguments = split_python(words)
         if program in ABSL_PROGRAMS:
             jobs.setdefault(ABSL_PROGRAMS[program], []).append([command.where(), arguments])
-        elif program.startswith("benchmarks/") and (REPO / program).is_file():
-            known = benchmark_flags(REPO / program)
+        elif kind == "module" and program.startswith("benchmarks."):
+            script = REPO.joinpath(*program.split(".")).with_suffix(".py")
+            if not script.is_file():
+                continue  # The program check reports it.
+            known = benchmark_flags(script)
             for argument in arguments:
                 name = argument[2:].split("=", 1)[0]
                 if argument.startswith("--") and name not in known and name[2:] not in known:

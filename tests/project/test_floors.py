@@ -1,4 +1,5 @@
-"""Floors: no import in the library runs up a floor, and no import runs in a circle.
+"""Floors: no import in the library runs up a floor, no import runs in a circle, and no
+module of the project (library, scripts, benchmarks, tests) edits the import path.
 
 Floors, bottom to top (ARCHITECTURE.md):
  -1 common/                     errors for people; imports no other package of the project
@@ -98,6 +99,64 @@ def test_benchmarks_import_the_library_never_a_runner():
         if imported & runners:
             wrong[path.relative_to(REPO_ROOT).as_posix()] = sorted(imported & runners)
     assert wrong == KNOWN_BENCHMARK_VIOLATIONS
+
+
+def _project_files() -> list[pathlib.Path]:
+    """Every Python file of the project: the library, the scripts at the top,
+    benchmarks and tests (conftest.py included); virtual environments and run outputs
+    (hidden folders, runs/, output/) left out."""
+    skipped = {"runs", "output", "__pycache__"}
+    return [
+        path
+        for path in sorted(REPO_ROOT.rglob("*.py"))
+        if not any(
+            part.startswith(".") or part in skipped
+            for part in path.relative_to(REPO_ROOT).parts[:-1]
+        )
+    ]
+
+
+def _path_edits(source: str) -> list[int]:
+    """Lines that edit the import path: any use of `sys.path` (insert, append, slice
+    assignment, even a read that could be mutated), `from sys import path`, or
+    `site.addsitedir`."""
+    lines = []
+    for node in ast.walk(ast.parse(source)):
+        if isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name):
+            if (node.value.id, node.attr) in {("sys", "path"), ("site", "addsitedir")}:
+                lines.append(node.lineno)
+        elif isinstance(node, ast.ImportFrom) and node.module in {"sys", "site"}:
+            if {alias.name for alias in node.names} & {"path", "addsitedir"}:
+                lines.append(node.lineno)
+    return sorted(lines)
+
+
+def test_no_module_edits_the_import_path():
+    """A package, not a path hack: the library is installed (`pip install -e .`), pytest
+    puts the repository's root on the path (pytest.ini), and benchmarks run from the
+    root as modules (`python -m benchmarks.speed.bench_serving`), so no module, test or
+    benchmark touches `sys.path`."""
+    files = _project_files()
+    assert REPO_ROOT / "tests" / "conftest.py" in files
+    assert REPO_ROOT / "benchmarks" / "speed" / "bench_serving.py" in files
+    edits = [
+        f"{path.relative_to(REPO_ROOT).as_posix()}:{line}"
+        for path in files
+        for line in _path_edits(path.read_text(encoding="utf-8"))
+    ]
+    assert not edits, f"sys.path edited (use absolute imports from the root): {edits}"
+
+
+def test_the_path_check_sees_every_form():
+    edits = (
+        "import sys\nsys.path.insert(0, 'x')\n",
+        "import sys\nsys.path[:0] = ['x']\n",
+        "import sys\n\ndef f():\n    sys.path.append('x')\n",
+        "from sys import path\npath.append('x')\n",
+        "import site\nsite.addsitedir('x')\n",
+    )
+    assert [_path_edits(source) for source in edits] == [[2], [2], [4], [1], [2]]
+    assert _path_edits("import sys\nprint(sys.argv, 'sys.path.insert(0, x)')\n") == []
 
 
 def test_no_import_runs_in_a_circle():

@@ -33,10 +33,22 @@ def test_stops_after_patience_evaluations_without_a_better_score():
     assert finetuning.early_stop(_history(0.1, 0.2, 0.3), 1) is None
 
 
+JOB = kill_helpers.JOBS["run_classifier_early_stopping"]
+POINTS = 2
+
+
+@pytest.fixture(scope="module")
+def reference(tmp_path_factory):
+    """(work folder, the uninterrupted run's folder, its wall time), made once for the
+    tests below."""
+    work = tmp_path_factory.mktemp("early_stopping")
+    ref, seconds = kill_helpers.reference(JOB, work)
+    return work, ref, seconds
+
+
 @pytest.mark.slow
-def test_a_run_that_stops_early_killed_anywhere_ends_the_same(tmp_path):
-    job = kill_helpers.JOBS["run_classifier_early_stopping"]
-    ref, seconds = kill_helpers.reference(job, tmp_path)
+def test_a_run_stops_where_its_history_says(reference):
+    work, ref, _ = reference
     summary = json.loads((ref / "train_summary.json").read_text())
     assert summary["stopped_by"] == "early_stopping" and summary["complete"] is True
     # 32 examples at batch 8: epochs end every 4 steps; the score stays that of step 4.
@@ -45,15 +57,20 @@ def test_a_run_that_stops_early_killed_anywhere_ends_the_same(tmp_path):
     history = json.loads((ref / "eval_history.json").read_text())
     assert [h["global_step"] for h in history] == [4, 8, 12]
     assert (ref / "test_results.tsv").exists()
-    assert "Stopped early at step 12 of 24" in (tmp_path / "reference.log").read_text()
-    results = [
-        kill_helpers.trial(job, tmp_path, ref, delay)
-        for delay in kill_helpers.kill_delays(seconds, 2, seed=7)
-    ]
-    assert any(result["killed"] for result in results), results
-    for result in results:
-        assert result["left"] == [], result
-        assert result["rerun"] == [], result
+    assert "Stopped early at step 12 of 24" in (work / "reference.log").read_text()
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("point", range(POINTS))
+def test_a_run_that_stops_early_killed_anywhere_ends_the_same(reference, point):
+    """Each kill point a test of its own, on the one uninterrupted run."""
+    work, ref, seconds = reference
+    delay = kill_helpers.kill_delays(seconds, POINTS, seed=7)[point]
+    result = kill_helpers.trial(JOB, work, ref, delay)
+    if point == 0:  # The first point falls within the first 45% of the run.
+        assert result["killed"], result
+    assert result["left"] == [], result
+    assert result["rerun"] == [], result
 
 
 @pytest.mark.parametrize(

@@ -5,8 +5,8 @@ the bundled sample files and generated input. The contract: accepted (what is sk
 is counted), or a UserError naming the file; never another exception (IndexError,
 KeyError, UnicodeDecodeError, JSONDecodeError, zlib.error, struct.error, TensorFlow's
 DataLossError or InvalidArgumentError...), never a hang. A failure is shrunk to a
-small case by hypothesis. `benchmarks/robustness/fuzz_readers.py --examples=10000` runs the same
-readers at scale (the table of docs/robustness.md).
+small case by hypothesis. `python -m benchmarks.robustness.fuzz_readers --examples=10000` runs
+the same readers at scale (the table of docs/robustness.md).
 """
 
 import pytest

@@ -4,28 +4,45 @@ Two jobs at two seeded kill points each: create_pretraining_data writing two sha
 and run_classifier through all its phases (feature caches, training with per-epoch
 evaluation and the best model, evaluation, prediction, export). After each kill no
 visible file differs from the uninterrupted run's, and the same command finishes with
-outputs identical to it byte for byte. The other long jobs (the Beam pipeline,
+outputs identical to it byte for byte. Each kill point is a test of its own; a job's
+uninterrupted run is made once, for both. The other long jobs (the Beam pipeline,
 pre-training, run_squad, run_ner, evaluation and prediction alone, the TF Hub export,
-conversion) and many more kill points are `benchmarks/robustness/kill_resume.py`; pre-training,
-the pipeline and the export also have kill tests of their own (test_pretraining.py,
-test_pretraining_pipeline.py, test_atomic_export.py).
+conversion) and many more kill points are `python -m benchmarks.robustness.kill_resume`;
+pre-training, the pipeline and the export also have kill tests of their own
+(test_pretraining.py, test_pretraining_pipeline.py, test_atomic_export.py).
 """
 
 import pytest
 
 from tests.helpers import kill_helpers
 
+POINTS = 2
+
+
+@pytest.fixture(scope="module")
+def references(tmp_path_factory):
+    """name -> (work folder, the uninterrupted run's folder, its kill delays), made on
+    first use."""
+    made = {}
+
+    def reference(name):
+        if name not in made:
+            job = kill_helpers.JOBS[name]
+            work = tmp_path_factory.mktemp(name)
+            ref, seconds = kill_helpers.reference(job, work)
+            made[name] = (work, ref, kill_helpers.kill_delays(seconds, POINTS, seed=5))
+        return made[name]
+
+    return reference
+
 
 @pytest.mark.slow
+@pytest.mark.parametrize("point", range(POINTS))
 @pytest.mark.parametrize("name", ["create_pretraining_data", "run_classifier"])
-def test_killed_anywhere_the_same_command_finishes_the_same(name, tmp_path):
-    job = kill_helpers.JOBS[name]
-    ref, seconds = kill_helpers.reference(job, tmp_path)
-    results = [
-        kill_helpers.trial(job, tmp_path, ref, delay)
-        for delay in kill_helpers.kill_delays(seconds, 2, seed=5)
-    ]
-    assert any(result["killed"] for result in results), results
-    for result in results:
-        assert result["left"] == [], result  # Nothing half-written looked complete.
-        assert result["rerun"] == [], result  # The rerun's outputs equal the reference's.
+def test_killed_anywhere_the_same_command_finishes_the_same(name, point, references):
+    work, ref, delays = references(name)
+    result = kill_helpers.trial(kill_helpers.JOBS[name], work, ref, delays[point])
+    if point == 0:  # The first point falls within the first 45% of the run.
+        assert result["killed"], result
+    assert result["left"] == [], result  # Nothing half-written looked complete.
+    assert result["rerun"] == [], result  # The rerun's outputs equal the reference's.

@@ -183,7 +183,7 @@ def test_pipeline_slices_global_batches_across_workers(shards):
 
 # The learning runs (1,500 steps in float32 and in bfloat16: held-out masked-LM accuracy
 # far above the most-frequent-token baseline, bfloat16 within noise of float32) take
-# about 20 minutes on 2 cores: they are `benchmarks/study/quality.py --runs=pretraining`.
+# about 20 minutes on 2 cores: they are `python -m benchmarks.study.quality --runs=pretraining`.
 
 
 @pytest.mark.slow

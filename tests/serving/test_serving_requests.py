@@ -6,7 +6,8 @@ or refuse clearly (`tests/helpers/serving_fuzz.py` has the requests and the cont
 
 The requests run in one subprocess that builds every export of a tiny model once: a
 crash (abort, segfault) or a hang fails these tests with the request that caused it,
-instead of killing pytest. benchmarks/robustness/fuzz_serving.py runs many more on demand.
+instead of killing pytest. `python -m benchmarks.robustness.fuzz_serving` runs many more on
+demand.
 """
 
 import json

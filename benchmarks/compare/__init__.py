@@ -1,0 +1,1 @@
+"""Against the peers: Hugging Face transformers, keras-hub, the original release."""

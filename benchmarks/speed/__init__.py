@@ -1,0 +1,1 @@
+"""Throughput and latency, against the peers where there are some."""
