@@ -11,7 +11,9 @@ non-spacing marks) are turned into explicit RE2 character classes, so both
 tokenizers classify every character from the same Unicode database. Lower-casing
 (`tf.strings.lower` with UTF-8) and NFD decomposition (`normalize_utf8`) come
 from ICU; they agree with Python's `str.lower` and `unicodedata` on every code
-point assigned in both Unicode versions (tested on all code points).
+point assigned in both Unicode versions (on all code points by
+`python -m benchmarks.robustness.tokenizer_code_points`; the suite checks a sample of
+every kind).
 
 `tensorflow_text`'s own `BertTokenizer` and `FastBertTokenizer` are not used:
 their lower-casing applies NFKC-style compatibility mappings, which differ from the
@@ -22,8 +24,8 @@ counts characters. `tokenize` takes their speed where it is exact: this module's
 normalization, then `FastWordpieceTokenizer`'s own splitting on whitespace and
 punctuation and its WordPiece in one pass (3x the speed of splitting with
 `regex_split` first). That splitting classifies characters with ICU, which agrees
-with Python's Unicode database on every code point that database assigns (tested on
-all code points); the strings it cannot tokenize exactly, those holding a code point
+with Python's Unicode database on every code point that database assigns (the same
+benchmark); the strings it cannot tokenize exactly, those holding a code point
 that Python's database leaves unassigned or a word longer than
 `max_input_chars_per_word` bytes, take the exact path (as `tokenize_words`). Strings
 of printable ASCII alone skip the normalization passes (lower-casing is all they
