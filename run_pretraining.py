@@ -37,7 +37,8 @@ import model_flags
 import runner_flags
 from common.errors import UserError
 from common import file_io
-from data_prep import damage, input_pipeline, run_control
+from common import run_control
+from data_prep import damage, input_pipeline
 from data_prep.pretraining import pretraining_data
 from data_prep.input_pipeline import RecordMetadata
 from modeling import checkpoints, distribution, model_files, training

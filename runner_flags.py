@@ -18,7 +18,7 @@ from absl import app, flags, logging
 
 from common.errors import UserError
 from common.progress import TerminalProgress
-from data_prep import run_control
+from common import run_control
 from modeling import distribution, finetuning, kernels, training
 from serving import savedmodel
 

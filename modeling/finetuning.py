@@ -38,7 +38,8 @@ from absl import logging
 
 from common.errors import UserError
 from common import file_io
-from data_prep import input_pipeline, run_control
+from common import run_control
+from data_prep import input_pipeline
 from modeling import checkpoint_readers, checkpoints, distribution, model_files, training
 from modeling import task_kinds
 from modeling.config import BertConfig

@@ -1,9 +1,11 @@
 """Floors: no import in the library runs up a floor, and no import runs in a circle.
 
 Floors, bottom to top (ARCHITECTURE.md):
- -1 common/                     errors for people; imports no other package of the project
+ -1 common/                     errors for people, file I/O, run control (locks, stop
+                                signals, the resume record); imports no other package
   0 data_prep/                  tokenization, readers, features, records
-  1 modeling/, evaluation/      side by side: each may import data_prep, not the other
+  1 modeling/, evaluation/      side by side: each may import data_prep, not the other;
+                                modeling/ takes only data from it (`MODELING_DATA`)
   2 serving/                    exports: may import the floors below
   3 the scripts at the top      runners, runner_flags.py, model_flags.py, export_tfhub.py,
                                 extract_features.py
@@ -24,6 +26,11 @@ TOP = 3
 KNOWN_VIOLATIONS: dict = {}
 # Benchmarks that still call a runner's main in-process (to be rebuilt on the library).
 KNOWN_BENCHMARK_VIOLATIONS: dict = {}
+# What modeling/ may import from data_prep/: data (records and their input pipeline,
+# features and their records, tokenization). Process control and errors live in common/.
+MODELING_DATA = ("data_prep.records", "data_prep.input_pipeline", "data_prep.tokenization")
+MODELING_DATA_PACKAGES = ("data_prep.text",)
+MODELING_DATA_SUFFIXES = ("_features", "_records")
 
 
 def _floor(module: str) -> int | None:
@@ -136,6 +143,51 @@ def test_the_model_config_needs_no_data_preparation():
     graph = _graph()
     assert "common.file_io" in graph["modeling.config"]
     assert not {m for m in graph["modeling.config"] if m.startswith("data_prep")}
+
+
+def _modeling_imports_beyond_data(graph) -> set[tuple[str, str]]:
+    """(modeling module, data_prep module) for each import of modeling/ from data_prep/
+    that is not data (`MODELING_DATA`)."""
+    wrong = set()
+    for module, imported in graph.items():
+        if module.split(".")[0] != "modeling":
+            continue
+        for name in imported:
+            base = name.removesuffix(".__init__")
+            if base.split(".")[0] != "data_prep":
+                continue
+            if (
+                base in MODELING_DATA
+                or base.split(".")[:2] in [p.split(".") for p in MODELING_DATA_PACKAGES]
+                or base.endswith(MODELING_DATA_SUFFIXES)
+            ):
+                continue
+            wrong.add((module, name))
+    return wrong
+
+
+def test_modeling_takes_only_data_from_data_prep():
+    """Locks, stop signals, resume records and error classes are not data: modeling/
+    finds them in common/."""
+    graph = _graph()
+    assert not _modeling_imports_beyond_data(graph)
+    assert "common.run_control" in graph["modeling.distribution"]
+    assert "data_prep.text.tokenization" in graph["modeling.model_files"]
+
+
+def test_the_data_rule_sees_what_it_checks():
+    """A modeling module that imports data_prep's process control or damage checks is
+    found; features, records and tokenization pass."""
+    graph = {
+        "modeling.a": {"data_prep.run_control", "data_prep.records", "common.errors"},
+        "modeling.b": {"data_prep.damage", "data_prep.squad.squad_features"},
+        "modeling.c": {"data_prep.text.__init__", "data_prep.pretraining.pretraining_records"},
+        "serving.d": {"data_prep.run_control"},
+    }
+    assert _modeling_imports_beyond_data(graph) == {
+        ("modeling.a", "data_prep.run_control"),
+        ("modeling.b", "data_prep.damage"),
+    }
 
 
 def test_the_checker_reads_sub_packages(tmp_path):

@@ -132,7 +132,7 @@ def test_a_second_ctrl_c_ends_the_program_at_once():
     as if it waited for a compiled loop), a second Ctrl-C ends the program."""
     program = textwrap.dedent("""
         import os, signal, time
-        from data_prep import run_control
+        from common import run_control
         signal.signal(signal.SIGINT, lambda signum, frame: None)
         with run_control.second_ctrl_c_ends_at_once("first", "second"):
             os.kill(os.getpid(), signal.SIGINT)
