@@ -45,7 +45,7 @@ from modeling import checkpoints, distribution, model_files, training
 from modeling.config import BertConfig
 from modeling.encoder import BertEncoder
 from modeling.models import OBJECTIVES, BertPretrainer
-from modeling.tasks import LanguageModelObjective, PretrainingObjective
+from modeling.objectives import LanguageModelObjective, PretrainingObjective
 
 FLAGS = flags.FLAGS
 

@@ -24,7 +24,7 @@ from data_prep.pretraining import pretraining_data
 from modeling import models, training
 from modeling.config import BertConfig
 from modeling.encoder import BertEncoder
-from modeling.tasks import TokenClassificationObjective
+from modeling.objectives import TokenClassificationObjective
 from tests.conftest import REPO_ROOT, SAMPLE_DATA, tiny_config
 
 SEQ = 64

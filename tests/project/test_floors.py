@@ -131,7 +131,7 @@ def test_no_import_runs_in_a_circle():
 def test_the_checker_sees_what_it_checks():
     graph = _graph()
     assert "data_prep.context_windows" in graph["serving.windows"]
-    assert "serving.savedmodel" in graph["serving.tasks"]
+    assert "serving.savedmodel" in graph["serving.exports"]
     assert "data_prep.ner.tag_schemes" in graph["evaluation.conlleval"]
     assert _floor("run_classifier") == TOP and _floor("numpy") is None
     assert "common.errors" in graph["data_prep.records"]
@@ -197,14 +197,14 @@ def test_the_checker_reads_sub_packages(tmp_path):
     package.mkdir(parents=True)
     (tmp_path / "data_prep" / "__init__.py").write_text("")
     (package / "__init__.py").write_text("from modeling import config\n")
-    (package / "leaf.py").write_text("from data_prep import inner\nimport serving.tasks\n")
+    (package / "leaf.py").write_text("from data_prep import inner\nimport serving.exports\n")
     (tmp_path / "modeling").mkdir()
     (tmp_path / "modeling" / "config.py").write_text("")
     (tmp_path / "serving").mkdir()
-    (tmp_path / "serving" / "tasks.py").write_text("")
+    (tmp_path / "serving" / "exports.py").write_text("")
     modules = {_module_name(path, tmp_path): path for path in sorted(tmp_path.rglob("*.py"))}
     assert "data_prep.inner.leaf" in modules
     leaf = _imports("data_prep.inner.leaf", package / "leaf.py", modules)
-    assert leaf == {"data_prep.inner.__init__", "serving.tasks"}
+    assert leaf == {"data_prep.inner.__init__", "serving.exports"}
     init = _imports("data_prep.inner.__init__", package / "__init__.py", modules)
     assert init == {"modeling.config"}

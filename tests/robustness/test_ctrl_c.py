@@ -23,7 +23,7 @@ from common.errors import CannotWriteError
 from modeling import models, training
 from modeling.config import BertConfig
 from modeling.encoder import BertEncoder
-from modeling.tasks import ClassificationObjective
+from modeling.objectives import ClassificationObjective
 from tests.conftest import REPO_ROOT, tiny_config
 from tests.helpers import kill_helpers
 
