@@ -43,7 +43,7 @@ from common import file_io
 from common.errors import UserError
 import model_flags
 import runner_flags
-from data_prep import run_control
+from common import run_control
 from modeling import checkpoint_names as names
 from modeling import checkpoint_readers, checkpoints, model_files, task_kinds
 from modeling.config import BertConfig

@@ -41,7 +41,7 @@ from common import cli as command_line
 from common.errors import UserError
 import model_flags
 import runner_flags
-from data_prep import run_control
+from common import run_control
 from modeling import checkpoints
 from modeling.config import BertConfig
 from modeling.encoder import BertEncoder

@@ -33,7 +33,8 @@ from common.progress import Progress
 import model_flags
 import runner_flags
 from common import file_io
-from data_prep import input_pipeline, run_control
+from common import run_control
+from data_prep import input_pipeline
 from data_prep.text import tokenization
 from modeling import checkpoints, feature_based
 from modeling.encoder import BertEncoder

@@ -41,6 +41,7 @@ from absl import app
 from common import file_io
 import model_flags
 import runner_flags
+from data_prep import input_pipeline
 from modeling import finetuning
 
 TRIALS_DIR = "trials"
@@ -95,7 +96,7 @@ class Grid:
     train_batch_sizes: tuple
     num_train_epochs: tuple
     restarts: int = 1
-    seed: int = 12345
+    seed: int = input_pipeline.DEFAULT_SEED
     select: str = "best_trial"
 
     @classmethod

@@ -80,8 +80,8 @@ from data_prep.input_pipeline import RecordMetadata
 from evaluation import glue_metrics
 from modeling import finetuning, model_files, task_kinds, training
 from modeling.config import BertConfig
-from modeling.tasks import ClassificationObjective
-from serving import tasks as serving_tasks
+from modeling.objectives import ClassificationObjective
+from serving import exports as serving_tasks
 
 FLAGS = flags.FLAGS
 

@@ -100,8 +100,8 @@ from evaluation import conlleval
 from modeling import feature_based, finetuning, model_files, task_kinds, training
 from modeling.config import BertConfig
 from modeling.models import BertTokenClassifier
-from modeling.tasks import TokenClassificationObjective
-from serving import tasks as serving_tasks
+from modeling.objectives import TokenClassificationObjective
+from serving import exports as serving_tasks
 
 FLAGS = flags.FLAGS
 

@@ -37,14 +37,15 @@ import model_flags
 import runner_flags
 from common.errors import UserError
 from common import file_io
-from data_prep import damage, input_pipeline, run_control
+from common import run_control
+from data_prep import damage, input_pipeline
 from data_prep.pretraining import pretraining_data
 from data_prep.input_pipeline import RecordMetadata
 from modeling import checkpoints, distribution, model_files, training
 from modeling.config import BertConfig
 from modeling.encoder import BertEncoder
 from modeling.models import OBJECTIVES, BertPretrainer
-from modeling.tasks import LanguageModelObjective, PretrainingObjective
+from modeling.objectives import LanguageModelObjective, PretrainingObjective
 
 FLAGS = flags.FLAGS
 
@@ -96,6 +97,75 @@ EVAL_RESULTS = "eval_results.txt"
 RESUME_SETTINGS = run_control.RESUME_SETTINGS + ("max_predictions_per_seq", "input_files")
 
 
+@dataclasses.dataclass(frozen=True)
+class PretrainingSettings:
+    """A pre-training run, from its flags once (`pretraining_settings`): what the
+    helpers below take instead of reading flags."""
+
+    output_dir: str
+    input_file: str
+    eval_input_file: str | None
+    do_train: bool
+    do_eval: bool
+    objective: str  # "mlm" or "ltr" (OBJECTIVES)
+    use_next_sentence_loss: bool
+    max_seq_length: int
+    max_predictions_per_seq: int
+    train_batch_size: int
+    eval_batch_size: int
+    max_eval_steps: int
+    learning_rate: float
+    num_train_steps: int
+    num_warmup_steps: int
+    stop_at_step: int | None
+    init_checkpoint: str | None
+    restore_training_state: bool
+    seed: int
+    dtype: str
+    kernels: str
+    pad_to_max_seq_length: bool
+    preserve_unused_tokens: bool | None  # the flag as given; None: not given
+    trainer_options: dict  # keyword arguments of training.Trainer
+    flag_values: dict  # every flag, for run_config.json
+
+    @property
+    def causal_attention(self) -> bool:
+        """Whether the model attends left-only (--objective=ltr)."""
+        return self.objective == "ltr"
+
+
+def pretraining_settings(FLAGS) -> PretrainingSettings:
+    """The run's settings from its flags, once the original flags are mapped
+    (`runner_flags.setup`)."""
+    return PretrainingSettings(
+        output_dir=FLAGS.output_dir,
+        input_file=FLAGS.input_file,
+        eval_input_file=FLAGS.eval_input_file,
+        do_train=FLAGS.do_train,
+        do_eval=FLAGS.do_eval,
+        objective=FLAGS.objective,
+        use_next_sentence_loss=FLAGS.use_next_sentence_loss,
+        max_seq_length=FLAGS.max_seq_length,
+        max_predictions_per_seq=FLAGS.max_predictions_per_seq,
+        train_batch_size=FLAGS.train_batch_size,
+        eval_batch_size=FLAGS.eval_batch_size,
+        max_eval_steps=FLAGS.max_eval_steps,
+        learning_rate=FLAGS.learning_rate,
+        num_train_steps=FLAGS.num_train_steps,
+        num_warmup_steps=FLAGS.num_warmup_steps,
+        stop_at_step=FLAGS.stop_at_step,
+        init_checkpoint=FLAGS.init_checkpoint,
+        restore_training_state=FLAGS.restore_training_state,
+        seed=FLAGS.seed,
+        dtype=FLAGS.dtype,
+        kernels=FLAGS.kernels,
+        pad_to_max_seq_length=bool(runner_flags.pad_to_max_seq_length(FLAGS)),
+        preserve_unused_tokens=model_flags.preserve_unused_tokens_flag(FLAGS),
+        trainer_options=runner_flags.trainer_options(FLAGS),
+        flag_values=runner_flags.flag_values(FLAGS),
+    )
+
+
 def build_model(
     config: BertConfig, dtype: str, kernels: str = "auto", objective: str = "mlm"
 ) -> BertPretrainer:
@@ -104,18 +174,27 @@ def build_model(
     return BertPretrainer(encoder, config, objective)
 
 
-def make_dataset_fn(files, metadata, batch_size, is_training, seed):
+def make_dataset_fn(
+    files: list[str],
+    metadata: RecordMetadata,
+    batch_size: int,
+    is_training: bool,
+    settings: PretrainingSettings,
+):
+    """The dataset function of the shards `files` (with its input context under a
+    distribution strategy): `settings`' seed, padding and objective."""
+
     def dataset_fn(context=None):
         dataset = pretraining_data.pretraining_dataset(
             files,
             metadata,
             batch_size,
             is_training,
-            seed,
+            settings.seed,
             context,
-            pad_to_max_seq_length=bool(runner_flags.pad_to_max_seq_length(FLAGS)),
+            pad_to_max_seq_length=settings.pad_to_max_seq_length,
         )
-        if FLAGS.objective == "ltr":  # The clean text, from the masked LM's shards.
+        if settings.causal_attention:  # The clean text, from the masked LM's shards.
             dataset = dataset.map(
                 pretraining_data.restore_masked_tokens, num_parallel_calls=tf.data.AUTOTUNE
             )
@@ -124,29 +203,30 @@ def make_dataset_fn(files, metadata, batch_size, is_training, seed):
     return dataset_fn
 
 
-def resolve_model_files() -> model_files.ModelFiles:
-    """The config (flag or beside --init_checkpoint) and, when known, the vocabulary
-    the shards were made with: the output_dir then carries both. The left-only
-    constraint is --objective's."""
-    files = model_flags.resolve_model_files(FLAGS, vocab_required=False)
-    return dataclasses.replace(files, causal_attention=FLAGS.objective == "ltr")
-
-
 def with_shards_preserve_setting(
-    files: model_files.ModelFiles, shards: list[str]
+    files: model_files.ModelFiles,
+    shards: list[str],
+    preserve_unused_tokens: bool | None,
+    init_checkpoint: str | None,
 ) -> model_files.ModelFiles:
-    """--preserve_unused_tokens when given, else the shards' record of it (they were
-    tokenized with it), else --init_checkpoint's: what model_info.json records."""
-    if model_flags.preserve_unused_tokens_flag(FLAGS) is not None:
+    """--preserve_unused_tokens when given (`preserve_unused_tokens`), else the shards'
+    record of it (they were tokenized with it), else `init_checkpoint`'s: what
+    model_info.json records."""
+    if preserve_unused_tokens is not None:
         return files  # the flag, already checked against the model's record
     recorded = pretraining_data.recorded_setting(shards, "preserve_unused_tokens", bool)
     if recorded is None:
         return files
-    preserve = model_files.resolve_preserve_unused_tokens(recorded, FLAGS.init_checkpoint)
+    preserve = model_files.resolve_preserve_unused_tokens(recorded, init_checkpoint)
     return dataclasses.replace(files, preserve_unused_tokens=preserve)
 
 
-def check_shards(shards: list[str], files: model_files.ModelFiles) -> RecordMetadata:
+def check_shards(
+    shards: list[str],
+    files: model_files.ModelFiles,
+    max_seq_length: int,
+    max_predictions_per_seq: int,
+) -> RecordMetadata:
     """The shards against the run, before any work: that they are what finished runs
     left (`pretraining_data.check_shard_runs`), their framing, and their metadata
     (sequence length, masked positions, vocabulary, case, preserve_unused_tokens), or
@@ -154,18 +234,25 @@ def check_shards(shards: list[str], files: model_files.ModelFiles) -> RecordMeta
     pretraining_data.check_shard_runs(shards)
     return pretraining_data.shards_metadata(
         shards,
-        FLAGS.max_seq_length,
-        FLAGS.max_predictions_per_seq,
+        max_seq_length,
+        max_predictions_per_seq,
         files.config.vocab_size,
         files.do_lower_case if files.vocab_file else None,
         files.preserve_unused_tokens,
     )
 
 
-def evaluate(trainer: training.Trainer, files: list[str], metadata: RecordMetadata) -> dict:
-    dataset = make_dataset_fn(files, metadata, FLAGS.eval_batch_size, False, FLAGS.seed)()
-    results = trainer.evaluate(dataset, max_steps=FLAGS.max_eval_steps, summary_name="eval")
-    output = os.path.join(FLAGS.output_dir, EVAL_RESULTS)
+def evaluate(
+    trainer: training.Trainer,
+    files: list[str],
+    metadata: RecordMetadata,
+    settings: PretrainingSettings,
+) -> dict:
+    """At most `settings.max_eval_steps` batches of `files`; the chief writes
+    eval_results.txt in the output_dir."""
+    dataset = make_dataset_fn(files, metadata, settings.eval_batch_size, False, settings)()
+    results = trainer.evaluate(dataset, max_steps=settings.max_eval_steps, summary_name="eval")
+    output = os.path.join(settings.output_dir, EVAL_RESULTS)
     if distribution.is_chief(trainer.strategy):  # Every worker evaluates; one writes.
         file_io.write_results(output, results)
     trainer.progress.say(
@@ -175,146 +262,158 @@ def evaluate(trainer: training.Trainer, files: list[str], metadata: RecordMetada
     return results
 
 
-def input_shards() -> tuple[list[str], list[str]]:
+def input_shards(input_file: str, eval_input_file: str | None) -> tuple[list[str], list[str]]:
     """(training shards, evaluation shards): --input_file's, and --eval_input_file's
     (default: the same)."""
-    shards = pretraining_data.expand_input_files(FLAGS.input_file)
-    if not FLAGS.eval_input_file:
+    shards = pretraining_data.expand_input_files(input_file)
+    if not eval_input_file:
         return shards, shards
-    return shards, pretraining_data.expand_input_files(FLAGS.eval_input_file, "--eval_input_file")
+    return shards, pretraining_data.expand_input_files(eval_input_file, "--eval_input_file")
 
 
-def check_objective() -> None:
-    """--objective=ltr has no next-sentence loss; an output_dir keeps one objective
-    (a resumed run must not mix a left-to-right model with a bidirectional one)."""
-    if FLAGS.objective == "ltr" and FLAGS["use_next_sentence_loss"].present:
-        if FLAGS.use_next_sentence_loss:
-            raise UserError(
-                "--objective=ltr has no next-sentence loss: drop --use_next_sentence_loss"
-            )
-    causal = FLAGS.objective == "ltr"
-    info_file = os.path.join(FLAGS.output_dir, model_files.MODEL_INFO)
-    if tf.train.latest_checkpoint(FLAGS.output_dir) and tf.io.gfile.exists(info_file):
+def check_objective(objective: str, next_sentence_loss: bool | None, output_dir: str) -> None:
+    """--objective=ltr has no next-sentence loss (`next_sentence_loss`: the flag as
+    given, None when not given); an output_dir keeps one objective (a resumed run must
+    not mix a left-to-right model with a bidirectional one)."""
+    if objective == "ltr" and next_sentence_loss:
+        raise UserError("--objective=ltr has no next-sentence loss: drop --use_next_sentence_loss")
+    causal = objective == "ltr"
+    info_file = os.path.join(output_dir, model_files.MODEL_INFO)
+    if tf.train.latest_checkpoint(output_dir) and tf.io.gfile.exists(info_file):
         earlier = bool(file_io.read_json(info_file).get("causal_attention", False))
         if earlier != causal:
             was = "ltr" if earlier else "mlm"
             raise UserError(
-                f"--output_dir={FLAGS.output_dir} holds a run of --objective={was}, this "
-                f"run is --objective={FLAGS.objective}: use a new --output_dir (or "
-                f"--init_checkpoint={FLAGS.output_dir} there to start from its weights)"
+                f"--output_dir={output_dir} holds a run of --objective={was}, this "
+                f"run is --objective={objective}: use a new --output_dir (or "
+                f"--init_checkpoint={output_dir} there to start from its weights)"
             )
 
 
-def build_trainer(strategy, model) -> training.Trainer:
+def build_trainer(strategy, model, settings: PretrainingSettings) -> training.Trainer:
     """The Trainer of the objective's losses (masked LM and next sentence, or next
-    token), with the flags' schedule."""
+    token), with the settings' schedule."""
     task = (
         LanguageModelObjective()
-        if FLAGS.objective == "ltr"
-        else PretrainingObjective(FLAGS.use_next_sentence_loss)
+        if settings.causal_attention
+        else PretrainingObjective(settings.use_next_sentence_loss)
     )
     return training.Trainer(
         strategy,
         model,
         task,
-        FLAGS.output_dir,
-        learning_rate=FLAGS.learning_rate,
-        num_train_steps=FLAGS.num_train_steps,
-        num_warmup_steps=FLAGS.num_warmup_steps,
-        **runner_flags.trainer_options(FLAGS),
+        settings.output_dir,
+        learning_rate=settings.learning_rate,
+        num_train_steps=settings.num_train_steps,
+        num_warmup_steps=settings.num_warmup_steps,
+        **settings.trainer_options,
     )
 
 
-def check_phase_flags() -> int:
+def check_phase_settings(settings: PretrainingSettings) -> int:
     """The step --restore_training_state continues from (0 without it), with the
     checks of --stop_at_step and --restore_training_state against the schedule."""
     first_step = 0
-    if FLAGS.restore_training_state:
-        if not FLAGS.init_checkpoint:
+    init_checkpoint, num_train_steps = settings.init_checkpoint, settings.num_train_steps
+    if settings.restore_training_state:
+        if not init_checkpoint:
             raise UserError("--restore_training_state needs --init_checkpoint")
-        _, first_step = training.training_state_step(FLAGS.init_checkpoint)
-        if FLAGS.do_train and first_step >= FLAGS.num_train_steps:
+        _, first_step = training.training_state_step(init_checkpoint)
+        if settings.do_train and first_step >= num_train_steps:
             raise UserError(
-                f"--init_checkpoint {FLAGS.init_checkpoint} is at global step "
-                f"{first_step} but --num_train_steps={FLAGS.num_train_steps}: with "
+                f"--init_checkpoint {init_checkpoint} is at global step "
+                f"{first_step} but --num_train_steps={num_train_steps}: with "
                 f"--restore_training_state it counts the steps of both runs"
             )
-    if FLAGS.stop_at_step is not None and not (
-        first_step < FLAGS.stop_at_step <= FLAGS.num_train_steps
-    ):
+    stop_at_step = settings.stop_at_step
+    if stop_at_step is not None and not (first_step < stop_at_step <= num_train_steps):
         raise UserError(
-            f"--stop_at_step={FLAGS.stop_at_step} must be after the first step "
-            f"({first_step}) and at most --num_train_steps={FLAGS.num_train_steps}"
+            f"--stop_at_step={stop_at_step} must be after the first step "
+            f"({first_step}) and at most --num_train_steps={num_train_steps}"
         )
     return first_step
 
 
-def warn_other_attention(init_checkpoint: str) -> None:
+def warn_other_attention(init_checkpoint: str, objective: str) -> None:
     """A checkpoint trained with the other attention still loads (same variables)."""
-    if model_files.resolve_causal_attention(init_checkpoint) != (FLAGS.objective == "ltr"):
+    if model_files.resolve_causal_attention(init_checkpoint) != (objective == "ltr"):
         logging.warning(
             "--init_checkpoint=%s was trained with the other attention (left-to-right vs "
             "bidirectional); this run trains it with --objective=%s.",
             init_checkpoint,
-            FLAGS.objective,
+            objective,
         )
 
 
 def main(_):
     if not FLAGS.do_train and not FLAGS.do_eval:
         raise app.UsageError("At least one of --do_train or --do_eval must be set.")
-    check_objective()
+    given = FLAGS["use_next_sentence_loss"].present
+    check_objective(
+        FLAGS.objective, FLAGS.use_next_sentence_loss if given else None, FLAGS.output_dir
+    )
     strategy = runner_flags.setup(FLAGS)
-    first_step = check_phase_flags()
-    files = resolve_model_files()
-    shards, eval_shards = input_shards()
-    files = with_shards_preserve_setting(files, shards + eval_shards)
-    metadata = check_shards(shards, files)
-    eval_metadata = check_shards(eval_shards, files) if eval_shards != shards else metadata
-    if FLAGS.do_train:
+    settings = pretraining_settings(FLAGS)
+    first_step = check_phase_settings(settings)
+    # The config (flag or beside --init_checkpoint) and, when known, the vocabulary the
+    # shards were made with: the output_dir then carries both, and the objective's
+    # left-only constraint.
+    files = model_flags.resolve_model_files(FLAGS, vocab_required=False)
+    files = dataclasses.replace(files, causal_attention=settings.causal_attention)
+    shards, eval_shards = input_shards(settings.input_file, settings.eval_input_file)
+    files = with_shards_preserve_setting(
+        files, shards + eval_shards, settings.preserve_unused_tokens, settings.init_checkpoint
+    )
+    lengths = (settings.max_seq_length, settings.max_predictions_per_seq)
+    metadata = check_shards(shards, files, *lengths)
+    eval_metadata = (
+        check_shards(eval_shards, files, *lengths) if eval_shards != shards else metadata
+    )
+    if settings.do_train:
         input_pipeline.warn_if_batch_exceeds_data(
-            metadata.num_records, FLAGS.train_batch_size, "--train_batch_size"
+            metadata.num_records, settings.train_batch_size, "--train_batch_size"
         )
     with strategy.scope():
-        model = build_model(files.config, FLAGS.dtype, FLAGS.kernels, FLAGS.objective)
-    trainer = build_trainer(strategy, model)
+        model = build_model(files.config, settings.dtype, settings.kernels, settings.objective)
+    trainer = build_trainer(strategy, model, settings)
     if distribution.is_chief(strategy):  # Of a multi-worker run, the chief alone writes.
         model_files.write_model_files(
-            FLAGS.output_dir,
+            settings.output_dir,
             files,
             BertPretrainer.MODEL_KIND,
-            pretraining_objective=FLAGS.objective,
+            pretraining_objective=settings.objective,
         )
         run_control.write_run_config(
-            os.path.join(FLAGS.output_dir, "run_config.json"),
-            dict(runner_flags.flag_values(FLAGS), input_files=shards),
-            RESUME_SETTINGS if FLAGS.do_train else (),
-            resumes=tf.train.latest_checkpoint(FLAGS.output_dir),
+            os.path.join(settings.output_dir, "run_config.json"),
+            dict(settings.flag_values, input_files=shards),
+            RESUME_SETTINGS if settings.do_train else (),
+            resumes=tf.train.latest_checkpoint(settings.output_dir),
         )
+    init_checkpoint = settings.init_checkpoint
 
     def initialize():
-        if FLAGS.init_checkpoint:
-            warn_other_attention(FLAGS.init_checkpoint)
-        if FLAGS.restore_training_state:  # Weights, moments, global step.
-            trainer.restore_training_state(FLAGS.init_checkpoint)
-        elif FLAGS.init_checkpoint:  # The encoder, and the heads when the checkpoint has them.
-            checkpoints.restore_model(FLAGS.init_checkpoint, model)
+        if init_checkpoint:
+            warn_other_attention(init_checkpoint, settings.objective)
+        if settings.restore_training_state:  # Weights, moments, global step.
+            trainer.restore_training_state(init_checkpoint)
+        elif init_checkpoint:  # The encoder, and the heads when the checkpoint has them.
+            checkpoints.restore_model(init_checkpoint, model)
 
     trainer.restore_or_initialize(initialize)
-    if FLAGS.do_train:
+    if settings.do_train:
         with damage.naming_damaged_records(shards):  # A record damaged inside, named.
             runner_flags.run_training(
                 lambda: trainer.train(
-                    make_dataset_fn(shards, metadata, FLAGS.train_batch_size, True, FLAGS.seed),
-                    FLAGS.train_batch_size,
+                    make_dataset_fn(shards, metadata, settings.train_batch_size, True, settings),
+                    settings.train_batch_size,
                     first_step=first_step,
-                    stop_at_step=FLAGS.stop_at_step,
+                    stop_at_step=settings.stop_at_step,
                 )["complete"],
-                FLAGS.output_dir,
+                settings.output_dir,
             )
-    if FLAGS.do_eval:
+    if settings.do_eval:
         with damage.naming_damaged_records(eval_shards):
-            evaluate(trainer, eval_shards, eval_metadata)
+            evaluate(trainer, eval_shards, eval_metadata, settings)
 
 
 def cli():

@@ -63,8 +63,8 @@ from evaluation import squad_eval
 from modeling import finetuning, model_files, task_kinds, training
 from modeling.config import BertConfig
 from modeling.models import BertSpanLabeler
-from modeling.tasks import SpanObjective
-from serving import tasks as serving_tasks
+from modeling.objectives import SpanObjective
+from serving import exports as serving_tasks
 
 FLAGS = flags.FLAGS
 

@@ -18,7 +18,8 @@ from absl import app, flags, logging
 
 from common.errors import UserError
 from common.progress import TerminalProgress
-from data_prep import run_control
+from common import run_control
+from data_prep import input_pipeline
 from modeling import distribution, finetuning, kernels, training
 from serving import savedmodel
 
@@ -131,7 +132,10 @@ def define_common_flags(max_seq_length: int, flag_values=FLAGS) -> None:
         flag_values=f,
     )
     flags.DEFINE_integer(
-        "seed", 12345, "Random seed of initialisation, dropout and shuffling.", flag_values=f
+        "seed",
+        input_pipeline.DEFAULT_SEED,
+        "Random seed of initialisation, dropout and shuffling.",
+        flag_values=f,
     )
     flags.DEFINE_bool(
         "deterministic",
@@ -297,7 +301,7 @@ def define_finetuning_flags(flag_values=FLAGS) -> None:
     )
     flags.DEFINE_integer(
         "shuffle_buffer_size",
-        10000,
+        input_pipeline.DEFAULT_SHUFFLE_BUFFER_SIZE,
         "Training examples in the shuffle "
         "buffer (at most the training set). The original uses 100, which "
         "mixes a file sorted by label or length poorly.",

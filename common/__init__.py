@@ -1,2 +1,3 @@
-"""The bottom floor: what every other package may import (errors for people, and
-file input/output that never leaves a half-written file looking complete)."""
+"""The bottom floor: what every other package may import (errors for people, file
+input/output that never leaves a half-written file looking complete, and run control:
+one run per output, a clear end when stopped)."""

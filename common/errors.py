@@ -7,8 +7,10 @@ the file and line or the flag, and what to do. The command lines print that mess
 alone (the traceback goes to the log file) and exit non-zero; any other exception is a
 bug and keeps its traceback.
 
-`UserError` is a `ValueError`, `MissingFileError` also a `FileNotFoundError` and
-`OutputExistsError` a `FileExistsError`, so code that caught those before still does.
+`UserError` is a `ValueError`, `MissingFileError` also a `FileNotFoundError`,
+`OutputExistsError` a `FileExistsError` and `DamagedFileError` (a file's bytes cut short
+or corrupted, found by `data_prep.damage` and the checkpoint readers) an `OSError`, so
+code that caught those before still does.
 """
 
 from __future__ import annotations
@@ -29,6 +31,31 @@ class OutputExistsError(UserError, FileExistsError):
 class CannotWriteError(UserError):
     """An output cannot be written: no space left, no permission, a read-only file
     system. Nothing unfinished is left under the output's name."""
+
+
+class DamagedFileError(UserError, OSError):
+    """A file's bytes are damaged (cut short, corrupted); the message names the file
+    and the line or record where it shows.
+
+    An `OSError` too, so that the readers that treat an unreadable file as bad input
+    (the corpus pipeline's "skip" policy) treat a damaged one the same way.
+
+    Attributes:
+      path: the file.
+      where: the line or record ("line 12", "record 3"), or None.
+      reason: what is wrong, without the file's name.
+    """
+
+    def __init__(self, path: str, where: str | None, reason: str):
+        self.path, self.where, self.reason = path, where, reason
+        location = f"{path}: {where}" if where else path
+        super().__init__(f"{location}: {reason}")
+
+    def __str__(self) -> str:
+        return self.args[0]
+
+    def __reduce__(self):  # Pickled whole across worker processes.
+        return type(self), (self.path, self.where, self.reason)
 
 
 class LostWorkerError(RuntimeError):

@@ -54,7 +54,8 @@ import tensorflow as tf
 from common import cli as command_line
 from common.errors import UserError
 from common.progress import TerminalProgress
-from data_prep import records, run_control
+from common import run_control
+from data_prep import records
 from data_prep.pretraining.pretraining_instances import InstanceOptions, MaskingOptions
 from data_prep.pretraining.pretraining_records import RunOptions, check_no_earlier_shards, run
 

@@ -5,7 +5,7 @@ Compressed text (`open_decompressed`). A file whose name ends in .gz, .bz2, .xz,
 .lzma, .zst, .zstd or .deflate is read through its decompressor, checked to the end:
 a stream that stops before its end marker (a truncated download or copy), data that
 fails to decompress or fails its checksum (a flipped bit), raise `DamagedFileError`
-naming the file and the line of text where the damage shows, instead of giving the
+(`common.errors`) naming the file and the line of text where the damage shows, instead of giving the
 text read so far as if it were the whole file (which a decompressor fed to its end
 silently does for a truncated stream) or a bare `zlib.error`. Concatenated streams
 (`cat a.gz b.gz`, pbzip2, bgzip) are read one after the other.
@@ -30,36 +30,11 @@ import struct
 import zlib
 from typing import BinaryIO, Iterator, Sequence
 
-from common.errors import UserError
+from common.errors import DamagedFileError
 
 # Compressed bytes decompressed at a time (the line named in an error is at most one
 # such piece's text away from the damage).
 _CHUNK_BYTES = 1 << 14
-
-
-class DamagedFileError(UserError, OSError):
-    """A file's bytes are damaged (cut short, corrupted); the message names the file
-    and the line or record where it shows.
-
-    An `OSError` too, so that the readers that treat an unreadable file as bad input
-    (the corpus pipeline's "skip" policy) treat a damaged one the same way.
-
-    Attributes:
-      path: the file.
-      where: the line or record ("line 12", "record 3"), or None.
-      reason: what is wrong, without the file's name.
-    """
-
-    def __init__(self, path: str, where: str | None, reason: str):
-        self.path, self.where, self.reason = path, where, reason
-        location = f"{path}: {where}" if where else path
-        super().__init__(f"{location}: {reason}")
-
-    def __str__(self) -> str:
-        return self.args[0]
-
-    def __reduce__(self):  # Pickled whole across worker processes.
-        return type(self), (self.path, self.where, self.reason)
 
 
 # ----------------------------------------------------------------------------

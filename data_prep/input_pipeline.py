@@ -7,6 +7,7 @@ The contract. Every builder takes, in this order,
   (files, metadata, batch_size, is_training, seed=None, input_context=None, *,
    shuffle_buffer_size, pad_to_max_seq_length, group_by_length)
 
+`files` is the record file or files (each builder names it as it takes them);
 `batch_size` is the global batch size (over all replicas); under a
 `tf.distribute.InputContext` each input pipeline reads its share of the records
 (every `num_input_pipelines`-th) and batches at the per-replica size. `metadata` is a
@@ -31,6 +32,20 @@ which of its features are sequences; `batched_records` does the rest:
   drawn for the shape computed, so the draws differ (equal in distribution).
   `pad_to_max_seq_length` keeps the full padding (static shapes, for TPUs).
 
+Where the pre-training builder differs (`pretraining_data.pretraining_dataset`), for
+what its shards are: a corpus read as a stream, not a file of a task's examples. It
+keeps the arguments and their order, and the cut, but
+- takes no `group_by_length`: grouping holds every record in memory to sort an
+  epoch, and create_pretraining_data fills nearly every sequence to max_seq_length;
+- orders its records itself: every epoch the shards in a new seeded order, read
+  interleaved, through a buffer of `PRETRAINING_SHUFFLE_BUFFER_SIZE` records, epochs
+  never mixed; under an input context each pipeline reads its own shards, or (fewer
+  shards than pipelines) its slice of every global batch;
+- defaults `seed` to `DEFAULT_SEED`, not None: pipelines that slice one stream must
+  read it in one order.
+`tests/data_prep/test_input_pipeline.py` checks every builder's arguments against
+`BUILDER_ARGUMENTS` and `BUILDER_OPTIONS`.
+
 Shape legend: B batch, S sequence (max_seq_length), C choices.
 """
 
@@ -48,7 +63,15 @@ from data_prep import records
 
 # The encoder inputs: the features of every task that have a sequence axis.
 SEQUENCE_FEATURES = ("input_word_ids", "input_mask", "input_type_ids")
+# Training records in the shuffle buffer unless told otherwise (--shuffle_buffer_size).
 DEFAULT_SHUFFLE_BUFFER_SIZE = 10000
+# A run's seed unless told otherwise (--seed): of the records' order, and in the
+# runners of initialisation and dropout too.
+DEFAULT_SEED = 12345
+# The contract of every dataset builder: its arguments in order, then its keyword
+# options (the module docstring says where pre-training differs).
+BUILDER_ARGUMENTS = ("files", "metadata", "batch_size", "is_training", "seed", "input_context")
+BUILDER_OPTIONS = ("shuffle_buffer_size", "pad_to_max_seq_length", "group_by_length")
 # Length grouping: records sorted by length together, in batches.
 DEFAULT_GROUP_BATCHES = 50
 # Cut lengths: multiples of SMALLEST_SIZE, then SIZES_PER_DOUBLING sizes per doubling.

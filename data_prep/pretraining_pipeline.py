@@ -38,7 +38,7 @@ from data_prep.pretraining import corpus
 from data_prep.pretraining import corpus_pipeline
 from data_prep.pretraining import corpus_settings
 from data_prep import create_pretraining_data as cpd
-from data_prep import run_control
+from common import run_control
 
 
 # ----------------------------------------------------------------------------

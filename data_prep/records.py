@@ -28,7 +28,7 @@ from absl import logging
 import tensorflow as tf
 
 from common import file_io
-from common.errors import MissingFileError, UserError
+from common.errors import DamagedFileError, MissingFileError, UserError
 from data_prep import damage
 
 METADATA_SUFFIX = ".meta.json"
@@ -46,7 +46,7 @@ ENCODER_INPUT_NAMES = {
 def read_lines(path: str) -> Iterator[tuple[int, str]]:
     """(line number, text) of each line of a UTF-8 file, ends included, split on "\n"
     only; streamed (local or any `tf.io.gfile` file system). A compressed file (.gz,
-    .bz2, ...) is decompressed, and `damage.DamagedFileError` names a damaged one."""
+    .bz2, ...) is decompressed, and `DamagedFileError` names a damaged one."""
     file_io.check_readable(path)
     with damage.open_decompressed(tf.io.gfile.GFile(path, "rb"), path) as f:
         line_number = 0
@@ -275,7 +275,7 @@ def reusable_metadata(
         return None
     try:
         damage.verify_tfrecord_file(record_file)
-    except damage.DamagedFileError as e:
+    except DamagedFileError as e:
         logging.warning("Making %s again: %s", record_file, e)
         return None
     return metadata

@@ -18,9 +18,8 @@ import struct
 import numpy as np
 import tensorflow as tf
 
-from common.errors import MissingFileError, UserError
+from common.errors import DamagedFileError, MissingFileError, UserError
 from common import file_io
-from data_prep.damage import DamagedFileError
 from modeling import checkpoint_names as names
 
 HF_WEIGHTS = "model.safetensors"

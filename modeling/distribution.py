@@ -10,7 +10,7 @@ import tensorflow as tf
 from absl import logging
 
 from common.errors import UserError
-from data_prep import run_control
+from common import run_control
 
 STRATEGIES = ("one_device", "mirrored", "multi_worker_mirrored", "tpu")
 

@@ -38,7 +38,8 @@ from absl import logging
 
 from common.errors import UserError
 from common import file_io
-from data_prep import input_pipeline, run_control
+from common import run_control
+from data_prep import input_pipeline
 from modeling import checkpoint_readers, checkpoints, distribution, model_files, training
 from modeling import task_kinds
 from modeling.config import BertConfig
@@ -87,8 +88,8 @@ class Settings:
     learning_rate: float = 5e-5
     num_train_epochs: float = 3.0
     warmup_proportion: float = 0.1
-    seed: int = 12345
-    shuffle_buffer_size: int = 10000
+    seed: int = input_pipeline.DEFAULT_SEED
+    shuffle_buffer_size: int = input_pipeline.DEFAULT_SHUFFLE_BUFFER_SIZE
     pad_to_max_seq_length: bool | None = None
     group_by_length: bool = False
     evaluate_every_epoch: bool = True

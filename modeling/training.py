@@ -43,7 +43,7 @@ from absl import logging
 from common.errors import LostWorkerError, UserError
 from common.progress import Progress
 from common import file_io
-from data_prep import run_control
+from common import run_control
 from modeling import checkpoint_readers
 from modeling import distribution
 from modeling import kernels as kernel_choices

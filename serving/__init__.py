@@ -20,5 +20,6 @@ docs/serving.md has the calls, answers and figures.
   classifier.py     classification, regression and multiple-choice signatures
   squad.py          SQuAD span answers in-graph (the runner's post-processing)
   ner.py            one IOB2 tag per word in-graph
-  tasks.py          the registry of task exports and `export_task_model`
+  exports.py        the registry of task exports and `export_task_model` (tasks.py: its
+                    older import path)
 """

@@ -45,7 +45,7 @@ def main():
 
     from modeling import checkpoints, kernels, model_files, models
     from modeling.encoder import BertEncoder
-    from serving import tasks
+    from serving import exports as tasks
 
     with open(args.predict_file, encoding="utf-8") as f:
         data = json.load(f)["data"]

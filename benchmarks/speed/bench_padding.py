@@ -213,7 +213,7 @@ def loop_datasets(args, job: str, output_dir: pathlib.Path, spec):
     from data_prep.ner import conll, ner_features
     from data_prep.squad import squad_records
     from data_prep.text import tokenization
-    from modeling import model_files, models, tasks
+    from modeling import model_files, models, objectives as tasks
 
     files = model_files.resolve(None, None, args.checkpoint, None)
     vocab = files.vocab_file

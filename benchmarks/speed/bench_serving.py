@@ -85,7 +85,7 @@ def export_builds(init_checkpoint: str | None, seq_length: int, directory: str) 
 
     from modeling import checkpoints, model_files, models
     from modeling.encoder import BertEncoder
-    from serving import tasks
+    from serving import exports as tasks
 
     if init_checkpoint is None:
         config_file = os.path.join(directory, "bert_config.json")

@@ -89,7 +89,7 @@ def run_ours_loop(args):
     from modeling.config import BertConfig
     from modeling.encoder import BertEncoder
     from modeling.models import BertPretrainer
-    from modeling.tasks import PretrainingObjective
+    from modeling.objectives import PretrainingObjective
 
     config = BertConfig(**bert_config(args.shape))
     strategy = tf.distribute.OneDeviceStrategy("/cpu:0")

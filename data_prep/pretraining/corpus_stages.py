@@ -31,6 +31,7 @@ from data_prep import damage
 from data_prep.pretraining import pretraining_instances
 from data_prep.pretraining import pretraining_records
 from common import file_io
+from common.errors import DamagedFileError
 from data_prep.text import sentences
 from data_prep.text import tokenization
 from data_prep.text import wordpiece_vocab
@@ -42,7 +43,7 @@ _METRICS = "pretraining_pipeline"
 
 def open_input(path: str):
     """The file for binary reading (any file system Beam reads), decompressed if its
-    name says so; reading a damaged compressed file raises `damage.DamagedFileError`."""
+    name says so; reading a damaged compressed file raises `DamagedFileError`."""
     raw = FileSystems.open(path, compression_type=CompressionTypes.UNCOMPRESSED)
     return damage.open_decompressed(raw, path)
 
@@ -154,7 +155,7 @@ class SplitSentences(beam.DoFn):
                 size = self._write(output, documents, counts, words)
         except _NoDocuments:
             size = 0
-        except damage.DamagedFileError as e:  # Nothing of the file is kept.
+        except DamagedFileError as e:  # Nothing of the file is kept.
             bad.report("damaged_file", shard.path, None, "%s: %s" % (e.where, e.reason))
             size = 0
             counts.clear()
@@ -294,7 +295,7 @@ class BuildShard(beam.DoFn):
                         "empty_document", path, line, "an empty document"
                     ),
                 )
-        except damage.DamagedFileError as e:  # Nothing of the file is kept.
+        except DamagedFileError as e:  # Nothing of the file is kept.
             bad.report("damaged_file", shard.path, None, "%s: %s" % (e.where, e.reason))
             documents = []
         except (OSError, IOError) as e:

@@ -25,7 +25,10 @@ from data_prep.input_pipeline import RecordMetadata
 RECORD_FORMAT = "bert_pretraining_tfrecord/1"
 # The metadata entry that counts a shard's records.
 COUNT_KEY = "num_instances"
-DEFAULT_SHUFFLE_BUFFER_SIZE = 1000
+# Training records in the shuffle buffer behind the interleaved shards: the shards are
+# read as a stream, and create_pretraining_data has already shuffled their instances
+# (the original release's pre-training uses 100).
+PRETRAINING_SHUFFLE_BUFFER_SIZE = 1000
 
 
 def read_metadata(shard: str) -> RecordMetadata:
@@ -409,14 +412,18 @@ def pretraining_dataset(
     metadata: RecordMetadata,
     batch_size: int,
     is_training: bool,
-    seed: int | None = 12345,
+    seed: int | None = input_pipeline.DEFAULT_SEED,
     input_context: tf.distribute.InputContext | None = None,
     *,
-    shuffle_buffer_size: int = DEFAULT_SHUFFLE_BUFFER_SIZE,
+    shuffle_buffer_size: int = PRETRAINING_SHUFFLE_BUFFER_SIZE,
     pad_to_max_seq_length: bool = False,
 ) -> tf.data.Dataset:
     """Batches of decoded features (`decode_records`), each cut to its longest
     sequence unless `pad_to_max_seq_length` (`input_pipeline`).
+
+    The builders' contract (`input_pipeline`), but for the three points it names for
+    this builder: no `group_by_length`, its own order of the shards, and `seed`
+    defaulting to `input_pipeline.DEFAULT_SEED`.
 
     Training: every epoch the files in a new seeded order, read in parallel
     (interleaved) and their records shuffled (a buffer of `shuffle_buffer_size`,

@@ -34,7 +34,8 @@ from common.errors import OutputExistsError, UserError
 from common.progress import Progress, Task
 from common import file_io
 from data_prep.pretraining import pretraining_data
-from data_prep import records, run_control
+from common import run_control
+from data_prep import records
 from data_prep.text import tokenization
 from data_prep.pretraining.pretraining_instances import (
     InstanceOptions,

@@ -1,6 +1,7 @@
 """The import paths and command lines users are shown keep working after
 data_prep/ moved into sub-packages (docs/own_task.md, README.md,
-docs/original_release.md)."""
+docs/original_release.md) and serving/tasks.py became serving/exports.py
+(docs/serving.md)."""
 
 import subprocess
 import sys
@@ -17,6 +18,16 @@ def test_the_original_tokenization_import_is_the_module_itself():
     assert tokenizer.__module__ == "data_prep.text.tokenization"
     for name in ("BasicTokenizer", "WordpieceTokenizer", "convert_to_unicode", "load_vocab"):
         assert getattr(tokenization, name) is getattr(moved, name)
+
+
+def test_the_older_export_import_is_the_module_itself():
+    """docs/serving.md showed `from serving import tasks`; the module is now
+    serving/exports.py."""
+    from serving import exports
+    from serving import tasks
+
+    assert tasks is exports
+    assert tasks.export_task_model is exports.export_task_model
 
 
 def test_the_data_command_lines_run_at_their_old_paths():

@@ -184,7 +184,7 @@ def test_squad_span_loss_and_gradients_equal_hugging_face(minilm_dir):
     import tensorflow as tf
     from data_prep.squad import squad_features, squad_reader
     from modeling.models import BertSpanLabeler
-    from modeling.tasks import SpanObjective
+    from modeling.objectives import SpanObjective
 
     config = BertConfig.from_json_file(minilm_dir + "/config.json")
     encoder = BertEncoder(config)
@@ -252,7 +252,7 @@ def test_squad_fine_tuning_follows_hugging_face_step_by_step(minilm_dir, tmp_pat
     from data_prep.squad import squad_features, squad_reader
     from modeling import training
     from modeling.models import BertSpanLabeler
-    from modeling.tasks import SpanObjective
+    from modeling.objectives import SpanObjective
 
     steps, batch_size, warmup, lr = 8, 8, 2, 5e-4
     checkpoint = tmp_path / "checkpoint"  # The same weights with dropout off.

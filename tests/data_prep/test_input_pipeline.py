@@ -2,6 +2,7 @@
 grouping, batches cut to their length, and training on cut batches (in-process, tiny
 model)."""
 
+import inspect
 import json
 import logging
 import subprocess
@@ -13,14 +14,17 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
+from data_prep.classifier import classifier_features
 from data_prep.ner import conll, ner_features
+from data_prep.squad import squad_records
 from data_prep import input_pipeline, records
+from data_prep.input_pipeline import RecordMetadata
 from data_prep.text import tokenization
 from data_prep.pretraining import pretraining_data
 from modeling import models, training
 from modeling.config import BertConfig
 from modeling.encoder import BertEncoder
-from modeling.tasks import TokenClassificationObjective
+from modeling.objectives import TokenClassificationObjective
 from tests.conftest import REPO_ROOT, SAMPLE_DATA, tiny_config
 
 SEQ = 64
@@ -65,15 +69,15 @@ def test_cut_batch_keeps_every_real_token():
     np.testing.assert_array_equal(padded, ner["label_ids"])
 
 
-def test_pretraining_masked_positions_stay_inside_the_cut(tmp_path):
-    """Shards of short sequences: each batch is cut to its longest, every masked
-    position lies inside it, and the values equal the padded batch's."""
+def _pretraining_shard(path: str, num_records: int = 24) -> RecordMetadata:
+    """A pre-training shard of short sequences (5 to 29 tokens; record i starts with
+    token id 1000 + i); returns its metadata."""
     rng = np.random.default_rng(0)
-    path = str(tmp_path / "shard.tfrecord")
     serialized = []
-    for length in rng.integers(5, 30, size=24):
+    for i, length in enumerate(rng.integers(5, 30, size=num_records)):
         ids = np.zeros(SEQ, np.int64)
         ids[:length] = rng.integers(100, 200, size=length)
+        ids[0] = 1000 + i
         positions = np.zeros(5, np.int64)
         positions[:3] = np.sort(rng.choice(np.arange(1, length), 3, replace=False))
         feature = {
@@ -90,7 +94,14 @@ def test_pretraining_masked_positions_stay_inside_the_cut(tmp_path):
         example = tf.train.Example(features=tf.train.Features(feature=feature))
         serialized.append(example.SerializeToString())
     records.write_tfrecord(path, serialized)
-    metadata = pretraining_data.shards_metadata([path], SEQ, 5)
+    return pretraining_data.shards_metadata([path], SEQ, 5)
+
+
+def test_pretraining_masked_positions_stay_inside_the_cut(tmp_path):
+    """Shards of short sequences: each batch is cut to its longest, every masked
+    position lies inside it, and the values equal the padded batch's."""
+    path = str(tmp_path / "shard.tfrecord")
+    metadata = _pretraining_shard(path)
     cut = list(pretraining_data.pretraining_dataset([path], metadata, 8, False))
     full = list(
         pretraining_data.pretraining_dataset([path], metadata, 8, False, pad_to_max_seq_length=True)
@@ -105,6 +116,63 @@ def test_pretraining_masked_positions_stay_inside_the_cut(tmp_path):
                 assert not want[:, width:].any()
                 want = want[:, :width]
             np.testing.assert_array_equal(a[key], want)
+
+
+# ----------------------------------------------------------------- the contract
+
+BUILDERS = {
+    "classifier": classifier_features.build_dataset,
+    "ner": ner_features.build_dataset,
+    "squad": squad_records.build_dataset,
+    "pretraining": pretraining_data.pretraining_dataset,
+}
+
+
+@pytest.mark.parametrize("name", sorted(BUILDERS))
+def test_every_builder_takes_the_contract_or_says_where_it_differs(name):
+    """The arguments in the contract's order (the first under the builder's own name),
+    then its keyword options, with the contract's defaults; pre-training differs only
+    where input_pipeline's docstring says."""
+    parameters = list(inspect.signature(BUILDERS[name]).parameters.values())
+    contract = input_pipeline.BUILDER_ARGUMENTS
+    arguments = parameters[: len(contract)]
+    assert [p.name for p in arguments[1:]] == list(contract[1:])
+    assert all(p.kind == p.POSITIONAL_OR_KEYWORD for p in arguments)
+    options = {p.name: p for p in parameters[len(contract) :]}
+    assert all(p.kind == p.KEYWORD_ONLY for p in options.values())
+    defaults = {p.name: p.default for p in arguments[4:]}
+    if name == "pretraining":
+        assert set(input_pipeline.BUILDER_OPTIONS) - set(options) == {"group_by_length"}
+        assert defaults == {"seed": input_pipeline.DEFAULT_SEED, "input_context": None}
+        buffer = pretraining_data.PRETRAINING_SHUFFLE_BUFFER_SIZE
+        assert options["shuffle_buffer_size"].default == buffer
+    else:
+        assert set(input_pipeline.BUILDER_OPTIONS) <= set(options)
+        assert defaults == {"seed": None, "input_context": None}
+        buffer = input_pipeline.DEFAULT_SHUFFLE_BUFFER_SIZE
+        assert options["shuffle_buffer_size"].default == buffer
+        assert options["group_by_length"].default is False
+    assert options["pad_to_max_seq_length"].default is False
+
+
+def test_pretraining_order_is_seeded_every_epoch_and_never_mixes_epochs(tmp_path):
+    """The pre-training builder's own order keeps the contract's: each epoch holds
+    every record once, in a new order every epoch, the same for the same seed."""
+    path = str(tmp_path / "shard.tfrecord")
+    metadata = _pretraining_shard(path, num_records=24)
+
+    def first_tokens(**seed):  # 2 epochs of 24 records in batches of 8
+        dataset = pretraining_data.pretraining_dataset([path], metadata, 8, True, **seed)
+        ids = [batch["input_word_ids"][:, 0].numpy() for batch in dataset.take(6)]
+        return np.concatenate(ids).tolist()
+
+    order = first_tokens(seed=input_pipeline.DEFAULT_SEED)
+    first, second = order[:24], order[24:]
+    assert sorted(first) == sorted(second) == list(range(1000, 1024))
+    assert first != second
+    assert first_tokens(seed=input_pipeline.DEFAULT_SEED) == order
+    assert first_tokens() == order  # the default seed
+    assert first_tokens(seed=7) != order
 
 
 # ----------------------------------------------------------------- order

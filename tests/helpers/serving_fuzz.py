@@ -350,7 +350,7 @@ def build_exports(directory: str, exports=EXPORTS, xla_single_requests: bool = F
     from modeling import models
     from modeling.config import BertConfig
     from modeling.encoder import BertEncoder
-    from serving import preprocessing, tasks
+    from serving import exports as serving_exports, preprocessing
 
     vocab = str(SAMPLE_DATA / "vocab" / "uncased_vocab.txt")
     config = BertConfig(**tiny_config(initializer_range=0.2))
@@ -373,7 +373,7 @@ def build_exports(directory: str, exports=EXPORTS, xla_single_requests: bool = F
         if export == "preprocessing":
             preprocessing.export_preprocessing(path, vocab, True, SEQ[export])
         else:
-            tasks.export_task_model(
+            serving_exports.export_task_model(
                 builders[export](),
                 path,
                 vocab,

@@ -336,13 +336,13 @@ def test_run_output_dir_resolves_to_its_best_model(tmp_path):
     """A run's output_dir: the Trainer's checkpoints, and best/ as run_classifier keeps
     it. The best model is the one restored; the keys the Trainer writes are the ones
     restore_model reads."""
-    from modeling import tasks, training
+    from modeling import objectives, training
 
     model = randomized(build("classifier"), seed=1)
     trainer = training.Trainer(
         tf.distribute.get_strategy(),
         model,
-        tasks.ClassificationObjective(),
+        objectives.ClassificationObjective(),
         str(tmp_path),
         learning_rate=1e-3,
         num_train_steps=10,

@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from modeling.tasks import ClassificationObjective
+from modeling.objectives import ClassificationObjective
 
 torch = pytest.importorskip("torch")
 

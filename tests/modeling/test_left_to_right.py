@@ -27,7 +27,7 @@ from modeling import checkpoints, heads, model_files, models
 from modeling.checkpoint_readers import CheckpointMismatchError
 from modeling.config import BertConfig
 from modeling.encoder import BertEncoder
-from modeling.tasks import LanguageModelObjective
+from modeling.objectives import LanguageModelObjective
 from tests.conftest import REPO_ROOT, SAMPLE_DATA, read_results, tiny_config, write_tiny_config
 
 VOCAB = str(SAMPLE_DATA / "vocab" / "uncased_vocab.txt")

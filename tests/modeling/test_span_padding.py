@@ -14,7 +14,7 @@ from data_prep.text import tokenization
 from modeling import finetuning, models
 from modeling.config import BertConfig
 from modeling.encoder import BertEncoder
-from modeling.tasks import (
+from modeling.objectives import (
     ClassificationObjective,
     SpanObjective,
     TokenClassificationObjective,

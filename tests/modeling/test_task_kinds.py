@@ -19,7 +19,7 @@ from modeling import checkpoint_names as names
 from modeling import checkpoints, task_kinds
 from modeling.config import BertConfig
 from modeling.encoder import BertEncoder
-from serving import tasks as serving_tasks
+from serving import exports as serving_exports
 from tests.conftest import REPO_ROOT, tiny_config
 
 # kind name -> export kind, as users' model_info.json files and exports spell them.
@@ -46,7 +46,7 @@ def test_names_are_those_of_users_files():
 
 
 def test_export_options_are_the_original_flag_defaults():
-    assert serving_tasks.check_options("squad", {}) == {
+    assert serving_exports.check_options("squad", {}) == {
         "pad_to_max_seq_length": False,
         "xla_single_requests": False,
         "max_query_length": 64,
@@ -54,13 +54,13 @@ def test_export_options_are_the_original_flag_defaults():
         "n_best_size": 20,
         "doc_stride": 128,
     }
-    assert serving_tasks.check_options("ner", {"doc_stride": 32}) == {
+    assert serving_exports.check_options("ner", {"doc_stride": 32}) == {
         "pad_to_max_seq_length": False,
         "xla_single_requests": False,
         "doc_stride": 32,
         "tag_scheme": "iob2",
     }
-    assert set(serving_tasks.TASK_SIGNATURE_BUILDERS) >= {k for k in USERS_NAMES.values() if k}
+    assert set(serving_exports.TASK_SIGNATURE_BUILDERS) >= {k for k in USERS_NAMES.values() if k}
 
 
 def test_checkpoint_names_derived_from_the_declarations():

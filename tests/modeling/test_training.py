@@ -8,7 +8,7 @@ import tensorflow as tf
 from modeling import models, optimization, training
 from modeling.config import BertConfig
 from modeling.encoder import BertEncoder
-from modeling.tasks import ClassificationObjective, PretrainingObjective
+from modeling.objectives import ClassificationObjective, PretrainingObjective
 from tests.conftest import tiny_config
 
 TINY = tiny_config(0.0, vocab_size=99)

@@ -2,9 +2,11 @@
 module of the project (library, scripts, benchmarks, tests) edits the import path.
 
 Floors, bottom to top (ARCHITECTURE.md):
- -1 common/                     errors for people; imports no other package of the project
+ -1 common/                     errors for people, file I/O, run control (locks, stop
+                                signals, the resume record); imports no other package
   0 data_prep/                  tokenization, readers, features, records
-  1 modeling/, evaluation/      side by side: each may import data_prep, not the other
+  1 modeling/, evaluation/      side by side: each may import data_prep, not the other;
+                                modeling/ takes only data from it (`MODELING_DATA`)
   2 serving/                    exports: may import the floors below
   3 the scripts at the top      runners, runner_flags.py, model_flags.py, export_tfhub.py,
                                 extract_features.py
@@ -25,6 +27,11 @@ TOP = 3
 KNOWN_VIOLATIONS: dict = {}
 # Benchmarks that still call a runner's main in-process (to be rebuilt on the library).
 KNOWN_BENCHMARK_VIOLATIONS: dict = {}
+# What modeling/ may import from data_prep/: data (records and their input pipeline,
+# features and their records, tokenization). Process control and errors live in common/.
+MODELING_DATA = ("data_prep.records", "data_prep.input_pipeline", "data_prep.tokenization")
+MODELING_DATA_PACKAGES = ("data_prep.text",)
+MODELING_DATA_SUFFIXES = ("_features", "_records")
 
 
 def _floor(module: str) -> int | None:
@@ -183,7 +190,7 @@ def test_no_import_runs_in_a_circle():
 def test_the_checker_sees_what_it_checks():
     graph = _graph()
     assert "data_prep.context_windows" in graph["serving.windows"]
-    assert "serving.savedmodel" in graph["serving.tasks"]
+    assert "serving.savedmodel" in graph["serving.exports"]
     assert "data_prep.ner.tag_schemes" in graph["evaluation.conlleval"]
     assert _floor("run_classifier") == TOP and _floor("numpy") is None
     assert "common.errors" in graph["data_prep.records"]
@@ -197,6 +204,51 @@ def test_the_model_config_needs_no_data_preparation():
     assert not {m for m in graph["modeling.config"] if m.startswith("data_prep")}
 
 
+def _modeling_imports_beyond_data(graph) -> set[tuple[str, str]]:
+    """(modeling module, data_prep module) for each import of modeling/ from data_prep/
+    that is not data (`MODELING_DATA`)."""
+    wrong = set()
+    for module, imported in graph.items():
+        if module.split(".")[0] != "modeling":
+            continue
+        for name in imported:
+            base = name.removesuffix(".__init__")
+            if base.split(".")[0] != "data_prep":
+                continue
+            if (
+                base in MODELING_DATA
+                or base.split(".")[:2] in [p.split(".") for p in MODELING_DATA_PACKAGES]
+                or base.endswith(MODELING_DATA_SUFFIXES)
+            ):
+                continue
+            wrong.add((module, name))
+    return wrong
+
+
+def test_modeling_takes_only_data_from_data_prep():
+    """Locks, stop signals, resume records and error classes are not data: modeling/
+    finds them in common/."""
+    graph = _graph()
+    assert not _modeling_imports_beyond_data(graph)
+    assert "common.run_control" in graph["modeling.distribution"]
+    assert "data_prep.text.tokenization" in graph["modeling.model_files"]
+
+
+def test_the_data_rule_sees_what_it_checks():
+    """A modeling module that imports data_prep's process control or damage checks is
+    found; features, records and tokenization pass."""
+    graph = {
+        "modeling.a": {"data_prep.run_control", "data_prep.records", "common.errors"},
+        "modeling.b": {"data_prep.damage", "data_prep.squad.squad_features"},
+        "modeling.c": {"data_prep.text.__init__", "data_prep.pretraining.pretraining_records"},
+        "serving.d": {"data_prep.run_control"},
+    }
+    assert _modeling_imports_beyond_data(graph) == {
+        ("modeling.a", "data_prep.run_control"),
+        ("modeling.b", "data_prep.damage"),
+    }
+
+
 def test_the_checker_reads_sub_packages(tmp_path):
     """A module moved into a sub-package is still checked, and an import of a
     sub-package counts as an import of its __init__."""
@@ -204,14 +256,14 @@ def test_the_checker_reads_sub_packages(tmp_path):
     package.mkdir(parents=True)
     (tmp_path / "data_prep" / "__init__.py").write_text("")
     (package / "__init__.py").write_text("from modeling import config\n")
-    (package / "leaf.py").write_text("from data_prep import inner\nimport serving.tasks\n")
+    (package / "leaf.py").write_text("from data_prep import inner\nimport serving.exports\n")
     (tmp_path / "modeling").mkdir()
     (tmp_path / "modeling" / "config.py").write_text("")
     (tmp_path / "serving").mkdir()
-    (tmp_path / "serving" / "tasks.py").write_text("")
+    (tmp_path / "serving" / "exports.py").write_text("")
     modules = {_module_name(path, tmp_path): path for path in sorted(tmp_path.rglob("*.py"))}
     assert "data_prep.inner.leaf" in modules
     leaf = _imports("data_prep.inner.leaf", package / "leaf.py", modules)
-    assert leaf == {"data_prep.inner.__init__", "serving.tasks"}
+    assert leaf == {"data_prep.inner.__init__", "serving.exports"}
     init = _imports("data_prep.inner.__init__", package / "__init__.py", modules)
     assert init == {"modeling.config"}

@@ -23,7 +23,7 @@ from common.errors import CannotWriteError
 from modeling import models, training
 from modeling.config import BertConfig
 from modeling.encoder import BertEncoder
-from modeling.tasks import ClassificationObjective
+from modeling.objectives import ClassificationObjective
 from tests.conftest import REPO_ROOT, tiny_config
 from tests.helpers import kill_helpers
 
@@ -132,7 +132,7 @@ def test_a_second_ctrl_c_ends_the_program_at_once():
     as if it waited for a compiled loop), a second Ctrl-C ends the program."""
     program = textwrap.dedent("""
         import os, signal, time
-        from data_prep import run_control
+        from common import run_control
         signal.signal(signal.SIGINT, lambda signum, frame: None)
         with run_control.second_ctrl_c_ends_at_once("first", "second"):
             os.kill(os.getpid(), signal.SIGINT)

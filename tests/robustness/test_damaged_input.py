@@ -22,7 +22,7 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from common.errors import UserError
+from common.errors import DamagedFileError, UserError
 from common import file_io
 from data_prep.pretraining import corpus, pretraining_data
 from data_prep import damage, input_pipeline, records
@@ -55,7 +55,7 @@ def test_decompressed_text_is_whole_or_named(suffix, compress):
 
     assert read(data) == TEXT
     assert read(data + data) == TEXT + TEXT  # Concatenated streams (cat a.gz b.gz).
-    with pytest.raises(damage.DamagedFileError, match="ends before its end marker") as cut:
+    with pytest.raises(DamagedFileError, match="ends before its end marker") as cut:
         read(data[: len(data) // 2])
     assert str(cut.value).startswith(f"corpus.txt{suffix}: line ")
     # Whole across worker processes (create_pretraining_data --num_workers).
@@ -64,9 +64,9 @@ def test_decompressed_text_is_whole_or_named(suffix, compress):
     # gives no text of a block, 900 kB, before its end).
     line = int(str(cut.value).split("line ")[1].split(":")[0])
     assert (1 if suffix == ".bz2" else 10) <= line <= TEXT.count(b"\n")
-    with pytest.raises(damage.DamagedFileError, match=f"corpus.txt{suffix}: line .*not valid"):
+    with pytest.raises(DamagedFileError, match=f"corpus.txt{suffix}: line .*not valid"):
         read(flipped(data, len(data) // 2))
-    with pytest.raises(damage.DamagedFileError, match="empty"):
+    with pytest.raises(DamagedFileError, match="empty"):
         read(b"")
 
 
@@ -157,7 +157,7 @@ def test_truncated_shard_names_file_and_record(shard, tmp_path):
     assert pretraining_data.shards_metadata([str(shard)], 32, 5, 30522, True).num_records == count
     for metadata in (True, False):
         path = copy_shard(shard, tmp_path, data[: offsets[7] + 20], metadata)
-        with pytest.raises(damage.DamagedFileError) as error:
+        with pytest.raises(DamagedFileError) as error:
             pretraining_data.shards_metadata([path], 32, 5, 30522)
         assert str(error.value) == (
             f"{path}: record 8 (byte {offsets[7]:,}): the file ends inside this record: "
@@ -176,7 +176,7 @@ def test_corrupted_record_is_named_when_it_is_read(shard, tmp_path):
     dataset = pretraining_data.pretraining_dataset([path], metadata, 4, is_training=False)
     with pytest.raises(tf.errors.DataLossError):
         list(dataset)  # What TensorFlow says: "corrupted record at 1234", no file.
-    with pytest.raises(damage.DamagedFileError) as error:
+    with pytest.raises(DamagedFileError) as error:
         with damage.naming_damaged_records([str(shard), path]):
             list(dataset)
     assert str(error.value) == (
@@ -251,7 +251,7 @@ def test_damaged_safetensors_name_the_file_and_the_tensor(tmp_path):
     ]
     for content, message in cases:
         weights.write_bytes(content)
-        with pytest.raises(damage.DamagedFileError, match=message) as error:
+        with pytest.raises(DamagedFileError, match=message) as error:
             checkpoint_readers.open_checkpoint(str(tmp_path))
         assert str(error.value).startswith(f"{weights}: not a valid safetensors file: ")
 
@@ -265,7 +265,7 @@ def test_damaged_tf1_checkpoint_names_the_file_and_the_variable(tmp_path):
     data = pathlib.Path(data_file).read_bytes()
     pathlib.Path(data_file).write_bytes(data[: len(data) // 2])
     reader = checkpoint_readers.open_checkpoint(prefix)
-    with pytest.raises(damage.DamagedFileError) as error:
+    with pytest.raises(DamagedFileError) as error:
         for name in sorted(reader.shapes):
             reader.get(name)
     assert str(error.value).startswith(
@@ -273,7 +273,7 @@ def test_damaged_tf1_checkpoint_names_the_file_and_the_variable(tmp_path):
     )
     assert "the data file ends before its bytes" in str(error.value)
     pathlib.Path(prefix + ".index").write_bytes(b"not an index")
-    with pytest.raises(damage.DamagedFileError, match=r"bert_model.ckpt.index: its index"):
+    with pytest.raises(DamagedFileError, match=r"bert_model.ckpt.index: its index"):
         checkpoint_readers.open_checkpoint(prefix)
 
 

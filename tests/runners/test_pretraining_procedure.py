@@ -10,6 +10,7 @@ the next checkpoint. The runs save a checkpoint every step and all run in one pr
 (TensorFlow starts once): about 40 s of CPU time.
 """
 
+import dataclasses
 import json
 
 import keras
@@ -20,6 +21,8 @@ import tensorflow as tf
 from benchmarks.compare import pretraining_vs_hf as bench
 from tests.helpers import optimizer_reference as ref
 import run_pretraining
+import runner_flags
+from common.errors import UserError
 from data_prep.pretraining import pretraining_records as ptr
 from modeling.config import BertConfig
 from tests.conftest import SAMPLE_DATA, run_results_driver, tiny_config
@@ -264,6 +267,34 @@ def checkpoint(run_dir, step):
 
 
 # ----------------------------------------------------------------- the tests
+
+
+def test_flags_become_settings_once_and_the_checks_take_settings():
+    """The flags turn into settings once the original flags are mapped
+    (--iterations_per_loop -> steps_per_loop); the phase checks read the settings
+    alone."""
+    flag_values = run_pretraining.FLAGS
+    flag_values.unparse_flags()
+    try:
+        flag_values(
+            ["run_pretraining.py", "--input_file=a", "--output_dir=o", "--objective=ltr"]
+            + ["--iterations_per_loop=7", "--num_train_steps=40", "--stop_at_step=50"]
+        )
+        runner_flags.apply_original_flags(flag_values)
+        settings = run_pretraining.pretraining_settings(flag_values)
+    finally:
+        flag_values.unparse_flags()
+    assert settings.trainer_options["steps_per_loop"] == 7 and settings.causal_attention
+    assert settings.flag_values["num_train_steps"] == 40 and settings.seed == 12345
+    with pytest.raises(UserError, match=r"--stop_at_step=50 must be after the first step \(0\)"):
+        run_pretraining.check_phase_settings(settings)
+    assert (
+        run_pretraining.check_phase_settings(dataclasses.replace(settings, num_train_steps=50)) == 0
+    )
+    with pytest.raises(UserError, match="--restore_training_state needs --init_checkpoint"):
+        run_pretraining.check_phase_settings(
+            dataclasses.replace(settings, restore_training_state=True)
+        )
 
 
 @pytest.mark.slow

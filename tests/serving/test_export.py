@@ -25,9 +25,9 @@ from data_prep.text import tokenization
 from modeling import checkpoints, hub, models, training
 from modeling.config import BertConfig
 from modeling.encoder import INPUT_KEYS, BertEncoder
-from modeling.tasks import ClassificationObjective
+from modeling.objectives import ClassificationObjective
 from serving import encoder as serving_encoder
-from serving import preprocessing, tasks
+from serving import exports as serving_exports, preprocessing
 from tests.conftest import tiny_config
 from tests.helpers.export_helpers import (
     ATOL,
@@ -487,7 +487,7 @@ def test_classifier_export_answers_raw_text(
     labels = ["not_paraphrase", "paraphrase", "other"]
     loaded, padded = (
         tf.saved_model.load(
-            tasks.export_task_model(
+            serving_exports.export_task_model(
                 SeenLength(classifier),
                 str(tmp_path / name),
                 vocab_file,
@@ -533,7 +533,7 @@ def test_classifier_export_answers_raw_text(
 @pytest.mark.slow
 def test_regression_export_and_errors(encoder, config, vocab_file, python_tokenizer, tmp_path):
     regressor = models.BertClassifier(encoder, config, num_labels=1)
-    path = tasks.export_task_model(
+    path = serving_exports.export_task_model(
         regressor, str(tmp_path / "reg"), vocab_file, True, seq_length=16, labels=None
     )
     texts = ["The cat sat.", "A dog ran away from the house"]
@@ -541,7 +541,7 @@ def test_regression_export_and_errors(encoder, config, vocab_file, python_tokeni
     want = regressor(python_pack(python_tokenizer, [(t, None) for t in texts], 16))
     np.testing.assert_allclose(got["predictions"], want["logits"][:, 0], atol=1e-6)
     with pytest.raises(ValueError, match="2 labels"):
-        tasks.export_task_model(
+        serving_exports.export_task_model(
             models.BertClassifier(encoder, config, 3),
             str(tmp_path / "x"),
             vocab_file,
@@ -550,7 +550,9 @@ def test_regression_export_and_errors(encoder, config, vocab_file, python_tokeni
             labels=["a", "b"],
         )
     with pytest.raises(ValueError, match="unknown export kind 'swag'"):
-        tasks.export_task_model(regressor, str(tmp_path / "x"), vocab_file, True, 16, kind="swag")
+        serving_exports.export_task_model(
+            regressor, str(tmp_path / "x"), vocab_file, True, 16, kind="swag"
+        )
     assert not (tmp_path / "x").exists()
 
 

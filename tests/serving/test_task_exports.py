@@ -27,7 +27,7 @@ from data_prep.text import tf_tokenization, tokenization
 from modeling import feature_based, models
 from modeling.config import BertConfig
 from modeling.encoder import BertEncoder
-from serving import savedmodel, tasks
+from serving import exports as serving_exports, savedmodel
 from serving import squad as serving_squad
 from tests.conftest import SWAG_HEADER, tiny_config
 from tests.helpers.export_helpers import SeenLength, seen_length
@@ -94,7 +94,7 @@ def squad_exports(config, vocab_file, tmp_path_factory):
     model = models.BertSpanLabeler(BertEncoder(config), config)
     exports = {}
     for name in ("cut", "padded"):
-        path = tasks.export_task_model(
+        path = serving_exports.export_task_model(
             SeenLength(model),
             str(tmp_path_factory.mktemp("squad") / name),
             vocab_file,
@@ -311,7 +311,7 @@ def test_ner_export_tags_as_run_ner_predicts(
         )
     loaded, padded = (
         tf.saved_model.load(
-            tasks.export_task_model(
+            serving_exports.export_task_model(
                 SeenLength(model),
                 str(tmp_path / name),
                 vocab_file,
@@ -431,7 +431,7 @@ def test_multiple_choice_export_scores_as_run_classifier_predicts(config, vocab_
         )["logits"]
     ).numpy()  # [B, C]
     path, padded_path = (
-        tasks.export_task_model(
+        serving_exports.export_task_model(
             SeenLength(model),
             str(tmp_path / name),
             vocab_file,
@@ -478,7 +478,7 @@ def test_multiple_choice_export_scores_as_run_classifier_predicts(config, vocab_
         "endings"
     ].shape.as_list() == [None, 4]
     with pytest.raises(ValueError, match="choice indices"):
-        tasks.export_task_model(
+        serving_exports.export_task_model(
             model,
             str(tmp_path / "x"),
             vocab_file,
@@ -504,7 +504,7 @@ def test_task_export_errors_leave_nothing_behind(config, vocab_file, tmp_path, m
         match=r"unknown option\(s\) \['max_query_length'\] of a "
         r"ner export",
     ):
-        tasks.export_task_model(
+        serving_exports.export_task_model(
             tagger,
             target,
             vocab_file,
@@ -515,7 +515,7 @@ def test_task_export_errors_leave_nothing_behind(config, vocab_file, tmp_path, m
             max_query_length=8,
         )
     with pytest.raises(ValueError, match="3 labels"):
-        tasks.export_task_model(
+        serving_exports.export_task_model(
             models.BertTokenClassifier(BertEncoder(config), config, 5),
             target,
             vocab_file,
@@ -525,15 +525,15 @@ def test_task_export_errors_leave_nothing_behind(config, vocab_file, tmp_path, m
             labels=["O", "B-X", "I-X"],
         )
     with pytest.raises(ValueError, match="needs the label list"):
-        tasks.export_task_model(tagger, target, vocab_file, True, 16, kind="ner")
+        serving_exports.export_task_model(tagger, target, vocab_file, True, 16, kind="ner")
     with pytest.raises(ValueError, match=r"labels \['E-X'\] are not iob2 tags"):
-        tasks.export_task_model(
+        serving_exports.export_task_model(
             tagger, target, vocab_file, True, 16, kind="ner", labels=["O", "B-X", "E-X"]
         )
     with pytest.raises(ValueError, match="max_query_length"):
-        tasks.export_task_model(span, target, vocab_file, True, 16, kind="squad")
+        serving_exports.export_task_model(span, target, vocab_file, True, 16, kind="squad")
     with pytest.raises(ValueError, match="no labels"):
-        tasks.export_task_model(
+        serving_exports.export_task_model(
             span, target, vocab_file, True, 32, kind="squad", labels=["a"], max_query_length=8
         )
     monkeypatch.setattr(tf.saved_model, "save", _fail_to_save)
@@ -542,7 +542,7 @@ def test_task_export_errors_leave_nothing_behind(config, vocab_file, tmp_path, m
         ("ner", tagger, ["O", "B-X", "I-X"], {}),
     ):
         with pytest.raises(RuntimeError, match="killed midway"):
-            tasks.export_task_model(
+            serving_exports.export_task_model(
                 model, target, vocab_file, True, 32, kind=kind, labels=labels, **options
             )
     assert os.listdir(tmp_path) == []

@@ -25,7 +25,7 @@ import tensorflow_text  # noqa: F401  (registers the ops the exports need)
 from modeling import feature_based, models
 from modeling.config import BertConfig
 from modeling.encoder import BertEncoder
-from serving import model_call, tasks
+from serving import exports as serving_exports, model_call
 from tests.conftest import REPO_ROOT, tiny_config
 from tests.helpers.export_helpers import SeenLength, seen_length
 
@@ -43,7 +43,7 @@ def _export(model, path, kind, vocab_file, seq_length=SEQ, **options) -> tuple[d
     """({build: path}, {build: loaded}): `model` exported as build "standard" and
     "xla" (xla_single_requests)."""
     paths = {
-        build: tasks.export_task_model(
+        build: serving_exports.export_task_model(
             SeenLength(model),
             str(path / build),
             vocab_file,
@@ -82,7 +82,7 @@ def classifier_exports(config, vocab_file, tmp_path_factory):
     model = models.BertClassifier(BertEncoder(config), config, num_labels=3)
     path = tmp_path_factory.mktemp("classifier")
     paths, exports = _export(model, path, "classifier", vocab_file, labels=["a", "b", "c"])
-    paths["xla_padded"] = tasks.export_task_model(
+    paths["xla_padded"] = serving_exports.export_task_model(
         SeenLength(model),
         str(path / "xla_padded"),
         vocab_file,

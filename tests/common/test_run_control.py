@@ -22,7 +22,8 @@ import tensorflow as tf
 from common.errors import CannotWriteError, UserError
 from common import file_io
 from data_prep.pretraining import pretraining_data
-from data_prep import records, run_control
+from common import run_control
+from data_prep import records
 from modeling import model_files
 from tests.conftest import REPO_ROOT, SAMPLE_DATA
 
@@ -30,7 +31,7 @@ VOCAB = str(SAMPLE_DATA / "vocab" / "uncased_vocab.txt")
 
 _HOLDER = textwrap.dedent("""
     import sys, time
-    from data_prep import run_control
+    from common import run_control
     run_control.hold_directory(sys.argv[1], "--output_dir=" + sys.argv[1])
     print("held", flush=True)
     time.sleep(600)
@@ -120,7 +121,7 @@ def test_a_signal_outside_training_ends_with_one_line(tmp_path, signum, code, sa
     program = textwrap.dedent(f"""
         import os, signal, sys, time
         from common import file_io
-        from data_prep import run_control
+        from common import run_control
         run_control.exit_on_sigterm("job", "the shards written so far are whole")
         with file_io.atomic_open(sys.argv[1]) as f:
             f.write("half")
@@ -150,7 +151,7 @@ def test_a_signal_as_the_program_exits_lets_it_end(tmp_path):
     traceback (it came too late to stop anything)."""
     program = textwrap.dedent("""
         import atexit, os, signal, time
-        from data_prep import run_control
+        from common import run_control
         run_control.exit_on_sigterm("job")
         atexit.register(lambda: (os.kill(os.getpid(), signal.SIGINT), time.sleep(0.5)))
         print("done")

@@ -7,7 +7,7 @@ A long job takes the lock of what it writes before any work: a run's output_dir
 folder or a shard file (`.<name>.lock` beside it). A second run on the same output
 while the first is alive stops at once with `LockedError`, naming the other process
 (pid, host, start time, command). Hidden names keep the lock out of every output
-glob (`records.expand_globs` skips them).
+glob (`data_prep.records.expand_globs` skips them).
 
 The lock is an exclusive `flock` on that file, held as long as the process lives:
 the kernel drops it when the process ends in any way, kill -9 included, so a lock

@@ -1,4 +1,5 @@
-"""Losses and evaluation sums of each task, in the `modeling.training.Objective` form.
+"""The objectives: each kind of model's losses and evaluation sums, in the
+`modeling.training.Objective` form.
 
 All losses are computed in float32 from float32 logits. Shape legend: B batch,
 P masked positions, V vocabulary, L labels, S sequence.
