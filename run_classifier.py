@@ -624,17 +624,10 @@ def split_prefix(split: str, eval_splits: tuple[str, ...]) -> str:
 
 
 def score_split(
-    task_name: str,
-    logits: np.ndarray,
-    labels: np.ndarray,
-    loss: float,
-    is_regression: bool,
-    prefix: str,
+    processor, logits: np.ndarray, labels: np.ndarray, loss: float, prefix: str
 ) -> dict[str, float]:
     """The loss (from the task's eval sums) and the task's GLUE metrics of one dev split."""
-    metrics = glue_metrics.compute_metrics(
-        task_name, logits, labels, is_regression=is_regression, prefix=prefix
-    )
+    metrics = glue_metrics.compute_metrics(processor, logits, labels, prefix=prefix)
     metrics[prefix + "loss"] = loss
     return metrics
 
@@ -668,10 +661,6 @@ def is_label_metric(key: str, label_names: list[str]) -> bool:
         for label in label_names
         for measure in ("precision", "recall", "f1")
     )
-
-
-# The number the best model is chosen by (each task's reader declares which metrics).
-glue_score = glue_metrics.glue_score
 
 
 def results_file_name(split: str, test_splits: tuple[str, ...]) -> str:
@@ -788,14 +777,7 @@ class ClassifierTask:
                 metrics.update(scored)
                 continue
             metrics.update(
-                score_split(
-                    self.processor.name,
-                    logits,
-                    labels,
-                    in_graph["eval_loss"],
-                    self.is_regression,
-                    prefix,
-                )
+                score_split(self.processor, logits, labels, in_graph["eval_loss"], prefix)
             )
             if not (self.is_regression or self.num_choices):
                 per_class.update(
@@ -818,15 +800,13 @@ class ClassifierTask:
         """The task's GLUE score; multi-label: micro F1."""
         if self.multi_label is not None:
             return metrics["eval_micro_f1"]
-        return glue_score(self.processor.name, metrics, self.is_regression)
+        return glue_metrics.glue_score(self.processor, metrics)
 
     @property
     def score_name(self) -> str:
         if self.multi_label is not None:
             return "eval_micro_f1"
-        return glue_metrics.score_name(
-            glue_metrics.glue_score_keys(self.processor.name, self.is_regression)
-        )
+        return glue_metrics.score_name(glue_metrics.glue_score_keys(self.processor))
 
     def predict(self, trainer, output_dir: str, global_step: int) -> None:
         """Writes test_results.tsv (class probabilities, or the score of a regression,
@@ -861,14 +841,14 @@ class ClassifierTask:
             glue_metrics.write_test_results(path, values)
             trainer.progress.say(f"Wrote {len(values)} predictions to {path}")
             try:
-                glue_metrics.submission_file_name(self.processor.name, split)
+                glue_metrics.submission_file_name(self.processor, split)
             except ValueError:
                 continue  # Not a GLUE task: no submission file.
             indices = [
                 example.index for example in self.processor.get_examples(self.data_dir, split)
             ]
             path = glue_metrics.write_glue_submission(
-                output_dir, self.processor.name, indices, values, features.metadata["labels"], split
+                output_dir, self.processor, indices, values, features.metadata["labels"], split
             )
             logging.info("Wrote the GLUE submission file %s", path)
 
