@@ -81,7 +81,6 @@ from evaluation import glue_metrics
 from modeling import finetuning, model_files, task_kinds, training
 from modeling.config import BertConfig
 from modeling.tasks import ClassificationObjective
-from serving import tasks as serving_tasks
 
 FLAGS = flags.FLAGS
 
@@ -852,26 +851,16 @@ class ClassifierTask:
             )
             logging.info("Wrote the GLUE submission file %s", path)
 
-    def export(
-        self, model, export_dir: str, files: model_files.ModelFiles, overwrite: bool
-    ) -> None:
-        """A SavedModel that answers raw text (`serving.tasks.export_task_model`)."""
-        labels = None if self.is_regression else self.data.metadata["labels"]
-        path = serving_tasks.export_task_model(
-            model,
-            export_dir,
-            files.vocab_file,
-            files.do_lower_case,
-            self.max_seq_length,
-            kind=self.kind.export_kind,
-            labels=labels,
-            overwrite=overwrite,
-            preserve_unused_tokens=files.preserve_unused_tokens,
-            **self.settings.export_options,
+    @property
+    def export_labels(self) -> list[str] | None:
+        return None if self.is_regression else self.data.metadata["labels"]
+
+    def export_options(self) -> dict:
+        """The export reads windows and decides labels as this run does."""
+        return {
             **(self.long_input.export_options() if self.long_input.windows else {}),
             **self.multi_label_export_options(),
-        )
-        runner_flags.terminal().say(f"Exported the model to {path} (it answers raw text)")
+        }
 
     def multi_label_export_options(self) -> dict:
         if self.multi_label is None:

@@ -101,7 +101,6 @@ from modeling import feature_based, finetuning, model_files, task_kinds, trainin
 from modeling.config import BertConfig
 from modeling.models import BertTokenClassifier
 from modeling.tasks import TokenClassificationObjective
-from serving import tasks as serving_tasks
 
 FLAGS = flags.FLAGS
 
@@ -454,11 +453,8 @@ class NerTask:
                 "its own (--lstm_units)"
             )
         self.bilstm_units = bilstm_units
-        self.model_kind = (
-            feature_based.BertFeatureBasedTagger.MODEL_KIND
-            if feature_options
-            else BertTokenClassifier.MODEL_KIND
-        )
+        self.kind = task_kinds.FEATURE_BASED if feature_options else task_kinds.TOKEN_CLASSIFIER
+        self.model_kind = self.kind.name
         self.objective = TokenClassificationObjective()
         self.num_train_examples = len(splits["train"].features) if "train" in splits else 0
 
@@ -543,27 +539,15 @@ class NerTask:
         )
         logging.info("conlleval on %s:\n%s", path, conlleval.evaluate_file(path).report())
 
-    def export(
-        self, model, export_dir: str, files: model_files.ModelFiles, overwrite: bool
-    ) -> None:
-        """A SavedModel that tags raw text as --do_predict does: `serving_default(text)`
-        -> `words`, `tags` (the labels, in the scheme learnt), with this run's
+    @property
+    def export_labels(self) -> list[str]:
+        return self.labels.labels
+
+    def export_options(self) -> dict:
+        """The export tags raw text as --do_predict does: `serving_default(text)` ->
+        `words`, `tags` (the labels, in the scheme learnt), with this run's
         --doc_stride windows (serving/ner.py)."""
-        path = serving_tasks.export_task_model(
-            model,
-            export_dir,
-            files.vocab_file,
-            files.do_lower_case,
-            self.max_seq_length,
-            kind=task_kinds.TOKEN_CLASSIFIER.export_kind,
-            labels=self.labels.labels,
-            overwrite=overwrite,
-            preserve_unused_tokens=files.preserve_unused_tokens,
-            doc_stride=self.doc_stride,
-            tag_scheme=self.labels.scheme,
-            **self.settings.export_options,
-        )
-        runner_flags.terminal().say(f"Exported the model to {path} (it answers raw text)")
+        return dict(doc_stride=self.doc_stride, tag_scheme=self.labels.scheme)
 
     def model_info(self) -> dict:
         return {

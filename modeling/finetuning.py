@@ -126,14 +126,20 @@ class FineTuningTask(Protocol):
     bad input fails before any model is built.
 
     Attributes:
-      model_kind: the kind of model (a `modeling.task_kinds` declaration's name).
+      kind: the kind of model (its `modeling.task_kinds` declaration).
+      model_kind: its name (`kind.name`).
       objective: the loss and evaluation sums (`training.Objective`).
       num_train_examples: training examples (windows, features) per epoch.
+      max_seq_length: the sequence length the model is trained and exported with.
+      export_labels: the label names its export answers with (None: regression, spans).
     """
 
+    kind: task_kinds.TaskKind
     model_kind: str
     objective: training.Objective
     num_train_examples: int
+    max_seq_length: int
+    export_labels: list[str] | None
 
     def build_model(self, encoder, config: BertConfig) -> keras.Model: ...
 
@@ -151,9 +157,9 @@ class FineTuningTask(Protocol):
     def predict(self, trainer: training.Trainer, output_dir: str, global_step: int) -> None:
         """Predictions of the test data, written to output_dir."""
 
-    def export(
-        self, model: keras.Model, export_dir: str, files: model_files.ModelFiles, overwrite: bool
-    ) -> None: ...
+    def export_options(self) -> dict:
+        """The options of its kind's raw-text export that are the task's own
+        (`serving.tasks.TASK_OPTIONS`), so that the export answers as --do_predict does."""
 
     def model_info(self) -> dict:
         """What a later run needs besides the weights (labels, settings)."""
@@ -500,8 +506,13 @@ def run(
     strategy: tf.distribute.Strategy,
     encoder,
     files: model_files.ModelFiles,
+    export=None,
 ) -> bool:
     """Trains, evaluates, predicts and exports as `settings` ask.
+
+    `export(model, export_dir, files, overwrite, task, shared_options)` writes the
+    export (`serving.tasks.export_fine_tuned`, which this floor cannot import: the
+    program passes it); needed with `settings.export_dir`.
 
     Returns:
       False when training stopped early (SIGTERM, Ctrl-C): nothing was evaluated, predicted
@@ -530,13 +541,13 @@ def run(
     if not chief and chiefs_best:
         best.read_score(chiefs_best)
     try:
-        return _train_and_finish(task, settings, trainer, model, files, best, chief, out)
+        return _train_and_finish(task, settings, trainer, model, files, best, chief, out, export)
     finally:
         if not chief and tf.io.gfile.exists(out):
             tf.io.gfile.rmtree(out)
 
 
-def _train_and_finish(task, settings, trainer, model, files, best, chief, out) -> bool:
+def _train_and_finish(task, settings, trainer, model, files, best, chief, out, export) -> bool:
     """`run`'s training, evaluation, prediction and export; `out` is where this
     process writes them (output_dir, or the folder of a worker that is not the chief)."""
     if settings.do_train:
@@ -559,7 +570,7 @@ def _train_and_finish(task, settings, trainer, model, files, best, chief, out) -
     if best.exists and settings.do_train:
         # What the score is (e.g. "mean of eval_accuracy and eval_f1"): a task's own
         # `score_name`, else its kind's score metric.
-        name = getattr(task, "score_name", None) or task_kinds.get(task.model_kind).score
+        name = getattr(task, "score_name", None) or task.kind.score
         trainer.progress.say(
             f"The best model is that of step {step} (score {float(best.score.numpy()):.4g}"
             f"{f' = {name}' if name else ''}): {best.directory}"
@@ -571,17 +582,19 @@ def _train_and_finish(task, settings, trainer, model, files, best, chief, out) -
             write_eval_summaries(settings.output_dir, metrics, step)
     if settings.do_predict:
         task.predict(trainer, out, step)
-    if settings.export_dir and not chief:  # Every worker saves; into its own folder.
-        task.export(model, os.path.join(out, "export"), files, True)
-    elif settings.export_dir:
-        overwrite = settings.overwrite_export or owns_export(
-            settings.output_dir, settings.export_dir
-        )
+    if not settings.export_dir:
+        return True
+    if chief:
+        export_dir = settings.export_dir
+        overwrite = settings.overwrite_export or owns_export(settings.output_dir, export_dir)
         file_io.write_json(
             os.path.join(settings.output_dir, EXPORT_RECORD),
-            {"export_dir": os.path.abspath(settings.export_dir)},
+            {"export_dir": os.path.abspath(export_dir)},
         )
-        task.export(model, settings.export_dir, files, overwrite)
+    else:  # Every worker saves; into its own folder.
+        export_dir, overwrite = os.path.join(out, "export"), True
+    path = export(model, export_dir, files, overwrite, task, settings.export_options)
+    trainer.progress.say(f"Exported the model to {path} (it answers raw text)")
     return True
 
 
