@@ -285,14 +285,15 @@ class MultiLabel:
     threshold: float
 
 
-def multi_label_option(init_checkpoint: str | None, reinit_head: bool) -> MultiLabel | None:
+def multi_label_option(files: model_files.ModelFiles, reinit_head: bool) -> MultiLabel | None:
     """--multi_label with its separator and threshold; not given, those of
-    --init_checkpoint's fine-tuned classifier (model_info.json), so that predicting
-    with it reads and decides labels as it was trained. A fine-tuned head of the other
-    kind (single- against multi-label) is refused unless --reinit_head."""
-    info = model_files.read_model_info(init_checkpoint)
+    --init_checkpoint's fine-tuned classifier (its model_info.json, read in `files`),
+    so that predicting with it reads and decides labels as it was trained. A fine-tuned
+    head of the other kind (single- against multi-label) is refused unless --reinit_head."""
+    init_checkpoint = FLAGS.init_checkpoint
+    info = files.fine_tuned(task_kinds.CLASSIFIER)
     stored = None
-    if info.get("model_kind") == task_kinds.CLASSIFIER.name and not reinit_head:
+    if info and not reinit_head:
         stored = bool(info.get("multi_label"))
     multi_label = FLAGS.multi_label if FLAGS["multi_label"].present else bool(stored)
     if stored is not None and stored != multi_label:
@@ -390,20 +391,15 @@ def check_multi_label_training(processor, data_dir: str, data: TaskFeatures) -> 
         )
 
 
-def processor_options(init_checkpoint: str | None) -> dict:
+def processor_options(files: model_files.ModelFiles) -> dict:
     """The task options given on the command line (None: not given); the labels of a
-    fine-tuned --init_checkpoint when --label_list is not given."""
+    fine-tuned --init_checkpoint (`files`) when --label_list is not given."""
     delimiter = FLAGS.delimiter
     if delimiter in ("tab", "\\t"):
         delimiter = "\t"
     labels = FLAGS.label_list
-    info = model_files.read_model_info(init_checkpoint)
-    if (
-        labels is None
-        and FLAGS.task_name.lower() == "generic"
-        and info.get("model_kind") == task_kinds.CLASSIFIER.name
-    ):
-        labels = info.get("labels")
+    if labels is None and FLAGS.task_name.lower() == "generic":
+        labels = files.fine_tuned(task_kinds.CLASSIFIER).get("labels")
     return dict(
         xnli_language=FLAGS.xnli_language,
         text_a_column=FLAGS.text_a_column,
@@ -887,15 +883,13 @@ class ClassifierTask:
         return info
 
 
-def long_input_settings(FLAGS) -> LongInput:
+def long_input_settings(FLAGS, files: model_files.ModelFiles) -> LongInput:
     """--long_input and its flags as given, else as a fine-tuned --init_checkpoint
-    (model_info.json) was trained, else the defaults; a usage error for windows that
-    cannot work or a window flag without windows."""
+    (its model_info.json, read in `files`) was trained, else the defaults; a usage
+    error for windows that cannot work or a window flag without windows."""
     info = {}
     if FLAGS.init_checkpoint and not FLAGS.reinit_head:
-        fine_tuned = model_files.read_model_info(FLAGS.init_checkpoint)
-        if fine_tuned.get("model_kind") == task_kinds.CLASSIFIER.name:
-            info = fine_tuned.get("long_input") or {}
+        info = files.fine_tuned(task_kinds.CLASSIFIER).get("long_input") or {}
     default = LongInput()
     mode = FLAGS.long_input or info.get("mode") or default.mode
     window_flags = ("doc_stride", "window_pooling", "max_windows_per_text")
@@ -932,11 +926,10 @@ def main(_):
     grid = hparam_search.check(FLAGS)
     strategy = runner_flags.setup(FLAGS)
     settings = runner_flags.finetuning_settings(FLAGS)
-    processor = classifier_tasks.get_processor(
-        FLAGS.task_name, **processor_options(FLAGS.init_checkpoint)
-    )
-    long_input = long_input_settings(FLAGS)
-    multi_label = multi_label_option(FLAGS.init_checkpoint, settings.reinit_head)
+    encoder, files = model_flags.build_encoder(FLAGS, strategy)
+    processor = classifier_tasks.get_processor(FLAGS.task_name, **processor_options(files))
+    long_input = long_input_settings(FLAGS, files)
+    multi_label = multi_label_option(files, settings.reinit_head)
     if multi_label is not None:
         if long_input.windows:
             raise app.UsageError(
@@ -945,7 +938,6 @@ def main(_):
             )
         classifier_tasks.set_multi_label(processor, multi_label.separator)
     class_weights = parse_class_weights(FLAGS.class_weights)
-    encoder, files = model_flags.build_encoder(FLAGS, strategy)
     data = build_task_features(
         processor,
         FLAGS.data_dir,
@@ -962,7 +954,7 @@ def main(_):
         FLAGS.data_dir,
         FLAGS.max_seq_length,
         settings,
-        runner_flags.bilstm_units(FLAGS, task_kinds.CLASSIFIER.name),
+        model_flags.bilstm_units(FLAGS, files, task_kinds.CLASSIFIER),
         long_input,
         multi_label,
         resolve_class_weights(class_weights, data, multi_label is not None),

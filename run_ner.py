@@ -319,15 +319,15 @@ def fine_tuned_labels(info: dict) -> Labels | None:
     return Labels(tuple(info["labels"]), info.get("label_scheme", "iob2"))
 
 
-def labels_of_earlier_run(output_dir: str, init_checkpoint: str | None) -> Labels:
+def labels_of_earlier_run(output_dir: str, init_checkpoint: str | None, init_info: dict) -> Labels:
     """The labels of an earlier training run: of output_dir's model, else of the
-    fine-tuned model of --init_checkpoint."""
+    fine-tuned model of --init_checkpoint (its model_info.json `init_info`)."""
     info_file = os.path.join(output_dir, model_files.MODEL_INFO)
     if tf.io.gfile.exists(info_file):
         labels = fine_tuned_labels(file_io.read_json(info_file))
         if labels:
             return labels
-    labels = fine_tuned_labels(model_files.read_model_info(init_checkpoint))
+    labels = fine_tuned_labels(init_info)
     if labels:
         return labels
     raise MissingFileError(
@@ -339,27 +339,31 @@ def labels_of_earlier_run(output_dir: str, init_checkpoint: str | None) -> Label
 
 
 def document_context_setting(
-    flag_value: bool, given: bool, do_train: bool, output_dir: str, init_checkpoint: str | None
+    flag_value: bool, given: bool, do_train: bool, output_dir: str, init_info: dict
 ) -> bool:
     """--document_context as given, or when training; otherwise the setting the model
-    was trained with (output_dir's model, else --init_checkpoint's; a model from before
-    the setting existed was trained sentence by sentence)."""
+    was trained with (output_dir's model, else --init_checkpoint's, whose
+    model_info.json is `init_info`; a model from before the setting existed was trained
+    sentence by sentence)."""
     if given or do_train:
         return flag_value
     info_file = os.path.join(output_dir, model_files.MODEL_INFO)
     infos = [file_io.read_json(info_file)] if tf.io.gfile.exists(info_file) else []
-    for info in [*infos, model_files.read_model_info(init_checkpoint)]:
+    for info in [*infos, init_info]:
         if fine_tuned_labels(info):
             return bool(info.get("document_context", False))
     return flag_value
 
 
-def check_scheme_of_init_checkpoint(labels: Labels, settings: finetuning.Settings) -> None:
-    """Training on from a fine-tuned NER model keeps the scheme its head learnt (its
-    labels are that scheme's: another scheme's would be read as them)."""
+def check_scheme_of_init_checkpoint(
+    labels: Labels, settings: finetuning.Settings, init_info: dict
+) -> None:
+    """Training on from a fine-tuned NER model (its model_info.json `init_info`) keeps
+    the scheme its head learnt (its labels are that scheme's: another scheme's would be
+    read as them)."""
     if settings.reinit_head or not settings.init_checkpoint:
         return
-    earlier = fine_tuned_labels(model_files.read_model_info(settings.init_checkpoint))
+    earlier = fine_tuned_labels(init_info)
     if earlier and earlier.scheme != labels.scheme:
         raise UserError(
             f"--init_checkpoint={settings.init_checkpoint} learnt its labels in "
@@ -584,9 +588,9 @@ def read_splits(
     if settings.do_train:
         _, scheme, sentences = files_read["train"]
         labels = training_labels(sentences, scheme, FLAGS.train_tag_scheme)
-        check_scheme_of_init_checkpoint(labels, settings)
+        check_scheme_of_init_checkpoint(labels, settings, files.info)
     else:
-        labels = labels_of_earlier_run(FLAGS.output_dir, settings.init_checkpoint)
+        labels = labels_of_earlier_run(FLAGS.output_dir, settings.init_checkpoint, files.info)
     splits = {
         name: to_features(
             name,
@@ -627,7 +631,7 @@ def main(_):
         FLAGS["document_context"].present > 0,
         settings.do_train,
         FLAGS.output_dir,
-        settings.init_checkpoint,
+        files.info,
     )
     # run_config.json records the setting used.
     settings = dataclasses.replace(
@@ -642,7 +646,7 @@ def main(_):
         FLAGS.max_seq_length,
         FLAGS.doc_stride,
         settings,
-        runner_flags.bilstm_units(FLAGS, BertTokenClassifier.MODEL_KIND),
+        model_flags.bilstm_units(FLAGS, files, task_kinds.TOKEN_CLASSIFIER),
         document_context,
     )
     hparam_search.run(FLAGS, grid, task, settings, strategy, encoder, files)

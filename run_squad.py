@@ -427,7 +427,7 @@ def main(_):
         SquadOptions.from_flags(FLAGS),
         settings,
         files.do_lower_case,
-        runner_flags.bilstm_units(FLAGS, BertSpanLabeler.MODEL_KIND),
+        model_flags.bilstm_units(FLAGS, files, task_kinds.SPAN),
     )
     hparam_search.run(FLAGS, grid, task, settings, strategy, encoder, files)
 

@@ -264,6 +264,11 @@ def read_text(path: str) -> str:
     check_readable(path)
     with tf.io.gfile.GFile(path, "rb") as f:
         data = f.read()
+    return decode_text(data, path)
+
+
+def decode_text(data: bytes, path: str) -> str:
+    """`read_text` of the bytes of `path`, read already."""
     try:
         return data.decode("utf-8-sig")
     except UnicodeDecodeError as e:

@@ -404,23 +404,27 @@ def train(
 # The run.
 
 
-def restore_initial_weights(model, settings: Settings) -> None:
+def restore_initial_weights(model, settings: Settings, files: model_files.ModelFiles) -> None:
     """--init_checkpoint into a new model: the encoder, and the head when the
-    checkpoint has this model's head. A TF Hub encoder comes with its weights."""
+    checkpoint has this model's head. A TF Hub encoder comes with its weights. The
+    checkpoint is opened from what `files` resolved and read of it."""
     if settings.hub_module_url:
         return
     if not settings.init_checkpoint:
         logging.warning("No --init_checkpoint: the encoder starts from random weights.")
         return
-    checkpoints.restore_model(settings.init_checkpoint, model, reinit_head=settings.reinit_head)
+    reader = files.open_checkpoint() if files.checkpoint else None
+    checkpoints.restore_model(
+        settings.init_checkpoint, model, reinit_head=settings.reinit_head, reader=reader
+    )
 
 
-def check_labels(task: FineTuningTask, settings: Settings) -> None:
+def check_labels(task: FineTuningTask, settings: Settings, files: model_files.ModelFiles) -> None:
     """A fine-tuned --init_checkpoint of this kind must have this run's labels, in
     this order: its head's outputs mean those labels (unless --reinit_head)."""
     if settings.reinit_head or settings.hub_module_url or not settings.init_checkpoint:
         return
-    info = model_files.read_model_info(settings.init_checkpoint)
+    info = files.info
     wanted = task.model_info().get("labels")
     if (
         info.get("model_kind") == task.model_kind
@@ -436,10 +440,11 @@ def check_labels(task: FineTuningTask, settings: Settings) -> None:
         )
 
 
-def fine_tuned_bilstm_units(init_checkpoint: str, model_kind: str) -> int:
+def fine_tuned_bilstm_units(init_checkpoint: str, model_kind: str, info=None) -> int:
     """The `bilstm_units` a fine-tuned checkpoint of `model_kind` was trained with (its
-    model_info.json), 0 for any other checkpoint: predicting with it rebuilds its head."""
-    info = model_files.read_model_info(init_checkpoint)
+    model_info.json; `info` when read already), 0 for any other checkpoint: predicting
+    with it rebuilds its head."""
+    info = model_files.read_model_info(init_checkpoint) if info is None else info
     units = int(info.get("bilstm_units") or 0) if info.get("model_kind") == model_kind else 0
     if units:
         logging.info("bilstm_units=%d, as %s was fine-tuned with", units, init_checkpoint)
@@ -521,7 +526,7 @@ def run(
     # The head's initial weights and dropout seeds depend on --seed alone, not on how
     # many random draws building the encoder took: a TF Hub encoder and a checkpoint
     # of the same weights fine-tune to the same model.
-    check_labels(task, settings)
+    check_labels(task, settings, files)
     keras.utils.set_random_seed(settings.seed)
     with strategy.scope():
         model = task.build_model(encoder, files.config)
@@ -535,7 +540,7 @@ def run(
         out = distribution.worker_scratch_dir(strategy, settings.output_dir, "outputs")
         if tf.io.gfile.exists(out):  # A killed run's.
             tf.io.gfile.rmtree(out)
-    trainer.restore_or_initialize(lambda: restore_initial_weights(model, settings))
+    trainer.restore_or_initialize(lambda: restore_initial_weights(model, settings, files))
     best = BestCheckpoint(os.path.join(out, BEST_DIR), model)
     chiefs_best = tf.train.latest_checkpoint(os.path.join(settings.output_dir, BEST_DIR))
     if not chief and chiefs_best:
