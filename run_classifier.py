@@ -54,13 +54,11 @@ from __future__ import annotations
 
 import common.quiet_tensorflow  # noqa: F401  (first: TensorFlow's start-up lines hidden)
 
-import dataclasses
 import os
 import sys
 
 import keras
 import numpy as np
-import tensorflow as tf
 from absl import app, flags, logging
 
 from common import cli as command_line
@@ -76,9 +74,32 @@ from data_prep.classifier import (
     classifier_tasks,
     classifier_windows,
 )
-from data_prep.input_pipeline import RecordMetadata
+from data_prep.classifier.classifier_splits import (
+    LongInput,
+    MultiLabel,
+    TaskFeatures,
+    WindowFeatures,
+    build_task_features,
+    check_multi_label_training,
+    resolve_class_weights,
+)
 from evaluation import glue_metrics
-from modeling import finetuning, model_files, task_kinds, training
+from evaluation.classifier_scores import (
+    is_label_metric,
+    probabilities,
+    results_file_name,
+    score_multi_label_split,
+    score_split,
+    sigmoid,
+    split_prefix,
+)
+from modeling import finetuning, model_files, task_kinds
+from modeling.classifier_predictions import (
+    evaluation_outputs,
+    predict_for_evaluation,
+    predict_logits,
+    predict_text_logits,
+)
 from modeling.config import BertConfig
 from modeling.tasks import ClassificationObjective
 
@@ -181,109 +202,6 @@ runner_flags.define_training_flags(value_lists=True)
 runner_flags.define_finetuning_flags()
 runner_flags.define_bilstm_flag()
 
-EVAL_RESULTS = "eval_results.txt"
-
-
-# ----------------------------------------------------------------------------
-# Data.
-# ----------------------------------------------------------------------------
-
-
-@dataclasses.dataclass(frozen=True)
-class Features:
-    """One split's TFRecord file and its metadata (see classifier_features)."""
-
-    split: str
-    file: str
-    metadata: RecordMetadata
-
-    @property
-    def num_examples(self) -> int:
-        return self.metadata.num_records
-
-    def dataset(self, batch_size: int, pad_to_max_seq_length: bool) -> tf.data.Dataset:
-        """The split once, in order, for evaluation and prediction."""
-        return classifier_features.build_dataset(
-            self.file,
-            self.metadata,
-            batch_size,
-            is_training=False,
-            pad_to_max_seq_length=pad_to_max_seq_length,
-        )
-
-
-@dataclasses.dataclass(frozen=True)
-class LongInput:
-    """What happens to a text longer than max_seq_length (--long_input and its flags)."""
-
-    mode: str = "truncate"
-    doc_stride: int = 0
-    window_pooling: str = "mean"
-    max_windows_per_text: int = 16
-
-    @property
-    def windows(self) -> bool:
-        return self.mode == "windows"
-
-    def model_info(self) -> dict:
-        """Kept in model_info.json (windows only): prediction from the fine-tuned model
-        and its export read windows as training did."""
-        if not self.windows:
-            return {}
-        return {"long_input": dataclasses.asdict(self)}
-
-    def export_options(self) -> dict:
-        return dict(
-            long_input=self.mode,
-            doc_stride=self.doc_stride,
-            window_pooling=self.window_pooling,
-            max_windows_per_text=self.max_windows_per_text,
-        )
-
-
-@dataclasses.dataclass(frozen=True)
-class WindowFeatures(Features):
-    """One split's windows (--long_input=windows): a record per window, `num_texts` texts."""
-
-    pooling: str = "mean"
-
-    @property
-    def num_texts(self) -> int:
-        return int(self.metadata["num_texts"])
-
-    def dataset(self, batch_size: int, pad_to_max_seq_length: bool) -> tf.data.Dataset:
-        """Every window once, in order, with its text's `example_index`."""
-        return classifier_windows.build_window_dataset(
-            self.file, self.metadata, batch_size, pad_to_max_seq_length
-        )
-
-
-@dataclasses.dataclass(frozen=True)
-class TaskFeatures:
-    """The features a run needs: train (with --do_train), dev splits (--do_eval) and
-    test splits (--do_predict), by canonical split name."""
-
-    train: Features | None
-    eval: dict[str, Features]
-    test: dict[str, Features]
-
-    @property
-    def metadata(self) -> RecordMetadata:
-        """Labels, is_regression and num_choices are the same in every split's."""
-        return next(
-            f.metadata
-            for f in (self.train, *self.eval.values(), *self.test.values())
-            if f is not None
-        )
-
-
-@dataclasses.dataclass(frozen=True)
-class MultiLabel:
-    """How a multi-label run reads and decides its labels (None: one label each)."""
-
-    separator: str
-    threshold: float
-
 
 def multi_label_option(files: model_files.ModelFiles, reinit_head: bool) -> MultiLabel | None:
     """--multi_label with its separator and threshold; not given, those of
@@ -340,57 +258,6 @@ def parse_class_weights(spec: str | None) -> str | list[float] | None:
     return weights
 
 
-def resolve_class_weights(
-    spec: str | list[float] | None, data: TaskFeatures, multi_label: bool
-) -> list[float] | None:
-    """The weight of each label: the list given (checked against the labels), or
-    "balanced" from the training counts: single-label N / (K n_k), as scikit-learn's
-    `class_weight="balanced"`; multi-label (N - n_k) / n_k, each label's negatives over
-    its positives (a positive weight that makes the label's positives weigh as its
-    negatives)."""
-    if spec is None:
-        return None
-    metadata = data.metadata
-    if metadata["is_regression"] or metadata.get("num_choices"):
-        raise UserError("--class_weights: the task is not a classification")
-    labels = list(metadata["labels"])
-    if spec != "balanced":
-        if len(spec) != len(labels):
-            raise UserError(
-                f"--class_weights: {len(spec)} weights for {len(labels)} labels {labels}; "
-                f"give one per label, in this order"
-            )
-        return list(spec)
-    if data.train is None:
-        raise UserError(
-            "--class_weights=balanced weighs by the training counts: it needs --do_train "
-            "(or give the weights as a list)"
-        )
-    counts = classifier_features.label_counts(data.train.file, data.train.metadata)
-    absent = [label for label, count in zip(labels, counts) if count == 0]
-    if absent:
-        raise UserError(
-            f"--class_weights=balanced: label {absent[0]!r} has no training example; "
-            f"give the weights as a list"
-        )
-    n = data.train.num_examples
-    if multi_label:
-        return [(n - count) / count for count in counts]
-    return [n / (len(labels) * count) for count in counts]
-
-
-def check_multi_label_training(processor, data_dir: str, data: TaskFeatures) -> None:
-    """A multi-label training file where no example has a label teaches nothing."""
-    if data.train is None or not data.train.metadata.get("multi_label"):
-        return
-    if not any(classifier_features.label_counts(data.train.file, data.train.metadata)):
-        source = processor.input_files(data_dir, "train") or [f"{processor.name} train"]
-        raise UserError(
-            f"{source[0]}: no training example has a label (--multi_label, separator "
-            f"{processor.label_separator!r}); check the label column and --label_separator"
-        )
-
-
 def processor_options(files: model_files.ModelFiles) -> dict:
     """The task options given on the command line (None: not given); the labels of a
     fine-tuned --init_checkpoint (`files`) when --label_list is not given."""
@@ -410,258 +277,6 @@ def processor_options(files: model_files.ModelFiles) -> dict:
         labels=labels,
         is_regression=FLAGS.is_regression,
     )
-
-
-def build_features(
-    processor: classifier_reader.DataProcessor,
-    data_dir: str,
-    split: str,
-    output_dir: str,
-    files: model_files.ModelFiles,
-    max_seq_length: int,
-    long_input: LongInput = LongInput(),
-) -> Features:
-    """Writes (or reuses) `output_dir/<split>.tf_record` (`<split>.windows.tf_record`
-    with --long_input=windows)."""
-    split = processor.split_name(split)
-    if long_input.windows:
-        return build_window_features(
-            processor, data_dir, split, output_dir, files, max_seq_length, long_input
-        )
-    file = os.path.join(output_dir, f"{split}.tf_record")
-    metadata = classifier_features.get_or_create_features(
-        processor,
-        data_dir,
-        split,
-        file,
-        files.vocab_file,
-        files.do_lower_case,
-        max_seq_length,
-        files.preserve_unused_tokens,
-        runner_flags.terminal(),
-    )
-    if metadata.num_records == 0:
-        source = processor.input_files(data_dir, split) or [f"{data_dir} (its reader's files)"]
-        raise UserError(f"{processor.name} {split}: no examples in {source[0]}")
-    return Features(split, file, metadata)
-
-
-def build_window_features(
-    processor,
-    data_dir: str,
-    split: str,
-    output_dir: str,
-    files: model_files.ModelFiles,
-    max_seq_length: int,
-    long_input: LongInput,
-) -> WindowFeatures:
-    """Writes (or reuses) `output_dir/<split>.windows.tf_record`, a record per window."""
-    file = os.path.join(output_dir, f"{split}.windows.tf_record")
-    metadata = classifier_windows.get_or_create_window_features(
-        processor,
-        data_dir,
-        split,
-        file,
-        files.vocab_file,
-        files.do_lower_case,
-        max_seq_length,
-        files.preserve_unused_tokens,
-        long_input.doc_stride,
-        long_input.max_windows_per_text,
-        runner_flags.terminal(),
-    )
-    if metadata.num_records == 0:
-        source = processor.input_files(data_dir, split) or [f"{data_dir} (its reader's files)"]
-        raise UserError(f"{processor.name} {split}: no examples in {source[0]}")
-    return WindowFeatures(split, file, metadata, long_input.window_pooling)
-
-
-def build_task_features(
-    processor,
-    data_dir: str,
-    output_dir: str,
-    files: model_files.ModelFiles,
-    max_seq_length: int,
-    settings: finetuning.Settings,
-    long_input: LongInput = LongInput(),
-) -> TaskFeatures:
-    """Reads and checks every split the run needs before any model is built."""
-
-    def of(splits, wanted):
-        features = [
-            build_features(
-                processor, data_dir, split, output_dir, files, max_seq_length, long_input
-            )
-            for split in (splits if wanted else ())
-        ]
-        return {f.split: f for f in features}
-
-    data = TaskFeatures(
-        train=of(["train"], settings.do_train).get("train"),
-        eval=of(processor.eval_splits, settings.do_eval),
-        test=of(processor.test_splits, settings.do_predict),
-    )
-    if settings.do_eval and not data.eval:
-        raise UserError(f"Task {processor.name!r} has no labelled dev split to evaluate")
-    return data
-
-
-# ----------------------------------------------------------------------------
-# Metrics.
-# ----------------------------------------------------------------------------
-
-
-def _logits_and_labels(features: dict, outputs: dict) -> dict:
-    return {"logits": outputs["logits"], "label_ids": features["label_ids"]}
-
-
-def predict_logits(
-    trainer: training.Trainer, dataset: tf.data.Dataset, description: str = "predict"
-) -> tuple[np.ndarray, np.ndarray]:
-    """(logits float [N, K] ([N, 1] regression, [N, C] choices), labels [N])."""
-    outputs = trainer.predict(dataset, _logits_and_labels, description)
-    return outputs["logits"].astype(np.float64), outputs["label_ids"]
-
-
-# Prefix of the evaluation sums among an evaluation's prediction outputs.
-_SUM = "sum/"
-
-
-def evaluation_outputs(objective: training.Objective):
-    """A Trainer.predict output_fn: the logits and labels of each example, and
-    `objective.eval_sums` of each batch ([1] each, under `_SUM` names), so that one
-    pass over a dev split gives both the metrics' inputs and the in-graph loss."""
-
-    def output_fn(features: dict, outputs: dict) -> dict:
-        sums = objective.eval_sums(features, outputs)
-        return dict(
-            _logits_and_labels(features, outputs),
-            **{_SUM + name: tf.reshape(value, [1]) for name, value in sums.items()},
-        )
-
-    return output_fn
-
-
-def predict_for_evaluation(
-    trainer: training.Trainer, dataset: tf.data.Dataset, output_fn
-) -> tuple[np.ndarray, np.ndarray, dict]:
-    """(logits float [N, K], labels [N], `trainer.objective.finalize_eval` of the summed
-    eval sums: eval_loss, the loss that training minimises, on these examples)."""
-    outputs = trainer.predict(dataset, output_fn, "evaluate")
-    sums = {
-        name.removeprefix(_SUM): float(np.sum(values, dtype=np.float64))
-        for name, values in outputs.items()
-        if name.startswith(_SUM)
-    }
-    return (
-        outputs["logits"].astype(np.float64),
-        outputs["label_ids"],
-        trainer.objective.finalize_eval(sums),
-    )
-
-
-def _with_example_index(output_fn):
-    """`output_fn` with each window's `example_index` (a module-level cache keeps one
-    compiled prediction step per function)."""
-    if output_fn not in _WITH_INDEX:
-
-        def with_index(features: dict, outputs: dict) -> dict:
-            return dict(output_fn(features, outputs), example_index=features["example_index"])
-
-        _WITH_INDEX[output_fn] = with_index
-    return _WITH_INDEX[output_fn]
-
-
-_WITH_INDEX = {}
-
-
-def predict_text_logits(
-    trainer: training.Trainer,
-    features: WindowFeatures,
-    batch_size: int,
-    pad: bool,
-    output_fn=_logits_and_labels,
-    description: str = "predict",
-) -> tuple[np.ndarray, np.ndarray, dict]:
-    """(logits float [T, K], labels [T], the outputs' `_SUM` sums) of a split's T texts,
-    each text's logits pooled over its windows (`features.pooling`)."""
-    outputs = trainer.predict(
-        features.dataset(batch_size, pad), _with_example_index(output_fn), description
-    )
-    index, texts = outputs["example_index"], features.num_texts
-    logits = classifier_windows.pool_windows(outputs["logits"], index, texts, features.pooling)
-    labels = classifier_windows.first_of_each_text(outputs["label_ids"], index, texts)
-    sums = {
-        name.removeprefix(_SUM): float(np.sum(values, dtype=np.float64))
-        for name, values in outputs.items()
-        if name.startswith(_SUM)
-    }
-    return logits, labels, sums
-
-
-def log_probabilities(logits: np.ndarray) -> np.ndarray:
-    """Log-softmax over the last axis. float [N, K]."""
-    shifted = logits - logits.max(axis=-1, keepdims=True)
-    return shifted - np.log(np.exp(shifted).sum(axis=-1, keepdims=True))
-
-
-def probabilities(logits: np.ndarray) -> np.ndarray:
-    """Softmax over the last axis. float [N, K]."""
-    return np.exp(log_probabilities(logits))
-
-
-def split_prefix(split: str, eval_splits: tuple[str, ...]) -> str:
-    """Metric key prefix: "eval_" for the first dev split (MNLI's matched), then
-    e.g. "eval_mismatched_"."""
-    if split == eval_splits[0]:
-        return "eval_"
-    return f"eval_{split.removeprefix('dev_')}_"
-
-
-def score_split(
-    processor, logits: np.ndarray, labels: np.ndarray, loss: float, prefix: str
-) -> dict[str, float]:
-    """The loss (from the task's eval sums) and the task's GLUE metrics of one dev split."""
-    metrics = glue_metrics.compute_metrics(processor, logits, labels, prefix=prefix)
-    metrics[prefix + "loss"] = loss
-    return metrics
-
-
-def sigmoid(logits: np.ndarray) -> np.ndarray:
-    """Each label's probability of a multi-label classifier. float [N, L]."""
-    return 0.5 * (1.0 + np.tanh(0.5 * logits))
-
-
-def score_multi_label_split(
-    logits: np.ndarray,
-    labels: np.ndarray,
-    label_names: list[str],
-    loss: float,
-    multi_label: MultiLabel,
-    prefix: str,
-) -> dict[str, float]:
-    """Micro and macro F1, subset accuracy, the loss, then each label's precision,
-    recall and F1 of one dev split (labels above the threshold predicted)."""
-    metrics = glue_metrics.multi_label_metrics(
-        sigmoid(logits) > multi_label.threshold, labels, label_names, prefix
-    )
-    overall = {k: v for k, v in metrics.items() if not is_label_metric(k, label_names)}
-    return {**overall, prefix + "loss": loss, **metrics}
-
-
-def is_label_metric(key: str, label_names: list[str]) -> bool:
-    """Whether `key` is one label's precision, recall or F1 (not shown on the terminal)."""
-    return any(
-        key.endswith(f"_{measure}_{label}")
-        for label in label_names
-        for measure in ("precision", "recall", "f1")
-    )
-
-
-def results_file_name(split: str, test_splits: tuple[str, ...]) -> str:
-    """test_results.tsv for the (first) test split, e.g. test_mismatched_results.tsv
-    for MNLI's second."""
-    return "test_results.tsv" if split == test_splits[0] else f"{split}_results.tsv"
 
 
 # ----------------------------------------------------------------------------
@@ -781,7 +396,7 @@ class ClassifierTask:
         metrics["loss"] = metrics["eval_loss"]
         metrics["global_step"] = global_step
         metrics.update(per_class)  # After the task's own keys, which keep their places.
-        path = os.path.join(output_dir, EVAL_RESULTS)
+        path = os.path.join(output_dir, file_io.EVAL_RESULTS)
         file_io.write_results(path, metrics)
         shown = {k: v for k, v in metrics.items() if not is_label_metric(k, self.labels)}
         trainer.progress.say(f"Evaluation at step {global_step}: {format_fields(shown)} ({path})")
@@ -946,6 +561,7 @@ def main(_):
         FLAGS.max_seq_length,
         settings,
         long_input,
+        runner_flags.terminal(),
     )
     check_multi_label_training(processor, FLAGS.data_dir, data)
     task = ClassifierTask(

@@ -110,7 +110,6 @@ PREDICT_RECORD = "eval.tf_record"
 PREDICTIONS = "predictions.json"
 NBEST_PREDICTIONS = "nbest_predictions.json"
 NULL_ODDS = "null_odds.json"
-EVAL_RESULTS = "eval_results.txt"
 
 
 def _span_outputs(features: dict, outputs: dict) -> dict:
@@ -173,7 +172,7 @@ def evaluate(gold_file: str, output_dir: str, version_2_with_negative: bool) -> 
     if version_2_with_negative and os.path.isfile(null_odds_file):
         null_odds = squad_eval.read_null_odds(null_odds_file)
     results = squad_eval.evaluate_file(gold_file, predictions, null_odds, version_2_with_negative)
-    path = os.path.join(output_dir, EVAL_RESULTS)
+    path = os.path.join(output_dir, file_io.EVAL_RESULTS)
     file_io.write_results(path, results)
     shown = {k: v for k, v in results.items() if not k.endswith("_thresh")}
     runner_flags.terminal().say(f"Evaluation: {format_fields(shown)} ({path})")

@@ -312,6 +312,10 @@ def format_results(results: Mapping[str, object]) -> str:
     return "".join(f"{key} = {results[key]}\n" for key in sorted(results))
 
 
+# The file of an evaluation's results (`key = value` lines), as the original release names it.
+EVAL_RESULTS = "eval_results.txt"
+
+
 def write_results(path: str, results: Mapping[str, object]) -> None:
     """Writes `format_results(results)` atomically (eval_results.txt and the like)."""
     write_text(path, format_results(results))
