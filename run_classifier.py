@@ -541,6 +541,8 @@ def main(_):
     grid = hparam_search.check(FLAGS)
     strategy = runner_flags.setup(FLAGS)
     settings = runner_flags.finetuning_settings(FLAGS)
+    class_weights = parse_class_weights(FLAGS.class_weights)
+    # The model once: its files (and model_info.json, which the task's settings default to).
     encoder, files = model_flags.build_encoder(FLAGS, strategy)
     processor = classifier_tasks.get_processor(FLAGS.task_name, **processor_options(files))
     long_input = long_input_settings(FLAGS, files)
@@ -552,7 +554,6 @@ def main(_):
                 "for single-label classification only); use --long_input=truncate"
             )
         classifier_tasks.set_multi_label(processor, multi_label.separator)
-    class_weights = parse_class_weights(FLAGS.class_weights)
     data = build_task_features(
         processor,
         FLAGS.data_dir,
