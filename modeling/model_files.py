@@ -14,9 +14,10 @@ other flag (`--init_checkpoint=<output_dir>`):
 reading each once (model_info.json, the vocabulary; the checkpoint's format and path)
 into the one `ModelFiles` value a run passes on, and checks them against each other
 before any work: the case (`--do_lower_case`) against every statement of it the
-checkpoint makes, and the vocabulary against the config's vocab_size. `--preserve_unused_tokens` (the original's flag: `[unusedN]` words
-stay whole) defaults to the model's own record, so a model trained with it is
-fine-tuned, evaluated and served with it.
+checkpoint makes, and the vocabulary against the config's vocab_size.
+`--preserve_unused_tokens` (the original's flag: `[unusedN]` words stay whole) defaults
+to the model's own record, so a model trained with it is fine-tuned, evaluated and
+served with it.
 """
 
 from __future__ import annotations
