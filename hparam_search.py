@@ -43,6 +43,7 @@ import model_flags
 import runner_flags
 from data_prep import input_pipeline
 from modeling import finetuning
+from serving import exports
 
 TRIALS_DIR = "trials"
 SEARCH_FILE = "search.json"  # The grid of the search in output_dir.
@@ -53,6 +54,9 @@ GRID_FLAGS = ("learning_rate", "train_batch_size", "num_train_epochs")
 # What output_dir does not take of the chosen trial: its training checkpoints (the
 # best model's best/ folder is taken) and its record of the search.
 NOT_COPIED = ("checkpoint", "ckpt-*", TRIAL_FILE)
+# What writes a fine-tuning run's export (the fine-tuning core, a floor below serving,
+# takes it as an argument).
+EXPORT = exports.export_fine_tuned
 
 
 def _values(value) -> tuple:
@@ -198,7 +202,8 @@ def run(FLAGS, grid: Grid, task, settings, strategy, encoder, files) -> None:
     of `grid`. A run stopped by SIGTERM ends the program (runner_flags.run_training)."""
     if not grid.is_search:
         runner_flags.run_training(
-            lambda: finetuning.run(task, settings, strategy, encoder, files), settings.output_dir
+            lambda: finetuning.run(task, settings, strategy, encoder, files, EXPORT),
+            settings.output_dir,
         )
         return
     Search(FLAGS, grid, task, settings, strategy, files).run()
@@ -377,7 +382,9 @@ class Search:
             encoder = self.fresh_encoder(trial.seed)
             start = time.monotonic()
             runner_flags.run_training(
-                lambda: finetuning.run(self.task, settings, self.strategy, encoder, self.files),
+                lambda: finetuning.run(
+                    self.task, settings, self.strategy, encoder, self.files, EXPORT
+                ),
                 trial_dir,
             )
             score, step = trial_score(trial_dir)
@@ -419,7 +426,9 @@ class Search:
             settings = self.trial_settings(trial, self.output_dir, do_train=False, do_eval=False)
             encoder = self.fresh_encoder(trial.seed)
             runner_flags.run_training(
-                lambda: finetuning.run(self.task, settings, self.strategy, encoder, self.files),
+                lambda: finetuning.run(
+                    self.task, settings, self.strategy, encoder, self.files, EXPORT
+                ),
                 self.output_dir,
             )
         # Its model files, results and evaluation files, and the settings it ran with.

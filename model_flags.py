@@ -14,7 +14,7 @@ import tensorflow as tf
 from absl import logging
 
 from common.errors import UserError
-from modeling import checkpoint_readers, model_files
+from modeling import checkpoint_readers, finetuning, model_files, task_kinds
 from modeling.encoder import BertEncoder
 from runner_flags import given
 
@@ -27,16 +27,18 @@ def check_max_seq_length(max_seq_length: int, config) -> None:
         )
 
 
-def check_init_checkpoint(FLAGS) -> None:
+def check_init_checkpoint(FLAGS) -> tuple[str, str] | None:
     """Fails before any work when --init_checkpoint cannot be read, or when it and
-    --hub_module_url are both given."""
+    --hub_module_url are both given. Returns the checkpoint's (format, path)
+    (`checkpoint_readers.resolve_checkpoint`), None without one."""
     if given(FLAGS, "hub_module_url") and FLAGS.hub_module_url and FLAGS.init_checkpoint:
         raise UserError("Give --hub_module_url or --init_checkpoint, not both.")
-    if FLAGS.init_checkpoint:
-        try:
-            checkpoint_readers.resolve_checkpoint(FLAGS.init_checkpoint)
-        except (FileNotFoundError, ValueError) as e:
-            raise type(e)(f"--init_checkpoint={FLAGS.init_checkpoint}: {e}") from None
+    if not FLAGS.init_checkpoint:
+        return None
+    try:
+        return checkpoint_readers.resolve_checkpoint(FLAGS.init_checkpoint)
+    except (FileNotFoundError, ValueError) as e:
+        raise type(e)(f"--init_checkpoint={FLAGS.init_checkpoint}: {e}") from None
 
 
 def do_lower_case_flag(FLAGS) -> bool | None:
@@ -52,8 +54,9 @@ def preserve_unused_tokens_flag(FLAGS) -> bool | None:
 def resolve_model_files(FLAGS, vocab_required: bool = True) -> model_files.ModelFiles:
     """--bert_config_file, --vocab_file, --do_lower_case and --preserve_unused_tokens,
     or what sits beside --init_checkpoint, checked against each other and (where the
-    command has it) --max_seq_length."""
-    check_init_checkpoint(FLAGS)
+    command has it) --max_seq_length: the model resolved once, the value the run
+    passes on (its model_info.json and vocabulary read)."""
+    checkpoint = check_init_checkpoint(FLAGS)
     files = model_files.resolve(
         FLAGS.bert_config_file,
         FLAGS.vocab_file,
@@ -62,6 +65,7 @@ def resolve_model_files(FLAGS, vocab_required: bool = True) -> model_files.Model
         preserve_unused_tokens=preserve_unused_tokens_flag(FLAGS),
         allow_vocab_mismatch=FLAGS.allow_vocab_mismatch,
         vocab_required=vocab_required,
+        checkpoint=checkpoint,
     )
     if "max_seq_length" in FLAGS:
         check_max_seq_length(FLAGS.max_seq_length, files.config)
@@ -82,7 +86,7 @@ def resolve_vocabulary(FLAGS) -> model_files.Vocabulary:
     )
     config = model_files.resolve_config(FLAGS.bert_config_file, FLAGS.init_checkpoint, False)
     if config is not None:
-        model_files.check_vocab_fits_config(vocabulary.vocab_file, config)
+        model_files.check_vocab_fits_config(vocabulary.vocab or vocabulary.vocab_file, config)
     return vocabulary
 
 
@@ -113,8 +117,9 @@ def hub_model_files(FLAGS, encoder) -> model_files.ModelFiles:
             encoder.do_lower_case, f"the TF Hub encoder {FLAGS.hub_module_url}"
         )
     )
-    do_lower_case = model_files.resolve_case(do_lower_case_flag(FLAGS), None, vocab_file, stated)
-    model_files.check_vocab_fits_config(vocab_file, encoder.config)
+    vocab = model_files.read_vocab(vocab_file)
+    do_lower_case = model_files.resolve_case(do_lower_case_flag(FLAGS), None, vocab, stated)
+    model_files.check_vocab_fits_config(vocab, encoder.config)
     check_max_seq_length(FLAGS.max_seq_length, encoder.config)
     return model_files.ModelFiles(
         encoder.config,
@@ -123,6 +128,7 @@ def hub_model_files(FLAGS, encoder) -> model_files.ModelFiles:
         config_is_complete=encoder.config_is_complete,
         preserve_unused_tokens=bool(FLAGS.preserve_unused_tokens),
         causal_attention=encoder.causal_attention,
+        vocab=vocab,
     )
 
 
@@ -155,3 +161,11 @@ def build_encoder(
             FLAGS.hub_module_url or FLAGS.init_checkpoint,
         )
     return encoder, files
+
+
+def bilstm_units(FLAGS, files: model_files.ModelFiles, kind: task_kinds.TaskKind) -> int:
+    """--bilstm_units when given, else that of a fine-tuned --init_checkpoint of `kind`
+    (from the model_info.json `files` read)."""
+    if FLAGS["bilstm_units"].present or FLAGS.reinit_head or not FLAGS.init_checkpoint:
+        return FLAGS.bilstm_units
+    return finetuning.fine_tuned_bilstm_units(FLAGS.init_checkpoint, kind.name, files.info)

@@ -54,13 +54,11 @@ from __future__ import annotations
 
 import common.quiet_tensorflow  # noqa: F401  (first: TensorFlow's start-up lines hidden)
 
-import dataclasses
 import os
 import sys
 
 import keras
 import numpy as np
-import tensorflow as tf
 from absl import app, flags, logging
 
 from common import cli as command_line
@@ -76,12 +74,34 @@ from data_prep.classifier import (
     classifier_tasks,
     classifier_windows,
 )
-from data_prep.input_pipeline import RecordMetadata
+from data_prep.classifier.classifier_splits import (
+    LongInput,
+    MultiLabel,
+    TaskFeatures,
+    WindowFeatures,
+    build_task_features,
+    check_multi_label_training,
+    resolve_class_weights,
+)
 from evaluation import glue_metrics
-from modeling import finetuning, model_files, task_kinds, training
+from evaluation.classifier_scores import (
+    is_label_metric,
+    probabilities,
+    results_file_name,
+    score_multi_label_split,
+    score_split,
+    sigmoid,
+    split_prefix,
+)
+from modeling import finetuning, model_files, task_kinds
+from modeling.classifier_predictions import (
+    evaluation_outputs,
+    predict_for_evaluation,
+    predict_logits,
+    predict_text_logits,
+)
 from modeling.config import BertConfig
 from modeling.objectives import ClassificationObjective
-from serving import exports as serving_tasks
 
 FLAGS = flags.FLAGS
 
@@ -182,118 +202,16 @@ runner_flags.define_training_flags(value_lists=True)
 runner_flags.define_finetuning_flags()
 runner_flags.define_bilstm_flag()
 
-EVAL_RESULTS = "eval_results.txt"
 
-
-# ----------------------------------------------------------------------------
-# Data.
-# ----------------------------------------------------------------------------
-
-
-@dataclasses.dataclass(frozen=True)
-class Features:
-    """One split's TFRecord file and its metadata (see classifier_features)."""
-
-    split: str
-    file: str
-    metadata: RecordMetadata
-
-    @property
-    def num_examples(self) -> int:
-        return self.metadata.num_records
-
-    def dataset(self, batch_size: int, pad_to_max_seq_length: bool) -> tf.data.Dataset:
-        """The split once, in order, for evaluation and prediction."""
-        return classifier_features.build_dataset(
-            self.file,
-            self.metadata,
-            batch_size,
-            is_training=False,
-            pad_to_max_seq_length=pad_to_max_seq_length,
-        )
-
-
-@dataclasses.dataclass(frozen=True)
-class LongInput:
-    """What happens to a text longer than max_seq_length (--long_input and its flags)."""
-
-    mode: str = "truncate"
-    doc_stride: int = 0
-    window_pooling: str = "mean"
-    max_windows_per_text: int = 16
-
-    @property
-    def windows(self) -> bool:
-        return self.mode == "windows"
-
-    def model_info(self) -> dict:
-        """Kept in model_info.json (windows only): prediction from the fine-tuned model
-        and its export read windows as training did."""
-        if not self.windows:
-            return {}
-        return {"long_input": dataclasses.asdict(self)}
-
-    def export_options(self) -> dict:
-        return dict(
-            long_input=self.mode,
-            doc_stride=self.doc_stride,
-            window_pooling=self.window_pooling,
-            max_windows_per_text=self.max_windows_per_text,
-        )
-
-
-@dataclasses.dataclass(frozen=True)
-class WindowFeatures(Features):
-    """One split's windows (--long_input=windows): a record per window, `num_texts` texts."""
-
-    pooling: str = "mean"
-
-    @property
-    def num_texts(self) -> int:
-        return int(self.metadata["num_texts"])
-
-    def dataset(self, batch_size: int, pad_to_max_seq_length: bool) -> tf.data.Dataset:
-        """Every window once, in order, with its text's `example_index`."""
-        return classifier_windows.build_window_dataset(
-            self.file, self.metadata, batch_size, pad_to_max_seq_length
-        )
-
-
-@dataclasses.dataclass(frozen=True)
-class TaskFeatures:
-    """The features a run needs: train (with --do_train), dev splits (--do_eval) and
-    test splits (--do_predict), by canonical split name."""
-
-    train: Features | None
-    eval: dict[str, Features]
-    test: dict[str, Features]
-
-    @property
-    def metadata(self) -> RecordMetadata:
-        """Labels, is_regression and num_choices are the same in every split's."""
-        return next(
-            f.metadata
-            for f in (self.train, *self.eval.values(), *self.test.values())
-            if f is not None
-        )
-
-
-@dataclasses.dataclass(frozen=True)
-class MultiLabel:
-    """How a multi-label run reads and decides its labels (None: one label each)."""
-
-    separator: str
-    threshold: float
-
-
-def multi_label_option(init_checkpoint: str | None, reinit_head: bool) -> MultiLabel | None:
+def multi_label_option(files: model_files.ModelFiles, reinit_head: bool) -> MultiLabel | None:
     """--multi_label with its separator and threshold; not given, those of
-    --init_checkpoint's fine-tuned classifier (model_info.json), so that predicting
-    with it reads and decides labels as it was trained. A fine-tuned head of the other
-    kind (single- against multi-label) is refused unless --reinit_head."""
-    info = model_files.read_model_info(init_checkpoint)
+    --init_checkpoint's fine-tuned classifier (its model_info.json, read in `files`),
+    so that predicting with it reads and decides labels as it was trained. A fine-tuned
+    head of the other kind (single- against multi-label) is refused unless --reinit_head."""
+    init_checkpoint = FLAGS.init_checkpoint
+    info = files.fine_tuned(task_kinds.CLASSIFIER)
     stored = None
-    if info.get("model_kind") == task_kinds.CLASSIFIER.name and not reinit_head:
+    if info and not reinit_head:
         stored = bool(info.get("multi_label"))
     multi_label = FLAGS.multi_label if FLAGS["multi_label"].present else bool(stored)
     if stored is not None and stored != multi_label:
@@ -340,71 +258,15 @@ def parse_class_weights(spec: str | None) -> str | list[float] | None:
     return weights
 
 
-def resolve_class_weights(
-    spec: str | list[float] | None, data: TaskFeatures, multi_label: bool
-) -> list[float] | None:
-    """The weight of each label: the list given (checked against the labels), or
-    "balanced" from the training counts: single-label N / (K n_k), as scikit-learn's
-    `class_weight="balanced"`; multi-label (N - n_k) / n_k, each label's negatives over
-    its positives (a positive weight that makes the label's positives weigh as its
-    negatives)."""
-    if spec is None:
-        return None
-    metadata = data.metadata
-    if metadata["is_regression"] or metadata.get("num_choices"):
-        raise UserError("--class_weights: the task is not a classification")
-    labels = list(metadata["labels"])
-    if spec != "balanced":
-        if len(spec) != len(labels):
-            raise UserError(
-                f"--class_weights: {len(spec)} weights for {len(labels)} labels {labels}; "
-                f"give one per label, in this order"
-            )
-        return list(spec)
-    if data.train is None:
-        raise UserError(
-            "--class_weights=balanced weighs by the training counts: it needs --do_train "
-            "(or give the weights as a list)"
-        )
-    counts = classifier_features.label_counts(data.train.file, data.train.metadata)
-    absent = [label for label, count in zip(labels, counts) if count == 0]
-    if absent:
-        raise UserError(
-            f"--class_weights=balanced: label {absent[0]!r} has no training example; "
-            f"give the weights as a list"
-        )
-    n = data.train.num_examples
-    if multi_label:
-        return [(n - count) / count for count in counts]
-    return [n / (len(labels) * count) for count in counts]
-
-
-def check_multi_label_training(processor, data_dir: str, data: TaskFeatures) -> None:
-    """A multi-label training file where no example has a label teaches nothing."""
-    if data.train is None or not data.train.metadata.get("multi_label"):
-        return
-    if not any(classifier_features.label_counts(data.train.file, data.train.metadata)):
-        source = processor.input_files(data_dir, "train") or [f"{processor.name} train"]
-        raise UserError(
-            f"{source[0]}: no training example has a label (--multi_label, separator "
-            f"{processor.label_separator!r}); check the label column and --label_separator"
-        )
-
-
-def processor_options(init_checkpoint: str | None) -> dict:
+def processor_options(files: model_files.ModelFiles) -> dict:
     """The task options given on the command line (None: not given); the labels of a
-    fine-tuned --init_checkpoint when --label_list is not given."""
+    fine-tuned --init_checkpoint (`files`) when --label_list is not given."""
     delimiter = FLAGS.delimiter
     if delimiter in ("tab", "\\t"):
         delimiter = "\t"
     labels = FLAGS.label_list
-    info = model_files.read_model_info(init_checkpoint)
-    if (
-        labels is None
-        and FLAGS.task_name.lower() == "generic"
-        and info.get("model_kind") == task_kinds.CLASSIFIER.name
-    ):
-        labels = info.get("labels")
+    if labels is None and FLAGS.task_name.lower() == "generic":
+        labels = files.fine_tuned(task_kinds.CLASSIFIER).get("labels")
     return dict(
         xnli_language=FLAGS.xnli_language,
         text_a_column=FLAGS.text_a_column,
@@ -415,269 +277,6 @@ def processor_options(init_checkpoint: str | None) -> dict:
         labels=labels,
         is_regression=FLAGS.is_regression,
     )
-
-
-def build_features(
-    processor: classifier_reader.DataProcessor,
-    data_dir: str,
-    split: str,
-    output_dir: str,
-    files: model_files.ModelFiles,
-    max_seq_length: int,
-    long_input: LongInput = LongInput(),
-) -> Features:
-    """Writes (or reuses) `output_dir/<split>.tf_record` (`<split>.windows.tf_record`
-    with --long_input=windows)."""
-    split = processor.split_name(split)
-    if long_input.windows:
-        return build_window_features(
-            processor, data_dir, split, output_dir, files, max_seq_length, long_input
-        )
-    file = os.path.join(output_dir, f"{split}.tf_record")
-    metadata = classifier_features.get_or_create_features(
-        processor,
-        data_dir,
-        split,
-        file,
-        files.vocab_file,
-        files.do_lower_case,
-        max_seq_length,
-        files.preserve_unused_tokens,
-        runner_flags.terminal(),
-    )
-    if metadata.num_records == 0:
-        source = processor.input_files(data_dir, split) or [f"{data_dir} (its reader's files)"]
-        raise UserError(f"{processor.name} {split}: no examples in {source[0]}")
-    return Features(split, file, metadata)
-
-
-def build_window_features(
-    processor,
-    data_dir: str,
-    split: str,
-    output_dir: str,
-    files: model_files.ModelFiles,
-    max_seq_length: int,
-    long_input: LongInput,
-) -> WindowFeatures:
-    """Writes (or reuses) `output_dir/<split>.windows.tf_record`, a record per window."""
-    file = os.path.join(output_dir, f"{split}.windows.tf_record")
-    metadata = classifier_windows.get_or_create_window_features(
-        processor,
-        data_dir,
-        split,
-        file,
-        files.vocab_file,
-        files.do_lower_case,
-        max_seq_length,
-        files.preserve_unused_tokens,
-        long_input.doc_stride,
-        long_input.max_windows_per_text,
-        runner_flags.terminal(),
-    )
-    if metadata.num_records == 0:
-        source = processor.input_files(data_dir, split) or [f"{data_dir} (its reader's files)"]
-        raise UserError(f"{processor.name} {split}: no examples in {source[0]}")
-    return WindowFeatures(split, file, metadata, long_input.window_pooling)
-
-
-def build_task_features(
-    processor,
-    data_dir: str,
-    output_dir: str,
-    files: model_files.ModelFiles,
-    max_seq_length: int,
-    settings: finetuning.Settings,
-    long_input: LongInput = LongInput(),
-) -> TaskFeatures:
-    """Reads and checks every split the run needs before any model is built."""
-
-    def of(splits, wanted):
-        features = [
-            build_features(
-                processor, data_dir, split, output_dir, files, max_seq_length, long_input
-            )
-            for split in (splits if wanted else ())
-        ]
-        return {f.split: f for f in features}
-
-    data = TaskFeatures(
-        train=of(["train"], settings.do_train).get("train"),
-        eval=of(processor.eval_splits, settings.do_eval),
-        test=of(processor.test_splits, settings.do_predict),
-    )
-    if settings.do_eval and not data.eval:
-        raise UserError(f"Task {processor.name!r} has no labelled dev split to evaluate")
-    return data
-
-
-# ----------------------------------------------------------------------------
-# Metrics.
-# ----------------------------------------------------------------------------
-
-
-def _logits_and_labels(features: dict, outputs: dict) -> dict:
-    return {"logits": outputs["logits"], "label_ids": features["label_ids"]}
-
-
-def predict_logits(
-    trainer: training.Trainer, dataset: tf.data.Dataset, description: str = "predict"
-) -> tuple[np.ndarray, np.ndarray]:
-    """(logits float [N, K] ([N, 1] regression, [N, C] choices), labels [N])."""
-    outputs = trainer.predict(dataset, _logits_and_labels, description)
-    return outputs["logits"].astype(np.float64), outputs["label_ids"]
-
-
-# Prefix of the evaluation sums among an evaluation's prediction outputs.
-_SUM = "sum/"
-
-
-def evaluation_outputs(objective: training.Objective):
-    """A Trainer.predict output_fn: the logits and labels of each example, and
-    `objective.eval_sums` of each batch ([1] each, under `_SUM` names), so that one
-    pass over a dev split gives both the metrics' inputs and the in-graph loss."""
-
-    def output_fn(features: dict, outputs: dict) -> dict:
-        sums = objective.eval_sums(features, outputs)
-        return dict(
-            _logits_and_labels(features, outputs),
-            **{_SUM + name: tf.reshape(value, [1]) for name, value in sums.items()},
-        )
-
-    return output_fn
-
-
-def predict_for_evaluation(
-    trainer: training.Trainer, dataset: tf.data.Dataset, output_fn
-) -> tuple[np.ndarray, np.ndarray, dict]:
-    """(logits float [N, K], labels [N], `trainer.objective.finalize_eval` of the summed
-    eval sums: eval_loss, the loss that training minimises, on these examples)."""
-    outputs = trainer.predict(dataset, output_fn, "evaluate")
-    sums = {
-        name.removeprefix(_SUM): float(np.sum(values, dtype=np.float64))
-        for name, values in outputs.items()
-        if name.startswith(_SUM)
-    }
-    return (
-        outputs["logits"].astype(np.float64),
-        outputs["label_ids"],
-        trainer.objective.finalize_eval(sums),
-    )
-
-
-def _with_example_index(output_fn):
-    """`output_fn` with each window's `example_index` (a module-level cache keeps one
-    compiled prediction step per function)."""
-    if output_fn not in _WITH_INDEX:
-
-        def with_index(features: dict, outputs: dict) -> dict:
-            return dict(output_fn(features, outputs), example_index=features["example_index"])
-
-        _WITH_INDEX[output_fn] = with_index
-    return _WITH_INDEX[output_fn]
-
-
-_WITH_INDEX = {}
-
-
-def predict_text_logits(
-    trainer: training.Trainer,
-    features: WindowFeatures,
-    batch_size: int,
-    pad: bool,
-    output_fn=_logits_and_labels,
-    description: str = "predict",
-) -> tuple[np.ndarray, np.ndarray, dict]:
-    """(logits float [T, K], labels [T], the outputs' `_SUM` sums) of a split's T texts,
-    each text's logits pooled over its windows (`features.pooling`)."""
-    outputs = trainer.predict(
-        features.dataset(batch_size, pad), _with_example_index(output_fn), description
-    )
-    index, texts = outputs["example_index"], features.num_texts
-    logits = classifier_windows.pool_windows(outputs["logits"], index, texts, features.pooling)
-    labels = classifier_windows.first_of_each_text(outputs["label_ids"], index, texts)
-    sums = {
-        name.removeprefix(_SUM): float(np.sum(values, dtype=np.float64))
-        for name, values in outputs.items()
-        if name.startswith(_SUM)
-    }
-    return logits, labels, sums
-
-
-def log_probabilities(logits: np.ndarray) -> np.ndarray:
-    """Log-softmax over the last axis. float [N, K]."""
-    shifted = logits - logits.max(axis=-1, keepdims=True)
-    return shifted - np.log(np.exp(shifted).sum(axis=-1, keepdims=True))
-
-
-def probabilities(logits: np.ndarray) -> np.ndarray:
-    """Softmax over the last axis. float [N, K]."""
-    return np.exp(log_probabilities(logits))
-
-
-def split_prefix(split: str, eval_splits: tuple[str, ...]) -> str:
-    """Metric key prefix: "eval_" for the first dev split (MNLI's matched), then
-    e.g. "eval_mismatched_"."""
-    if split == eval_splits[0]:
-        return "eval_"
-    return f"eval_{split.removeprefix('dev_')}_"
-
-
-def score_split(
-    task_name: str,
-    logits: np.ndarray,
-    labels: np.ndarray,
-    loss: float,
-    is_regression: bool,
-    prefix: str,
-) -> dict[str, float]:
-    """The loss (from the task's eval sums) and the task's GLUE metrics of one dev split."""
-    metrics = glue_metrics.compute_metrics(
-        task_name, logits, labels, is_regression=is_regression, prefix=prefix
-    )
-    metrics[prefix + "loss"] = loss
-    return metrics
-
-
-def sigmoid(logits: np.ndarray) -> np.ndarray:
-    """Each label's probability of a multi-label classifier. float [N, L]."""
-    return 0.5 * (1.0 + np.tanh(0.5 * logits))
-
-
-def score_multi_label_split(
-    logits: np.ndarray,
-    labels: np.ndarray,
-    label_names: list[str],
-    loss: float,
-    multi_label: MultiLabel,
-    prefix: str,
-) -> dict[str, float]:
-    """Micro and macro F1, subset accuracy, the loss, then each label's precision,
-    recall and F1 of one dev split (labels above the threshold predicted)."""
-    metrics = glue_metrics.multi_label_metrics(
-        sigmoid(logits) > multi_label.threshold, labels, label_names, prefix
-    )
-    overall = {k: v for k, v in metrics.items() if not is_label_metric(k, label_names)}
-    return {**overall, prefix + "loss": loss, **metrics}
-
-
-def is_label_metric(key: str, label_names: list[str]) -> bool:
-    """Whether `key` is one label's precision, recall or F1 (not shown on the terminal)."""
-    return any(
-        key.endswith(f"_{measure}_{label}")
-        for label in label_names
-        for measure in ("precision", "recall", "f1")
-    )
-
-
-# The number the best model is chosen by (each task's reader declares which metrics).
-glue_score = glue_metrics.glue_score
-
-
-def results_file_name(split: str, test_splits: tuple[str, ...]) -> str:
-    """test_results.tsv for the (first) test split, e.g. test_mismatched_results.tsv
-    for MNLI's second."""
-    return "test_results.tsv" if split == test_splits[0] else f"{split}_results.tsv"
 
 
 # ----------------------------------------------------------------------------
@@ -788,14 +387,7 @@ class ClassifierTask:
                 metrics.update(scored)
                 continue
             metrics.update(
-                score_split(
-                    self.processor.name,
-                    logits,
-                    labels,
-                    in_graph["eval_loss"],
-                    self.is_regression,
-                    prefix,
-                )
+                score_split(self.processor, logits, labels, in_graph["eval_loss"], prefix)
             )
             if not (self.is_regression or self.num_choices):
                 per_class.update(
@@ -804,7 +396,7 @@ class ClassifierTask:
         metrics["loss"] = metrics["eval_loss"]
         metrics["global_step"] = global_step
         metrics.update(per_class)  # After the task's own keys, which keep their places.
-        path = os.path.join(output_dir, EVAL_RESULTS)
+        path = os.path.join(output_dir, file_io.EVAL_RESULTS)
         file_io.write_results(path, metrics)
         shown = {k: v for k, v in metrics.items() if not is_label_metric(k, self.labels)}
         trainer.progress.say(f"Evaluation at step {global_step}: {format_fields(shown)} ({path})")
@@ -818,15 +410,13 @@ class ClassifierTask:
         """The task's GLUE score; multi-label: micro F1."""
         if self.multi_label is not None:
             return metrics["eval_micro_f1"]
-        return glue_score(self.processor.name, metrics, self.is_regression)
+        return glue_metrics.glue_score(self.processor, metrics)
 
     @property
     def score_name(self) -> str:
         if self.multi_label is not None:
             return "eval_micro_f1"
-        return glue_metrics.score_name(
-            glue_metrics.glue_score_keys(self.processor.name, self.is_regression)
-        )
+        return glue_metrics.score_name(glue_metrics.glue_score_keys(self.processor))
 
     def predict(self, trainer, output_dir: str, global_step: int) -> None:
         """Writes test_results.tsv (class probabilities, or the score of a regression,
@@ -861,37 +451,27 @@ class ClassifierTask:
             glue_metrics.write_test_results(path, values)
             trainer.progress.say(f"Wrote {len(values)} predictions to {path}")
             try:
-                glue_metrics.submission_file_name(self.processor.name, split)
+                glue_metrics.submission_file_name(self.processor, split)
             except ValueError:
                 continue  # Not a GLUE task: no submission file.
             indices = [
                 example.index for example in self.processor.get_examples(self.data_dir, split)
             ]
             path = glue_metrics.write_glue_submission(
-                output_dir, self.processor.name, indices, values, features.metadata["labels"], split
+                output_dir, self.processor, indices, values, features.metadata["labels"], split
             )
             logging.info("Wrote the GLUE submission file %s", path)
 
-    def export(
-        self, model, export_dir: str, files: model_files.ModelFiles, overwrite: bool
-    ) -> None:
-        """A SavedModel that answers raw text (`serving.tasks.export_task_model`)."""
-        labels = None if self.is_regression else self.data.metadata["labels"]
-        path = serving_tasks.export_task_model(
-            model,
-            export_dir,
-            files.vocab_file,
-            files.do_lower_case,
-            self.max_seq_length,
-            kind=self.kind.export_kind,
-            labels=labels,
-            overwrite=overwrite,
-            preserve_unused_tokens=files.preserve_unused_tokens,
-            **self.settings.export_options,
+    @property
+    def export_labels(self) -> list[str] | None:
+        return None if self.is_regression else self.data.metadata["labels"]
+
+    def export_options(self) -> dict:
+        """The export reads windows and decides labels as this run does."""
+        return {
             **(self.long_input.export_options() if self.long_input.windows else {}),
             **self.multi_label_export_options(),
-        )
-        runner_flags.terminal().say(f"Exported the model to {path} (it answers raw text)")
+        }
 
     def multi_label_export_options(self) -> dict:
         if self.multi_label is None:
@@ -918,15 +498,13 @@ class ClassifierTask:
         return info
 
 
-def long_input_settings(FLAGS) -> LongInput:
+def long_input_settings(FLAGS, files: model_files.ModelFiles) -> LongInput:
     """--long_input and its flags as given, else as a fine-tuned --init_checkpoint
-    (model_info.json) was trained, else the defaults; a usage error for windows that
-    cannot work or a window flag without windows."""
+    (its model_info.json, read in `files`) was trained, else the defaults; a usage
+    error for windows that cannot work or a window flag without windows."""
     info = {}
     if FLAGS.init_checkpoint and not FLAGS.reinit_head:
-        fine_tuned = model_files.read_model_info(FLAGS.init_checkpoint)
-        if fine_tuned.get("model_kind") == task_kinds.CLASSIFIER.name:
-            info = fine_tuned.get("long_input") or {}
+        info = files.fine_tuned(task_kinds.CLASSIFIER).get("long_input") or {}
     default = LongInput()
     mode = FLAGS.long_input or info.get("mode") or default.mode
     window_flags = ("doc_stride", "window_pooling", "max_windows_per_text")
@@ -963,11 +541,12 @@ def main(_):
     grid = hparam_search.check(FLAGS)
     strategy = runner_flags.setup(FLAGS)
     settings = runner_flags.finetuning_settings(FLAGS)
-    processor = classifier_tasks.get_processor(
-        FLAGS.task_name, **processor_options(FLAGS.init_checkpoint)
-    )
-    long_input = long_input_settings(FLAGS)
-    multi_label = multi_label_option(FLAGS.init_checkpoint, settings.reinit_head)
+    class_weights = parse_class_weights(FLAGS.class_weights)
+    # The model once: its files (and model_info.json, which the task's settings default to).
+    encoder, files = model_flags.build_encoder(FLAGS, strategy)
+    processor = classifier_tasks.get_processor(FLAGS.task_name, **processor_options(files))
+    long_input = long_input_settings(FLAGS, files)
+    multi_label = multi_label_option(files, settings.reinit_head)
     if multi_label is not None:
         if long_input.windows:
             raise app.UsageError(
@@ -975,8 +554,6 @@ def main(_):
                 "for single-label classification only); use --long_input=truncate"
             )
         classifier_tasks.set_multi_label(processor, multi_label.separator)
-    class_weights = parse_class_weights(FLAGS.class_weights)
-    encoder, files = model_flags.build_encoder(FLAGS, strategy)
     data = build_task_features(
         processor,
         FLAGS.data_dir,
@@ -985,6 +562,7 @@ def main(_):
         FLAGS.max_seq_length,
         settings,
         long_input,
+        runner_flags.terminal(),
     )
     check_multi_label_training(processor, FLAGS.data_dir, data)
     task = ClassifierTask(
@@ -993,7 +571,7 @@ def main(_):
         FLAGS.data_dir,
         FLAGS.max_seq_length,
         settings,
-        runner_flags.bilstm_units(FLAGS, task_kinds.CLASSIFIER.name),
+        model_flags.bilstm_units(FLAGS, files, task_kinds.CLASSIFIER),
         long_input,
         multi_label,
         resolve_class_weights(class_weights, data, multi_label is not None),

@@ -81,7 +81,6 @@ import dataclasses
 import os
 
 import keras
-import numpy as np
 import tensorflow as tf
 from absl import app, flags, logging
 
@@ -92,16 +91,24 @@ import hparam_search
 import model_flags
 import runner_flags
 from common import file_io
-from data_prep.ner import conll, ner_features, tag_schemes
-from data_prep import input_pipeline
-from data_prep.text import tokenization
+from data_prep.ner import ner_features, tag_schemes
+from data_prep.ner.ner_splits import (
+    TRAIN_RECORD,
+    Labels,
+    Split,
+    read_split,
+    to_features,
+    training_labels,
+    write_predictions,
+    write_training_features,
+)
 from data_prep.input_pipeline import RecordMetadata
 from evaluation import conlleval
-from modeling import feature_based, finetuning, model_files, task_kinds, training
+from modeling import feature_based, finetuning, model_files, task_kinds
 from modeling.config import BertConfig
 from modeling.models import BertTokenClassifier
+from modeling.ner_predictions import predict_tags
 from modeling.objectives import TokenClassificationObjective
-from serving import exports as serving_tasks
 
 FLAGS = flags.FLAGS
 
@@ -171,37 +178,14 @@ runner_flags.define_training_flags(value_lists=True)
 runner_flags.define_finetuning_flags()
 runner_flags.define_bilstm_flag()
 
-EVAL_RESULTS = "eval_results.txt"
 EVAL_REPORT = "eval_report.txt"
-PREDICTION_FILES = {"eval": "eval_predictions.txt", "predict": "test_predictions.txt"}
 DEFAULT_FILES = {"train": "train.txt", "eval": "dev.txt", "predict": "test.txt"}
-TRAIN_RECORD = "train.tf_record"
 
 
 # ----------------------------------------------------------------------------
-# Data.
+# Data: the files, and the labels of an earlier run (data_prep.ner.ner_splits reads
+# and converts the files).
 # ----------------------------------------------------------------------------
-
-
-@dataclasses.dataclass
-class Split:
-    """One input file, read and converted to features.
-
-    Attributes:
-        name: "train", "eval" or "predict".
-        path: the CoNLL file.
-        tag_scheme: its tag scheme (predictions are written in it).
-        sentences: its sentences (IOB2 tags).
-        features: their windows, in sentence order, labelled in the scheme learnt.
-        document_context: whether the windows are cut over whole documents.
-    """
-
-    name: str
-    path: str
-    tag_scheme: str
-    sentences: list[conll.Sentence]
-    features: list[ner_features.InputFeatures]
-    document_context: bool = False
 
 
 def input_file(split: str, explicit: str | None, data_dir: str | None) -> str:
@@ -212,101 +196,6 @@ def input_file(split: str, explicit: str | None, data_dir: str | None) -> str:
     if not tf.io.gfile.exists(path):
         raise MissingFileError(f"{split} file {path} does not exist")
     return path
-
-
-def read_split(name: str, path: str, tag_scheme: str) -> tuple[str, list]:
-    """(scheme, sentences) of a file; tag_scheme "auto" guesses the file's scheme."""
-    if tag_scheme == "auto":
-        tag_scheme = conll.detect_file_tag_scheme(path)
-        logging.info("%s file %s: tag scheme %s", name, path, tag_scheme)
-    return tag_scheme, conll.read_conll(path, tag_scheme=tag_scheme)
-
-
-@dataclasses.dataclass(frozen=True)
-class Labels:
-    """What the model's outputs mean: the label list and the tag scheme it is in."""
-
-    labels: tuple[str, ...]
-    scheme: str
-
-
-def to_features(
-    name: str,
-    path: str,
-    scheme: str,
-    sentences: list[conll.Sentence],
-    labels: Labels,
-    tokenizer: tokenization.FullTokenizer,
-    max_seq_length: int,
-    doc_stride: int,
-    document_context: bool = False,
-) -> Split:
-    """A file's sentences as features labelled in `labels.scheme`, cut by document
-    with `document_context` if the file marks its documents (else by sentence, and the
-    terminal says so)."""
-    by_document = document_context and conll.has_documents(sentences)
-    if document_context and not by_document:
-        runner_flags.terminal().say(
-            f"{path} has no -DOCSTART- lines: each of its sentences is tagged alone "
-            "(document context needs the file's documents)"
-        )
-    features = ner_features.convert_sentences_to_features(
-        sentences,
-        labels.labels,
-        tokenizer,
-        max_seq_length,
-        doc_stride,
-        label_scheme=labels.scheme,
-        progress=runner_flags.terminal(),
-        document_context=by_document,
-    )
-    logging.info(
-        "%s: %d sentences, %d words, %d documents, %d windows%s",
-        path,
-        len(sentences),
-        sum(len(s.words) for s in sentences),
-        len({s.document for s in sentences}),
-        len(features),
-        " over whole documents" if by_document else "",
-    )
-    return Split(name, path, scheme, sentences, features, by_document)
-
-
-def training_labels(
-    sentences: list[conll.Sentence], file_scheme: str, train_tag_scheme: str
-) -> Labels:
-    """The labels a model learns from training sentences: in the file's own scheme
-    (train_tag_scheme "file") or in the scheme asked for."""
-    scheme = file_scheme if train_tag_scheme == "file" else train_tag_scheme
-    logging.info("Learning the tags in %s (the training file's scheme is %s)", scheme, file_scheme)
-    return Labels(tuple(conll.label_list(sentences, scheme)), scheme)
-
-
-def write_training_features(
-    split: Split,
-    labels: Labels,
-    output_dir: str,
-    tokenizer: tokenization.FullTokenizer,
-    max_seq_length: int,
-    doc_stride: int,
-) -> RecordMetadata:
-    """Writes train.tf_record and its metadata JSON (with the labels and their scheme)."""
-    record = os.path.join(output_dir, TRAIN_RECORD)
-    ner_features.write_tfrecord(split.features, record)
-    metadata = ner_features.describe(
-        split.sentences,
-        split.features,
-        labels.labels,
-        labels.scheme,
-        split.tag_scheme,
-        max_seq_length,
-        doc_stride,
-        tokenizer.do_lower_case,
-        len(tokenizer.vocab),
-        split.document_context,
-    )
-    ner_features.write_metadata(record, metadata)
-    return metadata
 
 
 def fine_tuned_labels(info: dict) -> Labels | None:
@@ -320,15 +209,15 @@ def fine_tuned_labels(info: dict) -> Labels | None:
     return Labels(tuple(info["labels"]), info.get("label_scheme", "iob2"))
 
 
-def labels_of_earlier_run(output_dir: str, init_checkpoint: str | None) -> Labels:
+def labels_of_earlier_run(output_dir: str, init_checkpoint: str | None, init_info: dict) -> Labels:
     """The labels of an earlier training run: of output_dir's model, else of the
-    fine-tuned model of --init_checkpoint."""
+    fine-tuned model of --init_checkpoint (its model_info.json `init_info`)."""
     info_file = os.path.join(output_dir, model_files.MODEL_INFO)
     if tf.io.gfile.exists(info_file):
         labels = fine_tuned_labels(file_io.read_json(info_file))
         if labels:
             return labels
-    labels = fine_tuned_labels(model_files.read_model_info(init_checkpoint))
+    labels = fine_tuned_labels(init_info)
     if labels:
         return labels
     raise MissingFileError(
@@ -340,27 +229,31 @@ def labels_of_earlier_run(output_dir: str, init_checkpoint: str | None) -> Label
 
 
 def document_context_setting(
-    flag_value: bool, given: bool, do_train: bool, output_dir: str, init_checkpoint: str | None
+    flag_value: bool, given: bool, do_train: bool, output_dir: str, init_info: dict
 ) -> bool:
     """--document_context as given, or when training; otherwise the setting the model
-    was trained with (output_dir's model, else --init_checkpoint's; a model from before
-    the setting existed was trained sentence by sentence)."""
+    was trained with (output_dir's model, else --init_checkpoint's, whose
+    model_info.json is `init_info`; a model from before the setting existed was trained
+    sentence by sentence)."""
     if given or do_train:
         return flag_value
     info_file = os.path.join(output_dir, model_files.MODEL_INFO)
     infos = [file_io.read_json(info_file)] if tf.io.gfile.exists(info_file) else []
-    for info in [*infos, model_files.read_model_info(init_checkpoint)]:
+    for info in [*infos, init_info]:
         if fine_tuned_labels(info):
             return bool(info.get("document_context", False))
     return flag_value
 
 
-def check_scheme_of_init_checkpoint(labels: Labels, settings: finetuning.Settings) -> None:
-    """Training on from a fine-tuned NER model keeps the scheme its head learnt (its
-    labels are that scheme's: another scheme's would be read as them)."""
+def check_scheme_of_init_checkpoint(
+    labels: Labels, settings: finetuning.Settings, init_info: dict
+) -> None:
+    """Training on from a fine-tuned NER model (its model_info.json `init_info`) keeps
+    the scheme its head learnt (its labels are that scheme's: another scheme's would be
+    read as them)."""
     if settings.reinit_head or not settings.init_checkpoint:
         return
-    earlier = fine_tuned_labels(model_files.read_model_info(settings.init_checkpoint))
+    earlier = fine_tuned_labels(init_info)
     if earlier and earlier.scheme != labels.scheme:
         raise UserError(
             f"--init_checkpoint={settings.init_checkpoint} learnt its labels in "
@@ -382,46 +275,6 @@ class FeatureBasedOptions:
         if self.combination:
             return self.combination
         return "weighted_sum" if self.layers.strip() == "all" else "concat"
-
-
-def _tags_and_ids(features: dict, outputs: dict) -> dict:
-    return {
-        "label_ids": tf.argmax(outputs["logits"], axis=-1, output_type=tf.int32),
-        "unique_ids": features["unique_ids"],
-    }
-
-
-def predict_tags(
-    trainer: training.Trainer,
-    split: Split,
-    labels: Labels,
-    batch_size: int,
-    pad_to_max_seq_length: bool,
-) -> list[list[str]]:
-    """One predicted tag per word of every sentence of the split, in the scheme learnt."""
-    outputs = trainer.predict(
-        ner_features.inference_dataset(split.features, batch_size, pad_to_max_seq_length),
-        _tags_and_ids,
-    )
-    order = np.argsort(outputs["unique_ids"], kind="stable")
-    if not np.array_equal(outputs["unique_ids"][order], np.arange(len(split.features))):
-        raise RuntimeError(f"{split.path}: predictions do not cover every window once")
-    # Batches cut to their longest window: back to the features' length.
-    label_ids = input_pipeline.pad_to_length(
-        outputs["label_ids"][order], len(split.features[0].input_ids)
-    )
-    return ner_features.predictions_to_tags(
-        label_ids, split.features, split.sentences, labels.labels
-    )
-
-
-def write_predictions(split: Split, tags: list[list[str]], output_dir: str) -> str:
-    """Writes `<eval|test>_predictions.txt` in the split's tag scheme (the chunks
-    conlleval reads in the predicted tags, whatever their scheme); returns its path."""
-    path = os.path.join(output_dir, PREDICTION_FILES[split.name])
-    conll.write_predictions(path, split.sentences, tags, tag_scheme=split.tag_scheme)
-    logging.info("Wrote the predictions of %s to %s", split.path, path)
-    return path
 
 
 # ----------------------------------------------------------------------------
@@ -454,11 +307,8 @@ class NerTask:
                 "its own (--lstm_units)"
             )
         self.bilstm_units = bilstm_units
-        self.model_kind = (
-            feature_based.BertFeatureBasedTagger.MODEL_KIND
-            if feature_options
-            else BertTokenClassifier.MODEL_KIND
-        )
+        self.kind = task_kinds.FEATURE_BASED if feature_options else task_kinds.TOKEN_CLASSIFIER
+        self.model_kind = self.kind.name
         self.objective = TokenClassificationObjective()
         self.num_train_examples = len(splits["train"].features) if "train" in splits else 0
 
@@ -512,13 +362,13 @@ class NerTask:
         file_io.write_text(os.path.join(output_dir, EVAL_REPORT), report)
         loss = trainer.evaluate(ner_features.inference_dataset(split.features, batch_size, pad))
         extra = {"eval_loss": loss["eval_loss"], "global_step": global_step}
-        conlleval.write_eval_results(os.path.join(output_dir, EVAL_RESULTS), counts, extra)
+        conlleval.write_eval_results(os.path.join(output_dir, file_io.EVAL_RESULTS), counts, extra)
         logging.info("conlleval on %s:\n%s", path, report)
         shown = {k: v for k, v in conlleval.eval_results(counts).items() if "_" not in k[5:]}
         trainer.progress.say(
             f"Evaluation at step {global_step}: "
             f"{format_fields(dict(shown, eval_loss=extra['eval_loss']))} "
-            f"({os.path.join(output_dir, EVAL_RESULTS)})"
+            f"({os.path.join(output_dir, file_io.EVAL_RESULTS)})"
         )
         return {**conlleval.eval_results(counts), **extra}
 
@@ -543,27 +393,15 @@ class NerTask:
         )
         logging.info("conlleval on %s:\n%s", path, conlleval.evaluate_file(path).report())
 
-    def export(
-        self, model, export_dir: str, files: model_files.ModelFiles, overwrite: bool
-    ) -> None:
-        """A SavedModel that tags raw text as --do_predict does: `serving_default(text)`
-        -> `words`, `tags` (the labels, in the scheme learnt), with this run's
+    @property
+    def export_labels(self) -> list[str]:
+        return self.labels.labels
+
+    def export_options(self) -> dict:
+        """The export tags raw text as --do_predict does: `serving_default(text)` ->
+        `words`, `tags` (the labels, in the scheme learnt), with this run's
         --doc_stride windows (serving/ner.py)."""
-        path = serving_tasks.export_task_model(
-            model,
-            export_dir,
-            files.vocab_file,
-            files.do_lower_case,
-            self.max_seq_length,
-            kind=task_kinds.TOKEN_CLASSIFIER.export_kind,
-            labels=self.labels.labels,
-            overwrite=overwrite,
-            preserve_unused_tokens=files.preserve_unused_tokens,
-            doc_stride=self.doc_stride,
-            tag_scheme=self.labels.scheme,
-            **self.settings.export_options,
-        )
-        runner_flags.terminal().say(f"Exported the model to {path} (it answers raw text)")
+        return dict(doc_stride=self.doc_stride, tag_scheme=self.labels.scheme)
 
     def model_info(self) -> dict:
         return {
@@ -600,9 +438,9 @@ def read_splits(
     if settings.do_train:
         _, scheme, sentences = files_read["train"]
         labels = training_labels(sentences, scheme, FLAGS.train_tag_scheme)
-        check_scheme_of_init_checkpoint(labels, settings)
+        check_scheme_of_init_checkpoint(labels, settings, files.info)
     else:
-        labels = labels_of_earlier_run(FLAGS.output_dir, settings.init_checkpoint)
+        labels = labels_of_earlier_run(FLAGS.output_dir, settings.init_checkpoint, files.info)
     splits = {
         name: to_features(
             name,
@@ -614,6 +452,7 @@ def read_splits(
             FLAGS.max_seq_length,
             FLAGS.doc_stride,
             document_context,
+            runner_flags.terminal(),
         )
         for name, (path, scheme, sentences) in files_read.items()
     }
@@ -643,7 +482,7 @@ def main(_):
         FLAGS["document_context"].present > 0,
         settings.do_train,
         FLAGS.output_dir,
-        settings.init_checkpoint,
+        files.info,
     )
     # run_config.json records the setting used.
     settings = dataclasses.replace(
@@ -658,7 +497,7 @@ def main(_):
         FLAGS.max_seq_length,
         FLAGS.doc_stride,
         settings,
-        runner_flags.bilstm_units(FLAGS, BertTokenClassifier.MODEL_KIND),
+        model_flags.bilstm_units(FLAGS, files, task_kinds.TOKEN_CLASSIFIER),
         document_context,
     )
     hparam_search.run(FLAGS, grid, task, settings, strategy, encoder, files)

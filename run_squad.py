@@ -64,7 +64,6 @@ from modeling import finetuning, model_files, task_kinds, training
 from modeling.config import BertConfig
 from modeling.models import BertSpanLabeler
 from modeling.objectives import SpanObjective
-from serving import exports as serving_tasks
 
 FLAGS = flags.FLAGS
 
@@ -111,7 +110,6 @@ PREDICT_RECORD = "eval.tf_record"
 PREDICTIONS = "predictions.json"
 NBEST_PREDICTIONS = "nbest_predictions.json"
 NULL_ODDS = "null_odds.json"
-EVAL_RESULTS = "eval_results.txt"
 
 
 def _span_outputs(features: dict, outputs: dict) -> dict:
@@ -174,7 +172,7 @@ def evaluate(gold_file: str, output_dir: str, version_2_with_negative: bool) -> 
     if version_2_with_negative and os.path.isfile(null_odds_file):
         null_odds = squad_eval.read_null_odds(null_odds_file)
     results = squad_eval.evaluate_file(gold_file, predictions, null_odds, version_2_with_negative)
-    path = os.path.join(output_dir, EVAL_RESULTS)
+    path = os.path.join(output_dir, file_io.EVAL_RESULTS)
     file_io.write_results(path, results)
     shown = {k: v for k, v in results.items() if not k.endswith("_thresh")}
     runner_flags.terminal().say(f"Evaluation: {format_fields(shown)} ({path})")
@@ -221,7 +219,8 @@ class SquadTask:
     --do_predict) finds its files written and returns.
     """
 
-    model_kind = BertSpanLabeler.MODEL_KIND
+    kind = task_kinds.SPAN
+    model_kind = kind.name
 
     def __init__(
         self,
@@ -312,10 +311,14 @@ class SquadTask:
 
     score_name = task_kinds.SPAN.score  # What `score` is (a search's report).
 
-    def export(
-        self, model, export_dir: str, files: model_files.ModelFiles, overwrite: bool
-    ) -> None:
-        """A SavedModel that answers raw questions on raw contexts as --do_predict does.
+    export_labels = None
+
+    @property
+    def max_seq_length(self) -> int:
+        return self.options.max_seq_length
+
+    def export_options(self) -> dict:
+        """The export answers raw questions on raw contexts as --do_predict does.
 
         `serving_default(question, context)` -> answer, score, null_score, start_logits,
         end_logits (serving/squad.py), with this run's --max_query_length, --doc_stride,
@@ -323,22 +326,12 @@ class SquadTask:
         null_score - score > --null_score_diff_threshold.
         """
         options = self.options
-        path = serving_tasks.export_task_model(
-            model,
-            export_dir,
-            files.vocab_file,
-            files.do_lower_case,
-            options.max_seq_length,
-            kind=task_kinds.SPAN.export_kind,
-            overwrite=overwrite,
-            preserve_unused_tokens=files.preserve_unused_tokens,
+        return dict(
             max_query_length=options.max_query_length,
             max_answer_length=options.max_answer_length,
             n_best_size=options.n_best_size,
             doc_stride=options.doc_stride,
-            **self.settings.export_options,
         )
-        runner_flags.terminal().say(f"Exported the model to {path} (it answers raw text)")
 
     def model_info(self) -> dict:
         options = self.options
@@ -433,7 +426,7 @@ def main(_):
         SquadOptions.from_flags(FLAGS),
         settings,
         files.do_lower_case,
-        runner_flags.bilstm_units(FLAGS, BertSpanLabeler.MODEL_KIND),
+        model_flags.bilstm_units(FLAGS, files, task_kinds.SPAN),
     )
     hparam_search.run(FLAGS, grid, task, settings, strategy, encoder, files)
 

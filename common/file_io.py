@@ -264,6 +264,11 @@ def read_text(path: str) -> str:
     check_readable(path)
     with tf.io.gfile.GFile(path, "rb") as f:
         data = f.read()
+    return decode_text(data, path)
+
+
+def decode_text(data: bytes, path: str) -> str:
+    """`read_text` of the bytes of `path`, read already."""
     try:
         return data.decode("utf-8-sig")
     except UnicodeDecodeError as e:
@@ -305,6 +310,10 @@ def format_results(results: Mapping[str, object]) -> str:
     """`key = value` lines, keys sorted, values by `str`: the original release's
     eval_results.txt."""
     return "".join(f"{key} = {results[key]}\n" for key in sorted(results))
+
+
+# The file of an evaluation's results (`key = value` lines), as the original release names it.
+EVAL_RESULTS = "eval_results.txt"
 
 
 def write_results(path: str, results: Mapping[str, object]) -> None:

@@ -174,36 +174,46 @@ _METRIC_FUNCTIONS = {
 }
 
 
-def is_regression_task(task_name: str) -> bool:
-    """True for a task of data_prep.classifier.classifier_tasks that is a regression (STS-B)."""
-    task = classifier_tasks.task_class(task_name)
-    return bool(task is not None and task.is_regression)
+def scored_as(task):
+    """The reader whose declarations score `task` (a reader, or its class): `task`
+    itself, or, for a reader that declares no metrics of its own but is registered
+    under a task's name (e.g. an original-style reader in `PROCESSORS["cola"]`), that
+    task's class."""
+    if task.metrics is None:
+        known = classifier_tasks.task_class(task.name)
+        if known is not None:
+            return known
+    return task
 
 
-def metric_names(task_name: str, is_regression: bool | None = None) -> tuple[bool, tuple]:
-    """(whether the task is a regression, its metric names): as its reader in
-    data_prep.classifier.classifier_tasks declares them (`metrics`); a task unknown there (a
-    user's "generic" one) gets accuracy, or pearson and spearman when `is_regression`."""
-    regression = is_regression_task(task_name) or bool(is_regression)
-    task = classifier_tasks.task_class(task_name)
-    declared = task.metrics if task is not None else None
+def is_regression_task(task) -> bool:
+    """Whether `task` (a reader of data_prep.classifier.classifier_tasks, or its class)
+    is a regression (STS-B, a generic task with is_regression)."""
+    return bool(task.is_regression or scored_as(task).is_regression)
+
+
+def metric_names(task) -> tuple[bool, tuple]:
+    """(whether `task` is a regression, its metric names): as the reader declares them
+    (`metrics`); a reader that declares none (a user's "generic" one) gets accuracy,
+    or pearson and spearman for a regression."""
+    regression = is_regression_task(task)
+    declared = scored_as(task).metrics
     return regression, declared or (("pearson", "spearman") if regression else ("accuracy",))
 
 
-def glue_score_keys(task_name: str, is_regression: bool | None = None) -> tuple[str, ...]:
+def glue_score_keys(task) -> tuple[str, ...]:
     """The metrics whose mean is the task's GLUE score (`glue_score`), as keyed in
     eval_results.txt: "eval_<name>" of its `score_metrics` (default: all its metrics)."""
-    task = classifier_tasks.task_class(task_name)
-    scored = task.score_metrics if task is not None else None
-    return tuple("eval_" + name for name in scored or metric_names(task_name, is_regression)[1])
+    scored = scored_as(task).score_metrics
+    return tuple("eval_" + name for name in scored or metric_names(task)[1])
 
 
-def glue_score(task_name: str, metrics: dict, is_regression: bool | None = None) -> float:
+def glue_score(task, metrics: dict) -> float:
     """The number the best model is chosen by: the task's GLUE score, the mean of its
     `score_metrics` (default: all its metrics) on the first evaluation split (keys
     "eval_<name>"): MRPC, QQP: mean of accuracy and F1; STS-B: mean of Pearson and
     Spearman; CoLA: MCC; MNLI: matched accuracy; others: accuracy."""
-    return float(np.mean([metrics[key] for key in glue_score_keys(task_name, is_regression)]))
+    return float(np.mean([metrics[key] for key in glue_score_keys(task)]))
 
 
 def score_name(keys: tuple[str, ...]) -> str:
@@ -214,9 +224,7 @@ def score_name(keys: tuple[str, ...]) -> str:
     return "mean of " + ", ".join(keys[:-1]) + " and " + keys[-1]
 
 
-def compute_metrics(
-    task_name: str, predictions, labels, is_regression: bool | None = None, prefix: str = "eval_"
-) -> dict[str, float]:
+def compute_metrics(task, predictions, labels, prefix: str = "eval_") -> dict[str, float]:
     """Returns the task's metrics, keyed `prefix + name`.
 
     Names: accuracy, f1 (MRPC, QQP), mcc (CoLA, AX), pearson and spearman (STS-B,
@@ -226,14 +234,13 @@ def compute_metrics(
     "eval_mismatched_" for dev_mismatched.
 
     Args:
-      task_name: a task name, any case ("MRPC", "sts-b").
+      task: the task's reader (a `DataProcessor`), or its class.
       predictions: class ids int [N], or class scores float [N, K] (argmax is
         taken), or predicted scores float [N] / [N, 1] for regression.
       labels: int [N] class ids, or float [N] scores for regression.
-      is_regression: needed only for tasks unknown here; known tasks decide.
       prefix: prepended to every key.
     """
-    regression, names = metric_names(task_name, is_regression)
+    regression, names = metric_names(task)
     predictions = np.asarray(predictions)
     if regression:
         if predictions.ndim == 2 and predictions.shape[1] == 1:
@@ -370,22 +377,21 @@ def write_test_results(path: str, probabilities) -> None:
     file_io.write_text(path, "".join(lines))
 
 
-def submission_file_name(task_name: str, split: str = "test") -> str:
+def submission_file_name(task, split: str = "test") -> str:
     """GLUE server file name for a task's prediction split, e.g. "MNLI-mm.tsv".
 
     Raises:
       ValueError: the task/split has no GLUE submission file (XNLI, SWAG, ...).
     """
-    task = classifier_tasks.task_class(task_name)
-    name = task.glue_submission.get(split) if task is not None else None
+    name = scored_as(task).glue_submission.get(split)
     if name is None:
         known = sorted(
-            f"{normalize_task_name(task.name)}/{split}"
-            for task in classifier_tasks.TASKS
-            for split in task.glue_submission
+            f"{normalize_task_name(known.name)}/{known_split}"
+            for known in classifier_tasks.TASKS
+            for known_split in known.glue_submission
         )
         raise UserError(
-            f"No GLUE submission file for task {task_name!r}, split {split!r}; "
+            f"No GLUE submission file for task {task.name!r}, split {split!r}; "
             f"known: {', '.join(known)}"
         )
     return name + ".tsv"
@@ -393,7 +399,7 @@ def submission_file_name(task_name: str, split: str = "test") -> str:
 
 def write_glue_submission(
     output_dir: str,
-    task_name: str,
+    task,
     indices: Sequence,
     predictions,
     label_list: Sequence[str] | None = None,
@@ -403,24 +409,24 @@ def write_glue_submission(
 
     Args:
       output_dir: directory of the file.
-      task_name: GLUE task ("CoLA", "mnli", "ax", ...).
+      task: a GLUE task's reader (CoLA, MNLI, AX, ...), or its class.
       indices: [N] the test file's `index` (or QQP `id`) of each example.
       predictions: int [N] class ids or float [N, K] class scores (argmax is taken),
         written as label names from `label_list`; for STS-B float [N] scores.
       label_list: the task's labels, in id order (classification only).
       split: the prediction split ("test"; MNLI "test_matched"/"test_mismatched").
     """
-    path = os.path.join(os.fspath(output_dir), submission_file_name(task_name, split))
+    path = os.path.join(os.fspath(output_dir), submission_file_name(task, split))
     predictions = np.asarray(predictions)
     if len(indices) != predictions.shape[0]:
         raise UserError(
             f"`indices` has {len(indices)} entries but `predictions` has {predictions.shape[0]}"
         )
-    if is_regression_task(task_name):
+    if is_regression_task(task):
         values = [f"{float(score):.6f}" for score in predictions.reshape(-1)]
     else:
         if label_list is None:
-            raise UserError(f"`label_list` is required for task {task_name!r}")
+            raise UserError(f"`label_list` is required for task {task.name!r}")
         if predictions.ndim == 2:
             predictions = np.argmax(predictions, axis=-1)
         values = [label_list[int(class_id)] for class_id in predictions]

@@ -139,10 +139,19 @@ def find_side_file(side_dirs, name: str) -> str | None:
     return None
 
 
-def read_model_info(side_dirs) -> dict:
+def read_model_info(side_dirs, known: tuple[str | None, dict] | None = None) -> dict:
     """The `model_info.json` beside a checkpoint ({} when there is none): `model_kind`,
-    `labels` and `do_lower_case` of the model it holds."""
+    `labels` and `do_lower_case` of the model it holds. `known`: (its path, its
+    contents) when the caller read it already."""
     path = find_side_file(side_dirs, MODEL_INFO)
+    if known is not None and known[0] == path:
+        return known[1]
+    return read_model_info_file(path)
+
+
+def read_model_info_file(path: str | None) -> dict:
+    """The contents of the model_info.json at `path` ({} for None): the one place that
+    reads one."""
     return file_io.read_json_object(path, "the model's info (a JSON object)") if path else {}
 
 
@@ -167,7 +176,7 @@ def _damaged_checkpoint(prefix: str, name: str | None, error: Exception) -> Dama
 class _TF1Reader:
     kind = "tf1"
 
-    def __init__(self, prefix: str, side_dirs):
+    def __init__(self, prefix: str, side_dirs, model_info=None):
         self.path, self.side_dirs = prefix, side_dirs
         try:
             self._reader = tf.train.load_checkpoint(prefix)
@@ -175,7 +184,7 @@ class _TF1Reader:
         except (tf.errors.OpError, IndexError, ValueError) as e:
             raise _damaged_checkpoint(prefix, None, e) from None
         self.shapes = {k: tuple(v) for k, v in shapes.items() if not _IGNORED_TF1.search(k)}
-        self.stored_kind = read_model_info(side_dirs).get("model_kind")
+        self.stored_kind = read_model_info(side_dirs, model_info).get("model_kind")
 
     def get(self, name: str) -> np.ndarray:
         try:
@@ -192,8 +201,8 @@ class _TF2Reader(_TF1Reader):
 
     kind = "tf2"
 
-    def __init__(self, prefix: str, side_dirs):
-        super().__init__(prefix, side_dirs)
+    def __init__(self, prefix: str, side_dirs, model_info=None):
+        super().__init__(prefix, side_dirs, model_info)
         self.shapes = {k: v for k, v in self.shapes.items() if k.startswith("model/")}
         if not any(k.startswith("model/encoder/") for k in self.shapes):
             raise CheckpointMismatchError(
@@ -329,13 +338,20 @@ def resolve_checkpoint(path: str) -> tuple[str, str]:
     return "tf2", path
 
 
-def open_checkpoint(path: str):
-    """A reader of the checkpoint at `path` (see the module docstring)."""
-    kind, resolved = resolve_checkpoint(path)
+def open_checkpoint(
+    path: str,
+    resolved: tuple[str, str] | None = None,
+    model_info: tuple[str | None, dict] | None = None,
+):
+    """A reader of the checkpoint at `path` (see the module docstring). `resolved`
+    (`resolve_checkpoint(path)`) and `model_info` ((path, contents) of the
+    model_info.json beside it) are passed when the caller has them already."""
+    kind, resolved = resolved or resolve_checkpoint(path)
     if kind == "hf":
         return _HFReader(resolved)
     side_dirs = side_dirs_of(resolved)
-    return _TF1Reader(resolved, side_dirs) if kind == "tf1" else _TF2Reader(resolved, side_dirs)
+    reader = _TF1Reader if kind == "tf1" else _TF2Reader
+    return reader(resolved, side_dirs, model_info)
 
 
 def checkpoint_side_dirs(path: str) -> list[str]:

@@ -220,7 +220,7 @@ def _summary_line(reader, restored: list, fresh: list, unused: list) -> str:
     return line
 
 
-def restore_model(path: str, model, *, reinit_head: bool = False) -> dict:
+def restore_model(path: str, model, *, reinit_head: bool = False, reader=None) -> dict:
     """Restores what the checkpoint at `path` holds for `model`.
 
     The encoder is always restored. A head (task head, or the masked-LM and
@@ -236,6 +236,7 @@ def restore_model(path: str, model, *, reinit_head: bool = False) -> dict:
         modeling/feature_based.py (its `MODEL_KIND` says which head it has).
       reinit_head: start every head from its initializer, whatever the checkpoint
         holds (a warning says what was left out).
+      reader: the checkpoint at `path` opened already (`open_checkpoint`), if it is.
 
     Returns:
       {"kind": 'tf1' | 'hf' | 'tf2', "path": the resolved checkpoint,
@@ -250,7 +251,7 @@ def restore_model(path: str, model, *, reinit_head: bool = False) -> dict:
       classifier's head into a token classifier, as the checkpoint's model_info.json or
       Hugging Face architecture says), unless `reinit_head`.
     """
-    reader = open_checkpoint(path)
+    reader = reader or open_checkpoint(path)
     kind = names.model_kind(model)
     encoder, heads, optional_parts = _groups(reader, model)
     if _drop_missing_pooler(reader, encoder, kind):

@@ -32,7 +32,6 @@ import os
 from typing import Protocol
 
 import keras
-import numpy as np
 import tensorflow as tf
 from absl import logging
 
@@ -40,17 +39,22 @@ from common.errors import UserError
 from common import file_io
 from common import run_control
 from data_prep import input_pipeline
-from modeling import checkpoint_readers, checkpoints, distribution, model_files, training
+from modeling import checkpoints, distribution, model_files, training
 from modeling import task_kinds
 from modeling.config import BertConfig
+from modeling.epoch_evaluation import (  # noqa: F401  (BEST_DIR, EVAL_HISTORY: the runs' names)
+    BEST_DIR,
+    EVAL_HISTORY,
+    BestCheckpoint,
+    EpochEvaluator,
+    early_stop,
+    write_eval_summaries,
+)
 
-BEST_DIR = checkpoint_readers.BEST_DIR
-EVAL_HISTORY = "eval_history.json"
 RUN_CONFIG = "run_config.json"
 # Where a run's output_dir records the export it writes: a rerun of the same command
 # after a kill replaces that export without --overwrite.
 EXPORT_RECORD = "export.json"
-EPOCH_EVALUATION_DIR = ".epoch_evaluation"
 # A patience changed on resume would stop it elsewhere than the run it continues.
 RESUME_SETTINGS = run_control.RESUME_SETTINGS + ("early_stopping_patience",)
 
@@ -71,7 +75,7 @@ class Settings:
     that do not beat the best score (0: train every epoch); `head_initializer` is how
     a task model draws its new head (`modeling.layers.INITIALIZERS`); `export_options`
     are the options of the raw-text export every task passes on
-    (`serving.tasks.SHARED_OPTIONS`, e.g. xla_single_requests).
+    (`serving.exports.SHARED_OPTIONS`, e.g. xla_single_requests).
     """
 
     output_dir: str
@@ -127,14 +131,20 @@ class FineTuningTask(Protocol):
     bad input fails before any model is built.
 
     Attributes:
-      model_kind: the kind of model (a `modeling.task_kinds` declaration's name).
+      kind: the kind of model (its `modeling.task_kinds` declaration).
+      model_kind: its name (`kind.name`).
       objective: the loss and evaluation sums (`training.Objective`).
       num_train_examples: training examples (windows, features) per epoch.
+      max_seq_length: the sequence length the model is trained and exported with.
+      export_labels: the label names its export answers with (None: regression, spans).
     """
 
+    kind: task_kinds.TaskKind
     model_kind: str
     objective: training.Objective
     num_train_examples: int
+    max_seq_length: int
+    export_labels: list[str] | None
 
     def build_model(self, encoder, config: BertConfig) -> keras.Model: ...
 
@@ -152,9 +162,9 @@ class FineTuningTask(Protocol):
     def predict(self, trainer: training.Trainer, output_dir: str, global_step: int) -> None:
         """Predictions of the test data, written to output_dir."""
 
-    def export(
-        self, model: keras.Model, export_dir: str, files: model_files.ModelFiles, overwrite: bool
-    ) -> None: ...
+    def export_options(self) -> dict:
+        """The options of its kind's raw-text export that are the task's own
+        (`serving.exports.TASK_OPTIONS`), so that the export answers as --do_predict does."""
 
     def model_info(self) -> dict:
         """What a later run needs besides the weights (labels, settings)."""
@@ -185,151 +195,6 @@ def epoch_end_steps(num_examples: int, batch_size: int, num_train_steps: int) ->
             ends.append(step)
         epoch += 1
     return ends + [num_train_steps]
-
-
-# ---------------------------------------------------------------------------------
-# The best model.
-
-
-class BestCheckpoint:
-    """The best model so far, with its step and score, in `directory`.
-
-    One TF checkpoint holds the model and two scalars (step, score), so the score
-    always describes the weights saved with it; the CheckpointManager writes it under
-    temporary names and then updates its `checkpoint` state file.
-    """
-
-    def __init__(self, directory: str, model):
-        self.directory = directory
-        self.step = tf.Variable(-1, dtype=tf.int64, trainable=False, name="step")
-        self.score = tf.Variable(-np.inf, dtype=tf.float64, trainable=False, name="score")
-        self.checkpoint = tf.train.Checkpoint(model=model, step=self.step, score=self.score)
-        self.manager = tf.train.CheckpointManager(
-            self.checkpoint, directory, max_to_keep=1, checkpoint_name="best"
-        )
-        if self.manager.latest_checkpoint:
-            self.read_score(self.manager.latest_checkpoint)
-
-    def read_score(self, path: str) -> None:
-        """The step and score of the best model saved at `path` (a worker that is not
-        the chief starts from the chief's, to choose the same steps)."""
-        scalars = tf.train.Checkpoint(step=self.step, score=self.score)
-        scalars.read(path).expect_partial()
-
-    @property
-    def exists(self) -> bool:
-        return self.manager.latest_checkpoint is not None
-
-    def update(self, step: int, score: float) -> bool:
-        """Saves the model if `score` beats the best so far; returns whether it did."""
-        if self.exists and score <= float(self.score.numpy()):
-            return False
-        self.step.assign(step)
-        self.score.assign(score)
-        self.manager.save(checkpoint_number=step)
-        logging.info("New best model at step %d (score %.4f) in %s", step, score, self.directory)
-        return True
-
-    def restore(self) -> int:
-        """Loads the best weights into the model; returns their step."""
-        # expect_partial: its save counter, which a new Checkpoint object (a run that
-        # did not save this best model itself) does not track.
-        status = self.checkpoint.read(self.manager.latest_checkpoint)
-        status.assert_existing_objects_matched().expect_partial()
-        logging.info(
-            "Using the best model: step %d, score %.4f",
-            int(self.step.numpy()),
-            float(self.score.numpy()),
-        )
-        return int(self.step.numpy())
-
-
-def write_eval_summaries(output_dir: str, metrics: dict, step: int) -> None:
-    """An evaluation's metrics in TensorBoard (output_dir/eval), once per evaluation."""
-    writer = tf.summary.create_file_writer(os.path.join(output_dir, "eval"))
-    with writer.as_default(step=step):
-        for key, value in metrics.items():
-            if key != "global_step" and isinstance(value, (int, float)):
-                tf.summary.scalar(key, value)
-    writer.close()
-
-
-class EpochEvaluator:
-    """`after_loop` of a training run: at each epoch's end, evaluates, logs the
-    history (eval_history.json, TensorBoard eval/) and keeps the best model.
-
-    The files an epoch's evaluation writes (eval_results.txt, a task's predictions)
-    go to the hidden `output_dir/.epoch_evaluation`: under output_dir's own names
-    they would look like the run's final results until the end replaces them.
-    """
-
-    def __init__(
-        self,
-        task: FineTuningTask,
-        trainer: training.Trainer,
-        best: BestCheckpoint,
-        output_dir: str,
-        scratch: str | None = None,
-    ):
-        """`scratch`: where the evaluations' files go (default output_dir's hidden
-        folder); a worker that is not the chief gives its own and writes nothing else."""
-        self.task, self.trainer, self.best, self.output_dir = task, trainer, best, output_dir
-        self.chief = scratch is None
-        self.scratch = scratch or os.path.join(output_dir, EPOCH_EVALUATION_DIR)
-        self.history_path = os.path.join(output_dir, EVAL_HISTORY)
-        self.history = (
-            file_io.read_json(self.history_path) if tf.io.gfile.exists(self.history_path) else []
-        )
-
-    def evaluated(self, step: int) -> bool:
-        """Whether the evaluation at `step` is in the history (and so its best model
-        kept: the history is written after it)."""
-        return any(entry.get("global_step") == step for entry in self.history)
-
-    def __call__(self, step: int) -> None:
-        tf.io.gfile.makedirs(self.scratch)
-        metrics = self.task.evaluate(self.trainer, self.scratch, step)
-        score = self.task.score(metrics)
-        logging.info("Evaluation at step %d: score %.4f, %s", step, score, metrics)
-        self.best.update(step, score)
-        # A run killed after an evaluation but before its next checkpoint evaluates
-        # that epoch again when it resumes: the new entry replaces the old one.
-        self.history = [h for h in self.history if h.get("global_step", -1) < step]
-        self.history.append(dict(metrics, global_step=step, score=score))
-        if self.chief:
-            write_eval_summaries(self.output_dir, metrics, step)
-            file_io.write_json(self.history_path, self.history)
-
-
-def early_stop(history: list[dict], patience: int) -> dict | None:
-    """Whether `patience` evaluations in a row of `history` (eval_history.json's
-    entries, in step order) failed to beat the best score before them, and so training
-    stops at the last of them: its step, the best's step and score, and why; else None.
-
-    A function of the history alone, so a resumed run stops where an uninterrupted one
-    does."""
-    if patience <= 0:
-        return None
-    best, since = None, []
-    for entry in history:
-        if best is None or entry["score"] > best["score"]:
-            best, since = entry, []
-            continue
-        since.append(entry["global_step"])
-        if len(since) >= patience:
-            steps = ", ".join(str(s) for s in since)
-            return {
-                "global_step": entry["global_step"],
-                "best_step": best["global_step"],
-                "best_score": best["score"],
-                "patience": patience,
-                "reason": (
-                    f"the dev score did not beat {best['score']:.4g} (step "
-                    f"{best['global_step']}) in {len(since)} evaluations (steps {steps}); "
-                    f"--early_stopping_patience={patience}"
-                ),
-            }
-    return None
 
 
 def train(
@@ -399,27 +264,30 @@ def train(
 # The run.
 
 
-def restore_initial_weights(model, settings: Settings) -> None:
+def restore_initial_weights(model, settings: Settings, files: model_files.ModelFiles) -> None:
     """--init_checkpoint into a new model: the encoder, and the head when the
-    checkpoint has this model's head. A TF Hub encoder comes with its weights."""
+    checkpoint has this model's head. A TF Hub encoder comes with its weights. The
+    checkpoint is opened from what `files` resolved and read of it."""
     if settings.hub_module_url:
         return
     if not settings.init_checkpoint:
         logging.warning("No --init_checkpoint: the encoder starts from random weights.")
         return
-    checkpoints.restore_model(settings.init_checkpoint, model, reinit_head=settings.reinit_head)
+    reader = files.open_checkpoint() if files.checkpoint else None
+    checkpoints.restore_model(
+        settings.init_checkpoint, model, reinit_head=settings.reinit_head, reader=reader
+    )
 
 
-def check_labels(task: FineTuningTask, settings: Settings) -> None:
+def check_labels(task: FineTuningTask, settings: Settings, files: model_files.ModelFiles) -> None:
     """A fine-tuned --init_checkpoint of this kind must have this run's labels, in
     this order: its head's outputs mean those labels (unless --reinit_head)."""
     if settings.reinit_head or settings.hub_module_url or not settings.init_checkpoint:
         return
-    info = model_files.read_model_info(settings.init_checkpoint)
+    info = files.fine_tuned(task.kind)
     wanted = task.model_info().get("labels")
     if (
-        info.get("model_kind") == task.model_kind
-        and info.get("labels") is not None
+        info.get("labels") is not None
         and wanted is not None
         and list(info["labels"]) != list(wanted)
     ):
@@ -431,10 +299,11 @@ def check_labels(task: FineTuningTask, settings: Settings) -> None:
         )
 
 
-def fine_tuned_bilstm_units(init_checkpoint: str, model_kind: str) -> int:
+def fine_tuned_bilstm_units(init_checkpoint: str, model_kind: str, info=None) -> int:
     """The `bilstm_units` a fine-tuned checkpoint of `model_kind` was trained with (its
-    model_info.json), 0 for any other checkpoint: predicting with it rebuilds its head."""
-    info = model_files.read_model_info(init_checkpoint)
+    model_info.json; `info` when read already), 0 for any other checkpoint: predicting
+    with it rebuilds its head."""
+    info = model_files.read_model_info(init_checkpoint) if info is None else info
     units = int(info.get("bilstm_units") or 0) if info.get("model_kind") == model_kind else 0
     if units:
         logging.info("bilstm_units=%d, as %s was fine-tuned with", units, init_checkpoint)
@@ -501,8 +370,13 @@ def run(
     strategy: tf.distribute.Strategy,
     encoder,
     files: model_files.ModelFiles,
+    export=None,
 ) -> bool:
     """Trains, evaluates, predicts and exports as `settings` ask.
+
+    `export(model, export_dir, files, overwrite, task, shared_options)` writes the
+    export (`serving.exports.export_fine_tuned`, which this floor cannot import: the
+    program passes it); needed with `settings.export_dir`.
 
     Returns:
       False when training stopped early (SIGTERM, Ctrl-C): nothing was evaluated, predicted
@@ -511,7 +385,7 @@ def run(
     # The head's initial weights and dropout seeds depend on --seed alone, not on how
     # many random draws building the encoder took: a TF Hub encoder and a checkpoint
     # of the same weights fine-tune to the same model.
-    check_labels(task, settings)
+    check_labels(task, settings, files)
     keras.utils.set_random_seed(settings.seed)
     with strategy.scope():
         model = task.build_model(encoder, files.config)
@@ -525,19 +399,19 @@ def run(
         out = distribution.worker_scratch_dir(strategy, settings.output_dir, "outputs")
         if tf.io.gfile.exists(out):  # A killed run's.
             tf.io.gfile.rmtree(out)
-    trainer.restore_or_initialize(lambda: restore_initial_weights(model, settings))
+    trainer.restore_or_initialize(lambda: restore_initial_weights(model, settings, files))
     best = BestCheckpoint(os.path.join(out, BEST_DIR), model)
     chiefs_best = tf.train.latest_checkpoint(os.path.join(settings.output_dir, BEST_DIR))
     if not chief and chiefs_best:
         best.read_score(chiefs_best)
     try:
-        return _train_and_finish(task, settings, trainer, model, files, best, chief, out)
+        return _train_and_finish(task, settings, trainer, model, files, best, chief, out, export)
     finally:
         if not chief and tf.io.gfile.exists(out):
             tf.io.gfile.rmtree(out)
 
 
-def _train_and_finish(task, settings, trainer, model, files, best, chief, out) -> bool:
+def _train_and_finish(task, settings, trainer, model, files, best, chief, out, export) -> bool:
     """`run`'s training, evaluation, prediction and export; `out` is where this
     process writes them (output_dir, or the folder of a worker that is not the chief)."""
     if settings.do_train:
@@ -560,7 +434,7 @@ def _train_and_finish(task, settings, trainer, model, files, best, chief, out) -
     if best.exists and settings.do_train:
         # What the score is (e.g. "mean of eval_accuracy and eval_f1"): a task's own
         # `score_name`, else its kind's score metric.
-        name = getattr(task, "score_name", None) or task_kinds.get(task.model_kind).score
+        name = getattr(task, "score_name", None) or task.kind.score
         trainer.progress.say(
             f"The best model is that of step {step} (score {float(best.score.numpy()):.4g}"
             f"{f' = {name}' if name else ''}): {best.directory}"
@@ -572,17 +446,19 @@ def _train_and_finish(task, settings, trainer, model, files, best, chief, out) -
             write_eval_summaries(settings.output_dir, metrics, step)
     if settings.do_predict:
         task.predict(trainer, out, step)
-    if settings.export_dir and not chief:  # Every worker saves; into its own folder.
-        task.export(model, os.path.join(out, "export"), files, True)
-    elif settings.export_dir:
-        overwrite = settings.overwrite_export or owns_export(
-            settings.output_dir, settings.export_dir
-        )
+    if not settings.export_dir:
+        return True
+    if chief:
+        export_dir = settings.export_dir
+        overwrite = settings.overwrite_export or owns_export(settings.output_dir, export_dir)
         file_io.write_json(
             os.path.join(settings.output_dir, EXPORT_RECORD),
-            {"export_dir": os.path.abspath(settings.export_dir)},
+            {"export_dir": os.path.abspath(export_dir)},
         )
-        task.export(model, settings.export_dir, files, overwrite)
+    else:  # Every worker saves; into its own folder.
+        export_dir, overwrite = os.path.join(out, "export"), True
+    path = export(model, export_dir, files, overwrite, task, settings.export_options)
+    trainer.progress.say(f"Exported the model to {path} (it answers raw text)")
     return True
 
 

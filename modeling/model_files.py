@@ -11,19 +11,23 @@ other flag (`--init_checkpoint=<output_dir>`):
                      also "causal_attention": true
 
 `resolve` finds a model's files from the flags and what sits beside the checkpoint,
-and checks them against each other before any work: the case (`--do_lower_case`)
-against every statement of it the checkpoint makes, and the vocabulary against the
-config's vocab_size. `--preserve_unused_tokens` (the original's flag: `[unusedN]` words
-stay whole) defaults to the model's own record, so a model trained with it is
-fine-tuned, evaluated and served with it.
+reading each once (model_info.json, the vocabulary; the checkpoint's format and path)
+into the one `ModelFiles` value a run passes on, and checks them against each other
+before any work: the case (`--do_lower_case`) against every statement of it the
+checkpoint makes, and the vocabulary against the config's vocab_size.
+`--preserve_unused_tokens` (the original's flag: `[unusedN]` words stay whole) defaults
+to the model's own record, so a model trained with it is fine-tuned, evaluated and
+served with it.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import functools
 import hashlib
 import os
 import re
+from typing import Mapping
 
 import tensorflow as tf
 from absl import logging
@@ -31,7 +35,7 @@ from absl import logging
 from common.errors import MissingFileError, UserError
 from common import file_io
 from data_prep.text import tokenization
-from modeling import checkpoint_readers
+from modeling import checkpoint_readers, task_kinds
 from modeling.config import BertConfig
 
 MODEL_INFO = checkpoint_readers.MODEL_INFO
@@ -42,9 +46,53 @@ _HF_TOKENIZER_CONFIG = "tokenizer_config.json"
 _SPECIAL = re.compile(r"^\[[^\]]*\]$")
 
 
+@dataclasses.dataclass(frozen=True, eq=False)
+class VocabFile:
+    """A vocabulary file, read once: its bytes, and what every check of it takes from
+    them (its tokens as the tokenizer reads them, its entries, their fingerprint)."""
+
+    path: str
+    data: bytes = dataclasses.field(repr=False)
+
+    @functools.cached_property
+    def tokens(self) -> dict[str, int]:
+        """token -> id, as `tokenization.load_vocab` reads the file."""
+        return tokenization.parse_vocab(tokenization.decode_vocab(self.data), self.path)
+
+    @property
+    def size(self) -> int:
+        return len(self.tokens)
+
+    @functools.cached_property
+    def entries(self) -> list[str]:
+        """The entries, one per line, stripped as `load_vocab` strips them."""
+        self.tokens  # Its checks: the file holds tokens.
+        lines = file_io.decode_text(self.data, self.path).split("\n")
+        if lines and not lines[-1]:
+            lines.pop()
+        return [line.strip() for line in lines]
+
+    @functools.cached_property
+    def sha256(self) -> str:
+        """SHA-256 of the entries (so line endings and a final newline do not count):
+        model_info.json records the model's, to check a --vocab_file against."""
+        return hashlib.sha256("\n".join(self.entries).encode("utf-8")).hexdigest()
+
+
+def read_vocab(vocab_file: str) -> VocabFile:
+    """The vocabulary file at `vocab_file` (local or remote), read."""
+    return VocabFile(vocab_file, tokenization.read_vocab_bytes(vocab_file))
+
+
+def _vocab(vocab: str | VocabFile) -> VocabFile:
+    return vocab if isinstance(vocab, VocabFile) else read_vocab(vocab)
+
+
 @dataclasses.dataclass(frozen=True)
 class ModelFiles:
-    """A model's config and the tokenizer settings that go with it.
+    """A model as a run resolved it, once: its config, the tokenizer settings that go
+    with it, and what was read to find them, for later code to take instead of
+    reading the files again.
 
     Attributes:
       config: the BertConfig the model is built with.
@@ -59,6 +107,11 @@ class ModelFiles:
         constraint), which every later use of it keeps. `bert_config.json` keeps the
         original keys, so this is written to model_info.json (`causal_attention`);
         a Hugging Face config.json says it with `is_decoder`.
+      checkpoint: (format, path) of --init_checkpoint as
+        `checkpoint_readers.resolve_checkpoint` found it; None without one.
+      info_file, info: the model_info.json beside the checkpoint and its contents
+        (None and {} when there is none).
+      vocab: the vocabulary file as read (None without one).
     """
 
     config: BertConfig
@@ -67,6 +120,28 @@ class ModelFiles:
     config_is_complete: bool = True
     preserve_unused_tokens: bool = False
     causal_attention: bool = False
+    checkpoint: tuple[str, str] | None = dataclasses.field(default=None, compare=False)
+    info_file: str | None = dataclasses.field(default=None, compare=False)
+    info: Mapping = dataclasses.field(default_factory=dict, compare=False)
+    vocab: VocabFile | None = dataclasses.field(default=None, compare=False, repr=False)
+
+    @property
+    def kind(self) -> task_kinds.TaskKind | None:
+        """The kind of model the checkpoint holds, as its model_info.json says (None:
+        it does not say, or names a kind this version does not know)."""
+        return task_kinds.BY_NAME.get(self.info.get("model_kind"))
+
+    def fine_tuned(self, kind: task_kinds.TaskKind) -> Mapping:
+        """model_info.json when the checkpoint is a fine-tuned model of `kind` (its
+        labels and settings), else {}."""
+        return self.info if self.kind is kind else {}
+
+    def open_checkpoint(self):
+        """A reader of the checkpoint (`checkpoint_readers.open_checkpoint`), from what
+        was resolved and read already."""
+        return checkpoint_readers.open_checkpoint(
+            self.checkpoint[1], resolved=self.checkpoint, model_info=(self.info_file, self.info)
+        )
 
     def tokenizer(self) -> tokenization.FullTokenizer:
         """The model's Python tokenizer (vocabulary, case, preserve_unused_tokens)."""
@@ -88,16 +163,27 @@ def side_dirs(init_checkpoint: str | None) -> list[str]:
     return checkpoint_readers.checkpoint_side_dirs(init_checkpoint) if init_checkpoint else []
 
 
+def model_info_file(init_checkpoint: str | None) -> str | None:
+    """The model_info.json beside the checkpoint (or in its run folder), None if none."""
+    return checkpoint_readers.find_side_file(side_dirs(init_checkpoint), MODEL_INFO)
+
+
 def read_model_info(init_checkpoint: str | None) -> dict:
     """model_info.json beside the checkpoint (or in its run folder); {} if none."""
     return checkpoint_readers.read_model_info(side_dirs(init_checkpoint))
 
 
-def resolve_causal_attention(init_checkpoint: str | None) -> bool:
+def _info(init_checkpoint: str | None, info: Mapping | None) -> Mapping:
+    """`info` when the caller read it already, else the checkpoint's model_info.json."""
+    return read_model_info(init_checkpoint) if info is None else info
+
+
+def resolve_causal_attention(init_checkpoint: str | None, info: Mapping | None = None) -> bool:
     """Whether the model at `init_checkpoint` is a left-to-right one: its
-    model_info.json's `causal_attention`, else a Hugging Face config.json's
-    `is_decoder` (a decoder with cross-attention is not a BERT this project runs)."""
-    info = read_model_info(init_checkpoint)
+    model_info.json's `causal_attention` (`info`, when read already), else a Hugging
+    Face config.json's `is_decoder` (a decoder with cross-attention is not a BERT this
+    project runs)."""
+    info = _info(init_checkpoint, info)
     if "causal_attention" in info:
         return bool(info["causal_attention"])
     path = checkpoint_readers.find_side_file(side_dirs(init_checkpoint), "config.json")
@@ -112,10 +198,11 @@ def resolve_causal_attention(init_checkpoint: str | None) -> bool:
     return bool(config.get("is_decoder", False))
 
 
-def vocab_case(vocab_file: str) -> CaseStatement | None:
+def vocab_case(vocab: str | VocabFile) -> CaseStatement | None:
     """An uncased vocabulary has no upper-case entry; a cased one has many."""
-    vocab = tokenization.load_vocab(vocab_file)
-    words = [t for t in vocab if not _SPECIAL.match(t)]
+    vocab = _vocab(vocab)
+    vocab_file = vocab.path
+    words = [t for t in vocab.tokens if not _SPECIAL.match(t)]
     upper = sum(1 for t in words if t != t.lower())
     if words and upper == 0:
         return CaseStatement(True, f"{vocab_file} has no upper-case entry (an uncased vocabulary)")
@@ -127,13 +214,14 @@ def vocab_case(vocab_file: str) -> CaseStatement | None:
 
 
 def checkpoint_case_statements(
-    init_checkpoint: str | None, vocab_file: str | None
+    init_checkpoint: str | None, vocab_file: str | VocabFile | None, info: Mapping | None = None
 ) -> list[CaseStatement]:
-    """Every statement of the model's case: our model_info.json, a Hugging Face
-    tokenizer_config.json, the original release's checkpoint names; when none of them
-    says, the vocabulary (no upper-case entry: uncased; many: cased)."""
+    """Every statement of the model's case: our model_info.json (`info`, when read
+    already), a Hugging Face tokenizer_config.json, the original release's checkpoint
+    names; when none of them says, the vocabulary (no upper-case entry: uncased; many:
+    cased)."""
     statements = []
-    info = read_model_info(init_checkpoint)
+    info = _info(init_checkpoint, info)
     if info.get("do_lower_case") is not None:
         statements.append(
             CaseStatement(bool(info["do_lower_case"]), f"{MODEL_INFO} of {init_checkpoint}")
@@ -163,8 +251,9 @@ def checkpoint_case_statements(
 def resolve_case(
     do_lower_case: bool | None,
     init_checkpoint: str | None,
-    vocab_file: str | None,
+    vocab_file: str | VocabFile | None,
     stated: CaseStatement | None = None,
+    info: Mapping | None = None,
 ) -> bool:
     """`--do_lower_case` checked against the checkpoint.
 
@@ -173,6 +262,7 @@ def resolve_case(
       init_checkpoint, vocab_file: what the case is read from (see
         `checkpoint_case_statements`).
       stated: one more statement, e.g. a TF Hub encoder's own do_lower_case.
+      info: the checkpoint's model_info.json, when read already.
 
     Returns:
       The flag's value; when not given, what the checkpoint states (else True, the
@@ -183,7 +273,7 @@ def resolve_case(
       the checkpoint contradicts itself.
     """
     statements = checkpoint_case_statements(
-        init_checkpoint, None if stated is not None else vocab_file
+        init_checkpoint, None if stated is not None else vocab_file, info
     )
     if stated is not None:
         statements.insert(0, stated)
@@ -212,13 +302,13 @@ def resolve_case(
 
 
 def resolve_preserve_unused_tokens(
-    preserve_unused_tokens: bool | None, init_checkpoint: str | None
+    preserve_unused_tokens: bool | None, init_checkpoint: str | None, info: Mapping | None = None
 ) -> bool:
     """`--preserve_unused_tokens` when given, else the model's record of it
-    (model_info.json), else False (the original default). A flag that differs from
-    the record is used, with a warning: fine-tuning a model on text whose `[unusedN]`
-    words are new tokens is what the flag is for."""
-    recorded = read_model_info(init_checkpoint).get("preserve_unused_tokens")
+    (model_info.json; `info`, when read already), else False (the original default). A
+    flag that differs from the record is used, with a warning: fine-tuning a model on
+    text whose `[unusedN]` words are new tokens is what the flag is for."""
+    recorded = _info(init_checkpoint, info).get("preserve_unused_tokens")
     if preserve_unused_tokens is None:
         if recorded:
             logging.info("preserve_unused_tokens=True, from %s of %s", MODEL_INFO, init_checkpoint)
@@ -234,13 +324,15 @@ def resolve_preserve_unused_tokens(
     return preserve_unused_tokens
 
 
-def check_vocab_fits_config(vocab_file: str, config: BertConfig) -> int:
-    """Fails when the vocabulary has ids the model's embedding table cannot hold.
+def check_vocab_fits_config(vocab: str | VocabFile, config: BertConfig) -> int:
+    """Fails when the vocabulary (a path, or the file read) has ids the model's
+    embedding table cannot hold.
 
     Returns the vocabulary's size. Fewer entries than vocab_size only warns: the
     released multilingual and Chinese models pad their tables.
     """
-    size = len(tokenization.load_vocab(vocab_file))
+    vocab = _vocab(vocab)
+    vocab_file, size = vocab.path, vocab.size
     if size > config.vocab_size:
         raise UserError(
             f"the vocabulary {vocab_file} has {size} entries but the model's "
@@ -262,17 +354,12 @@ def check_vocab_fits_config(vocab_file: str, config: BertConfig) -> int:
 
 def vocab_entries(vocab_file: str) -> list[str]:
     """The entries of a vocabulary, one per line, stripped as `load_vocab` strips them."""
-    tokenization.load_vocab(vocab_file)  # Its checks: the file exists, holds tokens.
-    lines = file_io.read_text(vocab_file).split("\n")
-    if lines and not lines[-1]:
-        lines.pop()
-    return [line.strip() for line in lines]
+    return read_vocab(vocab_file).entries
 
 
 def vocab_fingerprint(vocab_file: str) -> str:
-    """SHA-256 of a vocabulary's entries (so line endings and a final newline do not
-    count): model_info.json records the model's, to check a --vocab_file against."""
-    return hashlib.sha256("\n".join(vocab_entries(vocab_file)).encode("utf-8")).hexdigest()
+    """SHA-256 of a vocabulary's entries (`VocabFile.sha256`)."""
+    return read_vocab(vocab_file).sha256
 
 
 def check_vocab_matches_model(
@@ -280,6 +367,9 @@ def check_vocab_matches_model(
     init_checkpoint: str | None,
     allow_mismatch: bool = False,
     own_vocab: str | None = None,
+    *,
+    info: Mapping | None = None,
+    given: VocabFile | None = None,
 ) -> None:
     """A --vocab_file must be the vocabulary the model was trained with, when the
     checkpoint says which: the vocab.txt beside it (a Hugging Face folder, an
@@ -289,7 +379,8 @@ def check_vocab_matches_model(
     its neighbour: the model runs and its features are silently wrong.
 
     `own_vocab` is the model's vocabulary where it is known otherwise (a TF Hub
-    encoder's asset; `init_checkpoint` then names that model).
+    encoder's asset; `init_checkpoint` then names that model). `info` (the checkpoint's
+    model_info.json) and `given` (`vocab_file` read) are passed when read already.
 
     Raises:
       UserError naming both files and the first line that differs (or the
@@ -298,10 +389,12 @@ def check_vocab_matches_model(
     own = own_vocab or checkpoint_readers.find_side_file(side_dirs(init_checkpoint), VOCAB_FILE)
     if own and os.path.abspath(own) == os.path.abspath(vocab_file):
         return
-    info = {} if own_vocab else read_model_info(init_checkpoint)
+    info = {} if own_vocab else _info(init_checkpoint, info)
     problem = None
+    if own or info.get("vocab_sha256"):
+        vocab = given if given is not None else read_vocab(vocab_file)
     if own:
-        given, theirs = vocab_entries(vocab_file), vocab_entries(own)
+        given, theirs = vocab.entries, vocab_entries(own)
         if given != theirs:
             line = next(
                 (i for i, (a, b) in enumerate(zip(given, theirs)) if a != b),
@@ -316,11 +409,11 @@ def check_vocab_matches_model(
                 f"{init_checkpoint} ({own}): they first differ at line {line + 1}, "
                 f"{shown[0]} against {shown[1]} ({len(given)} and {len(theirs)} lines)"
             )
-    elif info.get("vocab_sha256") and info["vocab_sha256"] != vocab_fingerprint(vocab_file):
+    elif info.get("vocab_sha256") and info["vocab_sha256"] != vocab.sha256:
         problem = (
             f"--vocab_file={vocab_file} is not the vocabulary of the model "
             f"{init_checkpoint}: its fingerprint is not the one in {MODEL_INFO} "
-            f"({len(vocab_entries(vocab_file))} lines against {info.get('vocab_size')})"
+            f"({len(vocab.entries)} lines against {info.get('vocab_size')})"
         )
     if problem is None:
         return
@@ -365,11 +458,12 @@ def resolve_config(
 @dataclasses.dataclass(frozen=True)
 class Vocabulary:
     """A model's vocabulary file (None when there is none to be had) and the
-    tokenizer settings that go with it."""
+    tokenizer settings that go with it; `vocab`: the file as read."""
 
     vocab_file: str | None
     do_lower_case: bool
     preserve_unused_tokens: bool
+    vocab: VocabFile | None = dataclasses.field(default=None, compare=False, repr=False)
 
 
 def resolve_vocabulary(
@@ -380,12 +474,15 @@ def resolve_vocabulary(
     preserve_unused_tokens: bool | None = None,
     allow_vocab_mismatch: bool = False,
     required: bool = True,
+    info: Mapping | None = None,
 ) -> Vocabulary:
     """`--vocab_file`, else vocab.txt beside the checkpoint, with its case and
     preserve_unused_tokens: a `--vocab_file` other than the model's own is refused
     unless `allow_vocab_mismatch` (`check_vocab_matches_model`), the case is checked
     against every statement the model makes (`resolve_case`). With `required=False`
-    no vocabulary is an answer (pre-training from shards, which hold ids)."""
+    no vocabulary is an answer (pre-training from shards, which hold ids). The file is
+    read once; `info` is the checkpoint's model_info.json when read already."""
+    info = _info(init_checkpoint, info)
     dirs = side_dirs(init_checkpoint)
     given = vocab_file
     vocab_file = vocab_file or checkpoint_readers.find_side_file(dirs, VOCAB_FILE)
@@ -393,12 +490,16 @@ def resolve_vocabulary(
         raise UserError(f"--vocab_file is required: {_where(dirs)} {VOCAB_FILE}")
     if vocab_file is not None and not tf.io.gfile.exists(vocab_file):
         raise MissingFileError(f"--vocab_file not found: {vocab_file}")
+    vocab = read_vocab(vocab_file) if vocab_file is not None else None
     if given and init_checkpoint:
-        check_vocab_matches_model(vocab_file, init_checkpoint, allow_vocab_mismatch)
+        check_vocab_matches_model(
+            vocab_file, init_checkpoint, allow_vocab_mismatch, info=info, given=vocab
+        )
     return Vocabulary(
         vocab_file,
-        resolve_case(do_lower_case, init_checkpoint, vocab_file),
-        resolve_preserve_unused_tokens(preserve_unused_tokens, init_checkpoint),
+        resolve_case(do_lower_case, init_checkpoint, vocab, info=info),
+        resolve_preserve_unused_tokens(preserve_unused_tokens, init_checkpoint, info),
+        vocab,
     )
 
 
@@ -411,9 +512,12 @@ def resolve(
     preserve_unused_tokens: bool | None = None,
     allow_vocab_mismatch: bool = False,
     vocab_required: bool = True,
+    checkpoint: tuple[str, str] | None = None,
 ) -> ModelFiles:
     """The model's files from the flags, else from beside the checkpoint, checked: the
-    one resolver every runner, export and the converter use.
+    one resolver every runner, export and the converter use. model_info.json and the
+    vocabulary are read once, into the value returned; `checkpoint` is
+    `checkpoint_readers.resolve_checkpoint(init_checkpoint)` when the caller has it.
 
     `--bert_config_file` and `--vocab_file` win; when omitted, they are taken from the
     checkpoint's folder (bert_config.json or a Hugging Face config.json, and vocab.txt;
@@ -422,6 +526,8 @@ def resolve(
     config's vocab_size.
     """
     config = resolve_config(bert_config_file, init_checkpoint)
+    info_file = model_info_file(init_checkpoint)
+    info = checkpoint_readers.read_model_info_file(info_file)
     vocabulary = resolve_vocabulary(
         vocab_file,
         init_checkpoint,
@@ -429,15 +535,20 @@ def resolve(
         preserve_unused_tokens=preserve_unused_tokens,
         allow_vocab_mismatch=allow_vocab_mismatch,
         required=vocab_required,
+        info=info,
     )
-    if vocabulary.vocab_file is not None:
-        check_vocab_fits_config(vocabulary.vocab_file, config)
+    if vocabulary.vocab is not None:
+        check_vocab_fits_config(vocabulary.vocab, config)
     return ModelFiles(
         config,
         vocabulary.vocab_file,
         vocabulary.do_lower_case,
         preserve_unused_tokens=vocabulary.preserve_unused_tokens,
-        causal_attention=resolve_causal_attention(init_checkpoint),
+        causal_attention=resolve_causal_attention(init_checkpoint, info),
+        checkpoint=checkpoint,
+        info_file=info_file,
+        info=info,
+        vocab=vocabulary.vocab,
     )
 
 
@@ -458,17 +569,14 @@ def write_model_files(output_dir: str, files: ModelFiles, model_kind: str, **inf
             output_dir,
         )
     vocab_copy = os.path.join(output_dir, VOCAB_FILE)
-    if files.vocab_file and os.path.abspath(files.vocab_file) != os.path.abspath(vocab_copy):
-        with tf.io.gfile.GFile(files.vocab_file, "rb") as f:
-            content = f.read()
+    vocab = None
+    if files.vocab_file:  # As read when the model was resolved.
+        vocab = files.vocab if files.vocab is not None else read_vocab(files.vocab_file)
+    if vocab and os.path.abspath(vocab.path) != os.path.abspath(vocab_copy):
         with file_io.atomic_open(vocab_copy, "wb") as f:
-            f.write(content)
-    if files.vocab_file:  # The fingerprint checks a --vocab_file given with the model.
-        info = dict(
-            info,
-            vocab_sha256=vocab_fingerprint(files.vocab_file),
-            vocab_size=len(vocab_entries(files.vocab_file)),
-        )
+            f.write(vocab.data)
+    if vocab:  # The fingerprint checks a --vocab_file given with the model.
+        info = dict(info, vocab_sha256=vocab.sha256, vocab_size=len(vocab.entries))
     if files.causal_attention:
         info = dict(info, causal_attention=True)
     file_io.write_json(

@@ -18,13 +18,13 @@ place that string is written), the names of its heads in every checkpoint format
 it is evaluated and which metric picks the best model, and the serving export that
 answers raw text with the export's options and their defaults (the runner flags'
 defaults read them here). checkpoint_names, checkpoints, convert_checkpoint.py,
-serving/tasks.py and the runners read these declarations instead of tables of their
+serving/exports.py and the runners read these declarations instead of tables of their
 own. Every name here is written into users' files (model_info.json, checkpoints,
 exports): never rename one.
 
 Adding a kind of head: its model class (with `MODEL_KIND`) in a module of its own or
 models.py, a `TaskKind` here added to `KINDS`, and, if it has a raw-text export, its
-signature builder in serving/tasks.py (ARCHITECTURE.md, "Adding a task").
+signature builder in serving/exports.py (ARCHITECTURE.md, "Adding a task").
 """
 
 from __future__ import annotations
@@ -67,7 +67,7 @@ class TaskKind:
       score: the metric (a key of its evaluation results) the best model is chosen
         by; None: the task's own (a classification task's GLUE score, see
         data_prep.classifier.classifier_reader.DataProcessor.score_metrics).
-      export_kind: the kind of its raw-text serving export (serving/tasks.py), as the
+      export_kind: the kind of its raw-text serving export (serving/exports.py), as the
         export's marker and `TaskModule` name it; None: no such export.
       export_options: that export's own options and their defaults, which are those of
         the runner's flags of the same names.

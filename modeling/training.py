@@ -56,7 +56,7 @@ SUMMARY_FILE = "train_summary.json"
 
 
 class Objective(Protocol):
-    """A model's loss and evaluation sums (modeling/tasks.py has one per kind)."""
+    """A model's loss and evaluation sums (modeling/objectives.py has one per kind)."""
 
     def loss_weights(self, features: dict) -> dict: ...
 

@@ -153,3 +153,24 @@ def export_task_model(
     return savedmodel.save_atomically(
         module, export_dir, signatures, kind=kind, overwrite=overwrite
     )
+
+
+def export_fine_tuned(model, export_dir: str, files, overwrite: bool, task, shared_options) -> str:
+    """The export of a fine-tuning run (`modeling.finetuning.run`'s `export`): the task
+    model with its kind's raw-text signature (`task.kind.export_kind`), the tokenizer of
+    `files` (a `modeling.model_files.ModelFiles`), `task.max_seq_length`, its labels
+    (`task.export_labels`) and its own options (`task.export_options()`) over the run's
+    `shared_options` (SHARED_OPTIONS). Returns the absolute export path."""
+    return export_task_model(
+        model,
+        export_dir,
+        files.vocab_file,
+        files.do_lower_case,
+        task.max_seq_length,
+        kind=task.kind.export_kind,
+        labels=task.export_labels,
+        overwrite=overwrite,
+        preserve_unused_tokens=files.preserve_unused_tokens,
+        **shared_options,
+        **task.export_options(),
+    )

@@ -127,7 +127,12 @@ def load_vocab(vocab_file: str) -> "collections.OrderedDict[str, int]":
     Raises:
         ValueError: the file does not exist or holds no token.
     """
-    lines = _read_text(vocab_file).split("\n")
+    return parse_vocab(_read_text(vocab_file), vocab_file)
+
+
+def parse_vocab(text: str, vocab_file: str = "<vocab>") -> "collections.OrderedDict[str, int]":
+    """`load_vocab` of a vocabulary's text, read already (bad bytes dropped)."""
+    lines = text.split("\n")
     if not lines[-1]:
         lines.pop()  # The file ends with a newline.
     vocab = collections.OrderedDict()
@@ -146,6 +151,20 @@ def _read_text(path: str) -> str:
     Raises:
         ValueError: naming `path` if it is not an existing file.
     """
+    return decode_vocab(read_vocab_bytes(path))
+
+
+def decode_vocab(data: bytes) -> str:
+    """A vocabulary file's bytes as `load_vocab` reads them (bad bytes dropped)."""
+    return data.decode("utf-8", "ignore")
+
+
+def read_vocab_bytes(path: str) -> bytes:
+    """The bytes of a vocabulary file, local or remote (gs://...).
+
+    Raises:
+        ValueError: naming `path` if it is not an existing file.
+    """
     if "://" in path:
         import tensorflow as tf  # Only remote file systems need it.
 
@@ -159,7 +178,7 @@ def _read_text(path: str) -> str:
                 data = f.read()
         except (FileNotFoundError, IsADirectoryError, NotADirectoryError):
             raise UserError("Vocabulary file %r does not exist." % path) from None
-    return data.decode("utf-8", "ignore")
+    return data
 
 
 def validate_vocab(

@@ -8,7 +8,19 @@ import numpy as np
 import pytest
 from scipy import stats
 
+from data_prep.classifier import classifier_tasks
 from evaluation import glue_metrics as gm
+
+
+def _task(name):
+    """The reader class of a task of classifier_tasks (the metrics take the reader)."""
+    return classifier_tasks.task_class(name)
+
+
+def _generic(is_regression=False):
+    return classifier_tasks.get_processor(
+        "generic", text_a_column="a", label_column="l", is_regression=is_regression
+    )
 
 
 # ----------------------------------------------------------------------------
@@ -131,31 +143,31 @@ def test_length_mismatch_and_empty_raise():
 def test_compute_metrics_mrpc_from_logits():
     logits = np.array([[0.1, 0.9], [2.0, -1.0], [0.0, 1.0], [0.3, 0.2]])
     # predictions [1, 0, 1, 0] against labels [1, 0, 0, 1]: TP=1 FP=1 FN=1.
-    result = gm.compute_metrics("MRPC", logits, [1, 0, 0, 1])
+    result = gm.compute_metrics(_task("MRPC"), logits, [1, 0, 0, 1])
     assert result == {"eval_accuracy": 0.5, "eval_f1": pytest.approx(0.5)}
 
 
 def test_compute_metrics_per_task_keys():
     ids = [0, 1, 1, 0]
-    assert set(gm.compute_metrics("CoLA", ids, ids)) == {"eval_accuracy", "eval_mcc"}
-    assert set(gm.compute_metrics("qqp", ids, ids)) == {"eval_accuracy", "eval_f1"}
-    assert set(gm.compute_metrics("sst-2", ids, ids)) == {"eval_accuracy"}
-    assert set(gm.compute_metrics("generic", ids, ids)) == {"eval_accuracy"}
+    assert set(gm.compute_metrics(_task("CoLA"), ids, ids)) == {"eval_accuracy", "eval_mcc"}
+    assert set(gm.compute_metrics(_task("qqp"), ids, ids)) == {"eval_accuracy", "eval_f1"}
+    assert set(gm.compute_metrics(_task("sst-2"), ids, ids)) == {"eval_accuracy"}
+    assert set(gm.compute_metrics(_generic(), ids, ids)) == {"eval_accuracy"}
 
 
 def test_compute_metrics_stsb_and_generic_regression():
     predictions = np.array([[0.5], [2.0], [4.5], [3.0]])
     labels = [1.0, 2.0, 5.0, 2.5]
-    result = gm.compute_metrics("sts-b", predictions, labels)
+    result = gm.compute_metrics(_task("sts-b"), predictions, labels)
     assert set(result) == {"eval_pearson", "eval_spearman"}
     assert result["eval_pearson"] == pytest.approx(stats.pearsonr(predictions[:, 0], labels)[0])
     assert result["eval_spearman"] == pytest.approx(1.0)
-    generic = gm.compute_metrics("generic", predictions, labels, is_regression=True)
+    generic = gm.compute_metrics(_generic(is_regression=True), predictions, labels)
     assert generic == result
 
 
 def test_compute_metrics_mnli_mismatched_prefix():
-    result = gm.compute_metrics("mnli", [0, 1, 2], [0, 1, 1], prefix="eval_mismatched_")
+    result = gm.compute_metrics(_task("mnli"), [0, 1, 2], [0, 1, 1], prefix="eval_mismatched_")
     assert result == {"eval_mismatched_accuracy": pytest.approx(2 / 3)}
 
 
@@ -180,7 +192,7 @@ def test_test_results_probabilities_and_scores(tmp_path):
 def test_glue_submission_files(tmp_path):
     path = gm.write_glue_submission(
         str(tmp_path),
-        "mrpc",
+        _task("mrpc"),
         ["0", "1", "2"],
         np.array([[0.9, 0.1], [0.2, 0.8], [0.4, 0.6]]),
         ["0", "1"],
@@ -190,7 +202,7 @@ def test_glue_submission_files(tmp_path):
 
     path = gm.write_glue_submission(
         str(tmp_path),
-        "mnli",
+        _task("mnli"),
         [7, 8],
         [2, 0],
         ["contradiction", "entailment", "neutral"],
@@ -199,7 +211,7 @@ def test_glue_submission_files(tmp_path):
     assert os.path.basename(path) == "MNLI-mm.tsv"
     assert open(path).read() == "index\tprediction\n7\tneutral\n8\tcontradiction\n"
 
-    path = gm.write_glue_submission(str(tmp_path), "STS-B", [0, 1], [3.25, 0.5])
+    path = gm.write_glue_submission(str(tmp_path), _task("STS-B"), [0, 1], [3.25, 0.5])
     assert open(path).read() == "index\tprediction\n0\t3.250000\n1\t0.500000\n"
     assert _no_temp_files(tmp_path)
 
@@ -219,15 +231,15 @@ def test_submission_file_names():
         ("ax", "test"): "AX.tsv",
     }
     for (task, split), name in expected.items():
-        assert gm.submission_file_name(task, split) == name
+        assert gm.submission_file_name(_task(task), split) == name
     with pytest.raises(ValueError, match="xnli"):
-        gm.submission_file_name("xnli")
+        gm.submission_file_name(_task("xnli"))
 
 
 def test_submission_length_mismatch_raises(tmp_path):
     with pytest.raises(ValueError, match="`indices` has 1"):
         gm.write_glue_submission(
-            str(tmp_path), "rte", ["0"], [0, 1], ["entailment", "not_entailment"]
+            str(tmp_path), _task("rte"), ["0"], [0, 1], ["entailment", "not_entailment"]
         )
 
 

@@ -132,13 +132,17 @@ def test_of_model_rejects_other_models():
 def test_glue_facts_come_from_the_task_readers():
     # STS-B is a regression once: its reader says so, and the metrics follow.
     assert [t.name for t in classifier_tasks.TASKS if t.is_regression] == ["sts-b"]
-    assert glue_metrics.is_regression_task("STS-B")
-    assert glue_metrics.metric_names("stsb") == (True, ("pearson", "spearman"))
-    assert glue_metrics.metric_names("generic", is_regression=True)[0]
-    assert glue_metrics.metric_names("my_module:Reader") == (False, ("accuracy",))
-    assert glue_metrics.glue_score("cola", {"eval_accuracy": 0.9, "eval_mcc": 0.5}) == 0.5
-    assert glue_metrics.glue_score("generic", {"eval_pearson": 0.2, "eval_spearman": 0.4}, True)
-    assert glue_metrics.submission_file_name("MNLI", "test_mismatched") == "MNLI-mm.tsv"
+    task = classifier_tasks.task_class
+    generic = classifier_tasks.get_processor(
+        "generic", text_a_column="a", label_column="l", is_regression=True
+    )
+    assert glue_metrics.is_regression_task(task("STS-B"))
+    assert glue_metrics.metric_names(task("stsb")) == (True, ("pearson", "spearman"))
+    assert glue_metrics.metric_names(generic)[0]
+    assert glue_metrics.metric_names(classifier_tasks.DataProcessor()) == (False, ("accuracy",))
+    assert glue_metrics.glue_score(task("cola"), {"eval_accuracy": 0.9, "eval_mcc": 0.5}) == 0.5
+    assert glue_metrics.glue_score(generic, {"eval_pearson": 0.2, "eval_spearman": 0.4})
+    assert glue_metrics.submission_file_name(task("MNLI"), "test_mismatched") == "MNLI-mm.tsv"
 
 
 # Each runner's flag defaults and its task's score against the declaration; one process

@@ -28,10 +28,11 @@ KNOWN_VIOLATIONS: dict = {}
 # Benchmarks that still call a runner's main in-process (to be rebuilt on the library).
 KNOWN_BENCHMARK_VIOLATIONS: dict = {}
 # What modeling/ may import from data_prep/: data (records and their input pipeline,
-# features and their records, tokenization). Process control and errors live in common/.
+# features and their records, a run's splits of features and the windows of long
+# inputs, tokenization). Process control and errors live in common/.
 MODELING_DATA = ("data_prep.records", "data_prep.input_pipeline", "data_prep.tokenization")
 MODELING_DATA_PACKAGES = ("data_prep.text",)
-MODELING_DATA_SUFFIXES = ("_features", "_records")
+MODELING_DATA_SUFFIXES = ("_features", "_records", "_splits", "_windows")
 
 
 def _floor(module: str) -> int | None:
