@@ -285,6 +285,9 @@ def test_flags_become_settings_once_and_the_checks_take_settings():
     finally:
         flag_values.unparse_flags()
     assert settings.trainer_options["steps_per_loop"] == 7 and settings.causal_attention
+    # Pre-training pads its batches unless told (its instances fill max_seq_length).
+    assert settings.pad_to_max_seq_length
+    assert run_pretraining.pads_batches(False) is False
     assert settings.flag_values["num_train_steps"] == 40 and settings.seed == 12345
     with pytest.raises(UserError, match=r"--stop_at_step=50 must be after the first step \(0\)"):
         run_pretraining.check_phase_settings(settings)
