@@ -527,17 +527,36 @@ def hold_run_outputs(output_dir: str | None, export_dir: str | None, multi_worke
         hold_file(export_dir, f"--export_dir={export_dir}")
 
 
+class StoppedAfterTraining(Exception):
+    """SIGTERM or Ctrl-C came after the last training step (e.g. during the last
+    epoch's evaluation): training is complete and checkpointed, and the run stops
+    before what follows it (the final evaluation, prediction and export)."""
+
+    def __init__(self, signal_name: str, step: int):
+        super().__init__(f"{signal_name} after the last training step ({step})")
+        self.signal_name, self.step = signal_name, step
+
+
 def run_training(train_fn, output_dir: str, summary_file: str) -> None:
     """Runs `train_fn` (which returns whether training completed).
 
     A run stopped by SIGTERM or Ctrl-C (it saved a checkpoint) ends the program with
     EXIT_STOPPED or EXIT_INTERRUPTED, a run that lost a worker with EXIT_LOST_WORKER;
-    each says in one line where it stopped and how to resume.
+    each says in one line where it stopped and how to resume. A signal after the last
+    training step (`StoppedAfterTraining`) says that training had finished.
     """
     try:
         complete = train_fn()
     except LostWorkerError as e:
         end_run(str(e), EXIT_LOST_WORKER)
+    except StoppedAfterTraining as e:
+        _, said, code = STOP_SIGNALS[e.signal_name]
+        end_run(
+            f"Stopped by {said} after the last training step ({e.step}): training is "
+            f"complete, its checkpoint in {output_dir}; nothing was evaluated, predicted "
+            f"or exported after it. Run the same command again to do them.",
+            code,
+        )
     if complete:
         return
     path = os.path.join(output_dir, summary_file)

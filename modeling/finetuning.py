@@ -430,6 +430,12 @@ def _train_and_finish(task, settings, trainer, model, files, best, chief, out, e
                 trainer.num_train_steps,
             )
             return False
+        if trainer.stop_signal is not None:
+            # SIGTERM or Ctrl-C during the last epoch's evaluation: training is done and
+            # saved; the rest is not begun (the same command does it).
+            step = int(trainer.global_step.numpy())
+            logging.info("%s after the last training step (%d).", trainer.stop_signal, step)
+            raise run_control.StoppedAfterTraining(trainer.stop_signal, step)
     step = best.restore() if best.exists else int(trainer.global_step.numpy())
     if best.exists and settings.do_train:
         # What the score is (e.g. "mean of eval_accuracy and eval_f1"): a task's own

@@ -19,8 +19,9 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
+from common import run_control
 from common.errors import CannotWriteError
-from modeling import models, training
+from modeling import finetuning, models, training
 from modeling.config import BertConfig
 from modeling.encoder import BertEncoder
 from modeling.objectives import ClassificationObjective
@@ -181,3 +182,50 @@ def test_a_save_that_fails_for_want_of_space_leaves_no_unfinished_checkpoint(tmp
         "ckpt-2.data-00000-of-00001",
         "ckpt-2.index",
     ]
+
+
+def test_ctrl_c_after_the_last_step_ends_before_the_final_evaluation(
+    tmp_path, capfd, monkeypatch
+):
+    """Ctrl-C during the last epoch's evaluation (the last loop's after_loop): training
+    completes (its summary and final checkpoint), the trainer keeps the signal, the
+    fine-tuning core stops before the final evaluation, prediction and export, and the
+    program ends with one line saying training had finished, exit status 130."""
+    out = tmp_path / "out"
+    trainer = _trainer(out, steps=4)
+
+    def after_loop(step):
+        if step == 4:
+            os.kill(os.getpid(), signal.SIGINT)
+            time.sleep(0.5)
+
+    summary = trainer.train(_dataset, 8, after_loop=after_loop)
+    assert summary["complete"] and summary["global_step"] == 4
+    assert trainer.stop_signal == "SIGINT"
+    assert tf.train.latest_checkpoint(str(out)).endswith("ckpt-4")
+
+    class Task:
+        def evaluate(self, *args):
+            raise AssertionError("evaluated after Ctrl-C")
+
+        predict = export = evaluate
+
+    settings = finetuning.Settings(
+        output_dir=str(out), do_train=True, do_eval=True, do_predict=True, evaluate_every_epoch=False
+    )
+    monkeypatch.setattr(finetuning, "train", lambda *args: True)
+
+    def train_fn():
+        return finetuning._train_and_finish(
+            Task(), settings, trainer, None, None, None, True, str(out), Task().export
+        )
+
+    capfd.readouterr()
+    with pytest.raises(SystemExit) as stopped:
+        run_control.run_training(train_fn, str(out), training.SUMMARY_FILE)
+    assert stopped.value.code == 130
+    assert capfd.readouterr().err.splitlines()[-1] == (
+        f"Stopped by Ctrl-C (SIGINT) after the last training step (4): training is complete, "
+        f"its checkpoint in {out}; nothing was evaluated, predicted or exported after it. "
+        "Run the same command again to do them."
+    )
