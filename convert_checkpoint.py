@@ -43,6 +43,7 @@ from common import file_io
 from common.errors import UserError
 import model_flags
 import runner_flags
+import runner_settings
 from data_prep import run_control
 from modeling import checkpoint_names as names
 from modeling import checkpoint_readers, checkpoints, model_files, task_kinds
@@ -221,7 +222,7 @@ def convert(
 def main(_):
     run_control.hold_file(FLAGS.output_dir, f"--output_dir={FLAGS.output_dir}")
     run_control.exit_on_sigterm("convert_checkpoint")
-    terminal, start = runner_flags.terminal(), time.monotonic()
+    terminal, start = runner_settings.terminal(), time.monotonic()
     terminal.say(f"Converting {FLAGS.init_checkpoint} to {FLAGS.output_format}")
     path = convert(
         FLAGS.init_checkpoint,

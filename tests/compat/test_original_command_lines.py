@@ -320,6 +320,7 @@ def test_use_tpu_maps_to_the_tpu_strategy():
     from absl import flags
 
     import runner_flags
+    import runner_settings
 
     values = flags.FlagValues()
     runner_flags.define_common_flags(max_seq_length=128, flag_values=values)
@@ -335,10 +336,10 @@ def test_use_tpu_maps_to_the_tpu_strategy():
             "--num_tpu_cores=8",
         ]
     )
-    runner_flags.apply_original_flags(values)
+    runner_settings.apply_original_flags(values)
     assert values.distribution_strategy == "tpu" and values.tpu == "my-tpu"
     assert values.steps_per_loop == 100
     values.unparse_flags()
     values(["prog", "--use_tpu=True", "--distribution_strategy=mirrored"])
     with pytest.raises(ValueError, match="--use_tpu contradicts"):
-        runner_flags.apply_original_flags(values)
+        runner_settings.apply_original_flags(values)

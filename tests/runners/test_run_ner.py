@@ -21,7 +21,7 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from data_prep.ner import conll, ner_features, tag_schemes
+from data_prep.ner import conll, ner_records, tag_schemes
 from evaluation import conlleval
 from modeling import checkpoints
 from modeling.config import BertConfig
@@ -339,7 +339,7 @@ def test_fine_tune_end_to_end(runs, inputs):
     # The label list of the training file and its scheme (IOB1, the file's own), in the
     # metadata JSON, model_info.json and run_config.json; the records hold IOB1 labels.
     labels = conll.label_list(inputs["train"], "iob1")
-    metadata = ner_features.read_metadata(str(output_dir / "train.tf_record"))
+    metadata = ner_records.read_metadata(str(output_dir / "train.tf_record"))
     assert list(metadata["labels"]) == labels
     assert metadata["num_sentences"] == 48 and metadata["tag_scheme"] == "iob1"
     assert metadata["label_scheme"] == "iob1"
@@ -347,7 +347,7 @@ def test_fine_tune_end_to_end(runs, inputs):
     assert model_info["labels"] == labels and model_info["label_scheme"] == "iob1"
     learnt = collections.Counter(
         labels[i]
-        for _, label_ids in ner_features.load_dataset(
+        for _, label_ids in ner_records.load_dataset(
             str(output_dir / "train.tf_record"), 32
         ).as_numpy_iterator()
         for i in label_ids
@@ -492,7 +492,7 @@ def test_feature_based_trains_only_the_lstm_head(runs, inputs):
         )
         return _restore_model(model, output_dir, step)
 
-    metadata = ner_features.read_metadata(str(output_dir / "train.tf_record"))
+    metadata = ner_records.read_metadata(str(output_dir / "train.tf_record"))
     num_steps = int(metadata.num_records / 8 * 0.5)
     assert num_steps >= 2
     first, last = restored(1), restored(num_steps)
