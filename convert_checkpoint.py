@@ -46,7 +46,7 @@ import runner_flags
 import runner_settings
 from data_prep import run_control
 from modeling import checkpoint_names as names
-from modeling import checkpoint_readers, checkpoints, model_files, task_kinds
+from modeling import checkpoint_readers, checkpoint_writers, checkpoints, model_files, task_kinds
 from modeling.config import BertConfig
 from modeling.encoder import BertEncoder
 
@@ -79,9 +79,9 @@ flags.DEFINE_enum(
 )
 
 WRITERS = {
-    "tf1": checkpoints.write_original_directory,
-    "hf": checkpoints.write_hf_directory,
-    "tf2": checkpoints.write_tf2_directory,
+    "tf1": checkpoint_writers.write_original_directory,
+    "hf": checkpoint_writers.write_hf_directory,
+    "tf2": checkpoint_writers.write_tf2_directory,
 }
 
 
@@ -167,7 +167,7 @@ def convert(
     model kind or the case is ambiguous or contradicted.
     """
     # Before any work: a folder the writer would refuse.
-    checkpoints.check_destination(output_dir, WRITERS[output_format].__name__, overwrite)
+    checkpoint_writers.check_destination(output_dir, WRITERS[output_format].__name__, overwrite)
     info = checkpoints.inspect_checkpoint(input_checkpoint)
     kind = choose_kind(info, model_kind)
     files = model_files.resolve(

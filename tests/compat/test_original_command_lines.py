@@ -48,7 +48,7 @@ def bert_base_dir(tmp_path_factory):
 
     import keras
 
-    from modeling import checkpoints
+    from modeling import checkpoint_writers
     from modeling.config import BertConfig
     from modeling.encoder import BertEncoder
     from modeling.models import BertPretrainer
@@ -67,7 +67,7 @@ def bert_base_dir(tmp_path_factory):
     shutil.copy(SAMPLE_DATA / "vocab" / "uncased_vocab.txt", directory / "vocab.txt")
     keras.utils.set_random_seed(1)
     encoder = BertEncoder(config)
-    checkpoints.write_original_checkpoint(
+    checkpoint_writers.write_original_checkpoint(
         str(directory / "bert_model.ckpt"), encoder, BertPretrainer(encoder, config)
     )
     return directory

@@ -24,6 +24,7 @@ import tensorflow as tf
 from data_prep.ner import conll, ner_records, tag_schemes
 from evaluation import conlleval
 from modeling import checkpoints
+from modeling import checkpoint_writers
 from modeling.config import BertConfig
 from modeling.encoder import BertEncoder
 from modeling.feature_based import BertFeatureBasedTagger
@@ -67,7 +68,9 @@ def inputs(tmp_path_factory, sample_data):
     config = BertConfig.from_json_file(str(config_file))
     keras.utils.set_random_seed(7)
     encoder = BertEncoder(config)
-    init_checkpoint = checkpoints.write_original_checkpoint(str(root / "bert_model.ckpt"), encoder)
+    init_checkpoint = checkpoint_writers.write_original_checkpoint(
+        str(root / "bert_model.ckpt"), encoder
+    )
     hub_module = serving_encoder.export_encoder(
         encoder, str(root / "hub"), VOCAB_FILE, do_lower_case=True
     )

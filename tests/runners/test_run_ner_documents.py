@@ -38,7 +38,7 @@ def runs(tmp_path_factory, sample_data):
     """The training run (train, eval, predict, export) and the later prediction runs."""
     import keras
 
-    from modeling import checkpoints
+    from modeling import checkpoint_writers
     from modeling.config import BertConfig
     from modeling.encoder import BertEncoder
 
@@ -47,7 +47,9 @@ def runs(tmp_path_factory, sample_data):
     config_file.write_text(json.dumps(TINY_CONFIG))
     keras.utils.set_random_seed(3)
     encoder = BertEncoder(BertConfig.from_json_file(str(config_file)))
-    init_checkpoint = checkpoints.write_original_checkpoint(str(root / "bert_model.ckpt"), encoder)
+    init_checkpoint = checkpoint_writers.write_original_checkpoint(
+        str(root / "bert_model.ckpt"), encoder
+    )
     wikigold = sample_data / "wikigold"
     train = "".join("-DOCSTART- O\n\n" + d + "\n" for d in _documents(wikigold / "train.txt", 6))
     (root / "train.txt").write_text(train, encoding="utf-8")
