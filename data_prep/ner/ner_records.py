@@ -145,38 +145,6 @@ def read_metadata(record_file: str) -> RecordMetadata:
 # ----------------------------------------------------------------------------
 
 
-def parse_example(serialized: tf.Tensor, max_seq_length: int):
-    """Parses one serialized example written by `write_tfrecord`.
-
-    Args:
-        serialized: string scalar.
-        max_seq_length: S.
-
-    Returns:
-        (inputs, label_ids): inputs is a dict of int32 [S] tensors
-        `input_word_ids`, `input_mask`, `input_type_ids`; label_ids is int32 [S]
-        with LABEL_IGNORE_ID at positions that carry no label.
-    """
-    spec = {
-        name: tf.io.FixedLenFeature([max_seq_length], tf.int64)
-        for name in (*records.ENCODER_INPUT_NAMES, "label_ids")
-    }
-    example = tf.io.parse_single_example(serialized, spec)
-    inputs = {
-        new: tf.cast(example[old], tf.int32) for old, new in records.ENCODER_INPUT_NAMES.items()
-    }
-    return inputs, tf.cast(example["label_ids"], tf.int32)
-
-
-def load_dataset(path: str, max_seq_length: int) -> tf.data.Dataset:
-    """The (inputs, label_ids) pairs of a TFRecord file, in file order, unbatched."""
-    return tf.data.TFRecordDataset(path).map(
-        lambda record: parse_example(record, max_seq_length),
-        num_parallel_calls=tf.data.AUTOTUNE,
-        deterministic=True,
-    )
-
-
 def decode_records(serialized: tf.Tensor, max_seq_length: int) -> dict[str, tf.Tensor]:
     """Parses a batch of serialized examples written by `write_tfrecord`.
 

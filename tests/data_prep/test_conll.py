@@ -479,15 +479,16 @@ def _write_hand_windows(path: str, hand_sentences, tokenizer):
 def test_tfrecord_round_trip_and_metadata(tmp_path, hand_sentences, tokenizer):
     path = str(tmp_path / "out" / "train.tf_record")
     labels, features, metadata = _write_hand_windows(path, hand_sentences, tokenizer)
-    decoded = list(ner_records.load_dataset(path, 8).as_numpy_iterator())
-    assert len(decoded) == len(features) == 8
-    for (inputs, label_ids), feature in zip(decoded, features):
-        assert sorted(inputs) == ["input_mask", "input_type_ids", "input_word_ids"]
-        assert inputs["input_word_ids"].dtype == np.int32 and label_ids.dtype == np.int32
-        assert inputs["input_word_ids"].tolist() == feature.input_ids
-        assert inputs["input_mask"].tolist() == feature.input_mask
-        assert inputs["input_type_ids"].tolist() == feature.segment_ids
-        assert label_ids.tolist() == feature.label_ids
+    serialized = list(tf.data.TFRecordDataset(path).as_numpy_iterator())
+    decoded = {k: v.numpy() for k, v in ner_records.decode_records(serialized, 8).items()}
+    assert len(serialized) == len(features) == 8
+    assert sorted(decoded) == ["input_mask", "input_type_ids", "input_word_ids", "label_ids"]
+    assert all(v.dtype == np.int32 for v in decoded.values())
+    for i, feature in enumerate(features):
+        assert decoded["input_word_ids"][i].tolist() == feature.input_ids
+        assert decoded["input_mask"][i].tolist() == feature.input_mask
+        assert decoded["input_type_ids"][i].tolist() == feature.segment_ids
+        assert decoded["label_ids"][i].tolist() == feature.label_ids
     assert features[4].sentence_index == 1 and features[4].unique_id == 4
 
     ner_records.write_metadata(path, metadata)

@@ -294,7 +294,7 @@ def test_hub_encoder_fine_tunes_in_keras3_model(encoder_path, encoder):
 
 
 def test_inferred_config_for_a_foreign_encoder(encoder_path, encoder, tmp_path):
-    config = hub.infer_config(tf.saved_model.load(encoder_path))
+    config = hub.read_config(tf.saved_model.load(encoder_path)).config
     assert (
         config.hidden_size,
         config.num_hidden_layers,
