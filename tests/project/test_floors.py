@@ -5,8 +5,8 @@ Floors, bottom to top (ARCHITECTURE.md):
   0 data_prep/                  tokenization, readers, features, records
   1 modeling/, evaluation/      side by side: each may import data_prep, not the other
   2 serving/                    exports: may import the floors below
-  3 the scripts at the top      runners, runner_flags.py, model_flags.py, export_tfhub.py,
-                                extract_features.py
+  3 the scripts at the top      runners, runner_flags.py, runner_settings.py, model_flags.py,
+                                export_tfhub.py, extract_features.py
 Every import counts, also one inside a function. Imports are read with `ast`, so
 nothing is imported to check them.
 """
