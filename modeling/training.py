@@ -50,8 +50,7 @@ from common.progress import Progress
 from data_prep import run_control
 from modeling import distribution
 from modeling import kernels as kernel_choices
-from modeling import optimization
-from modeling import training_checkpoints, training_eval, training_summary
+from modeling import optimization, training_checkpoints, training_eval, training_summary
 
 # Kept here for the modules that read them as `training.SUMMARY_FILE` and
 # `training.training_state_step`.
@@ -477,32 +476,10 @@ class Trainer:
 
     # ---------------------------------------------------------------- eval / predict
 
-    def evaluate(
-        self,
-        dataset: tf.data.Dataset,
-        max_steps: int | None = None,
-        summary_name: str | None = None,
-    ) -> dict:
-        """Metrics over a batched dataset (global batches), from the task's eval sums.
-
-        With `summary_name`, they also go to TensorBoard (output_dir/`summary_name`) at
-        the global step. Fine-tuning leaves it out: it writes each evaluation's metrics
-        once itself (`finetuning.write_eval_summaries`).
-        """
+    def evaluate(self, dataset, max_steps=None, summary_name=None) -> dict:
+        """Metrics over a batched dataset, from the task's eval sums (`EvalLoop.evaluate`)."""
         return self.eval_loop.evaluate(dataset, max_steps, summary_name)
 
-    def predict(
-        self,
-        dataset: tf.data.Dataset,
-        output_fn: Callable[[dict, dict], dict],
-        description: str = "predict",
-    ) -> dict:
-        """Concatenated numpy arrays of output_fn(features, outputs), in dataset order.
-
-        Outputs of batches cut to different lengths (`data_prep.input_pipeline`) are
-        padded with zeros to the longest along their other axes. The compiled step is
-        kept per `output_fn`: pass the same function (a module-level one, not a new
-        lambda) to reuse it. `description` names the job in the progress shown (e.g.
-        "evaluate" when predictions are scored).
-        """
+    def predict(self, dataset, output_fn, description="predict") -> dict:
+        """output_fn(features, outputs) over a dataset, in order (`EvalLoop.predict`)."""
         return self.eval_loop.predict(dataset, output_fn, description)

@@ -18,8 +18,7 @@ from absl import logging
 
 from common import file_io
 from common.errors import UserError
-from modeling import checkpoint_readers
-from modeling import distribution
+from modeling import checkpoint_readers, distribution
 
 GLOBAL_STEP_KEY = "global_step/.ATTRIBUTES/VARIABLE_VALUE"
 

@@ -98,7 +98,12 @@ class EvalLoop:
         max_steps: int | None = None,
         summary_name: str | None = None,
     ) -> dict:
-        """As `training.Trainer.evaluate`."""
+        """Metrics over a batched dataset (global batches), from the task's eval sums.
+
+        With `summary_name`, they also go to TensorBoard (output_dir/`summary_name`) at
+        the global step. Fine-tuning leaves it out: it writes each evaluation's metrics
+        once itself (`finetuning.write_eval_summaries`).
+        """
         step = self.evaluation_step()
         totals = None
         total = _num_batches(dataset)
@@ -137,7 +142,14 @@ class EvalLoop:
         output_fn: Callable[[dict, dict], dict],
         description: str = "predict",
     ) -> dict:
-        """As `training.Trainer.predict`."""
+        """Concatenated numpy arrays of output_fn(features, outputs), in dataset order.
+
+        Outputs of batches cut to different lengths (`data_prep.input_pipeline`) are
+        padded with zeros to the longest along their other axes. The compiled step is
+        kept per `output_fn`: pass the same function (a module-level one, not a new
+        lambda) to reuse it. `description` names the job in the progress shown (e.g.
+        "evaluate" when predictions are scored).
+        """
         step = self.prediction_step(output_fn)
         pieces = []
         total = _num_batches(dataset)

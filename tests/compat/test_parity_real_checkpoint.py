@@ -12,8 +12,7 @@ import numpy as np
 import pytest
 
 from data_prep.text import tokenization
-from modeling import checkpoints
-from modeling import checkpoint_writers
+from modeling import checkpoint_writers, checkpoints
 from modeling.config import BertConfig
 from modeling.encoder import BertEncoder
 from tests.conftest import REPO_ROOT, SAMPLE_DATA

@@ -12,9 +12,7 @@ import tensorflow as tf
 
 from modeling import checkpoint_names as names
 from modeling import checkpoints, feature_based, model_files, models
-from modeling import checkpoint_names
-from modeling import checkpoint_readers
-from modeling import checkpoint_writers
+from modeling import checkpoint_readers, checkpoint_writers
 from modeling.checkpoint_writers import hf_config, hf_tensors
 from modeling.config import ACTIVATIONS, BertConfig
 from modeling.encoder import BertEncoder
@@ -92,21 +90,18 @@ def written(vocab, tmp_path_factory):
 
 
 def test_hugging_face_names_of_every_head():
-    assert checkpoint_names.hf_name("cls/seq_relationship/output_bias", "bert.") == (
+    assert names.hf_name("cls/seq_relationship/output_bias", "bert.") == (
         "cls.seq_relationship.bias",
         False,
     )
-    assert checkpoint_names.hf_name("cls/predictions/output_bias", "bert.") == (
+    assert names.hf_name("cls/predictions/output_bias", "bert.") == (
         "cls.predictions.bias",
         False,
     )
-    assert checkpoint_names.hf_name("output_weights", "bert.") == ("classifier.weight", False)
-    assert checkpoint_names.hf_name("output_bias", "bert.") == ("classifier.bias", False)
-    assert checkpoint_names.hf_name("cls/squad/output_weights", "bert.") == (
-        "qa_outputs.weight",
-        False,
-    )
-    assert checkpoint_names.hf_name("bert/pooler/dense/kernel", "bert.") == (
+    assert names.hf_name("output_weights", "bert.") == ("classifier.weight", False)
+    assert names.hf_name("output_bias", "bert.") == ("classifier.bias", False)
+    assert names.hf_name("cls/squad/output_weights", "bert.") == ("qa_outputs.weight", False)
+    assert names.hf_name("bert/pooler/dense/kernel", "bert.") == (
         "bert.pooler.dense.weight",
         True,
     )

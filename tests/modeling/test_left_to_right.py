@@ -23,8 +23,7 @@ import model_flags
 import runner_flags
 from data_prep.pretraining import pretraining_data
 from data_prep.text import tokenization
-from modeling import checkpoints, heads, model_files, models
-from modeling import checkpoint_writers
+from modeling import checkpoint_writers, checkpoints, heads, model_files, models
 from modeling.checkpoint_readers import CheckpointMismatchError
 from modeling.config import BertConfig
 from modeling.encoder import BertEncoder

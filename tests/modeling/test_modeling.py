@@ -10,9 +10,7 @@ import pytest
 import tensorflow as tf
 
 from modeling import checkpoints, layers, models
-from modeling import checkpoint_names
-from modeling import checkpoint_readers
-from modeling import checkpoint_writers
+from modeling import checkpoint_names, checkpoint_readers, checkpoint_writers
 from modeling.config import BertConfig
 from modeling.encoder import BertEncoder
 from tests.conftest import tiny_config

@@ -328,8 +328,7 @@ def test_json_readers_name_the_file(tmp_path):
 def _ltr_classifier_dir(path: pathlib.Path, vocab_file: str) -> str:
     """A left-to-right classifier's folder, as fine-tuning an --objective=ltr model
     leaves it (model_info.json: classifier, causal_attention)."""
-    from modeling import models
-    from modeling import checkpoint_writers
+    from modeling import checkpoint_writers, models
     from modeling.encoder import BertEncoder
 
     config = BertConfig(**tiny_config())

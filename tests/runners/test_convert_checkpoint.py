@@ -15,9 +15,7 @@ import tensorflow as tf
 
 import convert_checkpoint
 from data_prep.text import tokenization
-from modeling import checkpoints, models
-from modeling import checkpoint_names
-from modeling import checkpoint_writers
+from modeling import checkpoint_names, checkpoint_writers, checkpoints, models
 from modeling.checkpoint_readers import read_safetensors
 from modeling.config import BertConfig
 from modeling.encoder import BertEncoder

@@ -11,8 +11,7 @@ import numpy as np
 import pytest
 
 import convert_checkpoint
-from modeling import checkpoints, models
-from modeling import checkpoint_writers
+from modeling import checkpoint_writers, checkpoints, models
 from modeling.config import BertConfig
 from modeling.encoder import BertEncoder
 from data_prep.text import tokenization

@@ -23,8 +23,7 @@ import tensorflow as tf
 
 from data_prep.ner import conll, ner_records, tag_schemes
 from evaluation import conlleval
-from modeling import checkpoints
-from modeling import checkpoint_writers
+from modeling import checkpoint_writers, checkpoints
 from modeling.config import BertConfig
 from modeling.encoder import BertEncoder
 from modeling.feature_based import BertFeatureBasedTagger

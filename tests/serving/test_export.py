@@ -22,8 +22,7 @@ import tensorflow as tf
 import tensorflow_text  # noqa: F401  (registers the ops the preprocessing model needs)
 
 from data_prep.text import tokenization
-from modeling import hub, models, training
-from modeling import checkpoint_writers
+from modeling import checkpoint_writers, hub, models, training
 from modeling.config import BertConfig
 from modeling.encoder import INPUT_KEYS, BertEncoder
 from modeling.tasks import ClassificationObjective
