@@ -43,9 +43,10 @@ from common import file_io
 from common.errors import UserError
 import model_flags
 import runner_flags
+import runner_settings
 from common import run_control
 from modeling import checkpoint_names as names
-from modeling import checkpoint_readers, checkpoints, model_files, task_kinds
+from modeling import checkpoint_readers, checkpoint_writers, checkpoints, model_files, task_kinds
 from modeling.config import BertConfig
 from modeling.encoder import BertEncoder
 
@@ -78,9 +79,9 @@ flags.DEFINE_enum(
 )
 
 WRITERS = {
-    "tf1": checkpoints.write_original_directory,
-    "hf": checkpoints.write_hf_directory,
-    "tf2": checkpoints.write_tf2_directory,
+    "tf1": checkpoint_writers.write_original_directory,
+    "hf": checkpoint_writers.write_hf_directory,
+    "tf2": checkpoint_writers.write_tf2_directory,
 }
 
 
@@ -166,7 +167,7 @@ def convert(
     model kind or the case is ambiguous or contradicted.
     """
     # Before any work: a folder the writer would refuse.
-    checkpoints.check_destination(output_dir, WRITERS[output_format].__name__, overwrite)
+    checkpoint_writers.check_destination(output_dir, WRITERS[output_format].__name__, overwrite)
     info = checkpoints.inspect_checkpoint(input_checkpoint)
     kind = choose_kind(info, model_kind)
     files = model_files.resolve(
@@ -221,7 +222,7 @@ def convert(
 def main(_):
     run_control.hold_file(FLAGS.output_dir, f"--output_dir={FLAGS.output_dir}")
     run_control.exit_on_sigterm("convert_checkpoint")
-    terminal, start = runner_flags.terminal(), time.monotonic()
+    terminal, start = runner_settings.terminal(), time.monotonic()
     terminal.say(f"Converting {FLAGS.init_checkpoint} to {FLAGS.output_format}")
     path = convert(
         FLAGS.init_checkpoint,

@@ -41,6 +41,7 @@ from common import cli as command_line
 from common.errors import UserError
 import model_flags
 import runner_flags
+import runner_settings
 from common import run_control
 from modeling import checkpoints
 from modeling.config import BertConfig
@@ -127,7 +128,7 @@ def main(_):
     # The dropout layers' seed state is saved with the model: a fixed seed makes the
     # same command write the same export, byte for byte (saved_model.pb aside).
     keras.utils.set_random_seed(0)
-    terminal, start = runner_flags.terminal(), time.monotonic()
+    terminal, start = runner_settings.terminal(), time.monotonic()
     terminal.say(f"Exporting {FLAGS.export_type}: building, tracing and writing the SavedModel")
     if FLAGS.export_type == "preprocessing":
         path = export_preprocessing()

@@ -32,6 +32,7 @@ from common.errors import MissingFileError, UserError
 from common.progress import Progress
 import model_flags
 import runner_flags
+import runner_settings
 from common import file_io
 from common import run_control
 from data_prep import input_pipeline
@@ -217,7 +218,7 @@ def _write_batch(
 
 
 def main(_):
-    runner_flags.apply_original_flags(FLAGS)
+    runner_settings.apply_original_flags(FLAGS)
     run_control.hold_file(FLAGS.output_file, f"--output_file={FLAGS.output_file}")
     run_control.exit_on_sigterm("extract_features")
     files = model_flags.resolve_model_files(FLAGS)
@@ -239,8 +240,8 @@ def main(_):
         layer_indexes,
         FLAGS.max_seq_length,
         FLAGS.batch_size,
-        bool(runner_flags.pad_to_max_seq_length(FLAGS)),
-        runner_flags.terminal(),
+        bool(runner_settings.pad_to_max_seq_length(FLAGS)),
+        runner_settings.terminal(),
     )
 
 

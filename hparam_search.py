@@ -40,7 +40,7 @@ from absl import app
 
 from common import file_io
 import model_flags
-import runner_flags
+import runner_settings
 from data_prep import input_pipeline
 from modeling import finetuning
 from serving import exports
@@ -199,9 +199,9 @@ def _read_record(output_dir: str | None) -> dict | None:
 
 def run(FLAGS, grid: Grid, task, settings, strategy, encoder, files) -> None:
     """The runner's fine-tuning run: one (`finetuning.run`, as always), or the search
-    of `grid`. A run stopped by SIGTERM ends the program (runner_flags.run_training)."""
+    of `grid`. A run stopped by SIGTERM ends the program (runner_settings.run_training)."""
     if not grid.is_search:
-        runner_flags.run_training(
+        runner_settings.run_training(
             lambda: finetuning.run(task, settings, strategy, encoder, files, EXPORT),
             settings.output_dir,
         )
@@ -313,7 +313,7 @@ class Search:
         self.FLAGS, self.grid, self.task = FLAGS, grid, task
         self.settings, self.strategy, self.files = settings, strategy, files
         self.output_dir = settings.output_dir
-        self.progress = runner_flags.terminal()
+        self.progress = runner_settings.terminal()
 
     def run(self) -> None:
         file_io.write_json(os.path.join(self.output_dir, SEARCH_FILE), self.grid.record())
@@ -381,7 +381,7 @@ class Search:
             settings = self.trial_settings(trial, trial_dir, do_predict=False, export_dir=None)
             encoder = self.fresh_encoder(trial.seed)
             start = time.monotonic()
-            runner_flags.run_training(
+            runner_settings.run_training(
                 lambda: finetuning.run(
                     self.task, settings, self.strategy, encoder, self.files, EXPORT
                 ),
@@ -425,7 +425,7 @@ class Search:
         if self.settings.do_predict or self.settings.export_dir:
             settings = self.trial_settings(trial, self.output_dir, do_train=False, do_eval=False)
             encoder = self.fresh_encoder(trial.seed)
-            runner_flags.run_training(
+            runner_settings.run_training(
                 lambda: finetuning.run(
                     self.task, settings, self.strategy, encoder, self.files, EXPORT
                 ),

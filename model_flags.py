@@ -16,7 +16,7 @@ from absl import logging
 from common.errors import UserError
 from modeling import checkpoint_readers, finetuning, model_files, task_kinds
 from modeling.encoder import BertEncoder
-from runner_flags import given
+from runner_settings import given
 
 
 def check_max_seq_length(max_seq_length: int, config) -> None:

@@ -1,6 +1,8 @@
-"""`from data_prep import tokenization`: the original release's import path, kept
-for users. The module is data_prep/text/tokenization.py; this name is that same module
-object (not a copy), so its functions, classes and flags exist once.
+"""`from data_prep import tokenization`: this project's older import path of the
+WordPiece tokenizer, from before data_prep/ was split into sub-packages, kept so that
+code written against it still runs. The module is data_prep/text/tokenization.py
+(`from data_prep.text import tokenization`, the path the docs teach); this name is that
+same module object (not a copy), so its functions, classes and flags exist once.
 """
 
 import sys

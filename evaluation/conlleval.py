@@ -33,7 +33,7 @@ from __future__ import annotations
 import collections
 import dataclasses
 import re
-from typing import Iterable, Mapping, Sequence
+from typing import Iterable, Mapping
 
 from common.errors import UserError
 from common import file_io
@@ -195,42 +195,6 @@ class _Scorer:
             self._in_correct = False
             self._count_correct_chunk()
         return self.counts
-
-
-def evaluate_tags(
-    gold_sentences: Sequence[Sequence[str]],
-    guessed_sentences: Sequence[Sequence[str]],
-    iobes: bool = True,
-) -> ChunkCounts:
-    """Scores lists of sentences of tags, as conlleval scores them in a file.
-
-    Each sentence is followed by a boundary, as if written one token per line with
-    a blank line after each sentence.
-
-    Args:
-        gold_sentences: gold tags, one list of tags per sentence.
-        guessed_sentences: guessed tags, one list per sentence, of the same lengths.
-        iobes: add the S-/E-B rules of IOBES (see the module docstring).
-
-    Raises:
-        ValueError: the sentence counts or the lengths of a sentence differ.
-    """
-    if len(gold_sentences) != len(guessed_sentences):
-        raise UserError(
-            f"{len(gold_sentences)} gold sentences but {len(guessed_sentences)} guessed sentences"
-        )
-    scorer = _Scorer(iobes)
-    for index, (gold, guessed) in enumerate(zip(gold_sentences, guessed_sentences)):
-        if isinstance(gold, str) or isinstance(guessed, str):
-            raise UserError(f"sentence {index}: expected a list of tags, got a string")
-        if len(gold) != len(guessed):
-            raise UserError(
-                f"sentence {index}: {len(gold)} gold tags but {len(guessed)} guessed tags"
-            )
-        for gold_tag, guessed_tag in zip(gold, guessed):
-            scorer.step(gold_tag, guessed_tag)
-        scorer.boundary()
-    return scorer.finish()
 
 
 def evaluate_lines(

@@ -12,8 +12,9 @@
 
 `restore_model` restores the encoder always, and the model's head when the checkpoint
 holds one for this kind of model. The names of every format are declarative tables
-(`checkpoint_names`); readers and writers live in `checkpoint_readers` and
-`checkpoint_writers`, re-exported here.
+(`checkpoint_names`); the readers of every format live in `checkpoint_readers`, the
+writers (`write_original_checkpoint`, `write_hf_directory`, ...) in
+`checkpoint_writers`.
 """
 
 from __future__ import annotations
@@ -26,23 +27,12 @@ from absl import logging
 from common import file_io
 from modeling import checkpoint_names as names
 from modeling import task_kinds
-from modeling.checkpoint_names import hf_name, original_variable_table  # noqa: F401
-from modeling.checkpoint_readers import (  # noqa: F401
+from modeling.checkpoint_names import original_variable_table
+from modeling.checkpoint_readers import (
     CheckpointMismatchError,
-    checkpoint_side_dirs,
     find_side_file,
-    is_hf_directory,
     open_checkpoint,
     read_model_info,
-    read_safetensors,
-    resolve_checkpoint,
-)
-from modeling.checkpoint_writers import (  # noqa: F401
-    check_destination,
-    write_hf_directory,
-    write_original_checkpoint,
-    write_original_directory,
-    write_tf2_directory,
 )
 
 _SHOWN_UNUSED = 6
@@ -231,7 +221,7 @@ def restore_model(path: str, model, *, reinit_head: bool = False, reader=None) -
 
     Args:
       path: a TF1 checkpoint prefix, a Hugging Face directory, or a TF2 checkpoint
-        prefix or directory (see `resolve_checkpoint`).
+        prefix or directory (see `checkpoint_readers.resolve_checkpoint`).
       model: a BertEncoder, or a task model of modeling/models.py or
         modeling/feature_based.py (its `MODEL_KIND` says which head it has).
       reinit_head: start every head from its initializer, whatever the checkpoint

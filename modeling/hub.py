@@ -320,11 +320,6 @@ def read_config(module, path: str | None = None) -> ConfigFromModule:
     return ConfigFromModule(config, sources, inferred)
 
 
-def infer_config(module) -> BertConfig:
-    """`read_config(module).config`, for a module without its folder."""
-    return read_config(module).config
-
-
 def _variable_shapes(module) -> dict[str, list[int]]:
     return {v.name.split(":")[0]: v.shape.as_list() for v in module.variables}
 

@@ -25,6 +25,11 @@ MultiWorkerMirrored, a lost worker is a `LostWorkerError` naming it
 (`distribution.lost_worker_message`). `restore_training_state` continues another
 run's training state (weights, optimizer moments and step count, global step) on new
 data: phase 2 of the paper's pre-training.
+
+The Trainer holds the steps and the loop; three collaborators hold the rest: its
+checkpoints (`training_checkpoints`: save, resume, continue a training state), what it
+reports (`training_summary`: log lines, TensorBoard, train_summary.json, the replicas'
+checksum, the profiler) and its evaluation and prediction loops (`training_eval`).
 """
 
 from __future__ import annotations
@@ -42,17 +47,15 @@ from absl import logging
 
 from common.errors import LostWorkerError, UserError
 from common.progress import Progress
-from common import file_io
 from common import run_control
-from modeling import checkpoint_readers
 from modeling import distribution
 from modeling import kernels as kernel_choices
-from modeling import optimization
+from modeling import optimization, training_checkpoints, training_eval, training_summary
 
-GLOBAL_STEP_KEY = "global_step/.ATTRIBUTES/VARIABLE_VALUE"
-
-
-SUMMARY_FILE = "train_summary.json"
+# Kept here for the modules that read them as `training.SUMMARY_FILE` and
+# `training.training_state_step`.
+SUMMARY_FILE = training_summary.SUMMARY_FILE
+training_state_step = training_checkpoints.training_state_step
 
 
 class Objective(Protocol):
@@ -99,33 +102,6 @@ class DynamicLossScale(tf.Module):
             merged(tf.distribute.get_strategy(), finite)
         else:
             context.merge_call(merged, args=(finite,))
-
-
-def _tf_value(variable):
-    """The tf (possibly distributed) variable behind a Keras variable."""
-    return variable.value if hasattr(variable, "path") else variable
-
-
-def training_state_step(path: str) -> tuple[str, int]:
-    """(checkpoint prefix, global step) of the Trainer checkpoint at `path`: a prefix,
-    or a run's output_dir (its latest checkpoint). Anything else (another format, a
-    model saved without its optimizer) is a UserError."""
-    kind, prefix = checkpoint_readers.resolve_checkpoint(path)
-    stored = dict(tf.train.list_variables(prefix)) if kind == "tf2" else {}
-    if GLOBAL_STEP_KEY not in stored or not any(n.startswith("optimizer/") for n in stored):
-        raise UserError(
-            f"{path} holds no training state (global step and optimizer moments): "
-            f"--restore_training_state continues a run of this project from its "
-            f"output_dir or one of its ckpt-N prefixes; without the flag "
-            f"--init_checkpoint restores the weights alone"
-        )
-    return prefix, int(tf.train.load_checkpoint(prefix).get_tensor(GLOBAL_STEP_KEY))
-
-
-def _num_batches(dataset: tf.data.Dataset) -> int | None:
-    """The dataset's batch count when tf.data knows it, else None."""
-    count = int(dataset.cardinality())
-    return count if count >= 0 else None
 
 
 def _split(features: dict, parts: int, index):
@@ -184,7 +160,6 @@ class Trainer:
         self.save_checkpoints_steps = max(1, save_checkpoints_steps)
         self.accumulation = gradient_accumulation_steps
         self.enable_xla = enable_xla
-        self.profile_steps = profile_steps
         self.progress = progress if progress is not None else Progress()
         os.makedirs(output_dir, exist_ok=True)
         with strategy.scope():
@@ -210,103 +185,42 @@ class Trainer:
         )
         if self.loss_scale is not None:
             objects["loss_scale"] = self.loss_scale
-        self.checkpoint = tf.train.Checkpoint(**objects)
-        self.manager = tf.train.CheckpointManager(
-            self.checkpoint,
-            self._checkpoint_dir(),
-            max_to_keep=max_checkpoints,
-            checkpoint_name="ckpt",
+        self.checkpoints = training_checkpoints.TrainingCheckpoints(
+            strategy, output_dir, objects, max_checkpoints
+        )
+        self.summary = training_summary.TrainingSummary(
+            strategy, output_dir, self.variables, profile_steps
+        )
+        # Compiled once per Trainer and reused by every train / evaluate / predict call
+        # (per-epoch evaluation, a resumed loop, the shorter loop before a checkpoint or
+        # an epoch's end): tracing and optimising BERT-base's training graph takes tens
+        # of seconds on CPU.
+        self._train_loop = None
+        self.eval_loop = training_eval.EvalLoop(
+            strategy, model, objective, self.global_step, self.summary.writer, self.progress
         )
         # The name of the signal (or the reason of `request_stop`) that asked to stop.
         self._stop_requested = None
         # A stop the caller asked for (`request_stop`): (reason, details); it ends
         # training, where a signal pauses it.
         self._stop = None
-        self._saved = None  # (step, path) of the checkpoint last saved or resumed from.
-        # Compiled once per Trainer and reused by every train / evaluate / predict call
-        # (per-epoch evaluation, a resumed loop, the shorter loop before a checkpoint or
-        # an epoch's end): tracing and optimising BERT-base's training graph takes tens
-        # of seconds on CPU.
-        self._train_loop = None
-        self._eval_step = None
-        self._predict_steps = {}
 
     # ---------------------------------------------------------------- checkpoints
-
-    def _is_chief(self) -> bool:
-        return distribution.is_chief(self.strategy)
-
-    def _checkpoint_dir(self) -> str:
-        # Under MultiWorkerMirrored every worker must save (the save is collective);
-        # only the chief writes to output_dir.
-        if self._is_chief():
-            return self.output_dir
-        return distribution.worker_scratch_dir(self.strategy, self.output_dir)
 
     def restore_or_initialize(self, initialize: Callable[[], None] | None = None) -> bool:
         """Resumes from the latest checkpoint in output_dir, else calls `initialize`
         (which loads --init_checkpoint). Returns whether it resumed."""
-        if self._is_chief():  # A killed save's folder, never used.
-            for leftover in tf.io.gfile.glob(os.path.join(self.output_dir, "ckpt-*_temp*")):
-                tf.io.gfile.rmtree(leftover)
-        latest = tf.train.latest_checkpoint(self.output_dir)
-        if latest:
-            self.checkpoint.restore(latest).assert_existing_objects_matched()
-            self._saved = (int(self.global_step.numpy()), latest)
-            logging.info("Resumed from %s at step %d", latest, int(self.global_step.numpy()))
-            return True
-        if initialize is not None:
-            initialize()
-        return False
+        return self.checkpoints.restore_or_initialize(initialize)
 
     def restore_training_state(self, path: str) -> int:
-        """Restores another run's training state: the model's weights, the optimizer's
-        moments and step count (Adam's bias correction) and the global step (the
-        learning-rate schedule), from `path`, a Trainer checkpoint prefix or the
-        output_dir holding one (`training_state_step`). Returns the global step."""
-        prefix, step = training_state_step(path)
-        checkpoint = tf.train.Checkpoint(
-            model=self.model, optimizer=self.optimizer, global_step=self.global_step
-        )
-        try:
-            checkpoint.restore(prefix).assert_existing_objects_matched().expect_partial()
-        except AssertionError as error:
-            raise UserError(
-                f"{prefix} does not hold this model's training state (another model or "
-                f"optimizer?): {error}"
-            ) from error
-        logging.info("Continued the training state of %s at step %d", prefix, step)
-        return step
+        """Restores another run's training state (weights, optimizer moments and step
+        count, global step) from `path`: `TrainingCheckpoints.restore_training_state`.
+        Returns the global step."""
+        return self.checkpoints.restore_training_state(path)
 
     def save(self) -> str:
-        step = int(self.global_step.numpy())
-        if self._saved is not None and self._saved[0] == step:  # Saved (or resumed) here.
-            return self._saved[1]
-        try:
-            path = self.manager.save(checkpoint_number=self.global_step)
-        except BaseException as e:
-            self._remove_unfinished_checkpoint(step)
-            if isinstance(e, (OSError, tf.errors.OpError)):  # No space or no permission.
-                raise file_io.cannot_write(self.output_dir, e) or e
-            raise
-        if not self._is_chief():
-            tf.io.gfile.rmtree(self._checkpoint_dir())
-        self._saved = (step, path)
-        logging.info("Saved checkpoint %s", path)
-        return path
-
-    def _remove_unfinished_checkpoint(self, step: int) -> None:
-        """The files of a save of `step` that failed: its temporary folder and what
-        it may have written of the checkpoint (the state file does not name it)."""
-        prefix = os.path.join(self._checkpoint_dir(), f"ckpt-{step}")
-        for path in tf.io.gfile.glob(prefix + "_temp*") + tf.io.gfile.glob(prefix + ".*"):
-            try:
-                if tf.io.gfile.isdir(path):
-                    tf.io.gfile.rmtree(path)
-                else:
-                    tf.io.gfile.remove(path)
-            except (OSError, tf.errors.OpError):
-                logging.warning("Could not remove %s, of an unfinished checkpoint.", path)
+        """Saves a checkpoint at the global step (`TrainingCheckpoints.save`)."""
+        return self.checkpoints.save()
 
     # ---------------------------------------------------------------- steps
 
@@ -402,28 +316,46 @@ class Trainer:
         self._stop = (reason, details)
         self._stop_requested = self._stop_requested or reason
 
-    def _install_stop_handlers(self, watched: bool) -> dict:
-        """SIGTERM and Ctrl-C (SIGINT) stop training with a checkpoint at the end of
-        this loop; a second Ctrl-C ends the program at once (`watched`: the watch of
-        `run_control.second_ctrl_c_ends_at_once` does, else the default action).
-        Returns the handlers they replace."""
+    @property
+    def stop_signal(self) -> str | None:
+        """The signal ("SIGTERM" or "SIGINT") that asked training to stop, if one came;
+        it may have come after the last step, e.g. during the last epoch's evaluation."""
+        return self._stop_requested if self._stop_requested in run_control.STOP_SIGNALS else None
 
-        def handler(signum, frame):
-            del frame
-            name = signal.Signals(signum).name
-            # The program says once that it stopped, when it ends (run_control.run_training).
-            logging.info("%s: saving a checkpoint at the end of this loop", name)
-            self._stop_requested = self._stop_requested or name
-            if signum == signal.SIGINT and not watched:
-                signal.signal(signum, signal.SIG_DFL)
+    @contextlib.contextmanager
+    def _stop_signals(self):
+        """In this block SIGTERM and Ctrl-C (SIGINT) stop training with a checkpoint at
+        the end of this loop; a second Ctrl-C ends the program at once (the watch of
+        `run_control.second_ctrl_c_ends_at_once`, else the default action)."""
+        with run_control.second_ctrl_c_ends_at_once(
+            "Ctrl-C: stopping with a checkpoint at the end of this loop (Ctrl-C again "
+            "stops at once, losing the steps since the last checkpoint).",
+            "Stopped at once by a second Ctrl-C: run the same command again to resume "
+            f"from the last checkpoint in {self.output_dir} (the steps since are lost).",
+        ) as watched:
 
-        previous = {}
-        for signum in (signal.SIGTERM, signal.SIGINT):
+            def handler(signum, frame):
+                del frame
+                name = signal.Signals(signum).name
+                # The program says once that it stopped, when it ends
+                # (run_control.run_training).
+                logging.info("%s: saving a checkpoint at the end of this loop", name)
+                self._stop_requested = self._stop_requested or name
+                if signum == signal.SIGINT and not watched:
+                    signal.signal(signum, signal.SIG_DFL)
+
+            previous = {}
+            for signum in (signal.SIGTERM, signal.SIGINT):
+                try:
+                    previous[signum] = signal.signal(signum, handler)
+                except ValueError:  # not the main thread
+                    break
             try:
-                previous[signum] = signal.signal(signum, handler)
-            except ValueError:  # not the main thread
-                break
-        return previous
+                yield
+            finally:
+                for signum, before in previous.items():
+                    if before is not None:
+                        signal.signal(signum, before)
 
     def train(
         self,
@@ -457,8 +389,7 @@ class Trainer:
             logging.info("Already trained %d steps; nothing to do.", start_step)
             return dict(global_step=start_step, num_train_steps=self.num_train_steps, complete=True)
         # An earlier run's summary (or one written just before a kill) is not this one's.
-        if tf.io.gfile.exists(self._summary_path()):
-            tf.io.gfile.remove(self._summary_path())
+        self.summary.remove()
 
         def skipping_dataset_fn(context):
             return dataset_fn(context).skip(max(start_step - first_step, 0))
@@ -466,17 +397,9 @@ class Trainer:
         dataset = self.strategy.distribute_datasets_from_function(skipping_dataset_fn)
         iterator = iter(dataset)
         loop = self.train_loop()
-        writer = self._summary_writer("train")
-        ctrl_c = contextlib.ExitStack()
-        watched = ctrl_c.enter_context(
-            run_control.second_ctrl_c_ends_at_once(
-                "Ctrl-C: stopping with a checkpoint at the end of this loop (Ctrl-C again "
-                "stops at once, losing the steps since the last checkpoint).",
-                "Stopped at once by a second Ctrl-C: run the same command again to resume "
-                f"from the last checkpoint in {self.output_dir} (the steps since are lost).",
-            )
-        )
-        previous_handlers = self._install_stop_handlers(watched)
+        writer = self.summary.writer("train")
+        stop_signals = contextlib.ExitStack()
+        stop_signals.enter_context(self._stop_signals())
         step, loss = start_step, float("nan")
         start_time = time.time()
         bar = self.progress.task("train", total=end_step, unit="step", initial=start_step)
@@ -487,7 +410,7 @@ class Trainer:
                     (end - step for end in loop_ends if end > step), default=end_step - step
                 )
                 num = min(self.steps_per_loop, end_step - step, to_save, to_end)
-                self._maybe_profile(step, num)
+                self.summary.maybe_profile(step, num)
                 loop_start = time.time()
                 loss_t, norm_t = loop(iterator, tf.constant(num, tf.int32))
                 loss, norm = float(loss_t), float(norm_t)
@@ -495,15 +418,18 @@ class Trainer:
                     raise FloatingPointError(f"training loss is {loss} at step {step + num}")
                 step = int(self.global_step.numpy())
                 elapsed = time.time() - loop_start
-                self._log_progress(
+                self.summary.log_loop(
                     writer,
                     step,
                     start_step,
+                    self.num_train_steps,
                     loss,
                     norm,
+                    float(self._current_lr()),
                     num * global_batch_size / max(elapsed, 1e-9),
                     start_time,
                     end_step,
+                    None if self.loss_scale is None else float(self.loss_scale.scale.numpy()),
                 )
                 if step >= end_step:
                     # Written before the final checkpoint: a run killed between the
@@ -517,8 +443,8 @@ class Trainer:
                     try:
                         self.save()
                     except BaseException:  # The summary must not say a lost step is done.
-                        if step >= end_step and tf.io.gfile.exists(self._summary_path()):
-                            tf.io.gfile.remove(self._summary_path())
+                        if step >= end_step:
+                            self.summary.remove()
                         raise
                 if after_loop is not None:
                     after_loop(step)
@@ -528,217 +454,38 @@ class Trainer:
         except distribution.PEER_ERRORS as e:
             if distribution.num_workers(self.strategy) < 2:
                 raise
-            latest = tf.train.latest_checkpoint(self.output_dir) if self._is_chief() else None
+            latest = (
+                tf.train.latest_checkpoint(self.output_dir)
+                if distribution.is_chief(self.strategy)
+                else None
+            )
             message = distribution.lost_worker_message(self.strategy, e, step, latest)
             raise LostWorkerError(message) from e
         finally:
             bar.close()
-            for signum, previous in previous_handlers.items():
-                if previous is not None:
-                    signal.signal(signum, previous)
-            ctrl_c.close()
+            stop_signals.close()
             writer.close()
         if step < end_step:
             summary = self._write_summary(step, loss, end_step)
         return summary
 
-    def _summary_writer(self, name: str):
-        """TensorBoard's writer of output_dir/`name`; none on a worker that is not the
-        chief (it would add a second event file of the same run)."""
-        if not self._is_chief():
-            return tf.summary.create_noop_writer()
-        return tf.summary.create_file_writer(os.path.join(self.output_dir, name))
-
-    def _summary_path(self) -> str:
-        name = SUMMARY_FILE
-        if not self._is_chief():
-            name = f"train_summary_worker_{self.strategy.cluster_resolver.task_id}.json"
-        return os.path.join(self.output_dir, name)
-
     def _write_summary(self, step: int, loss: float, end_step: int) -> dict:
-        """train_summary.json: the step reached, whether training is complete (it
-        reached `end_step`: num_train_steps, or --stop_at_step; else what stopped it),
-        the last loop's loss and the weights' checksum."""
-        summary = {
-            "global_step": step,
-            "num_train_steps": self.num_train_steps,
-            "complete": step >= end_step,
-            "loss": loss,
-            **self.replica_report(),
-        }
-        if end_step < self.num_train_steps:
-            summary["stop_at_step"] = end_step
-        if self._stop is not None and not summary["complete"]:
-            reason, details = self._stop
-            summary.update({"complete": True, "stopped_by": reason, reason: details})
-        elif not summary["complete"]:
-            summary["stopped_by"] = self._stop_requested or "SIGTERM"
-        file_io.write_json(self._summary_path(), summary)
-        return summary
+        """train_summary.json (`TrainingSummary.write`) of training stopped at `step`."""
+        return self.summary.write(
+            step, loss, self.num_train_steps, end_step, self._stop, self._stop_requested
+        )
 
     def replica_report(self) -> dict:
-        """A checksum of the weights and the largest difference between local replicas.
-
-        Every replica must hold the same weights; workers of a multi-worker job compare
-        their checksums (train_summary*.json).
-        """
-        max_diff, checksum = 0.0, 0.0
-        for variable in self.variables:
-            locals_ = [
-                v.numpy() for v in self.strategy.experimental_local_results(_tf_value(variable))
-            ]
-            checksum += float(np.sum(np.abs(locals_[0].astype(np.float64))))
-            for other in locals_[1:]:
-                max_diff = max(max_diff, float(np.max(np.abs(other - locals_[0]))))
-        return {
-            "weights_checksum": checksum,
-            "replica_max_diff": max_diff,
-            "num_replicas": self.strategy.num_replicas_in_sync,
-        }
-
-    def _maybe_profile(self, step: int, num: int):
-        if not self.profile_steps:
-            return
-        first, last = self.profile_steps
-        if step <= first < step + num:
-            tf.profiler.experimental.start(os.path.join(self.output_dir, "profile"))
-        if step <= last < step + num:
-            tf.profiler.experimental.stop()
-
-    def _log_progress(
-        self, writer, step, start_step, loss, norm, examples_per_sec, start_time, end_step
-    ):
-        lr = float(self._current_lr())
-        done = step - start_step
-        eta = (time.time() - start_time) / max(done, 1) * (end_step - step)
-        logging.info(
-            "step %d/%d  loss %.4f  lr %.3g  grad_norm %.3f  %.1f examples/s  ETA %s",
-            step,
-            self.num_train_steps,
-            loss,
-            lr,
-            norm,
-            examples_per_sec,
-            time.strftime("%H:%M:%S", time.gmtime(eta)),
-        )
-        with writer.as_default(step=step):
-            tf.summary.scalar("loss", loss)
-            tf.summary.scalar("learning_rate", lr)
-            tf.summary.scalar("grad_norm", norm)
-            tf.summary.scalar("examples_per_second", examples_per_sec)
-            if self.loss_scale is not None:
-                tf.summary.scalar("loss_scale", float(self.loss_scale.scale.numpy()))
+        """A checksum of the weights and the largest difference between local replicas
+        (`TrainingSummary.replica_report`)."""
+        return self.summary.replica_report()
 
     # ---------------------------------------------------------------- eval / predict
 
-    def _evaluation_step(self):
-        if self._eval_step is None:
-            # reduce_retracing: a smaller last batch makes one more trace, with a batch
-            # dimension of any size, instead of one per batch size seen.
-            @tf.function(reduce_retracing=True)
-            def step(batch):
-                def replica(features):
-                    sums = self.objective.eval_sums(features, self.model(features, training=False))
-                    # Summed in the replica context, as the gradients are: the same
-                    # collective on one machine and across workers.
-                    context = tf.distribute.get_replica_context()
-                    return context.all_reduce(tf.distribute.ReduceOp.SUM, sums)
+    def evaluate(self, dataset, max_steps=None, summary_name=None) -> dict:
+        """Metrics over a batched dataset, from the task's eval sums (`EvalLoop.evaluate`)."""
+        return self.eval_loop.evaluate(dataset, max_steps, summary_name)
 
-                sums = self.strategy.run(replica, args=(batch,))
-                return self.strategy.experimental_local_results(sums)[0]
-
-            self._eval_step = step
-        return self._eval_step
-
-    def _prediction_step(self, output_fn):
-        if output_fn not in self._predict_steps:
-
-            @tf.function(reduce_retracing=True)
-            def step(batch):
-                def replica(features):
-                    return output_fn(features, self.model(features, training=False))
-
-                return self.strategy.run(replica, args=(batch,))
-
-            self._predict_steps[output_fn] = step
-        return self._predict_steps[output_fn]
-
-    def evaluate(
-        self,
-        dataset: tf.data.Dataset,
-        max_steps: int | None = None,
-        summary_name: str | None = None,
-    ) -> dict:
-        """Metrics over a batched dataset (global batches), from the task's eval sums.
-
-        With `summary_name`, they also go to TensorBoard (output_dir/`summary_name`) at
-        the global step. Fine-tuning leaves it out: it writes each evaluation's metrics
-        once itself (`finetuning.write_eval_summaries`).
-        """
-        step = self._evaluation_step()
-        totals = None
-        total = _num_batches(dataset)
-        if max_steps is not None:
-            total = max_steps if total is None else min(total, max_steps)
-        # Workers share every global batch (DATA sharding): sharding by file fails on
-        # fewer files than workers, and the sums do not depend on who read what.
-        options = tf.data.Options()
-        options.experimental_distribute.auto_shard_policy = (
-            tf.data.experimental.AutoShardPolicy.DATA
-        )
-        dataset = dataset.with_options(options)
-        with self.progress.task("eval", total=total, unit="batch", leave=False) as bar:
-            for i, batch in enumerate(self.strategy.experimental_distribute_dataset(dataset)):
-                if max_steps is not None and i >= max_steps:
-                    break
-                sums = {k: float(v) for k, v in step(batch).items()}
-                totals = sums if totals is None else {k: totals[k] + sums[k] for k in totals}
-                bar.update(i + 1)
-        if totals is None:
-            raise UserError("the evaluation dataset is empty")
-        metrics = dict(self.objective.finalize_eval(totals))
-        metrics["global_step"] = int(self.global_step.numpy())
-        if summary_name is not None:
-            writer = self._summary_writer(summary_name)
-            with writer.as_default(step=metrics["global_step"]):
-                for k, v in metrics.items():
-                    if k != "global_step":
-                        tf.summary.scalar(k, v)
-            writer.close()
-        return metrics
-
-    def predict(
-        self,
-        dataset: tf.data.Dataset,
-        output_fn: Callable[[dict, dict], dict],
-        description: str = "predict",
-    ) -> dict:
-        """Concatenated numpy arrays of output_fn(features, outputs), in dataset order.
-
-        Outputs of batches cut to different lengths (`data_prep.input_pipeline`) are
-        padded with zeros to the longest along their other axes. The compiled step is
-        kept per `output_fn`: pass the same function (a module-level one, not a new
-        lambda) to reuse it. `description` names the job in the progress shown (e.g.
-        "evaluate" when predictions are scored).
-        """
-        step = self._prediction_step(output_fn)
-        pieces = []
-        total = _num_batches(dataset)
-        with self.progress.task(description, total=total, unit="batch", leave=False) as bar:
-            for i, batch in enumerate(self.strategy.experimental_distribute_dataset(dataset)):
-                result = step(batch)
-                for local in self.strategy.experimental_local_results(result):
-                    pieces.append({k: v.numpy() for k, v in local.items()})
-                bar.update(i + 1)
-        if not pieces:
-            return {}
-        return {k: _concatenate([p[k] for p in pieces]) for k in pieces[0]}
-
-
-def _concatenate(arrays: list[np.ndarray]) -> np.ndarray:
-    """`arrays` joined along axis 0, each padded with zeros to the largest size of
-    every other axis."""
-    shape = np.max([a.shape for a in arrays], axis=0)
-    return np.concatenate(
-        [np.pad(a, [(0, 0)] + [(0, m - n) for m, n in zip(shape[1:], a.shape[1:])]) for a in arrays]
-    )
+    def predict(self, dataset, output_fn, description="predict") -> dict:
+        """output_fn(features, outputs) over a dataset, in order (`EvalLoop.predict`)."""
+        return self.eval_loop.predict(dataset, output_fn, description)

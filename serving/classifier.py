@@ -54,7 +54,7 @@ def classifier_signatures(
     text_a and text_b hold one entry per example (text_b "" for a single sentence);
     batches of other sizes fail with tf.errors.InvalidArgumentError naming both.
 
-    Each request batch is cut to its longest packed input (`inputs.cut_to_longest`),
+    Each request batch is cut to its longest packed input (`model_call.ModelCall.cut`),
     unless `pad_to_max_seq_length`: then every input is padded to seq_length. With
     `xla_single_requests`, a request of one text runs the model through XLA
     (`model_call.ModelCall`).
@@ -232,7 +232,7 @@ def multiple_choice_signatures(
     (an empty choice too), the longer segment truncated first. The inputs hold one
     row per example (context [B], start [B], endings or choices [B, C], C >= 1);
     others fail with tf.errors.InvalidArgumentError naming them. Each request batch is
-    cut to its longest packed choice (`inputs.cut_to_longest`), unless
+    cut to its longest packed choice (`model_call.ModelCall.cut`), unless
     `pad_to_max_seq_length`. With `xla_single_requests`, a request of one example (its
     C choices) runs the model through XLA (`model_call.ModelCall`).
 

@@ -40,7 +40,6 @@ from data_prep.text import tf_tokenization
 from modeling import task_kinds
 from serving import classifier, ner, savedmodel, squad
 
-from serving.savedmodel import check_export_path
 
 # export kind (`modeling.task_kinds`: a kind's `export_kind`) -> builder(model,
 # tokenizer, seq_length, labels, **options) -> {signature name: tf.function}. A new kind
@@ -144,7 +143,7 @@ def export_task_model(
       the absolute export path. See the builder of `kind` for the signatures.
     """
     options = check_options(kind, options)
-    check_export_path(export_dir, overwrite)
+    savedmodel.check_export_path(export_dir, overwrite)
     tokenizer = tf_tokenization.TFBertTokenizer(
         vocab_file, do_lower_case, preserve_unused_tokens=preserve_unused_tokens
     )

@@ -1,6 +1,7 @@
 """Raw-text inputs of the task exports: signature specs, request checks, word
-tokenization and packing, in-graph as the task data writers do offline, and the cut of
-a packed batch to its longest input.
+tokenization and packing, in-graph as the task data writers do offline, and the
+arithmetic of cutting a packed batch (`longest_input`, `cut_to_length`; the cut itself
+is `model_call.ModelCall.cut`).
 
 Shape legend: B batch, S sequence, W words, P pieces.
 """
@@ -80,17 +81,6 @@ def pack_text(
     pair = tokenizer.bert_pack_inputs([ids_a, tokenizer.tokenize(text_b)], seq_length)
     has_b = (tf.strings.length(text_b) > 0)[:, tf.newaxis]  # [B, 1]
     return {k: tf.where(has_b, pair[k], single[k]) for k in single}
-
-
-def cut_to_longest(inputs: dict[str, tf.Tensor]) -> dict[str, tf.Tensor]:
-    """Packed model inputs ([..., S] each, padded to the export's seq_length) cut to
-    the longest real input of the batch: positions past every row's last token are
-    dropped, so that the model computes only the positions the batch needs.
-
-    The model's outputs at the positions kept are those of the padded inputs (the
-    attention mask hides padding): what a request gets does not change, only its cost.
-    """
-    return cut_to_length(inputs, longest_input(inputs))
 
 
 def longest_input(inputs: dict[str, tf.Tensor]) -> tf.Tensor:

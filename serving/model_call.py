@@ -73,7 +73,9 @@ class ModelCall:
     def cut(self, inputs: dict, examples: tf.Tensor | None = None) -> dict:
         """Packed inputs ([..., S], S the export's seq_length) cut to the length the
         model computes: the longest input, rounded up to a cut size when the XLA call
-        will take them; unchanged with pad_to_max_seq_length.
+        will take them; unchanged with pad_to_max_seq_length. The outputs at the
+        positions kept are those of the padded inputs (the attention mask hides
+        padding): what a request gets does not change, only its cost.
 
         Args:
           inputs: int32 [N, S] each.

@@ -61,7 +61,7 @@ def ner_signatures(
     sentence by sentence (--nodocument_context, or data without -DOCSTART- lines)
     is best sent one sentence per text: several sentences in one text are tagged
     together, where --do_predict would tag each alone. The windows
-    of a request are cut to the longest of them (`inputs.cut_to_longest`) unless
+    of a request are cut to the longest of them (`model_call.ModelCall.cut`) unless
     `pad_to_max_seq_length`. With `xla_single_requests`, a request of one window (one
     text of at most seq_length - 2 pieces) runs the model through XLA
     (`model_call.ModelCall`).

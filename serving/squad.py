@@ -331,7 +331,7 @@ def squad_signatures(
     question and context hold one entry per example; batches of other sizes fail with
     tf.errors.InvalidArgumentError naming both.
 
-    The windows of a request are cut to the longest of them (`inputs.cut_to_longest`)
+    The windows of a request are cut to the longest of them (`model_call.ModelCall.cut`)
     and the best span is chosen among the window's tokens only. With
     `pad_to_max_seq_length`, every window is padded to seq_length and, as in the
     original release, the n_best_size highest logits of a window may include padding

@@ -57,7 +57,7 @@ def _missing_module_hint(name: str) -> str:
     if name.startswith("tensorflow.contrib") or name.startswith("bert"):
         return (
             ": a reader module needs only `from run_classifier import DataProcessor, "
-            "InputExample` and `from data_prep import tokenization`"
+            "InputExample` and `from data_prep.text import tokenization`"
         )
     return ""
 

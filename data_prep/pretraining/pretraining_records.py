@@ -2,8 +2,9 @@
 
 This module owns what a run does around the instances: its settings
 (`RunOptions`); `dupe_factor` passes over the shuffled documents, each instance
-serialized as a `tf.train.Example` with sorted feature keys (`serialize_instance`,
-`canonical_record`) into an unnamed temporary file (`RecordSpill`); the final
+serialized as a `tf.train.Example` with sorted feature keys (`serialize_instance`;
+`canonical_record` re-serializes another program's record so, to compare it with
+ours) into an unnamed temporary file (`RecordSpill`); the final
 shuffle; the shards, written round-robin under temporary names with
 `<shard>.meta.json` beside each (`write_shards`, `shard_metadata`; read back by
 `pretraining_data.read_metadata`); and one shard per input file, built in a pool of processes

@@ -320,40 +320,6 @@ def feature_spec(max_seq_length: int, is_training: bool) -> dict:
     return spec
 
 
-def make_decoder(max_seq_length: int, is_training: bool):
-    """A function decoding one serialized SQuAD record into int32 tensors.
-
-    Args:
-        max_seq_length: S, as written in the records.
-        is_training: the records hold labels.
-
-    Returns:
-        A function: scalar string tensor -> dict of int32 tensors
-        `unique_ids` [], `input_word_ids`, `input_mask`, `input_type_ids` [S],
-        and for training `start_positions`, `end_positions`, `is_impossible` [].
-    """
-    spec = feature_spec(max_seq_length, is_training)
-
-    def decode(record):
-        parsed = tf.io.parse_single_example(record, spec)
-        # int32: TPUs have no int64, and ids fit.
-        return {
-            records.ENCODER_INPUT_NAMES.get(name, name): tf.cast(value, tf.int32)
-            for name, value in parsed.items()
-        }
-
-    return decode
-
-
-def load_dataset(
-    input_file: str | Sequence[str], max_seq_length: int, is_training: bool
-) -> tf.data.Dataset:
-    """An unbatched `tf.data.Dataset` of decoded records (`make_decoder`)."""
-    return tf.data.TFRecordDataset(input_file).map(
-        make_decoder(max_seq_length, is_training), num_parallel_calls=tf.data.AUTOTUNE
-    )
-
-
 def decode_records(
     serialized: tf.Tensor, max_seq_length: int, is_training: bool
 ) -> dict[str, tf.Tensor]:

@@ -9,7 +9,7 @@ import sys
 from tests.conftest import REPO_ROOT
 
 
-def test_the_original_tokenization_import_is_the_module_itself():
+def test_the_older_tokenization_import_is_the_module_itself():
     from data_prep import tokenization
     from data_prep.text import tokenization as moved
 

@@ -48,7 +48,7 @@ def bert_base_dir(tmp_path_factory):
 
     import keras
 
-    from modeling import checkpoints
+    from modeling import checkpoint_writers
     from modeling.config import BertConfig
     from modeling.encoder import BertEncoder
     from modeling.models import BertPretrainer
@@ -67,7 +67,7 @@ def bert_base_dir(tmp_path_factory):
     shutil.copy(SAMPLE_DATA / "vocab" / "uncased_vocab.txt", directory / "vocab.txt")
     keras.utils.set_random_seed(1)
     encoder = BertEncoder(config)
-    checkpoints.write_original_checkpoint(
+    checkpoint_writers.write_original_checkpoint(
         str(directory / "bert_model.ckpt"), encoder, BertPretrainer(encoder, config)
     )
     return directory
@@ -320,6 +320,7 @@ def test_use_tpu_maps_to_the_tpu_strategy():
     from absl import flags
 
     import runner_flags
+    import runner_settings
 
     values = flags.FlagValues()
     runner_flags.define_common_flags(max_seq_length=128, flag_values=values)
@@ -335,10 +336,10 @@ def test_use_tpu_maps_to_the_tpu_strategy():
             "--num_tpu_cores=8",
         ]
     )
-    runner_flags.apply_original_flags(values)
+    runner_settings.apply_original_flags(values)
     assert values.distribution_strategy == "tpu" and values.tpu == "my-tpu"
     assert values.steps_per_loop == 100
     values.unparse_flags()
     values(["prog", "--use_tpu=True", "--distribution_strategy=mirrored"])
     with pytest.raises(ValueError, match="--use_tpu contradicts"):
-        runner_flags.apply_original_flags(values)
+        runner_settings.apply_original_flags(values)

@@ -1,7 +1,7 @@
 """The original release's own unit tests, run against this project (conformance).
 
 `bert/tokenization_test.py` of the installed bert-tensorflow 1.0.4 is read from the
-package and run unchanged against `data_prep.tokenization`, through a small adapter:
+package and run unchanged against `data_prep.text.tokenization`, through a small adapter:
 its `from bert import tokenization` gets a module that is ours plus the original's
 private names (`_is_whitespace`, `_is_control`, `_is_punctuation`, aliases of ours)
 and a `FullTokenizer` that passes the absl flag `--preserve_unused_tokens` (which the
@@ -26,7 +26,7 @@ import unittest
 import pytest
 from absl import flags
 
-from data_prep import tokenization
+from data_prep.text import tokenization
 
 # The original's private names -> ours.
 _PRIVATE_NAMES = {

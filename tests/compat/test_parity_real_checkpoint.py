@@ -11,8 +11,8 @@ import sys
 import numpy as np
 import pytest
 
-from data_prep import tokenization
-from modeling import checkpoints
+from data_prep.text import tokenization
+from modeling import checkpoint_writers, checkpoints
 from modeling.config import BertConfig
 from modeling.encoder import BertEncoder
 from tests.conftest import REPO_ROOT, SAMPLE_DATA
@@ -129,7 +129,7 @@ def test_ids_equal_hugging_face_tokenizer(models, minilm_dir):
 
 def test_same_weights_through_an_original_tf1_checkpoint(models, tmp_path):
     ours, theirs, tokenizer = models
-    prefix = checkpoints.write_original_checkpoint(str(tmp_path / "bert_model.ckpt"), ours)
+    prefix = checkpoint_writers.write_original_checkpoint(str(tmp_path / "bert_model.ckpt"), ours)
     reloaded = BertEncoder(ours.config)
     assert checkpoints.restore_model(prefix, reloaded)["kind"] == "tf1"
     compare(reloaded, theirs, encode(tokenizer, real_sentences()))

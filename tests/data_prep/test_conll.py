@@ -12,14 +12,14 @@ import pytest
 import tensorflow as tf
 
 from data_prep.ner import conll
-from data_prep.ner import ner_features
+from data_prep.ner import ner_features, ner_records
 from common import file_io
 from data_prep import context_windows, records
 from data_prep.ner import tag_schemes
 from data_prep.text import tokenization
 from evaluation import conlleval
 
-IGNORE = ner_features.LABEL_IGNORE_ID
+IGNORE = ner_records.LABEL_IGNORE_ID
 
 
 @pytest.fixture(scope="module")
@@ -106,7 +106,7 @@ def test_eval_tag_with_a_label_training_never_had_is_left_out_of_the_loss(tokeni
         dev, labels, tokenizer, 16, 8, label_scheme="iob1"
     )
     # Ann's first piece carries I-PER; Bob's B-PER has no label id, so no position does.
-    assert [i for i in feature.label_ids if i != ner_features.LABEL_IGNORE_ID] == [1]
+    assert [i for i in feature.label_ids if i != ner_records.LABEL_IGNORE_ID] == [1]
     assert "dev.txt:2 'B-PER'" in caplog.text
 
 
@@ -461,8 +461,8 @@ def _write_hand_windows(path: str, hand_sentences, tokenizer):
     features = ner_features.convert_sentences_to_features(
         hand_sentences * 2, labels, tokenizer, 8, 2
     )
-    ner_features.write_tfrecord(features, path)
-    metadata = ner_features.describe(
+    ner_records.write_tfrecord(features, path)
+    metadata = ner_records.describe(
         hand_sentences * 2,
         features,
         labels,
@@ -479,18 +479,19 @@ def _write_hand_windows(path: str, hand_sentences, tokenizer):
 def test_tfrecord_round_trip_and_metadata(tmp_path, hand_sentences, tokenizer):
     path = str(tmp_path / "out" / "train.tf_record")
     labels, features, metadata = _write_hand_windows(path, hand_sentences, tokenizer)
-    decoded = list(ner_features.load_dataset(path, 8).as_numpy_iterator())
-    assert len(decoded) == len(features) == 8
-    for (inputs, label_ids), feature in zip(decoded, features):
-        assert sorted(inputs) == ["input_mask", "input_type_ids", "input_word_ids"]
-        assert inputs["input_word_ids"].dtype == np.int32 and label_ids.dtype == np.int32
-        assert inputs["input_word_ids"].tolist() == feature.input_ids
-        assert inputs["input_mask"].tolist() == feature.input_mask
-        assert inputs["input_type_ids"].tolist() == feature.segment_ids
-        assert label_ids.tolist() == feature.label_ids
+    serialized = list(tf.data.TFRecordDataset(path).as_numpy_iterator())
+    decoded = {k: v.numpy() for k, v in ner_records.decode_records(serialized, 8).items()}
+    assert len(serialized) == len(features) == 8
+    assert sorted(decoded) == ["input_mask", "input_type_ids", "input_word_ids", "label_ids"]
+    assert all(v.dtype == np.int32 for v in decoded.values())
+    for i, feature in enumerate(features):
+        assert decoded["input_word_ids"][i].tolist() == feature.input_ids
+        assert decoded["input_mask"][i].tolist() == feature.input_mask
+        assert decoded["input_type_ids"][i].tolist() == feature.segment_ids
+        assert decoded["label_ids"][i].tolist() == feature.label_ids
     assert features[4].sentence_index == 1 and features[4].unique_id == 4
 
-    ner_features.write_metadata(path, metadata)
+    ner_records.write_metadata(path, metadata)
     assert sorted(p.name for p in (tmp_path / "out").iterdir()) == [
         "train.tf_record",
         "train.tf_record.meta.json",
@@ -512,7 +513,7 @@ def test_tfrecord_round_trip_and_metadata(tmp_path, hand_sentences, tokenizer):
         "format": "bert_ner_tfrecord/4",
         "record_bytes": os.path.getsize(path),
     }
-    assert ner_features.read_metadata(path) == metadata
+    assert ner_records.read_metadata(path) == metadata
     assert metadata.num_records == 8 and metadata.max_seq_length == 8
     data["max_seq_lenght"] = data.pop("max_seq_length")
     bad = str(tmp_path / "bad.tf_record")
@@ -522,10 +523,10 @@ def test_tfrecord_round_trip_and_metadata(tmp_path, hand_sentences, tokenizer):
         match=r"bad\.tf_record\.meta\.json.*max_seq_lenght.*"
         r"max_seq_length",
     ):
-        ner_features.read_metadata(bad)
+        ner_records.read_metadata(bad)
     file_io.write_json(records.metadata_path(bad), dict(data, format="bert_ner_tfrecord/0"))
     with pytest.raises(ValueError, match=r"'bert_ner_tfrecord/0', not 'bert_ner_tfrecord/4'"):
-        ner_features.read_metadata(bad)
+        ner_records.read_metadata(bad)
 
 
 def test_build_dataset_batches_for_the_trainer(tmp_path, hand_sentences, tokenizer):
@@ -535,14 +536,14 @@ def test_build_dataset_batches_for_the_trainer(tmp_path, hand_sentences, tokeniz
     def ids(batches, name="input_word_ids"):
         return np.concatenate([batch[name] for batch in batches]).tolist()
 
-    once = list(ner_features.build_dataset(path, metadata, 3, is_training=False))
+    once = list(ner_records.build_dataset(path, metadata, 3, is_training=False))
     assert sorted(once[0]) == ["input_mask", "input_type_ids", "input_word_ids", "label_ids"]
     assert [len(batch["label_ids"]) for batch in once] == [3, 3, 2]
     assert ids(once) == [f.input_ids for f in features]
     assert ids(once, "label_ids") == [f.label_ids for f in features]
     # A shuffle buffer of one keeps file order; training repeats and drops no record.
     train = list(
-        ner_features.build_dataset(path, metadata, 3, is_training=True, shuffle_buffer_size=1).take(
+        ner_records.build_dataset(path, metadata, 3, is_training=True, shuffle_buffer_size=1).take(
             4
         )
     )
@@ -551,11 +552,11 @@ def test_build_dataset_batches_for_the_trainer(tmp_path, hand_sentences, tokeniz
         num_input_pipelines=2, input_pipeline_id=1, num_replicas_in_sync=2
     )
     shard = list(
-        ner_features.build_dataset(path, metadata, 4, is_training=False, input_context=context)
+        ner_records.build_dataset(path, metadata, 4, is_training=False, input_context=context)
     )
     assert ids(shard) == [f.input_ids for f in features[1::2]]
     assert [len(batch["label_ids"]) for batch in shard] == [2, 2]
-    inference = list(ner_features.inference_dataset(features, 5))
+    inference = list(ner_records.inference_dataset(features, 5))
     assert ids(inference) == ids(once) and ids(inference, "unique_ids") == list(range(8))
 
 

@@ -15,7 +15,7 @@ import pytest
 import tensorflow as tf
 
 from data_prep.classifier import classifier_features
-from data_prep.ner import conll, ner_features
+from data_prep.ner import conll, ner_features, ner_records
 from data_prep.squad import squad_records
 from data_prep import input_pipeline, records
 from data_prep.input_pipeline import RecordMetadata
@@ -63,7 +63,7 @@ def test_cut_batch_keeps_every_real_token():
     np.testing.assert_array_equal(cut["label_ids"], [1, 0, 1])
     # NER: labels are a sequence feature, cut with the batch.
     ner = {"input_mask": mask[:, 0], "label_ids": mask[:, 0] - 1}
-    cut = input_pipeline.cut_batch(ner, SEQ, ner_features.SEQUENCE_FEATURES)
+    cut = input_pipeline.cut_batch(ner, SEQ, ner_records.SEQUENCE_FEATURES)
     assert cut["label_ids"].shape == (3, 32)
     padded = input_pipeline.pad_to_length(np.asarray(cut["label_ids"]), SEQ, value=-1)
     np.testing.assert_array_equal(padded, ner["label_ids"])
@@ -202,8 +202,8 @@ def _ner_records(tmp_path, num_sentences=60, max_seq_length=SEQ):
         sentences, labels, tokenizer, max_seq_length, 16
     )
     path = str(tmp_path / "train.tf_record")
-    ner_features.write_tfrecord(features, path)
-    metadata = ner_features.describe(
+    ner_records.write_tfrecord(features, path)
+    metadata = ner_records.describe(
         sentences, features, labels, "iob2", "iob2", max_seq_length, 16, True, 30522
     )
     return path, metadata, labels, features
@@ -224,11 +224,11 @@ def _ids(batches):
 def test_training_order_is_a_new_permutation_every_epoch(tmp_path):
     path, metadata, _, _ = _ner_records(tmp_path)
     n = metadata.num_records
-    file_order = _ids(ner_features.build_dataset(path, metadata, 8, False))
+    file_order = _ids(ner_records.build_dataset(path, metadata, 8, False))
     assert len(file_order) == n
 
     def stream(seed):
-        batches = ner_features.build_dataset(path, metadata, 8, True, seed).take(3 * n // 8)
+        batches = ner_records.build_dataset(path, metadata, 8, True, seed).take(3 * n // 8)
         return _ids(batches)
 
     order = stream(seed=1)
@@ -268,7 +268,7 @@ def test_group_by_length_is_deterministic_resumable_and_splits_over_replicas(tmp
     n = metadata.num_records
 
     def batches(batch_size=8, context=None, **kwargs):
-        dataset = ner_features.build_dataset(
+        dataset = ner_records.build_dataset(
             path, metadata, batch_size, True, 3, context, group_by_length=True, **kwargs
         )
         return list(dataset.take(3 * n // 8).as_numpy_iterator())
@@ -278,19 +278,19 @@ def test_group_by_length_is_deterministic_resumable_and_splits_over_replicas(tmp
     # 60 windows are less than one group of 50 batches: the run is told.
     assert f"--group_by_length on {n} training examples" in caplog.text
     assert _ids(grouped) == _ids(batches())  # Deterministic for a seed.
-    plain = _ids(ner_features.build_dataset(path, metadata, 8, True, 3).take(3 * n // 8))
+    plain = _ids(ner_records.build_dataset(path, metadata, 8, True, 3).take(3 * n // 8))
     # Less padding than the plain order: the widths computed are smaller.
     widths = [b["input_word_ids"].shape[1] for b in grouped]
     plain_widths = [
         b["input_word_ids"].shape[1]
-        for b in ner_features.build_dataset(path, metadata, 8, True, 3).take(3 * n // 8)
+        for b in ner_records.build_dataset(path, metadata, 8, True, 3).take(3 * n // 8)
     ]
     assert sum(widths) < sum(plain_widths)
     # Every epoch holds every window once (up to the batches at its ends).
     stream = _ids(grouped)
     assert sorted(stream[:n]) == sorted(plain[:n])
     # A resumed run (the Trainer skips the batches consumed) gets the same batches.
-    resumed = ner_features.build_dataset(path, metadata, 8, True, 3, group_by_length=True)
+    resumed = ner_records.build_dataset(path, metadata, 8, True, 3, group_by_length=True)
     assert _ids(resumed.skip(5).take(4)) == _ids(grouped[5:9])
     # Two replicas (one input pipeline): each global batch split in two halves.
     context = tf.distribute.InputContext(
@@ -321,7 +321,7 @@ def _train_ner(tmp_path, name, path, metadata, labels, pad, steps=6, xla=False, 
         enable_xla=xla,
     )
     dataset = strategy.distribute_datasets_from_function(
-        lambda context: ner_features.build_dataset(
+        lambda context: ner_records.build_dataset(
             path, metadata, 8, True, 4, context, pad_to_max_seq_length=pad
         )
     )
@@ -341,7 +341,7 @@ def test_cut_batches_train_the_same_steps_as_full_padding(tmp_path):
     path, metadata, labels, _ = _ner_records(tmp_path)
     widths = [
         b["input_word_ids"].shape[1]
-        for b in ner_features.build_dataset(path, metadata, 8, True, 4).take(6)
+        for b in ner_records.build_dataset(path, metadata, 8, True, 4).take(6)
     ]
     assert len(set(widths)) >= 2 and max(widths) < SEQ  # The steps see several shapes.
     padded_losses, padded, _ = _train_ner(tmp_path, "padded", path, metadata, labels, True)
@@ -402,7 +402,7 @@ def test_two_replicas_on_cut_batches_compute_the_step_of_one_device(tmp_path):
     context = tf.distribute.InputContext(1, 0, 2)
     halves = [
         b["input_word_ids"].shape[1]
-        for b in ner_features.build_dataset(path, metadata, 8, True, 4, context).take(8)
+        for b in ner_records.build_dataset(path, metadata, 8, True, 4, context).take(8)
     ]
     assert any(a != b for a, b in zip(halves[::2], halves[1::2]))  # Halves of one step differ.
     process = subprocess.run(

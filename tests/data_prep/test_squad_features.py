@@ -384,9 +384,10 @@ def test_tfrecords_equal_original_and_decode(orig, tokenizer, orig_tokenizer, tm
 
     assert parsed(output) == parsed(str(tmp_path / "orig.tf_record"))
 
-    decoded = list(squad_records.load_dataset(output, 128, True))
-    assert len(decoded) == len(features)
-    assert sorted(decoded[0]) == sorted(
+    serialized = list(tf.data.TFRecordDataset(output).as_numpy_iterator())
+    decoded = {k: v.numpy() for k, v in squad_records.decode_records(serialized, 128, True).items()}
+    assert len(serialized) == len(features)
+    assert sorted(decoded) == sorted(
         [
             "unique_ids",
             "input_word_ids",
@@ -397,15 +398,15 @@ def test_tfrecords_equal_original_and_decode(orig, tokenizer, orig_tokenizer, tm
             "is_impossible",
         ]
     )
-    assert all(t.dtype == tf.int32 for t in decoded[0].values())
-    for record, feature in zip(decoded, features):
-        assert record["unique_ids"].numpy() == feature.unique_id
-        assert record["input_word_ids"].numpy().tolist() == feature.input_ids
-        assert record["input_mask"].numpy().tolist() == feature.input_mask
-        assert record["input_type_ids"].numpy().tolist() == feature.segment_ids
-        assert record["start_positions"].numpy() == feature.start_position
-        assert record["end_positions"].numpy() == feature.end_position
-        assert record["is_impossible"].numpy() == feature.is_impossible
+    assert all(t.dtype == tf.int32 for t in decoded.values())
+    for i, feature in enumerate(features):
+        assert decoded["unique_ids"][i] == feature.unique_id
+        assert decoded["input_word_ids"][i].tolist() == feature.input_ids
+        assert decoded["input_mask"][i].tolist() == feature.input_mask
+        assert decoded["input_type_ids"][i].tolist() == feature.segment_ids
+        assert decoded["start_positions"][i] == feature.start_position
+        assert decoded["end_positions"][i] == feature.end_position
+        assert decoded["is_impossible"][i] == feature.is_impossible
 
 
 def test_predict_records_have_no_labels(tokenizer, tmp_path):
@@ -417,10 +418,13 @@ def test_predict_records_have_no_labels(tokenizer, tmp_path):
     )
     output = str(tmp_path / "eval.tf_record")
     squad_records.write_features(features, output, False)
-    (record,) = list(squad_records.load_dataset(output, 384, False).take(1))
+    import tensorflow as tf
+
+    serialized = list(tf.data.TFRecordDataset(output).take(1).as_numpy_iterator())
+    record = squad_records.decode_records(serialized, 384, False)
     assert sorted(record) == ["input_mask", "input_type_ids", "input_word_ids", "unique_ids"]
     with pytest.raises(Exception, match="_positions .* is required"):
-        list(squad_records.load_dataset(output, 384, True))
+        squad_records.decode_records(serialized, 384, True)
 
 
 def test_failed_write_leaves_no_file(tmp_path):

@@ -79,7 +79,7 @@ def read_records(path):
 
 
 def canonical(records):
-    return [tf.train.Example.FromString(r).SerializeToString(deterministic=True) for r in records]
+    return [ptr.canonical_record(r) for r in records]
 
 
 def parse(record, max_seq_length=128, max_predictions=20):

@@ -12,6 +12,7 @@ import tensorflow as tf
 
 from modeling import checkpoint_names as names
 from modeling import checkpoints, feature_based, model_files, models
+from modeling import checkpoint_readers, checkpoint_writers
 from modeling.checkpoint_writers import hf_config, hf_tensors
 from modeling.config import ACTIVATIONS, BertConfig
 from modeling.encoder import BertEncoder
@@ -21,9 +22,9 @@ TINY = tiny_config(vocab_size=99)
 CONFIG = BertConfig(**TINY)
 KINDS = ("encoder", "pretrainer", "classifier", "multiple_choice", "span", "token_classifier")
 WRITERS = {
-    "tf1": checkpoints.write_original_directory,
-    "hf": checkpoints.write_hf_directory,
-    "tf2": checkpoints.write_tf2_directory,
+    "tf1": checkpoint_writers.write_original_directory,
+    "hf": checkpoint_writers.write_hf_directory,
+    "tf2": checkpoint_writers.write_tf2_directory,
 }
 
 
@@ -89,18 +90,18 @@ def written(vocab, tmp_path_factory):
 
 
 def test_hugging_face_names_of_every_head():
-    assert checkpoints.hf_name("cls/seq_relationship/output_bias", "bert.") == (
+    assert names.hf_name("cls/seq_relationship/output_bias", "bert.") == (
         "cls.seq_relationship.bias",
         False,
     )
-    assert checkpoints.hf_name("cls/predictions/output_bias", "bert.") == (
+    assert names.hf_name("cls/predictions/output_bias", "bert.") == (
         "cls.predictions.bias",
         False,
     )
-    assert checkpoints.hf_name("output_weights", "bert.") == ("classifier.weight", False)
-    assert checkpoints.hf_name("output_bias", "bert.") == ("classifier.bias", False)
-    assert checkpoints.hf_name("cls/squad/output_weights", "bert.") == ("qa_outputs.weight", False)
-    assert checkpoints.hf_name("bert/pooler/dense/kernel", "bert.") == (
+    assert names.hf_name("output_weights", "bert.") == ("classifier.weight", False)
+    assert names.hf_name("output_bias", "bert.") == ("classifier.bias", False)
+    assert names.hf_name("cls/squad/output_weights", "bert.") == ("qa_outputs.weight", False)
+    assert names.hf_name("bert/pooler/dense/kernel", "bert.") == (
         "bert.pooler.dense.weight",
         True,
     )
@@ -186,7 +187,7 @@ def test_head_of_another_label_count_names_both_shapes_unless_reinitialised(
     source, folder = written["classifier", fmt]
     target = build("classifier", num_labels=2)
     before = weights(target)
-    with pytest.raises(checkpoints.CheckpointMismatchError) as error:
+    with pytest.raises(checkpoint_readers.CheckpointMismatchError) as error:
         checkpoints.restore_model(folder, target)
     message = str(error.value)
     assert name in message and "reinit_head" in message
@@ -236,7 +237,7 @@ def test_head_of_another_kind_is_refused(written, tmp_path):
     ]:
         folder = written["classifier", fmt][1]
         with pytest.raises(
-            checkpoints.CheckpointMismatchError,
+            checkpoint_readers.CheckpointMismatchError,
             match=f"holds a classifier model \\({source_says}\\), not a token_classifier",
         ):
             checkpoints.restore_model(folder, build("token_classifier"))
@@ -244,10 +245,10 @@ def test_head_of_another_kind_is_refused(written, tmp_path):
         assert info["fresh"] == ["classifier"]
     # Regression (one output) against multiple choice: the same [1, H] head.
     regression = build("classifier", num_labels=1)
-    checkpoints.write_original_directory(
+    checkpoint_writers.write_original_directory(
         str(tmp_path / "stsb"), regression, written["encoder", "tf1"][1] + "/vocab.txt", True
     )
-    with pytest.raises(checkpoints.CheckpointMismatchError, match="not a multiple_choice"):
+    with pytest.raises(checkpoint_readers.CheckpointMismatchError, match="not a multiple_choice"):
         checkpoints.restore_model(str(tmp_path / "stsb"), build("multiple_choice"))
     # Without model_info.json a TF1 output_weights head cannot say whose it is.
     os.remove(tmp_path / "stsb" / "model_info.json")
@@ -308,7 +309,7 @@ def test_hugging_face_task_directory_without_pooler(written, tmp_path):
         save_file(tensors, str(no_pooler / "model.safetensors"), metadata={"format": "pt"})
         (no_pooler / "config.json").write_text(open(os.path.join(folder, "config.json")).read())
         if fresh is None:
-            with pytest.raises(checkpoints.CheckpointMismatchError, match="pooler"):
+            with pytest.raises(checkpoint_readers.CheckpointMismatchError, match="pooler"):
                 checkpoints.restore_model(str(no_pooler), build(kind))
         else:
             info = checkpoints.restore_model(str(no_pooler), build(kind))
@@ -317,7 +318,7 @@ def test_hugging_face_task_directory_without_pooler(written, tmp_path):
 
 def test_feature_based_tagger(written, vocab, tmp_path):
     source = randomized(build("feature_based"))
-    checkpoints.write_tf2_directory(str(tmp_path / "fb"), source, vocab, True)
+    checkpoint_writers.write_tf2_directory(str(tmp_path / "fb"), source, vocab, True)
     target = build("feature_based")
     info = checkpoints.restore_model(str(tmp_path / "fb"), target)
     assert info["restored"] == ["encoder", "combination", "bilstm_0", "bilstm_1", "classifier"]
@@ -329,7 +330,9 @@ def test_feature_based_tagger(written, vocab, tmp_path):
     info = checkpoints.restore_model(written["token_classifier", "hf"][1], build("feature_based"))
     assert info["restored"] == ["encoder"] and "bilstm_0" in info["fresh"]
     with pytest.raises(ValueError, match="BiLSTM head has no TF1"):
-        checkpoints.write_original_checkpoint(str(tmp_path / "x" / "bert_model.ckpt"), source)
+        checkpoint_writers.write_original_checkpoint(
+            str(tmp_path / "x" / "bert_model.ckpt"), source
+        )
 
 
 def test_run_output_dir_resolves_to_its_best_model(tmp_path):
@@ -366,7 +369,7 @@ def test_run_output_dir_resolves_to_its_best_model(tmp_path):
     for key, value in weights(target).items():
         np.testing.assert_array_equal(value, best[key])
     # model_info.json of the run (beside best/) still says what the model is.
-    with pytest.raises(checkpoints.CheckpointMismatchError, match="holds a classifier"):
+    with pytest.raises(checkpoint_readers.CheckpointMismatchError, match="holds a classifier"):
         checkpoints.restore_model(str(tmp_path), build("token_classifier"))
     # The latest checkpoint by prefix; config and vocab of a best/ prefix from the run.
     info = checkpoints.restore_model(str(tmp_path / "ckpt-5"), build("classifier"))
@@ -389,7 +392,9 @@ def test_inspect_checkpoint_says_kind_labels_and_case(written, vocab, tmp_path):
         checkpoints.inspect_checkpoint(written["token_classifier", "tf1"][1])["model_kind"] is None
     )  # output_weights: run_classifier's or NER code's.
     folder = str(tmp_path / "labelled")
-    checkpoints.write_hf_directory(folder, build("classifier"), vocab, False, ["x", "y", "z"])
+    checkpoint_writers.write_hf_directory(
+        folder, build("classifier"), vocab, False, ["x", "y", "z"]
+    )
     info = checkpoints.inspect_checkpoint(folder)
     assert (info["model_kind"], info["labels"], info["do_lower_case"]) == (
         "classifier",
@@ -413,22 +418,24 @@ def test_writers_never_replace_a_users_folder(vocab, tmp_path):
     assert os.listdir(users) == ["notes.txt"]
 
     out = str(tmp_path / "out")
-    checkpoints.write_hf_directory(out, model, vocab, True)
+    checkpoint_writers.write_hf_directory(out, model, vocab, True)
     assert oct(os.stat(out).st_mode & 0o777) == oct(0o777 & ~_umask())
     with pytest.raises(
         FileExistsError, match="earlier conversion to the Hugging Face format; pass --overwrite"
     ):
-        checkpoints.write_hf_directory(out, model, vocab, True)
+        checkpoint_writers.write_hf_directory(out, model, vocab, True)
     with pytest.raises(FileExistsError, match="not an earlier conversion"):  # Another writer.
-        checkpoints.write_tf2_directory(out, model, vocab, True, overwrite=True)
-    checkpoints.write_hf_directory(out, build("span"), vocab, True, overwrite=True)
+        checkpoint_writers.write_tf2_directory(out, model, vocab, True, overwrite=True)
+    checkpoint_writers.write_hf_directory(out, build("span"), vocab, True, overwrite=True)
     (tmp_path / "out" / "extra.txt").write_text("added by the user")
     with pytest.raises(FileExistsError, match="not an earlier conversion"):
-        checkpoints.write_hf_directory(out, model, vocab, True, overwrite=True)
+        checkpoint_writers.write_hf_directory(out, model, vocab, True, overwrite=True)
     assert sorted(os.listdir(tmp_path)) == ["out", "users"]  # No temporary left behind.
     empty = tmp_path / "empty"
     empty.mkdir()
-    assert checkpoints.write_tf2_directory(str(empty), model, vocab, True) == str(empty / "ckpt-0")
+    assert checkpoint_writers.write_tf2_directory(str(empty), model, vocab, True) == str(
+        empty / "ckpt-0"
+    )
 
 
 def _umask():

@@ -23,7 +23,7 @@ import model_flags
 import runner_flags
 from data_prep.pretraining import pretraining_data
 from data_prep.text import tokenization
-from modeling import checkpoints, heads, model_files, models
+from modeling import checkpoint_writers, checkpoints, heads, model_files, models
 from modeling.checkpoint_readers import CheckpointMismatchError
 from modeling.config import BertConfig
 from modeling.encoder import BertEncoder
@@ -347,7 +347,7 @@ def random_output_dirs(root):
         encoder = BertEncoder(config, causal_attention=objective == "ltr")
         model = models.BertPretrainer(encoder, config, objective)
         dirs[objective] = str(root / objective)
-        checkpoints.write_tf2_directory(dirs[objective], model, VOCAB, True)
+        checkpoint_writers.write_tf2_directory(dirs[objective], model, VOCAB, True)
     return dirs
 
 
@@ -395,12 +395,15 @@ def test_a_bilstm_head_is_never_half_restored(tmp_path):
     encoder, files = load_encoder(random_output_dirs(tmp_path)["ltr"])
     with_bilstm = models.BertSpanLabeler(encoder, files.config, bilstm_units=8)
     folder = str(tmp_path / "span")
-    checkpoints.write_tf2_directory(folder, with_bilstm, VOCAB, True)
+    checkpoint_writers.write_tf2_directory(folder, with_bilstm, VOCAB, True)
     assert json.loads(open(os.path.join(folder, "model_info.json")).read())["bilstm_units"] == 8
     without = models.BertSpanLabeler(BertEncoder(files.config, causal_attention=True), files.config)
     with pytest.raises(CheckpointMismatchError, match="head parts this model lacks: bilstm"):
         checkpoints.restore_model(folder, without)
-    for writer in (checkpoints.write_hf_directory, checkpoints.write_original_directory):
+    for writer in (
+        checkpoint_writers.write_hf_directory,
+        checkpoint_writers.write_original_directory,
+    ):
         with pytest.raises(ValueError, match="BiLSTM head .* has no TF1 or Hugging Face names"):
             writer(str(tmp_path / writer.__name__), with_bilstm, VOCAB, True)
     # Our own format keeps it: converted tf2 -> tf2, the same outputs.
@@ -610,7 +613,7 @@ def test_hugging_face_conversion_is_a_causal_bert_with_our_outputs(pretrained, t
     # A task model fine-tuned from it: a span labeler converts and matches; a
     # classifier (pooled from the last token, not [CLS]) is refused.
     span = models.BertSpanLabeler(encoder, files.config)
-    span_folder = checkpoints.write_hf_directory(str(tmp_path / "span"), span, VOCAB, True)
+    span_folder = checkpoint_writers.write_hf_directory(str(tmp_path / "span"), span, VOCAB, True)
     qa = transformers.AutoModelForQuestionAnswering.from_pretrained(span_folder).eval()
     assert qa.config.is_decoder
     with torch.no_grad():
@@ -618,6 +621,6 @@ def test_hugging_face_conversion_is_a_causal_bert_with_our_outputs(pretrained, t
     np.testing.assert_allclose(span(batch)["start_logits"].numpy()[real], start[real], atol=1e-4)
     classifier = models.BertClassifier(encoder, files.config, 2)
     with pytest.raises(ValueError, match="left-to-right classifier has no Hugging Face class"):
-        checkpoints.write_hf_directory(str(tmp_path / "cls"), classifier, VOCAB, True)
+        checkpoint_writers.write_hf_directory(str(tmp_path / "cls"), classifier, VOCAB, True)
     # Read back: the Hugging Face folder is a left-to-right model for us too.
     assert model_files.resolve(None, None, folder, None).causal_attention

@@ -10,6 +10,7 @@ import pytest
 import tensorflow as tf
 
 from modeling import checkpoints, layers, models
+from modeling import checkpoint_names, checkpoint_readers, checkpoint_writers
 from modeling.config import BertConfig
 from modeling.encoder import BertEncoder
 from tests.conftest import tiny_config
@@ -398,7 +399,7 @@ def test_tf2_checkpoint_round_trip(config, tmp_path):
 def test_original_checkpoint_round_trip_and_names(config, tmp_path):
     src = BertEncoder(config)
     pretrainer = models.BertPretrainer(src, config)
-    prefix = checkpoints.write_original_checkpoint(
+    prefix = checkpoint_writers.write_original_checkpoint(
         str(tmp_path / "bert_model.ckpt"), src, pretrainer
     )
     names = dict(tf.train.list_variables(prefix))
@@ -417,52 +418,54 @@ def test_original_checkpoint_round_trip_and_names(config, tmp_path):
     for a, b in zip(pretrainer.weights, dst_pre.weights):
         np.testing.assert_array_equal(a.numpy(), b.numpy())
     # Encoder-only checkpoints load with heads left at their initializers.
-    enc_only = checkpoints.write_original_checkpoint(str(tmp_path / "enc" / "bert_model.ckpt"), src)
+    enc_only = checkpoint_writers.write_original_checkpoint(
+        str(tmp_path / "enc" / "bert_model.ckpt"), src
+    )
     info = checkpoints.restore_model(enc_only, models.BertPretrainer(BertEncoder(config), config))
     assert info["restored"] == ["encoder"]
     assert info["fresh"] == ["masked_lm", "next_sentence"]
 
 
 def test_checkpoint_of_another_size_names_variable_and_shapes(config, tmp_path):
-    prefix = checkpoints.write_original_checkpoint(
+    prefix = checkpoint_writers.write_original_checkpoint(
         str(tmp_path / "bert_model.ckpt"), BertEncoder(config)
     )
     other = BertConfig(**dict(TINY, vocab_size=120))
     with pytest.raises(
-        checkpoints.CheckpointMismatchError,
+        checkpoint_readers.CheckpointMismatchError,
         match=r"bert/embeddings/word_embeddings.*\[99, 32\].*\[120, 32\]",
     ):
         checkpoints.restore_model(prefix, BertEncoder(other))
     deeper = BertConfig(**dict(TINY, num_hidden_layers=3))
-    with pytest.raises(checkpoints.CheckpointMismatchError, match="layer_2"):
+    with pytest.raises(checkpoint_readers.CheckpointMismatchError, match="layer_2"):
         checkpoints.restore_model(prefix, BertEncoder(deeper))
     tf2 = tf.train.Checkpoint(model=models.BertPretrainer(BertEncoder(config), config)).save(
         str(tmp_path / "tf2" / "ckpt")
     )
-    with pytest.raises(checkpoints.CheckpointMismatchError, match=r"\(99, 32\)|\[99, 32\]"):
+    with pytest.raises(checkpoint_readers.CheckpointMismatchError, match=r"\(99, 32\)|\[99, 32\]"):
         checkpoints.restore_model(tf2, BertEncoder(other))
     with pytest.raises(FileNotFoundError, match="nowhere"):
         checkpoints.restore_model(str(tmp_path / "nowhere"), BertEncoder(config))
 
 
 def test_hf_names_derive_from_original_names():
-    assert checkpoints.hf_name("bert/encoder/layer_3/attention/self/query/kernel", "") == (
+    assert checkpoint_names.hf_name("bert/encoder/layer_3/attention/self/query/kernel", "") == (
         "encoder.layer.3.attention.self.query.weight",
         True,
     )
-    assert checkpoints.hf_name("bert/embeddings/LayerNorm/gamma", "bert.") == (
+    assert checkpoint_names.hf_name("bert/embeddings/LayerNorm/gamma", "bert.") == (
         "bert.embeddings.LayerNorm.weight",
         False,
     )
-    assert checkpoints.hf_name("bert/embeddings/word_embeddings", "") == (
+    assert checkpoint_names.hf_name("bert/embeddings/word_embeddings", "") == (
         "embeddings.word_embeddings.weight",
         False,
     )
-    assert checkpoints.hf_name("cls/predictions/transform/dense/kernel", "bert.") == (
+    assert checkpoint_names.hf_name("cls/predictions/transform/dense/kernel", "bert.") == (
         "cls.predictions.transform.dense.weight",
         True,
     )
-    assert checkpoints.hf_name("cls/seq_relationship/output_weights", "") == (
+    assert checkpoint_names.hf_name("cls/seq_relationship/output_weights", "") == (
         "cls.seq_relationship.weight",
         False,
     )
@@ -478,4 +481,4 @@ def test_safetensors_reader_handles_bfloat16(tmp_path):
     ).encode()
     path = tmp_path / "x.safetensors"
     path.write_bytes(len(header).to_bytes(8, "little") + header + raw)
-    np.testing.assert_array_equal(checkpoints.read_safetensors(str(path))["w"], values)
+    np.testing.assert_array_equal(checkpoint_readers.read_safetensors(str(path))["w"], values)

@@ -319,8 +319,10 @@ def test_training_learns_evaluates_predicts_and_resumes(tmp_path):
         trainer.evaluate(uneven)
         trainer.predict(uneven, _logits_and_labels)
     assert trainer.train_loop().experimental_get_tracing_count() == 1
-    assert trainer._evaluation_step().experimental_get_tracing_count() == 2
-    assert trainer._prediction_step(_logits_and_labels).experimental_get_tracing_count() == 2
+    assert trainer.eval_loop.evaluation_step().experimental_get_tracing_count() == 2
+    assert (
+        trainer.eval_loop.prediction_step(_logits_and_labels).experimental_get_tracing_count() == 2
+    )
     assert tf.train.latest_checkpoint(str(tmp_path / "run")).endswith("ckpt-43")
     # A new trainer over the same output_dir resumes at step 43 and trains no further.
     # (Another seed: the weights equal only if they were restored.)

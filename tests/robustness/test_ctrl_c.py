@@ -184,9 +184,7 @@ def test_a_save_that_fails_for_want_of_space_leaves_no_unfinished_checkpoint(tmp
     ]
 
 
-def test_ctrl_c_after_the_last_step_ends_before_the_final_evaluation(
-    tmp_path, capfd, monkeypatch
-):
+def test_ctrl_c_after_the_last_step_ends_before_the_final_evaluation(tmp_path, capfd, monkeypatch):
     """Ctrl-C during the last epoch's evaluation (the last loop's after_loop): training
     completes (its summary and final checkpoint), the trainer keeps the signal, the
     fine-tuning core stops before the final evaluation, prediction and export, and the
@@ -211,7 +209,11 @@ def test_ctrl_c_after_the_last_step_ends_before_the_final_evaluation(
         predict = export = evaluate
 
     settings = finetuning.Settings(
-        output_dir=str(out), do_train=True, do_eval=True, do_predict=True, evaluate_every_epoch=False
+        output_dir=str(out),
+        do_train=True,
+        do_eval=True,
+        do_predict=True,
+        evaluate_every_epoch=False,
     )
     monkeypatch.setattr(finetuning, "train", lambda *args: True)
 

@@ -328,12 +328,12 @@ def test_json_readers_name_the_file(tmp_path):
 def _ltr_classifier_dir(path: pathlib.Path, vocab_file: str) -> str:
     """A left-to-right classifier's folder, as fine-tuning an --objective=ltr model
     leaves it (model_info.json: classifier, causal_attention)."""
-    from modeling import checkpoints, models
+    from modeling import checkpoint_writers, models
     from modeling.encoder import BertEncoder
 
     config = BertConfig(**tiny_config())
     model = models.BertClassifier(BertEncoder(config, causal_attention=True), config, 2)
-    checkpoints.write_tf2_directory(str(path), model, vocab_file, True, ["0", "1"])
+    checkpoint_writers.write_tf2_directory(str(path), model, vocab_file, True, ["0", "1"])
     return str(path)
 
 

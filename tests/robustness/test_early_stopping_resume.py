@@ -11,7 +11,7 @@ import types
 import pytest
 from absl import app
 
-import runner_flags
+import runner_settings
 from modeling import finetuning
 from tests.helpers import kill_helpers
 
@@ -89,4 +89,4 @@ def test_bad_patience_is_a_usage_error(patience, do_eval, every_epoch, message):
         evaluate_every_epoch=every_epoch,
     )
     with pytest.raises(app.UsageError, match=message):
-        runner_flags.check_early_stopping_flags(given)
+        runner_settings.check_early_stopping_flags(given)

@@ -15,7 +15,7 @@ import tensorflow as tf
 
 import convert_checkpoint
 from data_prep.text import tokenization
-from modeling import checkpoints, models
+from modeling import checkpoint_names, checkpoint_writers, checkpoints, models
 from modeling.checkpoint_readers import read_safetensors
 from modeling.config import BertConfig
 from modeling.encoder import BertEncoder
@@ -136,10 +136,10 @@ def converted(real, minilm_dir, tmp_path_factory):
             "token_classifier": ["O", "B-PER", "I-PER", "B-LOC", "I-LOC"],
         }.get(kind)
         tf2 = str(root / f"{kind}-tf2")
-        checkpoints.write_tf2_directory(tf2, real[2][kind], vocab, True, labels)
+        checkpoint_writers.write_tf2_directory(tf2, real[2][kind], vocab, True, labels)
         folders[kind] = convert_checkpoint.convert(tf2, str(root / f"{kind}-hf"), "hf")
     # Multiple choice through the writer alone (the converter's last step).
-    folders["multiple_choice"] = checkpoints.write_hf_directory(
+    folders["multiple_choice"] = checkpoint_writers.write_hf_directory(
         str(root / "multiple_choice-hf"), real[2]["multiple_choice"], vocab, True
     )
     return folders
@@ -210,10 +210,12 @@ def test_conversions_round_trip_bit_for_bit(real, converted, tmp_path):
     stored = tf1_tensors(tf1)
     assert set(stored) == {"output_weights", "output_bias"} | {
         original
-        for original, _, _ in checkpoints.original_variable_table(real[2]["classifier"].encoder)
+        for original, _, _ in checkpoint_names.original_variable_table(
+            real[2]["classifier"].encoder
+        )
     }
     for original, value in stored.items():
-        name, transpose = checkpoints.hf_name(original, "bert.")
+        name, transpose = checkpoint_names.hf_name(original, "bert.")
         np.testing.assert_array_equal(value.T if transpose else value, hf[name], err_msg=original)
     ours = real[2]["classifier"]
     reader = tf.train.load_checkpoint(tf2)
@@ -243,7 +245,7 @@ def test_every_kind_goes_round_all_formats_unchanged(tmp_path):
     vocab.write_text("".join(f"w{i}\n" for i in range(99)))
     for kind in KINDS:
         labels = ["x", "y", "z"] if kind in ("classifier", "token_classifier") else None
-        start = checkpoints.write_hf_directory(
+        start = checkpoint_writers.write_hf_directory(
             str(tmp_path / f"{kind}-hf"), randomized(build(kind)), str(vocab), False, labels
         )
         folder = start
@@ -286,7 +288,7 @@ def test_command_line_reads_beside_the_input_and_says_what_is_wrong(tmp_path):
     vocab = tmp_path / "vocab.txt"
     vocab.write_text("".join(f"w{i}\n" for i in range(99)))
     source = str(tmp_path / "run_classifier_output")
-    checkpoints.write_original_directory(
+    checkpoint_writers.write_original_directory(
         source, models.BertClassifier(BertEncoder(config), config, 3), str(vocab), True
     )
     os.remove(os.path.join(source, "model_info.json"))  # As the original release's.

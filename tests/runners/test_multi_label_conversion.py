@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 
 import convert_checkpoint
-from modeling import checkpoints, models
+from modeling import checkpoint_writers, checkpoints, models
 from modeling.config import BertConfig
 from modeling.encoder import BertEncoder
 from data_prep.text import tokenization
@@ -37,7 +37,7 @@ def test_multi_label_classifier_in_transformers_gives_our_probabilities(minilm_d
     ours = seeded_heads(models.BertClassifier(encoder, config, 4, multi_label=True), 7)
     vocab = minilm_dir + "/vocab.txt"
     tf2 = str(tmp_path / "tf2")
-    checkpoints.write_tf2_directory(tf2, ours, vocab, True, LABELS)
+    checkpoint_writers.write_tf2_directory(tf2, ours, vocab, True, LABELS)
     assert json.loads(open(tf2 + "/model_info.json").read())["multi_label"] is True
     # The command line, as a user converts it.
     hf = tmp_path / "hf"

@@ -169,14 +169,16 @@ def test_hub_module_gives_the_same_metrics_as_the_checkpoint(mrpc_dir, vocab_fil
     """--hub_module_url with an encoder exported by this project fine-tunes to the same
     model as --init_checkpoint with the same weights (no dropout, so both runs compute
     the same steps): the same eval metrics and test probabilities."""
-    from modeling import checkpoints
+    from modeling import checkpoint_writers
     from serving import encoder as serving_encoder
     from modeling.config import BertConfig
     from modeling.encoder import BertEncoder
 
     config_file = write_tiny_config(tmp_path / "bert_config.json", dropout=0.0)
     encoder = BertEncoder(BertConfig.from_json_file(config_file))
-    checkpoint = checkpoints.write_original_checkpoint(str(tmp_path / "bert_model.ckpt"), encoder)
+    checkpoint = checkpoint_writers.write_original_checkpoint(
+        str(tmp_path / "bert_model.ckpt"), encoder
+    )
     serving_encoder.export_encoder(encoder, str(tmp_path / "hub"), vocab_file, do_lower_case=True)
     runs = {
         "checkpoint": [

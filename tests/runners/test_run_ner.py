@@ -21,9 +21,9 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from data_prep.ner import conll, ner_features, tag_schemes
+from data_prep.ner import conll, ner_records, tag_schemes
 from evaluation import conlleval
-from modeling import checkpoints
+from modeling import checkpoint_writers, checkpoints
 from modeling.config import BertConfig
 from modeling.encoder import BertEncoder
 from modeling.feature_based import BertFeatureBasedTagger
@@ -67,7 +67,9 @@ def inputs(tmp_path_factory, sample_data):
     config = BertConfig.from_json_file(str(config_file))
     keras.utils.set_random_seed(7)
     encoder = BertEncoder(config)
-    init_checkpoint = checkpoints.write_original_checkpoint(str(root / "bert_model.ckpt"), encoder)
+    init_checkpoint = checkpoint_writers.write_original_checkpoint(
+        str(root / "bert_model.ckpt"), encoder
+    )
     hub_module = serving_encoder.export_encoder(
         encoder, str(root / "hub"), VOCAB_FILE, do_lower_case=True
     )
@@ -339,20 +341,16 @@ def test_fine_tune_end_to_end(runs, inputs):
     # The label list of the training file and its scheme (IOB1, the file's own), in the
     # metadata JSON, model_info.json and run_config.json; the records hold IOB1 labels.
     labels = conll.label_list(inputs["train"], "iob1")
-    metadata = ner_features.read_metadata(str(output_dir / "train.tf_record"))
+    metadata = ner_records.read_metadata(str(output_dir / "train.tf_record"))
     assert list(metadata["labels"]) == labels
     assert metadata["num_sentences"] == 48 and metadata["tag_scheme"] == "iob1"
     assert metadata["label_scheme"] == "iob1"
     model_info = json.loads((output_dir / "model_info.json").read_text())
     assert model_info["labels"] == labels and model_info["label_scheme"] == "iob1"
-    learnt = collections.Counter(
-        labels[i]
-        for _, label_ids in ner_features.load_dataset(
-            str(output_dir / "train.tf_record"), 32
-        ).as_numpy_iterator()
-        for i in label_ids
-        if i >= 0
-    )
+    record_file = str(output_dir / "train.tf_record")
+    serialized = list(tf.data.TFRecordDataset(record_file).as_numpy_iterator())
+    label_ids = ner_records.decode_records(serialized, 32)["label_ids"].numpy()
+    learnt = collections.Counter(labels[i] for row in label_ids for i in row if i >= 0)
     iob1 = collections.Counter(
         t for s in inputs["train"] for t in tag_schemes.from_iob2(s.tags, "iob1")
     )
@@ -492,7 +490,7 @@ def test_feature_based_trains_only_the_lstm_head(runs, inputs):
         )
         return _restore_model(model, output_dir, step)
 
-    metadata = ner_features.read_metadata(str(output_dir / "train.tf_record"))
+    metadata = ner_records.read_metadata(str(output_dir / "train.tf_record"))
     num_steps = int(metadata.num_records / 8 * 0.5)
     assert num_steps >= 2
     first, last = restored(1), restored(num_steps)

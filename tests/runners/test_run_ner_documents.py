@@ -15,7 +15,7 @@ import sys
 import pytest
 import tensorflow as tf
 
-from data_prep.ner import conll, ner_features, tag_schemes
+from data_prep.ner import conll, ner_features, ner_records, tag_schemes
 from data_prep.text import tokenization
 from tests.helpers.ner_helpers import ENV, REPO_ROOT, RUN_NER, TINY_CONFIG
 from tests.runners.test_run_ner import _BAD_INPUT_DRIVER
@@ -38,7 +38,7 @@ def runs(tmp_path_factory, sample_data):
     """The training run (train, eval, predict, export) and the later prediction runs."""
     import keras
 
-    from modeling import checkpoints
+    from modeling import checkpoint_writers
     from modeling.config import BertConfig
     from modeling.encoder import BertEncoder
 
@@ -47,7 +47,9 @@ def runs(tmp_path_factory, sample_data):
     config_file.write_text(json.dumps(TINY_CONFIG))
     keras.utils.set_random_seed(3)
     encoder = BertEncoder(BertConfig.from_json_file(str(config_file)))
-    init_checkpoint = checkpoints.write_original_checkpoint(str(root / "bert_model.ckpt"), encoder)
+    init_checkpoint = checkpoint_writers.write_original_checkpoint(
+        str(root / "bert_model.ckpt"), encoder
+    )
     wikigold = sample_data / "wikigold"
     train = "".join("-DOCSTART- O\n\n" + d + "\n" for d in _documents(wikigold / "train.txt", 6))
     (root / "train.txt").write_text(train, encoding="utf-8")
@@ -127,7 +129,7 @@ def test_document_context_predictions_keep_the_file(runs):
     assert json.loads((trained / "model_info.json").read_text())["document_context"] is True
     assert json.loads((trained / "run_config.json").read_text())["document_context"] is True
     # The training records: windows over whole documents, as the features of the file.
-    metadata = ner_features.read_metadata(str(trained / "train.tf_record"))
+    metadata = ner_records.read_metadata(str(trained / "train.tf_record"))
     sentences = conll.read_conll(str(root / "train.txt"), tag_scheme="iob1")
     features = ner_features.convert_sentences_to_features(
         sentences,

@@ -22,7 +22,7 @@ import tensorflow as tf
 import tensorflow_text  # noqa: F401  (registers the ops the preprocessing model needs)
 
 from data_prep.text import tokenization
-from modeling import checkpoints, hub, models, training
+from modeling import checkpoint_writers, hub, models, training
 from modeling.config import BertConfig
 from modeling.encoder import INPUT_KEYS, BertEncoder
 from modeling.objectives import ClassificationObjective
@@ -293,7 +293,7 @@ def test_hub_encoder_fine_tunes_in_keras3_model(encoder_path, encoder):
 
 
 def test_inferred_config_for_a_foreign_encoder(encoder_path, encoder, tmp_path):
-    config = hub.infer_config(tf.saved_model.load(encoder_path))
+    config = hub.read_config(tf.saved_model.load(encoder_path)).config
     assert (
         config.hidden_size,
         config.num_hidden_layers,
@@ -566,7 +566,7 @@ def test_export_tfhub_tf1_checkpoint_with_mlm(pretrainer, config, vocab_file, tm
     checkpoint (bert_model.ckpt + bert_config.json) reproduces the pre-trainer."""
     checkpoint_dir = tmp_path / "tf1"
     checkpoint_dir.mkdir()
-    prefix = checkpoints.write_original_checkpoint(
+    prefix = checkpoint_writers.write_original_checkpoint(
         str(checkpoint_dir / "bert_model.ckpt"), pretrainer.encoder, pretrainer
     )
     config.to_json_file(str(checkpoint_dir / "bert_config.json"))
