@@ -92,7 +92,7 @@ flags.DEFINE_enum(
 runner_flags.define_common_flags(max_seq_length=128)
 runner_flags.define_training_flags()
 
-EVAL_RESULTS = "eval_results.txt"
+EVAL_RESULTS = file_io.EVAL_RESULTS
 # What a resumed run must share with the run it resumes (else a warning names both).
 RESUME_SETTINGS = run_control.RESUME_SETTINGS + ("max_predictions_per_seq", "input_files")
 
@@ -395,7 +395,7 @@ def main(_):
             pretraining_objective=settings.objective,
         )
         run_control.write_run_config(
-            os.path.join(settings.output_dir, "run_config.json"),
+            os.path.join(settings.output_dir, run_control.RUN_CONFIG),
             dict(
                 settings.flag_values,
                 input_files=shards,

@@ -18,7 +18,6 @@ import runner_settings
 from data_prep import input_pipeline
 from modeling import distribution, kernels
 from runner_settings import (  # noqa: F401  (the runners call them as runner_flags.X)
-    bilstm_units,
     check_finetuning_flags,
     finetuning_settings,
     pad_to_max_seq_length,

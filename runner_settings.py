@@ -23,13 +23,6 @@ from serving import savedmodel
 FLAGS = flags.FLAGS
 
 
-def bilstm_units(FLAGS, model_kind: str) -> int:
-    """--bilstm_units when given, else that of a fine-tuned --init_checkpoint of this kind."""
-    if FLAGS["bilstm_units"].present or FLAGS.reinit_head or not FLAGS.init_checkpoint:
-        return FLAGS.bilstm_units
-    return finetuning.fine_tuned_bilstm_units(FLAGS.init_checkpoint, model_kind)
-
-
 # ---------------------------------------------------------------------------------
 # Set-up.
 

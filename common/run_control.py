@@ -464,6 +464,10 @@ def checkpoint_step(prefix: str) -> int | None:
     return int(found.group(1)) if found else None
 
 
+# The record of a run's settings in its output folder (`write_run_config`).
+RUN_CONFIG = "run_config.json"
+
+
 def write_run_config(path: str, values: dict, keys=(), resumes: str | None = None) -> list[str]:
     """Writes a run's settings `values` to `path` (run_config.json).
 

@@ -29,6 +29,7 @@ from modeling import checkpoint_names as names
 from modeling import task_kinds
 from modeling.checkpoint_names import original_variable_table
 from modeling.checkpoint_readers import (
+    MODEL_INFO,
     CheckpointMismatchError,
     find_side_file,
     open_checkpoint,
@@ -144,7 +145,7 @@ def _head_problem(reader, group: _Group, kind: str) -> str | None:
         source = (
             f"config.json architectures {reader.architecture}"
             if reader.kind == "hf"
-            else "model_info.json"
+            else MODEL_INFO
         )
         return (
             f"checkpoint {reader.path} holds a {reader.stored_kind} model ({source}), "

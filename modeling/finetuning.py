@@ -51,7 +51,7 @@ from modeling.epoch_evaluation import (  # noqa: F401  (BEST_DIR, EVAL_HISTORY: 
     write_eval_summaries,
 )
 
-RUN_CONFIG = "run_config.json"
+RUN_CONFIG = run_control.RUN_CONFIG
 # Where a run's output_dir records the export it writes: a rerun of the same command
 # after a kill replaces that export without --overwrite.
 EXPORT_RECORD = "export.json"
