@@ -91,7 +91,8 @@ def define_model_flags(max_seq_length: int | None, flag_values=FLAGS) -> None:
             "each batch to its longest example (rounded up to one of a few lengths; "
             "docs/padding.md). Default: true under --distribution_strategy=tpu; "
             "else every batch is cut, except run_squad.py's training batches (its span "
-            "loss counts the padding positions, so cutting them would change training). "
+            "loss counts the padding positions, so cutting them would change training) "
+            "and run_pretraining.py's (its instances fill --max_seq_length). "
             "Given explicitly, it also pads the --export_dir export's requests.",
             flag_values=f,
         )
