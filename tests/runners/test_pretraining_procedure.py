@@ -21,7 +21,7 @@ import tensorflow as tf
 from benchmarks.compare import pretraining_vs_hf as bench
 from tests.helpers import optimizer_reference as ref
 import run_pretraining
-import runner_flags
+import runner_settings
 from common.errors import UserError
 from data_prep.pretraining import pretraining_records as ptr
 from modeling.config import BertConfig
@@ -280,7 +280,7 @@ def test_flags_become_settings_once_and_the_checks_take_settings():
             ["run_pretraining.py", "--input_file=a", "--output_dir=o", "--objective=ltr"]
             + ["--iterations_per_loop=7", "--num_train_steps=40", "--stop_at_step=50"]
         )
-        runner_flags.apply_original_flags(flag_values)
+        runner_settings.apply_original_flags(flag_values)
         settings = run_pretraining.pretraining_settings(flag_values)
     finally:
         flag_values.unparse_flags()
