@@ -10,6 +10,7 @@ training pairs.
 import io
 import os
 import re
+import signal
 import subprocess
 import sys
 
@@ -271,9 +272,16 @@ def test_ctrl_c_while_starting_is_one_line():
         "cli.run(main)\n"
     )
     env = {k: v for k, v in os.environ.items() if k != "TF_CPP_MIN_LOG_LEVEL"}
+
+    def as_from_a_terminal():
+        # A test worker may ignore SIGINT (pytest-xdist's do), and an ignored signal
+        # stays ignored in the processes it starts: the program must get it.
+        signal.signal(signal.SIGINT, signal.SIG_DFL)
+
     before = subprocess.run(
         [sys.executable, "-c", program, "before_main"],
         cwd=REPO,
+        preexec_fn=as_from_a_terminal,
         env=env,
         capture_output=True,
         text=True,
@@ -286,6 +294,7 @@ def test_ctrl_c_while_starting_is_one_line():
     during = subprocess.run(
         [sys.executable, "-c", program],
         cwd=REPO,
+        preexec_fn=as_from_a_terminal,
         env=env,
         capture_output=True,
         text=True,
