@@ -15,6 +15,9 @@ model's accuracy and F1 and the best epoch's.
         Hugging Face's text-classification example (examples/pytorch/text-
         classification/run_glue.py) does by default: its `pad_to_max_length` is True
         (`max_seq_length` 128), batches stacked by `default_data_collator`.
+        With --hf_padding=longest it pads each batch, in training and evaluation, to
+        the longest example it holds, as that example does when given
+        `--pad_to_max_length=False` (its `DataCollatorWithPadding`).
   keras_hub
         keras-hub's `BertTextClassifier` (`BertBackbone`, dropout and a dense head on
         the pooled output) with its `BertTextClassifierPreprocessor` at
@@ -72,6 +75,13 @@ def parse_args(argv=None):
         "--single_sentence",
         action="store_true",
         help="Train and score on the first sentence of each pair alone.",
+    )
+    parser.add_argument(
+        "--hf_padding",
+        default="max_length",
+        choices=("max_length", "longest"),
+        help="Hugging Face pads every example to --max_seq_length (max_length, its "
+        "GLUE example's default) or each batch to its longest example (longest).",
     )
     return common.finish_args(parser, argv, SYSTEMS)
 
@@ -177,12 +187,12 @@ def run_hf(args, seed: int) -> dict:
 
     def batch_at(step):
         index = order[step * args.batch_size : (step + 1) * args.batch_size]
-        return {k: v[index] for k, v in train.items()}
+        return cut_to_longest({k: v[index] for k, v in train.items()}, args)
 
     def on_step(step):
         if step not in ends:
             return False
-        epochs.append(dict(evaluate_hf(model, dev, args.eval_batch_size), step=step))
+        epochs.append(dict(evaluate_hf(model, dev, args), step=step))
         print(f"hf seed {seed} step {step}: {epochs[-1]}", flush=True)
         return True
 
@@ -195,18 +205,24 @@ def run_hf(args, seed: int) -> dict:
     }
 
 
-def evaluate_hf(model, dev, batch_size: int) -> dict:
+def cut_to_longest(batch: dict, args) -> dict:
+    """Under --hf_padding=longest, `batch` (padded to --max_seq_length) cut to its
+    longest example: the tensors `DataCollatorWithPadding` would give (right padding)."""
+    if args.hf_padding != "longest":
+        return batch
+    longest = int(batch["attention_mask"].sum(dim=1).max())
+    return {k: v if k == "labels" else v[:, :longest] for k, v in batch.items()}
+
+
+def evaluate_hf(model, dev, args) -> dict:
     import torch
 
     model.eval()
-    logits = []
+    logits, size = [], args.eval_batch_size
     with torch.no_grad():
-        for first in range(0, len(dev["labels"]), batch_size):
-            logits.append(
-                model(
-                    **{k: v[first : first + batch_size] for k, v in dev.items() if k != "labels"}
-                ).logits
-            )
+        for first in range(0, len(dev["labels"]), size):
+            batch = cut_to_longest({k: v[first : first + size] for k, v in dev.items()}, args)
+            logits.append(model(**{k: v for k, v in batch.items() if k != "labels"}).logits)
     logits = torch.cat(logits).double()
     loss = float(torch.nn.functional.cross_entropy(logits, dev["labels"]))
     return {**common.accuracy_f1(logits.numpy(), dev["labels"].numpy()), "loss": loss}
@@ -306,7 +322,7 @@ def main(argv=None) -> None:
         f"{args.num_train_epochs:g} epochs, lr {args.learning_rate:g}, batch "
         f"{args.batch_size}, sequence {args.max_seq_length}, warmup "
         f"{args.warmup_proportion:g}, Hugging Face epsilon {args.hf_adam_epsilon:g}, "
-        f"head {args.hf_head_init}, schedule {args.hf_schedule}"
+        f"head {args.hf_head_init}, schedule {args.hf_schedule}, padding {args.hf_padding}"
         f"{'; ours: ' + args.extra_flags if args.extra_flags else ''}.\n\n"
     )
     text += common.table(

@@ -64,6 +64,7 @@ _RECIPE_KEYS = (
     "hf_adam_epsilon",
     "hf_head_init",
     "hf_schedule",
+    "hf_padding",
     "extra_flags",
     "no_dropout",
     "squad_file",
