@@ -151,6 +151,25 @@ def _make_parent(path: str) -> None:
 
 
 @contextlib.contextmanager
+def _temporary(path: str) -> Iterator[str]:
+    """Yields the temporary name to write `path` under (its folder made, the stale
+    temporaries of earlier writes cleared); when the block raises, removes what stands
+    at that name and raises `cannot_write`'s error for `path`, if it has one, else the
+    exception itself."""
+    _make_parent(path)
+    clear_stale_temps(path)
+    temp = temp_path(path)
+    try:
+        yield temp
+    except BaseException as e:
+        _remove(temp)
+        error = cannot_write(path, e)
+        if error is not None:
+            raise error from e
+        raise
+
+
+@contextlib.contextmanager
 def atomic_path(path: str) -> Iterator[str]:
     """Yields a temporary path to write `path`'s content to (a file, or a folder the
     caller creates); renames it onto `path` when the block ends without an exception,
@@ -158,18 +177,9 @@ def atomic_path(path: str) -> Iterator[str]:
 
     An existing file at `path` is replaced. For folders, see `atomic_directory`.
     """
-    _make_parent(path)
-    clear_stale_temps(path)
-    temp = temp_path(path)
-    try:
+    with _temporary(path) as temp:
         yield temp
         tf.io.gfile.rename(temp, path, overwrite=True)
-    except BaseException as e:
-        _remove(temp)
-        error = cannot_write(path, e)
-        if error is not None:
-            raise error from e
-        raise
 
 
 @contextlib.contextmanager
@@ -200,18 +210,9 @@ def atomic_directory(path: str) -> Iterator[str]:
     """Yields a new empty temporary folder; it replaces `path` when the block ends
     without an exception (an existing `path` is moved aside first and removed after),
     and is removed otherwise. The caller decides whether replacing `path` is allowed."""
-    _make_parent(path)
-    clear_stale_temps(path)
-    temp = temp_path(path)
-    try:
+    with _temporary(path) as temp:
         tf.io.gfile.makedirs(temp)
         yield temp
-    except BaseException as e:
-        _remove(temp)
-        error = cannot_write(path, e)
-        if error is not None:
-            raise error from e
-        raise
     if not tf.io.gfile.exists(path):
         tf.io.gfile.rename(temp, path)
         return

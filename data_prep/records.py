@@ -289,3 +289,16 @@ def reusable_metadata(
 def int64_feature(values: Iterable[int]) -> tf.train.Feature:
     """A `tf.train.Feature` of int64 values."""
     return tf.train.Feature(int64_list=tf.train.Int64List(value=list(values)))
+
+
+def parse_features(serialized: tf.Tensor, spec: Mapping) -> dict[str, tf.Tensor]:
+    """A batch of serialized examples (string [B]) parsed by `spec`, in the order
+    `tf.io.parse_example` returns them, the encoder inputs under the encoder's names
+    (`ENCODER_INPUT_NAMES`) and int64 features as int32 (others as they are)."""
+    parsed = tf.io.parse_example(serialized, spec)
+    return {
+        ENCODER_INPUT_NAMES.get(name, name): tf.cast(value, tf.int32)
+        if value.dtype == tf.int64
+        else value
+        for name, value in parsed.items()
+    }

@@ -411,14 +411,12 @@ def decode_records(
     spec["label_ids"] = tf.io.FixedLenFeature(
         [num_multi_labels] if num_multi_labels else [], label_dtype
     )
-    parsed = tf.io.parse_example(serialized, spec)
+    parsed = records.parse_features(serialized, spec)
     shape = [-1, max_seq_length] if num_choices is None else [-1, num_choices, max_seq_length]
     features = {
-        new: tf.reshape(tf.cast(parsed[old], tf.int32), shape)
-        for old, new in records.ENCODER_INPUT_NAMES.items()
+        name: tf.reshape(parsed[name], shape) for name in records.ENCODER_INPUT_NAMES.values()
     }
-    labels = parsed["label_ids"]
-    features["label_ids"] = labels if is_regression else tf.cast(labels, tf.int32)
+    features["label_ids"] = parsed["label_ids"]
     return features
 
 

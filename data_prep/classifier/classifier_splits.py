@@ -183,57 +183,33 @@ def build_features(
     `vocab_file`, `do_lower_case`, `preserve_unused_tokens`: a
     `modeling.model_files.ModelFiles`)."""
     split = processor.split_name(split)
+    settings = dict(
+        processor=processor,
+        data_dir=data_dir,
+        split=split,
+        vocab_file=files.vocab_file,
+        do_lower_case=files.do_lower_case,
+        max_seq_length=max_seq_length,
+        preserve_unused_tokens=files.preserve_unused_tokens,
+        progress=progress,
+    )
     if long_input.windows:
-        return build_window_features(
-            processor, data_dir, split, output_dir, files, max_seq_length, long_input, progress
+        file = os.path.join(output_dir, f"{split}.windows.tf_record")
+        metadata = classifier_windows.get_or_create_window_features(
+            output_file=file,
+            doc_stride=long_input.doc_stride,
+            max_windows=long_input.max_windows_per_text,
+            **settings,
         )
-    file = os.path.join(output_dir, f"{split}.tf_record")
-    metadata = classifier_features.get_or_create_features(
-        processor,
-        data_dir,
-        split,
-        file,
-        files.vocab_file,
-        files.do_lower_case,
-        max_seq_length,
-        files.preserve_unused_tokens,
-        progress,
-    )
+        features = WindowFeatures(split, file, metadata, long_input.window_pooling)
+    else:
+        file = os.path.join(output_dir, f"{split}.tf_record")
+        metadata = classifier_features.get_or_create_features(output_file=file, **settings)
+        features = Features(split, file, metadata)
     if metadata.num_records == 0:
         source = processor.input_files(data_dir, split) or [f"{data_dir} (its reader's files)"]
         raise UserError(f"{processor.name} {split}: no examples in {source[0]}")
-    return Features(split, file, metadata)
-
-
-def build_window_features(
-    processor,
-    data_dir: str,
-    split: str,
-    output_dir: str,
-    files,
-    max_seq_length: int,
-    long_input: LongInput,
-    progress: Progress | None = None,
-) -> WindowFeatures:
-    """Writes (or reuses) `output_dir/<split>.windows.tf_record`, a record per window."""
-    file = os.path.join(output_dir, f"{split}.windows.tf_record")
-    metadata = classifier_windows.get_or_create_window_features(
-        processor,
-        data_dir,
-        split,
-        file,
-        files.vocab_file,
-        files.do_lower_case,
-        max_seq_length,
-        files.preserve_unused_tokens,
-        long_input.doc_stride,
-        long_input.max_windows_per_text,
-        progress,
-    )
-    if metadata.num_records == 0:
-        source = processor.input_files(data_dir, split) or [f"{data_dir} (its reader's files)"]
-        raise UserError(f"{processor.name} {split}: no examples in {source[0]}")
-    return WindowFeatures(split, file, metadata, long_input.window_pooling)
+    return features
 
 
 def build_task_features(

@@ -160,11 +160,7 @@ def decode_records(serialized: tf.Tensor, max_seq_length: int) -> dict[str, tf.T
         name: tf.io.FixedLenFeature([max_seq_length], tf.int64)
         for name in (*records.ENCODER_INPUT_NAMES, "label_ids")
     }
-    parsed = tf.io.parse_example(serialized, spec)
-    return {
-        records.ENCODER_INPUT_NAMES.get(name, name): tf.cast(value, tf.int32)
-        for name, value in parsed.items()
-    }
+    return records.parse_features(serialized, spec)
 
 
 # The features of a batch with a sequence axis (cut with the batch).

@@ -334,11 +334,7 @@ def decode_records(
         `unique_ids` [B], `input_word_ids`, `input_mask`, `input_type_ids` [B, S],
         and for training `start_positions`, `end_positions`, `is_impossible` [B].
     """
-    parsed = tf.io.parse_example(serialized, feature_spec(max_seq_length, is_training))
-    return {
-        records.ENCODER_INPUT_NAMES.get(name, name): tf.cast(value, tf.int32)
-        for name, value in parsed.items()
-    }
+    return records.parse_features(serialized, feature_spec(max_seq_length, is_training))
 
 
 def build_dataset(

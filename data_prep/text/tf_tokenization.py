@@ -282,25 +282,13 @@ def _wordpiece_tokenizer(vocab, vocab_table, max_bytes_per_word):
     """Greedy longest-match-first WordPiece over words that are already split.
 
     `FastWordpieceTokenizer` (linear-time matching, about 2x the speed of the whole
-    tokenizer here) gives the same pieces as the classic greedy algorithm; it needs
-    the ids to be the positions 0..n-1 of the vocabulary list, which holds for every
-    released vocabulary. A vocabulary with gaps in its ids (a repeated line) falls
-    back to `WordpieceTokenizer` on the lookup table.
+    tokenizer here) gives the same pieces as the classic greedy algorithm; where it
+    cannot hold the vocabulary (`_fast_wordpiece`), `WordpieceTokenizer` on the lookup
+    table does.
     """
-    tokens = list(vocab)
-    if sorted(vocab.values()) == list(range(len(tokens))):
-        by_id = sorted(tokens, key=vocab.__getitem__)
-        try:
-            return tf_text.FastWordpieceTokenizer(
-                vocab=by_id,
-                suffix_indicator=tokenization.WORDPIECE_PREFIX,
-                max_bytes_per_word=max_bytes_per_word,
-                token_out_type=tf.int64,
-                unknown_token=tokenization.UNK_TOKEN,
-                no_pretokenization=True,
-            )
-        except (RuntimeError, ValueError, tf.errors.OpError):
-            pass  # A token the fast model cannot hold: use the classic algorithm.
+    fast = _fast_wordpiece(vocab, max_bytes_per_word, no_pretokenization=True)
+    if fast is not None:
+        return fast
     return tf_text.WordpieceTokenizer(
         vocab_table,
         suffix_indicator=tokenization.WORDPIECE_PREFIX,
@@ -312,7 +300,15 @@ def _wordpiece_tokenizer(vocab, vocab_table, max_bytes_per_word):
 
 def _end_to_end_tokenizer(vocab, max_bytes_per_word):
     """`FastWordpieceTokenizer` that also splits on whitespace and punctuation (None
-    where the vocabulary's ids are not its positions, see `_wordpiece_tokenizer`)."""
+    where it cannot hold the vocabulary, see `_fast_wordpiece`)."""
+    return _fast_wordpiece(vocab, max_bytes_per_word, no_pretokenization=False)
+
+
+def _fast_wordpiece(vocab, max_bytes_per_word, no_pretokenization: bool):
+    """`FastWordpieceTokenizer` over `vocab`, or None where it cannot hold it: it needs
+    the ids to be the positions 0..n-1 of the vocabulary list (true of every released
+    vocabulary; not of one with gaps in its ids, a repeated line), and rejects some
+    tokens."""
     tokens = list(vocab)
     if sorted(vocab.values()) != list(range(len(tokens))):
         return None
@@ -323,10 +319,10 @@ def _end_to_end_tokenizer(vocab, max_bytes_per_word):
             max_bytes_per_word=max_bytes_per_word,
             token_out_type=tf.int64,
             unknown_token=tokenization.UNK_TOKEN,
-            no_pretokenization=False,
+            no_pretokenization=no_pretokenization,
         )
     except (RuntimeError, ValueError, tf.errors.OpError):
-        return None
+        return None  # A token the fast model cannot hold.
 
 
 def _replace_rows(

@@ -2,12 +2,15 @@
 complete; globs skip the leftovers of unfinished writes."""
 
 import collections
+import errno
 import os
+import re
 
 import pytest
 import tensorflow as tf
 
 from common import file_io
+from common.errors import CannotWriteError
 from data_prep import records
 
 
@@ -66,6 +69,21 @@ def test_atomic_directory_replaces_only_when_complete(tmp_path):
     with file_io.atomic_directory(target) as temp:
         open(os.path.join(temp, "v2"), "w").write("2")
     assert os.listdir(target) == ["v2"]
+    assert sorted(os.listdir(tmp_path)) == ["export"]
+
+
+def test_a_failed_atomic_directory_says_why_and_keeps_the_old_folder(tmp_path):
+    target = str(tmp_path / "export")
+    with file_io.atomic_directory(target) as temp:
+        open(os.path.join(temp, "v1"), "w").write("1")
+    with pytest.raises(
+        CannotWriteError, match=re.escape(f"cannot write {target}: No space")
+    ) as caught:
+        with file_io.atomic_directory(target) as temp:
+            open(os.path.join(temp, "v2"), "w").write("2")
+            raise OSError(errno.ENOSPC, "No space left on device")
+    assert isinstance(caught.value.__cause__, OSError)
+    assert os.listdir(target) == ["v1"]
     assert sorted(os.listdir(tmp_path)) == ["export"]
 
 
