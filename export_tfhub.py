@@ -110,7 +110,7 @@ def export_preprocessing() -> str:
     vocabulary = model_flags.resolve_vocabulary(FLAGS)
     return preprocessing.export_preprocessing(
         FLAGS.export_path,
-        vocabulary.vocab_file,
+        vocabulary.vocab if vocabulary.vocab is not None else vocabulary.vocab_file,
         vocabulary.do_lower_case,
         FLAGS.seq_length,
         overwrite=FLAGS.overwrite,

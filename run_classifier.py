@@ -558,7 +558,7 @@ def main(_):
         processor,
         FLAGS.data_dir,
         FLAGS.output_dir,
-        files,
+        files.tokenizer(),
         FLAGS.max_seq_length,
         settings,
         long_input,

@@ -387,7 +387,6 @@ def build_features(files: model_files.ModelFiles, settings: finetuning.Settings)
             FLAGS.predict_file,
             os.path.join(FLAGS.output_dir, PREDICT_RECORD),
             tokenizer,
-            files.vocab_file,
             feature_settings,
             runner_flags.terminal(),
         )
@@ -399,7 +398,6 @@ def build_features(files: model_files.ModelFiles, settings: finetuning.Settings)
             FLAGS.train_file,
             os.path.join(FLAGS.output_dir, TRAIN_RECORD),
             tokenizer,
-            files.vocab_file,
             feature_settings,
             settings.seed,
             runner_flags.terminal(),

@@ -24,7 +24,6 @@ from __future__ import annotations
 
 import dataclasses
 import functools
-import hashlib
 import os
 import re
 from typing import Mapping
@@ -46,42 +45,13 @@ _HF_TOKENIZER_CONFIG = "tokenizer_config.json"
 _SPECIAL = re.compile(r"^\[[^\]]*\]$")
 
 
-@dataclasses.dataclass(frozen=True, eq=False)
-class VocabFile:
-    """A vocabulary file, read once: its bytes, and what every check of it takes from
-    them (its tokens as the tokenizer reads them, its entries, their fingerprint)."""
-
-    path: str
-    data: bytes = dataclasses.field(repr=False)
-
-    @functools.cached_property
-    def tokens(self) -> dict[str, int]:
-        """token -> id, as `tokenization.load_vocab` reads the file."""
-        return tokenization.parse_vocab(tokenization.decode_vocab(self.data), self.path)
-
-    @property
-    def size(self) -> int:
-        return len(self.tokens)
-
-    @functools.cached_property
-    def entries(self) -> list[str]:
-        """The entries, one per line, stripped as `load_vocab` strips them."""
-        self.tokens  # Its checks: the file holds tokens.
-        lines = file_io.decode_text(self.data, self.path).split("\n")
-        if lines and not lines[-1]:
-            lines.pop()
-        return [line.strip() for line in lines]
-
-    @functools.cached_property
-    def sha256(self) -> str:
-        """SHA-256 of the entries (so line endings and a final newline do not count):
-        model_info.json records the model's, to check a --vocab_file against."""
-        return hashlib.sha256("\n".join(self.entries).encode("utf-8")).hexdigest()
+# A vocabulary file, read once (`tokenization.VocabFile`: the tokenizers take it too).
+VocabFile = tokenization.VocabFile
 
 
 def read_vocab(vocab_file: str) -> VocabFile:
     """The vocabulary file at `vocab_file` (local or remote), read."""
-    return VocabFile(vocab_file, tokenization.read_vocab_bytes(vocab_file))
+    return VocabFile.read(vocab_file)
 
 
 def _vocab(vocab: str | VocabFile) -> VocabFile:
@@ -144,9 +114,17 @@ class ModelFiles:
         )
 
     def tokenizer(self) -> tokenization.FullTokenizer:
-        """The model's Python tokenizer (vocabulary, case, preserve_unused_tokens)."""
+        """The model's Python tokenizer (vocabulary, case, preserve_unused_tokens), built
+        once from the vocabulary as read: the one value the feature builders and the
+        export take (its `vocab_read` is the file read)."""
+        return self._tokenizer
+
+    @functools.cached_property
+    def _tokenizer(self) -> tokenization.FullTokenizer:
         return tokenization.FullTokenizer(
-            self.vocab_file, self.do_lower_case, self.preserve_unused_tokens
+            self.vocab if self.vocab is not None else self.vocab_file,
+            self.do_lower_case,
+            self.preserve_unused_tokens,
         )
 
 

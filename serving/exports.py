@@ -36,7 +36,7 @@ from typing import Sequence
 import tensorflow as tf
 
 from common.errors import UserError
-from data_prep.text import tf_tokenization
+from data_prep.text import tf_tokenization, tokenization
 from modeling import task_kinds
 from serving import classifier, ner, savedmodel, squad
 
@@ -110,7 +110,7 @@ def check_options(kind: str, options: dict) -> dict:
 def export_task_model(
     model,
     export_dir: str,
-    vocab_file: str,
+    vocab_file: str | tokenization.VocabFile,
     do_lower_case: bool,
     seq_length: int,
     kind: str = "classifier",
@@ -127,7 +127,8 @@ def export_task_model(
         or `BertFeatureBasedTagger`).
       export_dir: destination folder (`savedmodel.check_export_path`; written only when
         the export is complete).
-      vocab_file, do_lower_case: the tokenizer the model was trained with.
+      vocab_file, do_lower_case: the tokenizer the model was trained with (the
+        vocabulary's path, or the file read already: `tokenization.VocabFile`).
       seq_length: the --max_seq_length the model was trained with.
       kind: one of TASK_SIGNATURE_BUILDERS.
       labels: label names in label-id order (classification, multiple choice, ner),
@@ -163,7 +164,7 @@ def export_fine_tuned(model, export_dir: str, files, overwrite: bool, task, shar
     return export_task_model(
         model,
         export_dir,
-        files.vocab_file,
+        files.vocab if files.vocab is not None else files.vocab_file,  # As read once.
         files.do_lower_case,
         task.max_seq_length,
         kind=task.kind.export_kind,

@@ -18,7 +18,7 @@ import itertools
 import tensorflow as tf
 
 from common.errors import UserError
-from data_prep.text import tf_tokenization
+from data_prep.text import tf_tokenization, tokenization
 from serving import savedmodel
 from serving.inputs import checked_request
 
@@ -74,7 +74,7 @@ class PreprocessingModule(tf.Module):
 
     def __init__(
         self,
-        vocab_file: str,
+        vocab_file: str | tokenization.VocabFile,
         do_lower_case: bool,
         seq_length: int = 128,
         preserve_unused_tokens: bool = False,
@@ -86,7 +86,9 @@ class PreprocessingModule(tf.Module):
             vocab_file, do_lower_case, preserve_unused_tokens=preserve_unused_tokens
         )
         self.tokenizer = tokenizer
-        self.vocab_file = tokenizer.vocab_file or tf.saved_model.Asset(vocab_file)
+        self.vocab_file = tokenizer.vocab_file or tf.saved_model.Asset(
+            vocab_file.path if isinstance(vocab_file, tokenization.VocabFile) else vocab_file
+        )
         self.do_lower_case = tf.Variable(bool(do_lower_case), trainable=False, name="do_lower_case")
         self.preserve_unused_tokens = tf.Variable(
             bool(preserve_unused_tokens), trainable=False, name="preserve_unused_tokens"
@@ -113,7 +115,7 @@ class PreprocessingModule(tf.Module):
 @savedmodel.standard_ops
 def export_preprocessing(
     export_path: str,
-    vocab_file: str,
+    vocab_file: str | tokenization.VocabFile,
     do_lower_case: bool,
     seq_length: int = 128,
     overwrite: bool = False,
@@ -121,7 +123,9 @@ def export_preprocessing(
 ) -> str:
     """Exports the text -> BERT inputs preprocessing model. Returns the export path.
 
-    `export_path` and `overwrite`: as `savedmodel.save_atomically`;
+    `vocab_file`: the vocabulary's path, or the file read already
+    (`tokenization.VocabFile`); `export_path` and `overwrite`: as
+    `savedmodel.save_atomically`;
     `preserve_unused_tokens`: as the model's tokenizer (`[unusedN]` words whole).
     """
     savedmodel.check_export_path(export_path, overwrite)

@@ -243,7 +243,6 @@ def loop_datasets(args, job: str, output_dir: pathlib.Path, spec):
             flags["train_file"],
             record,
             tokenizer,
-            vocab,
             squad_records.FeatureSettings(max_seq_length, 128, 64, True, True),
             1,
         )

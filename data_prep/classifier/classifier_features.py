@@ -16,9 +16,9 @@ file only when that changes.
 
 Typical use:
   processor = classifier_tasks.get_processor("mrpc")
+  tokenizer = tokenization.FullTokenizer(vocab_file, do_lower_case=True)
   metadata = get_or_create_features(processor, data_dir, "train", output_file,
-                                    vocab_file, do_lower_case=True,
-                                    max_seq_length=128)
+                                    tokenizer, max_seq_length=128)
   dataset = build_dataset(output_file, metadata, batch_size=32, is_training=True)
 
 Shape legend: B batch, S sequence (max_seq_length), C choices.
@@ -42,7 +42,6 @@ from data_prep.classifier.classifier_reader import (
     DataProcessor,
     InputExample,
     MultipleChoiceExample,
-    require_file,
 )
 
 # Raise the version when the records written for the same inputs change.
@@ -208,10 +207,8 @@ def _settings(
     processor: DataProcessor,
     data_dir: str,
     split: str,
-    vocab_file: str,
-    do_lower_case: bool,
+    tokenizer: tokenization.FullTokenizer,
     max_seq_length: int,
-    preserve_unused_tokens: bool,
 ) -> dict:
     """Everything besides the input files that determines the records (and what the
     records are read with)."""
@@ -224,9 +221,9 @@ def _settings(
         "is_regression": processor.is_regression,
         "num_choices": processor.num_choices,
         "max_seq_length": max_seq_length,
-        "do_lower_case": do_lower_case,
-        "preserve_unused_tokens": preserve_unused_tokens,
-        "vocab_sha256": records.file_sha256(vocab_file),
+        "do_lower_case": tokenizer.do_lower_case,
+        "preserve_unused_tokens": tokenizer.preserve_unused_tokens,
+        "vocab_sha256": tokenizer.vocab_read.file_sha256,
         **multi_label_settings(processor),
     }
 
@@ -240,19 +237,66 @@ def multi_label_settings(processor: DataProcessor) -> dict:
     return {"multi_label": True, "label_separator": processor.label_separator}
 
 
+def reused_records(
+    output_file: str,
+    record_format: str,
+    settings: dict,
+    input_files: list[str],
+    unit: str = "examples",
+    counts: tuple[str, ...] = (COUNT_KEY,),
+) -> RecordMetadata | None:
+    """The metadata of `output_file` when it can be reused as it is
+    (`records.reusable_metadata`: written from the same `settings` and input files;
+    `counts` are the entries that count records, `unit` what a record is), else None."""
+    metadata = records.reusable_metadata(
+        output_file, record_format, settings, input_files, counts=counts
+    )
+    if metadata is None:
+        return None
+    logging.info("Reusing %s (%d %s)", output_file, metadata[COUNT_KEY], unit)
+    return RecordMetadata.from_entries(metadata, COUNT_KEY)
+
+
+def write_records(
+    output_file: str,
+    record_format: str,
+    settings: dict,
+    tokenizer: tokenization.FullTokenizer,
+    input_files: list[str],
+    serialized,
+    counted,
+) -> RecordMetadata:
+    """Writes the records `serialized` yields to `output_file` and their metadata:
+    `settings`, the vocabulary's file name, `num_examples` (the records written),
+    `counted()` (counts taken while writing) and the file's name."""
+    count = records.write_tfrecord(output_file, serialized)
+    metadata = records.write_metadata(
+        output_file,
+        record_format,
+        dict(
+            settings,
+            vocab_file=os.path.basename(tokenizer.vocab_file),
+            num_examples=count,
+            **counted(),
+            tfrecord_file=os.path.basename(output_file),
+        ),
+        input_files=input_files,
+    )
+    return RecordMetadata.from_entries(metadata, COUNT_KEY)
+
+
 def create_features(
     processor: DataProcessor,
     data_dir: str,
     split: str,
     output_file: str,
-    vocab_file: str,
-    do_lower_case: bool,
+    tokenizer: tokenization.FullTokenizer,
     max_seq_length: int,
-    preserve_unused_tokens: bool = False,
     progress: Progress | None = None,
 ) -> RecordMetadata:
     """Reads `split`, writes its TFRecord file and metadata; returns the metadata;
-    `progress` (`common.progress`) is shown the examples done.
+    `progress` (`common.progress`) is shown the examples done. `tokenizer` is the
+    model's (its vocabulary as read once, its case and preserve_unused_tokens).
 
     Metadata entries: task_name, split, labels, is_regression, num_choices,
     max_seq_length, num_examples, num_truncated, do_lower_case,
@@ -260,26 +304,32 @@ def create_features(
     (and the reader's `examples_key`), tfrecord_file, and those of
     `records.write_metadata` (format, record_bytes, input_files).
     """
+    _check_max_seq_length(max_seq_length)
+    split = processor.split_name(split)
+    settings = _settings(processor, data_dir, split, tokenizer, max_seq_length)
+    return _create_features(processor, data_dir, split, output_file, tokenizer, settings, progress)
+
+
+def _check_max_seq_length(max_seq_length: int) -> None:
     if max_seq_length < 3:
         raise UserError(
             f"max_seq_length={max_seq_length} is below 3, the room for [CLS] and two [SEP]"
         )
-    split = processor.split_name(split)
-    settings = _settings(
-        processor,
-        data_dir,
-        split,
-        vocab_file,
-        do_lower_case,
-        max_seq_length,
-        preserve_unused_tokens,
-    )
-    input_files = processor.input_files(data_dir, split)
+
+
+def _create_features(
+    processor: DataProcessor,
+    data_dir: str,
+    split: str,
+    output_file: str,
+    tokenizer: tokenization.FullTokenizer,
+    settings: dict,
+    progress: Progress | None,
+) -> RecordMetadata:
+    max_seq_length = settings["max_seq_length"]
     labels = settings["labels"]
     examples = processor.get_examples(data_dir, split)
-    tokenizer = tokenization.FullTokenizer(vocab_file, do_lower_case, preserve_unused_tokens)
     num_truncated = 0
-
     progress = progress if progress is not None else Progress()
 
     def serialized():
@@ -296,29 +346,25 @@ def create_features(
             num_truncated += features.truncated
             yield serialize_features(features, processor.is_regression)
 
-    count = records.write_tfrecord(output_file, serialized())
-    metadata = records.write_metadata(
+    metadata = write_records(
         output_file,
         RECORD_FORMAT,
-        dict(
-            settings,
-            vocab_file=os.path.basename(vocab_file),
-            num_examples=count,
-            num_truncated=num_truncated,
-            tfrecord_file=os.path.basename(output_file),
-        ),
-        input_files=input_files,
+        settings,
+        tokenizer,
+        processor.input_files(data_dir, split),
+        serialized(),
+        lambda: {"num_truncated": num_truncated},
     )
     logging.info(
         "Wrote %d %s %s examples (%d truncated to %d tokens) to %s",
-        count,
+        metadata.num_records,
         processor.name,
         split,
         num_truncated,
         max_seq_length,
         output_file,
     )
-    return RecordMetadata.from_entries(metadata, COUNT_KEY)
+    return metadata
 
 
 def get_or_create_features(
@@ -326,52 +372,27 @@ def get_or_create_features(
     data_dir: str,
     split: str,
     output_file: str,
-    vocab_file: str,
-    do_lower_case: bool,
+    tokenizer: tokenization.FullTokenizer,
     max_seq_length: int,
-    preserve_unused_tokens: bool = False,
     progress: Progress | None = None,
 ) -> RecordMetadata:
     """Returns the metadata of `output_file`, (re)building it when stale.
 
     The existing file is reused when its metadata records the same task, split,
-    processor options (and `examples_key`), max_seq_length, do_lower_case,
-    preserve_unused_tokens and vocabulary (by content hash), the same input files
-    and the file's byte size (`records.reusable_metadata`). Otherwise it is rebuilt
-    by `create_features`.
+    processor options (and `examples_key`), max_seq_length, the tokenizer's
+    do_lower_case, preserve_unused_tokens and vocabulary (by content hash), the same
+    input files and the file's byte size (`records.reusable_metadata`). Otherwise it
+    is rebuilt by `create_features`.
     """
+    _check_max_seq_length(max_seq_length)
     split = processor.split_name(split)
-    require_file(vocab_file, "Vocabulary file")
-    settings = _settings(
-        processor,
-        data_dir,
-        split,
-        vocab_file,
-        do_lower_case,
-        max_seq_length,
-        preserve_unused_tokens,
-    )
-    metadata = records.reusable_metadata(
-        output_file,
-        RECORD_FORMAT,
-        settings,
-        processor.input_files(data_dir, split),
-        counts=("num_examples",),
+    settings = _settings(processor, data_dir, split, tokenizer, max_seq_length)
+    metadata = reused_records(
+        output_file, RECORD_FORMAT, settings, processor.input_files(data_dir, split)
     )
     if metadata is not None:
-        logging.info("Reusing %s (%d examples)", output_file, metadata[COUNT_KEY])
-        return RecordMetadata.from_entries(metadata, COUNT_KEY)
-    return create_features(
-        processor,
-        data_dir,
-        split,
-        output_file,
-        vocab_file,
-        do_lower_case,
-        max_seq_length,
-        preserve_unused_tokens,
-        progress,
-    )
+        return metadata
+    return _create_features(processor, data_dir, split, output_file, tokenizer, settings, progress)
 
 
 def read_metadata(record_file: str) -> RecordMetadata:

@@ -19,6 +19,7 @@ from common.errors import UserError
 from common.progress import Progress
 from data_prep.classifier import classifier_features, classifier_reader, classifier_windows
 from data_prep.input_pipeline import RecordMetadata
+from data_prep.text import tokenization
 
 
 @dataclasses.dataclass(frozen=True)
@@ -173,38 +174,34 @@ def build_features(
     data_dir: str,
     split: str,
     output_dir: str,
-    files,
+    tokenizer: tokenization.FullTokenizer,
     max_seq_length: int,
     long_input: LongInput = LongInput(),
     progress: Progress | None = None,
 ) -> Features:
-    """Writes (or reuses) `output_dir/<split>.tf_record` (`<split>.windows.tf_record`
-    with --long_input=windows); `files` holds the model's tokenizer settings (its
-    `vocab_file`, `do_lower_case`, `preserve_unused_tokens`: a
-    `modeling.model_files.ModelFiles`)."""
+    """Writes (or reuses) `output_dir/<split>.tf_record` (`<split>.windows.tf_record`,
+    a record per window, with --long_input=windows); `tokenizer` is the model's (its
+    vocabulary as read once, its case and preserve_unused_tokens)."""
     split = processor.split_name(split)
-    settings = dict(
-        processor=processor,
-        data_dir=data_dir,
-        split=split,
-        vocab_file=files.vocab_file,
-        do_lower_case=files.do_lower_case,
-        max_seq_length=max_seq_length,
-        preserve_unused_tokens=files.preserve_unused_tokens,
-        progress=progress,
-    )
     if long_input.windows:
         file = os.path.join(output_dir, f"{split}.windows.tf_record")
         metadata = classifier_windows.get_or_create_window_features(
-            output_file=file,
-            doc_stride=long_input.doc_stride,
-            max_windows=long_input.max_windows_per_text,
-            **settings,
+            processor,
+            data_dir,
+            split,
+            file,
+            tokenizer,
+            max_seq_length,
+            long_input.doc_stride,
+            long_input.max_windows_per_text,
+            progress,
         )
         features = WindowFeatures(split, file, metadata, long_input.window_pooling)
     else:
         file = os.path.join(output_dir, f"{split}.tf_record")
-        metadata = classifier_features.get_or_create_features(output_file=file, **settings)
+        metadata = classifier_features.get_or_create_features(
+            processor, data_dir, split, file, tokenizer, max_seq_length, progress
+        )
         features = Features(split, file, metadata)
     if metadata.num_records == 0:
         source = processor.input_files(data_dir, split) or [f"{data_dir} (its reader's files)"]
@@ -216,7 +213,7 @@ def build_task_features(
     processor,
     data_dir: str,
     output_dir: str,
-    files,
+    tokenizer: tokenization.FullTokenizer,
     max_seq_length: int,
     settings,
     long_input: LongInput = LongInput(),
@@ -224,12 +221,20 @@ def build_task_features(
 ) -> TaskFeatures:
     """Reads and checks every split the run needs before any model is built: train
     with `settings.do_train`, the dev splits with `do_eval`, the test splits with
-    `do_predict` (a `modeling.finetuning.Settings`)."""
+    `do_predict` (a `modeling.finetuning.Settings`), with the model's `tokenizer`
+    built once."""
 
     def of(splits, wanted):
         features = [
             build_features(
-                processor, data_dir, split, output_dir, files, max_seq_length, long_input, progress
+                processor,
+                data_dir,
+                split,
+                output_dir,
+                tokenizer,
+                max_seq_length,
+                long_input,
+                progress,
             )
             for split in (splits if wanted else ())
         ]

@@ -22,7 +22,6 @@ the same in-graph.
 
 from __future__ import annotations
 
-import os
 
 import numpy as np
 import tensorflow as tf
@@ -32,11 +31,7 @@ from common.errors import UserError
 from common.progress import Progress
 from data_prep import context_windows, input_pipeline, records
 from data_prep.classifier import classifier_features
-from data_prep.classifier.classifier_reader import (
-    DataProcessor,
-    MultipleChoiceExample,
-    require_file,
-)
+from data_prep.classifier.classifier_reader import DataProcessor, MultipleChoiceExample
 from data_prep.input_pipeline import RecordMetadata
 from data_prep.text import tokenization
 
@@ -117,28 +112,10 @@ def serialize_window(features, example_index: int, is_regression: bool) -> bytes
     return example.SerializeToString(deterministic=True)
 
 
-def _settings(
-    processor,
-    data_dir,
-    split,
-    vocab_file,
-    do_lower_case,
-    max_seq_length,
-    preserve_unused_tokens,
-    doc_stride,
-    max_windows,
-) -> dict:
+def _settings(processor, data_dir, split, tokenizer, max_seq_length, doc_stride, max_windows):
     """What determines the records: `classifier_features`' settings and the windows'."""
     return dict(
-        classifier_features._settings(
-            processor,
-            data_dir,
-            split,
-            vocab_file,
-            do_lower_case,
-            max_seq_length,
-            preserve_unused_tokens,
-        ),
+        classifier_features._settings(processor, data_dir, split, tokenizer, max_seq_length),
         long_input="windows",
         doc_stride=doc_stride,
         max_windows_per_text=max_windows,
@@ -150,43 +127,31 @@ def get_or_create_window_features(
     data_dir: str,
     split: str,
     output_file: str,
-    vocab_file: str,
-    do_lower_case: bool,
+    tokenizer: tokenization.FullTokenizer,
     max_seq_length: int,
-    preserve_unused_tokens: bool,
     doc_stride: int,
     max_windows: int,
     progress: Progress | None = None,
 ) -> RecordMetadata:
     """The metadata of `output_file` (one record per window), rebuilt when its inputs or
-    settings changed (as `classifier_features.get_or_create_features`).
+    settings changed (as `classifier_features.get_or_create_features`, with the model's
+    `tokenizer`).
 
     Metadata entries: those of `classifier_features.create_features` (num_examples
     counts the windows), and long_input, doc_stride, max_windows_per_text, num_texts,
     num_texts_cut (texts with more windows than max_windows_per_text)."""
     split = processor.split_name(split)
-    require_file(vocab_file, "Vocabulary file")
     check_window_settings(max_seq_length, doc_stride, max_windows)
     settings = _settings(
-        processor,
-        data_dir,
-        split,
-        vocab_file,
-        do_lower_case,
-        max_seq_length,
-        preserve_unused_tokens,
-        doc_stride,
-        max_windows,
+        processor, data_dir, split, tokenizer, max_seq_length, doc_stride, max_windows
     )
     input_files = processor.input_files(data_dir, split)
-    metadata = records.reusable_metadata(
-        output_file, RECORD_FORMAT, settings, input_files, counts=(COUNT_KEY, "num_texts")
+    metadata = classifier_features.reused_records(
+        output_file, RECORD_FORMAT, settings, input_files, "windows", (COUNT_KEY, "num_texts")
     )
     if metadata is not None:
-        logging.info("Reusing %s (%d windows)", output_file, metadata[COUNT_KEY])
-        return RecordMetadata.from_entries(metadata, COUNT_KEY)
+        return metadata
     examples = processor.get_examples(data_dir, split)
-    tokenizer = tokenization.FullTokenizer(vocab_file, do_lower_case, preserve_unused_tokens)
     progress = progress if progress is not None else Progress()
     cut = []
 
@@ -208,7 +173,15 @@ def get_or_create_window_features(
             for window in features:
                 yield serialize_window(window, index, processor.is_regression)
 
-    count = records.write_tfrecord(output_file, serialized())
+    metadata = classifier_features.write_records(
+        output_file,
+        RECORD_FORMAT,
+        settings,
+        tokenizer,
+        input_files,
+        serialized(),
+        lambda: {"num_texts": len(examples), "num_texts_cut": len(cut)},
+    )
     if cut:
         logging.warning(
             "%s %s: %d of %d texts have more than --max_windows_per_text=%d windows (up to "
@@ -222,21 +195,14 @@ def get_or_create_window_features(
             cut[0][0],
             max_windows,
         )
-    metadata = records.write_metadata(
+    logging.info(
+        "Wrote %d windows of %d %s texts to %s",
+        metadata.num_records,
+        len(examples),
+        split,
         output_file,
-        RECORD_FORMAT,
-        dict(
-            settings,
-            vocab_file=os.path.basename(vocab_file),
-            num_examples=count,
-            num_texts=len(examples),
-            num_texts_cut=len(cut),
-            tfrecord_file=os.path.basename(output_file),
-        ),
-        input_files=input_files,
     )
-    logging.info("Wrote %d windows of %d %s texts to %s", count, len(examples), split, output_file)
-    return RecordMetadata.from_entries(metadata, COUNT_KEY)
+    return metadata
 
 
 def build_window_dataset(

@@ -10,7 +10,8 @@ training file, the vocabulary, the settings and the shuffle seed are the same;
 `build_predict_features` keeps the examples and features that post-processing needs.
 
 Typical use:
-  data = build_train_features(train_file, record_file, tokenizer, vocab_file,
+  tokenizer = tokenization.FullTokenizer(vocab_file, do_lower_case=True)
+  data = build_train_features(train_file, record_file, tokenizer,
                               FeatureSettings(384, 128, 64, True, False), seed=12345)
   dataset = build_dataset(data.file, data.metadata, batch_size=32, is_training=True)
 
@@ -33,6 +34,7 @@ from data_prep import input_pipeline, records
 from data_prep.squad import squad_features, squad_reader
 from data_prep.input_pipeline import RecordMetadata
 from data_prep.squad.squad_features import InputFeatures
+from data_prep.text import tokenization
 
 # Raise the version when the records written for the same inputs change.
 RECORD_FORMAT = "bert_squad_tfrecord/2"
@@ -210,8 +212,7 @@ def _read_usable(
 def build_train_features(
     train_file: str,
     record_file: str,
-    tokenizer,
-    vocab_file: str,
+    tokenizer: tokenization.FullTokenizer,
     settings: FeatureSettings,
     seed: int,
     progress: Progress | None = None,
@@ -222,12 +223,13 @@ def build_train_features(
     does, so the windows of one context do not all sit in one shuffle buffer. The
     file is reused while the training file, the vocabulary (by content), `settings`
     and `seed` are those it was written with (`records.reusable_metadata`).
+    `tokenizer` is the model's, its vocabulary read once.
     """
     source = dict(
         dataclasses.asdict(settings),
         is_training=True,
         shuffle_seed=seed,
-        vocab_sha256=records.file_sha256(vocab_file),
+        vocab_sha256=tokenizer.vocab_read.file_sha256,
     )
     metadata = records.reusable_metadata(
         record_file, RECORD_FORMAT, source, [train_file], counts=("num_features",)
@@ -258,7 +260,7 @@ def build_train_features(
         num_examples=len(examples),
         num_features=num_features,
         num_skipped=len(read.skipped_qas_ids),
-        vocab_file=vocab_file,
+        vocab_file=tokenizer.vocab_file,
         extra=dict(shuffle_seed=seed, vocab_sha256=source["vocab_sha256"]),
         input_files=[train_file],
     )
@@ -268,8 +270,7 @@ def build_train_features(
 def build_predict_features(
     predict_file: str,
     record_file: str,
-    tokenizer,
-    vocab_file: str,
+    tokenizer: tokenization.FullTokenizer,
     settings: FeatureSettings,
     progress: Progress | None = None,
 ) -> PredictData:
@@ -297,7 +298,7 @@ def build_predict_features(
         num_questions=read.num_questions,
         num_examples=len(read.examples),
         num_features=len(features),
-        vocab_file=vocab_file,
+        vocab_file=tokenizer.vocab_file,
         input_files=[predict_file],
     )
     return PredictData(record_file, metadata, read.examples, features)

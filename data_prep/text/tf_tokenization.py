@@ -65,7 +65,7 @@ class TFBertTokenizer(tf.Module):
 
     def __init__(
         self,
-        vocab_file: str,
+        vocab_file: "str | tokenization.VocabFile",
         do_lower_case: bool = True,
         max_input_chars_per_word: int = tokenization.MAX_INPUT_CHARS_PER_WORD,
         name: str | None = None,
@@ -74,7 +74,8 @@ class TFBertTokenizer(tf.Module):
         """Constructs a TFBertTokenizer.
 
         Args:
-            vocab_file: path of the vocabulary, one token per line.
+            vocab_file: path of the vocabulary, one token per line, or the file read
+                already (a `tokenization.VocabFile`: it is not read again).
             do_lower_case: lower-case and strip accents (uncased models).
             max_input_chars_per_word: longer words become [UNK].
             name: name of the module.
@@ -86,18 +87,19 @@ class TFBertTokenizer(tf.Module):
                 [CLS] or [SEP].
         """
         super().__init__(name=name)
-        vocab = tokenization.load_vocab(vocab_file)
+        read = tokenization.read_vocab_file(vocab_file)
+        vocab = read.tokens
         tokenization.validate_vocab(
             vocab,
             (tokenization.UNK_TOKEN, tokenization.CLS_TOKEN, tokenization.SEP_TOKEN),
-            vocab_file,
+            read.path,
         )
         self.do_lower_case = do_lower_case
         self.max_input_chars_per_word = max_input_chars_per_word
         self.cls_id = vocab[tokenization.CLS_TOKEN]
         self.sep_id = vocab[tokenization.SEP_TOKEN]
         self.vocab_size = len(vocab)
-        self.vocab_file, self.vocab_table = _build_vocab_table(vocab_file, vocab)
+        self.vocab_file, self.vocab_table = _build_vocab_table(read)
         self._unk_id = vocab[tokenization.UNK_TOKEN]
         self._wordpiece = _wordpiece_tokenizer(
             vocab, self.vocab_table, _MAX_BYTES_PER_CHAR * max_input_chars_per_word
@@ -338,8 +340,9 @@ def _replace_rows(
     return tf.gather(tf.concat([ragged, tf.cast(rows, ragged.dtype)], axis=0), order)
 
 
-def _build_vocab_table(vocab_file, vocab):
-    """A token -> id table, reading the file as an asset where it can.
+def _build_vocab_table(read: tokenization.VocabFile):
+    """A token -> id table of the vocabulary `read`, with the file as an asset where
+    it can.
 
     A `TextFileInitializer` gives each line its line number, which equals the
     id only if no line repeats a token or carries surrounding whitespace;
@@ -348,12 +351,9 @@ def _build_vocab_table(vocab_file, vocab):
     Returns:
         (tf.saved_model.Asset or None, tf.lookup.StaticHashTable).
     """
-    with tf.io.gfile.GFile(vocab_file, "rb") as f:
-        lines = f.read().decode("utf-8", "ignore").split("\n")
-    if not lines[-1]:
-        lines.pop()
+    lines, vocab = read.lines, read.tokens
     if len(lines) == len(vocab) and all(line == token for line, token in zip(lines, vocab)):
-        asset = tf.saved_model.Asset(vocab_file)
+        asset = tf.saved_model.Asset(read.path)
         initializer = tf.lookup.TextFileInitializer(
             asset,
             key_dtype=tf.string,

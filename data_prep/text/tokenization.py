@@ -28,7 +28,9 @@ looks across a space.
 """
 
 import collections
+import dataclasses
 import functools
+import hashlib
 import re
 import unicodedata
 from typing import Iterable, Mapping, Sequence
@@ -179,6 +181,67 @@ def read_vocab_bytes(path: str) -> bytes:
         except (FileNotFoundError, IsADirectoryError, NotADirectoryError):
             raise UserError("Vocabulary file %r does not exist." % path) from None
     return data
+
+
+@dataclasses.dataclass(frozen=True, eq=False)
+class VocabFile:
+    """A vocabulary file, read once: its bytes, and what every use of it takes from
+    them (its tokens as `load_vocab` reads them, its entries, their fingerprints). The
+    tokenizers (`FullTokenizer`, the in-graph `TFBertTokenizer`) take it in place of
+    the path, so that a run reads its model's vocabulary once."""
+
+    path: str
+    data: bytes = dataclasses.field(repr=False)
+
+    @classmethod
+    def read(cls, path: str) -> "VocabFile":
+        """The vocabulary file at `path` (local or remote), read."""
+        return cls(path, read_vocab_bytes(path))
+
+    @functools.cached_property
+    def tokens(self) -> "collections.OrderedDict[str, int]":
+        """token -> id, as `load_vocab` reads the file."""
+        return parse_vocab(decode_vocab(self.data), self.path)
+
+    @property
+    def size(self) -> int:
+        return len(self.tokens)
+
+    @functools.cached_property
+    def lines(self) -> list[str]:
+        """The lines as `load_vocab` decodes them (bad bytes dropped), unstripped."""
+        lines = decode_vocab(self.data).split("\n")
+        if not lines[-1]:
+            lines.pop()
+        return lines
+
+    @functools.cached_property
+    def entries(self) -> list[str]:
+        """The entries, one per line, stripped as `load_vocab` strips them."""
+        from common import file_io  # It imports TensorFlow, which tokenizing needs not.
+
+        self.tokens  # Its checks: the file holds tokens.
+        lines = file_io.decode_text(self.data, self.path).split("\n")
+        if lines and not lines[-1]:
+            lines.pop()
+        return [line.strip() for line in lines]
+
+    @functools.cached_property
+    def sha256(self) -> str:
+        """SHA-256 of the entries (so line endings and a final newline do not count):
+        model_info.json records the model's, to check a --vocab_file against."""
+        return hashlib.sha256("\n".join(self.entries).encode("utf-8")).hexdigest()
+
+    @functools.cached_property
+    def file_sha256(self) -> str:
+        """SHA-256 of the file's bytes (`data_prep.records.file_sha256` of the file):
+        record metadata keys the records on it."""
+        return hashlib.sha256(self.data).hexdigest()
+
+
+def read_vocab_file(vocab_file: "str | VocabFile") -> VocabFile:
+    """The vocabulary file `vocab_file` (a path) read, or as it is when read already."""
+    return vocab_file if isinstance(vocab_file, VocabFile) else VocabFile.read(vocab_file)
 
 
 def validate_vocab(
@@ -367,11 +430,17 @@ class FullTokenizer:
 
     WORD_CACHE_SIZE = 1 << 18  # Texts between spaces whose ids `tokenize_to_ids` keeps.
 
-    def __init__(self, vocab_file: str, do_lower_case: bool = True, preserve_unused_tokens=False):
+    def __init__(
+        self,
+        vocab_file: "str | VocabFile",
+        do_lower_case: bool = True,
+        preserve_unused_tokens: bool = False,
+    ):
         """Constructs a FullTokenizer.
 
         Args:
-            vocab_file: path of the vocabulary, one token per line.
+            vocab_file: path of the vocabulary, one token per line, or the file read
+                already (a `VocabFile`: it is not read again).
             do_lower_case: lower-case and strip accents (uncased models).
             preserve_unused_tokens: keep a word that is a `[unusedN]` entry of the
                 vocabulary whole (`BasicTokenizer`), as the original's flag.
@@ -380,10 +449,11 @@ class FullTokenizer:
             ValueError: the vocabulary is missing, empty, or lacks [UNK], [CLS] or
                 [SEP].
         """
-        self.vocab_file = vocab_file
+        self.vocab_read = read_vocab_file(vocab_file)  # What records are keyed on.
+        self.vocab_file = self.vocab_read.path
         self.do_lower_case = do_lower_case
-        self.vocab = load_vocab(vocab_file)
-        validate_vocab(self.vocab, (UNK_TOKEN, CLS_TOKEN, SEP_TOKEN), vocab_file)
+        self.vocab = self.vocab_read.tokens
+        validate_vocab(self.vocab, (UNK_TOKEN, CLS_TOKEN, SEP_TOKEN), self.vocab_file)
         self.inv_vocab = {v: k for k, v in self.vocab.items()}
         self.preserve_unused_tokens = preserve_unused_tokens
         self.basic_tokenizer = BasicTokenizer(do_lower_case, self.vocab, preserve_unused_tokens)

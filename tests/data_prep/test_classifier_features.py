@@ -13,6 +13,7 @@ from data_prep.classifier import classifier_features as cf
 from data_prep.classifier import classifier_reader
 from data_prep.classifier import classifier_tasks as ct
 from data_prep import records
+from data_prep.text import tokenization
 from tests.helpers.classifier_helpers import MRPC_HEADER, _write
 
 
@@ -229,15 +230,14 @@ def test_empty_text(tmp_path):
         ct.get_processor("sst-2").get_train_examples(str(tmp_path))
 
 
-def test_short_max_seq_length(tmp_path, vocab_file):
+def test_short_max_seq_length(tmp_path, tokenizer):
     with pytest.raises(ValueError, match="max_seq_length=2"):
         cf.create_features(
             ct.get_processor("rte"),
             str(tmp_path),
             "train",
             str(tmp_path / "x.tf_record"),
-            vocab_file,
-            True,
+            tokenizer,
             2,
         )
 
@@ -265,12 +265,12 @@ def _small_mrpc(directory):
     )
 
 
-def test_tfrecord_round_trip(tmp_path, vocab_file, tokenizer):
+def test_tfrecord_round_trip(tmp_path, tokenizer):
     _small_mrpc(tmp_path)
     processor = ct.get_processor("mrpc")
     output_file = str(tmp_path / "out" / "train.tf_record")
     metadata = cf.get_or_create_features(
-        processor, str(tmp_path), "train", output_file, vocab_file, True, 12
+        processor, str(tmp_path), "train", output_file, tokenizer, 12
     )
     # Only the third pair (5 + 5 tokens) does not fit 12.
     assert metadata["num_examples"] == 3 and metadata["num_truncated"] == 1
@@ -301,11 +301,11 @@ def test_tfrecord_round_trip(tmp_path, vocab_file, tokenizer):
     assert list(parsed["is_real_example"].int64_list.value) == [1]
 
 
-def test_training_dataset_repeats_and_drops_remainder(tmp_path, vocab_file):
+def test_training_dataset_repeats_and_drops_remainder(tmp_path, tokenizer):
     _small_mrpc(tmp_path)
     output_file = str(tmp_path / "train.tf_record")
     metadata = cf.get_or_create_features(
-        ct.get_processor("mrpc"), str(tmp_path), "train", output_file, vocab_file, True, 10
+        ct.get_processor("mrpc"), str(tmp_path), "train", output_file, tokenizer, 10
     )
     # A shuffle buffer of one keeps file order: labels 1 0 1, 1 0 1, ...
     batches = list(
@@ -330,11 +330,11 @@ def test_training_dataset_repeats_and_drops_remainder(tmp_path, vocab_file):
     assert shuffled(seed=1) == shuffled(seed=1)
 
 
-def test_dataset_sharded_by_input_context(tmp_path, vocab_file):
+def test_dataset_sharded_by_input_context(tmp_path, tokenizer):
     _small_mrpc(tmp_path)
     output_file = str(tmp_path / "train.tf_record")
     metadata = cf.get_or_create_features(
-        ct.get_processor("mrpc"), str(tmp_path), "train", output_file, vocab_file, True, 10
+        ct.get_processor("mrpc"), str(tmp_path), "train", output_file, tokenizer, 10
     )
     context = tf.distribute.InputContext(
         num_input_pipelines=2, input_pipeline_id=1, num_replicas_in_sync=2
@@ -348,13 +348,11 @@ def test_dataset_sharded_by_input_context(tmp_path, vocab_file):
     assert [labels.numpy().tolist() for labels in _labels(batches)] == [[0]]
 
 
-def test_multiple_choice_round_trip(tmp_path, vocab_file, tokenizer):
+def test_multiple_choice_round_trip(tmp_path, tokenizer):
     _write_swag(tmp_path)
     processor = ct.get_processor("swag")
     output_file = str(tmp_path / "dev.tf_record")
-    metadata = cf.get_or_create_features(
-        processor, str(tmp_path), "dev", output_file, vocab_file, True, 9
-    )
+    metadata = cf.get_or_create_features(processor, str(tmp_path), "dev", output_file, tokenizer, 9)
     assert metadata["num_choices"] == 4
     features = next(iter(cf.build_dataset(output_file, metadata, 4, is_training=False)))
     labels = features["label_ids"]
@@ -377,7 +375,7 @@ def test_multiple_choice_round_trip(tmp_path, vocab_file, tokenizer):
     np.testing.assert_array_equal(labels, [0])
 
 
-def test_regression_round_trip(tmp_path, vocab_file):
+def test_regression_round_trip(tmp_path, tokenizer):
     _write(
         tmp_path,
         "dev.tsv",
@@ -390,7 +388,7 @@ def test_regression_round_trip(tmp_path, vocab_file):
     )
     output_file = str(tmp_path / "dev.tf_record")
     metadata = cf.get_or_create_features(
-        ct.get_processor("sts-b"), str(tmp_path), "dev", output_file, vocab_file, True, 8
+        ct.get_processor("sts-b"), str(tmp_path), "dev", output_file, tokenizer, 8
     )
     assert metadata["is_regression"] and metadata["labels"] == []
     labels = next(iter(cf.build_dataset(output_file, metadata, 2, False)))["label_ids"]
@@ -402,14 +400,14 @@ def test_cache_reuse_and_rebuild(tmp_path, vocab_file, monkeypatch):
     _small_mrpc(tmp_path)
     processor = ct.get_processor("mrpc")
     output_file = str(tmp_path / "train.tf_record")
-    build = cf.create_features
+    build = cf._create_features
     builds = []
 
-    def counting_build(*args, **kwargs):
-        builds.append(args[6] if len(args) > 6 else kwargs["max_seq_length"])
-        return build(*args, **kwargs)
+    def counting_build(*args):
+        builds.append(args[5]["max_seq_length"])  # Its settings.
+        return build(*args)
 
-    monkeypatch.setattr(cf, "create_features", counting_build)
+    monkeypatch.setattr(cf, "_create_features", counting_build)
 
     def get(max_seq_length=10, do_lower_case=True):
         return cf.get_or_create_features(
@@ -417,8 +415,7 @@ def test_cache_reuse_and_rebuild(tmp_path, vocab_file, monkeypatch):
             str(tmp_path),
             "train",
             output_file,
-            vocab_file,
-            do_lower_case,
+            tokenization.FullTokenizer(vocab_file, do_lower_case),
             max_seq_length,
         )
 

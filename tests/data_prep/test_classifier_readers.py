@@ -501,7 +501,7 @@ def test_generic_errors(tmp_path):
         )
 
 
-def test_generic_multi_label_reads_label_sets_and_records_them(tmp_path, vocab_file):
+def test_generic_multi_label_reads_label_sets_and_records_them(tmp_path, tokenizer):
     header = "text\ttags"
     _write(tmp_path, "train.tsv", [header, "a b\tx; z", "c\t", "d\tz;y ;z"])
     _write(tmp_path, "dev.tsv", [header, "e\ty", "f\tw"])
@@ -519,7 +519,7 @@ def test_generic_multi_label_reads_label_sets_and_records_them(tmp_path, vocab_f
         processor.get_dev_examples(data_dir)
     # Records: label_ids [L], multi-hot; the metadata says multi-label.
     output = str(tmp_path / "train.tf_record")
-    metadata = cf.create_features(processor, data_dir, "train", output, vocab_file, True, 8)
+    metadata = cf.create_features(processor, data_dir, "train", output, tokenizer, 8)
     assert metadata["multi_label"] and metadata["label_separator"] == ";"
     batch = next(iter(cf.build_dataset(output, metadata, 3, is_training=False)))
     assert batch["label_ids"].numpy().tolist() == [[1, 0, 1], [0, 0, 0], [0, 1, 1]]

@@ -240,6 +240,7 @@ def pretraining_shard() -> dict[str, bytes]:
 def feature_cache() -> dict[str, bytes]:
     """MRPC's train.tsv and its classifier feature cache (S 32) with metadata."""
     from data_prep.classifier import classifier_features, classifier_tasks
+    from data_prep.text import tokenization
 
     directory = os.path.join(scratch(), "cache")
     os.makedirs(directory)
@@ -250,8 +251,7 @@ def feature_cache() -> dict[str, bytes]:
         directory,
         "train",
         os.path.join(directory, "train.tf_record"),
-        VOCAB_FILE,
-        True,
+        tokenization.FullTokenizer(VOCAB_FILE, True),
         32,
     )
     return read_files(directory)

@@ -418,6 +418,7 @@ def read_shard(directory: str, _) -> None:
 def read_feature_cache(directory: str, _) -> None:
     """A classifier's feature cache reused (or made again), then every batch of it."""
     from data_prep.classifier import classifier_features, classifier_tasks
+    from data_prep.text import tokenization
 
     cache = os.path.join(directory, "train.tf_record")
     metadata = classifier_features.get_or_create_features(
@@ -425,8 +426,7 @@ def read_feature_cache(directory: str, _) -> None:
         directory,
         "train",
         cache,
-        seeds.VOCAB_FILE,
-        True,
+        tokenization.FullTokenizer(seeds.VOCAB_FILE, True),
         32,
     )
     for _ in classifier_features.build_dataset(cache, metadata, 4, is_training=False):

@@ -197,7 +197,7 @@ def test_ids_beyond_the_vocabulary_are_named_without_metadata(shard, tmp_path):
         pretraining_data.shards_metadata([path], 64, 5, 30522)
 
 
-def test_damaged_feature_cache_is_made_again(tmp_path, mrpc_dir, vocab_file, caplog):
+def test_damaged_feature_cache_is_made_again(tmp_path, mrpc_dir, tokenizer, caplog):
     from data_prep.classifier import classifier_features, classifier_tasks
 
     processor = classifier_tasks.get_processor("mrpc")
@@ -205,7 +205,7 @@ def test_damaged_feature_cache_is_made_again(tmp_path, mrpc_dir, vocab_file, cap
 
     def features():
         return classifier_features.get_or_create_features(
-            processor, str(mrpc_dir), "train", cache, vocab_file, True, 32
+            processor, str(mrpc_dir), "train", cache, tokenizer, 32
         )
 
     features()

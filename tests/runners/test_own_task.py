@@ -133,8 +133,10 @@ _DRIVER = textwrap.dedent("""
     import tensorflow_text  # noqa: F401
     import run_classifier
     from data_prep.classifier import classifier_features, classifier_tasks
+    from data_prep.text import tokenization
     import my_cola
     data_dir, out_dir, export_dir, vocab_file, config_file, work = sys.argv[1:7]
+    tokenizer = tokenization.FullTokenizer(vocab_file, True)
     results = {}
 
     def fields(processor, split):
@@ -159,7 +161,7 @@ _DRIVER = textwrap.dedent("""
     records = {}
     for i, (name, p) in enumerate(processors.items()):
         path = os.path.join(work, f"train_{i}.tf_record")
-        classifier_features.create_features(p, data_dir, "train", path, vocab_file, True, 48)
+        classifier_features.create_features(p, data_dir, "train", path, tokenizer, 48)
         records[name] = parsed(path)
     results["records_equal"] = [records[n] == records["cola"] for n in names]
     results["num_records"] = len(records["cola"])
@@ -170,7 +172,7 @@ _DRIVER = textwrap.dedent("""
     record = os.path.join(work, "dev.tf_record")
     p = classifier_tasks.get_processor("bert_cola:ColaProcessor")
     get = lambda p: classifier_features.get_or_create_features(
-        p, copy, "dev", record, vocab_file, True, 48)
+        p, copy, "dev", record, tokenizer, 48)
     first = get(p)["examples_sha256"]
     mtime = os.stat(record).st_mtime_ns
     time.sleep(0.01)

@@ -469,7 +469,7 @@ def test_cola_reports_matthews_correlation(driver):
     assert results["global_step"] == 0
 
 
-def test_feature_cache_is_not_fooled_by_another_data_dir(tmp_path, mrpc_dir, vocab_file):
+def test_feature_cache_is_not_fooled_by_another_data_dir(tmp_path, mrpc_dir, tokenizer):
     """Two data dirs whose train.tsv have the same size and mtime (files unpacked from
     archives, or written within one clock tick) but different labels: switching
     --data_dir rebuilds the features."""
@@ -486,7 +486,7 @@ def test_feature_cache_is_not_fooled_by_another_data_dir(tmp_path, mrpc_dir, voc
 
     def labels(data_dir):
         metadata = classifier_features.get_or_create_features(
-            processor, str(data_dir), "train", output_file, vocab_file, True, 16
+            processor, str(data_dir), "train", output_file, tokenizer, 16
         )
         dataset = classifier_features.build_dataset(output_file, metadata, 64, False)
         return np.concatenate([batch["label_ids"].numpy() for batch in dataset])
