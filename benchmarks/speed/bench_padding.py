@@ -258,7 +258,12 @@ def loop_datasets(args, job: str, output_dir: pathlib.Path, spec):
             options = dict(text_a_column="sentence", label_column="label")
         processor = classifier_tasks.get_processor(flags["task_name"], **options)
         metadata = classifier_features.get_or_create_features(
-            processor, flags["data_dir"], "train", record, vocab, True, max_seq_length
+            processor,
+            flags["data_dir"],
+            "train",
+            record,
+            tokenization.FullTokenizer(vocab, True),
+            max_seq_length,
         )
         build = classifier_features.build_dataset
 
