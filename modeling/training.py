@@ -52,11 +52,6 @@ from modeling import distribution
 from modeling import kernels as kernel_choices
 from modeling import optimization, training_checkpoints, training_eval, training_summary
 
-# Kept here for the modules that read them as `training.SUMMARY_FILE` and
-# `training.training_state_step`.
-SUMMARY_FILE = training_summary.SUMMARY_FILE
-training_state_step = training_checkpoints.training_state_step
-
 
 class Objective(Protocol):
     """A model's loss and evaluation sums (modeling/objectives.py has one per kind)."""
