@@ -183,19 +183,8 @@ class Trainer:
             )
             self.global_step = tf.Variable(0, dtype=tf.int64, trainable=False, name="global_step")
             self.loss_scale = DynamicLossScale() if dtype == "float16" else None
-        # Dropout seed states, so that a resumed run draws the same masks as an
-        # uninterrupted one.
-        rng_states = [v for v in model.non_trainable_variables if "seed_generator" in v.path]
-        objects = dict(
-            model=model,
-            optimizer=self.optimizer,
-            global_step=self.global_step,
-            rng_states=rng_states,
-        )
-        if self.loss_scale is not None:
-            objects["loss_scale"] = self.loss_scale
         self.checkpoints = training_checkpoints.TrainingCheckpoints(
-            strategy, output_dir, objects, max_checkpoints
+            strategy, output_dir, self._checkpointed(), max_checkpoints
         )
         self.summary = training_summary.TrainingSummary(
             strategy, output_dir, self.variables, profile_steps
@@ -215,6 +204,21 @@ class Trainer:
         self._stop = None
 
     # ---------------------------------------------------------------- checkpoints
+
+    def _checkpointed(self) -> dict:
+        """What a checkpoint holds: the model, the optimizer, the global step, the
+        dropout seed states (so that a resumed run draws the same masks as an
+        uninterrupted one) and, for float16, the loss scale."""
+        rng_states = [v for v in self.model.non_trainable_variables if "seed_generator" in v.path]
+        objects = dict(
+            model=self.model,
+            optimizer=self.optimizer,
+            global_step=self.global_step,
+            rng_states=rng_states,
+        )
+        if self.loss_scale is not None:
+            objects["loss_scale"] = self.loss_scale
+        return objects
 
     def restore_or_initialize(self, initialize: Callable[[], None] | None = None) -> bool:
         """Resumes from the latest checkpoint in output_dir, else calls `initialize`
