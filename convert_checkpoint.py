@@ -46,14 +46,14 @@ import runner_flags
 import runner_settings
 from common import run_control
 from modeling import checkpoint_names as names
-from modeling import checkpoint_readers, checkpoint_writers, checkpoints, model_files, task_kinds
+from modeling import checkpoint_readers, checkpoint_writers, checkpoints, model_files, model_kinds
 from modeling.config import BertConfig
 from modeling.encoder import BertEncoder
 
 FORMATS = ("tf1", "hf", "tf2")
 # The feature-based tagger's BiLSTM head exists only in our TF2 format, which holds it
 # as it is: nothing to convert.
-CONVERTIBLE_KINDS = tuple(k.name for k in task_kinds.KINDS if k is not task_kinds.FEATURE_BASED)
+CONVERTIBLE_KINDS = tuple(k.name for k in model_kinds.KINDS if k is not model_kinds.FEATURE_BASED)
 
 FLAGS = flags.FLAGS
 
@@ -93,7 +93,7 @@ def build_model(
     bilstm_units: int = 0,
     multi_label: bool = False,
 ):
-    """A float32 model of `kind` (`task_kinds.TaskKind.build`) on a new encoder,
+    """A float32 model of `kind` (`model_kinds.ModelKind.build`) on a new encoder,
     left-to-right with `causal_attention`, with the BiLSTM of `bilstm_units` (a
     classifier's, span labeler's or token classifier's), multi-label (a classifier)."""
     if kind not in CONVERTIBLE_KINDS:
@@ -103,7 +103,7 @@ def build_model(
             f"(--model_kind=encoder converts its encoder)"
         )
     encoder = BertEncoder(config, dtype="float32", causal_attention=causal_attention)
-    return task_kinds.get(kind).build(
+    return model_kinds.get(kind).build(
         encoder,
         config,
         num_labels,
@@ -116,7 +116,7 @@ def build_model(
 def stored_multi_label(input_checkpoint: str, kind: str) -> bool:
     """Whether the classifier at `input_checkpoint` is multi-label: its
     model_info.json says so, or a Hugging Face config.json's problem_type."""
-    if not task_kinds.get(kind).multi_label:
+    if not model_kinds.get(kind).multi_label:
         return False
     stored = model_files.read_model_info(input_checkpoint)
     if stored.get("model_kind") == kind:
@@ -179,7 +179,7 @@ def convert(
         allow_vocab_mismatch=allow_vocab_mismatch,
     )
     bilstm_units = 0
-    if task_kinds.get(kind).bilstm:
+    if model_kinds.get(kind).bilstm:
         stored = model_files.read_model_info(input_checkpoint)
         if stored.get("model_kind") == kind:
             bilstm_units = int(stored.get("bilstm_units") or 0)
@@ -213,7 +213,7 @@ def convert(
         model,
         files.vocab_file,
         files.do_lower_case,
-        labels if task_kinds.get(kind).labelled else None,
+        labels if model_kinds.get(kind).labelled else None,
         overwrite=overwrite,
         preserve_unused_tokens=files.preserve_unused_tokens,
     )

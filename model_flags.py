@@ -14,7 +14,7 @@ import tensorflow as tf
 from absl import logging
 
 from common.errors import UserError
-from modeling import checkpoint_readers, finetuning, model_files, task_kinds
+from modeling import checkpoint_readers, finetuning, model_files, model_kinds
 from modeling.encoder import BertEncoder
 from runner_settings import given
 
@@ -163,7 +163,7 @@ def build_encoder(
     return encoder, files
 
 
-def bilstm_units(FLAGS, files: model_files.ModelFiles, kind: task_kinds.TaskKind) -> int:
+def bilstm_units(FLAGS, files: model_files.ModelFiles, kind: model_kinds.ModelKind) -> int:
     """--bilstm_units when given, else that of a fine-tuned --init_checkpoint of `kind`
     (from the model_info.json `files` read)."""
     if FLAGS["bilstm_units"].present or FLAGS.reinit_head or not FLAGS.init_checkpoint:

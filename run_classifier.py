@@ -67,6 +67,7 @@ from common.progress import format_fields
 import hparam_search
 import model_flags
 import runner_flags
+import runner_settings
 from common import file_io
 from data_prep.classifier import (
     classifier_features,
@@ -93,7 +94,7 @@ from evaluation.classifier_scores import (
     sigmoid,
     split_prefix,
 )
-from modeling import finetuning, model_files, task_kinds
+from modeling import finetuning, model_files, model_kinds
 from modeling.classifier_predictions import (
     evaluation_outputs,
     predict_for_evaluation,
@@ -181,12 +182,12 @@ flags.DEFINE_bool(
 )
 flags.DEFINE_string(
     "label_separator",
-    task_kinds.CLASSIFIER.export_options["label_separator"],
+    model_kinds.CLASSIFIER.export_options["label_separator"],
     "--multi_label: what separates the labels of a label field.",
 )
 flags.DEFINE_float(
     "multi_label_threshold",
-    task_kinds.CLASSIFIER.export_options["multi_label_threshold"],
+    model_kinds.CLASSIFIER.export_options["multi_label_threshold"],
     "--multi_label: a label is predicted when its probability is above this.",
 )
 flags.DEFINE_string(
@@ -209,7 +210,7 @@ def multi_label_option(files: model_files.ModelFiles, reinit_head: bool) -> Mult
     so that predicting with it reads and decides labels as it was trained. A fine-tuned
     head of the other kind (single- against multi-label) is refused unless --reinit_head."""
     init_checkpoint = FLAGS.init_checkpoint
-    info = files.fine_tuned(task_kinds.CLASSIFIER)
+    info = files.fine_tuned(model_kinds.CLASSIFIER)
     stored = None
     if info and not reinit_head:
         stored = bool(info.get("multi_label"))
@@ -266,7 +267,7 @@ def processor_options(files: model_files.ModelFiles) -> dict:
         delimiter = "\t"
     labels = FLAGS.label_list
     if labels is None and FLAGS.task_name.lower() == "generic":
-        labels = files.fine_tuned(task_kinds.CLASSIFIER).get("labels")
+        labels = files.fine_tuned(model_kinds.CLASSIFIER).get("labels")
     return dict(
         xnli_language=FLAGS.xnli_language,
         text_a_column=FLAGS.text_a_column,
@@ -317,7 +318,7 @@ class ClassifierTask:
                 f"--bilstm_units={bilstm_units}: the BiLSTM is for classification and "
                 f"regression; {processor.name} is multiple choice"
             )
-        self.kind = task_kinds.MULTIPLE_CHOICE if self.num_choices else task_kinds.CLASSIFIER
+        self.kind = model_kinds.MULTIPLE_CHOICE if self.num_choices else model_kinds.CLASSIFIER
         self.model_kind = self.kind.name
         self.objective = ClassificationObjective(
             self.is_regression, multi_label is not None, class_weights
@@ -504,7 +505,7 @@ def long_input_settings(FLAGS, files: model_files.ModelFiles) -> LongInput:
     error for windows that cannot work or a window flag without windows."""
     info = {}
     if FLAGS.init_checkpoint and not FLAGS.reinit_head:
-        info = files.fine_tuned(task_kinds.CLASSIFIER).get("long_input") or {}
+        info = files.fine_tuned(model_kinds.CLASSIFIER).get("long_input") or {}
     default = LongInput()
     mode = FLAGS.long_input or info.get("mode") or default.mode
     window_flags = ("doc_stride", "window_pooling", "max_windows_per_text")
@@ -537,10 +538,10 @@ def long_input_settings(FLAGS, files: model_files.ModelFiles) -> LongInput:
 
 
 def main(_):
-    runner_flags.check_finetuning_flags(FLAGS)
+    runner_settings.check_finetuning_flags(FLAGS)
     grid = hparam_search.check(FLAGS)
-    strategy = runner_flags.setup(FLAGS)
-    settings = runner_flags.finetuning_settings(FLAGS)
+    strategy = runner_settings.setup(FLAGS)
+    settings = runner_settings.finetuning_settings(FLAGS)
     class_weights = parse_class_weights(FLAGS.class_weights)
     # The model once: its files (and model_info.json, which the task's settings default to).
     encoder, files = model_flags.build_encoder(FLAGS, strategy)
@@ -562,7 +563,7 @@ def main(_):
         FLAGS.max_seq_length,
         settings,
         long_input,
-        runner_flags.terminal(),
+        runner_settings.terminal(),
     )
     check_multi_label_training(processor, FLAGS.data_dir, data)
     task = ClassifierTask(
@@ -571,7 +572,7 @@ def main(_):
         FLAGS.data_dir,
         FLAGS.max_seq_length,
         settings,
-        model_flags.bilstm_units(FLAGS, files, task_kinds.CLASSIFIER),
+        model_flags.bilstm_units(FLAGS, files, model_kinds.CLASSIFIER),
         long_input,
         multi_label,
         resolve_class_weights(class_weights, data, multi_label is not None),

@@ -90,8 +90,9 @@ from common.progress import format_fields
 import hparam_search
 import model_flags
 import runner_flags
+import runner_settings
 from common import file_io
-from data_prep.ner import ner_features, tag_schemes
+from data_prep.ner import ner_records, tag_schemes
 from data_prep.ner.ner_splits import (
     TRAIN_RECORD,
     Labels,
@@ -104,7 +105,7 @@ from data_prep.ner.ner_splits import (
 )
 from data_prep.input_pipeline import RecordMetadata
 from evaluation import conlleval
-from modeling import feature_based, finetuning, model_files, task_kinds
+from modeling import feature_based, finetuning, model_files, model_kinds
 from modeling.config import BertConfig
 from modeling.models import BertTokenClassifier
 from modeling.ner_predictions import predict_tags
@@ -136,7 +137,7 @@ flags.DEFINE_enum(
     "in it).",
 )
 runner_flags.define_doc_stride_flag(
-    task_kinds.TOKEN_CLASSIFIER.export_options["doc_stride"],
+    model_kinds.TOKEN_CLASSIFIER.export_options["doc_stride"],
     "Word pieces between the starts of the windows of a sentence longer than max_seq_length - 2.",
 )
 flags.DEFINE_bool(
@@ -307,7 +308,7 @@ class NerTask:
                 "its own (--lstm_units)"
             )
         self.bilstm_units = bilstm_units
-        self.kind = task_kinds.FEATURE_BASED if feature_options else task_kinds.TOKEN_CLASSIFIER
+        self.kind = model_kinds.FEATURE_BASED if feature_options else model_kinds.TOKEN_CLASSIFIER
         self.model_kind = self.kind.name
         self.objective = TokenClassificationObjective()
         self.num_train_examples = len(splits["train"].features) if "train" in splits else 0
@@ -336,7 +337,7 @@ class NerTask:
         )
 
     def train_dataset(self, batch_size, seed, input_context):
-        return ner_features.build_dataset(
+        return ner_records.build_dataset(
             os.path.join(self.settings.output_dir, TRAIN_RECORD),
             self.train_metadata,
             batch_size,
@@ -360,7 +361,7 @@ class NerTask:
         counts = conlleval.evaluate_file(path)
         report = counts.report()
         file_io.write_text(os.path.join(output_dir, EVAL_REPORT), report)
-        loss = trainer.evaluate(ner_features.inference_dataset(split.features, batch_size, pad))
+        loss = trainer.evaluate(ner_records.inference_dataset(split.features, batch_size, pad))
         extra = {"eval_loss": loss["eval_loss"], "global_step": global_step}
         conlleval.write_eval_results(os.path.join(output_dir, file_io.EVAL_RESULTS), counts, extra)
         logging.info("conlleval on %s:\n%s", path, report)
@@ -373,9 +374,9 @@ class NerTask:
         return {**conlleval.eval_results(counts), **extra}
 
     def score(self, metrics: dict) -> float:
-        return metrics[task_kinds.TOKEN_CLASSIFIER.score]
+        return metrics[model_kinds.TOKEN_CLASSIFIER.score]
 
-    score_name = task_kinds.TOKEN_CLASSIFIER.score  # What `score` is (a search's report).
+    score_name = model_kinds.TOKEN_CLASSIFIER.score  # What `score` is (a search's report).
 
     def predict(self, trainer, output_dir: str, global_step: int) -> None:
         """Tags the predict file and writes test_predictions.txt (its gold tags beside)."""
@@ -452,7 +453,7 @@ def read_splits(
             FLAGS.max_seq_length,
             FLAGS.doc_stride,
             document_context,
-            runner_flags.terminal(),
+            runner_settings.terminal(),
         )
         for name, (path, scheme, sentences) in files_read.items()
     }
@@ -472,10 +473,10 @@ def read_splits(
 
 
 def main(_):
-    runner_flags.check_finetuning_flags(FLAGS)
+    runner_settings.check_finetuning_flags(FLAGS)
     grid = hparam_search.check(FLAGS)
-    strategy = runner_flags.setup(FLAGS)
-    settings = runner_flags.finetuning_settings(FLAGS)
+    strategy = runner_settings.setup(FLAGS)
+    settings = runner_settings.finetuning_settings(FLAGS)
     encoder, files = model_flags.build_encoder(FLAGS, strategy)
     document_context = document_context_setting(
         FLAGS.document_context,
@@ -497,7 +498,7 @@ def main(_):
         FLAGS.max_seq_length,
         FLAGS.doc_stride,
         settings,
-        model_flags.bilstm_units(FLAGS, files, task_kinds.TOKEN_CLASSIFIER),
+        model_flags.bilstm_units(FLAGS, files, model_kinds.TOKEN_CLASSIFIER),
         document_context,
     )
     hparam_search.run(FLAGS, grid, task, settings, strategy, encoder, files)

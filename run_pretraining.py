@@ -35,13 +35,14 @@ from common import cli as command_line
 from common.progress import format_fields
 import model_flags
 import runner_flags
+import runner_settings
 from common.errors import UserError
 from common import file_io
 from common import run_control
 from data_prep import damage, input_pipeline
 from data_prep.pretraining import pretraining_data
 from data_prep.input_pipeline import RecordMetadata
-from modeling import checkpoints, distribution, model_files, training
+from modeling import checkpoints, distribution, model_files, training, training_checkpoints
 from modeling.config import BertConfig
 from modeling.encoder import BertEncoder
 from modeling.models import OBJECTIVES, BertPretrainer
@@ -136,7 +137,7 @@ class PretrainingSettings:
 
 def pretraining_settings(FLAGS) -> PretrainingSettings:
     """The run's settings from its flags, once the original flags are mapped
-    (`runner_flags.setup`)."""
+    (`runner_settings.setup`)."""
     return PretrainingSettings(
         output_dir=FLAGS.output_dir,
         input_file=FLAGS.input_file,
@@ -159,10 +160,10 @@ def pretraining_settings(FLAGS) -> PretrainingSettings:
         seed=FLAGS.seed,
         dtype=FLAGS.dtype,
         kernels=FLAGS.kernels,
-        pad_to_max_seq_length=pads_batches(runner_flags.pad_to_max_seq_length(FLAGS)),
+        pad_to_max_seq_length=pads_batches(runner_settings.pad_to_max_seq_length(FLAGS)),
         preserve_unused_tokens=model_flags.preserve_unused_tokens_flag(FLAGS),
-        trainer_options=runner_flags.trainer_options(FLAGS),
-        flag_values=runner_flags.flag_values(FLAGS),
+        trainer_options=runner_settings.trainer_options(FLAGS),
+        flag_values=runner_settings.flag_values(FLAGS),
     )
 
 
@@ -329,7 +330,7 @@ def check_phase_settings(settings: PretrainingSettings) -> int:
     if settings.restore_training_state:
         if not init_checkpoint:
             raise UserError("--restore_training_state needs --init_checkpoint")
-        _, first_step = training.training_state_step(init_checkpoint)
+        _, first_step = training_checkpoints.training_state_step(init_checkpoint)
         if settings.do_train and first_step >= num_train_steps:
             raise UserError(
                 f"--init_checkpoint {init_checkpoint} is at global step "
@@ -363,7 +364,7 @@ def main(_):
     check_objective(
         FLAGS.objective, FLAGS.use_next_sentence_loss if given else None, FLAGS.output_dir
     )
-    strategy = runner_flags.setup(FLAGS)
+    strategy = runner_settings.setup(FLAGS)
     settings = pretraining_settings(FLAGS)
     first_step = check_phase_settings(settings)
     # The config (flag or beside --init_checkpoint) and, when known, the vocabulary the
@@ -417,7 +418,7 @@ def main(_):
     trainer.restore_or_initialize(initialize)
     if settings.do_train:
         with damage.naming_damaged_records(shards):  # A record damaged inside, named.
-            runner_flags.run_training(
+            runner_settings.run_training(
                 lambda: trainer.train(
                     make_dataset_fn(shards, metadata, settings.train_batch_size, True, settings),
                     settings.train_batch_size,

@@ -55,12 +55,13 @@ from common.progress import format_fields
 import hparam_search
 import model_flags
 import runner_flags
+import runner_settings
 from common import file_io
 from data_prep import input_pipeline
 from data_prep.squad import squad_features, squad_postprocess, squad_reader
 from data_prep.squad import squad_records
 from evaluation import squad_eval
-from modeling import finetuning, model_files, task_kinds, training
+from modeling import finetuning, model_files, model_kinds, training
 from modeling.config import BertConfig
 from modeling.models import BertSpanLabeler
 from modeling.objectives import SpanObjective
@@ -75,8 +76,8 @@ runner_flags.define_input_file_flags(
     }
 )
 flags.DEFINE_bool("version_2_with_negative", False, "SQuAD 2.0: questions may have no answer.")
-# Defaults of the flags a raw-text export keeps (`task_kinds.SPAN.export_options`).
-_EXPORT_DEFAULTS = task_kinds.SPAN.export_options
+# Defaults of the flags a raw-text export keeps (`model_kinds.SPAN.export_options`).
+_EXPORT_DEFAULTS = model_kinds.SPAN.export_options
 runner_flags.define_doc_stride_flag(
     _EXPORT_DEFAULTS["doc_stride"],
     "Word pieces between the starts of consecutive windows of a long context.",
@@ -175,7 +176,7 @@ def evaluate(gold_file: str, output_dir: str, version_2_with_negative: bool) -> 
     path = os.path.join(output_dir, file_io.EVAL_RESULTS)
     file_io.write_results(path, results)
     shown = {k: v for k, v in results.items() if not k.endswith("_thresh")}
-    runner_flags.terminal().say(f"Evaluation: {format_fields(shown)} ({path})")
+    runner_settings.terminal().say(f"Evaluation: {format_fields(shown)} ({path})")
     return results
 
 
@@ -219,7 +220,7 @@ class SquadTask:
     --do_predict) finds its files written and returns.
     """
 
-    kind = task_kinds.SPAN
+    kind = model_kinds.SPAN
     model_kind = kind.name
 
     def __init__(
@@ -307,9 +308,9 @@ class SquadTask:
         )
 
     def score(self, metrics: dict) -> float:
-        return metrics[task_kinds.SPAN.score]
+        return metrics[model_kinds.SPAN.score]
 
-    score_name = task_kinds.SPAN.score  # What `score` is (a search's report).
+    score_name = model_kinds.SPAN.score  # What `score` is (a search's report).
 
     export_labels = None
 
@@ -354,7 +355,7 @@ def _require_file(path: str | None, flag: str, needed_by: str) -> None:
 
 def check_flags() -> None:
     """Everything that can be checked before reading data or building a model."""
-    runner_flags.check_finetuning_flags(FLAGS)
+    runner_settings.check_finetuning_flags(FLAGS)
     if FLAGS.do_train:
         _require_file(FLAGS.train_file, "train_file", "--do_train")
     if FLAGS.do_predict or FLAGS.do_eval:
@@ -388,7 +389,7 @@ def build_features(files: model_files.ModelFiles, settings: finetuning.Settings)
             os.path.join(FLAGS.output_dir, PREDICT_RECORD),
             tokenizer,
             feature_settings,
-            runner_flags.terminal(),
+            runner_settings.terminal(),
         )
         if settings.do_predict or settings.do_eval
         else None
@@ -400,7 +401,7 @@ def build_features(files: model_files.ModelFiles, settings: finetuning.Settings)
             tokenizer,
             feature_settings,
             settings.seed,
-            runner_flags.terminal(),
+            runner_settings.terminal(),
         )
         if settings.do_train
         else None
@@ -411,11 +412,11 @@ def build_features(files: model_files.ModelFiles, settings: finetuning.Settings)
 def main(_):
     check_flags()
     grid = hparam_search.check(FLAGS)
-    strategy = runner_flags.setup(FLAGS)
+    strategy = runner_settings.setup(FLAGS)
     if FLAGS.do_eval and not (FLAGS.do_predict or FLAGS.do_train):
         evaluate(FLAGS.predict_file, FLAGS.output_dir, FLAGS.version_2_with_negative)
         return  # Scores the predictions already in output_dir; no model needed.
-    settings = runner_flags.finetuning_settings(FLAGS)
+    settings = runner_settings.finetuning_settings(FLAGS)
     encoder, files = model_flags.build_encoder(FLAGS, strategy)
     train_data, predict_data = build_features(files, settings)
     task = SquadTask(
@@ -424,7 +425,7 @@ def main(_):
         SquadOptions.from_flags(FLAGS),
         settings,
         files.do_lower_case,
-        model_flags.bilstm_units(FLAGS, files, task_kinds.SPAN),
+        model_flags.bilstm_units(FLAGS, files, model_kinds.SPAN),
     )
     hparam_search.run(FLAGS, grid, task, settings, strategy, encoder, files)
 

@@ -6,26 +6,15 @@ Flag names and defaults follow the original release. Its TPU-era flags (`--use_t
 `--tpu_name`, `--iterations_per_loop`, ...) are accepted so that its command lines run
 unchanged; `apply_original_flags` maps each to its current meaning and says so in one
 warning line. Turning FLAGS into the library's explicit arguments (the library never
-reads flags) is `runner_settings`'s; its functions are offered here too, by the names
-the runners call (`runner_flags.setup`, `runner_flags.finetuning_settings`, ...).
+reads flags) is `runner_settings`'s, which the runners call.
 """
 
 from __future__ import annotations
 
 from absl import flags
 
-import runner_settings
 from data_prep import input_pipeline
 from modeling import distribution, kernels
-from runner_settings import (  # noqa: F401  (the runners call them as runner_flags.X)
-    check_finetuning_flags,
-    finetuning_settings,
-    pad_to_max_seq_length,
-    run_training,
-    setup,
-    terminal,
-    trainer_options,
-)
 
 FLAGS = flags.FLAGS
 
@@ -492,8 +481,3 @@ def define_input_file_flags(help_texts: dict[str, str], flag_values=FLAGS) -> No
     """--train_file, --eval_file, --predict_file: those named in `help_texts`."""
     for name, help_text in help_texts.items():
         flags.DEFINE_string(name, None, help_text, flag_values=flag_values)
-
-
-# Every flag and its value (run_config.json), as run_pretraining.py calls it; bound
-# here, after the `flag_values` arguments of the definitions above.
-flag_values = runner_settings.flag_values

@@ -1,8 +1,7 @@
 """FLAGS -> the library's explicit arguments (the library never reads flags), and the
 set-up every runner shares: the original release's TPU-era flags mapped to their
 current meaning, the run's lock, devices, strategy and seeds, the progress shown on the
-terminal. The flags themselves are defined in `runner_flags`, which also offers these
-functions by the names the runners call (`runner_flags.setup`, ...).
+terminal. The flags themselves are defined in `runner_flags`.
 """
 
 from __future__ import annotations

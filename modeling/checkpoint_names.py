@@ -34,27 +34,27 @@ import re
 import keras
 import tensorflow as tf
 
-from modeling import task_kinds
+from modeling import model_kinds
 
-# Model kinds, as `modeling.task_kinds` declares them.
-ENCODER = task_kinds.ENCODER.name
-PRETRAINER = task_kinds.PRETRAINER.name
-CLASSIFIER = task_kinds.CLASSIFIER.name
-MULTIPLE_CHOICE = task_kinds.MULTIPLE_CHOICE.name
-SPAN = task_kinds.SPAN.name
-TOKEN_CLASSIFIER = task_kinds.TOKEN_CLASSIFIER.name
-FEATURE_BASED = task_kinds.FEATURE_BASED.name
-MODEL_KINDS = tuple(kind.name for kind in task_kinds.KINDS)
+# Model kinds, as `modeling.model_kinds` declares them.
+ENCODER = model_kinds.ENCODER.name
+PRETRAINER = model_kinds.PRETRAINER.name
+CLASSIFIER = model_kinds.CLASSIFIER.name
+MULTIPLE_CHOICE = model_kinds.MULTIPLE_CHOICE.name
+SPAN = model_kinds.SPAN.name
+TOKEN_CLASSIFIER = model_kinds.TOKEN_CLASSIFIER.name
+FEATURE_BASED = model_kinds.FEATURE_BASED.name
+MODEL_KINDS = tuple(kind.name for kind in model_kinds.KINDS)
 
 # Hugging Face architecture <-> model kind; the first name of a kind is the one written.
 HF_ARCHITECTURES = {
-    architecture: kind.name for kind in task_kinds.KINDS for architecture in kind.hf_architectures
+    architecture: kind.name for kind in model_kinds.KINDS for architecture in kind.hf_architectures
 }
 HF_ARCHITECTURE_OF = {
-    kind.name: kind.hf_architectures[0] for kind in task_kinds.KINDS if kind.hf_architectures
+    kind.name: kind.hf_architectures[0] for kind in model_kinds.KINDS if kind.hf_architectures
 }
 # A left-to-right pre-trainer (causal attention) is written as Hugging Face's causal BERT.
-HF_CAUSAL_PRETRAINER = task_kinds.PRETRAINER.hf_causal_architecture
+HF_CAUSAL_PRETRAINER = model_kinds.PRETRAINER.hf_causal_architecture
 
 # Our activation names -> Hugging Face's: the inverse of the table modeling.config reads
 # Hugging Face configs with, taking Hugging Face's own name where several read as one of
@@ -69,9 +69,9 @@ HF_ACTIVATION_OF = {
 
 
 def model_kind(model) -> str:
-    """The kind of `model` (`task_kinds.of_model`): its class's `MODEL_KIND`, or
+    """The kind of `model` (`model_kinds.of_model`): its class's `MODEL_KIND`, or
     "encoder" for a bare encoder."""
-    return task_kinds.of_model(model).name
+    return model_kinds.of_model(model).name
 
 
 def encoder_of(model):
@@ -156,7 +156,7 @@ def head_tables(model) -> dict:
         return {}
     if kind == PRETRAINER:
         return pretraining_head_tables(model)
-    declared = task_kinds.get(kind)
+    declared = model_kinds.get(kind)
     if declared.original_prefix is None:
         return {}
     head = getattr(model, declared.head)
@@ -172,10 +172,10 @@ _HF_SPECIAL = {
     "cls/predictions/output_bias": "cls.predictions.bias",
     "cls/seq_relationship/output_weights": "cls.seq_relationship.weight",
     "cls/seq_relationship/output_bias": "cls.seq_relationship.bias",
-    # The one-layer task heads (`task_kinds`: original_prefix -> hf_head).
+    # The one-layer task heads (`model_kinds`: original_prefix -> hf_head).
     **{
         f"{kind.original_prefix}output_{part}": f"{kind.hf_head}.{hf_part}"
-        for kind in task_kinds.KINDS
+        for kind in model_kinds.KINDS
         if kind.original_prefix is not None and kind.hf_head is not None
         for part, hf_part in (("weights", "weight"), ("bias", "bias"))
     },

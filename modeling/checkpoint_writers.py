@@ -31,7 +31,7 @@ from absl import logging
 from common.errors import MissingFileError, OutputExistsError, UserError
 from common import file_io
 from modeling import checkpoint_names as names
-from modeling import model_files, task_kinds
+from modeling import model_files, model_kinds
 from modeling.checkpoint_readers import MODEL_INFO
 
 _CHECKPOINT_FILES = r"(index|data-\d{5}-of-\d{5})"
@@ -162,7 +162,7 @@ def _check_tf1_attention(model) -> None:
     if not causal_attention(model):
         return
     kind = names.model_kind(model)
-    if task_kinds.get(kind).hf_causal_architecture is None:
+    if model_kinds.get(kind).hf_causal_architecture is None:
         raise UserError(
             f"a left-to-right {kind} has no TF1 form: the original release's "
             f"bert_config.json cannot say that its attention is left-only, and the original "
@@ -178,7 +178,7 @@ def _check_tf1_attention(model) -> None:
 
 def num_labels(model) -> int | None:
     """The label count of a classifier or token classifier, else None."""
-    return model.num_labels if task_kinds.of_model(model).labelled else None
+    return model.num_labels if model_kinds.of_model(model).labelled else None
 
 
 def hf_config(
@@ -198,7 +198,7 @@ def hf_config(
     Hugging Face's causal BERT). A left-to-right classifier has no Hugging Face class:
     ours reads the last real token, Hugging Face's the first.
     """
-    declared = task_kinds.get(kind)
+    declared = model_kinds.get(kind)
     if not declared.hf_architectures:
         raise UserError(f"the {kind} model has no Hugging Face class")
     architecture = declared.hf_architectures[0]

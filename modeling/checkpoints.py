@@ -26,7 +26,7 @@ from absl import logging
 
 from common import file_io
 from modeling import checkpoint_names as names
-from modeling import task_kinds
+from modeling import model_kinds
 from modeling.checkpoint_names import original_variable_table
 from modeling.checkpoint_readers import (
     MODEL_INFO,
@@ -110,7 +110,7 @@ def _drop_missing_pooler(reader, group: _Group, kind: str) -> bool:
     pooler. A model that does not use the pooled output keeps its pooler's
     initializer then (a bare encoder with a warning: its `pooled_output` is
     untrained); returns whether the pooler was left out of `group`."""
-    if reader.kind == "tf2" or task_kinds.get(kind).uses_pooler:
+    if reader.kind == "tf2" or model_kinds.get(kind).uses_pooler:
         return False
     pooler = {reader.name_of(f"bert/pooler/dense/{v}")[0] for v in ("kernel", "bias")}
     if any(name in reader.shapes for name in pooler):
@@ -267,10 +267,10 @@ def restore_model(path: str, model, *, reinit_head: bool = False, reader=None) -
 
 def _markers(attribute: str) -> tuple:
     """((name, kinds whose `attribute` holds it), ...): names whose presence tells
-    which kinds of model a checkpoint can hold (`task_kinds`), a name of one kind before
+    which kinds of model a checkpoint can hold (`model_kinds`), a name of one kind before
     one that several share (a feature-based tagger's `classifier` is no classifier's)."""
     kinds_of = {}
-    for kind in task_kinds.KINDS:
+    for kind in model_kinds.KINDS:
         for name in getattr(kind, attribute):
             kinds_of.setdefault(name, []).append(kind.name)
     return tuple(sorted(((n, tuple(k)) for n, k in kinds_of.items()), key=lambda e: len(e[1]) > 1))
@@ -296,7 +296,7 @@ def _candidate_kinds(reader) -> list[str]:
             name = reader.name_of(original)[0]
             if name in reader.shapes:
                 one_output = reader.shapes[name][0] == 1
-                found.append([k for k in kinds if one_output or not task_kinds.get(k).one_output])
+                found.append([k for k in kinds if one_output or not model_kinds.get(k).one_output])
     return list(found[0]) if found else [names.ENCODER]
 
 

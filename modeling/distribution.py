@@ -97,10 +97,10 @@ def worker_scratch_dir(strategy: tf.distribute.Strategy, output_dir: str, name="
 
 
 def num_workers(strategy: tf.distribute.Strategy) -> int:
-    """The tasks of the strategy's cluster (1 without one)."""
+    """How many processes (workers, chief, ...) the strategy's cluster has (1 without one)."""
     resolver = getattr(strategy, "cluster_resolver", None)
     spec = resolver.cluster_spec().as_dict() if resolver is not None else {}
-    return sum(len(tasks) for tasks in spec.values()) if spec else 1
+    return sum(len(addresses) for addresses in spec.values()) if spec else 1
 
 
 def lost_worker_message(
@@ -120,8 +120,8 @@ def lost_worker_message(
     who = "another worker"
     if lost:
         job, task = lost[0]
-        tasks = spec.get(job, [])
-        address = tasks[task] if isinstance(tasks, list) and task < len(tasks) else "?"
+        addresses = spec.get(job, [])
+        address = addresses[task] if isinstance(addresses, list) and task < len(addresses) else "?"
         who = f"{job} {task} ({address})"
     where = f"the last checkpoint ({latest})" if latest else "the last checkpoint in output_dir"
     lines = text.strip().splitlines() or [type(error).__name__]

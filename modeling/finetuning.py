@@ -39,8 +39,8 @@ from common.errors import UserError
 from common import file_io
 from common import run_control
 from data_prep import input_pipeline
-from modeling import checkpoints, distribution, model_files, training
-from modeling import task_kinds
+from modeling import checkpoints, distribution, model_files, training, training_summary
+from modeling import model_kinds
 from modeling.config import BertConfig
 from modeling.epoch_evaluation import (  # noqa: F401  (BEST_DIR, EVAL_HISTORY: the runs' names)
     BEST_DIR,
@@ -131,7 +131,7 @@ class FineTuningTask(Protocol):
     bad input fails before any model is built.
 
     Attributes:
-      kind: the kind of model (its `modeling.task_kinds` declaration).
+      kind: the kind of model (its `modeling.model_kinds` declaration).
       model_kind: its name (`kind.name`).
       objective: the loss and evaluation sums (`training.Objective`).
       num_train_examples: training examples (windows, features) per epoch.
@@ -139,7 +139,7 @@ class FineTuningTask(Protocol):
       export_labels: the label names its export answers with (None: regression, spans).
     """
 
-    kind: task_kinds.TaskKind
+    kind: model_kinds.ModelKind
     model_kind: str
     objective: training.Objective
     num_train_examples: int
@@ -248,7 +248,7 @@ def train(
     if start < trainer.num_train_steps and stop_early(start):
         # It had stopped early here (or a kill came after the evaluation that stops it):
         # its train_summary.json stays, else the trainer writes it without training.
-        summary_path = os.path.join(settings.output_dir, training.SUMMARY_FILE)
+        summary_path = os.path.join(settings.output_dir, training_summary.SUMMARY_FILE)
         if (
             tf.io.gfile.exists(summary_path)
             and file_io.read_json(summary_path).get("stopped_by") == "early_stopping"

@@ -34,7 +34,7 @@ from absl import logging
 from common.errors import MissingFileError, UserError
 from common import file_io
 from data_prep.text import tokenization
-from modeling import checkpoint_readers, task_kinds
+from modeling import checkpoint_readers, model_kinds
 from modeling.config import BertConfig
 
 MODEL_INFO = checkpoint_readers.MODEL_INFO
@@ -96,12 +96,12 @@ class ModelFiles:
     vocab: VocabFile | None = dataclasses.field(default=None, compare=False, repr=False)
 
     @property
-    def kind(self) -> task_kinds.TaskKind | None:
+    def kind(self) -> model_kinds.ModelKind | None:
         """The kind of model the checkpoint holds, as its model_info.json says (None:
         it does not say, or names a kind this version does not know)."""
-        return task_kinds.BY_NAME.get(self.info.get("model_kind"))
+        return model_kinds.BY_NAME.get(self.info.get("model_kind"))
 
-    def fine_tuned(self, kind: task_kinds.TaskKind) -> Mapping:
+    def fine_tuned(self, kind: model_kinds.ModelKind) -> Mapping:
         """model_info.json when the checkpoint is a fine-tuned model of `kind` (its
         labels and settings), else {}."""
         return self.info if self.kind is kind else {}

@@ -6,7 +6,7 @@ The encoder may be a `BertEncoder` or any layer with the same dict contract (a T
 encoder loaded with `modeling.hub`).
 
 Each class names its kind in `MODEL_KIND` (the name model_info.json keeps);
-modeling/task_kinds.py declares the rest of each kind (its checkpoint names,
+modeling/model_kinds.py declares the rest of each kind (its checkpoint names,
 evaluation, export). The task models take
 `head_initializer`: how their new head's kernel is drawn, "truncated_normal" (the
 original release's) or "normal" (Hugging Face's); see `layers.INITIALIZERS`.

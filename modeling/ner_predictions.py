@@ -7,7 +7,7 @@ import numpy as np
 import tensorflow as tf
 
 from data_prep import input_pipeline
-from data_prep.ner import ner_features
+from data_prep.ner import ner_features, ner_records
 from data_prep.ner.ner_splits import Labels, Split
 from modeling import training
 
@@ -28,7 +28,7 @@ def predict_tags(
 ) -> list[list[str]]:
     """One predicted tag per word of every sentence of the split, in the scheme learnt."""
     outputs = trainer.predict(
-        ner_features.inference_dataset(split.features, batch_size, pad_to_max_seq_length),
+        ner_records.inference_dataset(split.features, batch_size, pad_to_max_seq_length),
         _tags_and_ids,
     )
     order = np.argsort(outputs["unique_ids"], kind="stable")

@@ -66,18 +66,19 @@ class _Untracked:
 class _SlotOptimizer(tf.Module):
     """Shared structure: slot creation, weight-decay exclusion, distributed apply."""
 
+    kind: str  # "adamw" or "lamb": the fused update's `kind`, and the module's name
+    bias_correction: bool
+
     def __init__(
         self,
         variables,
-        weight_decay_rate: float,
-        beta_1: float,
-        beta_2: float,
-        epsilon: float,
-        name: str,
+        weight_decay_rate: float = 0.01,
+        beta_1: float = 0.9,
+        beta_2: float = 0.999,
+        epsilon: float = 1e-6,
         fused: bool = True,
     ):
-        super().__init__(name=name)
-        self.kind = name  # "adamw" or "lamb": the fused update's `kind`
+        super().__init__(name=self.kind)
         self.fused = fused
         self.weight_decay_rate = weight_decay_rate
         self.beta_1, self.beta_2, self.epsilon = beta_1, beta_2, epsilon
@@ -176,19 +177,13 @@ class _SlotOptimizer(tf.Module):
 
 class AdamWeightDecay(_SlotOptimizer):
     """The original release's Adam with decoupled weight decay; optionally with Adam's
-    bias correction (the original has none)."""
+    bias correction (the original has none). `options`: weight_decay_rate, beta_1,
+    beta_2, epsilon, fused (`_SlotOptimizer`)."""
 
-    def __init__(
-        self,
-        variables,
-        weight_decay_rate=0.01,
-        beta_1=0.9,
-        beta_2=0.999,
-        epsilon=1e-6,
-        bias_correction: bool = False,
-        fused: bool = True,
-    ):
-        super().__init__(variables, weight_decay_rate, beta_1, beta_2, epsilon, "adamw", fused)
+    kind = "adamw"
+
+    def __init__(self, variables, *, bias_correction: bool = False, **options):
+        super().__init__(variables, **options)
         self.bias_correction = bias_correction
 
     def _decay(self, excluded: bool):
@@ -201,17 +196,7 @@ class Lamb(_SlotOptimizer):
     LayerNorm and bias variables get neither weight decay nor the trust ratio.
     """
 
-    def __init__(
-        self,
-        variables,
-        weight_decay_rate=0.01,
-        beta_1=0.9,
-        beta_2=0.999,
-        epsilon=1e-6,
-        fused: bool = True,
-    ):
-        super().__init__(variables, weight_decay_rate, beta_1, beta_2, epsilon, "lamb", fused)
-
+    kind = "lamb"
     bias_correction = True
 
     def _decay(self, excluded: bool):

@@ -35,6 +35,7 @@ checksum, the profiler) and its evaluation and prediction loops (`training_eval`
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import os
 import signal
 import time
@@ -51,11 +52,6 @@ from common import run_control
 from modeling import distribution
 from modeling import kernels as kernel_choices
 from modeling import optimization, training_checkpoints, training_eval, training_summary
-
-# Kept here for the modules that read them as `training.SUMMARY_FILE` and
-# `training.training_state_step`.
-SUMMARY_FILE = training_summary.SUMMARY_FILE
-training_state_step = training_checkpoints.training_state_step
 
 
 class Objective(Protocol):
@@ -112,6 +108,19 @@ def _split(features: dict, parts: int, index):
         return t[index * size : (index + 1) * size]
 
     return tf.nest.map_structure(take, features)
+
+
+@dataclasses.dataclass
+class _TrainingSpan:
+    """The steps one `Trainer.train` call runs, and how far it got."""
+
+    start_step: int
+    end_step: int  # `num_train_steps`, or the `stop_at_step` before it
+    global_batch_size: int
+    step: int  # the global step reached
+    loss: float = float("nan")  # the last loop's mean loss
+    start_time: float = 0.0
+    summary: dict | None = None  # train_summary.json's contents, once written
 
 
 class Trainer:
@@ -174,19 +183,8 @@ class Trainer:
             )
             self.global_step = tf.Variable(0, dtype=tf.int64, trainable=False, name="global_step")
             self.loss_scale = DynamicLossScale() if dtype == "float16" else None
-        # Dropout seed states, so that a resumed run draws the same masks as an
-        # uninterrupted one.
-        rng_states = [v for v in model.non_trainable_variables if "seed_generator" in v.path]
-        objects = dict(
-            model=model,
-            optimizer=self.optimizer,
-            global_step=self.global_step,
-            rng_states=rng_states,
-        )
-        if self.loss_scale is not None:
-            objects["loss_scale"] = self.loss_scale
         self.checkpoints = training_checkpoints.TrainingCheckpoints(
-            strategy, output_dir, objects, max_checkpoints
+            strategy, output_dir, self._checkpointed(), max_checkpoints
         )
         self.summary = training_summary.TrainingSummary(
             strategy, output_dir, self.variables, profile_steps
@@ -206,6 +204,21 @@ class Trainer:
         self._stop = None
 
     # ---------------------------------------------------------------- checkpoints
+
+    def _checkpointed(self) -> dict:
+        """What a checkpoint holds: the model, the optimizer, the global step, the
+        dropout seed states (so that a resumed run draws the same masks as an
+        uninterrupted one) and, for float16, the loss scale."""
+        rng_states = [v for v in self.model.non_trainable_variables if "seed_generator" in v.path]
+        objects = dict(
+            model=self.model,
+            optimizer=self.optimizer,
+            global_step=self.global_step,
+            rng_states=rng_states,
+        )
+        if self.loss_scale is not None:
+            objects["loss_scale"] = self.loss_scale
+        return objects
 
     def restore_or_initialize(self, initialize: Callable[[], None] | None = None) -> bool:
         """Resumes from the latest checkpoint in output_dir, else calls `initialize`
@@ -390,84 +403,113 @@ class Trainer:
             return dict(global_step=start_step, num_train_steps=self.num_train_steps, complete=True)
         # An earlier run's summary (or one written just before a kill) is not this one's.
         self.summary.remove()
+        iterator = self._train_iterator(dataset_fn, skip=max(start_step - first_step, 0))
+        span = _TrainingSpan(start_step, end_step, global_batch_size, step=start_step)
+        self._run_loops(span, iterator, after_loop, loop_ends)
+        if span.step < end_step:
+            span.summary = self._write_summary(span.step, span.loss, end_step)
+        return span.summary
+
+    def _train_iterator(self, dataset_fn: Callable, skip: int):
+        """The distributed batches of `dataset_fn`, its first `skip` batches (those a
+        resumed run consumed before) passed over."""
 
         def skipping_dataset_fn(context):
-            return dataset_fn(context).skip(max(start_step - first_step, 0))
+            return dataset_fn(context).skip(skip)
 
-        dataset = self.strategy.distribute_datasets_from_function(skipping_dataset_fn)
-        iterator = iter(dataset)
+        return iter(self.strategy.distribute_datasets_from_function(skipping_dataset_fn))
+
+    def _run_loops(self, span: _TrainingSpan, iterator, after_loop, loop_ends) -> None:
+        """Loops until the span's end or a stop, SIGTERM and Ctrl-C watched, with a
+        checkpoint where one is due (and at a stop); a lost worker of a multi-worker run
+        is a `LostWorkerError`."""
         loop = self.train_loop()
         writer = self.summary.writer("train")
         stop_signals = contextlib.ExitStack()
         stop_signals.enter_context(self._stop_signals())
-        step, loss = start_step, float("nan")
-        start_time = time.time()
-        bar = self.progress.task("train", total=end_step, unit="step", initial=start_step)
+        span.start_time = time.time()
+        bar = self.progress.task("train", total=span.end_step, unit="step", initial=span.step)
         try:
-            while step < end_step and not self._stop_requested:
-                to_save = self.save_checkpoints_steps - step % self.save_checkpoints_steps
-                to_end = min(
-                    (end - step for end in loop_ends if end > step), default=end_step - step
-                )
-                num = min(self.steps_per_loop, end_step - step, to_save, to_end)
-                self.summary.maybe_profile(step, num)
-                loop_start = time.time()
-                loss_t, norm_t = loop(iterator, tf.constant(num, tf.int32))
-                loss, norm = float(loss_t), float(norm_t)
-                if not np.isfinite(loss) and self.loss_scale is None:
-                    raise FloatingPointError(f"training loss is {loss} at step {step + num}")
-                step = int(self.global_step.numpy())
-                elapsed = time.time() - loop_start
-                self.summary.log_loop(
-                    writer,
-                    step,
-                    start_step,
-                    self.num_train_steps,
-                    loss,
-                    norm,
-                    float(self._current_lr()),
-                    num * global_batch_size / max(elapsed, 1e-9),
-                    start_time,
-                    end_step,
-                    None if self.loss_scale is None else float(self.loss_scale.scale.numpy()),
-                )
-                if step >= end_step:
+            while span.step < span.end_step and not self._stop_requested:
+                examples_per_s = self._run_loop(span, loop, iterator, loop_ends, writer)
+                if span.step >= span.end_step:
                     # Written before the final checkpoint: a run killed between the
                     # two resumes from the one before, trains the same last steps and
                     # writes the same summary again.
-                    summary = self._write_summary(step, loss, end_step)
-                bar.update(
-                    step, loss=loss, **{"examples/s": num * global_batch_size / max(elapsed, 1e-9)}
-                )
-                if step % self.save_checkpoints_steps == 0 or step >= end_step:
-                    try:
-                        self.save()
-                    except BaseException:  # The summary must not say a lost step is done.
-                        if step >= end_step:
-                            self.summary.remove()
-                        raise
+                    span.summary = self._write_summary(span.step, span.loss, span.end_step)
+                bar.update(span.step, loss=span.loss, **{"examples/s": examples_per_s})
+                self._save_when_due(span)
                 if after_loop is not None:
-                    after_loop(step)
-            if self._stop_requested and step < end_step:
+                    after_loop(span.step)
+            if self._stop_requested and span.step < span.end_step:
                 self.save()
-                logging.info("%s: checkpoint saved at step %d.", self._stop_requested, step)
+                logging.info("%s: checkpoint saved at step %d.", self._stop_requested, span.step)
         except distribution.PEER_ERRORS as e:
             if distribution.num_workers(self.strategy) < 2:
                 raise
-            latest = (
-                tf.train.latest_checkpoint(self.output_dir)
-                if distribution.is_chief(self.strategy)
-                else None
-            )
-            message = distribution.lost_worker_message(self.strategy, e, step, latest)
-            raise LostWorkerError(message) from e
+            raise self._lost_worker_error(e, span.step) from e
         finally:
             bar.close()
             stop_signals.close()
             writer.close()
-        if step < end_step:
-            summary = self._write_summary(step, loss, end_step)
-        return summary
+
+    def _loop_length(self, span: _TrainingSpan, loop_ends: Sequence[int]) -> int:
+        """Steps of the next loop: at most steps_per_loop, ending at the next
+        checkpoint, the next of `loop_ends` or the span's end, whichever comes first."""
+        step = span.step
+        to_save = self.save_checkpoints_steps - step % self.save_checkpoints_steps
+        to_end = min((end - step for end in loop_ends if end > step), default=span.end_step - step)
+        return min(self.steps_per_loop, span.end_step - step, to_save, to_end)
+
+    def _run_loop(self, span: _TrainingSpan, loop, iterator, loop_ends, writer) -> float:
+        """Runs the next loop, moves `span` past it and logs it (`TrainingSummary.log_loop`);
+        returns its examples per second. A loss that is not finite (without a loss
+        scale to skip such a step) is a FloatingPointError."""
+        num = self._loop_length(span, loop_ends)
+        self.summary.maybe_profile(span.step, num)
+        loop_start = time.time()
+        loss_t, norm_t = loop(iterator, tf.constant(num, tf.int32))
+        loss, norm = float(loss_t), float(norm_t)
+        if not np.isfinite(loss) and self.loss_scale is None:
+            raise FloatingPointError(f"training loss is {loss} at step {span.step + num}")
+        span.step, span.loss = int(self.global_step.numpy()), loss
+        examples_per_s = num * span.global_batch_size / max(time.time() - loop_start, 1e-9)
+        self.summary.log_loop(
+            writer,
+            span.step,
+            span.start_step,
+            self.num_train_steps,
+            loss,
+            norm,
+            float(self._current_lr()),
+            examples_per_s,
+            span.start_time,
+            span.end_step,
+            None if self.loss_scale is None else float(self.loss_scale.scale.numpy()),
+        )
+        return examples_per_s
+
+    def _save_when_due(self, span: _TrainingSpan) -> None:
+        """A checkpoint every save_checkpoints_steps and at the span's end. When the last
+        one fails, the summary written just before goes: it must not say a lost step is
+        done."""
+        last = span.step >= span.end_step
+        if span.step % self.save_checkpoints_steps == 0 or last:
+            try:
+                self.save()
+            except BaseException:
+                if last:
+                    self.summary.remove()
+                raise
+
+    def _lost_worker_error(self, error: Exception, step: int) -> LostWorkerError:
+        """A lost worker of a multi-worker run (`distribution.lost_worker_message`)."""
+        latest = (
+            tf.train.latest_checkpoint(self.output_dir)
+            if distribution.is_chief(self.strategy)
+            else None
+        )
+        return LostWorkerError(distribution.lost_worker_message(self.strategy, error, step, latest))
 
     def _write_summary(self, step: int, loss: float, end_step: int) -> dict:
         """train_summary.json (`TrainingSummary.write`) of training stopped at `step`."""

@@ -37,29 +37,29 @@ import tensorflow as tf
 
 from common.errors import UserError
 from data_prep.text import tf_tokenization, tokenization
-from modeling import task_kinds
+from modeling import model_kinds
 from serving import classifier, ner, savedmodel, squad
 
 
-# export kind (`modeling.task_kinds`: a kind's `export_kind`) -> builder(model,
+# export kind (`modeling.model_kinds`: a kind's `export_kind`) -> builder(model,
 # tokenizer, seq_length, labels, **options) -> {signature name: tf.function}. A new kind
 # of head with a raw-text export adds its builder here; its options and their defaults
 # are declared with its kind. The rest of the export is shared.
 TASK_SIGNATURE_BUILDERS = {
-    task_kinds.CLASSIFIER.export_kind: classifier.classifier_signatures,
-    task_kinds.MULTIPLE_CHOICE.export_kind: classifier.multiple_choice_signatures,
-    task_kinds.SPAN.export_kind: squad.squad_signatures,
-    task_kinds.TOKEN_CLASSIFIER.export_kind: ner.ner_signatures,
+    model_kinds.CLASSIFIER.export_kind: classifier.classifier_signatures,
+    model_kinds.MULTIPLE_CHOICE.export_kind: classifier.multiple_choice_signatures,
+    model_kinds.SPAN.export_kind: squad.squad_signatures,
+    model_kinds.TOKEN_CLASSIFIER.export_kind: ner.ner_signatures,
 }
 # The options of every kind and their defaults: pad_to_max_seq_length=True pads every
 # model input to seq_length (static shapes), as the original release does, instead of
 # cutting each request batch to its longest input; xla_single_requests=True calls the
 # model through XLA for a request of one example (`model_call.ModelCall`).
 SHARED_OPTIONS = {"pad_to_max_seq_length": False, "xla_single_requests": False}
-# export kind -> the options of its builder and their defaults (`TaskKind.export_options`,
+# export kind -> the options of its builder and their defaults (`ModelKind.export_options`,
 # those of the runner's flags).
 TASK_OPTIONS = {
-    kind.export_kind: dict(kind.export_options) for kind in task_kinds.KINDS if kind.export_kind
+    kind.export_kind: dict(kind.export_options) for kind in model_kinds.KINDS if kind.export_kind
 }
 
 

@@ -280,7 +280,7 @@ def ours_batches(args, seed: int, ours_dir: str) -> tuple[list[str], list[dict]]
     import keras
     import torch
 
-    from data_prep.ner import ner_features
+    from data_prep.ner import ner_records
 
     record = os.path.join(ours_dir, "train.tf_record")
     if not os.path.isfile(os.path.join(ours_dir, "eval_predictions.txt")):
@@ -290,9 +290,9 @@ def ours_batches(args, seed: int, ours_dir: str) -> tuple[list[str], list[dict]]
         )
     with open(os.path.join(ours_dir, "run_config.json"), encoding="utf-8") as f:
         run_config = json.load(f)
-    metadata = ner_features.read_metadata(record)
-    keras.utils.set_random_seed(seed)  # As runner_flags.setup: the global seed.
-    dataset = ner_features.build_dataset(
+    metadata = ner_records.read_metadata(record)
+    keras.utils.set_random_seed(seed)  # As runner_settings.setup: the global seed.
+    dataset = ner_records.build_dataset(
         record,
         metadata,
         args.batch_size,

@@ -45,7 +45,7 @@ def main():
 
     from modeling import checkpoints, kernels, model_files, models
     from modeling.encoder import BertEncoder
-    from serving import exports as tasks
+    from serving import exports
 
     with open(args.predict_file, encoding="utf-8") as f:
         data = json.load(f)["data"]
@@ -63,7 +63,7 @@ def main():
     loaded = {}
     with tempfile.TemporaryDirectory() as scratch:
         for build in ("padded", "cut"):
-            path = tasks.export_task_model(
+            path = exports.export_task_model(
                 model,
                 os.path.join(scratch, build),
                 files.vocab_file,

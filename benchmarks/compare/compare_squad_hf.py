@@ -438,7 +438,7 @@ def ours_batches(args, seed: int, ours_dir: str) -> list[dict]:
         )
     with open(config_file, encoding="utf-8") as f:
         run_config = json.load(f)
-    keras.utils.set_random_seed(seed)  # As runner_flags.setup: the global seed.
+    keras.utils.set_random_seed(seed)  # As runner_settings.setup: the global seed.
     dataset = squad_records.build_dataset(
         record,
         squad_records.read_metadata(record),

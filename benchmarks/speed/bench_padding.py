@@ -210,10 +210,10 @@ def loop_datasets(args, job: str, output_dir: pathlib.Path, spec):
     """(model builder, task objective, train dataset_fn(pad)) of a job's training data,
     read as its runner reads it."""
     from data_prep.classifier import classifier_features, classifier_tasks
-    from data_prep.ner import conll, ner_features
+    from data_prep.ner import conll, ner_features, ner_records
     from data_prep.squad import squad_records
     from data_prep.text import tokenization
-    from modeling import model_files, models, objectives as tasks
+    from modeling import model_files, models, objectives
 
     files = model_files.resolve(None, None, args.checkpoint, None)
     vocab = files.vocab_file
@@ -227,16 +227,16 @@ def loop_datasets(args, job: str, output_dir: pathlib.Path, spec):
         features = ner_features.convert_sentences_to_features(
             sentences, labels, tokenizer, max_seq_length, 64
         )
-        ner_features.write_tfrecord(features, record)
-        metadata = ner_features.describe(
+        ner_records.write_tfrecord(features, record)
+        metadata = ner_records.describe(
             sentences, features, labels, "iob2", "iob2", max_seq_length, 64, True, 30522
         )
-        build = ner_features.build_dataset
+        build = ner_records.build_dataset
 
         def model(encoder):
             return models.BertTokenClassifier(encoder, files.config, len(labels))
 
-        objective = tasks.TokenClassificationObjective()
+        objective = objectives.TokenClassificationObjective()
     elif runner == "run_squad.py":
         tokenizer = tokenization.FullTokenizer(vocab, True)
         data = squad_records.build_train_features(
@@ -251,7 +251,7 @@ def loop_datasets(args, job: str, output_dir: pathlib.Path, spec):
         def model(encoder):
             return models.BertSpanLabeler(encoder, files.config)
 
-        objective = tasks.SpanObjective()
+        objective = objectives.SpanObjective()
     else:
         options = {}
         if flags["task_name"] == "generic":
@@ -270,7 +270,7 @@ def loop_datasets(args, job: str, output_dir: pathlib.Path, spec):
         def model(encoder):
             return models.BertClassifier(encoder, files.config, len(metadata["labels"]))
 
-        objective = tasks.ClassificationObjective()
+        objective = objectives.ClassificationObjective()
 
     def dataset_fn(mode):
         return lambda context=None: build(

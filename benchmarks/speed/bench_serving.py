@@ -85,7 +85,7 @@ def export_builds(init_checkpoint: str | None, seq_length: int, directory: str) 
 
     from modeling import checkpoints, model_files, models
     from modeling.encoder import BertEncoder
-    from serving import exports as tasks
+    from serving import exports
 
     if init_checkpoint is None:
         config_file = os.path.join(directory, "bert_config.json")
@@ -101,7 +101,7 @@ def export_builds(init_checkpoint: str | None, seq_length: int, directory: str) 
         checkpoints.restore_model(init_checkpoint, model)
     paths = {}
     for i, (build, options) in enumerate(BUILDS.items()):
-        paths[build] = tasks.export_task_model(
+        paths[build] = exports.export_task_model(
             model,
             os.path.join(directory, str(i)),
             files.vocab_file,

@@ -56,18 +56,7 @@ from data_prep import context_windows
 from data_prep.ner import tag_schemes
 from data_prep.text import tokenization
 from data_prep.ner.conll import Sentence
-
-# The records and datasets of these features, by the names run_ner.py and the
-# benchmarks call them here.
-from data_prep.ner.ner_records import (  # noqa: F401
-    LABEL_IGNORE_ID,
-    build_dataset,
-    describe,
-    inference_dataset,
-    read_metadata,
-    write_metadata,
-    write_tfrecord,
-)
+from data_prep.ner.ner_records import LABEL_IGNORE_ID
 
 
 # ----------------------------------------------------------------------------

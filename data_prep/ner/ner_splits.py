@@ -17,7 +17,7 @@ from absl import logging
 
 from common.progress import Progress
 from data_prep.input_pipeline import RecordMetadata
-from data_prep.ner import conll, ner_features
+from data_prep.ner import conll, ner_features, ner_records
 from data_prep.text import tokenization
 
 PREDICTION_FILES = {"eval": "eval_predictions.txt", "predict": "test_predictions.txt"}
@@ -124,8 +124,8 @@ def write_training_features(
 ) -> RecordMetadata:
     """Writes train.tf_record and its metadata JSON (with the labels and their scheme)."""
     record = os.path.join(output_dir, TRAIN_RECORD)
-    ner_features.write_tfrecord(split.features, record)
-    metadata = ner_features.describe(
+    ner_records.write_tfrecord(split.features, record)
+    metadata = ner_records.describe(
         split.sentences,
         split.features,
         labels.labels,
@@ -137,7 +137,7 @@ def write_training_features(
         len(tokenizer.vocab),
         split.document_context,
     )
-    ner_features.write_metadata(record, metadata)
+    ner_records.write_metadata(record, metadata)
     return metadata
 
 

@@ -544,9 +544,9 @@ def _log_summary(label: str, stats: Stats) -> None:
     )
 
 
-def _build_one_shard(task: tuple) -> Stats:
-    """Pool task: one input file -> one shard."""
-    input_file, output_file, options, extra_metadata = task
+def _build_one_shard(job: tuple) -> Stats:
+    """A pool's job: one input file -> one shard."""
+    input_file, output_file, options, extra_metadata = job
     return build_shards([input_file], [output_file], options, extra_metadata)
 
 
@@ -573,21 +573,21 @@ def run(options: RunOptions, progress: Progress | None = None) -> Stats:
     }
     if not options.per_input_file:
         return build_shards(options.input_files, options.output_files, options, extra, progress)
-    tasks = [(i, o, options, extra) for i, o in zip(options.input_files, options.output_files)]
+    jobs = [(i, o, options, extra) for i, o in zip(options.input_files, options.output_files)]
     total = Stats()
-    with progress.task("files", total=len(tasks), unit="file") as bar:
+    with progress.task("files", total=len(jobs), unit="file") as bar:
         if options.num_workers <= 1:
-            for done, task in enumerate(tasks, 1):
-                total.add(_build_one_shard(task))
+            for done, job in enumerate(jobs, 1):
+                total.add(_build_one_shard(job))
                 bar.update(done, instances=total.instances)
         else:
             context = multiprocessing.get_context("spawn")
             with run_control.children_ignore_ctrl_c():  # Ctrl-C stops the pool from here.
                 pool = context.Pool(
-                    min(options.num_workers, len(tasks)), _init_worker, (logging.get_verbosity(),)
+                    min(options.num_workers, len(jobs)), _init_worker, (logging.get_verbosity(),)
                 )
             with pool:
-                for done, stats in enumerate(pool.imap_unordered(_build_one_shard, tasks), 1):
+                for done, stats in enumerate(pool.imap_unordered(_build_one_shard, jobs), 1):
                     total.add(stats)
                     bar.update(done, instances=total.instances)
     _log_summary("all shards", total)

@@ -122,7 +122,7 @@ def test_pretraining_masked_positions_stay_inside_the_cut(tmp_path):
 
 BUILDERS = {
     "classifier": classifier_features.build_dataset,
-    "ner": ner_features.build_dataset,
+    "ner": ner_records.build_dataset,
     "squad": squad_records.build_dataset,
     "pretraining": pretraining_data.pretraining_dataset,
 }

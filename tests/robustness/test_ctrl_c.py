@@ -21,7 +21,7 @@ import tensorflow as tf
 
 from common import run_control
 from common.errors import CannotWriteError
-from modeling import finetuning, models, training
+from modeling import finetuning, models, training, training_summary
 from modeling.config import BertConfig
 from modeling.encoder import BertEncoder
 from modeling.objectives import ClassificationObjective
@@ -224,7 +224,7 @@ def test_ctrl_c_after_the_last_step_ends_before_the_final_evaluation(tmp_path, c
 
     capfd.readouterr()
     with pytest.raises(SystemExit) as stopped:
-        run_control.run_training(train_fn, str(out), training.SUMMARY_FILE)
+        run_control.run_training(train_fn, str(out), training_summary.SUMMARY_FILE)
     assert stopped.value.code == 130
     assert capfd.readouterr().err.splitlines()[-1] == (
         f"Stopped by Ctrl-C (SIGINT) after the last training step (4): training is complete, "

@@ -1,4 +1,4 @@
-"""Every kind of model this project builds, declared once (`TaskKind`).
+"""Every kind of model this project builds, declared once (`ModelKind`).
 
 A kind is what a model_info.json calls "model_kind" and what a checkpoint's heads tell:
   encoder                         a bare encoder (`BertEncoder`, or a TF Hub one);
@@ -23,7 +23,7 @@ own. Every name here is written into users' files (model_info.json, checkpoints,
 exports): never rename one.
 
 Adding a kind of head: its model class (with `MODEL_KIND`) in a module of its own or
-models.py, a `TaskKind` here added to `KINDS`, and, if it has a raw-text export, its
+models.py, a `ModelKind` here added to `KINDS`, and, if it has a raw-text export, its
 signature builder in serving/exports.py (ARCHITECTURE.md, "Adding a task").
 """
 
@@ -37,7 +37,7 @@ from modeling import feature_based, models
 
 
 @dataclasses.dataclass(frozen=True, eq=False)
-class TaskKind:
+class ModelKind:
     """One kind of model.
 
     Attributes:
@@ -134,12 +134,12 @@ def _options(**defaults) -> Mapping:
     return types.MappingProxyType(defaults)
 
 
-ENCODER = TaskKind(
+ENCODER = ModelKind(
     model_class=None,
     hf_architectures=("BertModel",),
     hf_causal_architecture="BertModel",
 )
-PRETRAINER = TaskKind(
+PRETRAINER = ModelKind(
     model_class=models.BertPretrainer,
     tf2_markers=("masked_lm", "next_sentence"),
     original_markers=("cls/predictions/output_bias", "cls/seq_relationship/output_weights"),
@@ -153,7 +153,7 @@ PRETRAINER = TaskKind(
     uses_pooler=True,
     evaluation="masked-LM and next-sentence loss and accuracy (in-graph)",
 )
-CLASSIFIER = TaskKind(
+CLASSIFIER = ModelKind(
     model_class=models.BertClassifier,
     head="classifier",
     tf2_markers=("classifier",),
@@ -178,7 +178,7 @@ CLASSIFIER = TaskKind(
         label_separator=",",
     ),
 )
-MULTIPLE_CHOICE = TaskKind(
+MULTIPLE_CHOICE = ModelKind(
     model_class=models.BertMultipleChoice,
     head="scorer",
     tf2_markers=("scorer",),
@@ -191,7 +191,7 @@ MULTIPLE_CHOICE = TaskKind(
     evaluation="accuracy over the choices and the loss",
     export_kind="multiple_choice",
 )
-SPAN = TaskKind(
+SPAN = ModelKind(
     model_class=models.BertSpanLabeler,
     head="span",
     tf2_markers=("span",),
@@ -208,7 +208,7 @@ SPAN = TaskKind(
         max_query_length=64, max_answer_length=30, n_best_size=20, doc_stride=128
     ),
 )
-TOKEN_CLASSIFIER = TaskKind(
+TOKEN_CLASSIFIER = ModelKind(
     model_class=models.BertTokenClassifier,
     head="classifier",
     tf2_markers=("classifier",),
@@ -224,7 +224,7 @@ TOKEN_CLASSIFIER = TaskKind(
     export_kind="ner",
     export_options=_options(doc_stride=64, tag_scheme="iob2"),
 )
-FEATURE_BASED = TaskKind(
+FEATURE_BASED = ModelKind(
     model_class=feature_based.BertFeatureBasedTagger,
     tf2_markers=("bilstm_0",),
     labelled=True,
@@ -239,12 +239,12 @@ KINDS = (ENCODER, PRETRAINER, CLASSIFIER, MULTIPLE_CHOICE, SPAN, TOKEN_CLASSIFIE
 BY_NAME = types.MappingProxyType({kind.name: kind for kind in KINDS})
 
 
-def get(name: str) -> TaskKind:
+def get(name: str) -> ModelKind:
     """The kind named `name` (a model_info.json "model_kind")."""
     return BY_NAME[name]
 
 
-def of_model(model) -> TaskKind:
+def of_model(model) -> ModelKind:
     """The kind of `model`: a model of a declared class, or an encoder (a layer with
     `embeddings` and `encoder_layers`)."""
     for kind in KINDS:
@@ -254,5 +254,5 @@ def of_model(model) -> TaskKind:
         return ENCODER
     raise TypeError(
         f"{type(model).__name__} is not a BERT model of this project (not a class of "
-        f"modeling.task_kinds.KINDS and not an encoder)"
+        f"modeling.model_kinds.KINDS and not an encoder)"
     )

@@ -1,4 +1,4 @@
-"""The task-kind declarations (modeling/task_kinds.py) and what reads them.
+"""The model-kind declarations (modeling/model_kinds.py) and what reads them.
 
 The names below are written into users' files (model_info.json "model_kind", checkpoint
 variable names, the marker and signatures of task exports) and the runner flags'
@@ -16,7 +16,7 @@ import pytest
 from data_prep.classifier import classifier_tasks
 from evaluation import glue_metrics
 from modeling import checkpoint_names as names
-from modeling import checkpoints, task_kinds
+from modeling import checkpoints, model_kinds
 from modeling.config import BertConfig
 from modeling.encoder import BertEncoder
 from serving import exports as serving_exports
@@ -36,11 +36,11 @@ USERS_NAMES = {
 
 def test_names_are_those_of_users_files():
     # New kinds may come; these stay, spelled as they are.
-    assert {name: task_kinds.get(name).export_kind for name in USERS_NAMES} == USERS_NAMES
+    assert {name: model_kinds.get(name).export_kind for name in USERS_NAMES} == USERS_NAMES
     assert names.MODEL_KINDS[: len(USERS_NAMES)] == tuple(USERS_NAMES)
-    assert len(set(names.MODEL_KINDS)) == len(task_kinds.KINDS)
-    for kind in task_kinds.KINDS:
-        assert task_kinds.get(kind.name) is kind
+    assert len(set(names.MODEL_KINDS)) == len(model_kinds.KINDS)
+    for kind in model_kinds.KINDS:
+        assert model_kinds.get(kind.name) is kind
         if kind.model_class is not None:
             assert kind.model_class.MODEL_KIND == kind.name
 
@@ -100,20 +100,20 @@ def test_checkpoint_names_derived_from_the_declarations():
 @pytest.mark.parametrize(
     "kind,heads",
     [
-        (task_kinds.ENCODER, {}),
-        (task_kinds.PRETRAINER, {"masked_lm": 5, "next_sentence": 2}),
-        (task_kinds.CLASSIFIER, {"classifier": 2}),
-        (task_kinds.MULTIPLE_CHOICE, {"scorer": 2}),
-        (task_kinds.SPAN, {"span": 2}),
-        (task_kinds.TOKEN_CLASSIFIER, {"classifier": 2}),
+        (model_kinds.ENCODER, {}),
+        (model_kinds.PRETRAINER, {"masked_lm": 5, "next_sentence": 2}),
+        (model_kinds.CLASSIFIER, {"classifier": 2}),
+        (model_kinds.MULTIPLE_CHOICE, {"scorer": 2}),
+        (model_kinds.SPAN, {"span": 2}),
+        (model_kinds.TOKEN_CLASSIFIER, {"classifier": 2}),
     ],
-    ids=lambda value: value.name if isinstance(value, task_kinds.TaskKind) else "",
+    ids=lambda value: value.name if isinstance(value, model_kinds.ModelKind) else "",
 )
 def test_build_makes_a_model_of_its_kind(kind, heads):
     config = BertConfig.from_dict(tiny_config())
     encoder = BertEncoder(config, dtype="float32")
     model = kind.build(encoder, config, 3)
-    assert task_kinds.of_model(model) is kind
+    assert model_kinds.of_model(model) is kind
     assert names.model_kind(model) == kind.name
     tables = names.head_tables(model)
     assert {part: len(entries) for part, entries in tables.items()} == heads
@@ -126,7 +126,7 @@ def test_build_makes_a_model_of_its_kind(kind, heads):
 
 def test_of_model_rejects_other_models():
     with pytest.raises(TypeError, match="not a BERT model"):
-        task_kinds.of_model(object())
+        model_kinds.of_model(object())
 
 
 def test_glue_facts_come_from_the_task_readers():
@@ -164,10 +164,10 @@ _RUNNER_DRIVER = textwrap.dedent("""
         (
             "run_squad",
             "SquadTask",
-            task_kinds.SPAN,
+            model_kinds.SPAN,
             {"doc_stride": 128, "max_query_length": 64, "n_best_size": 20, "max_answer_length": 30},
         ),
-        ("run_ner", "NerTask", task_kinds.TOKEN_CLASSIFIER, {"doc_stride": 64}),
+        ("run_ner", "NerTask", model_kinds.TOKEN_CLASSIFIER, {"doc_stride": 64}),
     ],
 )
 def test_runners_agree_with_the_declaration(runner, task_class, kind, flag_defaults):
