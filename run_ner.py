@@ -401,8 +401,13 @@ class NerTask:
     def export_options(self) -> dict:
         """The export tags raw text as --do_predict does: `serving_default(text)` ->
         `words`, `tags` (the labels, in the scheme learnt), with this run's
-        --doc_stride windows (serving/ner.py)."""
-        return dict(doc_stride=self.doc_stride, tag_scheme=self.labels.scheme)
+        --doc_stride windows (serving/ner.py), and whether the model learnt from whole
+        documents (its `document_context` variable: send it a document per text)."""
+        return dict(
+            doc_stride=self.doc_stride,
+            tag_scheme=self.labels.scheme,
+            document_context=self.document_context,
+        )
 
     def model_info(self) -> dict:
         return {

@@ -222,7 +222,7 @@ TOKEN_CLASSIFIER = ModelKind(
     evaluation="conlleval's entity precision, recall and F1 (evaluation.conlleval)",
     score="eval_f1",
     export_kind="ner",
-    export_options=_options(doc_stride=64, tag_scheme="iob2"),
+    export_options=_options(doc_stride=64, tag_scheme="iob2", document_context=False),
 )
 FEATURE_BASED = ModelKind(
     model_class=feature_based.BertFeatureBasedTagger,

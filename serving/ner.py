@@ -33,6 +33,7 @@ def ner_signatures(
     *,
     doc_stride: int,
     tag_scheme: str,
+    document_context: bool = False,
     pad_to_max_seq_length: bool = False,
     xla_single_requests: bool = False,
 ) -> dict:
@@ -60,7 +61,9 @@ def ner_signatures(
     document as --do_predict tags that document's sentences. A model trained
     sentence by sentence (--nodocument_context, or data without -DOCSTART- lines)
     is best sent one sentence per text: several sentences in one text are tagged
-    together, where --do_predict would tag each alone. The windows
+    together, where --do_predict would tag each alone. Which of the two the model
+    learnt is the export's `document_context` variable (True: send whole documents);
+    it does not change how a text is tagged. The windows
     of a request are cut to the longest of them (`model_call.ModelCall.cut`) unless
     `pad_to_max_seq_length`. With `xla_single_requests`, a request of one window (one
     text of at most seq_length - 2 pieces) runs the model through XLA
@@ -73,9 +76,12 @@ def ner_signatures(
       labels: the label names, in label-id order (the training label list).
       doc_stride: run_ner's --doc_stride.
       tag_scheme: the scheme of the labels ("iob1", "iob2" or "iobes").
+      document_context: whether the model was trained with run_ner's
+        --document_context (kept in the export's variable of that name for clients).
       pad_to_max_seq_length: pad every window to seq_length (static shapes).
       xla_single_requests: the XLA call for a request of one window.
     """
+    del document_context  # Kept as the export's variable (exports.TaskModule); same graph.
     if labels is None:
         raise UserError("a token-classification export needs the label list")
     tag_schemes.check_scheme(tag_scheme)

@@ -59,6 +59,7 @@ def test_export_options_are_the_original_flag_defaults():
         "xla_single_requests": False,
         "doc_stride": 32,
         "tag_scheme": "iob2",
+        "document_context": False,
     }
     assert set(serving_exports.TASK_SIGNATURE_BUILDERS) >= {k for k in USERS_NAMES.values() if k}
 

@@ -178,6 +178,7 @@ def test_export_tags_a_document_as_trained(runs):
 
     root, trained = runs["root"], runs["trained"]
     model = tf.saved_model.load(str(root / "export"))
+    assert model.document_context.numpy()  # Clients can tell: send whole documents.
     sentences = conll.read_conll(str(root / "test.txt"), tag_scheme="iob1")
     documents = {}
     for sentence in sentences:

@@ -349,6 +349,7 @@ def test_ner_export_tags_as_run_ner_predicts(
     assert [s.decode() for s in loaded.labels.numpy()] == labels
     assert loaded.doc_stride.numpy() == doc_stride
     assert loaded.tag_scheme.numpy().decode() == scheme
+    assert not loaded.document_context.numpy()  # The default: sentence by sentence.
     assert seen_length(loaded) == seq_length
     np.testing.assert_array_equal(
         padded.signatures["serving_default"](text=tf.constant(texts))["tags"], got["tags"]
