@@ -108,7 +108,7 @@ from evaluation import conlleval
 from modeling import feature_based, finetuning, model_files, model_kinds
 from modeling.config import BertConfig
 from modeling.models import BertTokenClassifier
-from modeling.ner_predictions import predict_tags
+from modeling.ner_predictions import evaluate_tags, evaluation_outputs, predict_tags
 from modeling.objectives import TokenClassificationObjective
 
 FLAGS = flags.FLAGS
@@ -311,6 +311,7 @@ class NerTask:
         self.kind = model_kinds.FEATURE_BASED if feature_options else model_kinds.TOKEN_CLASSIFIER
         self.model_kind = self.kind.name
         self.objective = TokenClassificationObjective()
+        self._evaluation_outputs = evaluation_outputs(self.objective)
         self.num_train_examples = len(splits["train"].features) if "train" in splits else 0
 
     def build_model(self, encoder, config: BertConfig) -> keras.Model:
@@ -355,14 +356,15 @@ class NerTask:
         """
         split, batch_size = self.splits["eval"], self.settings.eval_batch_size
         pad = self.settings.pads_inference
-        path = write_predictions(
-            split, predict_tags(trainer, split, self.labels, batch_size, pad), output_dir
+        # One pass: the tags and, from the same logits, the loss.
+        tags, in_graph = evaluate_tags(
+            trainer, split, self.labels, batch_size, pad, self._evaluation_outputs
         )
+        path = write_predictions(split, tags, output_dir)
         counts = conlleval.evaluate_file(path)
         report = counts.report()
         file_io.write_text(os.path.join(output_dir, EVAL_REPORT), report)
-        loss = trainer.evaluate(ner_records.inference_dataset(split.features, batch_size, pad))
-        extra = {"eval_loss": loss["eval_loss"], "global_step": global_step}
+        extra = {"eval_loss": in_graph["eval_loss"], "global_step": global_step}
         conlleval.write_eval_results(os.path.join(output_dir, file_io.EVAL_RESULTS), counts, extra)
         logging.info("conlleval on %s:\n%s", path, report)
         shown = {k: v for k, v in conlleval.eval_results(counts).items() if "_" not in k[5:]}

@@ -215,9 +215,9 @@ class SquadTask:
     """run_squad's part of a fine-tuning run (`finetuning.FineTuningTask`).
 
     `evaluate` is `predict` followed by scoring the files it wrote. The weights of one
-    global step are predicted once per output_dir: `predict` right after `evaluate`
-    into the same output_dir at the same step (`finetuning.run` with --do_eval
-    --do_predict) finds its files written and returns.
+    global step are predicted once per run: `predict` after `evaluate` at the same step
+    (`finetuning.run` with --do_eval --do_predict; the evaluation may be the best
+    epoch's, in its own folder) finds the files written and copies them if need be.
     """
 
     kind = model_kinds.SPAN
@@ -237,8 +237,8 @@ class SquadTask:
         self.bilstm_units = bilstm_units
         self.objective = SpanObjective()
         self.num_train_examples = train_data.num_features if train_data else 0
-        # (output_dir, global_step) of the prediction files written last.
-        self._written: tuple[str, int] | None = None
+        # global_step -> the folder its prediction files were written to last.
+        self._written: dict[int, str] = {}
 
     def build_model(self, encoder, config: BertConfig) -> keras.Model:
         return BertSpanLabeler(
@@ -267,11 +267,24 @@ class SquadTask:
         path = os.path.join(output_dir, PREDICTIONS)
         trainer.progress.say(f"Wrote the answers to {count} questions to {path}")
 
+    def _prediction_files(self) -> list[str]:
+        names = [PREDICTIONS, NBEST_PREDICTIONS]
+        return names + [NULL_ODDS] if self.options.version_2_with_negative else names
+
     def _write_predictions(self, trainer, output_dir: str, global_step: int) -> int:
         """`predict`'s files, unless written from these very weights already (by
-        `evaluate`); returns the number of questions answered."""
+        `evaluate`, in this folder or in an epoch's evaluation folder, whence they are
+        copied); returns the number of questions answered."""
         options = self.options
-        if self._written == (os.path.abspath(output_dir), global_step):
+        output_dir = os.path.abspath(output_dir)
+        written = self._written.get(global_step)
+        names = self._prediction_files()
+        if written is not None and all(
+            tf.io.gfile.exists(os.path.join(written, name)) for name in names
+        ):
+            if written != output_dir:
+                for name in names:
+                    file_io.copy_file(os.path.join(written, name), os.path.join(output_dir, name))
             return len(self.predict_data.examples)
         results = predict_logits(
             trainer,
@@ -295,7 +308,7 @@ class SquadTask:
             os.path.join(output_dir, NBEST_PREDICTIONS),
             os.path.join(output_dir, NULL_ODDS) if options.version_2_with_negative else None,
         )
-        self._written = (os.path.abspath(output_dir), global_step)
+        self._written[global_step] = output_dir
         return len(predictions.predictions)
 
     def evaluate(self, trainer, output_dir: str, global_step: int) -> dict:

@@ -198,6 +198,12 @@ def write_text(path: str, text: str) -> None:
         f.write(text)
 
 
+def copy_file(source: str, path: str) -> None:
+    """`source`'s bytes written atomically to `path` (an existing file is replaced)."""
+    with atomic_path(path) as temp:
+        tf.io.gfile.copy(source, temp, overwrite=True)
+
+
 def write_json(path: str, value, **kwargs) -> None:
     """JSON (indent 2, sorted keys unless given) written atomically."""
     kwargs.setdefault("indent", 2)

@@ -12,7 +12,7 @@ import tensorflow as tf
 
 from data_prep.classifier import classifier_windows
 from data_prep.classifier.classifier_splits import WindowFeatures
-from modeling import training
+from modeling import training, training_eval
 
 
 def _logits_and_labels(features: dict, outputs: dict) -> dict:
@@ -27,23 +27,19 @@ def predict_logits(
     return outputs["logits"].astype(np.float64), outputs["label_ids"]
 
 
-# Prefix of the evaluation sums among an evaluation's prediction outputs.
-_SUM = "sum/"
-
-
 def evaluation_outputs(objective: training.Objective):
     """A Trainer.predict output_fn: the logits and labels of each example, and
-    `objective.eval_sums` of each batch ([1] each, under `_SUM` names), so that one
+    `objective.eval_sums` of each batch (`training_eval.with_eval_sums`), so that one
     pass over a dev split gives both the metrics' inputs and the in-graph loss."""
+    return training_eval.with_eval_sums(_logits_and_labels, objective)
 
-    def output_fn(features: dict, outputs: dict) -> dict:
-        sums = objective.eval_sums(features, outputs)
-        return dict(
-            _logits_and_labels(features, outputs),
-            **{_SUM + name: tf.reshape(value, [1]) for name, value in sums.items()},
-        )
 
-    return output_fn
+def _summed(outputs: dict) -> dict[str, float]:
+    """The eval sums of a prediction's outputs, each added up over its batches."""
+    return {
+        name: float(np.sum(values, dtype=np.float64))
+        for name, values in training_eval.pop_eval_sums(outputs).items()
+    }
 
 
 def predict_for_evaluation(
@@ -52,11 +48,7 @@ def predict_for_evaluation(
     """(logits float [N, K], labels [N], `trainer.objective.finalize_eval` of the summed
     eval sums: eval_loss, the loss that training minimises, on these examples)."""
     outputs = trainer.predict(dataset, output_fn, "evaluate")
-    sums = {
-        name.removeprefix(_SUM): float(np.sum(values, dtype=np.float64))
-        for name, values in outputs.items()
-        if name.startswith(_SUM)
-    }
+    sums = _summed(outputs)
     return (
         outputs["logits"].astype(np.float64),
         outputs["label_ids"],
@@ -87,7 +79,7 @@ def predict_text_logits(
     output_fn=_logits_and_labels,
     description: str = "predict",
 ) -> tuple[np.ndarray, np.ndarray, dict]:
-    """(logits float [T, K], labels [T], the outputs' `_SUM` sums) of a split's T texts,
+    """(logits float [T, K], labels [T], the outputs' eval sums added up) of a split's T texts,
     each text's logits pooled over its windows (`features.pooling`)."""
     outputs = trainer.predict(
         features.dataset(batch_size, pad), _with_example_index(output_fn), description
@@ -95,9 +87,4 @@ def predict_text_logits(
     index, texts = outputs["example_index"], features.num_texts
     logits = classifier_windows.pool_windows(outputs["logits"], index, texts, features.pooling)
     labels = classifier_windows.first_of_each_text(outputs["label_ids"], index, texts)
-    sums = {
-        name.removeprefix(_SUM): float(np.sum(values, dtype=np.float64))
-        for name, values in outputs.items()
-        if name.startswith(_SUM)
-    }
-    return logits, labels, sums
+    return logits, labels, _summed(outputs)

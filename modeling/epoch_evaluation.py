@@ -88,8 +88,11 @@ class EpochEvaluator:
     history (eval_history.json, TensorBoard eval/) and keeps the best model.
 
     The files an epoch's evaluation writes (eval_results.txt, a task's predictions)
-    go to the hidden `output_dir/.epoch_evaluation`: under output_dir's own names
-    they would look like the run's final results until the end replaces them.
+    go to the hidden `output_dir/.epoch_evaluation/<step>`: under output_dir's own
+    names they would look like the run's final results until the end replaces them.
+    The folders of the best model's evaluation and of the latest are kept, so that the
+    final evaluation of a model this process evaluated already is that evaluation's
+    files, copied (`reuse`), not a second pass over the dev data.
     """
 
     def __init__(
@@ -101,24 +104,35 @@ class EpochEvaluator:
         scratch: str | None = None,
     ):
         """`task`: a `finetuning.FineTuningTask` (its `evaluate` and `score`);
-        `scratch`: where the evaluations' files go (default output_dir's hidden
-        folder); a worker that is not the chief gives its own and writes nothing else."""
+        `scratch`: the folder whose `.epoch_evaluation` the evaluations' files go to
+        (default output_dir); a worker that is not the chief gives its own and writes
+        nothing else."""
         self.task, self.trainer, self.best, self.output_dir = task, trainer, best, output_dir
         self.chief = scratch is None
-        self.scratch = scratch or os.path.join(output_dir, EPOCH_EVALUATION_DIR)
+        self.scratch = os.path.join(scratch or output_dir, EPOCH_EVALUATION_DIR)
         self.history_path = os.path.join(output_dir, EVAL_HISTORY)
         self.history = (
             file_io.read_json(self.history_path) if tf.io.gfile.exists(self.history_path) else []
         )
+        # step -> metrics of the evaluations this process made: the same task on the
+        # same dev data, with these settings (an earlier process's may have had others).
+        self.made: dict[int, dict] = {}
 
     def evaluated(self, step: int) -> bool:
         """Whether the evaluation at `step` is in the history (and so its best model
         kept: the history is written after it)."""
         return any(entry.get("global_step") == step for entry in self.history)
 
+    def folder(self, step: int) -> str:
+        """Where the evaluation at `step` writes its files."""
+        return os.path.join(self.scratch, str(step))
+
     def __call__(self, step: int) -> None:
-        tf.io.gfile.makedirs(self.scratch)
-        metrics = self.task.evaluate(self.trainer, self.scratch, step)
+        folder = self.folder(step)
+        if tf.io.gfile.exists(folder):  # A killed run's: none of its files may stay.
+            tf.io.gfile.rmtree(folder)
+        tf.io.gfile.makedirs(folder)
+        metrics = self.task.evaluate(self.trainer, folder, step)
         score = self.task.score(metrics)
         logging.info("Evaluation at step %d: score %.4f, %s", step, score, metrics)
         self.best.update(step, score)
@@ -129,6 +143,38 @@ class EpochEvaluator:
         if self.chief:
             write_eval_summaries(self.output_dir, metrics, step)
             file_io.write_json(self.history_path, self.history)
+        self.made[step] = metrics
+        self._remove_folders(keep={str(step), str(int(self.best.step.numpy()))})
+
+    def _remove_folders(self, keep: set[str]) -> None:
+        """Every evaluation's folder but `keep` (and what older runs left)."""
+        for name in tf.io.gfile.listdir(self.scratch):
+            path = os.path.join(self.scratch, name.rstrip("/"))
+            if name.rstrip("/") in keep:
+                continue
+            if tf.io.gfile.isdir(path):
+                tf.io.gfile.rmtree(path)
+            else:
+                tf.io.gfile.remove(path)
+        self.made = {step: m for step, m in self.made.items() if str(step) in keep}
+
+    def reuse(self, step: int, output_dir: str) -> dict | None:
+        """The metrics of this process's evaluation at `step`, its files copied into
+        `output_dir` (eval_results.txt last); None when this process made none (or did
+        not keep its files), and the model must be evaluated."""
+        folder = self.folder(step)
+        if step not in self.made or not tf.io.gfile.isdir(folder):
+            return None
+        names = sorted(
+            name
+            for name in tf.io.gfile.listdir(folder)
+            if not file_io.is_temp_name(name) and not tf.io.gfile.isdir(os.path.join(folder, name))
+        )
+        names.sort(key=lambda name: name == file_io.EVAL_RESULTS)
+        tf.io.gfile.makedirs(output_dir)
+        for name in names:
+            file_io.copy_file(os.path.join(folder, name), os.path.join(output_dir, name))
+        return self.made[step]
 
 
 def early_stop(history: list[dict], patience: int) -> dict | None:

@@ -13,8 +13,10 @@ the same way for every task:
   4. trains, evaluating at the end of every epoch (with --do_eval) and keeping the
      best model by the task's score in output_dir/best/;
   5. evaluates, predicts and exports the best model (or the last one without
-     per-epoch evaluation); output_dir/export.json names the export, so that the same
-     command run again after a kill replaces it without --overwrite.
+     per-epoch evaluation): the evaluation of a model that an epoch's evaluation in
+     this process scored already is that evaluation's files, copied
+     (`EpochEvaluator.reuse`); output_dir/export.json names the export, so that the
+     same command run again after a kill replaces it without --overwrite.
 
 A run stopped by SIGTERM or Ctrl-C saves a checkpoint and ends before step 5 (`run`
 returns False; the runners then exit with code 143 or 130); the same command resumes it.
@@ -414,8 +416,8 @@ def run(
 def _train_and_finish(task, settings, trainer, model, files, best, chief, out, export) -> bool:
     """`run`'s training, evaluation, prediction and export; `out` is where this
     process writes them (output_dir, or the folder of a worker that is not the chief)."""
+    on_epoch_end = None
     if settings.do_train:
-        on_epoch_end = None
         if settings.do_eval and settings.evaluate_every_epoch:
             on_epoch_end = EpochEvaluator(
                 task, trainer, best, settings.output_dir, None if chief else out
@@ -446,10 +448,7 @@ def _train_and_finish(task, settings, trainer, model, files, best, chief, out, e
             f"{f' = {name}' if name else ''}): {best.directory}"
         )
     if settings.do_eval:
-        metrics = task.evaluate(trainer, out, step)
-        history = EpochEvaluator(task, trainer, best, settings.output_dir)
-        if chief and not history.evaluated(step):  # Else in TensorBoard already.
-            write_eval_summaries(settings.output_dir, metrics, step)
+        evaluate(task, trainer, best, settings.output_dir, out, step, on_epoch_end, chief)
     if settings.do_predict:
         task.predict(trainer, out, step)
     if not settings.export_dir:
@@ -466,6 +465,23 @@ def _train_and_finish(task, settings, trainer, model, files, best, chief, out, e
     path = export(model, export_dir, files, overwrite, task, settings.export_options)
     trainer.progress.say(f"Exported the model to {path} (it answers raw text)")
     return True
+
+
+def evaluate(task, trainer, best, output_dir, out, step, epoch_evaluator, chief) -> dict:
+    """The final evaluation, of the model of `step`, into `out`: the files of the
+    evaluation that `epoch_evaluator` (None without per-epoch evaluation) made of that
+    very model in this process when it has them (the last epoch's, or the best's),
+    else a pass over the dev data."""
+    reused = epoch_evaluator.reuse(step, out) if epoch_evaluator is not None else None
+    if reused is not None:
+        path = os.path.join(out, file_io.EVAL_RESULTS)
+        trainer.progress.say(f"Evaluation at step {step}: as above ({path})")
+        return reused
+    metrics = task.evaluate(trainer, out, step)
+    history = EpochEvaluator(task, trainer, best, output_dir)
+    if chief and not history.evaluated(step):  # Else in TensorBoard already.
+        write_eval_summaries(output_dir, metrics, step)
+    return metrics
 
 
 def owns_export(output_dir: str, export_dir: str) -> bool:

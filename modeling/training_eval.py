@@ -33,6 +33,45 @@ def _concatenate(arrays: list[np.ndarray]) -> np.ndarray:
     )
 
 
+# The prefix of the evaluation sums among a prediction's outputs (`with_eval_sums`).
+EVAL_SUM = "sum/"
+
+
+def with_eval_sums(output_fn: Callable[[dict, dict], dict], objective) -> Callable:
+    """A `Trainer.predict` output_fn: `output_fn`'s outputs and, under `EVAL_SUM`
+    names, `objective.eval_sums` of each batch ([1] each), so that one pass over a dev
+    split gives both the predictions and the loss that training minimises. Make it
+    once per objective: the compiled step is kept per function."""
+
+    def outputs_and_sums(features: dict, outputs: dict) -> dict:
+        sums = objective.eval_sums(features, outputs)
+        return dict(
+            output_fn(features, outputs),
+            **{EVAL_SUM + name: tf.reshape(value, [1]) for name, value in sums.items()},
+        )
+
+    return outputs_and_sums
+
+
+def pop_eval_sums(outputs: dict) -> dict[str, np.ndarray]:
+    """The `with_eval_sums` sums of a prediction's outputs, taken out of `outputs`:
+    name -> float [batches] (one value per batch and replica, in dataset order)."""
+    names = [name for name in outputs if name.startswith(EVAL_SUM)]
+    return {name.removeprefix(EVAL_SUM): outputs.pop(name) for name in names}
+
+
+def add_up(sums: dict[str, np.ndarray]) -> dict[str, float]:
+    """Each name's per-batch sums added one after the other in float64, as
+    `EvalLoop.evaluate` adds them: on one replica the totals of an evaluation pass,
+    bit for bit."""
+    totals = {}
+    for name, values in sums.items():
+        totals[name] = 0.0  # 0.0 + x is x: the first batch's sum, as EvalLoop starts.
+        for value in values:
+            totals[name] += float(value)
+    return totals
+
+
 class EvalLoop:
     """Evaluates and predicts with `model` under `strategy`.
 

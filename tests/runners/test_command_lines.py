@@ -194,7 +194,13 @@ def test_training_shows_progress_lines_and_no_tensorflow_startup(tiny_model, mrp
         assert re.search(
             r"  loss \d+\.\d+  examples/s [\d.,]+  elapsed \d+:\d\d  ETA \d+:\d\d$", line
         )
-    assert any(line.startswith("Evaluation at step 8: eval_accuracy ") for line in lines), stderr
+    # The dev data read once: the final evaluation, of the model the epoch's evaluation
+    # scored, is that evaluation's results, pointed at instead of shown again.
+    passes = [line.split(":")[0] for line in lines if re.match(r"\w+: batch 1\b", line)]
+    assert passes == ["evaluate"], stderr
+    shown = [line for line in lines if line.startswith("Evaluation at step")]
+    assert len(shown) == 2 and shown[0].startswith("Evaluation at step 8: eval_accuracy "), stderr
+    assert shown[1] == f"Evaluation at step 8: as above ({output_dir}/eval_results.txt)"
     # The score that picked the best model is named: MRPC's is not a printed metric.
     assert any(
         re.fullmatch(

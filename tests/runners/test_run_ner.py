@@ -12,6 +12,7 @@ start-ups overlap. The feature-based model is tested in test_feature_based.py.
 import collections
 import json
 import pathlib
+import re
 import subprocess
 import sys
 import textwrap
@@ -172,6 +173,7 @@ def runs(inputs):
             "--learning_rate=1e-3",
             f"--export_dir={root / 'fine_tune_export'}",
             "--export_xla_single_requests",
+            "--progress_interval_s=0",  # A line per batch: test_the_dev_file_is_read_once.
         ),
         "feature_based": _command(
             root / "feature_based",
@@ -258,10 +260,15 @@ _BAD_INPUT_DRIVER = textwrap.dedent("""
 """)
 
 
+# Popen -> its output: a run's output is read once, for every test that looks at it.
+_OUTPUTS = {}
+
+
 def _finish(runs, name, timeout=600) -> tuple[pathlib.Path, int, str]:
     output_dir, process = runs[name]
-    output, _ = process.communicate(timeout=timeout)
-    return output_dir, process.returncode, output
+    if process not in _OUTPUTS:
+        _OUTPUTS[process] = process.communicate(timeout=timeout)[0]
+    return output_dir, process.returncode, _OUTPUTS[process]
 
 
 def _read_prediction_file(path) -> list[list[list[str]]]:
@@ -381,6 +388,27 @@ def test_fine_tune_end_to_end(runs, inputs):
         not np.array_equal(a, b)
         for a, b in zip(_encoder_weights(initial), _encoder_weights(trained.encoder))
     )
+
+
+def test_the_dev_file_is_read_once(runs):
+    """One pass over the dev file gives the tags and the loss, and the final
+    evaluation of the model the epoch's evaluation scored is that evaluation's files:
+    one dev pass in all, one evaluation shown and one pointer to its results."""
+    output_dir, returncode, output = _finish(runs, "fine_tune")
+    assert returncode == 0, output
+    lines = output.splitlines()
+    passes = [line.split(":")[0] for line in lines if re.match(r"\w+: batch 1\b", line)]
+    assert passes == ["evaluate", "predict"], output  # The dev file, then the test file.
+    shown = [line for line in lines if line.startswith("Evaluation at step")]
+    assert len(shown) == 2 and "eval_f1" in shown[0], shown
+    assert shown[1].endswith(f": as above ({output_dir / 'eval_results.txt'})"), shown
+    epoch = (
+        output_dir
+        / ".epoch_evaluation"
+        / str(int(read_results(output_dir / "eval_results.txt")["global_step"]))
+    )
+    for name in ("eval_results.txt", "eval_predictions.txt", "eval_report.txt"):
+        assert (epoch / name).read_bytes() == (output_dir / name).read_bytes(), name
 
 
 def test_export_tags_raw_text_as_predicted(runs, inputs):

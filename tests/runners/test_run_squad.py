@@ -112,6 +112,10 @@ def test_v2_end_to_end_writes_the_original_files(runs, root):
     assert (
         log.count(f"Wrote the answers to {len(ids)} questions to {out / 'predictions.json'}") == 1
     )
+    # Each of the 2 epochs' evaluations shown once; the final evaluation and the
+    # prediction, of the best epoch's model, are that evaluation's files, not new passes.
+    assert log.count("] Evaluation: ") == 2, log
+    assert log.count(f": as above ({out / 'eval_results.txt'})") == 1, log
     predictions = read_json(out / "predictions.json")
     nbest = read_json(out / "nbest_predictions.json")
     null_odds = read_json(out / "null_odds.json")
