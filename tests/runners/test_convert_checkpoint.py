@@ -79,19 +79,25 @@ def max_diff(ours, theirs, mask=None):
 # ------------------------------------------------------------ Hugging Face heads in
 
 
+def save_with_seeded_heads(model, directory, vocab_file) -> str:
+    """Seeds the heads of transformers' BertForPreTraining `model` (at a useful scale),
+    then save_pretrained to `directory` with the vocabulary; returns the folder."""
+    with torch.no_grad():
+        for name, parameter in model.cls.named_parameters():
+            if name != "predictions.decoder.weight":  # Tied to the word embeddings.
+                parameter.normal_(0.0, 0.3)
+    model.save_pretrained(str(directory))
+    shutil.copy(vocab_file, directory / "vocab.txt")
+    return str(directory)
+
+
 @pytest.fixture(scope="module")
 def hf_pretraining_dir(minilm_dir, tmp_path_factory):
     """transformers' BertForPreTraining: real encoder, seeded heads, save_pretrained."""
     torch.manual_seed(0)
     model = transformers.BertForPreTraining.from_pretrained(minilm_dir).eval()
-    with torch.no_grad():
-        for name, parameter in model.cls.named_parameters():
-            if name != "predictions.decoder.weight":  # Tied to the word embeddings.
-                parameter.normal_(0.0, 0.3)
     directory = tmp_path_factory.mktemp("hf") / "pretraining"
-    model.save_pretrained(str(directory))
-    shutil.copy(minilm_dir + "/vocab.txt", directory / "vocab.txt")
-    return str(directory), model
+    return save_with_seeded_heads(model, directory, minilm_dir + "/vocab.txt"), model
 
 
 def test_pretraining_heads_of_hugging_face_give_transformers_logits(
@@ -422,14 +428,8 @@ def tiny_hf_pretraining_dir(vocab_file, tmp_path_factory):
     Hugging Face folder is the same at any size (the real weights' parity is above)."""
     torch.manual_seed(0)
     model = transformers.BertForPreTraining(transformers.BertConfig(**tiny_config())).eval()
-    with torch.no_grad():
-        for name, parameter in model.cls.named_parameters():
-            if name != "predictions.decoder.weight":  # Tied to the word embeddings.
-                parameter.normal_(0.0, 0.3)
     directory = tmp_path_factory.mktemp("tiny_hf") / "pretraining"
-    model.save_pretrained(str(directory))
-    shutil.copy(vocab_file, directory / "vocab.txt")
-    return str(directory)
+    return save_with_seeded_heads(model, directory, vocab_file)
 
 
 @pytest.mark.slow
