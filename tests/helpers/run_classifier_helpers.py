@@ -8,10 +8,11 @@ import os
 import pathlib
 import subprocess
 import sys
+import textwrap
 
 import numpy as np
 
-from tests.conftest import SWAG_HEADER
+from tests.conftest import SWAG_HEADER, run_results_driver
 
 REPO = pathlib.Path(__file__).resolve().parent.parent.parent
 SCRIPT = REPO / "run_classifier.py"
@@ -34,6 +35,32 @@ def _run(args, vocab_file, check=True, env=None):
     if check and process.returncode != 0:
         raise AssertionError(f"{' '.join(command)} failed:\n{process.stderr[-5000:]}")
     return process
+
+
+_DRIVER = textwrap.dedent("""
+    import json, sys, traceback
+    import run_classifier
+    results = {}
+    for name, argv in json.loads(sys.argv[1]).items():
+        run_classifier.FLAGS.unparse_flags()
+        run_classifier.FLAGS(["run_classifier.py", *argv])
+        try:
+            run_classifier.main([])
+            results[name] = ["no error", ""]
+        except Exception as e:
+            traceback.print_exc()
+            results[name] = [type(e).__name__, str(e)]
+    print("RESULTS" + json.dumps(results))
+""")
+
+
+def run_in_one_process(runs: dict, vocab_file=None) -> dict:
+    """Runs run_classifier.main once per {name: argv} (after `--vocab_file` when given),
+    one after the other in one new process (one TensorFlow start-up); {name: [error
+    type or "no error", message]}."""
+    if vocab_file:
+        runs = {name: [f"--vocab_file={vocab_file}", *argv] for name, argv in runs.items()}
+    return run_results_driver(_DRIVER, runs, timeout=900)
 
 
 def _read_tsv(path) -> np.ndarray:

@@ -79,19 +79,25 @@ def max_diff(ours, theirs, mask=None):
 # ------------------------------------------------------------ Hugging Face heads in
 
 
+def save_with_seeded_heads(model, directory, vocab_file) -> str:
+    """Seeds the heads of transformers' BertForPreTraining `model` (at a useful scale),
+    then save_pretrained to `directory` with the vocabulary; returns the folder."""
+    with torch.no_grad():
+        for name, parameter in model.cls.named_parameters():
+            if name != "predictions.decoder.weight":  # Tied to the word embeddings.
+                parameter.normal_(0.0, 0.3)
+    model.save_pretrained(str(directory))
+    shutil.copy(vocab_file, directory / "vocab.txt")
+    return str(directory)
+
+
 @pytest.fixture(scope="module")
 def hf_pretraining_dir(minilm_dir, tmp_path_factory):
     """transformers' BertForPreTraining: real encoder, seeded heads, save_pretrained."""
     torch.manual_seed(0)
     model = transformers.BertForPreTraining.from_pretrained(minilm_dir).eval()
-    with torch.no_grad():
-        for name, parameter in model.cls.named_parameters():
-            if name != "predictions.decoder.weight":  # Tied to the word embeddings.
-                parameter.normal_(0.0, 0.3)
     directory = tmp_path_factory.mktemp("hf") / "pretraining"
-    model.save_pretrained(str(directory))
-    shutil.copy(minilm_dir + "/vocab.txt", directory / "vocab.txt")
-    return str(directory), model
+    return save_with_seeded_heads(model, directory, minilm_dir + "/vocab.txt"), model
 
 
 def test_pretraining_heads_of_hugging_face_give_transformers_logits(
@@ -415,12 +421,24 @@ def write_pretraining_records(path, tokenizer, seq, preds):
             )
 
 
+@pytest.fixture(scope="module")
+def tiny_hf_pretraining_dir(vocab_file, tmp_path_factory):
+    """transformers' BertForPreTraining of the tiny config (random encoder, seeded
+    heads), save_pretrained with the bundled vocabulary: what the runner reads from a
+    Hugging Face folder is the same at any size (the real weights' parity is above)."""
+    torch.manual_seed(0)
+    model = transformers.BertForPreTraining(transformers.BertConfig(**tiny_config())).eval()
+    directory = tmp_path_factory.mktemp("tiny_hf") / "pretraining"
+    return save_with_seeded_heads(model, directory, vocab_file)
+
+
 @pytest.mark.slow
-def test_run_pretraining_starts_from_hugging_face_heads(real, hf_pretraining_dir, tmp_path):
+def test_run_pretraining_starts_from_hugging_face_heads(
+    tiny_hf_pretraining_dir, tokenizer, tmp_path
+):
     """--init_checkpoint=<BertForPreTraining folder>, no --bert_config_file: one step at
     learning rate 0 saves exactly the heads transformers saved."""
-    _, tokenizer, _ = real
-    directory, _ = hf_pretraining_dir
+    directory = tiny_hf_pretraining_dir
     shard = tmp_path / "shard.tfrecord"
     write_pretraining_records(shard, tokenizer, seq=32, preds=4)
     output = tmp_path / "out"

@@ -11,9 +11,10 @@ import tensorflow as tf
 import tensorflow_text  # noqa: F401  (registers the ops the preprocessing model needs)
 
 from data_prep.text import tokenization
-from modeling import checkpoints, hub
+from modeling import checkpoint_writers, checkpoints, hub
 from modeling.config import BertConfig
 from modeling.encoder import BertEncoder
+from tests.conftest import write_tiny_config
 from tests.helpers.export_helpers import (
     assert_encoder_outputs_equal,
     mrpc_pairs,
@@ -23,7 +24,7 @@ from tests.helpers.export_helpers import (
 
 
 @pytest.mark.slow
-def test_export_tfhub_real_checkpoint_parity(minilm_dir, sample_data, tmp_path):
+def test_export_tfhub_real_checkpoint_parity(minilm_dir, sample_data, vocab_file, tmp_path):
     """export_tfhub.py on the real checkpoint: text -> preprocessing export -> encoder
     export (hub.KerasLayer, hub.load, HubEncoder) equals our in-memory encoder and
     Hugging Face transformers (an independent implementation)."""
@@ -39,10 +40,18 @@ def test_export_tfhub_real_checkpoint_parity(minilm_dir, sample_data, tmp_path):
         f"--export_path={preprocess_path}",
     )
     assert result.returncode == 0, result.stderr[-3000:]
-    # This checkpoint has no masked-LM head: a clear error and no export.
+    # A checkpoint without a masked-LM head (as this one; a tiny one here, the same
+    # check at any size): a clear error and no export.
+    tiny = tmp_path / "tiny"
+    tiny.mkdir()
+    tiny_config = BertConfig.from_json_file(write_tiny_config(tiny / "bert_config.json"))
+    prefix = checkpoint_writers.write_original_checkpoint(
+        str(tiny / "bert_model.ckpt"), BertEncoder(tiny_config)
+    )
     mlm_path = tmp_path / "mlm"
     result = run_export_tfhub(
-        f"--init_checkpoint={minilm_dir}",
+        f"--init_checkpoint={prefix}",
+        f"--vocab_file={vocab_file}",
         "--export_type=encoder_with_mlm",
         f"--export_path={mlm_path}",
     )
@@ -63,9 +72,8 @@ def test_export_tfhub_real_checkpoint_parity(minilm_dir, sample_data, tmp_path):
     ours = BertEncoder(config)
     checkpoints.restore_model(minilm_dir, ours)
     want = ours(inputs, training=False)
-    assert_encoder_outputs_equal(
-        tf.saved_model.load(encoder_path)(inputs, training=False), want, num_layers=6, atol=1e-4
-    )
+    got = tf.saved_model.load(encoder_path)(inputs, training=False)
+    assert_encoder_outputs_equal(got, want, num_layers=6, atol=1e-4)
     assert_encoder_outputs_equal(
         hub.HubEncoder(encoder_path)(inputs), want, num_layers=6, atol=1e-4
     )
@@ -83,7 +91,6 @@ def test_export_tfhub_real_checkpoint_parity(minilm_dir, sample_data, tmp_path):
             attention_mask=torch.tensor(want_ids["input_mask"], dtype=torch.long),
             token_type_ids=torch.tensor(want_ids["input_type_ids"], dtype=torch.long),
         )
-    got = tf.saved_model.load(encoder_path)(inputs, training=False)
     mask = want_ids["input_mask"][..., None].astype(bool)
     np.testing.assert_allclose(
         np.where(mask, got["sequence_output"], 0),

@@ -5,15 +5,14 @@ output_dir and from the export, and usage errors for windows that cannot work.
 """
 
 import json
-import textwrap
 
 import numpy as np
 import pytest
 
 from benchmarks.study import make_long_text_set
 from data_prep.classifier import classifier_windows
-from tests.conftest import read_results, run_results_driver, write_tiny_config
-from tests.helpers.run_classifier_helpers import _read_tsv, _write_lines
+from tests.conftest import read_results, write_tiny_config
+from tests.helpers.run_classifier_helpers import _read_tsv, _write_lines, run_in_one_process
 
 
 def test_windows_of_a_single_text():
@@ -154,22 +153,6 @@ def test_windows_that_cannot_work_name_the_flag(stride, windows, message):
         classifier_windows.check_window_settings(32, stride, windows)
 
 
-_DRIVER = textwrap.dedent("""
-    import json, sys
-    import run_classifier
-    results = {}
-    for name, argv in json.loads(sys.argv[1]).items():
-        run_classifier.FLAGS.unparse_flags()
-        run_classifier.FLAGS(["run_classifier.py", *argv])
-        try:
-            run_classifier.main([])
-            results[name] = ["no error", ""]
-        except Exception as e:
-            results[name] = [type(e).__name__, str(e)]
-    print("RESULTS" + json.dumps(results))
-""")
-
-
 def _pairs(source, target):
     """The long texts as pairs: the first 6 words and the rest, A and B in turn."""
     lines = source.read_text(encoding="utf-8").splitlines()
@@ -248,7 +231,7 @@ def runs(tmp_path_factory, sample_data, vocab_file):
             f"--output_dir={root / 'bad'}",
         ],
     }
-    results = run_results_driver(_DRIVER, cases, timeout=900)
+    results = run_in_one_process(cases)
     return {"root": root, "data": data, **results}
 
 

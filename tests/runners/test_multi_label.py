@@ -8,30 +8,15 @@ import json
 import pathlib
 import subprocess
 import sys
-import textwrap
 
 import numpy as np
 import pytest
 
-from tests.conftest import REPO_ROOT, read_results, run_results_driver, write_tiny_config
+from tests.conftest import REPO_ROOT, read_results, write_tiny_config
+from tests.helpers.run_classifier_helpers import run_in_one_process
 
 WIKIGOLD = REPO_ROOT / "sample_data" / "wikigold_multilabel"
 LABELS = ["LOC", "MISC", "ORG", "PER"]
-
-_DRIVER = textwrap.dedent("""
-    import json, sys
-    import run_classifier
-    results = {}
-    for name, argv in json.loads(sys.argv[1]).items():
-        run_classifier.FLAGS.unparse_flags()
-        run_classifier.FLAGS(["run_classifier.py", *argv])
-        try:
-            run_classifier.main([])
-            results[name] = ["no error", ""]
-        except Exception as e:
-            results[name] = [type(e).__name__, str(e)]
-    print("RESULTS" + json.dumps(results))
-""")
 
 
 def train_label_sets(path: pathlib.Path) -> list[set]:
@@ -113,7 +98,7 @@ def driver(tmp_path_factory, mrpc_dir, vocab_file):
             out("empty"),
         ],
     }
-    results = run_results_driver(_DRIVER, cases, timeout=900)
+    results = run_in_one_process(cases)
     return {"root": root, **results}
 
 

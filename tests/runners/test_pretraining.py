@@ -186,10 +186,24 @@ def test_pipeline_slices_global_batches_across_workers(shards):
 # about 20 minutes on 2 cores: they are `python -m benchmarks.study.quality --runs=pretraining`.
 
 
+# --do_eval on one shard: each worker of a multi-worker run evaluates its part of every batch.
+EVALUATION = ("--do_eval", "--max_eval_steps=3", "--eval_batch_size=8")
+
+
+@pytest.fixture(scope="module")
+def one_device(shards, tmp_path_factory):
+    """(config, output_dir) of a run on one device without dropout, with evaluation
+    after training: the reference of the distributed runs below (the evaluation comes
+    after the last checkpoint, so ckpt-6 is the same as without it)."""
+    directory = tmp_path_factory.mktemp("one_device")
+    config = tiny_config(directory / "config.json", dropout=0.0)
+    run_pretraining(directory / "one", config, shards["train"], *EVALUATION)
+    return config, directory / "one"
+
+
 @pytest.mark.slow
-def test_mirrored_on_two_devices_equals_one_device(shards, tmp_path):
-    config = tiny_config(tmp_path / "config.json", dropout=0.0)
-    run_pretraining(tmp_path / "one", config, shards["train"])
+def test_mirrored_on_two_devices_equals_one_device(shards, one_device, tmp_path):
+    config, one = one_device
     run_pretraining(
         tmp_path / "mirrored",
         config,
@@ -200,7 +214,7 @@ def test_mirrored_on_two_devices_equals_one_device(shards, tmp_path):
     summary = json.loads((tmp_path / "mirrored" / "train_summary.json").read_text())
     assert summary["num_replicas"] == 2 and summary["replica_max_diff"] == 0.0
     assert_close_weights(
-        model_weights(str(tmp_path / "one" / "ckpt-6")),
+        model_weights(str(one / "ckpt-6")),
         model_weights(str(tmp_path / "mirrored" / "ckpt-6")),
         atol=1e-4,
     )
@@ -213,11 +227,8 @@ def free_port():
 
 
 @pytest.mark.slow
-def test_multi_worker_mirrored_equals_one_device(shards, tmp_path):
-    config = tiny_config(tmp_path / "config.json", dropout=0.0)
-    # --do_eval on one shard: each worker evaluates its part of every batch.
-    evaluation = ("--do_eval", "--max_eval_steps=3", "--eval_batch_size=8")
-    run_pretraining(tmp_path / "one", config, shards["train"], *evaluation)
+def test_multi_worker_mirrored_equals_one_device(shards, one_device, tmp_path):
+    config, one = one_device
     workers = [f"127.0.0.1:{free_port()}", f"127.0.0.1:{free_port()}"]
     procs = []
     for index in range(2):
@@ -230,7 +241,7 @@ def test_multi_worker_mirrored_equals_one_device(shards, tmp_path):
                 config,
                 shards["train"],
                 "--distribution_strategy=multi_worker_mirrored",
-                *evaluation,
+                *EVALUATION,
                 env={"TF_CONFIG": tf_config},
                 wait=False,
             )
@@ -264,16 +275,15 @@ def test_multi_worker_mirrored_equals_one_device(shards, tmp_path):
     }
     assert worker_files == {"train_summary_worker_1.json"}, worker_files
     assert_close_weights(
-        model_weights(str(tmp_path / "one" / "ckpt-6")),
+        model_weights(str(one / "ckpt-6")),
         model_weights(str(tmp_path / "worker0" / "ckpt-6")),
         atol=1e-4,
     )
     one, chief = (
         dict(
-            line.split(" = ")
-            for line in (tmp_path / name / "eval_results.txt").read_text().splitlines()
+            line.split(" = ") for line in (directory / "eval_results.txt").read_text().splitlines()
         )
-        for name in ("one", "worker0")
+        for directory in (one, tmp_path / "worker0")
     )
     assert one.keys() == chief.keys() and "masked_lm_loss" in one, (one, chief)
     for key in one:

@@ -4,8 +4,10 @@ learnable STS-B (regression) and SWAG (multiple choice) samples.
 
 The runner runs in subprocesses: its absl flags would clash with other runners'
 in one test process, and a mirrored run must split the CPU into logical devices
-before TensorFlow initialises. The model is a tiny random BERT (2 layers, hidden
-32) with the bundled uncased vocabulary.
+before TensorFlow initialises. The runs that only read their outputs afterwards run
+one after the other in one process (the `runs` fixture: one TensorFlow start-up); the
+resumed run and the mirrored one run on the command line as a user runs them. The
+model is a tiny random BERT (2 layers, hidden 32) with the bundled uncased vocabulary.
 """
 
 import csv
@@ -25,6 +27,7 @@ from tests.helpers.run_classifier_helpers import (
     _run,
     _swag_rows,
     _write_swag,
+    run_in_one_process,
 )
 
 
@@ -53,14 +56,112 @@ def _mrpc_flags(data_dir, config_file, output_dir, *extra):
     ]
 
 
-@pytest.fixture(scope="module")
-def mrpc_run(tmp_path_factory, mrpc_dir, vocab_file):
-    """(output_dir, flags) of one training run with evaluation and prediction."""
-    directory = tmp_path_factory.mktemp("mrpc_run")
+def _hub_runs(directory, mrpc_dir, vocab_file) -> dict:
+    """The MRPC runs from an encoder exported by this project (--hub_module_url) and
+    from a checkpoint of the same weights (--init_checkpoint): {name: argv}."""
+    from modeling import checkpoint_writers
+    from serving import encoder as serving_encoder
+    from modeling.config import BertConfig
+    from modeling.encoder import BertEncoder
+
+    directory.mkdir()
     config_file = write_tiny_config(directory / "bert_config.json", dropout=0.0)
-    flags = _mrpc_flags(mrpc_dir, config_file, directory / "out")
-    _run(flags, vocab_file)
-    return directory / "out", flags
+    encoder = BertEncoder(BertConfig.from_json_file(config_file))
+    checkpoint = checkpoint_writers.write_original_checkpoint(
+        str(directory / "bert_model.ckpt"), encoder
+    )
+    serving_encoder.export_encoder(encoder, str(directory / "hub"), vocab_file, do_lower_case=True)
+    runs = {
+        "checkpoint": [
+            "--task_name=MRPC",
+            f"--data_dir={mrpc_dir}",
+            f"--bert_config_file={config_file}",
+            f"--init_checkpoint={checkpoint}",
+        ],
+        "hub": [
+            "--task_name=MRPC",
+            f"--data_dir={mrpc_dir}",
+            f"--hub_module_url={directory / 'hub'}",
+        ],
+    }
+    return {
+        name: [
+            *model_flags,
+            "--do_train",
+            "--do_eval",
+            "--do_predict",
+            "--max_seq_length=32",
+            "--train_batch_size=8",
+            "--num_train_epochs=2",
+            "--learning_rate=1e-3",
+            "--seed=3",
+            f"--output_dir={directory / name}",
+        ]
+        for name, model_flags in runs.items()
+    }
+
+
+@pytest.fixture(scope="module")
+def runs(tmp_path_factory, mrpc_dir, vocab_file):
+    """{name: output_dir} of the runs below, made one after the other in one process:
+    MRPC ("mrpc"), MRPC from a checkpoint and from the same weights as a hub module
+    ("checkpoint", "hub"), STS-B ("stsb") and SWAG ("swag"); "mrpc_flags": the MRPC
+    run's flags, "labels": the STS-B and SWAG dev labels."""
+    root = tmp_path_factory.mktemp("runs")
+    config_file = write_tiny_config(root / "bert_config.json", dropout=0.0)
+    learn_config = write_tiny_config(root / "learn_config.json", dropout=0.1)
+    mrpc_flags = _mrpc_flags(mrpc_dir, config_file, root / "mrpc")
+    stsb_dir, swag_dir = root / "STS-B", root / "swag"
+    stsb_dir.mkdir()
+    swag_dir.mkdir()
+    labels = {"stsb": np.array(_write_stsb(stsb_dir)), "swag": np.array(_write_swag(swag_dir))}
+    cases = {
+        "mrpc": mrpc_flags,
+        **_hub_runs(root / "hub_runs", mrpc_dir, vocab_file),
+        "stsb": [
+            "--task_name=STS-B",
+            f"--data_dir={stsb_dir}",
+            f"--bert_config_file={learn_config}",
+            "--do_train",
+            "--do_eval",
+            "--do_predict",
+            "--max_seq_length=16",
+            "--train_batch_size=8",
+            "--num_train_epochs=8",
+            "--learning_rate=5e-3",
+            "--steps_per_loop=6",
+            f"--output_dir={root / 'stsb'}",
+        ],
+        "swag": [
+            "--task_name=swag",
+            f"--data_dir={swag_dir}",
+            f"--bert_config_file={learn_config}",
+            "--do_train",
+            "--do_eval",
+            "--do_predict",
+            "--max_seq_length=16",
+            "--train_batch_size=8",
+            "--num_train_epochs=3",
+            "--learning_rate=2e-3",
+            "--steps_per_loop=5",
+            f"--output_dir={root / 'swag'}",
+            f"--export_dir={root / 'swag_export'}",
+        ],
+    }
+    errors = run_in_one_process(cases, vocab_file)
+    outputs = {
+        "checkpoint": root / "hub_runs" / "checkpoint",
+        "hub": root / "hub_runs" / "hub",
+        **{name: root / name for name in ("mrpc", "stsb", "swag", "swag_export")},
+    }
+    return {"errors": errors, "mrpc_flags": mrpc_flags, "labels": labels, **outputs}
+
+
+@pytest.fixture(scope="module")
+def mrpc_run(runs):
+    """(output_dir, flags) of one training run with evaluation and prediction."""
+    assert runs["errors"]["mrpc"] == ["no error", ""]
+    return runs["mrpc"], runs["mrpc_flags"]
 
 
 def test_mrpc_end_to_end(mrpc_run, mrpc_dir):
@@ -165,61 +266,23 @@ def test_mirrored_on_two_cpus_matches_one_device(mrpc_run, mrpc_dir, vocab_file,
     )
 
 
-def test_hub_module_gives_the_same_metrics_as_the_checkpoint(mrpc_dir, vocab_file, tmp_path):
+def test_hub_module_gives_the_same_metrics_as_the_checkpoint(runs):
     """--hub_module_url with an encoder exported by this project fine-tunes to the same
     model as --init_checkpoint with the same weights (no dropout, so both runs compute
     the same steps): the same eval metrics and test probabilities."""
-    from modeling import checkpoint_writers
-    from serving import encoder as serving_encoder
-    from modeling.config import BertConfig
-    from modeling.encoder import BertEncoder
-
-    config_file = write_tiny_config(tmp_path / "bert_config.json", dropout=0.0)
-    encoder = BertEncoder(BertConfig.from_json_file(config_file))
-    checkpoint = checkpoint_writers.write_original_checkpoint(
-        str(tmp_path / "bert_model.ckpt"), encoder
-    )
-    serving_encoder.export_encoder(encoder, str(tmp_path / "hub"), vocab_file, do_lower_case=True)
-    runs = {
-        "checkpoint": [
-            "--task_name=MRPC",
-            f"--data_dir={mrpc_dir}",
-            f"--bert_config_file={config_file}",
-            f"--init_checkpoint={checkpoint}",
-        ],
-        "hub": [
-            "--task_name=MRPC",
-            f"--data_dir={mrpc_dir}",
-            f"--hub_module_url={tmp_path / 'hub'}",
-        ],
-    }
-    for name, model_flags in runs.items():
-        _run(
-            [
-                *model_flags,
-                "--do_train",
-                "--do_eval",
-                "--do_predict",
-                "--max_seq_length=32",
-                "--train_batch_size=8",
-                "--num_train_epochs=2",
-                "--learning_rate=1e-3",
-                "--seed=3",
-                f"--output_dir={tmp_path / name}",
-            ],
-            vocab_file,
-        )
-    one, two = (read_results(tmp_path / name / "eval_results.txt") for name in runs)
+    for name in ("checkpoint", "hub"):
+        assert runs["errors"][name] == ["no error", ""]
+    one, two = (read_results(runs[name] / "eval_results.txt") for name in ("checkpoint", "hub"))
     assert set(one) == set(two)  # global_step: the best epoch's, the same in both
     for key in one:
         assert two[key] == pytest.approx(one[key], rel=1e-4, abs=1e-6), key
     np.testing.assert_allclose(
-        _read_tsv(tmp_path / "hub" / "test_results.tsv"),
-        _read_tsv(tmp_path / "checkpoint" / "test_results.tsv"),
+        _read_tsv(runs["hub"] / "test_results.tsv"),
+        _read_tsv(runs["checkpoint"] / "test_results.tsv"),
         atol=1e-4,
     )
     # Training moved the weights: the runs did not merely agree on an untrained model.
-    history = json.loads((tmp_path / "hub" / "eval_history.json").read_text())
+    history = json.loads((runs["hub"] / "eval_history.json").read_text())
     assert [h["global_step"] for h in history] == [8, 16]
     assert history[0]["eval_loss"] != history[-1]["eval_loss"]
 
@@ -262,30 +325,9 @@ def _write_stsb(directory: pathlib.Path) -> list[float]:
     return [s for _, _, s in rows]
 
 
-def test_stsb_regression_learns_and_metrics_match_scipy(tmp_path, vocab_file):
-    data_dir = tmp_path / "STS-B"
-    data_dir.mkdir()
-    labels = np.array(_write_stsb(data_dir))
-    config_file = write_tiny_config(tmp_path / "bert_config.json", dropout=0.1)
-    output_dir = tmp_path / "out"
-    _run(
-        [
-            "--task_name=STS-B",
-            f"--data_dir={data_dir}",
-            f"--bert_config_file={config_file}",
-            "--do_train",
-            "--do_eval",
-            "--do_predict",
-            "--max_seq_length=16",
-            "--train_batch_size=8",
-            "--num_train_epochs=8",
-            "--learning_rate=5e-3",
-            "--steps_per_loop=6",
-            f"--output_dir={output_dir}",
-        ],
-        vocab_file,
-    )
-
+def test_stsb_regression_learns_and_metrics_match_scipy(runs):
+    assert runs["errors"]["stsb"] == ["no error", ""]
+    labels, output_dir = runs["labels"]["stsb"], runs["stsb"]
     history = json.loads((output_dir / "eval_history.json").read_text())
     assert len(history) == 8
     losses = [h["eval_loss"] for h in history]
@@ -312,31 +354,9 @@ def test_stsb_regression_learns_and_metrics_match_scipy(tmp_path, vocab_file):
     np.testing.assert_allclose([float(r[1]) for r in rows[1:]], scores, atol=1e-6)
 
 
-def test_swag_multiple_choice_learns_and_accuracy_matches(tmp_path, vocab_file):
-    data_dir = tmp_path / "swag"
-    data_dir.mkdir()
-    labels = np.array(_write_swag(data_dir))
-    config_file = write_tiny_config(tmp_path / "bert_config.json", dropout=0.1)
-    output_dir = tmp_path / "out"
-    _run(
-        [
-            "--task_name=swag",
-            f"--data_dir={data_dir}",
-            f"--bert_config_file={config_file}",
-            "--do_train",
-            "--do_eval",
-            "--do_predict",
-            "--max_seq_length=16",
-            "--train_batch_size=8",
-            "--num_train_epochs=3",
-            "--learning_rate=2e-3",
-            "--steps_per_loop=5",
-            f"--output_dir={output_dir}",
-            f"--export_dir={tmp_path / 'export'}",
-        ],
-        vocab_file,
-    )
-
+def test_swag_multiple_choice_learns_and_accuracy_matches(runs):
+    assert runs["errors"]["swag"] == ["no error", ""]
+    labels, output_dir = runs["labels"]["swag"], runs["swag"]
     history = json.loads((output_dir / "eval_history.json").read_text())
     losses = [h["eval_loss"] for h in history]
     assert len(history) == 3 and losses[-1] < losses[0] < np.log(4) + 0.1
@@ -358,7 +378,7 @@ def test_swag_multiple_choice_learns_and_accuracy_matches(tmp_path, vocab_file):
     import tensorflow_text  # noqa: F401  (registers the tokenizer ops)
 
     rows = _swag_rows(16, 1)
-    got = tf.saved_model.load(str(tmp_path / "export")).signatures["serving_default"](
+    got = tf.saved_model.load(str(runs["swag_export"])).signatures["serving_default"](
         context=tf.constant([r[0] for r in rows]),
         start=tf.constant([r[1] for r in rows]),
         endings=tf.constant([r[2] for r in rows]),

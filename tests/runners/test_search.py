@@ -20,7 +20,7 @@ from absl import app, flags
 import hparam_search
 import runner_flags
 from tests.conftest import REPO_ROOT, read_results, write_tiny_config
-from tests.helpers.run_classifier_helpers import _read_tsv
+from tests.helpers.run_classifier_helpers import _read_tsv, run_in_one_process
 
 ENV = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2", PYTHONPATH=str(REPO_ROOT))
 RUN_CLASSIFIER = str(REPO_ROOT / "run_classifier.py")
@@ -149,27 +149,34 @@ def test_restart_one_is_the_single_run_and_output_dir_predicts_as_the_chosen_tri
     same results); output_dir's predictions and export are those of the chosen trial,
     and output_dir works as --init_checkpoint."""
     output_dir, _ = search
-    single = inputs["root"] / "single"
-    _run(_command(inputs, single, "--learning_rate=1e-4", "--seed=12345"))
+    single, later, again = (inputs["root"] / name for name in ("single", "later", "again"))
+    results = json.loads((output_dir / "search_results.json").read_text())
+    chosen = output_dir / results["best"]["output_dir"]
+    predict = ["--task_name=MRPC", f"--data_dir={inputs['mrpc']}", "--max_seq_length=32"]
+    # The three runs one after the other in one process (one TensorFlow start-up).
+    errors = run_in_one_process(
+        {
+            "single": _command(inputs, single, "--learning_rate=1e-4", "--seed=12345")[2:],
+            "later": [
+                *predict,
+                f"--init_checkpoint={chosen}",
+                f"--output_dir={later}",
+                "--do_predict",
+                "--do_eval",
+            ],
+            # output_dir as --init_checkpoint: the same model.
+            "again": [
+                *predict,
+                f"--init_checkpoint={output_dir}",
+                f"--output_dir={again}",
+                "--do_predict",
+            ],
+        }
+    )
+    assert errors == {name: ["no error", ""] for name in ("single", "later", "again")}, errors
     trial = output_dir / "trials" / TRIAL_NAMES[2]
     for name in ("eval_results.txt", "eval_history.json", "train_summary.json"):
         assert (single / name).read_bytes() == (trial / name).read_bytes(), name
-    results = json.loads((output_dir / "search_results.json").read_text())
-    chosen = output_dir / results["best"]["output_dir"]
-    later = inputs["root"] / "later"
-    _run(
-        [
-            sys.executable,
-            RUN_CLASSIFIER,
-            "--task_name=MRPC",
-            f"--data_dir={inputs['mrpc']}",
-            f"--init_checkpoint={chosen}",
-            f"--output_dir={later}",
-            "--do_predict",
-            "--do_eval",
-            "--max_seq_length=32",
-        ]
-    )
     assert (later / "test_results.tsv").read_bytes() == (
         output_dir / "test_results.tsv"
     ).read_bytes()
@@ -177,19 +184,6 @@ def test_restart_one_is_the_single_run_and_output_dir_predicts_as_the_chosen_tri
     want = read_results(output_dir / "eval_results.txt")
     assert got.pop("global_step") == 0 and want.pop("global_step") > 0  # Not trained here.
     assert got == want
-    again = inputs["root"] / "again"  # output_dir as --init_checkpoint: the same model.
-    _run(
-        [
-            sys.executable,
-            RUN_CLASSIFIER,
-            "--task_name=MRPC",
-            f"--data_dir={inputs['mrpc']}",
-            f"--init_checkpoint={output_dir}",
-            f"--output_dir={again}",
-            "--do_predict",
-            "--max_seq_length=32",
-        ]
-    )
     assert (again / "test_results.tsv").read_bytes() == (
         output_dir / "test_results.tsv"
     ).read_bytes()
