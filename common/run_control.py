@@ -50,6 +50,7 @@ import socket
 import sys
 import threading
 import time
+from typing import Callable
 
 from absl import logging
 
@@ -315,9 +316,14 @@ STOP_SIGNALS = {
 }
 
 
-def exit_on_sigterm(program: str, kept: str = "what was complete is kept") -> None:
+def exit_on_sigterm(
+    program: str,
+    kept: str = "what was complete is kept",
+    on_stop: Callable[[int], None] | None = None,
+) -> None:
     """SIGTERM or Ctrl-C (SIGINT) ends the program at once with one line saying so,
-    with EXIT_STOPPED or EXIT_INTERRUPTED; `kept` says what it leaves.
+    with EXIT_STOPPED or EXIT_INTERRUPTED; `kept` says what it leaves; `on_stop(code)`,
+    if given, is called first with that exit code (e.g. to stop helper processes).
 
     SystemExit is raised in the main thread wherever it is, so `finally` blocks and
     the atomic writers' clean-up run: files being written are removed, complete ones
@@ -337,6 +343,8 @@ def exit_on_sigterm(program: str, kept: str = "what was complete is kept") -> No
         # sys.stderr as it is at exit: a stream set for a block (e.g. one that filters
         # worker processes' lines) is closed by then.
         atexit.register(lambda: print(message, file=sys.stderr, flush=True))
+        if on_stop is not None:
+            on_stop(code)
         raise SystemExit(code)
 
     for signum, _, _ in STOP_SIGNALS.values():

@@ -172,6 +172,7 @@ def main(argv):
             "pretraining_pipeline",
             f"the shards written so far in {settings.output_dir} are whole, but "
             f"run_pretraining refuses them until a finished run writes summary.json",
+            on_stop=stop_workers,
         )
         with worker_start_lines_hidden(), workers_ignore_ctrl_c():
             progress = TerminalProgress(interval=flags.FLAGS.progress_interval_s)
@@ -182,12 +183,37 @@ def main(argv):
                 progress=progress,
             )
     except Exception as e:  # pylint: disable=broad-except
+        if STOPPING.is_set():
+            # Beam's clean-up meeting the workers stopped: the program was stopped.
+            logging.info("While stopping: %r", e)
+            raise SystemExit(_STOP_CODE[0]) from None
         message = _input_error_message(e)
         if message is None:
             raise
         # Bad input or flags, also from a worker process: the message says what and
         # where (cli prints it alone).
         raise UserError(message) from e
+
+
+# Set when Ctrl-C or SIGTERM stops the program: the local worker processes end with it,
+# and what they or Beam's threads watching them say of that is not shown.
+STOPPING = threading.Event()
+# The local worker processes started (`workers_ignore_ctrl_c`), and the exit code of
+# the signal that stopped the program.
+_WORKERS: list[subprocess.Popen] = []
+_STOP_CODE: list[int] = []
+
+
+def stop_workers(code: int) -> None:
+    """Ctrl-C or SIGTERM (exit `code`): `STOPPING`, and the local workers stopped now
+    (they ignore Ctrl-C, and would go on with their shards while the program ends)."""
+    _STOP_CODE.append(code)
+    STOPPING.set()
+    # Beam's clean-up then meets workers that are gone, and logs each as an error.
+    std_logging.getLogger("apache_beam").setLevel(std_logging.CRITICAL)
+    for process in _WORKERS:
+        if process.poll() is None:
+            process.kill()
 
 
 @contextlib.contextmanager
@@ -199,8 +225,12 @@ def workers_ignore_ctrl_c():
     and a worker that took it would print its own KeyboardInterrupt traceback. Beam
     starts them through a shell (`subprocess.Popen(command, shell=True)` in
     `local_job_service`); the shell ignores the signal, then becomes the worker (an
-    ignored signal stays ignored across exec). When the program ends, the workers
-    still running are stopped."""
+    ignored signal stays ignored across exec). Ctrl-C or SIGTERM stops them at once
+    (`stop_workers`); when the program ends, those still running are stopped.
+
+    Workers that end because the program stops (`STOPPING`) are not an error: Beam's
+    threads that talk to them would print tracebacks ("Worker subprocess exited with
+    return code ...", a gRPC error), which are not shown then; before, they are."""
     try:
         from apache_beam.runners.portability import local_job_service
     except ImportError:  # Another Beam layout: its workers keep the default.
@@ -209,14 +239,13 @@ def workers_ignore_ctrl_c():
     if getattr(local_job_service, "subprocess", None) is not subprocess:
         yield
         return
-    started = []
 
     class Popen(subprocess.Popen):
         def __init__(self, args, *rest, **kwargs):
             if kwargs.get("shell") and isinstance(args, str):
                 args = f"trap '' INT; exec {args}"
             super().__init__(args, *rest, **kwargs)
-            started.append(self)
+            _WORKERS.append(self)
 
     class WorkerSubprocess:
         def __getattr__(self, name):
@@ -225,13 +254,22 @@ def workers_ignore_ctrl_c():
     wrapped = WorkerSubprocess()
     wrapped.Popen = Popen
     local_job_service.subprocess = wrapped
+    show_thread_error = threading.excepthook
+
+    def unless_stopping(args):
+        if not STOPPING.is_set():
+            show_thread_error(args)
+
+    threading.excepthook = unless_stopping
     try:
         yield
     finally:
         local_job_service.subprocess = subprocess
-        for process in started:
+        for process in _WORKERS:
             if process.poll() is None:
                 process.kill()
+        if not STOPPING.is_set():  # Else Beam's threads may still report the workers.
+            threading.excepthook = show_thread_error
 
 
 def beam_args(args: list[str]) -> list[str]:
@@ -258,7 +296,8 @@ WORKER_START_LINES = tuple(
 @contextlib.contextmanager
 def worker_start_lines_hidden():
     """Within: the worker processes Beam starts write their stderr into a pipe whose
-    lines reach the terminal as they come, all but `WORKER_START_LINES`; this process's
+    lines reach the terminal as they come, all but `WORKER_START_LINES` (and none once
+    the program stops: `STOPPING`, the workers end with it); this process's
     own `sys.stderr` writes to the terminal directly (its progress bar stays live).
     Nothing is hidden where TensorFlow's start-up lines are not either (the user set
     TF_CPP_MIN_LOG_LEVEL or gave --verbose_logging)."""
@@ -277,6 +316,8 @@ def worker_start_lines_hidden():
         pending = b""
         while data := os.read(read_end, 65536):
             *lines, pending = (pending + data).split(b"\n")
+            if STOPPING.is_set():  # The workers end with the program: its line says it.
+                lines, pending = [], b""
             for line in lines:
                 text = line.decode("utf-8", errors="replace").rstrip("\r")
                 if not any(p.search(text) for p in WORKER_START_LINES):

@@ -418,6 +418,8 @@ def check_killed_run_leaves_only_complete_shards(tmp_path, command, env, stop=si
     finally:
         os.killpg(process.pid, stop)
         _, stderr = process.communicate(timeout=120)
+    if stop == signal.SIGINT:  # The program's own exit code for Ctrl-C.
+        assert process.returncode == 130, stderr[-3000:]
     # Nothing of the job is left running (Beam's worker processes included).
     left = time.monotonic() + 10
     with pytest.raises(ProcessLookupError):
@@ -604,3 +606,40 @@ def test_worker_start_lines_are_hidden_and_everything_else_shown(capfd, monkeypa
     with pp.worker_start_lines_hidden():
         subprocess.run([sys.executable, "-c", f"import sys; sys.stderr.write({worker!r})"])
     assert "apitools not found" in capfd.readouterr().err
+
+
+def test_once_stopping_the_workers_ending_says_nothing(capfd, monkeypatch):
+    """After Ctrl-C (`STOPPING`, set by the signal's handler) the worker processes that
+    end with the program printed C++ abort lines, and Beam's threads talking to them
+    tracebacks ("Worker subprocess exited with return code -6", gRPC errors): not
+    shown then; before it, both show."""
+    import threading
+
+    monkeypatch.delenv("TF_CPP_MIN_LOG_LEVEL", raising=False)
+    monkeypatch.setattr(sys, "argv", ["pretraining_pipeline.py"])
+    monkeypatch.setattr(pp, "STOPPING", threading.Event())
+    shown = []  # What the thread-error hook in place (Python's prints them) was given.
+    monkeypatch.setattr(threading, "excepthook", lambda args: shown.append(args.exc_value))
+    hook = threading.excepthook
+
+    def worker_exit():
+        raise RuntimeError("Worker subprocess exited with return code -6")
+
+    def worker_and_thread():
+        subprocess.run([sys.executable, "-c", "import sys; sys.stderr.write('abort line\\n')"])
+        thread = threading.Thread(target=worker_exit, name="run_worker")
+        thread.start()
+        thread.join()
+
+    with pp.worker_start_lines_hidden(), pp.workers_ignore_ctrl_c():
+        worker_and_thread()
+    assert "abort line" in capfd.readouterr().err
+    assert [str(e) for e in shown] == ["Worker subprocess exited with return code -6"]
+    assert threading.excepthook is hook  # Given back.
+    with pp.worker_start_lines_hidden(), pp.workers_ignore_ctrl_c():
+        pp.STOPPING.set()
+        worker_and_thread()
+        print("this process's own line", file=sys.stderr)
+    err = capfd.readouterr().err
+    assert "abort line" not in err and "this process's own line" in err, err
+    assert len(shown) == 1  # The second worker's end was not shown.
