@@ -11,6 +11,7 @@ import signal
 import statistics
 import subprocess
 import sys
+import textwrap
 import time
 
 import numpy as np
@@ -19,8 +20,8 @@ from absl import app, flags
 
 import hparam_search
 import runner_flags
-from tests.conftest import REPO_ROOT, read_results, write_tiny_config
-from tests.helpers.run_classifier_helpers import _read_tsv, run_in_one_process
+from tests.conftest import REPO_ROOT, read_results, run_results_driver, write_tiny_config
+from tests.helpers.run_classifier_helpers import _read_tsv
 
 ENV = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2", PYTHONPATH=str(REPO_ROOT))
 RUN_CLASSIFIER = str(REPO_ROOT / "run_classifier.py")
@@ -49,15 +50,50 @@ def _command(inputs, output_dir, *extra):
     ]
 
 
-def _search_command(inputs, output_dir):
+def _search_command(inputs, output_dir, *extra):
     return _command(
-        inputs,
-        output_dir,
-        "--learning_rate=1e-3,1e-4",
-        "--restarts=2",
-        "--do_predict",
-        f"--export_dir={output_dir}_export",
+        inputs, output_dir, "--learning_rate=1e-3,1e-4", "--restarts=2", "--do_predict", *extra
     )
+
+
+# A runner's main (module sys.argv[2]) once per {name: [stderr file, *argv]}, one run after
+# the other in one process (one TensorFlow start-up), each run's terminal output in its
+# own file; in an argument, "{chosen}" is the folder of the trial chosen by the search in
+# sys.argv[3].
+_DRIVER = textwrap.dedent("""
+    import importlib, json, os, pathlib, sys, traceback
+    runner = importlib.import_module(sys.argv[2])
+    results = {}
+    for name, (stderr_file, *argv) in json.loads(sys.argv[1]).items():
+        if any("{chosen}" in a for a in argv):
+            search = pathlib.Path(sys.argv[3])
+            best = json.loads((search / "search_results.json").read_text())["best"]
+            argv = [a.replace("{chosen}", str(search / best["output_dir"])) for a in argv]
+        sys.stderr.flush()
+        saved = os.dup(2)
+        with open(stderr_file, "w") as stderr:
+            os.dup2(stderr.fileno(), 2)
+            try:
+                runner.FLAGS.unparse_flags()
+                runner.FLAGS([sys.argv[2] + ".py", *argv])
+                runner.main([])
+                results[name] = ["no error", ""]
+            except Exception as e:
+                traceback.print_exc()
+                results[name] = [type(e).__name__, str(e)]
+            finally:
+                sys.stderr.flush()
+                os.dup2(saved, 2)
+                os.close(saved)
+    print("RESULTS" + json.dumps(results))
+""")
+
+
+def run_in_one_process(runner: str, runs: dict, work, *search_dir) -> dict:
+    """Runs `runner`.main once per {name: argv} in one new process; {name: [error type
+    or "no error", message]}. A run's terminal output is in work/<name>.stderr."""
+    runs = {name: [work / f"{name}.stderr", *argv] for name, argv in runs.items()}
+    return run_results_driver(_DRIVER, runs, runner, *search_dir, timeout=900)
 
 
 def _run(command, timeout=900):
@@ -81,10 +117,37 @@ def inputs(tmp_path_factory, mrpc_dir, vocab_file):
 
 @pytest.fixture(scope="module")
 def search(inputs):
-    """The search run to its end: (output_dir, its terminal output)."""
-    output_dir = inputs["root"] / "search"
-    process = _run(_search_command(inputs, output_dir))
-    return output_dir, process.stderr
+    """The search run to its end (with --do_predict and --export_dir) and, in the same
+    process after it (one TensorFlow start-up), the runs that
+    test_restart_one_is_the_single_run_and_output_dir_predicts_as_the_chosen_trial reads:
+    "single", the single run of the third trial's values (run first, before the search);
+    "later", output_dir's chosen trial as --init_checkpoint, evaluating and predicting;
+    "again", output_dir itself as --init_checkpoint, predicting. Returns (output_dir, the
+    search's terminal output, {run name: [error type or "no error", message]})."""
+    root = inputs["root"]
+    output_dir = root / "search"
+    single, later, again = (root / name for name in ("single", "later", "again"))
+    predict = ["--task_name=MRPC", f"--data_dir={inputs['mrpc']}", "--max_seq_length=32"]
+    runs = {
+        "single": _command(inputs, single, "--learning_rate=1e-4", "--seed=12345")[2:],
+        "search": _search_command(inputs, output_dir, f"--export_dir={output_dir}_export")[2:],
+        "later": [
+            *predict,
+            "--init_checkpoint={chosen}",  # The chosen trial's folder.
+            f"--output_dir={later}",
+            "--do_predict",
+            "--do_eval",
+        ],
+        # output_dir as --init_checkpoint: the same model.
+        "again": [
+            *predict,
+            f"--init_checkpoint={output_dir}",
+            f"--output_dir={again}",
+            "--do_predict",
+        ],
+    }
+    errors = run_in_one_process("run_classifier", runs, root, output_dir)
+    return output_dir, (root / "search.stderr").read_text(), errors
 
 
 def _without_times(results: dict) -> dict:
@@ -95,7 +158,8 @@ def _without_times(results: dict) -> dict:
 
 @pytest.mark.slow
 def test_search_of_two_rates_and_two_restarts(search):
-    output_dir, terminal = search
+    output_dir, terminal, errors = search
+    assert errors["search"] == ["no error", ""], errors
     results = json.loads((output_dir / "search_results.json").read_text())
     assert results["metric"] == "mean of eval_accuracy and eval_f1"
     assert results["select"] == "best_trial"
@@ -148,32 +212,11 @@ def test_restart_one_is_the_single_run_and_output_dir_predicts_as_the_chosen_tri
     """A trial is the runner's single run with its values and seed (same weights,
     same results); output_dir's predictions and export are those of the chosen trial,
     and output_dir works as --init_checkpoint."""
-    output_dir, _ = search
+    output_dir, _, errors = search
     single, later, again = (inputs["root"] / name for name in ("single", "later", "again"))
-    results = json.loads((output_dir / "search_results.json").read_text())
-    chosen = output_dir / results["best"]["output_dir"]
-    predict = ["--task_name=MRPC", f"--data_dir={inputs['mrpc']}", "--max_seq_length=32"]
-    # The three runs one after the other in one process (one TensorFlow start-up).
-    errors = run_in_one_process(
-        {
-            "single": _command(inputs, single, "--learning_rate=1e-4", "--seed=12345")[2:],
-            "later": [
-                *predict,
-                f"--init_checkpoint={chosen}",
-                f"--output_dir={later}",
-                "--do_predict",
-                "--do_eval",
-            ],
-            # output_dir as --init_checkpoint: the same model.
-            "again": [
-                *predict,
-                f"--init_checkpoint={output_dir}",
-                f"--output_dir={again}",
-                "--do_predict",
-            ],
-        }
+    assert errors == {name: ["no error", ""] for name in ("single", "search", "later", "again")}, (
+        errors
     )
-    assert errors == {name: ["no error", ""] for name in ("single", "later", "again")}, errors
     trial = output_dir / "trials" / TRIAL_NAMES[2]
     for name in ("eval_results.txt", "eval_history.json", "train_summary.json"):
         assert (single / name).read_bytes() == (trial / name).read_bytes(), name
@@ -203,7 +246,7 @@ def test_restart_one_is_the_single_run_and_output_dir_predicts_as_the_chosen_tri
 
 @pytest.mark.slow
 def test_killed_in_the_third_trial_the_same_command_finishes_the_same(search, inputs):
-    reference, _ = search
+    reference = search[0]
     output_dir = inputs["root"] / "killed"
     command = _search_command(inputs, output_dir)
     third = output_dir / "trials" / TRIAL_NAMES[2]

@@ -12,15 +12,14 @@ import pytest
 
 from tests.conftest import REPO_ROOT, read_results, write_tiny_config
 from tests.helpers.run_squad_helpers import squad_flags
-from tests.runners.test_search import ENV
+from tests.runners.test_search import ENV, run_in_one_process
 
 VOCAB = REPO_ROOT / "sample_data" / "vocab" / "uncased_vocab.txt"
 
 
 def _ner(inputs, output_dir, *extra):
+    """run_ner.py's arguments."""
     return [
-        sys.executable,
-        str(REPO_ROOT / "run_ner.py"),
         f"--bert_config_file={inputs['config']}",
         f"--vocab_file={VOCAB}",
         f"--train_file={inputs['train']}",
@@ -28,7 +27,6 @@ def _ner(inputs, output_dir, *extra):
         f"--predict_file={inputs['dev']}",
         "--do_train",
         "--do_eval",
-        "--do_predict",
         "--max_seq_length=32",
         "--doc_stride=8",
         "--train_batch_size=8",
@@ -41,10 +39,9 @@ def _ner(inputs, output_dir, *extra):
 
 @pytest.fixture(scope="module")
 def runs(tmp_path_factory, sample_data, root):
-    """A function name -> (output_dir, terminal output) of the three searches, each run
-    when a test first asks for it: a test takes the time of its own search alone (run
-    together, the three took a minute on two cores shared with the suite's other worker,
-    all of it charged to the first test)."""
+    """A function name -> (output_dir, terminal output) of the three searches, run when a
+    test first asks for one: the two of run_ner.py one after the other in one process
+    (one TensorFlow start-up), run_squad.py's in its own."""
     work = tmp_path_factory.mktemp("search_tasks")
     sentences = (sample_data / "sciner" / "train.txt").read_text("utf-8").split("\n\n")
     (work / "train.txt").write_text("\n\n".join(sentences[:40]) + "\n\n", encoding="utf-8")
@@ -54,8 +51,9 @@ def runs(tmp_path_factory, sample_data, root):
         "train": work / "train.txt",
         "dev": work / "dev.txt",
     }
-    commands = {
-        "ner": _ner(inputs, work / "ner", "--learning_rate=1e-2,1e-3"),
+    ner = {
+        "ner": _ner(inputs, work / "ner", "--do_predict", "--learning_rate=1e-2,1e-3"),
+        # No --do_predict: its test reads no predictions.
         "feature_based": _ner(
             inputs,
             work / "feature_based",
@@ -65,22 +63,28 @@ def runs(tmp_path_factory, sample_data, root):
             "--learning_rate=1e-2",
             "--restarts=2",
         ),
-        "squad": [
-            sys.executable,
-            str(REPO_ROOT / "run_squad.py"),
-            *squad_flags(root, work / "squad", True),
-            "--num_train_epochs=1",
-            "--learning_rate=1e-3,5e-4",
-        ],
     }
+    squad = [
+        sys.executable,
+        str(REPO_ROOT / "run_squad.py"),
+        *squad_flags(root, work / "squad", True),
+        "--num_train_epochs=1",
+        "--learning_rate=1e-3,5e-4",
+    ]
     finished = {}
 
     def run(name):
-        if name not in finished:
+        if name in ner and name not in finished:
+            errors = run_in_one_process("run_ner", ner, work)
+            for search in ner:
+                output = (work / f"{search}.stderr").read_text(encoding="utf-8")
+                assert errors[search] == ["no error", ""], f"{search}:\n{output[-5000:]}"
+                finished[search] = (work / search, output)
+        elif name not in finished:
             log = work / f"{name}.log"
             with open(log, "w", encoding="utf-8") as stderr:
                 process = subprocess.run(
-                    commands[name],
+                    squad,
                     cwd=REPO_ROOT,
                     env=ENV,
                     stdout=subprocess.DEVNULL,
