@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import dataclasses
 import fnmatch
+import io
 import json
 import os
 import pathlib
@@ -528,17 +529,24 @@ JOBS = {
 
 
 def _prepare_shards(work: pathlib.Path) -> None:
+    """The common files and the shards run_pretraining reads: create_pretraining_data's
+    command made in this process, by its own functions (no TensorFlow start-up of a
+    process of its own)."""
+    from absl import flags  # pylint: disable=g-import-not-at-top
+
+    from common.progress import TerminalProgress  # pylint: disable=g-import-not-at-top
+    from data_prep import create_pretraining_data  # pylint: disable=g-import-not-at-top
+
     _prepare_common(work)
     shards = work / "shards"
     if not (shards / "a.tfrecord").exists():
         shards.mkdir(exist_ok=True)
-        subprocess.run(
-            JOBS["create_pretraining_data"].command(work, shards),
-            cwd=work,
-            env=ENV,
-            check=True,
-            capture_output=True,
-        )
+        values = flags.FlagValues()
+        create_pretraining_data.define_flags(values)
+        argv = JOBS["create_pretraining_data"].command(work, shards)[3:]  # After -m module.
+        values(["create_pretraining_data", *argv])
+        options = create_pretraining_data.options_from_flags(values)
+        create_pretraining_data.run(options, TerminalProgress(stream=io.StringIO()))
 
 
 JOBS["run_pretraining"].prepare = _prepare_shards
