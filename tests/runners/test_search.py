@@ -118,12 +118,14 @@ def inputs(tmp_path_factory, mrpc_dir, vocab_file):
 @pytest.fixture(scope="module")
 def search(inputs):
     """The search run to its end (with --do_predict and --export_dir) and, in the same
-    process after it (one TensorFlow start-up), the runs that
+    process (one TensorFlow start-up), the runs that
     test_restart_one_is_the_single_run_and_output_dir_predicts_as_the_chosen_trial reads:
-    "single", the single run of the third trial's values (run first, before the search);
-    "later", output_dir's chosen trial as --init_checkpoint, evaluating and predicting;
-    "again", output_dir itself as --init_checkpoint, predicting. Returns (output_dir, the
-    search's terminal output, {run name: [error type or "no error", message]})."""
+    before the search "single", the single run of the third trial's values (the search
+    then builds its trials after another run, as it always builds its later trials);
+    after it "later", the chosen trial as --init_checkpoint, evaluating and predicting,
+    and "again", output_dir itself as --init_checkpoint, predicting. Returns
+    (output_dir, the search's terminal output, {run name: [error type or "no error",
+    message]})."""
     root = inputs["root"]
     output_dir = root / "search"
     single, later, again = (root / name for name in ("single", "later", "again"))
