@@ -4,6 +4,7 @@
 
 import json
 import pathlib
+import shutil
 import textwrap
 
 from tests.conftest import run_results_driver, write_tiny_config
@@ -14,12 +15,18 @@ REPO = pathlib.Path(__file__).resolve().parent.parent.parent
 SEQ, QUERY, STRIDE = 96, 24, 40
 TRAIN_BATCH = 16
 
+# Before the run of a name in `stopped` ({name: [done, out, step]}, the second argument),
+# `copy_as_stopped(done, out, step)` makes its output_dir.
 _DRIVER = textwrap.dedent("""
     import json, sys, traceback
     from absl import logging
     import run_squad
+    from tests.helpers.run_squad_helpers import copy_as_stopped
+    stopped = json.loads(sys.argv[2]) if len(sys.argv) > 2 else {}
     results = {}
     for name, argv in json.loads(sys.argv[1]).items():
+        if name in stopped:
+            copy_as_stopped(*stopped[name])
         run_squad.FLAGS.unparse_flags()
         run_squad.FLAGS(["run_squad.py", *argv])
         logging.use_absl_handler()  # As app.run does: the log file in output_dir.
@@ -34,9 +41,29 @@ _DRIVER = textwrap.dedent("""
 """)
 
 
-def run_driver(runs: dict) -> dict:
-    """Runs run_squad.main once per {name: argv}; {name: [error type, message]}."""
-    return run_results_driver(_DRIVER, runs, timeout=900)
+def run_driver(runs: dict, stopped: dict | None = None) -> dict:
+    """Runs run_squad.main once per {name: argv}, in order; {name: [error type, message]}.
+    `stopped` {name: (done, out, step)}: before that run, `copy_as_stopped` (so a run
+    can resume from the output of an earlier run of the same process)."""
+    stopped = {name: [str(a) for a in args] for name, args in (stopped or {}).items()}
+    return run_results_driver(_DRIVER, runs, json.dumps(stopped), timeout=900)
+
+
+def copy_as_stopped(done, out, step) -> None:
+    """Copies the output_dir `done` of a finished run to `out` as a run stopped after
+    checkpoint `step` left it: the later checkpoints and the result files gone, the
+    training records kept (file times too)."""
+    out, step = pathlib.Path(out), int(step)
+    shutil.copytree(done, out)
+    for path in out.iterdir():
+        name = path.name.split(".")[0]
+        if (path.name.startswith("ckpt-") and int(name.removeprefix("ckpt-")) > step) or (
+            path.suffix in (".json", ".txt") and not path.name.startswith("train.tf_record")
+        ):
+            path.unlink()
+    (out / "checkpoint").write_text(
+        f'model_checkpoint_path: "ckpt-{step}"\nall_model_checkpoint_paths: "ckpt-{step}"\n'
+    )
 
 
 def tiny_config(path: pathlib.Path, dropout: float = 0.1) -> str:

@@ -252,17 +252,24 @@ def train_classifier(
     return trainer, model, summary
 
 
-def test_gradient_accumulation_equals_the_full_batch(tmp_path):
-    _, full, _ = train_classifier(tmp_path, "full", accumulation=1)
+@pytest.fixture(scope="module")
+def plain_run(tmp_path_factory):
+    """`train_classifier` with its defaults (full batches, float32, op by op): the
+    reference of the gradient accumulation and XLA tests, trained once for both."""
+    return train_classifier(tmp_path_factory.mktemp("plain"), "plain")
+
+
+def test_gradient_accumulation_equals_the_full_batch(tmp_path, plain_run):
+    _, full, _ = plain_run
     _, accumulated, _ = train_classifier(tmp_path, "acc", accumulation=4)
     for a, b in zip(full.weights, accumulated.weights):
         np.testing.assert_allclose(a.numpy(), b.numpy(), atol=2e-5)
 
 
-def test_xla_compiled_step_equals_the_plain_step(tmp_path):
+def test_xla_compiled_step_equals_the_plain_step(tmp_path, plain_run):
     # --enable_xla compiles the whole step (forward, gradients, clipping, AdamW) as one
     # XLA program; it must train the same weights as the op-by-op step.
-    _, plain, plain_summary = train_classifier(tmp_path, "plain")
+    _, plain, plain_summary = plain_run
     _, compiled, compiled_summary = train_classifier(tmp_path, "xla", xla=True)
     assert compiled_summary["global_step"] == plain_summary["global_step"] == 6
     assert compiled_summary["loss"] == pytest.approx(plain_summary["loss"], rel=1e-5)

@@ -1,12 +1,13 @@
 """Tests of run_ner.py, end to end, in subprocesses.
 
-run_ner.py runs as a user runs it, `python run_ner.py --flags`, on slices of the
+run_ner.py runs on slices of the
 bundled sciner data with a tiny random BERT (2 layers, hidden 32) and the bundled
 vocabulary. The training slice is written in IOB1 (CoNLL-2003's scheme), the dev slice
 in IOB2 and the test slice in IOBES, so the runs learn IOB1 labels and write each
-file's predictions in its own scheme. The subprocesses of the fast tests all start
-together when the first of them is needed (`runs` fixture), so their TensorFlow
-start-ups overlap. The feature-based model is tested in test_feature_based.py.
+file's predictions in its own scheme. The two processes of the fast tests start together
+when the first of them is needed (`runs` fixture): the feature-based run on two replicas,
+as a user runs it, and one process for all the other runs, one after the other (one
+TensorFlow start-up). The feature-based model is tested in test_feature_based.py.
 """
 
 import collections
@@ -15,7 +16,6 @@ import pathlib
 import re
 import subprocess
 import sys
-import textwrap
 
 import keras
 import numpy as np
@@ -31,7 +31,14 @@ from modeling.feature_based import BertFeatureBasedTagger
 from modeling.models import BertTokenClassifier
 from serving import encoder as serving_encoder
 from tests.conftest import read_results
-from tests.helpers.ner_helpers import ENV, REPO_ROOT, RUN_NER, TINY_CONFIG
+from tests.helpers.ner_helpers import (
+    ENV,
+    REPO_ROOT,
+    RUN_NER,
+    TINY_CONFIG,
+    driver_results,
+    start_driver,
+)
 
 LONG_SENTENCE_WORDS = 600
 VOCAB_FILE = str(REPO_ROOT / "sample_data" / "vocab" / "uncased_vocab.txt")
@@ -134,7 +141,7 @@ BAD_FLAGS = {
 }
 
 
-def _command(output_dir, inputs, *flags, model=None):
+def _flags(output_dir, inputs, *flags, model=None):
     if model is None:
         model = (
             f"--bert_config_file={inputs['config_file']}",
@@ -142,8 +149,6 @@ def _command(output_dir, inputs, *flags, model=None):
             f"--init_checkpoint={inputs['init_checkpoint']}",
         )
     return [
-        sys.executable,
-        RUN_NER,
         *model,
         "--max_seq_length=32",
         "--doc_stride=8",
@@ -157,11 +162,35 @@ def _command(output_dir, inputs, *flags, model=None):
 
 @pytest.fixture(scope="module")
 def runs(inputs):
-    """Starts every fast run_ner.py run at once; run name -> (output_dir, Popen)."""
+    """Starts the two processes of the fast runs at once: `python run_ner.py` for the
+    feature-based run on two replicas (the CPU is split before TensorFlow starts), and
+    one process (`DRIVER`) for the others, one after the other: fine-tuning, the runs
+    on its model ("later/..."), the TF Hub run, the bad inputs and flags.
+    -> {"feature_based": (output_dir, Popen), "driver": Popen}."""
     root = inputs["root"]
-    commands = {
-        "fine_tune": _command(
-            root / "fine_tune",
+    feature_based = _flags(
+        root / "feature_based",
+        inputs,
+        f"--train_file={inputs['train_file']}",
+        f"--eval_file={inputs['train_file']}",
+        "--do_train",
+        "--do_eval",
+        "--num_train_epochs=0.5",
+        "--learning_rate=1e-2",
+        "--feature_based",
+        "--feature_layers=-1,-2",
+        "--lstm_units=8",
+        "--save_checkpoints_steps=1",
+        "--keep_checkpoint_max=100",
+        "--distribution_strategy=mirrored",
+        "--num_cpu_devices=2",
+        "--eval_batch_size=7",
+    )
+    fine_tune = root / "fine_tune"
+    later = root / "later"
+    driven = {
+        "fine_tune": _flags(
+            fine_tune,
             inputs,
             f"--train_file={inputs['train_file']}",
             f"--eval_file={inputs['dev_file']}",
@@ -175,25 +204,23 @@ def runs(inputs):
             "--export_xla_single_requests",
             "--progress_interval_s=0",  # A line per batch: test_the_dev_file_is_read_once.
         ),
-        "feature_based": _command(
-            root / "feature_based",
+        # On the fine_tune run's model.
+        "predict": _flags(
+            later / "predict",
             inputs,
-            f"--train_file={inputs['train_file']}",
-            f"--eval_file={inputs['train_file']}",
-            "--do_train",
-            "--do_eval",
-            "--num_train_epochs=0.5",
-            "--learning_rate=1e-2",
-            "--feature_based",
-            "--feature_layers=-1,-2",
-            "--lstm_units=8",
-            "--save_checkpoints_steps=1",
-            "--keep_checkpoint_max=100",
-            "--distribution_strategy=mirrored",
-            "--num_cpu_devices=2",
-            "--eval_batch_size=7",
+            "--do_predict",
+            f"--predict_file={inputs['dev_file']}",
+            model=(f"--init_checkpoint={fine_tune}",),
         ),
-        "hub_module": _command(
+        "other_scheme": _flags(
+            later / "other_scheme",
+            inputs,
+            "--do_train",
+            f"--train_file={inputs['train_file']}",
+            "--train_tag_scheme=iob2",
+            model=(f"--init_checkpoint={fine_tune}",),
+        ),
+        "hub_module": _flags(
             root / "hub_module",
             inputs,
             f"--train_file={inputs['train_file']}",
@@ -208,67 +235,75 @@ def runs(inputs):
             model=(f"--hub_module_url={inputs['hub_module']}",),
         ),
     }
-    bad_inputs = {}
     for name, (train_text, dev_text, _, _, flags) in BAD_INPUTS.items():
         directory = root / name
         directory.mkdir()
         (directory / "train.txt").write_text(train_text, encoding="utf-8")
         (directory / "dev.txt").write_text(dev_text, encoding="utf-8")
-        bad_inputs[name] = _command(
+        driven[name] = _flags(
             directory / "out", inputs, f"--data_dir={directory}", "--do_train", "--do_eval", *flags
-        )[2:]
+        )
     for name, flags in BAD_FLAGS.items():
-        bad_inputs[name] = _command(
+        driven[name] = _flags(
             root / name,
             inputs,
             f"--train_file={inputs['train_file']}",
             f"--eval_file={inputs['dev_file']}",
             *flags,
-        )[2:]
-    commands["bad_inputs"] = [sys.executable, "-c", _BAD_INPUT_DRIVER, json.dumps(bad_inputs)]
-    started = {}
-    for name, command in commands.items():
-        output_dir = root / name
-        started[name] = (
-            output_dir,
-            subprocess.Popen(
-                command, env=ENV, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True
-            ),
         )
+    started = {
+        "feature_based": (
+            root / "feature_based",
+            subprocess.Popen(
+                [sys.executable, RUN_NER, *feature_based],
+                env=ENV,
+                stdout=subprocess.PIPE,
+                stderr=subprocess.STDOUT,
+                text=True,
+            ),
+        ),
+        "driver": start_driver(driven),
+    }
     yield started
-    for _, process in started.values():
+    for process in (started["feature_based"][1], started["driver"]):
         if process.poll() is None:
             process.kill()
             process.wait()
 
 
-# Runs run_ner.main once per bad input in one process (one TensorFlow start-up); prints
-# name -> "ErrorType: message" (None if no error) as JSON on its last line.
-_BAD_INPUT_DRIVER = textwrap.dedent("""
-    import json, sys
-    import run_ner
-    results = {}
-    for name, argv in json.loads(sys.argv[1]).items():
-        run_ner.FLAGS.unparse_flags()
-        run_ner.FLAGS(["run_ner.py", *argv])
-        try:
-            run_ner.main([])
-            results[name] = None
-        except Exception as error:
-            results[name] = f"{type(error).__name__}: {error}"
-    print(json.dumps(results))
-""")
-
-
-# Popen -> its output: a run's output is read once, for every test that looks at it.
+# Popen -> its output: a process's output is read once, for every test that looks at it.
 _OUTPUTS = {}
 
 
-def _finish(runs, name, timeout=600) -> tuple[pathlib.Path, int, str]:
-    output_dir, process = runs[name]
+def _output(process, timeout=600) -> str:
     if process not in _OUTPUTS:
         _OUTPUTS[process] = process.communicate(timeout=timeout)[0]
-    return output_dir, process.returncode, _OUTPUTS[process]
+    return _OUTPUTS[process]
+
+
+def _feature_based(runs) -> tuple[pathlib.Path, int, str]:
+    """The feature-based run's output_dir, exit code and output."""
+    output_dir, process = runs["feature_based"]
+    output = _output(process)
+    return output_dir, process.returncode, output
+
+
+@pytest.fixture(scope="module")
+def driven(runs):
+    """The runs of the driver process: (name -> the error run_ner.main raised or None,
+    name -> what that run printed)."""
+    process = runs["driver"]
+    output = _output(process)
+    assert process.returncode == 0, output[-5000:]
+    return driver_results(output)
+
+
+def _driven_run(driven, inputs, name) -> tuple[pathlib.Path, str]:
+    """The output_dir and printed lines of the driven run `name`, which must have
+    succeeded."""
+    errors, printed = driven
+    assert errors[name] is None, printed[name][-5000:]
+    return inputs["root"] / name, printed[name]
 
 
 def _read_prediction_file(path) -> list[list[list[str]]]:
@@ -303,9 +338,8 @@ def _encoder_weights(encoder) -> list[np.ndarray]:
 # ----------------------------------------------------------------------------
 
 
-def test_fine_tune_end_to_end(runs, inputs):
-    output_dir, returncode, output = _finish(runs, "fine_tune")
-    assert returncode == 0, output
+def test_fine_tune_end_to_end(driven, inputs):
+    output_dir, _ = _driven_run(driven, inputs, "fine_tune")
 
     # TensorBoard holds each evaluation scalar once per step (the epoch's evaluation;
     # the final one, of the same best model, adds none), eval_loss among them.
@@ -390,12 +424,11 @@ def test_fine_tune_end_to_end(runs, inputs):
     )
 
 
-def test_the_dev_file_is_read_once(runs):
+def test_the_dev_file_is_read_once(driven, inputs):
     """One pass over the dev file gives the tags and the loss, and the final
     evaluation of the model the epoch's evaluation scored is that evaluation's files:
     one dev pass in all, one evaluation shown and one pointer to its results."""
-    output_dir, returncode, output = _finish(runs, "fine_tune")
-    assert returncode == 0, output
+    output_dir, output = _driven_run(driven, inputs, "fine_tune")
     lines = output.splitlines()
     passes = [line.split(":")[0] for line in lines if re.match(r"\w+: batch 1\b", line)]
     assert passes == ["evaluate", "predict"], output  # The dev file, then the test file.
@@ -411,15 +444,14 @@ def test_the_dev_file_is_read_once(runs):
         assert (epoch / name).read_bytes() == (output_dir / name).read_bytes(), name
 
 
-def test_export_tags_raw_text_as_predicted(runs, inputs):
+def test_export_tags_raw_text_as_predicted(driven, inputs):
     """--export_dir: the SavedModel tags the raw words of the eval and predict files
     as eval_predictions.txt and test_predictions.txt do (in IOB1, the scheme the model
     learnt; the files are in their input's scheme), the 600-word sentence (about 100
     windows) included."""
     import tensorflow_text  # noqa: F401  (registers the tokenizer ops)
 
-    output_dir, returncode, output = _finish(runs, "fine_tune")
-    assert returncode == 0, output
+    output_dir, _ = _driven_run(driven, inputs, "fine_tune")
     model = tf.saved_model.load(str(inputs["root"] / "fine_tune_export"))
     labels = conll.label_list(inputs["train"], "iob1")
     assert [label.decode() for label in model.labels.numpy()] == labels
@@ -445,50 +477,13 @@ def test_export_tags_raw_text_as_predicted(runs, inputs):
         ], split
 
 
-@pytest.fixture(scope="module")
-def later_runs(runs, inputs):
-    """Runs on the fine_tune run's model (one process): name -> the error run_ner.main
-    raised (None: none), and the root of their output folders."""
-    fine_tune, returncode, output = _finish(runs, "fine_tune")
-    assert returncode == 0, output
-    root = inputs["root"] / "later"
-    model = (f"--init_checkpoint={fine_tune}",)
-    argv = {
-        "predict": _command(
-            root / "predict",
-            inputs,
-            "--do_predict",
-            f"--predict_file={inputs['dev_file']}",
-            model=model,
-        )[2:],
-        "other_scheme": _command(
-            root / "other_scheme",
-            inputs,
-            "--do_train",
-            f"--train_file={inputs['train_file']}",
-            "--train_tag_scheme=iob2",
-            model=model,
-        )[2:],
-    }
-    result = subprocess.run(
-        [sys.executable, "-c", _BAD_INPUT_DRIVER, json.dumps(argv)],
-        env=ENV,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.STDOUT,
-        text=True,
-        timeout=600,
-    )
-    assert result.returncode == 0, result.stdout
-    return json.loads(result.stdout.strip().splitlines()[-1]), root
-
-
-def test_predict_with_the_labels_and_scheme_of_the_trained_model(later_runs, runs):
+def test_predict_with_the_labels_and_scheme_of_the_trained_model(driven, inputs):
     """--do_predict --init_checkpoint=<output_dir> tags with the saved labels, read in
     the saved scheme (IOB1), as the training run did; training on from that model in
     another scheme is refused."""
-    errors, root = later_runs
-    assert errors["predict"] is None
-    fine_tune = runs["fine_tune"][0]
+    errors, printed = driven
+    assert errors["predict"] is None, printed["predict"][-5000:]
+    root, fine_tune = inputs["root"] / "later", inputs["root"] / "fine_tune"
     assert (root / "predict" / "test_predictions.txt").read_text(encoding="utf-8") == (
         fine_tune / "eval_predictions.txt"
     ).read_text(encoding="utf-8")
@@ -505,7 +500,7 @@ def test_predict_with_the_labels_and_scheme_of_the_trained_model(later_runs, run
 def test_feature_based_trains_only_the_lstm_head(runs, inputs):
     """--feature_based (here under a two-replica MirroredStrategy) updates the BiLSTM
     head at every step and never the encoder."""
-    output_dir, returncode, output = _finish(runs, "feature_based")
+    output_dir, returncode, output = _feature_based(runs)
     assert returncode == 0, output
     config = inputs["config"]
     labels = conll.label_list(inputs["train"], "iob1")
@@ -547,11 +542,10 @@ def test_feature_based_trains_only_the_lstm_head(runs, inputs):
     assert run_config["feature_based"] and run_config["feature_layers"] == "-1,-2"
 
 
-def test_hub_module_feature_based(runs, inputs):
+def test_hub_module_feature_based(driven, inputs):
     """A TF Hub encoder brings its config and vocabulary; --feature_layers=all mixes
     every layer with learned weights."""
-    output_dir, returncode, output = _finish(runs, "hub_module")
-    assert returncode == 0, output
+    output_dir, _ = _driven_run(driven, inputs, "hub_module")
     run_config = json.loads((output_dir / "run_config.json").read_text())
     assert run_config["resolved_vocab_file"].startswith(inputs["hub_module"])
     assert run_config["labels"] == conll.label_list(inputs["train"], "iob1")
@@ -565,11 +559,9 @@ def test_hub_module_feature_based(runs, inputs):
 
 
 @pytest.fixture(scope="module")
-def bad_input_errors(runs):
+def bad_input_errors(driven):
     """name -> the error run_ner.main raised on that bad input (None: no error)."""
-    _, returncode, output = _finish(runs, "bad_inputs")
-    assert returncode == 0, output
-    return json.loads(output.strip().splitlines()[-1])
+    return driven[0]
 
 
 @pytest.mark.parametrize("case", sorted(BAD_INPUTS))

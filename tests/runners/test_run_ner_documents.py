@@ -3,22 +3,19 @@ the bundled WikiGold (CoNLL documents, IO tags) with a tiny random BERT.
 
 The training slice keeps CoNLL-2003's layout (-DOCSTART- before each document), the
 prediction slice WikiGold's upstream one (the marker after each document). A run
-trains, predicts and exports; later runs (one process) predict from its output_dir
-with the setting it was trained with, with --nodocument_context, and on a file
-without markers.
+trains, predicts and exports; later runs predict from its output_dir with the setting
+it was trained with, with --nodocument_context, and on a file without markers. All of
+them run one after the other in one process (one TensorFlow start-up).
 """
 
 import json
-import subprocess
-import sys
 
 import pytest
 import tensorflow as tf
 
 from data_prep.ner import conll, ner_features, ner_records, tag_schemes
 from data_prep.text import tokenization
-from tests.helpers.ner_helpers import ENV, REPO_ROOT, RUN_NER, TINY_CONFIG
-from tests.runners.test_run_ner import _BAD_INPUT_DRIVER
+from tests.helpers.ner_helpers import REPO_ROOT, TINY_CONFIG, run_driver
 
 VOCAB_FILE = str(REPO_ROOT / "sample_data" / "vocab" / "uncased_vocab.txt")
 SEQ, STRIDE = 32, 8
@@ -67,49 +64,41 @@ def runs(tmp_path_factory, sample_data):
         "--predict_batch_size=16",
     ]
     trained = root / "trained"
-    command = [
-        sys.executable,
-        RUN_NER,
-        *model,
-        f"--init_checkpoint={init_checkpoint}",
-        f"--train_file={root / 'train.txt'}",
-        f"--eval_file={root / 'test.txt'}",
-        f"--predict_file={root / 'test.txt'}",
-        "--do_train",
-        "--do_eval",
-        "--do_predict",
-        "--document_context",
-        "--num_train_epochs=0.2",
-        "--train_batch_size=8",
-        "--learning_rate=1e-4",
-        f"--output_dir={trained}",
-        f"--export_dir={root / 'export'}",
-    ]
-    result = subprocess.run(
-        command, env=ENV, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True
-    )
-    assert result.returncode == 0, result.stdout
-    later = {
-        name: [*model, f"--init_checkpoint={trained}", "--do_predict", *flags]
-        for name, flags in {
-            "inherited": [f"--predict_file={root / 'test.txt'}"],
-            "sentences": [f"--predict_file={root / 'test.txt'}", "--nodocument_context"],
-            "nomarkers": [f"--predict_file={root / 'nomarkers.txt'}", "--document_context"],
-        }.items()
+    runs = {
+        "trained": [
+            *model,
+            f"--init_checkpoint={init_checkpoint}",
+            f"--train_file={root / 'train.txt'}",
+            f"--eval_file={root / 'test.txt'}",
+            f"--predict_file={root / 'test.txt'}",
+            "--do_train",
+            "--do_eval",
+            "--do_predict",
+            "--document_context",
+            "--num_train_epochs=0.2",
+            "--train_batch_size=8",
+            "--learning_rate=1e-4",
+            f"--output_dir={trained}",
+            f"--export_dir={root / 'export'}",
+        ]
     }
-    for name in later:
-        later[name].append(f"--output_dir={root / name}")
-    driven = subprocess.run(
-        [sys.executable, "-c", _BAD_INPUT_DRIVER, json.dumps(later)],
-        env=ENV,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.STDOUT,
-        text=True,
-    )
-    assert driven.returncode == 0, driven.stdout
-    errors = json.loads(driven.stdout.strip().splitlines()[-1])
-    assert errors == {name: None for name in later}, errors
-    return dict(root=root, trained=trained, output=result.stdout, later_output=driven.stdout)
+    # Later runs, on the trained run's model.
+    for name, flags in {
+        "inherited": [f"--predict_file={root / 'test.txt'}"],
+        "sentences": [f"--predict_file={root / 'test.txt'}", "--nodocument_context"],
+        "nomarkers": [f"--predict_file={root / 'nomarkers.txt'}", "--document_context"],
+    }.items():
+        runs[name] = [
+            *model,
+            f"--init_checkpoint={trained}",
+            "--do_predict",
+            *flags,
+            f"--output_dir={root / name}",
+        ]
+    errors, printed = run_driver(runs)
+    assert errors == {name: None for name in runs}, (errors, printed)
+    later_output = "".join(printed[name] for name in runs if name != "trained")
+    return dict(root=root, trained=trained, output=printed["trained"], later_output=later_output)
 
 
 def _first_fields(path):

@@ -1,6 +1,7 @@
-"""Slow end-to-end tests of run_squad.py, each with runs of its own on questions of
+"""Slow end-to-end tests of run_squad.py, with runs of their own on questions of
 the bundled SQuAD 2.0 sample: the tiny model learns the training questions, a TF Hub
-encoder, a mirrored run on two CPUs against one device, SIGTERM.
+encoder, a mirrored run on two CPUs against one device, SIGTERM. The single-device
+runs share one process (`single_device_runs`).
 """
 
 import os
@@ -26,16 +27,22 @@ from tests.helpers.run_squad_helpers import (
 # ----------------------------------------------------------------------------
 
 
-@pytest.mark.slow
-def test_tiny_model_learns_the_training_questions(root, tmp_path):
-    """Trained long enough on 17 questions, predicting the same questions beats the
-    answer-nothing baseline (the 9/17 unanswerable) by far. The final model, evaluated
-    once: an evaluation at each of the 60 epochs' ends would cost more than the
-    training (test_run_squad.py's runs evaluate at each epoch's end)."""
-    out = tmp_path / "learn"
-    argv = [
+@pytest.fixture(scope="module")
+def single_device_runs(root, tmp_path_factory, vocab_file):
+    """The runs of the tests below on one device, one after the other in one process:
+    "learn", "hub" and "one" (see the tests). -> (name -> [error type, message],
+    name -> output_dir)."""
+    import keras
+    from serving import encoder as serving_encoder
+    from modeling.config import BertConfig
+    from modeling.encoder import BertEncoder
+
+    directory = tmp_path_factory.mktemp("squad_slow")
+    outputs = {name: directory / name for name in ("learn", "hub", "one")}
+    # learn: long training, the final model evaluated once.
+    learn = [
         a
-        for a in squad_flags(root, out)
+        for a in squad_flags(root, outputs["learn"])
         if not a.startswith(
             (
                 "--num_train_epochs",
@@ -45,7 +52,7 @@ def test_tiny_model_learns_the_training_questions(root, tmp_path):
             )
         )
     ]
-    argv += [
+    learn += [
         "--num_train_epochs=60",
         "--learning_rate=2e-3",
         "--steps_per_loop=50",
@@ -53,33 +60,50 @@ def test_tiny_model_learns_the_training_questions(root, tmp_path):
         "--warmup_proportion=0.05",
         "--noevaluate_every_epoch",
     ]
-    assert run_driver({"learn": argv})["learn"] == ["no error", ""]
-    results = read_results(out / "eval_results.txt")
+    # hub: a TF Hub encoder (our export) in place of the config and vocabulary.
+    keras.utils.set_random_seed(3)
+    config = BertConfig.from_json_file(str(root / "bert_config.json"))
+    hub_dir = str(directory / "hub_module")
+    serving_encoder.export_encoder(BertEncoder(config), hub_dir, vocab_file, True)
+    hub = [
+        a
+        for a in squad_flags(root, outputs["hub"])
+        if not a.startswith(("--bert_config_file", "--vocab_file"))
+    ]
+    # one: no dropout, against the mirrored run.
+    no_dropout = tiny_config(directory / "bert_config.json", dropout=0.0)
+    one = [
+        a for a in squad_flags(root, outputs["one"], True) if not a.startswith("--bert_config_file")
+    ]
+    runs = {
+        "learn": learn,
+        "hub": [*hub, f"--hub_module_url={hub_dir}"],
+        "one": [*one, f"--bert_config_file={no_dropout}"],
+    }
+    return run_driver(runs), outputs
+
+
+@pytest.mark.slow
+def test_tiny_model_learns_the_training_questions(single_device_runs):
+    """Trained long enough on 17 questions, predicting the same questions beats the
+    answer-nothing baseline (the 9/17 unanswerable) by far. The final model, evaluated
+    once: an evaluation at each of the 60 epochs' ends would cost more than the
+    training (test_run_squad.py's runs evaluate at each epoch's end)."""
+    errors, outputs = single_device_runs
+    assert errors["learn"] == ["no error", ""]
+    results = read_results(outputs["learn"] / "eval_results.txt")
     baseline = 100.0 * 9 / 17
     assert results["f1"] > baseline + 20, results
     assert results["HasAns_f1"] > 40, results
 
 
 @pytest.mark.slow
-def test_tf_hub_encoder(root, tmp_path, vocab_file):
+def test_tf_hub_encoder(root, single_device_runs):
     """--hub_module_url: a TF Hub encoder (our export) fine-tuned in place of the
     checkpoint; its vocabulary and config come from the SavedModel."""
-    import keras
-    from serving import encoder as serving_encoder
-    from modeling.config import BertConfig
-    from modeling.encoder import BertEncoder
-
-    keras.utils.set_random_seed(3)
-    config = BertConfig.from_json_file(str(root / "bert_config.json"))
-    hub_dir = str(tmp_path / "hub")
-    serving_encoder.export_encoder(BertEncoder(config), hub_dir, vocab_file, True)
-    out = tmp_path / "out"
-    argv = [
-        a
-        for a in squad_flags(root, out)
-        if not a.startswith(("--bert_config_file", "--vocab_file"))
-    ]
-    assert run_driver({"hub": [*argv, f"--hub_module_url={hub_dir}"]})["hub"] == ["no error", ""]
+    errors, outputs = single_device_runs
+    assert errors["hub"] == ["no error", ""]
+    out = outputs["hub"]
     run_config = read_json(out / "run_config.json")
     assert run_config["resolved_vocab_file"].endswith("vocab.txt")
     assert read_json(out / "bert_config.json")["hidden_size"] == 32
@@ -88,25 +112,26 @@ def test_tf_hub_encoder(root, tmp_path, vocab_file):
 
 
 @pytest.mark.slow
-def test_mirrored_on_two_cpus_matches_one_device(root, tmp_path):
+def test_mirrored_on_two_cpus_matches_one_device(root, tmp_path, single_device_runs):
     """Two replicas (the CPU split in two) train and predict as one device: the same
     global batches, and every window's logits back under its own question (the
     prediction batches of 7 split unevenly over the replicas). No dropout."""
+    errors, outputs = single_device_runs
+    assert errors["one"] == ["no error", ""]
     config = tiny_config(tmp_path / "bert_config.json", dropout=0.0)
-    outputs = {}
-    for name, extra in (
-        ("one", []),
-        ("mirrored", ["--distribution_strategy=mirrored", "--num_cpu_devices=2"]),
-    ):
-        outputs[name] = tmp_path / name
-        argv = [
-            a
-            for a in squad_flags(root, outputs[name], True, *extra)
-            if not a.startswith("--bert_config_file")
-        ]
-        # One process per run: the CPU is split before TensorFlow starts.
-        assert run_driver({name: [*argv, f"--bert_config_file={config}"]})[name] == ["no error", ""]
-    one, mirrored = outputs["one"], outputs["mirrored"]
+    one, mirrored = outputs["one"], tmp_path / "mirrored"
+    argv = [
+        a
+        for a in squad_flags(
+            root, mirrored, True, "--distribution_strategy=mirrored", "--num_cpu_devices=2"
+        )
+        if not a.startswith("--bert_config_file")
+    ]
+    # A process of its own: the CPU is split before TensorFlow starts.
+    assert run_driver({"mirrored": [*argv, f"--bert_config_file={config}"]})["mirrored"] == [
+        "no error",
+        "",
+    ]
     assert read_json(mirrored / "train_summary.json")["num_replicas"] == 2
     assert read_json(mirrored / "predictions.json") == read_json(one / "predictions.json")
     odds_one, odds_mirrored = (read_json(d / "null_odds.json") for d in (one, mirrored))
