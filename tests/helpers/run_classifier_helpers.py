@@ -1,6 +1,6 @@
-"""Helpers of test_run_classifier.py and test_run_classifier_tasks.py: running
-run_classifier.py, reading its tsv outputs, a slice of the real MRPC files,
-hand-made SWAG files.
+"""Helpers of the run_classifier.py tests: running run_classifier.py (or another
+runner, several runs in one process), reading its tsv outputs, a slice of the real
+MRPC files, hand-made SWAG files.
 """
 
 import csv
@@ -38,14 +38,14 @@ def _run(args, vocab_file, check=True, env=None):
 
 
 _DRIVER = textwrap.dedent("""
-    import json, sys, traceback
-    import run_classifier
+    import importlib, json, sys, traceback
+    runner = importlib.import_module(sys.argv[2])
     results = {}
     for name, argv in json.loads(sys.argv[1]).items():
-        run_classifier.FLAGS.unparse_flags()
-        run_classifier.FLAGS(["run_classifier.py", *argv])
+        runner.FLAGS.unparse_flags()
+        runner.FLAGS([runner.__name__ + ".py", *argv])
         try:
-            run_classifier.main([])
+            runner.main([])
             results[name] = ["no error", ""]
         except Exception as e:
             traceback.print_exc()
@@ -54,13 +54,20 @@ _DRIVER = textwrap.dedent("""
 """)
 
 
+def run_runner_in_one_process(runner: str, runs: dict) -> dict:
+    """Runs `runner.main` (the module's name: "run_classifier", "run_squad", ...) once
+    per {name: argv}, one after the other in one new process (one TensorFlow start-up);
+    {name: [error type or "no error", message]}."""
+    return run_results_driver(_DRIVER, runs, runner, timeout=900)
+
+
 def run_in_one_process(runs: dict, vocab_file=None) -> dict:
     """Runs run_classifier.main once per {name: argv} (after `--vocab_file` when given),
     one after the other in one new process (one TensorFlow start-up); {name: [error
     type or "no error", message]}."""
     if vocab_file:
         runs = {name: [f"--vocab_file={vocab_file}", *argv] for name, argv in runs.items()}
-    return run_results_driver(_DRIVER, runs, timeout=900)
+    return run_runner_in_one_process("run_classifier", runs)
 
 
 def _read_tsv(path) -> np.ndarray:

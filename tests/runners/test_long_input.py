@@ -196,15 +196,7 @@ def runs(tmp_path_factory, sample_data, vocab_file):
             f"--output_dir={root / 'windows'}",
             f"--export_dir={root / 'windows_export'}",
         ],
-        # From the fine-tuned output_dir: its windows, here joined by their maximum.
-        "max_from_output_dir": [
-            *single,
-            "--do_predict",
-            f"--init_checkpoint={root / 'windows'}",
-            "--window_pooling=max",
-            f"--output_dir={root / 'max'}",
-            f"--export_dir={root / 'max_export'}",
-        ],
+        # Pairs, from the fine-tuned output_dir: its windows, here joined by their maximum.
         "pairs": [
             *common,
             "--text_a_column=a",
@@ -212,6 +204,7 @@ def runs(tmp_path_factory, sample_data, vocab_file):
             f"--data_dir={pairs}",
             "--do_predict",
             f"--init_checkpoint={root / 'windows'}",
+            "--window_pooling=max",
             f"--output_dir={root / 'pairs_out'}",
             f"--export_dir={root / 'pairs_export'}",
         ],
@@ -271,21 +264,20 @@ def test_windows_train_evaluate_and_predict_one_row_per_text(runs):
 def test_the_export_joins_windows_as_the_runner_does(runs):
     import tensorflow as tf
 
+    assert runs["windows"] == ["no error", ""]
     (texts,) = _texts(runs["data"] / "test.tsv", ["text"])
-    for out, export in (("windows", "windows_export"), ("max", "max_export")):
-        assert runs[out if out == "windows" else "max_from_output_dir"] == ["no error", ""]
-        want = _read_tsv(runs["root"] / out / "test_results.tsv")
-        model = _export(runs["root"] / export)
-        got = model.signatures["serving_text_a"](text_a=tf.constant(texts))["probabilities"]
-        np.testing.assert_allclose(got.numpy(), want, atol=1e-5)
-    assert _export(runs["root"] / "max_export").window_pooling.numpy() == b"max"
-    config = json.loads((runs["root"] / "max" / "model_info.json").read_text())
-    assert config["long_input"]["window_pooling"] == "max"
-    assert config["long_input"]["doc_stride"] == 16  # the fine-tuned model's
+    want = _read_tsv(runs["root"] / "windows" / "test_results.tsv")
+    model = _export(runs["root"] / "windows_export")
+    got = model.signatures["serving_text_a"](text_a=tf.constant(texts))["probabilities"]
+    np.testing.assert_allclose(got.numpy(), want, atol=1e-5)
+    assert model.window_pooling.numpy() == b"mean"
 
 
 @pytest.mark.slow
-def test_pairs_window_the_longer_text_in_the_export_too(runs):
+def test_pairs_from_the_output_dir_window_and_pool_in_the_export_too(runs):
+    """Pairs predicted from the fine-tuned output_dir with --window_pooling=max: the
+    fine-tuned model's windows, the longer text windowed, the windows joined by their
+    maximum, in the runner and in the export alike."""
     import tensorflow as tf
 
     assert runs["pairs"] == ["no error", ""]
@@ -294,6 +286,10 @@ def test_pairs_window_the_longer_text_in_the_export_too(runs):
     model = _export(runs["root"] / "pairs_export")
     got = model.signatures["serving_default"](text_a=tf.constant(a), text_b=tf.constant(b))
     np.testing.assert_allclose(got["probabilities"].numpy(), want, atol=1e-5)
+    assert model.window_pooling.numpy() == b"max"
+    config = json.loads((runs["root"] / "pairs_out" / "model_info.json").read_text())
+    assert config["long_input"]["window_pooling"] == "max"
+    assert config["long_input"]["doc_stride"] == 16  # the fine-tuned model's
 
 
 @pytest.mark.slow

@@ -79,6 +79,7 @@ def driver(tmp_path_factory, mrpc_dir, vocab_file):
             *model,
             *train,
             "--class_weights=balanced",
+            "--num_train_epochs=1",
             out("mrpc_balanced"),
         ],
         "weights_length": [

@@ -4,34 +4,28 @@ output_dir carries the config, vocabulary, case and labels (issue: a fine-tuned 
 predicted with a random head). For SQuAD, NER, and a classifier converted to the
 original release's TF1 format by convert_checkpoint.py and read back.
 
-Each runner runs as a user runs it, in its own process, with a tiny random model.
+A runner's runs (training, then predicting in a new output_dir) run one after the other
+in a process of their own (each run builds its model anew from its flags; the runners'
+absl flags would clash in the test process), with a tiny random model. The TF1
+conversion between the classifier's two runs calls convert_checkpoint.convert here.
 """
 
 import json
-import os
 import pathlib
-import subprocess
-import sys
 
 import numpy as np
 import pytest
 
-from tests.conftest import REPO_ROOT, SAMPLE_DATA, write_tiny_config
+from tests.conftest import SAMPLE_DATA, write_tiny_config
+from tests.helpers.run_classifier_helpers import run_runner_in_one_process
 
-ENV = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2")
 VOCAB = str(SAMPLE_DATA / "vocab" / "uncased_vocab.txt")
 
 
-def run(script: str, *flags: str) -> None:
-    result = subprocess.run(
-        [sys.executable, str(REPO_ROOT / script), *flags],
-        cwd=REPO_ROOT,
-        env=ENV,
-        capture_output=True,
-        text=True,
-        timeout=900,
-    )
-    assert result.returncode == 0, result.stderr[-4000:]
+def run(runner: str, **runs: list[str]) -> None:
+    """Runs `runner`'s runs {name: flags} in order in one new process; each must succeed."""
+    results = run_runner_in_one_process(runner, runs)
+    assert results == {name: ["no error", ""] for name in runs}, results
 
 
 @pytest.fixture(scope="module")
@@ -61,21 +55,22 @@ def test_squad(config_file, tmp_path):
         "--max_query_length=24",
         "--do_predict",
     ]
-    trained = tmp_path / "trained"
+    trained, out = tmp_path / "trained", tmp_path / "predicted"
     run(
-        "run_squad.py",
-        *common,
-        f"--train_file={data}",
-        "--do_train",
-        f"--bert_config_file={config_file}",
-        f"--vocab_file={VOCAB}",
-        "--train_batch_size=8",
-        "--num_train_epochs=1",
-        "--learning_rate=1e-3",
-        f"--output_dir={trained}",
+        "run_squad",
+        train=[
+            *common,
+            f"--train_file={data}",
+            "--do_train",
+            f"--bert_config_file={config_file}",
+            f"--vocab_file={VOCAB}",
+            "--train_batch_size=8",
+            "--num_train_epochs=1",
+            "--learning_rate=1e-3",
+            f"--output_dir={trained}",
+        ],
+        predict=[*common, f"--init_checkpoint={trained}", "--seed=7", f"--output_dir={out}"],
     )
-    out = tmp_path / "predicted"
-    run("run_squad.py", *common, f"--init_checkpoint={trained}", "--seed=7", f"--output_dir={out}")
     for name in ("predictions.json", "null_odds.json"):
         want, got = (json.loads((d / name).read_text()) for d in (trained, out))
         assert got.keys() == want.keys()
@@ -95,29 +90,29 @@ def test_ner(config_file, tmp_path):
     data.mkdir()
     _conll_slice(SAMPLE_DATA / "sciner" / "train.txt", data / "train.txt", 40)
     _conll_slice(SAMPLE_DATA / "sciner" / "train.txt", data / "test.txt", 20)
-    trained = tmp_path / "trained"
+    trained, out = tmp_path / "trained", tmp_path / "predicted"
     run(
-        "run_ner.py",
-        f"--data_dir={data}",
-        f"--bert_config_file={config_file}",
-        f"--vocab_file={VOCAB}",
-        "--do_train",
-        "--do_predict",
-        "--max_seq_length=64",
-        "--train_batch_size=8",
-        "--num_train_epochs=1",
-        "--learning_rate=1e-3",
-        f"--output_dir={trained}",
-    )
-    out = tmp_path / "predicted"
-    run(
-        "run_ner.py",
-        f"--data_dir={data}",
-        f"--init_checkpoint={trained}",
-        "--do_predict",
-        "--max_seq_length=64",
-        "--seed=7",
-        f"--output_dir={out}",
+        "run_ner",
+        train=[
+            f"--data_dir={data}",
+            f"--bert_config_file={config_file}",
+            f"--vocab_file={VOCAB}",
+            "--do_train",
+            "--do_predict",
+            "--max_seq_length=64",
+            "--train_batch_size=8",
+            "--num_train_epochs=1",
+            "--learning_rate=1e-3",
+            f"--output_dir={trained}",
+        ],
+        predict=[
+            f"--data_dir={data}",
+            f"--init_checkpoint={trained}",
+            "--do_predict",
+            "--max_seq_length=64",
+            "--seed=7",
+            f"--output_dir={out}",
+        ],
     )
     want = (trained / "test_predictions.txt").read_text()
     assert (out / "test_predictions.txt").read_text() == want
@@ -139,42 +134,39 @@ def test_classifier_through_the_original_tf1_format(config_file, tmp_path):
         (glue / name).write_text("".join(lines[: rows + 1]), encoding="utf-8")
     trained = tmp_path / "trained"
     run(
-        "run_classifier.py",
-        "--task_name=MRPC",
-        f"--data_dir={glue}",
-        f"--bert_config_file={config_file}",
-        f"--vocab_file={VOCAB}",
-        "--do_train",
-        "--do_predict",
-        "--max_seq_length=64",
-        "--num_train_epochs=1",
-        "--learning_rate=1e-3",
-        f"--output_dir={trained}",
+        "run_classifier",
+        train=[
+            "--task_name=MRPC",
+            f"--data_dir={glue}",
+            f"--bert_config_file={config_file}",
+            f"--vocab_file={VOCAB}",
+            "--do_train",
+            "--do_predict",
+            "--max_seq_length=64",
+            "--num_train_epochs=1",
+            "--learning_rate=1e-3",
+            f"--output_dir={trained}",
+        ],
     )
+    import convert_checkpoint
+    import tensorflow as tf
+
     converted = tmp_path / "tf1"
-    run(
-        "convert_checkpoint.py",
-        f"--init_checkpoint={trained}",
-        "--output_format=tf1",
-        f"--output_dir={converted}",
-    )
-    names = [
-        name
-        for name, _ in __import__("tensorflow").train.list_variables(
-            str(converted / "bert_model.ckpt")
-        )
-    ]
+    convert_checkpoint.convert(str(trained), str(converted), "tf1")
+    names = [name for name, _ in tf.train.list_variables(str(converted / "bert_model.ckpt"))]
     assert {"output_weights", "output_bias", "bert/pooler/dense/kernel"} <= set(names)
     out = tmp_path / "predicted"
     run(
-        "run_classifier.py",
-        "--task_name=MRPC",
-        f"--data_dir={glue}",
-        "--do_predict",
-        f"--init_checkpoint={converted / 'bert_model.ckpt'}",
-        "--max_seq_length=64",
-        "--seed=7",
-        f"--output_dir={out}",
+        "run_classifier",
+        predict=[
+            "--task_name=MRPC",
+            f"--data_dir={glue}",
+            "--do_predict",
+            f"--init_checkpoint={converted / 'bert_model.ckpt'}",
+            "--max_seq_length=64",
+            "--seed=7",
+            f"--output_dir={out}",
+        ],
     )
     np.testing.assert_allclose(
         np.loadtxt(out / "test_results.tsv"), np.loadtxt(trained / "test_results.tsv"), atol=1e-5

@@ -1,8 +1,8 @@
 """End-to-end tests of run_classifier.py on more tasks and bad input: every case
-(MNLI, PAWS, XNLI, a generic csv task, CoLA, SWAG, a hub module, bad flags and
-files) runs in one process (one TensorFlow start-up, the `driver` fixture); and
-the feature cache across data directories. MRPC, STS-B and SWAG runs that learn
-are in test_run_classifier_tasks.py.
+(MNLI, PAWS, XNLI, a generic csv task, CoLA, bad flags and files) runs in one
+process (one TensorFlow start-up, the `driver` fixture); and the feature cache
+across data directories. MRPC, STS-B and SWAG runs that learn, and fine-tuning from
+a hub module, are in test_run_classifier_tasks.py.
 
 The runner runs in subprocesses: its absl flags would clash with other runners'
 in one test process, and a mirrored run must split the CPU into logical devices
@@ -37,12 +37,6 @@ _DRIVER = textwrap.dedent("""
     import json, sys
     import run_classifier
     from modeling import finetuning
-    from serving import encoder as serving_encoder
-    from modeling.config import BertConfig
-    from modeling.encoder import BertEncoder
-    hub_path, config_file, vocab_file = sys.argv[2:5]
-    serving_encoder.export_encoder(BertEncoder(BertConfig.from_json_file(config_file)),
-                                   hub_path, vocab_file, do_lower_case=True)
     results = {}
     for name, argv in json.loads(sys.argv[1]).items():
         run_classifier.FLAGS.unparse_flags()
@@ -221,14 +215,6 @@ def driver(tmp_path_factory, mrpc_dir, vocab_file):
     add("nothing_to_do", good, do=())
     add("xla_without_export", good, "--export_xla_single_requests")
     add("missing_hub_module", good, "--hub_module_url=/nonexistent/hub", model=())
-    add(
-        "hub_module",
-        good,
-        f"--hub_module_url={root / 'hub'}",
-        "--num_train_epochs=1",
-        "--train_batch_size=16",
-        model=(),
-    )
     (root / "user_files").mkdir()
     (root / "user_files" / "notes.txt").write_text("mine")
     add("export_over_user_files", good, f"--export_dir={root / 'user_files'}")
@@ -258,8 +244,6 @@ def driver(tmp_path_factory, mrpc_dir, vocab_file):
         "--label_column=sentiment",
         "--train_batch_size=4",
         "--num_train_epochs=1",
-        f"--export_dir={root / 'export'}",
-        "--export_xla_single_requests",
         task="generic",
         do=("--do_train", "--do_eval", "--do_predict"),
     )
@@ -272,12 +256,11 @@ def driver(tmp_path_factory, mrpc_dir, vocab_file):
         "--num_train_epochs=1",
         "--pad_to_max_seq_length",
         f"--export_dir={root / 'paws_export'}",
+        "--export_xla_single_requests",
         task="PAWS",
         do=("--do_train", "--do_eval", "--do_predict"),
     )
-    results = run_results_driver(
-        _DRIVER, cases, str(root / "hub"), config_file, vocab_file, timeout=600
-    )
+    results = run_results_driver(_DRIVER, cases, timeout=600)
     return {"root": root, **results}
 
 
@@ -385,19 +368,32 @@ def test_paws_a_task_added_as_one_class(driver):
     assert predictions.shape == (12, 2)
     config = json.loads((output_dir / "run_config.json").read_text())
     assert config["labels"] == ["0", "1"]
-    # --pad_to_max_seq_length: every batch padded, and the export pads every request.
     assert config["pad_to_max_seq_length"] and config["padded_training_batches"]
+
+
+def test_paws_export_answers_raw_text_as_predicted(driver):
+    """--pad_to_max_seq_length: every batch padded, and the export pads every request;
+    --export_xla_single_requests: one pair at a time runs through XLA, as predicted."""
     import tensorflow as tf
     import tensorflow_text  # noqa: F401  (registers the tokenizer ops)
 
     model = tf.saved_model.load(str(driver["root"] / "paws_export"))
-    assert model.pad_to_max_seq_length.numpy()
+    assert model.pad_to_max_seq_length.numpy() and model.xla_single_requests.numpy()
     lines = (driver["root"] / "paws" / "test.tsv").read_text(encoding="utf-8").splitlines()
     rows = [line.split("\t") for line in lines[1:]]
     outputs = model.signatures["serving_default"](
         text_a=tf.constant([r[1] for r in rows]), text_b=tf.constant([r[2] for r in rows])
     )
-    np.testing.assert_allclose(outputs["probabilities"].numpy(), predictions, atol=1e-5)
+    want = _read_tsv(driver["root"] / "out_paws" / "test_results.tsv")
+    np.testing.assert_allclose(outputs["probabilities"].numpy(), want, atol=1e-5)
+    for row, probabilities in list(zip(rows, want))[:2]:
+        one = model.signatures["serving_default"](
+            text_a=tf.constant([row[1]]), text_b=tf.constant([row[2]])
+        )
+        np.testing.assert_allclose(one["probabilities"].numpy()[0], probabilities, atol=1e-5)
+    assert [label.decode() for label in outputs["labels"].numpy()] == [
+        ["0", "1"][i] for i in want.argmax(axis=1)
+    ]
 
 
 def test_xnli_reads_only_its_language(driver):
@@ -425,38 +421,6 @@ def test_generic_csv_task(driver):
     }
     assert _read_tsv(output_dir / "test_results.tsv").shape == (12, 2)
     assert not list(output_dir.glob("[A-Z]*.tsv"))  # no GLUE submission file
-
-
-def test_generic_export_answers_raw_text_as_predicted(driver):
-    import tensorflow as tf
-    import tensorflow_text  # noqa: F401  (registers the tokenizer ops)
-
-    model = tf.saved_model.load(str(driver["root"] / "export"))
-    with open(driver["root"] / "generic" / "test.csv", encoding="utf-8") as f:
-        texts = [row[1] for row in list(csv.reader(f))[1:]]
-    outputs = model.signatures["serving_text_a"](text_a=tf.constant(texts))
-    want = _read_tsv(driver["root"] / "out_generic" / "test_results.tsv")
-    np.testing.assert_allclose(outputs["probabilities"].numpy(), want, atol=1e-5)
-    # --export_xla_single_requests: one text at a time runs through XLA, as predicted.
-    assert model.xla_single_requests.numpy()
-    for text, row in list(zip(texts, want))[:2]:
-        one = model.signatures["serving_text_a"](text_a=tf.constant([text]))
-        np.testing.assert_allclose(one["probabilities"].numpy()[0], row, atol=1e-5)
-    assert [label.decode() for label in outputs["labels"].numpy()] == [
-        ["neg", "pos"][i] for i in want.argmax(axis=1)
-    ]
-
-
-def test_hub_module_fine_tunes_with_its_own_vocabulary(driver):
-    assert driver["hub_module"] == ["no error", ""]
-    output_dir = driver["root"] / "out_hub_module"
-    config = json.loads((output_dir / "run_config.json").read_text())
-    assert config["resolved_vocab_file"].startswith(str(driver["root"] / "hub"))
-    assert config["resolved_do_lower_case"] is True
-    results = read_results(output_dir / "eval_results.txt")
-    assert results["global_step"] == 4  # 64 examples / 16 per batch, 1 epoch
-    history = json.loads((output_dir / "eval_history.json").read_text())
-    assert [h["global_step"] for h in history] == [4]
 
 
 def test_cola_reports_matthews_correlation(driver):

@@ -1,6 +1,7 @@
 """End-to-end tests of run_classifier.py on small data in the GLUE layout: MRPC (a
-slice of the real files: train, resume, two devices, a hub module) and hand-made,
-learnable STS-B (regression) and SWAG (multiple choice) samples.
+slice of the real files, from a checkpoint: train, resume, two devices, the same
+weights as a hub module) and hand-made, learnable STS-B (regression) and SWAG
+(multiple choice) samples.
 
 The runner runs in subprocesses: its absl flags would clash with other runners'
 in one test process, and a mirrored run must split the CPU into logical devices
@@ -56,9 +57,10 @@ def _mrpc_flags(data_dir, config_file, output_dir, *extra):
     ]
 
 
-def _hub_runs(directory, mrpc_dir, vocab_file) -> dict:
-    """The MRPC runs from an encoder exported by this project (--hub_module_url) and
-    from a checkpoint of the same weights (--init_checkpoint): {name: argv}."""
+def _hub_model(directory, vocab_file) -> tuple[str, str, pathlib.Path]:
+    """A tiny random BERT (no dropout) written as a checkpoint (for --init_checkpoint)
+    and exported as an encoder by this project (for --hub_module_url): (config_file,
+    checkpoint, hub module folder)."""
     from modeling import checkpoint_writers
     from serving import encoder as serving_encoder
     from modeling.config import BertConfig
@@ -71,54 +73,40 @@ def _hub_runs(directory, mrpc_dir, vocab_file) -> dict:
         str(directory / "bert_model.ckpt"), encoder
     )
     serving_encoder.export_encoder(encoder, str(directory / "hub"), vocab_file, do_lower_case=True)
-    runs = {
-        "checkpoint": [
-            "--task_name=MRPC",
-            f"--data_dir={mrpc_dir}",
-            f"--bert_config_file={config_file}",
-            f"--init_checkpoint={checkpoint}",
-        ],
-        "hub": [
-            "--task_name=MRPC",
-            f"--data_dir={mrpc_dir}",
-            f"--hub_module_url={directory / 'hub'}",
-        ],
-    }
-    return {
-        name: [
-            *model_flags,
-            "--do_train",
-            "--do_eval",
-            "--do_predict",
-            "--max_seq_length=32",
-            "--train_batch_size=8",
-            "--num_train_epochs=2",
-            "--learning_rate=1e-3",
-            "--seed=3",
-            f"--output_dir={directory / name}",
-        ]
-        for name, model_flags in runs.items()
-    }
+    return config_file, checkpoint, directory / "hub"
 
 
 @pytest.fixture(scope="module")
 def runs(tmp_path_factory, mrpc_dir, vocab_file):
     """{name: output_dir} of the runs below, made one after the other in one process:
-    MRPC ("mrpc"), MRPC from a checkpoint and from the same weights as a hub module
-    ("checkpoint", "hub"), STS-B ("stsb") and SWAG ("swag"); "mrpc_flags": the MRPC
-    run's flags, "labels": the STS-B and SWAG dev labels."""
+    MRPC from a checkpoint ("mrpc"), MRPC from the same weights as a hub module with
+    its own vocabulary ("hub"), STS-B ("stsb") and SWAG ("swag"); "mrpc_flags": the
+    MRPC run's flags but --vocab_file, "labels": the STS-B and SWAG dev labels."""
     root = tmp_path_factory.mktemp("runs")
-    config_file = write_tiny_config(root / "bert_config.json", dropout=0.0)
+    config_file, checkpoint, hub = _hub_model(root / "model", vocab_file)
     learn_config = write_tiny_config(root / "learn_config.json", dropout=0.1)
-    mrpc_flags = _mrpc_flags(mrpc_dir, config_file, root / "mrpc")
+    mrpc_flags = _mrpc_flags(
+        mrpc_dir, config_file, root / "mrpc", f"--init_checkpoint={checkpoint}"
+    )
+    hub_flags = [
+        *(
+            f
+            for f in mrpc_flags
+            if not f.startswith(("--bert_config_file", "--init_checkpoint", "--output_dir"))
+        ),
+        f"--hub_module_url={hub}",
+        f"--output_dir={root / 'hub'}",
+    ]
     stsb_dir, swag_dir = root / "STS-B", root / "swag"
     stsb_dir.mkdir()
     swag_dir.mkdir()
     labels = {"stsb": np.array(_write_stsb(stsb_dir)), "swag": np.array(_write_swag(swag_dir))}
+    vocab = f"--vocab_file={vocab_file}"
     cases = {
-        "mrpc": mrpc_flags,
-        **_hub_runs(root / "hub_runs", mrpc_dir, vocab_file),
+        "mrpc": [vocab, *mrpc_flags],
+        "hub": hub_flags,  # No --vocab_file: the module's own.
         "stsb": [
+            vocab,
             "--task_name=STS-B",
             f"--data_dir={stsb_dir}",
             f"--bert_config_file={learn_config}",
@@ -133,6 +121,7 @@ def runs(tmp_path_factory, mrpc_dir, vocab_file):
             f"--output_dir={root / 'stsb'}",
         ],
         "swag": [
+            vocab,
             "--task_name=swag",
             f"--data_dir={swag_dir}",
             f"--bert_config_file={learn_config}",
@@ -148,13 +137,15 @@ def runs(tmp_path_factory, mrpc_dir, vocab_file):
             f"--export_dir={root / 'swag_export'}",
         ],
     }
-    errors = run_in_one_process(cases, vocab_file)
-    outputs = {
-        "checkpoint": root / "hub_runs" / "checkpoint",
-        "hub": root / "hub_runs" / "hub",
-        **{name: root / name for name in ("mrpc", "stsb", "swag", "swag_export")},
+    errors = run_in_one_process(cases)
+    outputs = {name: root / name for name in ("mrpc", "hub", "stsb", "swag", "swag_export")}
+    return {
+        "errors": errors,
+        "mrpc_flags": mrpc_flags,
+        "labels": labels,
+        "hub_module": hub,
+        **outputs,
     }
-    return {"errors": errors, "mrpc_flags": mrpc_flags, "labels": labels, **outputs}
 
 
 @pytest.fixture(scope="module")
@@ -237,17 +228,16 @@ def test_mrpc_second_run_resumes_without_training(mrpc_run, vocab_file, tmp_path
 
 
 @pytest.mark.slow
-def test_mirrored_on_two_cpus_matches_one_device(mrpc_run, mrpc_dir, vocab_file, tmp_path):
-    output_dir, _ = mrpc_run
-    config_file = write_tiny_config(tmp_path / "bert_config.json", dropout=0.0)
+def test_mirrored_on_two_cpus_matches_one_device(mrpc_run, vocab_file, tmp_path):
+    output_dir, flags = mrpc_run
+    flags = [f for f in flags if not f.startswith("--output_dir")]
     _run(
-        _mrpc_flags(
-            mrpc_dir,
-            config_file,
-            tmp_path / "out",
+        [
+            *flags,
+            f"--output_dir={tmp_path / 'out'}",
             "--distribution_strategy=mirrored",
             "--num_cpu_devices=2",
-        ),
+        ],
         vocab_file,
     )
     summary = json.loads((tmp_path / "out" / "train_summary.json").read_text())
@@ -268,23 +258,31 @@ def test_mirrored_on_two_cpus_matches_one_device(mrpc_run, mrpc_dir, vocab_file,
 
 def test_hub_module_gives_the_same_metrics_as_the_checkpoint(runs):
     """--hub_module_url with an encoder exported by this project fine-tunes to the same
-    model as --init_checkpoint with the same weights (no dropout, so both runs compute
-    the same steps): the same eval metrics and test probabilities."""
-    for name in ("checkpoint", "hub"):
+    model as --init_checkpoint with the same weights (the MRPC run: no dropout and the
+    same seed, so both runs compute the same steps): the same eval metrics and test
+    probabilities."""
+    for name in ("mrpc", "hub"):
         assert runs["errors"][name] == ["no error", ""]
-    one, two = (read_results(runs[name] / "eval_results.txt") for name in ("checkpoint", "hub"))
+    one, two = (read_results(runs[name] / "eval_results.txt") for name in ("mrpc", "hub"))
     assert set(one) == set(two)  # global_step: the best epoch's, the same in both
     for key in one:
         assert two[key] == pytest.approx(one[key], rel=1e-4, abs=1e-6), key
     np.testing.assert_allclose(
         _read_tsv(runs["hub"] / "test_results.tsv"),
-        _read_tsv(runs["checkpoint"] / "test_results.tsv"),
+        _read_tsv(runs["mrpc"] / "test_results.tsv"),
         atol=1e-4,
     )
     # Training moved the weights: the runs did not merely agree on an untrained model.
     history = json.loads((runs["hub"] / "eval_history.json").read_text())
     assert [h["global_step"] for h in history] == [8, 16]
     assert history[0]["eval_loss"] != history[-1]["eval_loss"]
+
+
+def test_hub_module_fine_tunes_with_its_own_vocabulary(runs):
+    assert runs["errors"]["hub"] == ["no error", ""]
+    config = json.loads((runs["hub"] / "run_config.json").read_text())
+    assert config["resolved_vocab_file"].startswith(str(runs["hub_module"]))
+    assert config["resolved_do_lower_case"] is True
 
 
 # ----------------------------------------------------------------------------
