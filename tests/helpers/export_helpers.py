@@ -1,10 +1,12 @@
 """What test_export.py, test_export_tfhub.py and test_task_exports.py share: comparing
-encoder outputs, the bundled MRPC text and its offline packing, running export_tfhub.py,
-recording the sequence length a served model computes.
+encoder outputs, the bundled MRPC text and its offline packing, running export_tfhub.py
+(in a new process) or a command line's main (in this process), recording the sequence
+length a served model computes.
 """
 
 import csv
 import os
+import signal
 import subprocess
 import sys
 
@@ -60,6 +62,20 @@ def run_export_tfhub(*args):
         env=dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3"),
     )
     return result
+
+
+def main_in_this_process(program, argv: list[str]) -> None:
+    """Runs a command line's `main` in this process: its flags parsed from `argv` (as
+    the command line parses them), and this process's SIGTERM and Ctrl-C handling
+    restored afterwards (main sets its own)."""
+    handlers = {s: signal.getsignal(s) for s in (signal.SIGTERM, signal.SIGINT)}
+    program.FLAGS.unparse_flags()
+    program.FLAGS([f"{program.__name__}.py", *argv])
+    try:
+        program.main([])
+    finally:
+        for signum, handler in handlers.items():
+            signal.signal(signum, handler)
 
 
 class SeenLength(keras.Model):
