@@ -5,8 +5,6 @@ transformers is an independent implementation; both read the same safetensors fi
 """
 
 import json
-import subprocess
-import sys
 
 import numpy as np
 import pytest
@@ -15,7 +13,7 @@ from data_prep.text import tokenization
 from modeling import checkpoint_writers, checkpoints
 from modeling.config import BertConfig
 from modeling.encoder import BertEncoder
-from tests.conftest import REPO_ROOT, SAMPLE_DATA
+from tests.conftest import SAMPLE_DATA
 
 torch = pytest.importorskip("torch")
 transformers = pytest.importorskip("transformers")
@@ -135,17 +133,22 @@ def test_same_weights_through_an_original_tf1_checkpoint(models, tmp_path):
     compare(reloaded, theirs, encode(tokenizer, real_sentences()))
 
 
-def test_extract_features_output_equals_in_memory_model(models, minilm_dir, tmp_path):
+def test_extract_features_output_equals_in_memory_model(models, minilm_dir, tmp_path, monkeypatch):
+    """extract_features.py's main, its flags parsed from a command line, in this
+    process (TensorFlow is started already), from the folder of its output."""
+    import extract_features
+    from tests.helpers.export_helpers import main_in_this_process
+
     ours, _, tokenizer = models
     examples = real_sentences(5) + [" ||| ".join(p) for p in real_pairs(2)]
     input_file = tmp_path / "input.txt"
     input_file.write_text("\n".join(examples) + "\n", encoding="utf-8")
     output_file = tmp_path / "features.jsonl"
     # No --bert_config_file / --vocab_file: both come from the checkpoint directory.
-    subprocess.run(
+    monkeypatch.chdir(tmp_path)
+    main_in_this_process(
+        extract_features,
         [
-            sys.executable,
-            str(REPO_ROOT / "extract_features.py"),
             f"--input_file={input_file}",
             f"--output_file={output_file}",
             f"--init_checkpoint={minilm_dir}",
@@ -153,8 +156,6 @@ def test_extract_features_output_equals_in_memory_model(models, minilm_dir, tmp_
             "--max_seq_length=64",
             "--batch_size=3",
         ],
-        check=True,
-        cwd=tmp_path,
     )
     lines = [json.loads(line) for line in output_file.read_text().splitlines()]
     assert [line["linex_index"] for line in lines] == list(range(len(examples)))

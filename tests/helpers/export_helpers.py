@@ -1,19 +1,17 @@
 """What test_export.py, test_export_tfhub.py and test_task_exports.py share: comparing
-encoder outputs, the bundled MRPC text and its offline packing, running export_tfhub.py,
-recording the sequence length a served model computes.
+encoder outputs, the bundled MRPC text and its offline packing, running a command
+line's main in this process (export_tfhub.py, extract_features.py), recording the
+sequence length a served model computes.
 """
 
 import csv
-import os
-import subprocess
-import sys
+import signal
 
 import keras
 import numpy as np
 import tensorflow as tf
 
 from data_prep.text import tokenization
-from tests.conftest import REPO_ROOT
 
 ATOL = 1e-5
 
@@ -50,16 +48,18 @@ def python_pack(tokenizer, pairs, seq_length):
     return {k: np.array([r[k] for r in rows], np.int32) for k in rows[0]}
 
 
-def run_export_tfhub(*args):
-    result = subprocess.run(
-        [sys.executable, str(REPO_ROOT / "export_tfhub.py"), *args],
-        cwd=REPO_ROOT,
-        capture_output=True,
-        text=True,
-        timeout=600,
-        env=dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3"),
-    )
-    return result
+def main_in_this_process(program, argv: list[str]) -> None:
+    """Runs a command line's `main` in this process: its flags parsed from `argv` (as
+    the command line parses them), and this process's SIGTERM and Ctrl-C handling
+    restored afterwards (main sets its own)."""
+    handlers = {s: signal.getsignal(s) for s in (signal.SIGTERM, signal.SIGINT)}
+    program.FLAGS.unparse_flags()
+    program.FLAGS([f"{program.__name__}.py", *argv])
+    try:
+        program.main([])
+    finally:
+        for signum, handler in handlers.items():
+            signal.signal(signum, handler)
 
 
 class SeenLength(keras.Model):

@@ -20,6 +20,7 @@ from modeling.checkpoint_readers import read_safetensors
 from modeling.config import BertConfig
 from modeling.encoder import BertEncoder
 from tests.conftest import REPO_ROOT, tiny_config
+from tests.helpers.export_helpers import main_in_this_process
 from tests.compat.test_parity_real_checkpoint import encode, real_pairs, real_sentences
 
 torch = pytest.importorskip("torch")
@@ -271,24 +272,19 @@ def test_every_kind_goes_round_all_formats_unchanged(tmp_path):
 
 # ------------------------------------------------------------ the command line
 
-_DRIVER = r"""
-import json, sys
-import convert_checkpoint
-results = {}
-for name, argv in json.loads(sys.argv[1]).items():
-    convert_checkpoint.FLAGS.unparse_flags()
-    convert_checkpoint.FLAGS(["convert_checkpoint.py", *argv])
+
+def convert_in_this_process(argv: list[str]) -> list[str]:
+    """convert_checkpoint's main on `argv` (its flags parsed as the command line parses
+    them) in this process: ["no error", ""] or [error type, message]."""
     try:
-        convert_checkpoint.main([])
-        results[name] = ["no error", ""]
+        main_in_this_process(convert_checkpoint, argv)
     except Exception as e:
-        results[name] = [type(e).__name__, str(e)]
-print(json.dumps(results))
-"""
+        return [type(e).__name__, str(e)]
+    return ["no error", ""]
 
 
-def test_command_line_reads_beside_the_input_and_says_what_is_wrong(tmp_path):
-    """One process runs several command lines (the TF start-up is paid once)."""
+def test_command_line_reads_beside_the_input_and_says_what_is_wrong(tmp_path, monkeypatch):
+    """Several command lines, one after the other, in this process (from tmp_path)."""
     tiny = tiny_config(vocab_size=99)
     config = BertConfig(**tiny)
     vocab = tmp_path / "vocab.txt"
@@ -345,15 +341,8 @@ def test_command_line_reads_beside_the_input_and_says_what_is_wrong(tmp_path):
             "--output_format=tf1",
         ],
     }
-    process = subprocess.run(
-        [sys.executable, "-c", _DRIVER, json.dumps(runs)],
-        capture_output=True,
-        text=True,
-        cwd=tmp_path,
-        env=dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2", PYTHONPATH=str(REPO_ROOT)),
-    )
-    assert process.returncode == 0, process.stderr[-3000:]
-    results = json.loads(process.stdout.strip().splitlines()[-1])
+    monkeypatch.chdir(tmp_path)
+    results = {name: convert_in_this_process(argv) for name, argv in runs.items()}
     assert results["classifier"] == ["no error", ""]
     written = json.loads((tmp_path / "hf" / "config.json").read_text())
     assert written["architectures"] == ["BertForSequenceClassification"]

@@ -10,6 +10,8 @@ import pytest
 import tensorflow as tf
 import tensorflow_text  # noqa: F401  (registers the ops the preprocessing model needs)
 
+import export_tfhub
+from common.errors import UserError
 from data_prep.text import tokenization
 from modeling import checkpoint_writers, checkpoints, hub
 from modeling.config import BertConfig
@@ -17,9 +19,9 @@ from modeling.encoder import BertEncoder
 from tests.conftest import write_tiny_config
 from tests.helpers.export_helpers import (
     assert_encoder_outputs_equal,
+    main_in_this_process,
     mrpc_pairs,
     python_pack,
-    run_export_tfhub,
 )
 
 
@@ -29,17 +31,6 @@ def test_export_tfhub_real_checkpoint_parity(minilm_dir, sample_data, vocab_file
     export (hub.KerasLayer, hub.load, HubEncoder) equals our in-memory encoder and
     Hugging Face transformers (an independent implementation)."""
     encoder_path, preprocess_path = str(tmp_path / "encoder"), str(tmp_path / "preprocess")
-    result = run_export_tfhub(
-        f"--init_checkpoint={minilm_dir}", "--export_type=encoder", f"--export_path={encoder_path}"
-    )
-    assert result.returncode == 0, result.stderr[-3000:]
-    result = run_export_tfhub(
-        f"--init_checkpoint={minilm_dir}",
-        "--export_type=preprocessing",
-        "--seq_length=128",
-        f"--export_path={preprocess_path}",
-    )
-    assert result.returncode == 0, result.stderr[-3000:]
     # A checkpoint without a masked-LM head (as this one; a tiny one here, the same
     # check at any size): a clear error and no export.
     tiny = tmp_path / "tiny"
@@ -49,13 +40,34 @@ def test_export_tfhub_real_checkpoint_parity(minilm_dir, sample_data, vocab_file
         str(tiny / "bert_model.ckpt"), BertEncoder(tiny_config)
     )
     mlm_path = tmp_path / "mlm"
-    result = run_export_tfhub(
-        f"--init_checkpoint={prefix}",
-        f"--vocab_file={vocab_file}",
-        "--export_type=encoder_with_mlm",
-        f"--export_path={mlm_path}",
+    # The command lines' main in this process (TensorFlow is started already).
+    main_in_this_process(
+        export_tfhub,
+        [
+            f"--init_checkpoint={minilm_dir}",
+            "--export_type=encoder",
+            f"--export_path={encoder_path}",
+        ],
     )
-    assert result.returncode != 0 and "no masked-LM head" in result.stderr
+    main_in_this_process(
+        export_tfhub,
+        [
+            f"--init_checkpoint={minilm_dir}",
+            "--export_type=preprocessing",
+            "--seq_length=128",
+            f"--export_path={preprocess_path}",
+        ],
+    )
+    with pytest.raises(UserError, match="no masked-LM head"):
+        main_in_this_process(
+            export_tfhub,
+            [
+                f"--init_checkpoint={prefix}",
+                f"--vocab_file={vocab_file}",
+                "--export_type=encoder_with_mlm",
+                f"--export_path={mlm_path}",
+            ],
+        )
     assert not mlm_path.exists()
 
     pairs = mrpc_pairs(sample_data, count=16)

@@ -1,11 +1,9 @@
-"""A multi-label classifier converted to Hugging Face (convert_checkpoint.py
---output_format=hf) on the real MiniLM weights: config.json says
+"""A multi-label classifier converted to Hugging Face (`convert_checkpoint.convert`, what
+convert_checkpoint.py --output_format=hf runs) on the real MiniLM weights: config.json says
 `problem_type: multi_label_classification`, transformers' BertForSequenceClassification
 gives our probabilities (a sigmoid per label), and converting back keeps it multi-label."""
 
 import json
-import subprocess
-import sys
 
 import numpy as np
 import pytest
@@ -16,7 +14,6 @@ from modeling.config import BertConfig
 from modeling.encoder import BertEncoder
 from data_prep.text import tokenization
 from tests.compat.test_parity_real_checkpoint import encode, real_sentences
-from tests.conftest import REPO_ROOT
 from tests.runners.test_convert_checkpoint import seeded_heads, to_torch
 
 torch = pytest.importorskip("torch")
@@ -39,15 +36,10 @@ def test_multi_label_classifier_in_transformers_gives_our_probabilities(minilm_d
     tf2 = str(tmp_path / "tf2")
     checkpoint_writers.write_tf2_directory(tf2, ours, vocab, True, LABELS)
     assert json.loads(open(tf2 + "/model_info.json").read())["multi_label"] is True
-    # The command line, as a user converts it.
+    # The converter the command line calls (its flags are tested in
+    # test_convert_checkpoint.py), in this process.
     hf = tmp_path / "hf"
-    subprocess.run(
-        [
-            sys.executable, str(REPO_ROOT / "convert_checkpoint.py"), f"--init_checkpoint={tf2}",
-            f"--output_dir={hf}", "--output_format=hf",
-        ],
-        check=True, capture_output=True, cwd=REPO_ROOT, timeout=600,
-    )  # fmt: skip
+    convert_checkpoint.convert(tf2, str(hf), "hf")
     written = json.loads((hf / "config.json").read_text())
     assert written["problem_type"] == "multi_label_classification"
     assert written["id2label"] == {str(i): label for i, label in enumerate(LABELS)}

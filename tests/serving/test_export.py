@@ -6,9 +6,9 @@ users read it: `hub.KerasLayer` in a tf_keras model (fine-tuned), `hub.load`,
 `keras.layers.TFSMLayer`, our Keras 3 `HubEncoder` (fine-tuned with the project's
 Trainer), `saved_model_cli`. The preprocessing model is checked against the Python
 tokenizer and packing on the bundled MRPC text, the classifier export against the
-in-memory model. A slow test runs export_tfhub.py on a TF1 checkpoint of the tiny
-pre-trainer. Atomic export writing is in test_atomic_export.py, export_tfhub.py on
-the real checkpoint in test_export_tfhub.py.
+in-memory model. A slow test runs export_tfhub.py's main (in this process) on a TF1
+checkpoint of the tiny pre-trainer. Atomic export writing is in test_atomic_export.py,
+export_tfhub.py on the real checkpoint in test_export_tfhub.py.
 """
 
 import os
@@ -33,9 +33,9 @@ from tests.helpers.export_helpers import (
     ATOL,
     SeenLength,
     assert_encoder_outputs_equal,
+    main_in_this_process,
     mrpc_pairs,
     python_pack,
-    run_export_tfhub,
     seen_length,
 )
 
@@ -90,6 +90,13 @@ def encoder_path(pretrainer, vocab_file, tmp_path_factory):
     return path
 
 
+@pytest.fixture(scope="module")
+def loaded_encoder(encoder_path):
+    """The encoder export as `hub.load` reads it, loaded once: the tests that share it
+    only call it and read it (fine-tuning tests load their own copy)."""
+    return tf.saved_model.load(encoder_path)
+
+
 # ---------------------------------------------------------------------------------
 # The encoder SavedModel, read back by hub.load, TFSMLayer, saved_model_cli.
 
@@ -112,8 +119,8 @@ def test_export_holds_only_standard_ops(encoder_path):
     assert not compiled
 
 
-def test_hub_load_matches_in_memory_encoder(encoder_path, encoder, vocab_file):
-    loaded = tf.saved_model.load(encoder_path)
+def test_hub_load_matches_in_memory_encoder(loaded_encoder, encoder, vocab_file):
+    loaded = loaded_encoder
     for batch, seq in ((2, 5), (3, 64)):
         inputs = random_inputs(batch, seq, seed=seq)
         got, want = loaded(inputs, training=False), encoder(inputs, training=False)
@@ -143,8 +150,8 @@ def test_hub_load_matches_in_memory_encoder(encoder_path, encoder, vocab_file):
         loaded(random_inputs(1, 65), training=False)
 
 
-def test_mlm_subobject_matches_pretrainer(encoder_path, pretrainer):
-    loaded = tf.saved_model.load(encoder_path)
+def test_mlm_subobject_matches_pretrainer(loaded_encoder, pretrainer):
+    loaded = loaded_encoder
     inputs = random_inputs(3, 11, seed=3)
     inputs["masked_lm_positions"] = np.array([[1, 2, 0], [0, 3, 4], [5, 1, 1]], np.int32)
     got = loaded.mlm(inputs, training=False)
@@ -156,8 +163,8 @@ def test_mlm_subobject_matches_pretrainer(encoder_path, pretrainer):
     assert len(loaded.mlm.trainable_variables) == 44
 
 
-def test_serving_signatures(encoder_path, encoder, pretrainer):
-    loaded = tf.saved_model.load(encoder_path)
+def test_serving_signatures(loaded_encoder, encoder, pretrainer):
+    loaded = loaded_encoder
     assert set(loaded.signatures) == {"serving_default", "mlm"}
     inputs = random_inputs(2, 6, seed=4)
     got = loaded.signatures["serving_default"](**{k: tf.constant(v) for k, v in inputs.items()})
@@ -292,8 +299,8 @@ def test_hub_encoder_fine_tunes_in_keras3_model(encoder_path, encoder):
     assert np.abs(layer(inputs)["pooled_output"] - encoder(inputs)["pooled_output"]).max() > 1e-3
 
 
-def test_inferred_config_for_a_foreign_encoder(encoder_path, encoder, tmp_path):
-    config = hub.read_config(tf.saved_model.load(encoder_path)).config
+def test_inferred_config_for_a_foreign_encoder(loaded_encoder):
+    config = hub.read_config(loaded_encoder).config
     assert (
         config.hidden_size,
         config.num_hidden_layers,
@@ -370,14 +377,19 @@ def preprocess_path(vocab_file, tmp_path_factory):
 
 
 @pytest.fixture(scope="module")
+def preprocessor(preprocess_path):
+    """The preprocessing export, loaded once (the tests only call it)."""
+    return tf.saved_model.load(preprocess_path)
+
+
+@pytest.fixture(scope="module")
 def python_tokenizer(vocab_file):
     return tokenization.FullTokenizer(vocab_file, do_lower_case=True)
 
 
 def test_preprocessing_tokenize_matches_python_tokenizer(
-    preprocess_path, python_tokenizer, sample_data
+    preprocessor, python_tokenizer, sample_data
 ):
-    preprocessor = tf.saved_model.load(preprocess_path)
     sentences = [s for pair in mrpc_pairs(sample_data) for s in pair] + ["", "Héllo, wörld!"]
     words = preprocessor.tokenize(tf.constant(sentences))
     assert words.shape.rank == 3 and words.dtype == tf.int32  # [B, (words), (pieces)]
@@ -390,9 +402,8 @@ def test_preprocessing_tokenize_matches_python_tokenizer(
 
 
 def test_preprocessing_call_and_pack_match_python_packing(
-    preprocess_path, python_tokenizer, sample_data
+    preprocessor, python_tokenizer, sample_data
 ):
-    preprocessor = tf.saved_model.load(preprocess_path)
     pairs = mrpc_pairs(sample_data, count=40)
     texts_a = tf.constant([a for a, _ in pairs])
     texts_b = tf.constant([b for _, b in pairs])
@@ -433,10 +444,9 @@ def test_preprocessing_call_and_pack_match_python_packing(
 
 @pytest.mark.slow
 def test_preprocessing_in_tf_data_feeds_the_encoder(
-    preprocess_path, encoder_path, sample_data, python_tokenizer, encoder
+    preprocessor, loaded_encoder, sample_data, python_tokenizer, encoder
 ):
-    preprocessor = tf.saved_model.load(preprocess_path)
-    loaded = tf.saved_model.load(encoder_path)
+    loaded = loaded_encoder
     pairs = mrpc_pairs(sample_data, count=12)
 
     def pack(a, b):
@@ -563,7 +573,10 @@ def test_regression_export_and_errors(encoder, config, vocab_file, python_tokeni
 @pytest.mark.slow
 def test_export_tfhub_tf1_checkpoint_with_mlm(pretrainer, config, vocab_file, tmp_path):
     """export_tfhub.py --export_type=encoder_with_mlm from an original-layout TF1
-    checkpoint (bert_model.ckpt + bert_config.json) reproduces the pre-trainer."""
+    checkpoint (bert_model.ckpt + bert_config.json) reproduces the pre-trainer (its
+    main, flags parsed from the command line, in this process)."""
+    import export_tfhub
+
     checkpoint_dir = tmp_path / "tf1"
     checkpoint_dir.mkdir()
     prefix = checkpoint_writers.write_original_checkpoint(
@@ -571,13 +584,15 @@ def test_export_tfhub_tf1_checkpoint_with_mlm(pretrainer, config, vocab_file, tm
     )
     config.to_json_file(str(checkpoint_dir / "bert_config.json"))
     export_path = tmp_path / "encoder_mlm"
-    result = run_export_tfhub(
-        f"--init_checkpoint={prefix}",
-        f"--vocab_file={vocab_file}",
-        "--export_type=encoder_with_mlm",
-        f"--export_path={export_path}",
+    main_in_this_process(
+        export_tfhub,
+        [
+            f"--init_checkpoint={prefix}",
+            f"--vocab_file={vocab_file}",
+            "--export_type=encoder_with_mlm",
+            f"--export_path={export_path}",
+        ],
     )
-    assert result.returncode == 0, result.stderr[-3000:]
     loaded = tf.saved_model.load(str(export_path))
     inputs = random_inputs(2, 13, seed=12)
     inputs["masked_lm_positions"] = np.array([[0, 5, 12], [1, 2, 3]], np.int32)
