@@ -1,6 +1,8 @@
 """Helpers of test_create_pretraining_data.py, test_pretraining_instances.py and
 test_pretraining_pipeline.py: the bundled corpus, the original release run as a
 subprocess (with a whole-word-masking oracle grafted on), our runs, reading records.
+Also of the run_pretraining.py tests: shards made in-process, several run_pretraining.py
+command lines run in one process.
 """
 
 import os
@@ -14,6 +16,7 @@ from data_prep.pretraining import pretraining_instances as pti
 from data_prep.pretraining import pretraining_records as ptr
 from data_prep.pretraining import pretraining_data
 from data_prep import records
+from tests.conftest import run_results_driver
 
 REPO_ROOT = pathlib.Path(__file__).resolve().parent.parent.parent
 CORPUS_GLOB = str(REPO_ROOT / "sample_data" / "corpus" / "*.txt")
@@ -159,6 +162,46 @@ def options(input_files, output_files, vocab_file, **kwargs):
         masking=masking,
         **kwargs,
     )
+
+
+def make_shard(corpus_file, path, vocab_file, seq, preds, seed=12345, dupe_factor=1) -> str:
+    """One shard (and its `.meta.json`) of `corpus_file`, made in this process as
+    `python -m data_prep.create_pretraining_data` would make it; returns its path."""
+    ptr.run(
+        options(
+            [corpus_file],
+            [path],
+            vocab_file,
+            max_seq_length=seq,
+            max_predictions_per_seq=preds,
+            dupe_factor=dupe_factor,
+            random_seed=seed,
+        )
+    )
+    return str(path)
+
+
+# Runs several run_pretraining.py command lines in one process, in order.
+PRETRAINING_DRIVER = r"""
+import json, sys
+import run_pretraining
+results = {}
+for name, argv in json.loads(sys.argv[1]).items():
+    run_pretraining.FLAGS.unparse_flags()
+    run_pretraining.FLAGS(["run_pretraining.py", *argv])
+    try:
+        run_pretraining.main([])
+        results[name] = ["no error", ""]
+    except Exception as e:
+        results[name] = [type(e).__name__, str(e)]
+print("RESULTS" + json.dumps(results))
+"""
+
+
+def run_pretraining_in_one_process(runs: dict) -> dict:
+    """Runs run_pretraining.main once per {name: argv}, in order, in one new process
+    (TensorFlow starts once); {name: [error type or "no error", message]}."""
+    return run_results_driver(PRETRAINING_DRIVER, runs, timeout=900)
 
 
 def corpus_files():
