@@ -5,6 +5,7 @@ Also of the run_pretraining.py tests: shards made in-process, several run_pretra
 command lines run in one process.
 """
 
+import json
 import os
 import pathlib
 import subprocess
@@ -28,8 +29,8 @@ ENV = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2")
 # masking step (written here from its description: a "##" piece joins the word
 # before it, a word that would exceed the budget is skipped, then the 80/10/10
 # draws per piece) onto the released pipeline, which does everything else.
-WHOLE_WORD_ORACLE = """
-from absl import app, flags
+_WHOLE_WORD_MASKING = """
+from absl import flags
 from bert import create_pretraining_data as original
 
 
@@ -63,13 +64,23 @@ def whole_word_predictions(tokens, masked_lm_prob, max_predictions_per_seq,
             chosen.append(index)
     chosen.sort()
     return output, chosen, [tokens[index] for index in chosen]
-
-
-original.create_masked_lm_predictions = whole_word_predictions
-for name in ("input_file", "output_file", "vocab_file"):
-    flags.mark_flag_as_required(name)
-app.run(original.main)
 """
+
+# Several runs of the original in one process, in order (TensorFlow starts once): a
+# JSON list of [flag arguments, whole-word masking or not]. Each run seeds its own
+# random.Random from --random_seed, as in a process of its own.
+ORIGINALS_DRIVER = (
+    _WHOLE_WORD_MASKING
+    + """
+import json, sys
+plain = original.create_masked_lm_predictions
+for args, whole_word in json.loads(sys.argv[1]):
+    original.FLAGS.unparse_flags()
+    original.FLAGS(["create_pretraining_data.py", *args])
+    original.create_masked_lm_predictions = whole_word_predictions if whole_word else plain
+    original.main(None)
+"""
+)
 
 
 # ----------------------------------------------------------------------------
@@ -101,22 +112,19 @@ def flag_args(input_file, output_file, vocab_file, **extra):
     return args + ["--%s=%s" % item for item in extra.items()]
 
 
-def start_original(args, tmp_path, whole_word=False):
-    """Starts the original release as a subprocess."""
-    if whole_word:
-        script = tmp_path / "original_whole_word.py"
-        script.write_text(WHOLE_WORD_ORACLE)
-        command = [sys.executable, str(script)]
-    else:
-        command = [sys.executable, "-m", "bert.create_pretraining_data"]
-    return subprocess.Popen(
-        command + args,
-        cwd=tmp_path,
+def run_originals(runs, cwd):
+    """Runs the original release once per (flag arguments, whole_word) of `runs`, one
+    after the other in one new process."""
+    process = subprocess.run(
+        [sys.executable, "-c", ORIGINALS_DRIVER, json.dumps([[a, w] for a, w in runs])],
+        cwd=cwd,
         env=ENV,
         stdout=subprocess.PIPE,
         stderr=subprocess.STDOUT,
         text=True,
+        timeout=900,
     )
+    assert process.returncode == 0, process.stdout[-3000:]
 
 
 def start_ours(args, as_script=False):
