@@ -13,8 +13,7 @@ import torch
 
 from benchmarks.compare import pretraining_vs_hf as bench
 from tests.helpers import optimizer_reference as ref
-from tests.conftest import run_results_driver
-from tests.runners.test_pretraining_procedure import DRIVER
+from tests.helpers.pretraining_data_helpers import run_pretraining_in_one_process
 
 STEPS, WARMUP = 50, 5
 
@@ -46,7 +45,7 @@ def test_pretraining_steps_equal_transformers(tmp_path):
             shard, hf_dir, tmp_path / "original", 3, 0, "--noadam_bias_correction"
         ),
     }
-    results = run_results_driver(DRIVER, runs, timeout=900)
+    results = run_pretraining_in_one_process(runs)
     assert results == {name: ["no error", ""] for name in runs}
     batches = bench.training_batches(shard, STEPS)
 

@@ -3,11 +3,12 @@ runs, on the bundled corpus: equality with the original release, our own runs
 (round robin, per-file mode, metadata, parsing), bad input and interrupted writes.
 The units of pretraining_instances.py are in test_pretraining_instances.py.
 
-The oracle is the original release (`bert-tensorflow` 1.0.4) run as a
-subprocess. The original serializes the feature map in an order its protobuf
-runtime seeds afresh in every process (two runs of it differ byte for byte), so
-its records are compared after re-serializing them with sorted keys, which is
-how ours are written; record order and file assignment are compared as they are.
+The oracle is the original release (`bert-tensorflow` 1.0.4) run in a subprocess
+(all its runs in one, the module fixture `originals`). The original serializes the
+feature map in an order its protobuf runtime seeds afresh in every process (two runs
+of it differ byte for byte), so its records are compared after re-serializing them
+with sorted keys, which is how ours are written; record order and file assignment
+are compared as they are.
 """
 
 import json
@@ -30,7 +31,7 @@ from tests.helpers.pretraining_data_helpers import (
     options,
     parse,
     read_records,
-    start_original,
+    run_originals,
     start_ours,
 )
 
@@ -40,34 +41,45 @@ from tests.helpers.pretraining_data_helpers import (
 # ----------------------------------------------------------------------------
 
 
-def test_module_cli_equals_original(tmp_path, vocab_file):
+EQUALS_ORIGINAL = [(12345, True, 1), (987, False, 3), (987, True, 3)]
+
+
+@pytest.fixture(scope="module")
+def originals(tmp_path_factory, vocab_file):
+    """The original release's shards that the tests below compare ours with, all made
+    in one process (TensorFlow starts once), dupe_factor 2: {"cli": the default flags;
+    (seed, whole_word, num_outputs): its files; "files": one shard per corpus file}."""
+    d = tmp_path_factory.mktemp("originals")
+    made = {"cli": d / "cli.tfrecord"}
+    runs = [(flag_args(CORPUS_GLOB, made["cli"], vocab_file, dupe_factor=2), False)]
+    for seed, whole_word, num_outputs in EQUALS_ORIGINAL:
+        key = (seed, whole_word, num_outputs)
+        made[key] = [d / f"theirs_{seed}_{whole_word}_{i}.tfrecord" for i in range(num_outputs)]
+        outputs = ",".join(map(str, made[key]))
+        args = flag_args(CORPUS_GLOB, outputs, vocab_file, dupe_factor=2, random_seed=seed)
+        runs.append((args, whole_word))
+    made["files"] = [d / f"file_{i}.tfrecord" for i in range(len(corpus_files()))]
+    for path, output in zip(corpus_files(), made["files"]):
+        runs.append((flag_args(path, output, vocab_file, dupe_factor=2), False))
+    run_originals(runs, d)
+    return made
+
+
+def test_module_cli_equals_original(tmp_path, vocab_file, originals):
     """Default flags, dupe_factor 2: the same records in the same order."""
     ours = tmp_path / "ours.tfrecord"
-    theirs = tmp_path / "theirs.tfrecord"
-    original = start_original(flag_args(CORPUS_GLOB, theirs, vocab_file, dupe_factor=2), tmp_path)
     finish(start_ours(flag_args(CORPUS_GLOB, ours, vocab_file, dupe_factor=2)))
-    finish(original)
     records = read_records(ours)
     assert len(records) == 430
-    assert records == canonical(read_records(theirs))
+    assert records == canonical(read_records(originals["cli"]))
     assert json.loads((tmp_path / "ours.tfrecord.meta.json").read_text())["num_instances"] == 430
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize(
-    "seed,whole_word,num_outputs", [(12345, True, 1), (987, False, 3), (987, True, 3)]
-)
-def test_equals_original(tmp_path, vocab_file, seed, whole_word, num_outputs):
+@pytest.mark.parametrize("seed,whole_word,num_outputs", EQUALS_ORIGINAL)
+def test_equals_original(tmp_path, vocab_file, originals, seed, whole_word, num_outputs):
     """Two seeds, with and without whole-word masking, one or three files."""
     ours = [tmp_path / ("ours_%d.tfrecord" % i) for i in range(num_outputs)]
-    theirs = [tmp_path / ("theirs_%d.tfrecord" % i) for i in range(num_outputs)]
-    original = start_original(
-        flag_args(
-            CORPUS_GLOB, ",".join(map(str, theirs)), vocab_file, dupe_factor=2, random_seed=seed
-        ),
-        tmp_path,
-        whole_word,
-    )
     ptr.run(
         options(
             corpus_files(),
@@ -78,7 +90,7 @@ def test_equals_original(tmp_path, vocab_file, seed, whole_word, num_outputs):
             do_whole_word_mask=whole_word,
         )
     )
-    finish(original)
+    theirs = originals[(seed, whole_word, num_outputs)]
     for our_file, their_file in zip(ours, theirs):
         records = read_records(our_file)
         assert len(records) > 100
@@ -86,29 +98,21 @@ def test_equals_original(tmp_path, vocab_file, seed, whole_word, num_outputs):
 
 
 @pytest.mark.slow
-def test_workers_shard_equals_original_on_each_file(tmp_path, vocab_file):
+def test_workers_shard_equals_original_on_each_file(tmp_path, vocab_file, originals):
     """--num_workers 2: each shard is the original's run on its file alone."""
     inputs = corpus_files()
     assert len(inputs) == 2
     out_dir = tmp_path / "shards"
-    originals = [
-        start_original(
-            flag_args(path, tmp_path / ("theirs_%d" % i), vocab_file, dupe_factor=2), tmp_path
-        )
-        for i, path in enumerate(inputs)
-    ]
     finish(
         start_ours(
             flag_args(CORPUS_GLOB, str(out_dir) + "/", vocab_file, dupe_factor=2, num_workers=2)
         )
     )
-    for process in originals:
-        finish(process)
-    for i, path in enumerate(inputs):
+    for path, theirs in zip(inputs, originals["files"]):
         shard = out_dir / (pathlib.Path(path).stem + ".tfrecord")
         records = read_records(shard)
         assert len(records) > 100
-        assert records == canonical(read_records(tmp_path / ("theirs_%d" % i)))
+        assert records == canonical(read_records(theirs))
         metadata = pretraining_data.read_metadata(str(shard))
         assert metadata["input_files"] == [path]
         assert metadata["num_instances"] == len(records)

@@ -74,13 +74,28 @@ def alone(tmp_path, text_file, vocab_file, seed, name, **kwargs) -> list:
     return cpd_tests.read_records(out)
 
 
-def test_each_file_equals_the_original_and_num_workers(tmp_path, vocab_file):
+@pytest.fixture(scope="module")
+def originals(tmp_path_factory, vocab_file):
+    """The original release's runs (dupe_factor 2) that the tests below compare ours
+    with, all in one process (TensorFlow starts once): {"plain": its shard of the second
+    corpus file, "whole_word": {file stem: its shard of the file with whole-word
+    masking}}."""
+    d = tmp_path_factory.mktemp("originals")
+    made = {
+        "plain": d / "original.tfrecord",
+        "whole_word": {path.stem: d / ("original_%s.tfrecord" % path.stem) for path in CORPUS},
+    }
+    runs = [(cpd_tests.flag_args(CORPUS[1], made["plain"], vocab_file, dupe_factor=2), False)]
+    for path in CORPUS:
+        output = made["whole_word"][path.stem]
+        runs.append((cpd_tests.flag_args(path, output, vocab_file, dupe_factor=2), True))
+    cpd_tests.run_originals(runs, d)
+    return made
+
+
+def test_each_file_equals_the_original_and_num_workers(tmp_path, vocab_file, originals):
     """Two files below the shard size: one shard each, named after the file,
     equal to --num_workers' shards and to the original's run on each file."""
-    original = cpd_tests.start_original(
-        cpd_tests.flag_args(CORPUS[1], tmp_path / "original.tfrecord", vocab_file, dupe_factor=2),
-        tmp_path,
-    )
     summary = run_in_process(settings(tmp_path, CORPUS, vocab_file))
     workers = tmp_path / "workers"
     ptr.run(
@@ -108,9 +123,8 @@ def test_each_file_equals_the_original_and_num_workers(tmp_path, vocab_file):
         assert metadata["document_shard"]["first_byte"] == 0
         assert metadata["document_shard"]["end_byte"] == path.stat().st_size
         counted += len(ours)
-    cpd_tests.finish(original)
     assert cpd_tests.read_records(shards / "bert_paper_v2.tfrecord") == cpd_tests.canonical(
-        cpd_tests.read_records(tmp_path / "original.tfrecord")
+        cpd_tests.read_records(originals["plain"])
     )
     assert summary["instances"] == counted
     non_blank = sum(
@@ -441,7 +455,7 @@ def check_killed_run_leaves_only_complete_shards(tmp_path, command, env, stop=si
 
 
 @pytest.mark.slow
-def test_command_line_with_two_worker_processes(tmp_path, vocab_file):
+def test_command_line_with_two_worker_processes(tmp_path, vocab_file, originals):
     """The issue's command line (DirectRunner, 2 processes, whole-word masking):
     each file's shard equals --num_workers' and the original's on that file.
     Killed midway, the same command leaves only complete shards."""
@@ -449,16 +463,6 @@ def test_command_line_with_two_worker_processes(tmp_path, vocab_file):
     corpus_dir.mkdir()
     for path in CORPUS:
         (corpus_dir / path.name).write_bytes(path.read_bytes())
-    originals = [
-        cpd_tests.start_original(
-            cpd_tests.flag_args(
-                path, tmp_path / ("original_%s.tfrecord" % path.stem), vocab_file, dupe_factor=2
-            ),
-            tmp_path,
-            whole_word=True,
-        )
-        for path in CORPUS
-    ]
     command = [
         sys.executable,
         "-m",
@@ -501,8 +505,6 @@ def test_command_line_with_two_worker_processes(tmp_path, vocab_file):
             per_input_file=True,
         )
     )
-    for process in originals:
-        cpd_tests.finish(process)
     assert sorted(os.listdir(tmp_path / "shards")) == sorted(
         [corpus_summary.SUMMARY_NAME]
         + [p.stem + suffix for p in CORPUS for suffix in (".tfrecord", ".tfrecord.meta.json")]
@@ -512,7 +514,7 @@ def test_command_line_with_two_worker_processes(tmp_path, vocab_file):
         assert len(ours) > 100
         assert ours == cpd_tests.read_records(workers / (path.stem + ".tfrecord"))
         assert ours == cpd_tests.canonical(
-            cpd_tests.read_records(tmp_path / ("original_%s.tfrecord" % path.stem))
+            cpd_tests.read_records(originals["whole_word"][path.stem])
         )
     summary = json.loads((tmp_path / "shards" / corpus_summary.SUMMARY_NAME).read_text())
     assert summary["shards_written"] == 2 and summary["settings"]["do_whole_word_mask"]

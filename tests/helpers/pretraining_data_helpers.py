@@ -1,8 +1,11 @@
 """Helpers of test_create_pretraining_data.py, test_pretraining_instances.py and
 test_pretraining_pipeline.py: the bundled corpus, the original release run as a
 subprocess (with a whole-word-masking oracle grafted on), our runs, reading records.
+Also of the run_pretraining.py tests: shards made in-process, several run_pretraining.py
+command lines run in one process.
 """
 
+import json
 import os
 import pathlib
 import subprocess
@@ -14,6 +17,7 @@ from data_prep.pretraining import pretraining_instances as pti
 from data_prep.pretraining import pretraining_records as ptr
 from data_prep.pretraining import pretraining_data
 from data_prep import records
+from tests.conftest import run_results_driver
 
 REPO_ROOT = pathlib.Path(__file__).resolve().parent.parent.parent
 CORPUS_GLOB = str(REPO_ROOT / "sample_data" / "corpus" / "*.txt")
@@ -25,8 +29,8 @@ ENV = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2")
 # masking step (written here from its description: a "##" piece joins the word
 # before it, a word that would exceed the budget is skipped, then the 80/10/10
 # draws per piece) onto the released pipeline, which does everything else.
-WHOLE_WORD_ORACLE = """
-from absl import app, flags
+_WHOLE_WORD_MASKING = """
+from absl import flags
 from bert import create_pretraining_data as original
 
 
@@ -60,13 +64,23 @@ def whole_word_predictions(tokens, masked_lm_prob, max_predictions_per_seq,
             chosen.append(index)
     chosen.sort()
     return output, chosen, [tokens[index] for index in chosen]
-
-
-original.create_masked_lm_predictions = whole_word_predictions
-for name in ("input_file", "output_file", "vocab_file"):
-    flags.mark_flag_as_required(name)
-app.run(original.main)
 """
+
+# Several runs of the original in one process, in order (TensorFlow starts once): a
+# JSON list of [flag arguments, whole-word masking or not]. Each run seeds its own
+# random.Random from --random_seed, as in a process of its own.
+ORIGINALS_DRIVER = (
+    _WHOLE_WORD_MASKING
+    + """
+import json, sys
+plain = original.create_masked_lm_predictions
+for args, whole_word in json.loads(sys.argv[1]):
+    original.FLAGS.unparse_flags()
+    original.FLAGS(["create_pretraining_data.py", *args])
+    original.create_masked_lm_predictions = whole_word_predictions if whole_word else plain
+    original.main(None)
+"""
+)
 
 
 # ----------------------------------------------------------------------------
@@ -98,22 +112,19 @@ def flag_args(input_file, output_file, vocab_file, **extra):
     return args + ["--%s=%s" % item for item in extra.items()]
 
 
-def start_original(args, tmp_path, whole_word=False):
-    """Starts the original release as a subprocess."""
-    if whole_word:
-        script = tmp_path / "original_whole_word.py"
-        script.write_text(WHOLE_WORD_ORACLE)
-        command = [sys.executable, str(script)]
-    else:
-        command = [sys.executable, "-m", "bert.create_pretraining_data"]
-    return subprocess.Popen(
-        command + args,
-        cwd=tmp_path,
+def run_originals(runs, cwd):
+    """Runs the original release once per (flag arguments, whole_word) of `runs`, one
+    after the other in one new process."""
+    process = subprocess.run(
+        [sys.executable, "-c", ORIGINALS_DRIVER, json.dumps([[a, w] for a, w in runs])],
+        cwd=cwd,
         env=ENV,
         stdout=subprocess.PIPE,
         stderr=subprocess.STDOUT,
         text=True,
+        timeout=900,
     )
+    assert process.returncode == 0, process.stdout[-3000:]
 
 
 def start_ours(args, as_script=False):
@@ -159,6 +170,46 @@ def options(input_files, output_files, vocab_file, **kwargs):
         masking=masking,
         **kwargs,
     )
+
+
+def make_shard(corpus_file, path, vocab_file, seq, preds, seed=12345, dupe_factor=1) -> str:
+    """One shard (and its `.meta.json`) of `corpus_file`, made in this process as
+    `python -m data_prep.create_pretraining_data` would make it; returns its path."""
+    ptr.run(
+        options(
+            [corpus_file],
+            [path],
+            vocab_file,
+            max_seq_length=seq,
+            max_predictions_per_seq=preds,
+            dupe_factor=dupe_factor,
+            random_seed=seed,
+        )
+    )
+    return str(path)
+
+
+# Runs several run_pretraining.py command lines in one process, in order.
+PRETRAINING_DRIVER = r"""
+import json, sys
+import run_pretraining
+results = {}
+for name, argv in json.loads(sys.argv[1]).items():
+    run_pretraining.FLAGS.unparse_flags()
+    run_pretraining.FLAGS(["run_pretraining.py", *argv])
+    try:
+        run_pretraining.main([])
+        results[name] = ["no error", ""]
+    except Exception as e:
+        results[name] = [type(e).__name__, str(e)]
+print("RESULTS" + json.dumps(results))
+"""
+
+
+def run_pretraining_in_one_process(runs: dict) -> dict:
+    """Runs run_pretraining.main once per {name: argv}, in order, in one new process
+    (TensorFlow starts once); {name: [error type or "no error", message]}."""
+    return run_results_driver(PRETRAINING_DRIVER, runs, timeout=900)
 
 
 def corpus_files():

@@ -3,7 +3,8 @@ run_pretraining.py --objective=ltr, the left-only constraint kept by every later
 the model, and its Hugging Face conversion as a causal BERT in transformers.
 
 A tiny model pre-trained a few steps on shards of the bundled paper text (module
-fixture); the fine-tuning runs from its output_dir alone are marked slow.
+fixture); the fine-tuning runs from its output_dir alone are marked slow. The runs of
+each runner share one process (module fixtures): TensorFlow starts once per runner.
 """
 
 import json
@@ -29,6 +30,9 @@ from modeling.config import BertConfig
 from modeling.encoder import BertEncoder
 from modeling.objectives import LanguageModelObjective
 from tests.conftest import REPO_ROOT, SAMPLE_DATA, read_results, tiny_config, write_tiny_config
+from tests.helpers.pretraining_data_helpers import make_shard, run_pretraining_in_one_process
+from tests.helpers.run_classifier_helpers import run_in_one_process
+from tests.helpers.run_squad_helpers import run_driver as run_squad_in_one_process
 
 VOCAB = str(SAMPLE_DATA / "vocab" / "uncased_vocab.txt")
 SEQ, PREDS = 64, 10
@@ -52,36 +56,21 @@ def _run(script, *args, check=True):
 @pytest.fixture(scope="module")
 def shard(tmp_path_factory):
     path = tmp_path_factory.mktemp("ltr_shards") / "paper.tfrecord"
-    subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "data_prep.create_pretraining_data",
-            f"--input_file={SAMPLE_DATA / 'corpus' / 'bert_paper_v2.txt'}",
-            f"--output_file={path}",
-            f"--vocab_file={VOCAB}",
-            f"--max_seq_length={SEQ}",
-            f"--max_predictions_per_seq={PREDS}",
-            "--dupe_factor=1",
-        ],
-        check=True,
-        cwd=REPO_ROOT,
-        capture_output=True,
-    )
-    return str(path)
+    return make_shard(SAMPLE_DATA / "corpus" / "bert_paper_v2.txt", path, VOCAB, SEQ, PREDS)
 
 
 @pytest.fixture(scope="module")
-def pretrained(shard, tmp_path_factory):
+def pretraining_runs(shard, tmp_path_factory):
     """{objective: output_dir} of 4 pre-training steps, each with the config and the
-    vocabulary it was trained with (self-contained)."""
+    vocabulary it was trained with (self-contained), and {name: [error type, message]}
+    of every run_pretraining.py run of this file, all in one process: the two runs, then
+    two refused: --objective=ltr with the next-sentence loss, and --objective=mlm on the
+    ltr run's output_dir."""
     root = tmp_path_factory.mktemp("ltr_pretraining")
     config = write_tiny_config(root / "bert_config.json", max_position_embeddings=SEQ)
-    dirs = {}
-    for objective in ("ltr", "mlm"):
-        dirs[objective] = str(root / objective)
-        _run(
-            "run_pretraining.py",
+    dirs = {objective: str(root / objective) for objective in ("ltr", "mlm")}
+    runs = {
+        objective: [
             f"--input_file={shard}",
             f"--output_dir={dirs[objective]}",
             f"--bert_config_file={config}",
@@ -98,8 +87,33 @@ def pretrained(shard, tmp_path_factory):
             "--max_eval_steps=2",
             "--do_train",
             "--do_eval",
-        )
-    return dirs
+        ]
+        for objective in dirs
+    }
+    common = [
+        f"--input_file={shard}",
+        f"--max_seq_length={SEQ}",
+        f"--max_predictions_per_seq={PREDS}",
+        "--do_train",
+        "--num_train_steps=1",
+    ]
+    runs["ltr_with_next_sentence"] = [
+        *common,
+        f"--output_dir={dirs['mlm']}_other",
+        "--objective=ltr",
+        "--use_next_sentence_loss",
+    ]
+    runs["mlm_on_ltr_output_dir"] = [*common, f"--output_dir={dirs['ltr']}", "--objective=mlm"]
+    results = run_pretraining_in_one_process(runs)
+    for objective in dirs:
+        assert results[objective] == ["no error", ""], results[objective]
+    return dirs, results
+
+
+@pytest.fixture(scope="module")
+def pretrained(pretraining_runs):
+    """{objective: output_dir} of the two pre-training runs of `pretraining_runs`."""
+    return pretraining_runs[0]
 
 
 def load_encoder(output_dir):
@@ -175,23 +189,7 @@ def short_shard(tmp_path_factory):
     assert len(short) > 50
     root = tmp_path_factory.mktemp("ltr_short")
     (root / "short.txt").write_text("\n\n".join(short) + "\n", encoding="utf-8")
-    subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "data_prep.create_pretraining_data",
-            f"--input_file={root / 'short.txt'}",
-            f"--output_file={root / 'short.tfrecord'}",
-            f"--vocab_file={VOCAB}",
-            f"--max_seq_length={SEQ}",
-            f"--max_predictions_per_seq={PREDS}",
-            "--dupe_factor=1",
-        ],
-        check=True,
-        cwd=REPO_ROOT,
-        capture_output=True,
-    )
-    return str(root / "short.tfrecord")
+    return make_shard(root / "short.txt", root / "short.tfrecord", VOCAB, SEQ, PREDS)
 
 
 def _batches(shard, pad_to_max_seq_length):
@@ -307,31 +305,12 @@ def test_causal_pooler_reads_the_last_real_token_whatever_the_padding():
 
 
 @pytest.mark.slow
-def test_ltr_objective_refuses_the_next_sentence_loss_and_a_mixed_output_dir(pretrained, shard):
-    common = [
-        f"--input_file={shard}",
-        f"--max_seq_length={SEQ}",
-        f"--max_predictions_per_seq={PREDS}",
-        "--do_train",
-        "--num_train_steps=1",
-    ]
-    process = _run(
-        "run_pretraining.py",
-        *common,
-        f"--output_dir={pretrained['mlm']}_other",
-        "--objective=ltr",
-        "--use_next_sentence_loss",
-        check=False,
-    )
-    assert process.returncode != 0 and "has no next-sentence loss" in process.stderr
-    process = _run(
-        "run_pretraining.py",
-        *common,
-        f"--output_dir={pretrained['ltr']}",
-        "--objective=mlm",
-        check=False,
-    )
-    assert process.returncode != 0 and "holds a run of --objective=ltr" in process.stderr
+def test_ltr_objective_refuses_the_next_sentence_loss_and_a_mixed_output_dir(pretraining_runs):
+    _, results = pretraining_runs
+    error, message = results["ltr_with_next_sentence"]
+    assert error == "UserError" and "has no next-sentence loss" in message
+    error, message = results["mlm_on_ltr_output_dir"]
+    assert error == "UserError" and "holds a run of --objective=ltr" in message
 
 
 # ------------------------------------------------------------ later uses
@@ -510,56 +489,81 @@ def _finetune_args(output_dir, init_checkpoint, bilstm_units):
     ]
 
 
-@pytest.mark.slow
-@pytest.mark.parametrize("bilstm_units", [0, 8])
-def test_run_classifier_fine_tunes_an_ltr_model_from_its_output_dir(
-    pretrained, mrpc_dir, tmp_path, bilstm_units
-):
-    output_dir = tmp_path / "mrpc"
+BILSTM_UNITS = (0, 8)
+
+
+@pytest.fixture(scope="module")
+def classifier_runs(pretrained, mrpc_dir, tmp_path_factory):
+    """{bilstm_units: (fine-tuned output_dir, output_dir of an evaluation from it
+    alone)}: MRPC fine-tuned from the ltr run's output_dir, without and with a BiLSTM
+    head, then evaluated from the fine-tuned output_dir alone; every run in one
+    process."""
+    root = tmp_path_factory.mktemp("ltr_mrpc")
     task = ["--task_name=MRPC", f"--data_dir={mrpc_dir}"]
-    _run(
-        "run_classifier.py",
-        *task,
-        *_finetune_args(output_dir, pretrained["ltr"], bilstm_units),
-        "--do_train",
-        "--do_eval",
-    )
+    runs, dirs = {}, {}
+    for units in BILSTM_UNITS:
+        output_dir, again = root / f"mrpc_{units}", root / f"again_{units}"
+        dirs[units] = (output_dir, again)
+        runs[f"train_{units}"] = [
+            *task,
+            *_finetune_args(output_dir, pretrained["ltr"], units),
+            "--do_train",
+            "--do_eval",
+        ]
+        runs[f"again_{units}"] = [
+            *task,
+            f"--init_checkpoint={output_dir}",
+            f"--output_dir={again}",
+            f"--max_seq_length={SEQ}",
+            "--do_eval",
+        ]
+    results = run_in_one_process(runs)
+    assert all(result == ["no error", ""] for result in results.values()), results
+    return dirs
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("bilstm_units", BILSTM_UNITS)
+def test_run_classifier_fine_tunes_an_ltr_model_from_its_output_dir(classifier_runs, bilstm_units):
+    output_dir, again = classifier_runs[bilstm_units]
     results = read_results(output_dir / "eval_results.txt")
     assert 0.0 <= results["eval_accuracy"] <= 1.0 and math.isfinite(results["eval_loss"])
     info = json.loads((output_dir / "model_info.json").read_text())
     assert info["causal_attention"] is True and info["bilstm_units"] == bilstm_units
     # The fine-tuned output_dir alone predicts with the same model (BiLSTM included).
-    again = tmp_path / "again"
-    _run(
-        "run_classifier.py",
-        *task,
-        f"--init_checkpoint={output_dir}",
-        f"--output_dir={again}",
-        f"--max_seq_length={SEQ}",
-        "--do_eval",
-    )
     assert math.isclose(
         read_results(again / "eval_results.txt")["eval_loss"], results["eval_loss"], rel_tol=1e-5
     )
 
 
+@pytest.fixture(scope="module")
+def squad_runs(pretrained, root, tmp_path_factory):
+    """{bilstm_units: output_dir} of SQuAD 1.1 fine-tuned from the ltr run's output_dir,
+    without and with a BiLSTM head, then predicted and scored; both runs in one process."""
+    folder = tmp_path_factory.mktemp("ltr_squad")
+    dirs = {units: folder / f"squad_{units}" for units in BILSTM_UNITS}
+    runs = {
+        str(units): [
+            f"--train_file={root / 'v1.json'}",
+            f"--predict_file={root / 'v1.json'}",
+            "--doc_stride=32",
+            "--max_query_length=16",
+            *_finetune_args(output_dir, pretrained["ltr"], units),
+            "--do_train",
+            "--do_predict",
+            "--do_eval",
+        ]
+        for units, output_dir in dirs.items()
+    }
+    results = run_squad_in_one_process(runs)
+    assert all(result == ["no error", ""] for result in results.values()), results
+    return dirs
+
+
 @pytest.mark.slow
-@pytest.mark.parametrize("bilstm_units", [0, 8])
-def test_run_squad_fine_tunes_an_ltr_model_from_its_output_dir(
-    pretrained, root, tmp_path, bilstm_units
-):
-    output_dir = tmp_path / "squad"
-    _run(
-        "run_squad.py",
-        f"--train_file={root / 'v1.json'}",
-        f"--predict_file={root / 'v1.json'}",
-        "--doc_stride=32",
-        "--max_query_length=16",
-        *_finetune_args(output_dir, pretrained["ltr"], bilstm_units),
-        "--do_train",
-        "--do_predict",
-        "--do_eval",
-    )
+@pytest.mark.parametrize("bilstm_units", BILSTM_UNITS)
+def test_run_squad_fine_tunes_an_ltr_model_from_its_output_dir(squad_runs, bilstm_units):
+    output_dir = squad_runs[bilstm_units]
     results = read_results(output_dir / "eval_results.txt")
     assert 0.0 <= results["f1"] <= 100.0
     info = json.loads((output_dir / "model_info.json").read_text())

@@ -6,6 +6,7 @@ TF_CONFIG must be set before TensorFlow starts) and are marked slow.
 
 import json
 import os
+import re
 import signal
 import socket
 import subprocess
@@ -19,6 +20,7 @@ import tensorflow as tf
 from data_prep import input_pipeline, records
 from data_prep.pretraining import pretraining_data
 from tests.conftest import REPO_ROOT, SAMPLE_DATA, write_tiny_config
+from tests.helpers.pretraining_data_helpers import make_shard, run_pretraining_in_one_process
 
 VOCAB = str(SAMPLE_DATA / "vocab" / "uncased_vocab.txt")
 SEQ, PREDS = 64, 10
@@ -30,45 +32,19 @@ def tiny_config(path, dropout=0.1):
     )
 
 
-def make_shard(corpus_file, output, seed=12345, dupe_factor=5):
-    subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "data_prep.create_pretraining_data",
-            f"--input_file={corpus_file}",
-            f"--output_file={output}",
-            f"--vocab_file={VOCAB}",
-            f"--max_seq_length={SEQ}",
-            f"--max_predictions_per_seq={PREDS}",
-            f"--dupe_factor={dupe_factor}",
-            f"--random_seed={seed}",
-        ],
-        check=True,
-        cwd=REPO_ROOT,
-        capture_output=True,
-    )
-    return str(output)
-
-
 @pytest.fixture(scope="module")
 def shards(tmp_path_factory):
     d = tmp_path_factory.mktemp("shards")
     corpus = SAMPLE_DATA / "corpus"
-    return {
-        "train": make_shard(corpus / "bert_paper_v1.txt", d / "train.tfrecord"),
-        "eval": make_shard(
-            corpus / "bert_paper_v2.txt", d / "eval.tfrecord", seed=7, dupe_factor=1
-        ),
-    }
+    train = make_shard(
+        corpus / "bert_paper_v1.txt", d / "train.tfrecord", VOCAB, SEQ, PREDS, dupe_factor=5
+    )
+    return {"train": train}
 
 
-def run_pretraining(
-    output_dir, config_file, train_file, *extra, env=None, wait=True, steps=6, batch=8, warmup=2
-):
-    args = [
-        sys.executable,
-        str(REPO_ROOT / "run_pretraining.py"),
+def pretraining_args(output_dir, config_file, train_file, *extra, steps=6, batch=8, warmup=2):
+    """The flags of a run_pretraining.py run of these tests."""
+    return [
         f"--input_file={train_file}",
         f"--output_dir={output_dir}",
         f"--bert_config_file={config_file}",
@@ -82,6 +58,16 @@ def run_pretraining(
         "--do_train",
         "--alsologtostderr",
         *extra,
+    ]
+
+
+def run_pretraining(output_dir, config_file, train_file, *extra, env=None, wait=True, **kwargs):
+    """Runs run_pretraining.py in a process of its own: waits for it (and asserts it
+    succeeded), or returns the Popen with its stderr in `<output_dir>.log`."""
+    args = [
+        sys.executable,
+        str(REPO_ROOT / "run_pretraining.py"),
+        *pretraining_args(output_dir, config_file, train_file, *extra, **kwargs),
     ]
     full_env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2", **(env or {}))
     if not wait:
@@ -190,32 +176,76 @@ def test_pipeline_slices_global_batches_across_workers(shards):
 EVALUATION = ("--do_eval", "--max_eval_steps=3", "--eval_batch_size=8")
 
 
+# The one-device reference of every distributed run: 24 steps without dropout, a
+# checkpoint every 4 (a lost worker's restart resumes from one).
+STEPS = 24
+REFERENCE = ("--steps_per_loop=1", "--save_checkpoints_steps=4")
+# The uninterrupted run a killed run must resume to: dropout on, op determinism.
+KILLED = ("--deterministic", "--steps_per_loop=1", "--save_checkpoints_steps=2")
+
+
 @pytest.fixture(scope="module")
-def one_device(shards, tmp_path_factory):
-    """(config, output_dir) of a run on one device without dropout, with evaluation
-    after training: the reference of the distributed runs below (the evaluation comes
-    after the last checkpoint, so ckpt-6 is the same as without it)."""
-    directory = tmp_path_factory.mktemp("one_device")
+def references(shards, tmp_path_factory):
+    """The run_pretraining.py runs that need no process of their own, all in one process
+    (TensorFlow starts once): {"config": dropout-free config, "one": output_dir of the
+    one-device reference of the distributed runs (with evaluation after training, which
+    comes after the last checkpoint, so ckpt-24 is the same as without it),
+    "straight_config" and "straight": the uninterrupted run of the kill test, "errors":
+    {name: [error type, message]} of the runs with bad input}. The deterministic run goes
+    first, as in a process of its own."""
+    directory = tmp_path_factory.mktemp("references")
     config = tiny_config(directory / "config.json", dropout=0.0)
-    run_pretraining(directory / "one", config, shards["train"], *EVALUATION)
-    return config, directory / "one"
+    straight_config = tiny_config(directory / "straight_config.json", dropout=0.1)
+    train = shards["train"]
+    bad = [
+        f"--input_file={train}",
+        f"--output_dir={directory / 'bad'}",
+        f"--bert_config_file={config}",
+        "--do_train",
+        "--num_train_steps=1",
+    ]
+    runs = {
+        "straight": pretraining_args(
+            directory / "straight", straight_config, train, *KILLED, steps=10
+        ),
+        "one": pretraining_args(
+            directory / "one", config, train, *REFERENCE, *EVALUATION, steps=STEPS
+        ),
+        "longer_than_the_config": [*bad, "--max_seq_length=128"],
+        "more_predictions_than_the_shards": [
+            *bad,
+            f"--max_seq_length={SEQ}",
+            "--max_predictions_per_seq=20",
+        ],
+    }
+    errors = run_pretraining_in_one_process(runs)
+    for name in ("straight", "one"):
+        assert errors.pop(name) == ["no error", ""]
+    return {
+        "config": config,
+        "one": directory / "one",
+        "straight_config": straight_config,
+        "straight": directory / "straight",
+        "errors": errors,
+    }
 
 
 @pytest.mark.slow
-def test_mirrored_on_two_devices_equals_one_device(shards, one_device, tmp_path):
-    config, one = one_device
+def test_mirrored_on_two_devices_equals_one_device(shards, references, tmp_path):
     run_pretraining(
         tmp_path / "mirrored",
-        config,
+        references["config"],
         shards["train"],
         "--distribution_strategy=mirrored",
         "--num_cpu_devices=2",
+        *REFERENCE,
+        steps=STEPS,
     )
     summary = json.loads((tmp_path / "mirrored" / "train_summary.json").read_text())
     assert summary["num_replicas"] == 2 and summary["replica_max_diff"] == 0.0
     assert_close_weights(
-        model_weights(str(one / "ckpt-6")),
-        model_weights(str(tmp_path / "mirrored" / "ckpt-6")),
+        model_weights(str(references["one"] / f"ckpt-{STEPS}")),
+        model_weights(str(tmp_path / "mirrored" / f"ckpt-{STEPS}")),
         atol=1e-4,
     )
 
@@ -227,8 +257,8 @@ def free_port():
 
 
 @pytest.mark.slow
-def test_multi_worker_mirrored_equals_one_device(shards, one_device, tmp_path):
-    config, one = one_device
+def test_multi_worker_mirrored_equals_one_device(shards, references, tmp_path):
+    config, one = references["config"], references["one"]
     workers = [f"127.0.0.1:{free_port()}", f"127.0.0.1:{free_port()}"]
     procs = []
     for index in range(2):
@@ -241,9 +271,11 @@ def test_multi_worker_mirrored_equals_one_device(shards, one_device, tmp_path):
                 config,
                 shards["train"],
                 "--distribution_strategy=multi_worker_mirrored",
+                *REFERENCE,
                 *EVALUATION,
                 env={"TF_CONFIG": tf_config},
                 wait=False,
+                steps=STEPS,
             )
         )
     for index, proc in enumerate(procs):
@@ -263,7 +295,7 @@ def test_multi_worker_mirrored_equals_one_device(shards, one_device, tmp_path):
         "run_config.json",
         "train_summary.json",
         "checkpoint",
-        "ckpt-6.index",
+        f"ckpt-{STEPS}.index",
         "train",
     } <= chief_files, chief_files
     assert len(list((tmp_path / "worker0" / "train").glob("events*"))) == 1
@@ -275,8 +307,8 @@ def test_multi_worker_mirrored_equals_one_device(shards, one_device, tmp_path):
     }
     assert worker_files == {"train_summary_worker_1.json"}, worker_files
     assert_close_weights(
-        model_weights(str(one / "ckpt-6")),
-        model_weights(str(tmp_path / "worker0" / "ckpt-6")),
+        model_weights(str(one / f"ckpt-{STEPS}")),
+        model_weights(str(tmp_path / "worker0" / f"ckpt-{STEPS}")),
         atol=1e-4,
     )
     one, chief = (
@@ -291,14 +323,12 @@ def test_multi_worker_mirrored_equals_one_device(shards, one_device, tmp_path):
 
 
 @pytest.mark.slow
-def test_killed_run_resumes_to_the_same_weights(shards, tmp_path):
+def test_killed_run_resumes_to_the_same_weights(shards, references, tmp_path):
     """SIGKILL midway, restart: the same final weights as an uninterrupted run
     (op determinism on; dropout active, so its seed state must be restored too)."""
-    config = tiny_config(tmp_path / "config.json", dropout=0.1)
-    common = ("--deterministic", "--steps_per_loop=1", "--save_checkpoints_steps=2")
-    run_pretraining(tmp_path / "straight", config, shards["train"], *common, steps=10)
+    config = references["straight_config"]
     proc = run_pretraining(
-        tmp_path / "killed", config, shards["train"], *common, steps=10, wait=False
+        tmp_path / "killed", config, shards["train"], *KILLED, steps=10, wait=False
     )
     deadline = time.time() + 300
     while not (tmp_path / "killed" / "ckpt-4.index").exists():
@@ -309,10 +339,10 @@ def test_killed_run_resumes_to_the_same_weights(shards, tmp_path):
     proc.wait()
     latest = tf.train.latest_checkpoint(str(tmp_path / "killed"))
     assert latest is not None and not latest.endswith("ckpt-10")
-    result = run_pretraining(tmp_path / "killed", config, shards["train"], *common, steps=10)
+    result = run_pretraining(tmp_path / "killed", config, shards["train"], *KILLED, steps=10)
     assert "Resumed from" in result.stderr
     assert_close_weights(
-        model_weights(str(tmp_path / "straight" / "ckpt-10")),
+        model_weights(str(references["straight"] / "ckpt-10")),
         model_weights(str(tmp_path / "killed" / "ckpt-10")),
         atol=0.0,
     )
@@ -350,7 +380,14 @@ def test_one_run_per_output_dir_and_sigterm_stops_with_143(shards, tmp_path):
     )
     assert second.returncode != 0
     assert f"--output_dir={out} is in use by another run: pid {proc.pid} on host" in second.stderr
-    time.sleep(2)
+    # SIGTERM once a step is done (its line in the log file), not at a fixed time.
+    while not any(
+        re.search(r"step \d+/100000 ", path.read_text())
+        for path in out.glob("run_pretraining.*.INFO.*")
+    ):
+        assert proc.poll() is None, open(f"{out}.log").read()[-3000:]
+        assert time.time() < deadline
+        time.sleep(0.1)
     proc.send_signal(signal.SIGTERM)
     proc.wait(timeout=120)
     assert proc.returncode == 143
@@ -371,15 +408,13 @@ def test_one_run_per_output_dir_and_sigterm_stops_with_143(shards, tmp_path):
 
 
 @pytest.mark.slow
-def test_a_lost_worker_is_named_and_a_restart_resumes(shards, tmp_path):
+def test_a_lost_worker_is_named_and_a_restart_resumes(shards, references, tmp_path):
     """Two MultiWorkerMirrored workers on loopback share one output_dir (the chief alone
     takes its lock). Worker 1 killed: worker 0 stops with exit code 75 and one message
     naming worker 1 and saying to restart every worker. Restarted with the same
     command, they resume from the last checkpoint to the weights of an uninterrupted
     run."""
-    config = tiny_config(tmp_path / "config.json", dropout=0.0)
-    steps, common = 24, ("--steps_per_loop=1", "--save_checkpoints_steps=4")
-    run_pretraining(tmp_path / "one", config, shards["train"], *common, steps=steps)
+    config, steps, common = references["config"], STEPS, REFERENCE
     workers = [f"127.0.0.1:{free_port()}", f"127.0.0.1:{free_port()}"]
     out = tmp_path / "shared"
 
@@ -443,33 +478,19 @@ def test_a_lost_worker_is_named_and_a_restart_resumes(shards, tmp_path):
     assert len(list((out / "train").glob("events*"))) == 2
     assert not list(out.glob(".worker_*"))
     assert_close_weights(
-        model_weights(str(tmp_path / "one" / f"ckpt-{steps}")),
+        model_weights(str(references["one"] / f"ckpt-{steps}")),
         model_weights(str(out / f"ckpt-{steps}")),
         atol=1e-4,
     )
 
 
 @pytest.mark.slow
-def test_bad_input_to_the_runner(shards, tmp_path):
-    config = tiny_config(tmp_path / "config.json")
-    args = [
-        sys.executable,
-        str(REPO_ROOT / "run_pretraining.py"),
-        f"--input_file={shards['train']}",
-        f"--output_dir={tmp_path / 'o'}",
-        f"--bert_config_file={config}",
-        "--do_train",
-        "--num_train_steps=1",
-    ]
-    result = subprocess.run(args + ["--max_seq_length=128"], capture_output=True, text=True)
-    assert result.returncode != 0
-    assert "max_position_embeddings=64" in result.stderr
-    result = subprocess.run(
-        args + [f"--max_seq_length={SEQ}", "--max_predictions_per_seq=20"],
-        capture_output=True,
-        text=True,
-    )
-    assert result.returncode != 0 and "max_predictions_per_seq=20" in result.stderr
+def test_bad_input_to_the_runner(references):
+    errors = references["errors"]
+    error, message = errors["longer_than_the_config"]
+    assert error != "no error" and "max_position_embeddings=64" in message
+    error, message = errors["more_predictions_than_the_shards"]
+    assert error != "no error" and "max_predictions_per_seq=20" in message
 
 
 def test_shard_metadata_is_checked_against_the_run(shards):

@@ -23,10 +23,9 @@ from tests.helpers import optimizer_reference as ref
 import run_pretraining
 import runner_settings
 from common.errors import UserError
-from data_prep.pretraining import pretraining_records as ptr
 from modeling.config import BertConfig
-from tests.conftest import SAMPLE_DATA, run_results_driver, tiny_config
-from tests.helpers.pretraining_data_helpers import options
+from tests.conftest import SAMPLE_DATA, tiny_config
+from tests.helpers.pretraining_data_helpers import make_shard, run_pretraining_in_one_process
 
 VOCAB = str(SAMPLE_DATA / "vocab" / "uncased_vocab.txt")
 CORPUS = SAMPLE_DATA / "corpus"
@@ -34,37 +33,6 @@ BATCH, LR, SEED = 8, 1e-3, 12345
 PHASE_1 = dict(seq=32, preds=5)  # the paper's 128 / 20
 PHASE_2 = dict(seq=64, preds=10)  # the paper's 512 / 80
 CONFIG = tiny_config(dropout=0.0, max_position_embeddings=64)
-
-# Runs several run_pretraining.py command lines in one process, in order.
-DRIVER = r"""
-import json, sys
-import run_pretraining
-results = {}
-for name, argv in json.loads(sys.argv[1]).items():
-    run_pretraining.FLAGS.unparse_flags()
-    run_pretraining.FLAGS(["run_pretraining.py", *argv])
-    try:
-        run_pretraining.main([])
-        results[name] = ["no error", ""]
-    except Exception as e:
-        results[name] = [type(e).__name__, str(e)]
-print("RESULTS" + json.dumps(results))
-"""
-
-
-def make_shard(corpus_file, path, seq, preds, seed):
-    ptr.run(
-        options(
-            [corpus_file],
-            [path],
-            VOCAB,
-            max_seq_length=seq,
-            max_predictions_per_seq=preds,
-            dupe_factor=1,
-            random_seed=seed,
-        )
-    )
-    return str(path)
 
 
 def phase_args(shard, output_dir, phase, steps, warmup, *extra):
@@ -106,8 +74,12 @@ def runs(tmp_path_factory):
     d = tmp_path_factory.mktemp("procedure")
     config_file = d / "bert_config.json"
     config_file.write_text(json.dumps(CONFIG))
-    shard_1 = make_shard(CORPUS / "bert_paper_v1.txt", d / "phase1.tfrecord", **PHASE_1, seed=1)
-    shard_2 = make_shard(CORPUS / "bert_paper_v2.txt", d / "phase2.tfrecord", **PHASE_2, seed=2)
+    shard_1 = make_shard(
+        CORPUS / "bert_paper_v1.txt", d / "phase1.tfrecord", VOCAB, **PHASE_1, seed=1
+    )
+    shard_2 = make_shard(
+        CORPUS / "bert_paper_v2.txt", d / "phase2.tfrecord", VOCAB, **PHASE_2, seed=2
+    )
     lamb_init = lamb_init_checkpoint(d)
     config = f"--bert_config_file={config_file}"
     phase1 = d / "phase1"
@@ -175,7 +147,7 @@ def runs(tmp_path_factory):
             shard_1, d / "bad4", PHASE_1, 4, 2, config, "--stop_at_step=5"
         ),
     }
-    results = run_results_driver(DRIVER, argv, timeout=900)
+    results = run_pretraining_in_one_process(argv)
     return dict(
         results=results,
         dir=d,
