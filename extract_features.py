@@ -126,7 +126,8 @@ def make_feature_fn(encoder: BertEncoder, layer_indexes: list[int]):
     spec = tf.TensorSpec([None, None], tf.int32)
 
     @tf.function(
-        input_signature=[{"input_word_ids": spec, "input_mask": spec, "input_type_ids": spec}]
+        input_signature=[{"input_word_ids": spec, "input_mask": spec, "input_type_ids": spec}],
+        autograph=False,
     )
     def features(inputs):
         outputs = encoder(inputs, training=False)["encoder_outputs"]

@@ -208,7 +208,8 @@ def make_dataset_fn(
         )
         if settings.causal_attention:  # The clean text, from the masked LM's shards.
             dataset = dataset.map(
-                pretraining_data.restore_masked_tokens, num_parallel_calls=tf.data.AUTOTUNE
+                input_pipeline.as_written(pretraining_data.restore_masked_tokens),
+                num_parallel_calls=tf.data.AUTOTUNE,
             )
         return dataset
 

@@ -305,6 +305,16 @@ def cut_batch(
     }
 
 
+def as_written(fn: Callable) -> Callable:
+    """`fn` traced as written, without AutoGraph's rewriting of its Python control flow
+    (and of every function it calls) into graph control flow. For functions whose
+    branches and loops depend only on Python values, as every decoder and step of this
+    project: the graph is the same, and the rewriting took about a quarter of the time
+    of a small fine-tuning run. A branch on a tensor in such a function is an error
+    when it is traced ("using a `tf.Tensor` as a Python `bool` is not allowed")."""
+    return tf.autograph.experimental.do_not_convert(fn)
+
+
 def cut_batches(
     dataset: tf.data.Dataset,
     max_seq_length: int,
@@ -316,7 +326,7 @@ def cut_batches(
     if pad_to_max_seq_length:
         return dataset
     return dataset.map(
-        lambda batch: cut_batch(batch, max_seq_length, sequence_features),
+        as_written(lambda batch: cut_batch(batch, max_seq_length, sequence_features)),
         num_parallel_calls=tf.data.AUTOTUNE,
     )
 
@@ -382,7 +392,7 @@ def batched_records(
     dataset = records_dataset.batch(
         per_replica_batch_size(batch_size, input_context), drop_remainder=drop_remainder
     )
-    dataset = dataset.map(decode_batch, num_parallel_calls=tf.data.AUTOTUNE)
+    dataset = dataset.map(as_written(decode_batch), num_parallel_calls=tf.data.AUTOTUNE)
     dataset = cut_batches(
         dataset, metadata.max_seq_length, pad_to_max_seq_length, sequence_features
     )

@@ -302,9 +302,14 @@ class Trainer:
         return self._train_loop
 
     def _make_train_loop(self):
-        step_fn = self._replica_train_step
+        # The step is traced as written: AutoGraph's rewriting of it and of every
+        # function of the model it calls gives the same graph (their branches are on
+        # Python values) and took about a quarter of a small run. Only the loop
+        # below needs AutoGraph (its tf.range).
         if self.enable_xla:
-            step_fn = tf.function(step_fn, jit_compile=True)
+            step_fn = tf.function(self._replica_train_step, jit_compile=True, autograph=False)
+        else:
+            step_fn = tf.autograph.experimental.do_not_convert(self._replica_train_step)
 
         @tf.function
         def loop(iterator, num_steps):

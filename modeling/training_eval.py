@@ -101,8 +101,10 @@ class EvalLoop:
         """The compiled step: a global batch -> the objective's evaluation sums over it."""
         if self._eval_step is None:
             # reduce_retracing: a smaller last batch makes one more trace, with a batch
-            # dimension of any size, instead of one per batch size seen.
-            @tf.function(reduce_retracing=True)
+            # dimension of any size, instead of one per batch size seen. No AutoGraph:
+            # the model's and the objective's branches are on Python values, so the
+            # graph is the same without its rewriting of every function called.
+            @tf.function(reduce_retracing=True, autograph=False)
             def step(batch):
                 def replica(features):
                     sums = self.objective.eval_sums(features, self.model(features, training=False))
@@ -121,7 +123,7 @@ class EvalLoop:
         """The compiled step of `output_fn`: a global batch -> its per-replica outputs."""
         if output_fn not in self._predict_steps:
 
-            @tf.function(reduce_retracing=True)
+            @tf.function(reduce_retracing=True, autograph=False)
             def step(batch):
                 def replica(features):
                     return output_fn(features, self.model(features, training=False))

@@ -111,9 +111,13 @@ def classifier_signatures(
             "labels": tf.gather(label_names, tf.argmax(probabilities, axis=-1)),
         }
 
-    pair = tf.function(predict, input_signature=[text_spec("text_a"), text_spec("text_b")])
+    pair = tf.function(
+        predict, input_signature=[text_spec("text_a"), text_spec("text_b")], autograph=False
+    )
     single = tf.function(
-        lambda text_a: predict(text_a, None), input_signature=[text_spec("text_a")]
+        lambda text_a: predict(text_a, None),
+        input_signature=[text_spec("text_a")],
+        autograph=False,
     )
     return {"serving_default": pair, "serving_text_a": single}
 
@@ -290,6 +294,7 @@ def multiple_choice_signatures(
     by_parts = tf.function(
         predict_parts,
         input_signature=[text_spec("context"), text_spec("start"), choices_spec("endings")],
+        autograph=False,
     )
 
     def predict_choices(context, choices):
@@ -297,6 +302,8 @@ def multiple_choice_signatures(
         return predict(context, choices, "choices")
 
     whole = tf.function(
-        predict_choices, input_signature=[text_spec("context"), choices_spec("choices")]
+        predict_choices,
+        input_signature=[text_spec("context"), choices_spec("choices")],
+        autograph=False,
     )
     return {"serving_default": by_parts, "serving_choices": whole}

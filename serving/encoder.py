@@ -67,7 +67,7 @@ class ReusableModule(tf.Module):
         self.variables, self.trainable_variables = savedmodel.collect_variables(keras_layers)
         self.regularization_losses = []
 
-        @tf.function
+        @tf.function(autograph=False)
         def call(inputs, training=False):
             return call_fn(inputs, training)
 
@@ -164,7 +164,7 @@ def _signature(call, keys: Sequence[str]):
     with flat outputs (a call op on the traced function, not a second trace)."""
     inference = call.get_concrete_function(id_specs(keys), training=False)
 
-    @tf.function(input_signature=list(id_specs(keys).values()))
+    @tf.function(input_signature=list(id_specs(keys).values()), autograph=False)
     def serve(*tensors):
         return flatten_outputs(inference(dict(zip(keys, tensors)), training=False))
 

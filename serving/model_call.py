@@ -59,7 +59,9 @@ class ModelCall:
         self._seq_length = seq_length
         self._pad = pad_to_max_seq_length
         self._compiled = (
-            tf.function(self._graph_call, jit_compile=True) if xla_single_requests else None
+            tf.function(self._graph_call, jit_compile=True, autograph=False)
+            if xla_single_requests
+            else None
         )
 
     def _graph_call(self, inputs: dict) -> dict:

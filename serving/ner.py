@@ -145,5 +145,5 @@ def ner_signatures(
         tags = words.with_flat_values(tf.gather(label_names, word_labels))
         return {"tags": tags.to_tensor(""), "words": words.to_tensor("")}
 
-    serve = tf.function(tag, input_signature=[text_inputs.text_spec("text")])
+    serve = tf.function(tag, input_signature=[text_inputs.text_spec("text")], autograph=False)
     return {"serving_default": serve}

@@ -45,7 +45,7 @@ class PackInputsModule(tf.Module):
         super().__init__(name="bert_pack_inputs")
         self.default_seq_length = default_seq_length
 
-        @tf.function
+        @tf.function(autograph=False)
         def pack(segments, seq_length=default_seq_length):
             return pack_inputs(list(segments), seq_length, cls_id, sep_id)
 
@@ -97,12 +97,12 @@ class PreprocessingModule(tf.Module):
         self.bert_pack_inputs = PackInputsModule(tokenizer.cls_id, tokenizer.sep_id, seq_length)
         text = tf.TensorSpec([None], tf.string, name="inputs")
 
-        @tf.function(input_signature=[text])
+        @tf.function(input_signature=[text], autograph=False)
         def tokenize(inputs):
             (inputs,) = checked_request({"inputs": inputs})
             return tokenizer.tokenize_words(inputs)
 
-        @tf.function(input_signature=[text])
+        @tf.function(input_signature=[text], autograph=False)
         def call(inputs):
             (inputs,) = checked_request({"inputs": inputs})
             return tokenizer.bert_pack_inputs([tokenizer.tokenize_words(inputs)], seq_length)

@@ -403,5 +403,6 @@ def squad_signatures(
     serve = tf.function(
         predict,
         input_signature=[text_inputs.text_spec("question"), text_inputs.text_spec("context")],
+        autograph=False,
     )
     return {"serving_default": serve}

@@ -466,11 +466,17 @@ def pretraining_dataset(
         ds = files_ds.flat_map(tf.data.TFRecordDataset)
     if is_training and pipelines > 1 and not shard_files:
         ds = ds.batch(per_replica * pipelines, drop_remainder=True)
-        ds = ds.map(lambda b: b[pipeline_id * per_replica : (pipeline_id + 1) * per_replica])
+        ds = ds.map(
+            input_pipeline.as_written(
+                lambda b: b[pipeline_id * per_replica : (pipeline_id + 1) * per_replica]
+            )
+        )
     else:
         ds = ds.batch(per_replica, drop_remainder=is_training)
     ds = ds.map(
-        lambda serialized: decode_records(serialized, max_seq_length, max_predictions_per_seq),
+        input_pipeline.as_written(
+            lambda serialized: decode_records(serialized, max_seq_length, max_predictions_per_seq)
+        ),
         num_parallel_calls=tf.data.AUTOTUNE,
     )
     ds = input_pipeline.cut_batches(ds, max_seq_length, pad_to_max_seq_length)

@@ -203,7 +203,7 @@ class TFBertTokenizer(tf.Module):
         )
         return words.with_flat_values(tf.where(too_long, tokenization.UNK_TOKEN, words.flat_values))
 
-    @tf.function(input_signature=[tf.TensorSpec([None], tf.string)])
+    @tf.function(input_signature=[tf.TensorSpec([None], tf.string)], autograph=False)
     def tokenize(self, text: tf.Tensor) -> tf.RaggedTensor:
         """Word-piece ids of each string.
 
@@ -263,7 +263,7 @@ class TFBertTokenizer(tf.Module):
         pieces = self._wordpiece.tokenize(self.split_words(text))
         return tf.cast(pieces.merge_dims(-2, -1), tf.int32)
 
-    @tf.function(input_signature=[tf.TensorSpec([None], tf.string)])
+    @tf.function(input_signature=[tf.TensorSpec([None], tf.string)], autograph=False)
     def tokenize_words(self, text: tf.Tensor) -> tf.RaggedTensor:
         """Word-piece ids of each word of each string (the TF Hub layout).
 
