@@ -222,7 +222,7 @@ def main(_):
     runner_settings.apply_original_flags(FLAGS)
     run_control.hold_file(FLAGS.output_file, f"--output_file={FLAGS.output_file}")
     run_control.exit_on_sigterm("extract_features")
-    files = model_flags.resolve_model_files(FLAGS)
+    files = model_flags.resolve_model_files(FLAGS, max_seq_length=FLAGS.max_seq_length)
     layer_indexes = feature_based.parse_layer_numbers(
         FLAGS.layers, files.config.num_hidden_layers, "--layers"
     )

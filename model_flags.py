@@ -51,11 +51,16 @@ def preserve_unused_tokens_flag(FLAGS) -> bool | None:
     return FLAGS.preserve_unused_tokens if given(FLAGS, "preserve_unused_tokens") else None
 
 
-def resolve_model_files(FLAGS, vocab_required: bool = True) -> model_files.ModelFiles:
+def resolve_model_files(
+    FLAGS, vocab_required: bool = True, max_seq_length: int | None = None
+) -> model_files.ModelFiles:
     """--bert_config_file, --vocab_file, --do_lower_case and --preserve_unused_tokens,
-    or what sits beside --init_checkpoint, checked against each other and (where the
-    command has it) --max_seq_length: the model resolved once, the value the run
-    passes on (its model_info.json and vocabulary read)."""
+    or what sits beside --init_checkpoint, checked against each other and against
+    `max_seq_length` (the command's --max_seq_length; None for a command without
+    one): the model resolved once, the value the run passes on (its model_info.json
+    and vocabulary read). The command says which length to check: whether the
+    process's flags hold a --max_seq_length depends on which other commands' modules
+    it imported."""
     checkpoint = check_init_checkpoint(FLAGS)
     files = model_files.resolve(
         FLAGS.bert_config_file,
@@ -67,8 +72,8 @@ def resolve_model_files(FLAGS, vocab_required: bool = True) -> model_files.Model
         vocab_required=vocab_required,
         checkpoint=checkpoint,
     )
-    if "max_seq_length" in FLAGS:
-        check_max_seq_length(FLAGS.max_seq_length, files.config)
+    if max_seq_length is not None:
+        check_max_seq_length(max_seq_length, files.config)
     return files
 
 
@@ -146,7 +151,7 @@ def build_encoder(
             encoder = hub.HubEncoder(FLAGS.hub_module_url)
         files = hub_model_files(FLAGS, encoder)
     else:
-        files = resolve_model_files(FLAGS)
+        files = resolve_model_files(FLAGS, max_seq_length=FLAGS.max_seq_length)
         with strategy.scope():
             encoder = BertEncoder(
                 files.config,

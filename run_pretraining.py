@@ -371,7 +371,9 @@ def main(_):
     # The config (flag or beside --init_checkpoint) and, when known, the vocabulary the
     # shards were made with: the output_dir then carries both, and the objective's
     # left-only constraint.
-    files = model_flags.resolve_model_files(FLAGS, vocab_required=False)
+    files = model_flags.resolve_model_files(
+        FLAGS, vocab_required=False, max_seq_length=FLAGS.max_seq_length
+    )
     files = dataclasses.replace(files, causal_attention=settings.causal_attention)
     shards, eval_shards = input_shards(settings.input_file, settings.eval_input_file)
     files = with_shards_preserve_setting(

@@ -261,11 +261,19 @@ class Trainer:
 
         if self.accumulation == 1:
             return loss_and_grads(features)
-        loss, grads = loss_and_grads(_split(features, self.accumulation, 0))
-        for i in tf.range(1, self.accumulation):
+
+        def add_micro_batch(i, loss, grads):
             micro_loss, micro_grads = loss_and_grads(_split(features, self.accumulation, i))
-            loss += micro_loss
-            grads = [a + b for a, b in zip(grads, micro_grads)]
+            return i + 1, loss + micro_loss, [a + b for a, b in zip(grads, micro_grads)]
+
+        # A graph loop (one micro-batch's activations at a time), written as one: the
+        # step is traced without AutoGraph (`_make_train_loop`).
+        loss, grads = loss_and_grads(_split(features, self.accumulation, 0))
+        _, loss, grads = tf.while_loop(
+            lambda i, loss, grads: i < self.accumulation,
+            add_micro_batch,
+            (tf.constant(1), loss, grads),
+        )
         return loss, grads
 
     def _replica_train_step(self, features):

@@ -11,6 +11,10 @@ import tensorflow as tf
 import tensorflow_text  # noqa: F401  (registers the ops the preprocessing model needs)
 
 import export_tfhub
+
+# Another command's flags in this process (run_classifier's --max_seq_length=128) must
+# not concern the export: the tiny checkpoint below has max_position_embeddings=64.
+import run_classifier  # noqa: F401
 from common.errors import UserError
 from data_prep.text import tokenization
 from modeling import checkpoint_writers, checkpoints, hub
