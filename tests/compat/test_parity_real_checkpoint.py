@@ -255,7 +255,7 @@ def test_squad_fine_tuning_follows_hugging_face_step_by_step(minilm_dir, tmp_pat
     from modeling.models import BertSpanLabeler
     from modeling.objectives import SpanObjective
 
-    steps, batch_size, warmup, lr = 8, 8, 2, 5e-4
+    steps, batch_size, warmup, lr = 4, 8, 2, 5e-4
     checkpoint = tmp_path / "checkpoint"  # The same weights with dropout off.
     shutil.copytree(minilm_dir, checkpoint)
     config_json = json.loads((checkpoint / "config.json").read_text())
