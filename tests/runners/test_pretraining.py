@@ -177,9 +177,9 @@ EVALUATION = ("--do_eval", "--max_eval_steps=3", "--eval_batch_size=8")
 
 
 # The one-device reference of every distributed run: 24 steps without dropout, a
-# checkpoint every 4 (a lost worker's restart resumes from one).
+# checkpoint every 8 (a lost worker's restart resumes from one).
 STEPS = 24
-REFERENCE = ("--steps_per_loop=1", "--save_checkpoints_steps=4")
+REFERENCE = ("--steps_per_loop=1", "--save_checkpoints_steps=8")
 # The uninterrupted run a killed run must resume to: dropout on, op determinism.
 KILLED = ("--deterministic", "--steps_per_loop=1", "--save_checkpoints_steps=2")
 
