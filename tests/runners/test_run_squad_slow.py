@@ -1,7 +1,8 @@
 """Slow end-to-end tests of run_squad.py, with runs of their own on questions of
 the bundled SQuAD 2.0 sample: the tiny model learns the training questions, a TF Hub
-encoder, a mirrored run on two CPUs against one device, SIGTERM. The single-device
-runs share one process (`single_device_runs`).
+encoder, a mirrored run on two CPUs against one device, SIGTERM. The runs of the first
+three share one process (`squad_runs`), the mirrored run first: it splits the CPU in two
+before TensorFlow starts, and the single-device runs after it use the first half.
 """
 
 import os
@@ -28,8 +29,9 @@ from tests.helpers.run_squad_helpers import (
 
 
 @pytest.fixture(scope="module")
-def single_device_runs(root, tmp_path_factory, vocab_file):
-    """The runs of the tests below on one device, one after the other in one process:
+def squad_runs(root, tmp_path_factory, vocab_file):
+    """The runs of the tests below, one after the other in one process: "mirrored" on
+    two CPUs first (the CPU is split before TensorFlow starts), then on one device
     "learn", "hub" and "one" (see the tests). -> (name -> [error type, message],
     name -> output_dir)."""
     import keras
@@ -38,7 +40,7 @@ def single_device_runs(root, tmp_path_factory, vocab_file):
     from modeling.encoder import BertEncoder
 
     directory = tmp_path_factory.mktemp("squad_slow")
-    outputs = {name: directory / name for name in ("learn", "hub", "one")}
+    outputs = {name: directory / name for name in ("mirrored", "learn", "hub", "one")}
     # learn: long training, the final model evaluated once.
     learn = [
         a
@@ -70,12 +72,24 @@ def single_device_runs(root, tmp_path_factory, vocab_file):
         for a in squad_flags(root, outputs["hub"])
         if not a.startswith(("--bert_config_file", "--vocab_file"))
     ]
-    # one: no dropout, against the mirrored run.
+    # one: no dropout, against the mirrored run (the same flags on two CPUs).
     no_dropout = tiny_config(directory / "bert_config.json", dropout=0.0)
     one = [
         a for a in squad_flags(root, outputs["one"], True) if not a.startswith("--bert_config_file")
     ]
+    mirrored = [
+        a
+        for a in squad_flags(
+            root,
+            outputs["mirrored"],
+            True,
+            "--distribution_strategy=mirrored",
+            "--num_cpu_devices=2",
+        )
+        if not a.startswith("--bert_config_file")
+    ]
     runs = {
+        "mirrored": [*mirrored, f"--bert_config_file={no_dropout}"],
         "learn": learn,
         "hub": [*hub, f"--hub_module_url={hub_dir}"],
         "one": [*one, f"--bert_config_file={no_dropout}"],
@@ -84,12 +98,12 @@ def single_device_runs(root, tmp_path_factory, vocab_file):
 
 
 @pytest.mark.slow
-def test_tiny_model_learns_the_training_questions(single_device_runs):
+def test_tiny_model_learns_the_training_questions(squad_runs):
     """Trained long enough on 17 questions, predicting the same questions beats the
     answer-nothing baseline (the 9/17 unanswerable) by far. The final model, evaluated
     once: an evaluation at each of the 60 epochs' ends would cost more than the
     training (test_run_squad.py's runs evaluate at each epoch's end)."""
-    errors, outputs = single_device_runs
+    errors, outputs = squad_runs
     assert errors["learn"] == ["no error", ""]
     results = read_results(outputs["learn"] / "eval_results.txt")
     baseline = 100.0 * 9 / 17
@@ -98,10 +112,10 @@ def test_tiny_model_learns_the_training_questions(single_device_runs):
 
 
 @pytest.mark.slow
-def test_tf_hub_encoder(root, single_device_runs):
+def test_tf_hub_encoder(root, squad_runs):
     """--hub_module_url: a TF Hub encoder (our export) fine-tuned in place of the
     checkpoint; its vocabulary and config come from the SavedModel."""
-    errors, outputs = single_device_runs
+    errors, outputs = squad_runs
     assert errors["hub"] == ["no error", ""]
     out = outputs["hub"]
     run_config = read_json(out / "run_config.json")
@@ -112,27 +126,16 @@ def test_tf_hub_encoder(root, single_device_runs):
 
 
 @pytest.mark.slow
-def test_mirrored_on_two_cpus_matches_one_device(root, tmp_path, single_device_runs):
+def test_mirrored_on_two_cpus_matches_one_device(squad_runs):
     """Two replicas (the CPU split in two) train and predict as one device: the same
     global batches, and every window's logits back under its own question (the
     prediction batches of 7 split unevenly over the replicas). No dropout."""
-    errors, outputs = single_device_runs
+    errors, outputs = squad_runs
+    assert errors["mirrored"] == ["no error", ""]
     assert errors["one"] == ["no error", ""]
-    config = tiny_config(tmp_path / "bert_config.json", dropout=0.0)
-    one, mirrored = outputs["one"], tmp_path / "mirrored"
-    argv = [
-        a
-        for a in squad_flags(
-            root, mirrored, True, "--distribution_strategy=mirrored", "--num_cpu_devices=2"
-        )
-        if not a.startswith("--bert_config_file")
-    ]
-    # A process of its own: the CPU is split before TensorFlow starts.
-    assert run_driver({"mirrored": [*argv, f"--bert_config_file={config}"]})["mirrored"] == [
-        "no error",
-        "",
-    ]
+    one, mirrored = outputs["one"], outputs["mirrored"]
     assert read_json(mirrored / "train_summary.json")["num_replicas"] == 2
+    assert read_json(one / "train_summary.json")["num_replicas"] == 1
     assert read_json(mirrored / "predictions.json") == read_json(one / "predictions.json")
     odds_one, odds_mirrored = (read_json(d / "null_odds.json") for d in (one, mirrored))
     np.testing.assert_allclose(list(odds_mirrored.values()), list(odds_one.values()), atol=1e-3)
