@@ -5,13 +5,16 @@ from one of the exports' request checks; never a crash, a hang or anything else.
 The exports are those of a tiny random model (test_serving_requests.py builds them
 through this module): the raw-text task exports (classifier, multiple choice, NER,
 SQuAD, cut to each batch's longest input as they are by default) and the TF Hub
-preprocessing model (`__call__`, `tokenize`, `bert_pack_inputs`).
+preprocessing model (`__call__`, `tokenize`, `bert_pack_inputs`). With --load_exports,
+exports written already (`DIR/<export>`, e.g. test_xla_exports.py's) are loaded instead;
+the contract then reads their labels and seq_length from them.
 
-Run as a program, it builds the exports once and tries them in this process, so run it
-in a subprocess (a crash must not take the caller with it):
+Run as a program, it builds (or loads) the exports once and tries them in this process,
+so run it in a subprocess (a crash must not take the caller with it; `run_worker` does):
 
   python -m tests.helpers.serving_fuzz --examples=100 --seed=0 --out=results.json \
-      --progress=progress.txt [--exports=classifier,squad] [--xla_single_requests]
+      --progress=progress.txt [--exports=classifier,squad] [--xla_single_requests] \
+      [--load_exports=DIR]
 
 Before each request it writes a summary of it to --progress: after a crash that file
 names the request. A request running longer than --timeout seconds ends the process
@@ -33,7 +36,7 @@ import time
 
 import numpy as np
 
-from tests.conftest import SAMPLE_DATA, tiny_config
+from tests.conftest import REPO_ROOT, SAMPLE_DATA, tiny_config
 
 EXPORTS = ("classifier", "multiple_choice", "ner", "squad", "preprocessing")
 LABELS = {"classifier": ["no", "yes", "maybe"], "ner": ["O", "B-X", "I-X"]}
@@ -387,6 +390,14 @@ def build_exports(directory: str, exports=EXPORTS, xla_single_requests: bool = F
     return loaded
 
 
+def load_exports(directory: str, exports=EXPORTS) -> dict:
+    """The exports written already under `directory` (`directory/<export>`), loaded."""
+    import tensorflow as tf
+    import tensorflow_text  # noqa: F401  (registers the ops the exports need)
+
+    return {export: tf.saved_model.load(os.path.join(directory, export)) for export in exports}
+
+
 def _strings(texts, shape=None, wrong_rank=None):
     """tf.string tensor of `texts` ([len(texts)] or `shape`), or of the `wrong_rank`."""
     import tensorflow as tf
@@ -446,9 +457,21 @@ def _split_words(text) -> list[bytes]:
     return [w for w in re.split(rb"[ \t\r\n]+", as_bytes(text)) if w]
 
 
-def answer_problems(request, answer) -> list[str]:
-    """What is wrong with an answer to a valid request (the form every answer has)."""
+def export_settings(module, export: str) -> tuple[list[str], int]:
+    """(labels, seq_length) of an export: those it holds (a loaded task export), else
+    those `build_exports` gives it."""
+    labels = LABELS.get(export, [])
+    if hasattr(module, "labels"):
+        labels = [label.decode() for label in module.labels.numpy()]
+    seq = getattr(module, "seq_length", SEQ[export])
+    return labels, int(seq.numpy()) if hasattr(seq, "numpy") else int(seq)
+
+
+def answer_problems(request, answer, module=None) -> list[str]:
+    """What is wrong with an answer to a valid request (the form every answer has) of
+    `module` (its labels and seq_length; those of `build_exports` without it)."""
     export, inputs = request["export"], request["inputs"]
+    labels, seq = export_settings(module, export)
     rows = len(next(iter(inputs.values()))) if export != "preprocessing" else None
     problems = []
 
@@ -457,7 +480,7 @@ def answer_problems(request, answer) -> list[str]:
             problems.append(what)
 
     if export == "classifier":
-        labels = [label.encode() for label in LABELS["classifier"]]
+        labels = [label.encode() for label in labels]
         p = answer["probabilities"]
         expect(p.shape == (rows, len(labels)), f"probabilities of shape {p.shape}")
         expect(np.all(np.isfinite(p)) and np.allclose(p.sum(-1), 1, atol=1e-5), "probabilities")
@@ -473,12 +496,12 @@ def answer_problems(request, answer) -> list[str]:
         for text, row_words, row_tags in zip(inputs["text"], words, tags):
             want = _split_words(text)
             expect([w for w in row_words if w] == want, "words")
-            expect(all(t.decode() in LABELS["ner"] for t in row_tags[: len(want)]), "tags")
+            expect(all(t.decode() in labels for t in row_tags[: len(want)]), "tags")
             expect(not any(row_tags[len(want) :]), "tags past the words")
     elif export == "squad":
         expect(answer["answer"].shape == (rows,), "answer shape")
         for name in ("start_logits", "end_logits"):
-            expect(answer[name].shape == (rows, SEQ["squad"]), f"{name} shape")
+            expect(answer[name].shape == (rows, seq), f"{name} shape")
             expect(not np.any(np.isnan(answer[name])), f"{name} NaN")
             expect(np.all(np.isfinite(answer[name][:, 0])), f"{name} at [CLS]")
         expect(np.all(np.isfinite(answer["null_score"])), "null_score")
@@ -495,10 +518,10 @@ def answer_problems(request, answer) -> list[str]:
         expect(np.all((values >= 0) & (values < VOCAB_SIZE)), "token ids out of the vocabulary")
     else:
         if request["call"] == "__call__":
-            rows, seq, segments = len(inputs["texts"]), SEQ["preprocessing"], 1
+            rows, segments = len(inputs["texts"]), 1
         else:
             rows, segments = inputs["segments"][0]["rows"], len(inputs["segments"])
-            seq = inputs["seq_length"] or SEQ["preprocessing"]
+            seq = inputs["seq_length"] or seq
         ids, mask, types = (answer[k] for k in ("input_word_ids", "input_mask", "input_type_ids"))
         for name, value in (("ids", ids), ("mask", mask), ("types", types)):
             expect(value.shape == (rows, seq), f"{name} of shape {value.shape}")
@@ -532,7 +555,7 @@ def outcome(module, request) -> tuple[str, str]:
         return "other", f"{type(e).__name__}: {str(e)[:1500]}"
     if not request["valid"]:
         return "other", "answered a request that must be refused"
-    problems = answer_problems(request, answer)
+    problems = answer_problems(request, answer, module)
     if problems:
         return "other", f"answer with wrong {', '.join(problems)}"
     return "answered", ""
@@ -558,6 +581,38 @@ def summary(request) -> str:
     return (
         f"{request['export']}.{request['call']} valid={request['valid']} {short(request['inputs'])}"
     )
+
+
+def run_worker(tmp_path, *args, timeout=900) -> dict:
+    """Runs `python -m tests.helpers.serving_fuzz` in a new process (for pytest); its
+    results, or a test failure naming how it ended and the request it was running."""
+    import subprocess
+
+    import pytest
+
+    out, progress = tmp_path / "results.json", tmp_path / "progress.txt"
+    process = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "tests.helpers.serving_fuzz",
+            f"--out={out}",
+            f"--progress={progress}",
+            *args,
+        ],
+        cwd=REPO_ROOT,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        env=dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3"),
+    )
+    if process.returncode != 0 or not out.exists():
+        running = progress.read_text(encoding="utf-8") if progress.exists() else "(none)"
+        pytest.fail(
+            f"the serving fuzz worker ended with exit code {process.returncode} while "
+            f"running: {running}\n{process.stderr[-4000:]}"
+        )
+    return json.loads(out.read_text(encoding="utf-8"))
 
 
 class Tracker:
@@ -617,6 +672,11 @@ def main(argv=None):
     parser.add_argument("--timeout", type=float, default=120, help="Seconds per request.")
     parser.add_argument("--export_dir", default=None, help="Folder of the exports (temporary).")
     parser.add_argument(
+        "--load_exports",
+        default=None,
+        help="Folder of exports written already (<folder>/<export>): loaded, not built.",
+    )
+    parser.add_argument(
         "--xla_single_requests",
         action="store_true",
         help="Task exports that run a request of one example through XLA.",
@@ -631,7 +691,10 @@ def main(argv=None):
     exports = args.exports.split(",")
     with tempfile.TemporaryDirectory() as scratch:
         start = time.time()
-        modules = build_exports(args.export_dir or scratch, exports, args.xla_single_requests)
+        if args.load_exports:
+            modules = load_exports(args.load_exports, exports)
+        else:
+            modules = build_exports(args.export_dir or scratch, exports, args.xla_single_requests)
         results = {"build_seconds": time.time() - start, "named": {}, "generated": {}}
         tracker = Tracker(args.progress, args.timeout)
         for name, request in NAMED_CASES.items():

@@ -6,11 +6,11 @@ or refuse clearly (`tests/helpers/serving_fuzz.py` has the requests and the cont
 
 The requests run in one subprocess that builds every export of a tiny model once: a
 crash (abort, segfault) or a hang fails these tests with the request that caused it,
-instead of killing pytest. `python -m benchmarks.robustness.fuzz_serving` runs many more on
-demand.
+instead of killing pytest. The exports with xla_single_requests get theirs in
+test_xla_exports.py (from the exports written there).
+`python -m benchmarks.robustness.fuzz_serving` runs many more on demand.
 """
 
-import json
 import os
 import subprocess
 import sys
@@ -23,34 +23,6 @@ from tests.conftest import REPO_ROOT
 EXAMPLES = 80  # generated requests per export
 
 
-def run_fuzz_worker(tmp_path, *args, timeout=900) -> dict:
-    """Runs `python -m tests.helpers.serving_fuzz` in a new process; its results, or a failure
-    naming how it ended and the request it was running."""
-    out, progress = tmp_path / "results.json", tmp_path / "progress.txt"
-    process = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "tests.helpers.serving_fuzz",
-            f"--out={out}",
-            f"--progress={progress}",
-            *args,
-        ],
-        cwd=REPO_ROOT,
-        capture_output=True,
-        text=True,
-        timeout=timeout,
-        env=dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3"),
-    )
-    if process.returncode != 0 or not out.exists():
-        running = progress.read_text(encoding="utf-8") if progress.exists() else "(none)"
-        pytest.fail(
-            f"the serving fuzz worker ended with exit code {process.returncode} while "
-            f"running: {running}\n{process.stderr[-4000:]}"
-        )
-    return json.loads(out.read_text(encoding="utf-8"))
-
-
 @pytest.fixture(scope="module")
 def export_dir(tmp_path_factory):
     return tmp_path_factory.mktemp("exports")
@@ -58,7 +30,7 @@ def export_dir(tmp_path_factory):
 
 @pytest.fixture(scope="module")
 def results(tmp_path_factory, export_dir):
-    return run_fuzz_worker(
+    return serving_fuzz.run_worker(
         tmp_path_factory.mktemp("fuzz"),
         f"--examples={EXAMPLES}",
         "--seed=0",
@@ -110,25 +82,6 @@ def test_generated_requests_get_an_answer_or_a_clear_error(results, export):
     assert counts["answered"] + counts["rejected"] == EXAMPLES
     # The generator reaches both sides of the contract.
     assert counts["answered"] >= EXAMPLES // 2 and counts["rejected"] >= 1, counts
-
-
-@pytest.mark.slow
-def test_xla_exports_keep_the_contract(tmp_path):
-    """The task exports with xla_single_requests (a request of one example runs through
-    XLA): the hand-made cases and generated requests, fewer than above."""
-    got = run_fuzz_worker(
-        tmp_path,
-        "--examples=25",
-        "--seed=1",
-        "--timeout=300",
-        "--exports=classifier,multiple_choice,ner,squad",
-        "--xla_single_requests",
-    )
-    for case, value in got["named"].items():
-        assert value["outcome"] != "other", (case, value)
-    for export, counts in got["generated"].items():
-        assert counts["tried"] == 25 and counts["other"] == 0, (export, counts)
-        assert counts["answered"] >= 10 and counts["rejected"] >= 1, (export, counts)
 
 
 def test_the_contract_catches_wrong_answers():
@@ -205,7 +158,7 @@ def test_split_words_keeps_the_words_after_a_nul_byte():
 def test_a_crashing_worker_fails_with_its_request(tmp_path):
     """The harness itself: a worker that aborts fails the test, naming its request."""
     with pytest.raises(pytest.fail.Exception, match=r"exit code -6 while running: crash test"):
-        run_fuzz_worker(tmp_path, "--crash_for_test", timeout=120)
+        serving_fuzz.run_worker(tmp_path, "--crash_for_test", timeout=120)
 
 
 LOAD_WITHOUT_TENSORFLOW_TEXT = """

@@ -145,6 +145,20 @@ def _squad_predictions(model, rows, vocab_file, mask_padding: bool):
     return examples, features, results, predictions
 
 
+@pytest.fixture(scope="module")
+def squad_predictions(squad_exports, sample_data, vocab_file):
+    """mask_padding -> `_squad_predictions` of the model on `_squad_rows`, each computed
+    once for the tests that share it (they only read it)."""
+    model, rows, computed = squad_exports[0], _squad_rows(sample_data), {}
+
+    def get(mask_padding: bool):
+        if mask_padding not in computed:
+            computed[mask_padding] = _squad_predictions(model, rows, vocab_file, mask_padding)
+        return computed[mask_padding]
+
+    return get
+
+
 def _ask(loaded, rows) -> dict:
     got = loaded.signatures["serving_default"](
         question=tf.constant([q for q, _ in rows]), context=tf.constant([c for _, c in rows])
@@ -154,15 +168,14 @@ def _ask(loaded, rows) -> dict:
 
 @pytest.mark.slow
 @pytest.mark.parametrize("build", ["cut", "padded"])
-def test_squad_export_answers_as_run_squad_predicts(squad_exports, sample_data, vocab_file, build):
+def test_squad_export_answers_as_run_squad_predicts(
+    squad_exports, squad_predictions, sample_data, build
+):
     """Both builds answer as run_squad predicts; the cut one ranks the window's tokens
     alone (run_squad's logits with -inf at padding)."""
-    model, exports = squad_exports
-    loaded = exports[build]
+    loaded = squad_exports[1][build]
     rows = _squad_rows(sample_data)
-    examples, features, results, want = _squad_predictions(
-        model, rows, vocab_file, mask_padding=build == "cut"
-    )
+    examples, features, results, want = squad_predictions(mask_padding=build == "cut")
     got = _ask(loaded, rows)
     assert set(got) == {"answer", "score", "null_score", "start_logits", "end_logits"}
     assert got["start_logits"].shape == got["end_logits"].shape == (len(rows), SEQ)
@@ -203,14 +216,14 @@ def test_squad_export_answers_as_run_squad_predicts(squad_exports, sample_data, 
 
 
 @pytest.mark.slow
-def test_squad_cut_build_answers_as_the_padded_one(squad_exports, sample_data, vocab_file):
+def test_squad_cut_build_answers_as_the_padded_one(squad_exports, squad_predictions, sample_data):
     """On real text the cut build answers as the padded one (to float tolerance),
     except where padding positions crowd a valid span out of a window's n_best_size
     highest logits in the padded build: there the cut one finds a higher-scoring span."""
-    model, exports = squad_exports
+    exports = squad_exports[1]
     rows = _squad_rows(sample_data)
-    examples, _, _, padded_want = _squad_predictions(model, rows, vocab_file, False)
-    cut_want = _squad_predictions(model, rows, vocab_file, mask_padding=True)[3]
+    examples, _, _, padded_want = squad_predictions(mask_padding=False)
+    cut_want = squad_predictions(mask_padding=True)[3]
     cut, padded = _ask(exports["cut"], rows), _ask(exports["padded"], rows)
 
     def best(predictions, example):

@@ -8,6 +8,10 @@ same requests: one example (the XLA call) and several (the graph call). `SeenLen
 records the length the model computed, which tells the two calls apart: the XLA call
 computes the longest input rounded up to a cut size (`input_pipeline.length_sizes`),
 the graph call the longest input itself.
+
+The exports are written once per module (EXPORTS/<build>/<kind>); the serving fuzz
+worker (tests/helpers/serving_fuzz.py, in a subprocess) sends the four "xla" ones the
+requests of test_serving_requests.py.
 """
 
 import json
@@ -27,6 +31,7 @@ from modeling.config import BertConfig
 from modeling.encoder import BertEncoder
 from serving import exports as serving_exports, model_call
 from tests.conftest import REPO_ROOT, tiny_config
+from tests.helpers import serving_fuzz
 from tests.helpers.export_helpers import SeenLength, seen_length
 
 TINY = tiny_config(initializer_range=0.2)
@@ -39,13 +44,19 @@ def config():
     return BertConfig(**TINY)
 
 
-def _export(model, path, kind, vocab_file, seq_length=SEQ, **options) -> tuple[dict, dict]:
+@pytest.fixture(scope="module")
+def exports_root(tmp_path_factory):
+    """The folder of every export of this module: <build>/<kind>."""
+    return tmp_path_factory.mktemp("exports")
+
+
+def _export(model, root, kind, vocab_file, seq_length=SEQ, **options) -> tuple[dict, dict]:
     """({build: path}, {build: loaded}): `model` exported as build "standard" and
-    "xla" (xla_single_requests)."""
+    "xla" (xla_single_requests), at root/<build>/<kind>."""
     paths = {
         build: serving_exports.export_task_model(
             SeenLength(model),
-            str(path / build),
+            str(root / build / kind),
             vocab_file,
             True,
             seq_length,
@@ -75,16 +86,15 @@ def _call(loaded, signature, **inputs) -> dict:
 
 
 @pytest.fixture(scope="module")
-def classifier_exports(config, vocab_file, tmp_path_factory):
+def classifier_exports(config, vocab_file, exports_root):
     """({build: path}, {build: loaded}): "standard", "xla" and "xla_padded" (with
     pad_to_max_seq_length)."""
     keras.utils.set_random_seed(1)
     model = models.BertClassifier(BertEncoder(config), config, num_labels=3)
-    path = tmp_path_factory.mktemp("classifier")
-    paths, exports = _export(model, path, "classifier", vocab_file, labels=["a", "b", "c"])
+    paths, exports = _export(model, exports_root, "classifier", vocab_file, labels=["a", "b", "c"])
     paths["xla_padded"] = serving_exports.export_task_model(
         SeenLength(model),
-        str(path / "xla_padded"),
+        str(exports_root / "xla_padded" / "classifier"),
         vocab_file,
         True,
         SEQ,
@@ -200,20 +210,25 @@ def test_the_loaded_xla_export_compiles_one_program_per_cut_size(classifier_expo
     assert result.stdout.split() == ["0", "0", "1", "1", "2", "2"]
 
 
-@pytest.mark.slow
-def test_squad_xla_export_answers_as_the_standard_one(config, vocab_file, sample_data, tmp_path):
+@pytest.fixture(scope="module")
+def squad_exports(config, vocab_file, exports_root):
     keras.utils.set_random_seed(5)
     model = models.BertSpanLabeler(BertEncoder(config), config)
-    _, exports = _export(
+    return _export(
         model,
-        tmp_path,
+        exports_root,
         "squad",
         vocab_file,
         max_query_length=12,
         doc_stride=16,
         max_answer_length=5,
         n_best_size=7,
-    )
+    )[1]
+
+
+@pytest.mark.slow
+def test_squad_xla_export_answers_as_the_standard_one(squad_exports, sample_data):
+    exports = squad_exports
     data = json.loads(
         (sample_data / "squad" / "dev-v2.0-first5articles.json").read_text(encoding="utf-8")
     )
@@ -240,8 +255,8 @@ def test_squad_xla_export_answers_as_the_standard_one(config, vocab_file, sample
     assert not xla_functions(exports["standard"], "serving_default")
 
 
-@pytest.mark.slow
-def test_ner_xla_export_tags_as_the_standard_one(config, vocab_file, tmp_path):
+@pytest.fixture(scope="module")
+def ner_exports(config, vocab_file, exports_root):
     """The feature-based tagger (a BiLSTM over two layers' outputs): what the
     fine-tuned one computes and more, compiled with XLA; the signature is the same."""
     labels = ["O", "B-X", "I-X", "B-Y", "I-Y"]
@@ -249,16 +264,21 @@ def test_ner_xla_export_tags_as_the_standard_one(config, vocab_file, tmp_path):
     model = feature_based.BertFeatureBasedTagger(
         BertEncoder(config), config, len(labels), [1, 0], "concat", lstm_units=6
     )
-    _, exports = _export(
+    return _export(
         model,
-        tmp_path,
+        exports_root,
         "ner",
         vocab_file,
         seq_length=32,  # cut sizes 16, 32
         labels=labels,
         doc_stride=8,
         tag_scheme="iob2",
-    )
+    )[1]
+
+
+@pytest.mark.slow
+def test_ner_xla_export_tags_as_the_standard_one(ner_exports):
+    exports = ner_exports
     long_text = " ".join(f"Word{i} of the Long text ." for i in range(12))  # several windows
     requests = [
         (["Steve Smith drove to Paris ."], 8, 16),  # one window: XLA, cut to 16
@@ -279,17 +299,22 @@ def test_ner_xla_export_tags_as_the_standard_one(config, vocab_file, tmp_path):
     assert xla_functions(exports["xla"], "serving_default")
 
 
-@pytest.mark.slow
-def test_multiple_choice_xla_export_scores_as_the_standard_one(config, vocab_file, tmp_path):
-    """One example (its four choices, four sequences) takes the XLA call."""
+@pytest.fixture(scope="module")
+def multiple_choice_exports(config, vocab_file, exports_root):
     keras.utils.set_random_seed(3)
     model = models.BertMultipleChoice(BertEncoder(config), config)
     model.scorer.dense.kernel.assign(
         np.random.default_rng(0).normal(scale=3.0, size=[config.hidden_size, 1]).astype("f4")
     )
-    _, exports = _export(
-        model, tmp_path, "multiple_choice", vocab_file, labels=["0", "1", "2", "3"]
-    )
+    return _export(model, exports_root, "multiple_choice", vocab_file, labels=["0", "1", "2", "3"])[
+        1
+    ]
+
+
+@pytest.mark.slow
+def test_multiple_choice_xla_export_scores_as_the_standard_one(multiple_choice_exports):
+    """One example (its four choices, four sequences) takes the XLA call."""
+    exports = multiple_choice_exports
     one = ("Someone runs.", "she", ["stops.", "falls over the hurdle", "waves", "d e"])
     two = ("A man is on a roof.", "He", ["starts pulling up roofing.", "x", "sleeps", "waves"])
     # [CLS] someone runs . [SEP] she falls over the hurdle [SEP]: 11 positions; the
@@ -308,3 +333,28 @@ def test_multiple_choice_xla_export_scores_as_the_standard_one(config, vocab_fil
         assert seen_length(exports["standard"]) == standard_length
         assert seen_length(exports["xla"]) == xla_length
     assert xla_functions(exports["xla"], "serving_choices")
+
+
+@pytest.mark.slow
+def test_xla_exports_keep_the_contract(
+    exports_root, classifier_exports, squad_exports, ner_exports, multiple_choice_exports, tmp_path
+):
+    """The four "xla" exports above (a request of one example runs through XLA) get the
+    serving fuzz worker's hand-made cases and generated requests, fewer than
+    test_serving_requests.py sends the standard ones, in a subprocess (a crash fails
+    this test with its request)."""
+    kinds = ("classifier", "multiple_choice", "ner", "squad")
+    got = serving_fuzz.run_worker(
+        tmp_path,
+        "--examples=25",
+        "--seed=1",
+        "--timeout=300",
+        f"--exports={','.join(kinds)}",
+        f"--load_exports={exports_root / 'xla'}",
+    )
+    assert sorted(got["generated"]) == sorted(kinds)
+    for case, value in got["named"].items():
+        assert value["outcome"] != "other", (case, value)
+    for export, counts in got["generated"].items():
+        assert counts["tried"] == 25 and counts["other"] == 0, (export, counts)
+        assert counts["answered"] >= 10 and counts["rejected"] >= 1, (export, counts)
