@@ -10,9 +10,8 @@ read. Not counted: TensorFlow's own reads of the file the export bundles as its
 vocabulary asset (its lookup table's initializer and the SavedModel's copy of the asset
 read the file in C++): the export's contract is that asset, a file.
 
-The three runners run one after the other in one subprocess (one TensorFlow start-up;
-between runners, the flags the last one defined are removed, as its absl flags would
-clash with the next one's); the model is the tiny random BERT.
+The three runners run one after the other in one subprocess (one TensorFlow start-up,
+tests/helpers/runner_switch.py); the model is the tiny random BERT.
 """
 
 import textwrap
@@ -22,11 +21,11 @@ import pytest
 from tests.conftest import run_results_driver, write_tiny_config
 
 _DRIVER = textwrap.dedent("""
-    import builtins, importlib, io, json, os, sys
+    import builtins, io, json, os, sys
     import tensorflow as tf
-    from absl import flags
     from common import file_io
     from modeling import checkpoint_readers
+    from tests.helpers.runner_switch import switch_runner
 
     counts = {}
     read_json, resolve_checkpoint = file_io.read_json, checkpoint_readers.resolve_checkpoint
@@ -72,13 +71,7 @@ _DRIVER = textwrap.dedent("""
     results, runner = {}, None
     for key, argv in json.loads(sys.argv[1]).items():
         module, name = key.split(":")
-        if runner is None or runner.__name__ != module:
-            if runner is not None:  # The flags of the last runner, not absl's own.
-                by_module = flags.FLAGS.flags_by_module_dict().items()
-                names = {f.name for m, fs in by_module if not m.startswith("absl") for f in fs}
-                for name in names:
-                    delattr(flags.FLAGS, name)
-            runner = importlib.import_module(module)
+        runner = switch_runner(runner, module)
         runner.FLAGS.unparse_flags()
         runner.FLAGS([runner.__name__ + ".py", *argv])
         if name == "counted":
