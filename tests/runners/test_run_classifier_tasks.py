@@ -6,9 +6,10 @@ weights as a hub module) and hand-made, learnable STS-B (regression) and SWAG
 The runner runs in subprocesses: its absl flags would clash with other runners'
 in one test process, and a mirrored run must split the CPU into logical devices
 before TensorFlow initialises. The runs that only read their outputs afterwards run
-one after the other in one process (the `runs` fixture: one TensorFlow start-up); the
-resumed run and the mirrored one run on the command line as a user runs them. The
-model is a tiny random BERT (2 layers, hidden 32) with the bundled uncased vocabulary.
+one after the other in one process (the `runs` fixture: one TensorFlow start-up; the
+mirrored run first, before TensorFlow starts); the resumed run runs on the command
+line as a user runs it. The model is a tiny random BERT (2 layers, hidden 32) with
+the bundled uncased vocabulary.
 """
 
 import csv
@@ -79,9 +80,10 @@ def _hub_model(directory, vocab_file) -> tuple[str, str, pathlib.Path]:
 @pytest.fixture(scope="module")
 def runs(tmp_path_factory, mrpc_dir, vocab_file):
     """{name: output_dir} of the runs below, made one after the other in one process:
-    MRPC from a checkpoint ("mrpc"), MRPC from the same weights as a hub module with
-    its own vocabulary ("hub"), STS-B ("stsb") and SWAG ("swag"); "mrpc_flags": the
-    MRPC run's flags but --vocab_file, "labels": the STS-B and SWAG dev labels."""
+    MRPC mirrored on two logical CPUs ("mirrored"), MRPC from a checkpoint ("mrpc"),
+    MRPC from the same weights as a hub module with its own vocabulary ("hub"), STS-B
+    ("stsb") and SWAG ("swag"); "mrpc_flags": the MRPC run's flags but --vocab_file,
+    "labels": the STS-B and SWAG dev labels."""
     root = tmp_path_factory.mktemp("runs")
     config_file, checkpoint, hub = _hub_model(root / "model", vocab_file)
     learn_config = write_tiny_config(root / "learn_config.json", dropout=0.1)
@@ -103,6 +105,14 @@ def runs(tmp_path_factory, mrpc_dir, vocab_file):
     labels = {"stsb": np.array(_write_stsb(stsb_dir)), "swag": np.array(_write_swag(swag_dir))}
     vocab = f"--vocab_file={vocab_file}"
     cases = {
+        # First: it splits the CPU into two logical devices before TensorFlow starts.
+        "mirrored": [
+            vocab,
+            *(f for f in mrpc_flags if not f.startswith("--output_dir")),
+            f"--output_dir={root / 'mirrored'}",
+            "--distribution_strategy=mirrored",
+            "--num_cpu_devices=2",
+        ],
         "mrpc": [vocab, *mrpc_flags],
         "hub": hub_flags,  # No --vocab_file: the module's own.
         "stsb": [
@@ -138,7 +148,9 @@ def runs(tmp_path_factory, mrpc_dir, vocab_file):
         ],
     }
     errors = run_in_one_process(cases)
-    outputs = {name: root / name for name in ("mrpc", "hub", "stsb", "swag", "swag_export")}
+    outputs = {
+        name: root / name for name in ("mirrored", "mrpc", "hub", "stsb", "swag", "swag_export")
+    }
     return {
         "errors": errors,
         "mrpc_flags": mrpc_flags,
@@ -228,29 +240,20 @@ def test_mrpc_second_run_resumes_without_training(mrpc_run, vocab_file, tmp_path
 
 
 @pytest.mark.slow
-def test_mirrored_on_two_cpus_matches_one_device(mrpc_run, vocab_file, tmp_path):
-    output_dir, flags = mrpc_run
-    flags = [f for f in flags if not f.startswith("--output_dir")]
-    _run(
-        [
-            *flags,
-            f"--output_dir={tmp_path / 'out'}",
-            "--distribution_strategy=mirrored",
-            "--num_cpu_devices=2",
-        ],
-        vocab_file,
-    )
-    summary = json.loads((tmp_path / "out" / "train_summary.json").read_text())
+def test_mirrored_on_two_cpus_matches_one_device(runs):
+    assert runs["errors"]["mirrored"] == ["no error", ""]
+    output_dir, mirrored = runs["mrpc"], runs["mirrored"]
+    summary = json.loads((mirrored / "train_summary.json").read_text())
     assert summary["num_replicas"] == 2 and summary["replica_max_diff"] == 0.0
     one = json.loads((output_dir / "eval_history.json").read_text())
-    two = json.loads((tmp_path / "out" / "eval_history.json").read_text())
+    two = json.loads((mirrored / "eval_history.json").read_text())
     assert len(one) == len(two) == 2
     for a, b in zip(one, two):
         assert a["global_step"] == b["global_step"]
         assert a["eval_accuracy"] == b["eval_accuracy"]
         assert b["eval_loss"] == pytest.approx(a["eval_loss"], rel=1e-4)
     np.testing.assert_allclose(
-        _read_tsv(tmp_path / "out" / "test_results.tsv"),
+        _read_tsv(mirrored / "test_results.tsv"),
         _read_tsv(output_dir / "test_results.tsv"),
         atol=1e-4,
     )

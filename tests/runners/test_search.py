@@ -7,6 +7,7 @@ test_search_tasks.py.
 
 import json
 import os
+import shutil
 import signal
 import statistics
 import subprocess
@@ -21,7 +22,7 @@ from absl import app, flags
 import hparam_search
 import runner_flags
 from tests.conftest import REPO_ROOT, read_results, run_results_driver, write_tiny_config
-from tests.helpers.run_classifier_helpers import _read_tsv
+from tests.helpers.run_classifier_helpers import _copy_head, _read_tsv
 
 ENV = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2", PYTHONPATH=str(REPO_ROOT))
 RUN_CLASSIFIER = str(REPO_ROOT / "run_classifier.py")
@@ -56,15 +57,17 @@ def _search_command(inputs, output_dir, *extra):
     )
 
 
-# A runner's main (module sys.argv[2]) once per {name: [stderr file, *argv]}, one run after
-# the other in one process (one TensorFlow start-up), each run's terminal output in its
-# own file; in an argument, "{chosen}" is the folder of the trial chosen by the search in
-# sys.argv[3].
+# A runner's main (module sys.argv[2], or <module> of a name "<module>:<name>") once per
+# {name: [stderr file, *argv]}, one run after the other in one process (one TensorFlow
+# start-up), each run's terminal output in its own file; in an argument, "{chosen}" is
+# the folder of the trial chosen by the search in sys.argv[3].
 _DRIVER = textwrap.dedent("""
-    import importlib, json, os, pathlib, sys, traceback
-    runner = importlib.import_module(sys.argv[2])
-    results = {}
-    for name, (stderr_file, *argv) in json.loads(sys.argv[1]).items():
+    import json, os, pathlib, sys, traceback
+    from tests.helpers.runner_switch import switch_runner
+    results, runner = {}, None
+    for key, (stderr_file, *argv) in json.loads(sys.argv[1]).items():
+        module, _, name = key.rpartition(":")
+        runner = switch_runner(runner, module or sys.argv[2])
         if any("{chosen}" in a for a in argv):
             search = pathlib.Path(sys.argv[3])
             best = json.loads((search / "search_results.json").read_text())["best"]
@@ -75,7 +78,7 @@ _DRIVER = textwrap.dedent("""
             os.dup2(stderr.fileno(), 2)
             try:
                 runner.FLAGS.unparse_flags()
-                runner.FLAGS([sys.argv[2] + ".py", *argv])
+                runner.FLAGS([runner.__name__ + ".py", *argv])
                 runner.main([])
                 results[name] = ["no error", ""]
             except Exception as e:
@@ -90,9 +93,10 @@ _DRIVER = textwrap.dedent("""
 
 
 def run_in_one_process(runner: str, runs: dict, work, *search_dir) -> dict:
-    """Runs `runner`.main once per {name: argv} in one new process; {name: [error type
-    or "no error", message]}. A run's terminal output is in work/<name>.stderr."""
-    runs = {name: [work / f"{name}.stderr", *argv] for name, argv in runs.items()}
+    """Runs `runner`.main once per {name: argv} in one new process (another runner's for
+    a name "<module>:<name>", its runs together); {name: [error type or "no error",
+    message]}. A run's terminal output is in work/<name>.stderr."""
+    runs = {key: [work / f"{key.rpartition(':')[2]}.stderr", *argv] for key, argv in runs.items()}
     return run_results_driver(_DRIVER, runs, runner, *search_dir, timeout=900)
 
 
@@ -106,10 +110,17 @@ def _run(command, timeout=900):
 
 @pytest.fixture(scope="module")
 def inputs(tmp_path_factory, mrpc_dir, vocab_file):
+    """The MRPC slice with half its training rows (8 steps a trial: the trials'
+    checkpoints, evaluations and choice need no more), the tiny config."""
     root = tmp_path_factory.mktemp("search")
+    mrpc = root / "MRPC"
+    mrpc.mkdir()
+    _copy_head(mrpc_dir / "train.tsv", mrpc / "train.tsv", 32)
+    for name in ("dev.tsv", "test.tsv"):
+        shutil.copy(mrpc_dir / name, mrpc / name)
     return {
         "root": root,
-        "mrpc": mrpc_dir,
+        "mrpc": mrpc,
         "vocab": vocab_file,
         "config": write_tiny_config(root / "bert_config.json"),
     }

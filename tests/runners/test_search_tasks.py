@@ -5,14 +5,12 @@ sample. Each runs a grid of two trials and makes the best on dev output_dir's mo
 """
 
 import json
-import subprocess
-import sys
 
 import pytest
 
 from tests.conftest import REPO_ROOT, read_results, write_tiny_config
 from tests.helpers.run_squad_helpers import squad_flags
-from tests.runners.test_search import ENV, run_in_one_process
+from tests.runners.test_search import run_in_one_process
 
 VOCAB = REPO_ROOT / "sample_data" / "vocab" / "uncased_vocab.txt"
 
@@ -39,9 +37,9 @@ def _ner(inputs, output_dir, *extra):
 
 @pytest.fixture(scope="module")
 def runs(tmp_path_factory, sample_data, root):
-    """A function name -> (output_dir, terminal output) of the three searches, run when a
-    test first asks for one: the two of run_ner.py one after the other in one process
-    (one TensorFlow start-up), run_squad.py's in its own."""
+    """{name: (output_dir, terminal output)} of the three searches, run one after the
+    other in one process (one TensorFlow start-up): the two of run_ner.py, then
+    run_squad.py's."""
     work = tmp_path_factory.mktemp("search_tasks")
     sentences = (sample_data / "sciner" / "train.txt").read_text("utf-8").split("\n\n")
     (work / "train.txt").write_text("\n\n".join(sentences[:40]) + "\n\n", encoding="utf-8")
@@ -51,7 +49,7 @@ def runs(tmp_path_factory, sample_data, root):
         "train": work / "train.txt",
         "dev": work / "dev.txt",
     }
-    ner = {
+    searches = {
         "ner": _ner(inputs, work / "ner", "--do_predict", "--learning_rate=1e-2,1e-3"),
         # No --do_predict: its test reads no predictions.
         "feature_based": _ner(
@@ -63,40 +61,25 @@ def runs(tmp_path_factory, sample_data, root):
             "--learning_rate=1e-2",
             "--restarts=2",
         ),
+        "run_squad:squad": [
+            *squad_flags(root, work / "squad", True),
+            "--num_train_epochs=1",
+            "--learning_rate=1e-3,5e-4",
+        ],
     }
-    squad = [
-        sys.executable,
-        str(REPO_ROOT / "run_squad.py"),
-        *squad_flags(root, work / "squad", True),
-        "--num_train_epochs=1",
-        "--learning_rate=1e-3,5e-4",
-    ]
+    errors = run_in_one_process("run_ner", searches, work)
     finished = {}
+    for search in ("ner", "feature_based", "squad"):
+        output = (work / f"{search}.stderr").read_text(encoding="utf-8")
+        finished[search] = (work / search, output, errors.get(search))
+    return finished
 
-    def run(name):
-        if name in ner and name not in finished:
-            errors = run_in_one_process("run_ner", ner, work)
-            for search in ner:
-                output = (work / f"{search}.stderr").read_text(encoding="utf-8")
-                assert errors[search] == ["no error", ""], f"{search}:\n{output[-5000:]}"
-                finished[search] = (work / search, output)
-        elif name not in finished:
-            log = work / f"{name}.log"
-            with open(log, "w", encoding="utf-8") as stderr:
-                process = subprocess.run(
-                    squad,
-                    cwd=REPO_ROOT,
-                    env=ENV,
-                    stdout=subprocess.DEVNULL,
-                    stderr=stderr,
-                    timeout=1800,
-                )
-            output = log.read_text(encoding="utf-8")
-            assert process.returncode == 0, f"{name}:\n{output[-5000:]}"
-            finished[name] = (work / name, output)
-        return finished[name]
 
-    return run
+def _finished(runs, name):
+    """(output_dir, terminal output) of the search `name`, which ended without error."""
+    output_dir, output, error = runs[name]
+    assert error == ["no error", ""], f"{name}:\n{output[-5000:]}"
+    return output_dir, output
 
 
 def _check_search(output_dir, metric, names) -> dict:
@@ -119,7 +102,7 @@ def _check_search(output_dir, metric, names) -> dict:
 
 @pytest.mark.slow
 def test_ner_search(runs):
-    output_dir, terminal = runs("ner")
+    output_dir, terminal = _finished(runs, "ner")
     results = _check_search(output_dir, "eval_f1", ["lr0.01_bs8_ep1_r1", "lr0.001_bs8_ep1_r1"])
     assert [c["learning_rate"] for c in results["configurations"]] == [1e-2, 1e-3]
     assert results["configurations"][0]["std"] is None  # One restart.
@@ -132,7 +115,7 @@ def test_ner_search(runs):
 
 @pytest.mark.slow
 def test_feature_based_tagger_search(runs):
-    output_dir, _ = runs("feature_based")
+    output_dir, _ = _finished(runs, "feature_based")
     results = _check_search(output_dir, "eval_f1", ["lr0.01_bs8_ep1_r1", "lr0.01_bs8_ep1_r2"])
     assert [t["seed"] for t in results["trials"]] == [12345, 12346]
     config = results["configurations"][0]
@@ -143,7 +126,7 @@ def test_feature_based_tagger_search(runs):
 
 @pytest.mark.slow
 def test_squad_search(runs):
-    output_dir, _ = runs("squad")
+    output_dir, _ = _finished(runs, "squad")
     results = _check_search(output_dir, "f1", ["lr0.001_bs16_ep1_r1", "lr0.0005_bs16_ep1_r1"])
     chosen = output_dir / results["best"]["output_dir"]
     # The chosen trial's predictions of the dev file (made by its evaluation) are
