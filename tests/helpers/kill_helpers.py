@@ -151,34 +151,6 @@ def compare(job: Job, ref: pathlib.Path, run: pathlib.Path, only_present: bool) 
     return problems
 
 
-def _kill_after(
-    job: Job, work: pathlib.Path, run: pathlib.Path, delay: float, signum: int
-) -> tuple[bool, int, list[str]]:
-    """Runs the job's command in `run` (as it is) and sends `signum` to its process
-    group after `delay` seconds: (killed (False when it had ended before), its exit
-    code, the lines of its log)."""
-    with open(work / "killed.log", "w") as log:
-        process = _spawn(job, work, run, log)
-        try:
-            process.wait(timeout=max(delay, 0.0))
-            killed = False
-        except subprocess.TimeoutExpired:
-            os.killpg(process.pid, signum)
-            process.wait(timeout=600)
-            killed = True
-    return killed, process.returncode, (work / "killed.log").read_text().strip().splitlines()
-
-
-def _keep_failed(work: pathlib.Path, run: pathlib.Path, delay: float) -> None:
-    """Keeps the run and both logs of a failed trial for a look."""
-    kept = work / f"failed-{delay:.1f}s"
-    shutil.rmtree(kept, ignore_errors=True)
-    shutil.copytree(run, kept / "run", symlinks=True)
-    for name in ("killed.log", "rerun.log"):
-        if (work / name).exists():
-            shutil.copy(work / name, kept / name)
-
-
 def trial(
     job: Job, work: pathlib.Path, ref: pathlib.Path, delay: float, signum: int = signal.SIGKILL
 ) -> dict:
@@ -188,41 +160,33 @@ def trial(
     ended before the signal; left and rerun are lists of problems."""
     run = work / "run"
     shutil.rmtree(run, ignore_errors=True)
-    killed, code, lines = _kill_after(job, work, run, delay, signum)
+    with open(work / "killed.log", "w") as log:
+        process = _spawn(job, work, run, log)
+        try:
+            process.wait(timeout=delay)
+            killed = False
+        except subprocess.TimeoutExpired:
+            os.killpg(process.pid, signum)
+            process.wait(timeout=600)
+            killed = True
+    lines = (work / "killed.log").read_text().strip().splitlines()
     left = _left(job, ref, run)
     rerun = _rerun(job, work, ref, run)
-    if left or rerun:
-        _keep_failed(work, run, delay)
+    if left or rerun:  # Kept for a look: the run and both logs.
+        kept = work / f"failed-{delay:.1f}s"
+        shutil.rmtree(kept, ignore_errors=True)
+        shutil.copytree(run, kept / "run", symlinks=True)
+        for name in ("killed.log", "rerun.log"):
+            shutil.copy(work / name, kept / name)
     return {
         "delay": round(delay, 2),
         "killed": killed,
-        "code": code,
+        "code": process.returncode,
         "said": lines[-1] if lines else "",
         "traceback": any(line.startswith("Traceback") for line in lines),
         "left": left,
         "rerun": rerun,
     }
-
-
-def chained_trial(job: Job, work: pathlib.Path, ref: pathlib.Path, delays: list[float]) -> dict:
-    """A trial of several kill points in one chain: the job's command, killed (SIGKILL)
-    at the first of `delays` (increasing seconds of the job's wall clock), run again
-    in the same folder and killed at the next less the time run so far, and so on;
-    what each kill left is checked, and the last run goes to the end and compares.
-    Returns {"killed": [per delay], "left": [problems per delay], "rerun": problems}."""
-    run = work / "run"
-    shutil.rmtree(run, ignore_errors=True)
-    killed, left, spent = [], [], 0.0
-    for delay in delays:
-        start = time.monotonic()
-        was_killed, _, _ = _kill_after(job, work, run, delay - spent, signal.SIGKILL)
-        spent += time.monotonic() - start
-        killed.append(was_killed)
-        left.append(_left(job, ref, run))
-    rerun = _rerun(job, work, ref, run)
-    if any(left) or rerun:
-        _keep_failed(work, run, delays[-1])
-    return {"delays": [round(d, 2) for d in delays], "killed": killed, "left": left, "rerun": rerun}
 
 
 def interrupt(

@@ -61,14 +61,15 @@ def test_a_run_stops_where_its_history_says(reference):
 
 
 @pytest.mark.slow
-def test_a_run_that_stops_early_killed_anywhere_ends_the_same(reference):
-    """Both kill points in one chain (kill_helpers.chained_trial), on the one
-    uninterrupted run."""
+@pytest.mark.parametrize("point", range(POINTS))
+def test_a_run_that_stops_early_killed_anywhere_ends_the_same(reference, point):
+    """Each kill point a test of its own, on the one uninterrupted run."""
     work, ref, seconds = reference
-    delays = kill_helpers.kill_delays(seconds, POINTS, seed=7)
-    result = kill_helpers.chained_trial(JOB, work, ref, delays)
-    assert result["killed"][0], result  # The first point: within the first 45% of the run.
-    assert result["left"] == [[]] * POINTS, result
+    delay = kill_helpers.kill_delays(seconds, POINTS, seed=7)[point]
+    result = kill_helpers.trial(JOB, work, ref, delay)
+    if point == 0:  # The first point falls within the first 45% of the run.
+        assert result["killed"], result
+    assert result["left"] == [], result
     assert result["rerun"] == [], result
 
 
