@@ -5,10 +5,11 @@ and run_classifier through all its phases (feature caches, training with per-epo
 evaluation and the best model, evaluation, prediction, export). After each kill no
 visible file differs from the uninterrupted run's, and the same command finishes with
 outputs identical to it byte for byte. Each kill point is a test of its own; a job's
-uninterrupted run is made once, for both and for the Ctrl-C test of fine-tuning. The other long jobs (the Beam pipeline,
-pre-training, run_squad, run_ner, evaluation and prediction alone, the TF Hub export,
-conversion) and many more kill points are `python -m benchmarks.robustness.kill_resume`;
-pre-training, the pipeline and the export also have kill tests of their own
+uninterrupted run is made once, for both (and, of run_classifier, for the Ctrl-C test
+of fine-tuning). The other long jobs (the Beam pipeline, pre-training, run_squad,
+run_ner, evaluation and prediction alone, the TF Hub export, conversion) and many
+more kill points are `python -m benchmarks.robustness.kill_resume`; pre-training,
+the pipeline and the export also have kill tests of their own
 (test_pretraining.py, test_pretraining_pipeline.py, test_atomic_export.py).
 """
 
