@@ -22,12 +22,26 @@ import errno
 import json
 import os
 import posixpath
+import sys
 import uuid
 from typing import Iterator, Mapping
 
-import tensorflow as tf
-
 from common.errors import CannotWriteError, MissingFileError, UserError
+
+
+class _TensorFlowOnFirstUse:
+    """`tf`, imported by the first helper that uses it: a process that only splits
+    paths or names temporaries (a run's lock, a stop signal's handler) starts without
+    TensorFlow."""
+
+    def __getattr__(self, name):
+        import tensorflow  # pylint: disable=g-import-not-at-top
+
+        globals()["tf"] = tensorflow
+        return getattr(tensorflow, name)
+
+
+tf = _TensorFlowOnFirstUse()
 
 _TEMP_MARK = ".tmp-"
 
@@ -116,13 +130,19 @@ _WRITE_REASONS = (
 _NO_SPACE = ("No space left on device", "Disk quota exceeded", "File too large")
 
 
+def _op_error() -> tuple:
+    """TensorFlow's error class, when TensorFlow is loaded (else none can be raised)."""
+    tensorflow = sys.modules.get("tensorflow")
+    return (tensorflow.errors.OpError,) if tensorflow is not None else ()
+
+
 def cannot_write(path: str, error: BaseException) -> CannotWriteError | None:
     """A CannotWriteError for people when `error` says that `path` cannot be written
     (no space, no permission, a read-only file system); None for any other error."""
     if isinstance(error, OSError) and error.errno in _WRITE_ERRNOS:
         reason = error.strerror or str(error)
-    elif isinstance(error, (OSError, tf.errors.OpError)):
-        text = error.message if isinstance(error, tf.errors.OpError) else str(error)
+    elif isinstance(error, (OSError, _op_error())):
+        text = error.message if isinstance(error, _op_error()) else str(error)
         reason = next((r for r in _WRITE_REASONS if r.lower() in text.lower()), None)
         if reason is None:
             return None

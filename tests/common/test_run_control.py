@@ -33,7 +33,7 @@ _HOLDER = textwrap.dedent("""
     import sys, time
     from common import run_control
     run_control.hold_directory(sys.argv[1], "--output_dir=" + sys.argv[1])
-    print("held", flush=True)
+    print("held", "tensorflow" in sys.modules, flush=True)
     time.sleep(600)
 """)
 
@@ -46,7 +46,8 @@ def hold_in_another_process(directory):
         text=True,
         env=dict(os.environ, PYTHONPATH=str(REPO_ROOT)),
     )
-    assert process.stdout.readline().strip() == "held"
+    # Taking a lock starts no TensorFlow (common.file_io imports it on first use).
+    assert process.stdout.readline().strip() == "held False"
     return process
 
 

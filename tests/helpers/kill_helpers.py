@@ -220,6 +220,26 @@ def interrupt(
     }
 
 
+def check_ctrl_c(result: dict, run: pathlib.Path, steps: int) -> None:
+    """Asserts what `interrupt` found of a run Ctrl-C stopped after its first
+    checkpoint, of `steps` steps: exit status 130, a checkpoint of the step it stopped
+    at and one line saying so, no traceback; nothing it left but its train_summary.json
+    (which says "complete": false) differs from the uninterrupted run's, and the same
+    command run again ends with the uninterrupted run's outputs."""
+    assert result["code"] == 130, result["lines"][-20:]
+    summary = result["summary"]
+    step = summary["global_step"]
+    assert summary["complete"] is False and summary["stopped_by"] == "SIGINT"
+    assert 2 <= step < steps and result["latest"] == f"ckpt-{step}"
+    assert result["lines"][-1] == (
+        f"Stopped by Ctrl-C (SIGINT) at step {step} of {steps}, checkpoint saved in {run}: "
+        "run the same command again to resume."
+    )
+    assert not any("Traceback" in line for line in result["lines"])
+    assert result["left"] in ([], ["train_summary.json: differs from the reference"]), result
+    assert result["rerun"] == [], result  # The final checkpoint, results and export equal.
+
+
 def _left(job: Job, ref: pathlib.Path, run: pathlib.Path) -> list[str]:
     """What a stopped run left that differs from the reference, but, of a run whose
     train_summary.json says it is not complete (a stop signal's), that summary and its

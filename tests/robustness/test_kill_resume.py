@@ -5,10 +5,11 @@ and run_classifier through all its phases (feature caches, training with per-epo
 evaluation and the best model, evaluation, prediction, export). After each kill no
 visible file differs from the uninterrupted run's, and the same command finishes with
 outputs identical to it byte for byte. Each kill point is a test of its own; a job's
-uninterrupted run is made once, for both. The other long jobs (the Beam pipeline,
-pre-training, run_squad, run_ner, evaluation and prediction alone, the TF Hub export,
-conversion) and many more kill points are `python -m benchmarks.robustness.kill_resume`;
-pre-training, the pipeline and the export also have kill tests of their own
+uninterrupted run is made once, for both (and, of run_classifier, for the Ctrl-C test
+of fine-tuning). The other long jobs (the Beam pipeline, pre-training, run_squad,
+run_ner, evaluation and prediction alone, the TF Hub export, conversion) and many
+more kill points are `python -m benchmarks.robustness.kill_resume`; pre-training,
+the pipeline and the export also have kill tests of their own
 (test_pretraining.py, test_pretraining_pipeline.py, test_atomic_export.py).
 """
 
@@ -46,3 +47,13 @@ def test_killed_anywhere_the_same_command_finishes_the_same(name, point, referen
         assert result["killed"], result
     assert result["left"] == [], result  # Nothing half-written looked complete.
     assert result["rerun"] == [], result  # The rerun's outputs equal the reference's.
+
+
+@pytest.mark.slow
+def test_ctrl_c_while_fine_tuning_saves_a_checkpoint_and_the_same_command_resumes(references):
+    """Ctrl-C once the first checkpoint is saved (the checks: test_ctrl_c.py's), on the
+    uninterrupted run of the kill points above."""
+    work, ref, _ = references("run_classifier")
+    job = kill_helpers.JOBS["run_classifier"]
+    result = kill_helpers.interrupt(job, work, ref, "ckpt-2.index")
+    kill_helpers.check_ctrl_c(result, work / "run", 8)
