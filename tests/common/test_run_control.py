@@ -26,6 +26,7 @@ from common import run_control
 from data_prep import records
 from modeling import model_files
 from tests.conftest import REPO_ROOT, SAMPLE_DATA
+from tests.helpers import repo_pythonpath
 
 VOCAB = str(SAMPLE_DATA / "vocab" / "uncased_vocab.txt")
 
@@ -44,7 +45,7 @@ def hold_in_another_process(directory):
         cwd=REPO_ROOT,
         stdout=subprocess.PIPE,
         text=True,
-        env=dict(os.environ, PYTHONPATH=str(REPO_ROOT)),
+        env=dict(os.environ, PYTHONPATH=repo_pythonpath()),
     )
     # Taking a lock starts no TensorFlow (common.file_io imports it on first use).
     assert process.stdout.readline().strip() == "held False"
@@ -136,7 +137,7 @@ def test_a_signal_outside_training_ends_with_one_line(tmp_path, signum, code, sa
         cwd=REPO_ROOT,
         capture_output=True,
         text=True,
-        env=dict(os.environ, PYTHONPATH=str(REPO_ROOT)),
+        env=dict(os.environ, PYTHONPATH=repo_pythonpath()),
         timeout=120,
     )
     assert result.returncode == code
@@ -162,7 +163,7 @@ def test_a_signal_as_the_program_exits_lets_it_end(tmp_path):
         cwd=REPO_ROOT,
         capture_output=True,
         text=True,
-        env=dict(os.environ, PYTHONPATH=str(REPO_ROOT), TF_CPP_MIN_LOG_LEVEL="3"),
+        env=dict(os.environ, PYTHONPATH=repo_pythonpath(), TF_CPP_MIN_LOG_LEVEL="3"),
         timeout=120,
     )
     assert result.returncode == 0 and result.stdout == "done\n"

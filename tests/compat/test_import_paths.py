@@ -45,3 +45,34 @@ def test_the_data_command_lines_run_at_their_old_paths():
             result.stderr[-2000:],
         )
         assert "--input_file" in result.stdout, command
+
+
+def test_the_command_lines_need_no_test_only_package():
+    """The processes tests start see only the packages of requirements.txt, as a user's
+    install has (tests/helpers/runtime_only/sitecustomize.py): every runner imports there,
+    and a test-only package is not found."""
+    code = (
+        "import sys\n"
+        # The runners define flags of the same names; let a later definition replace one.
+        "from absl import flags\n"
+        "define = flags.FlagValues.__setitem__\n"
+        "def redefine(self, name, flag):\n"
+        "    flag.allow_override = True\n"
+        "    define(self, name, flag)\n"
+        "flags.FlagValues.__setitem__ = redefine\n"
+        "import convert_checkpoint, export_tfhub, extract_features, hparam_search\n"
+        "import run_classifier, run_ner, run_pretraining, run_squad\n"
+        "from data_prep import create_pretraining_data, pretraining_pipeline\n"
+        "from sitecustomize import TEST_ONLY\n"
+        "assert not [m for m in sys.modules if m.partition('.')[0] in TEST_ONLY]\n"
+        "for name in sorted(TEST_ONLY):\n"
+        "    try:\n"
+        "        __import__(name)\n"
+        "    except ModuleNotFoundError:\n"
+        "        continue\n"
+        "    raise SystemExit(f'{name} was imported')\n"
+    )
+    result = subprocess.run(
+        [sys.executable, "-c", code], cwd=REPO_ROOT, capture_output=True, text=True
+    )
+    assert result.returncode == 0, result.stderr[-3000:]

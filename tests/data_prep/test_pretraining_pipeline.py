@@ -32,6 +32,7 @@ from data_prep import pretraining_pipeline as pp
 from data_prep.text import tokenization
 from data_prep.text import wordpiece_vocab
 from tests.helpers import pretraining_data_helpers as cpd_tests
+from tests.helpers import repo_pythonpath
 
 REPO_ROOT = pathlib.Path(__file__).resolve().parent.parent.parent
 CORPUS = sorted((REPO_ROOT / "sample_data" / "corpus").glob("*.txt"))
@@ -481,7 +482,7 @@ def test_command_line_with_two_worker_processes(tmp_path, vocab_file, originals)
         "--direct_num_workers=2",
         "--direct_running_mode=multi_processing",
     ]
-    env = dict(cpd_tests.ENV, PYTHONPATH=str(REPO_ROOT))
+    env = dict(cpd_tests.ENV, PYTHONPATH=repo_pythonpath())
     check_killed_run_leaves_only_complete_shards(tmp_path, command, env)
     # Ctrl-C: the program's one line, and no worker's KeyboardInterrupt traceback;
     # no worker process is left running.

@@ -38,10 +38,12 @@ import sys
 import time
 from typing import Callable
 
+from tests.helpers import repo_pythonpath
+
 REPO = pathlib.Path(__file__).resolve().parent.parent.parent
 SAMPLE = REPO / "sample_data"
 VOCAB = SAMPLE / "vocab" / "uncased_vocab.txt"
-ENV = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3", PYTHONPATH=str(REPO))
+ENV = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3", PYTHONPATH=repo_pythonpath())
 
 # Files that change from run to run by design: logs, TensorBoard events, the
 # checkpoint state files (their timestamps), locks and the graphs of SavedModels.

@@ -11,10 +11,11 @@ import sys
 import textwrap
 
 from tests.conftest import tiny_config
+from tests.helpers import repo_pythonpath
 
 REPO_ROOT = pathlib.Path(__file__).resolve().parent.parent.parent
 RUN_NER = str(REPO_ROOT / "run_ner.py")
-ENV = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2", PYTHONPATH=str(REPO_ROOT))
+ENV = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2", PYTHONPATH=repo_pythonpath())
 
 TINY_CONFIG = tiny_config()
 

@@ -27,6 +27,7 @@ from modeling.encoder import BertEncoder
 from modeling.objectives import ClassificationObjective
 from tests.conftest import REPO_ROOT, tiny_config
 from tests.helpers import kill_helpers
+from tests.helpers import repo_pythonpath
 
 
 @pytest.mark.slow
@@ -115,7 +116,7 @@ def test_a_second_ctrl_c_ends_the_program_at_once():
         cwd=REPO_ROOT,
         capture_output=True,
         text=True,
-        env=dict(os.environ, PYTHONPATH=str(REPO_ROOT), TF_CPP_MIN_LOG_LEVEL="3"),
+        env=dict(os.environ, PYTHONPATH=repo_pythonpath(), TF_CPP_MIN_LOG_LEVEL="3"),
         timeout=50,
     )
     assert result.returncode == 130

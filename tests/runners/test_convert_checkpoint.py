@@ -21,6 +21,7 @@ from modeling.config import BertConfig
 from modeling.encoder import BertEncoder
 from tests.conftest import REPO_ROOT, tiny_config
 from tests.helpers.export_helpers import main_in_this_process
+from tests.helpers import repo_pythonpath
 from tests.compat.test_parity_real_checkpoint import encode, real_pairs, real_sentences
 
 torch = pytest.importorskip("torch")
@@ -450,7 +451,7 @@ def test_run_pretraining_starts_from_hugging_face_heads(
         ],
         capture_output=True,
         text=True,
-        env=dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2", PYTHONPATH=str(REPO_ROOT)),
+        env=dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2", PYTHONPATH=repo_pythonpath()),
     )
     assert result.returncode == 0, result.stderr[-3000:]
     assert (

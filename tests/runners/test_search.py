@@ -22,9 +22,10 @@ from absl import app, flags
 import hparam_search
 import runner_flags
 from tests.conftest import REPO_ROOT, read_results, run_results_driver, write_tiny_config
+from tests.helpers import repo_pythonpath
 from tests.helpers.run_classifier_helpers import _copy_head, _read_tsv
 
-ENV = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2", PYTHONPATH=str(REPO_ROOT))
+ENV = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2", PYTHONPATH=repo_pythonpath())
 RUN_CLASSIFIER = str(REPO_ROOT / "run_classifier.py")
 TRIAL_NAMES = ["lr0.001_bs8_ep2_r1", "lr0.001_bs8_ep2_r2", "lr0.0001_bs8_ep2_r1"]
 TRIAL_NAMES.append("lr0.0001_bs8_ep2_r2")
