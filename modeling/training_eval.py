@@ -33,6 +33,32 @@ def _concatenate(arrays: list[np.ndarray]) -> np.ndarray:
     )
 
 
+def _batch_signature(batches) -> dict | None:
+    """The signature every batch of a distributed dataset has, when it is plain tensors
+    (one replica): batch dimension of any size unless the dataset drops its remainder,
+    and sequence dimension of any size where batches are cut to their longest row.
+    None with several replicas (per-replica values)."""
+    spec = batches.element_spec
+    leaves = tf.nest.flatten(spec)
+    return spec if all(type(leaf) is tf.TensorSpec for leaf in leaves) else None
+
+
+def _signature_key(element_spec) -> str | None:
+    """What tells apart the signatures of two datasets (a dict of specs is unhashable)."""
+    return None if element_spec is None else repr(element_spec)
+
+
+def _compiled(step: Callable, element_spec) -> Callable:
+    """`step` as a tf.function traced once for every batch of `element_spec`. Without
+    a spec (several replicas), reduce_retracing: a smaller last batch makes one more
+    trace, of a batch dimension of any size, instead of one per size seen. No
+    AutoGraph: the model's and the objective's branches are on Python values, so the
+    graph is the same without its rewriting of every function called."""
+    if element_spec is None:
+        return tf.function(step, reduce_retracing=True, autograph=False)
+    return tf.function(step, input_signature=[element_spec], autograph=False)
+
+
 # The prefix of the evaluation sums among a prediction's outputs (`with_eval_sums`).
 EVAL_SUM = "sum/"
 
@@ -94,17 +120,16 @@ class EvalLoop:
         self.global_step = global_step
         self.summary_writer = summary_writer
         self.progress = progress
-        self._eval_step = None
+        self._eval_steps = {}
         self._predict_steps = {}
 
-    def evaluation_step(self):
-        """The compiled step: a global batch -> the objective's evaluation sums over it."""
-        if self._eval_step is None:
-            # reduce_retracing: a smaller last batch makes one more trace, with a batch
-            # dimension of any size, instead of one per batch size seen. No AutoGraph:
-            # the model's and the objective's branches are on Python values, so the
-            # graph is the same without its rewriting of every function called.
-            @tf.function(reduce_retracing=True, autograph=False)
+    def evaluation_step(self, element_spec=None):
+        """The compiled step: a global batch -> the objective's evaluation sums over it.
+
+        `element_spec` is the distributed dataset's (`_batch_signature`)."""
+        key = _signature_key(element_spec)
+        if key not in self._eval_steps:
+
             def step(batch):
                 def replica(features):
                     sums = self.objective.eval_sums(features, self.model(features, training=False))
@@ -116,22 +141,22 @@ class EvalLoop:
                 sums = self.strategy.run(replica, args=(batch,))
                 return self.strategy.experimental_local_results(sums)[0]
 
-            self._eval_step = step
-        return self._eval_step
+            self._eval_steps[key] = _compiled(step, element_spec)
+        return self._eval_steps[key]
 
-    def prediction_step(self, output_fn):
+    def prediction_step(self, output_fn, element_spec=None):
         """The compiled step of `output_fn`: a global batch -> its per-replica outputs."""
-        if output_fn not in self._predict_steps:
+        key = (output_fn, _signature_key(element_spec))
+        if key not in self._predict_steps:
 
-            @tf.function(reduce_retracing=True, autograph=False)
             def step(batch):
                 def replica(features):
                     return output_fn(features, self.model(features, training=False))
 
                 return self.strategy.run(replica, args=(batch,))
 
-            self._predict_steps[output_fn] = step
-        return self._predict_steps[output_fn]
+            self._predict_steps[key] = _compiled(step, element_spec)
+        return self._predict_steps[key]
 
     def evaluate(
         self,
@@ -145,7 +170,6 @@ class EvalLoop:
         the global step. Fine-tuning leaves it out: it writes each evaluation's metrics
         once itself (`finetuning.write_eval_summaries`).
         """
-        step = self.evaluation_step()
         totals = None
         total = _num_batches(dataset)
         if max_steps is not None:
@@ -156,9 +180,10 @@ class EvalLoop:
         options.experimental_distribute.auto_shard_policy = (
             tf.data.experimental.AutoShardPolicy.DATA
         )
-        dataset = dataset.with_options(options)
+        batches = self.strategy.experimental_distribute_dataset(dataset.with_options(options))
+        step = self.evaluation_step(_batch_signature(batches))
         with self.progress.task("eval", total=total, unit="batch", leave=False) as bar:
-            for i, batch in enumerate(self.strategy.experimental_distribute_dataset(dataset)):
+            for i, batch in enumerate(batches):
                 if max_steps is not None and i >= max_steps:
                     break
                 sums = {k: float(v) for k, v in step(batch).items()}
@@ -191,11 +216,12 @@ class EvalLoop:
         lambda) to reuse it. `description` names the job in the progress shown (e.g.
         "evaluate" when predictions are scored).
         """
-        step = self.prediction_step(output_fn)
+        batches = self.strategy.experimental_distribute_dataset(dataset)
+        step = self.prediction_step(output_fn, _batch_signature(batches))
         pieces = []
         total = _num_batches(dataset)
         with self.progress.task(description, total=total, unit="batch", leave=False) as bar:
-            for i, batch in enumerate(self.strategy.experimental_distribute_dataset(dataset)):
+            for i, batch in enumerate(batches):
                 result = step(batch)
                 for local in self.strategy.experimental_local_results(result):
                     pieces.append({k: v.numpy() for k, v in local.items()})
