@@ -43,7 +43,6 @@ import model_flags
 import runner_settings
 from data_prep import input_pipeline
 from modeling import finetuning
-from serving import exports
 
 TRIALS_DIR = "trials"
 SEARCH_FILE = "search.json"  # The grid of the search in output_dir.
@@ -54,9 +53,15 @@ GRID_FLAGS = ("learning_rate", "train_batch_size", "num_train_epochs")
 # What output_dir does not take of the chosen trial: its training checkpoints (the
 # best model's best/ folder is taken) and its record of the search.
 NOT_COPIED = ("checkpoint", "ckpt-*", TRIAL_FILE)
-# What writes a fine-tuning run's export (the fine-tuning core, a floor below serving,
-# takes it as an argument).
-EXPORT = exports.export_fine_tuned
+
+
+def EXPORT(*args, **kwargs):
+    """What writes a fine-tuning run's export (the fine-tuning core, a floor below
+    serving, takes it as an argument). serving is imported by the runs that export only:
+    it loads tensorflow_text, about 0.4 s of every runner's start-up."""
+    from serving import exports
+
+    return exports.export_fine_tuned(*args, **kwargs)
 
 
 def _values(value) -> tuple:

@@ -147,6 +147,10 @@ def build_encoder(
         check_init_checkpoint(FLAGS)
         from modeling import hub  # pylint: disable=g-import-not-at-top
 
+        # With tensorflow_text's ops known, a task export or preprocessing model given
+        # here loads and is named for what it is (`hub.load_module`).
+        import tensorflow_text  # noqa: F401  pylint: disable=g-import-not-at-top
+
         with strategy.scope():
             encoder = hub.HubEncoder(FLAGS.hub_module_url)
         files = hub_model_files(FLAGS, encoder)
