@@ -21,7 +21,7 @@ from serving.inputs import (
     checked_request,
     text_spec,
 )
-from data_prep.text.tf_tokenization import combine_and_pad
+from data_prep.text.tf_tokenization import combine_and_pad, graph_check
 from serving import windows as serving_windows
 from serving.model_call import ModelCall
 
@@ -265,8 +265,8 @@ def multiple_choice_signatures(
 
     def predict(context, choices, choices_name):
         shape = tf.shape(choices, out_type=tf.int64)  # [B, C]
-        check = tf.debugging.assert_positive(
-            shape[1], message=f"{BAD_REQUEST} {choices_name} holds no choice for each example"
+        check = graph_check(
+            shape[1] > 0, f"{BAD_REQUEST} {choices_name} holds no choice for each example"
         )
         context, choices = after_checks([check], [context, choices])
         contexts = tf.repeat(context, shape[1])  # [B * C]: each row C times, as choices

@@ -11,6 +11,8 @@ from __future__ import annotations
 import tensorflow as tf
 import tensorflow_text as tf_text
 
+from data_prep.text.tf_tokenization import graph_check
+
 # Every check of a request's inputs fails with tf.errors.InvalidArgumentError whose
 # message starts with this (after TensorFlow's "assertion failed: [").
 BAD_REQUEST = "bad request:"
@@ -47,11 +49,12 @@ def checked_request(named: dict[str, tf.Tensor]) -> list[tf.Tensor]:
     rows = [tf.shape(t, out_type=tf.int64)[0] for t in tensors]
     first = names[0]
     checks = [
-        tf.debugging.assert_equal(
+        graph_check(
+            tf.equal(count, rows[0]),
+            f"{BAD_REQUEST} {name} and {first} hold different numbers of entries; "
+            f"send one {name} per {first} (their sizes follow: {name}, {first})",
             count,
             rows[0],
-            message=f"{BAD_REQUEST} {name} and {first} hold different numbers of entries; "
-            f"send one {name} per {first} (x: the size of {name}, y: of {first})",
         )
         for name, count in zip(names[1:], rows[1:])
     ]

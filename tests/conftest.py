@@ -42,6 +42,16 @@ def pytest_configure(config):
     os.environ["PYTHONPATH"] = os.pathsep.join(p for p in paths if p)
 
 
+def pytest_runtest_setup(item):
+    """PyTorch (the oracles' framework) computes on one thread. Its OpenMP threads wait
+    for each other by spinning: beside the other test worker, or the TensorFlow threads
+    of the same process, two of them on 2 cores made the small models of these tests
+    several times slower (50 pre-training steps: 57 s against 6 s)."""
+    torch = sys.modules.get("torch")
+    if torch is not None and torch.get_num_threads() != 1:
+        torch.set_num_threads(1)
+
+
 # The columns of the official SWAG csv files, the label column (train and val) aside.
 SWAG_HEADER = [
     "",

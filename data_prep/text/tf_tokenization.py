@@ -369,6 +369,17 @@ def _build_vocab_table(read: tokenization.VocabFile):
     return asset, tf.lookup.StaticHashTable(initializer, default_value=-1)
 
 
+def graph_check(condition, message: str, *values):
+    """tf.errors.InvalidArgumentError with `message` (then `values`, integers) when
+    `condition` (a scalar bool) does not hold; the check op, or None when run eagerly.
+
+    The same error as `tf.debugging.assert_equal` and its kin, from one Assert op: those
+    wrap theirs in a `tf.cond` (to print float data), each one a function graph to trace
+    and save; with only strings and int32 values TensorFlow needs no cond."""
+    data = [message, *(tf.cast(v, tf.int32) for v in values)]
+    return tf.debugging.Assert(condition, data)
+
+
 def _checked_segments(segments) -> list[tf.RaggedTensor]:
     """The segments as RaggedTensors, once they are checked to be well-formed and to
     hold one row per example each (the same number of rows).
@@ -388,25 +399,31 @@ def _checked_segments(segments) -> list[tf.RaggedTensor]:
         sizes = [tf.size(splits, out_type=tf.int64) - 1 for splits in segment.nested_row_splits]
         lengths = sizes[1:] + [tf.size(segment.flat_values, out_type=tf.int64)]
         for level, (splits, length) in enumerate(zip(segment.nested_row_splits, lengths)):
-            message = (
-                f"{what}: the row_splits of its ragged dimension {level + 1} must start "
-                "at 0, never decrease and end at the number of its values"
-            )
             splits = tf.cast(splits, tf.int64)
-            checks += [
-                tf.debugging.assert_positive(tf.size(splits), message=message),
-                tf.debugging.assert_equal(splits[:1], tf.zeros([1], tf.int64), message=message),
-                tf.debugging.assert_non_negative(splits[1:] - splits[:-1], message=message),
-                tf.debugging.assert_equal(splits[-1:], tf.reshape(length, [1]), message=message),
-            ]
+            well_formed = tf.reduce_all(
+                [
+                    tf.size(splits) > 0,
+                    tf.reduce_all(tf.equal(splits[:1], 0)),
+                    tf.reduce_all(splits[1:] >= splits[:-1]),
+                    tf.reduce_all(tf.equal(splits[-1:], length)),
+                ]
+            )
+            checks.append(
+                graph_check(
+                    well_formed,
+                    f"{what}: the row_splits of its ragged dimension {level + 1} must start "
+                    "at 0, never decrease and end at the number of its values",
+                )
+            )
     rows = [segment.nrows(out_type=tf.int64) for segment in segments]
     for number, count in enumerate(rows[1:], 2):
         checks.append(
-            tf.debugging.assert_equal(
+            graph_check(
+                tf.equal(count, rows[0]),
+                f"bert_pack_inputs: segment {number} and segment 1 hold different "
+                "numbers of rows; every segment must hold one row per example",
                 count,
                 rows[0],
-                message=f"bert_pack_inputs: segment {number} and segment 1 hold different "
-                "numbers of rows; every segment must hold one row per example",
             )
         )
     checks = [c for c in checks if c is not None]  # None when run eagerly
@@ -469,9 +486,9 @@ def bert_pack_inputs(segments, seq_length, cls_id: int, sep_id: int) -> dict[str
     else:
         seq_length = tf.cast(seq_length, tf.int32)
         budget = seq_length - 1 - len(segments)
-        check = tf.debugging.assert_non_negative(
-            budget,
-            message="bert_pack_inputs: seq_length is too short for the segments "
+        check = graph_check(
+            budget >= 0,
+            "bert_pack_inputs: seq_length is too short for the segments "
             "and their [CLS] / [SEP] tokens",
         )
         with tf.control_dependencies([check]):
