@@ -10,7 +10,9 @@ delay, and then checks:
 
   1. nothing half-written looks complete: every visible file that the job's outputs
      include (hidden names are the temporary files of unfinished writes, skipped by
-     every glob of the project) is already identical to the reference's;
+     every glob of the project) is already identical to the reference's, but the
+     record of the evaluations so far (eval_history.json), which holds the reference's
+     first entries;
   2. the same command run again finishes (exit 0), and its outputs are identical to
      the reference's, byte for byte (`--deterministic`, sorted record keys); of a
      SavedModel, every file but saved_model.pb and fingerprint.pb, whose graph
@@ -244,15 +246,28 @@ def check_ctrl_c(result: dict, run: pathlib.Path, steps: int) -> None:
 
 def _left(job: Job, ref: pathlib.Path, run: pathlib.Path) -> list[str]:
     """What a stopped run left that differs from the reference, but, of a run whose
-    train_summary.json says it is not complete (a stop signal's), that summary and its
-    record of the evaluations so far (eval_history.json)."""
+    train_summary.json says it is not complete (a stop signal's), that summary; and an
+    eval_history.json that holds the reference's first entries (the record of the
+    evaluations so far of a run stopped between two epochs' ends)."""
     summary = run / "train_summary.json"
     unfinished = summary.exists() and json.loads(summary.read_text())["complete"] is False
     return [
         problem
         for problem in compare(job, ref, run, only_present=True)
-        if not (unfinished and problem.startswith(("train_summary.json:", "eval_history.json:")))
+        if not (unfinished and problem.startswith("train_summary.json:"))
+        and not _history_so_far(problem, ref, run)
     ]
+
+
+def _history_so_far(problem: str, ref: pathlib.Path, run: pathlib.Path) -> bool:
+    """Whether `problem` is an eval_history.json whose entries are the reference's
+    first ones, each equal to the reference's."""
+    name = problem.split(":", 1)[0]
+    if os.path.basename(name) != "eval_history.json":
+        return False
+    ours = json.loads((run / name).read_text())
+    theirs = json.loads((ref / name).read_text())
+    return len(ours) < len(theirs) and ours == theirs[: len(ours)]
 
 
 def _rerun(job: Job, work: pathlib.Path, ref: pathlib.Path, run: pathlib.Path) -> list[str]:

@@ -13,6 +13,8 @@ the pipeline and the export also have kill tests of their own
 (test_pretraining.py, test_pretraining_pipeline.py, test_atomic_export.py).
 """
 
+import signal
+
 import pytest
 
 from tests.helpers import kill_helpers
@@ -47,6 +49,22 @@ def test_killed_anywhere_the_same_command_finishes_the_same(name, point, referen
         assert result["killed"], result
     assert result["left"] == [], result  # Nothing half-written looked complete.
     assert result["rerun"] == [], result  # The rerun's outputs equal the reference's.
+
+
+@pytest.mark.slow
+def test_killed_between_the_last_checkpoint_and_its_evaluation_the_same_command_evaluates_it(
+    references,
+):
+    """SIGKILL as soon as the last step's checkpoint is whole, before the last epoch's
+    evaluation is recorded: what it left holds the first epoch's evaluation only (the
+    reference's first entry), and the same command evaluates the last epoch before
+    anything else and ends with the reference's outputs."""
+    work, ref, _ = references("run_classifier")
+    job = kill_helpers.JOBS["run_classifier"]
+    result = kill_helpers.interrupt(job, work, ref, "ckpt-8.index", signal.SIGKILL)
+    assert result["code"] == -signal.SIGKILL, result["lines"][-5:]
+    assert result["left"] == [], result
+    assert result["rerun"] == [], result
 
 
 @pytest.mark.slow
