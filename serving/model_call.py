@@ -58,6 +58,10 @@ class ModelCall:
         self._model = model
         self._seq_length = seq_length
         self._pad = pad_to_max_seq_length
+        # One function for the model's graph call, traced once per input signature:
+        # an export's signatures (a classifier's pair and single text) call it
+        # instead of each tracing, and saving, the whole model again.
+        self._traced = tf.function(self._graph_call, autograph=False)
         self._compiled = (
             tf.function(self._graph_call, jit_compile=True, autograph=False)
             if xla_single_requests
@@ -99,9 +103,9 @@ class ModelCall:
     def __call__(self, inputs: dict) -> dict:
         """The model's outputs on `inputs` (from `cut`), through XLA or not."""
         if self._compiled is None:
-            return self._graph_call(inputs)
+            return self._traced(inputs)
         return tf.cond(
             self._takes_xla(inputs),
             lambda: self._compiled(inputs),
-            lambda: self._graph_call(inputs),
+            lambda: self._traced(inputs),
         )
