@@ -21,4 +21,4 @@ fi
 export TF_CPP_MIN_LOG_LEVEL=2
 ruff check .
 ruff format --check .
-python -m pytest -q -n 2 --dist loadfile --no-loadscope-reorder --durations=30 "$@"
+python -m pytest -q -n 2 --dist loadfile --durations=30 "$@"

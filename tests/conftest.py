@@ -1,6 +1,5 @@
 """Shared test fixtures."""
 
-import collections
 import json
 import os
 import pathlib
@@ -41,54 +40,6 @@ def pytest_configure(config):
     runtime_only = str(REPO_ROOT / "tests" / "helpers" / "runtime_only")
     paths = [runtime_only, str(REPO_ROOT), os.environ.get("PYTHONPATH", "")]
     os.environ["PYTHONPATH"] = os.pathsep.join(p for p in paths if p)
-
-
-# The test files that take longest (their fixtures' runs included), slowest first: the
-# sums of their tests' setup and call times in `--durations` of whole runs (2 cores,
-# 2026-11-29). Under `-n 2 --dist loadfile --no-loadscope-reorder` (run_tests.sh) the
-# workers take whole files in the collected order, so these start first and the run does
-# not end on one worker finishing a long file while the other waits. (xdist's own order,
-# the most tests first, put most of these last: files of one or two slow tests.)
-SLOWEST_FILES = (
-    "tests/robustness/test_kill_resume.py",
-    "tests/runners/test_pretraining.py",
-    "tests/runners/test_search.py",
-    "tests/compat/test_original_command_lines.py",
-    "tests/runners/test_run_squad_slow.py",
-    "tests/modeling/test_left_to_right.py",
-    "tests/serving/test_serving_requests.py",
-    "tests/runners/test_search_tasks.py",
-    "tests/serving/test_xla_exports.py",
-    "tests/runners/test_model_resolved_once.py",
-    "tests/runners/test_run_classifier_tasks.py",
-    "tests/robustness/test_ctrl_c.py",
-    "tests/robustness/test_early_stopping_resume.py",
-    "tests/serving/test_task_exports.py",
-    "tests/serving/test_export.py",
-    "tests/runners/test_predict_from_fine_tuned.py",
-    "tests/runners/test_run_squad.py",
-    "tests/runners/test_own_task.py",
-    "tests/runners/test_run_classifier.py",
-    "tests/runners/test_run_ner.py",
-    "tests/runners/test_pretraining_procedure.py",
-    "tests/data_prep/test_pretraining_pipeline.py",
-    "tests/compat/test_pretraining_vs_hf.py",
-    "tests/data_prep/test_input_pipeline.py",
-    "tests/runners/test_multi_label.py",
-    "tests/runners/test_long_input.py",
-    "tests/runners/test_export_tfhub.py",
-)
-
-
-def pytest_collection_modifyitems(config, items):
-    """SLOWEST_FILES first, in their order; then the other files, those of the most tests
-    first. A file's tests keep their order."""
-    rank = {path: number for number, path in enumerate(SLOWEST_FILES)}
-    files = [item.nodeid.split("::", 1)[0] for item in items]
-    counts = collections.Counter(files)
-    order = {path: (rank.get(path, len(rank)), -counts[path], path) for path in counts}
-    positions = {id(item): order[path] for item, path in zip(items, files)}
-    items.sort(key=lambda item: positions[id(item)])
 
 
 def pytest_runtest_setup(item):
