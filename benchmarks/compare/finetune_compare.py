@@ -261,7 +261,11 @@ def run_runner(command: list[str], done_file: str) -> dict:
         print("$ " + " ".join(command), flush=True)
         code = subprocess.run(command, env=dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2")).returncode
         if code not in (0, 143):  # 143: stopped by SIGTERM, checkpoint saved.
-            raise subprocess.CalledProcessError(code, command)
+            # The runner has said what went wrong, in one line above; no traceback here.
+            raise SystemExit(
+                f"{os.path.basename(command[1])} ended with exit code {code} (its message is "
+                "above); this run's result was not recorded."
+            )
         if os.path.isfile(done_file):
             break
         print(f"the run stopped before the end (attempt {attempt}); resuming", flush=True)
