@@ -14,8 +14,9 @@ import tensorflow as tf
 from absl import logging
 
 from common.errors import UserError
-from modeling import checkpoint_readers, finetuning, model_files, model_kinds
+from modeling import checkpoint_readers, finetuning, kernels, model_files, model_kinds
 from modeling.encoder import BertEncoder
+import runner_settings
 from runner_settings import given
 
 
@@ -156,10 +157,13 @@ def build_encoder(
         files = hub_model_files(FLAGS, encoder)
     else:
         files = resolve_model_files(FLAGS, max_seq_length=FLAGS.max_seq_length)
+        dtype = FLAGS.dtype  # "auto" only where the runner's set-up did not resolve it
+        if dtype == "auto":
+            dtype = runner_settings.auto_dtype(strategy, kernels.resolve(FLAGS.kernels))
         with strategy.scope():
             encoder = BertEncoder(
                 files.config,
-                dtype=FLAGS.dtype,
+                dtype=dtype,
                 kernels=FLAGS.kernels,
                 causal_attention=files.causal_attention,
             )

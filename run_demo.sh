@@ -36,7 +36,7 @@ python -m data_prep.create_pretraining_data --input_file='sample_data/corpus/*.t
   --max_seq_length=64 --max_predictions_per_seq=10 --dupe_factor=2
 PRETRAIN=(--input_file=$OUT/pretraining/shard.tfrecord --init_checkpoint="$CKPT"
   --do_eval --eval_batch_size=32 --max_seq_length=64 --max_predictions_per_seq=10
-  --max_eval_steps=20 --dtype=bfloat16)
+  --max_eval_steps=20 --dtype=auto)
 # The checkpoint has no pre-training heads: they start from their initializers.
 python run_pretraining.py "${PRETRAIN[@]}" --output_dir=$OUT/pretraining/before
 python run_pretraining.py "${PRETRAIN[@]}" --output_dir=$OUT/pretraining/run --do_train \
@@ -71,7 +71,7 @@ PY
 step "Fine-tuning on GLUE MRPC: are two sentences paraphrases? (3,668 training pairs, 2 epochs)"
 python run_classifier.py --task_name=MRPC --data_dir=sample_data/glue/MRPC \
   --init_checkpoint="$CKPT" --do_train --do_eval --max_seq_length=64 \
-  --train_batch_size=32 --learning_rate=5e-5 --num_train_epochs=2 --dtype=bfloat16 \
+  --train_batch_size=32 --learning_rate=5e-5 --num_train_epochs=2 --dtype=auto \
   --output_dir=$OUT/mrpc --export_dir=$OUT/export/mrpc
 python - "$OUT" <<'PY'
 import csv, sys
@@ -104,7 +104,7 @@ for name, articles in (("train", data["data"][:4]), ("eval", data["data"][4:])):
         json.dump({"version": "1.1", "data": articles}, f)
 PY
 SQUAD=(--predict_file=$OUT/squad_eval.json --init_checkpoint="$CKPT" --do_predict --do_eval
-  --max_seq_length=192 --doc_stride=64 --dtype=bfloat16)
+  --max_seq_length=192 --doc_stride=64 --dtype=auto)
 python run_squad.py "${SQUAD[@]}" --output_dir=$OUT/squad_before
 python run_squad.py "${SQUAD[@]}" --output_dir=$OUT/squad --train_file=$OUT/squad_train.json \
   --do_train --train_batch_size=16 --learning_rate=1e-4 --num_train_epochs=6 \
@@ -127,7 +127,7 @@ PY
 step "Fine-tuning on SciNER: tagging methods, data sets, tasks, metrics in the BERT paper (449 sentences, 10 epochs)"
 python run_ner.py --data_dir=sample_data/sciner --init_checkpoint="$CKPT" --do_train \
   --do_eval --max_seq_length=64 --train_batch_size=16 --eval_batch_size=32 \
-  --learning_rate=1e-4 --num_train_epochs=10 --dtype=bfloat16 --output_dir=$OUT/ner \
+  --learning_rate=1e-4 --num_train_epochs=10 --dtype=auto --output_dir=$OUT/ner \
   --export_dir=$OUT/export/ner
 python - "$OUT" <<'PY'
 import sys

@@ -112,8 +112,10 @@ def define_common_flags(max_seq_length: int, flag_values=FLAGS) -> None:
     flags.DEFINE_enum(
         "dtype",
         "float32",
-        ["float32", "bfloat16", "float16"],
-        "Compute dtype; variables stay float32. float16 adds loss scaling.",
+        ["float32", "bfloat16", "float16", "auto"],
+        "Compute dtype; variables stay float32. float16 adds loss scaling. auto: "
+        "bfloat16 on a CPU with bfloat16 units (AMX or AVX512-BF16, the kernels "
+        "--kernels picks) and no GPU or TPU, float32 elsewhere.",
         flag_values=f,
     )
     flags.DEFINE_bool("enable_xla", False, "Compile the training step with XLA.", flag_values=f)

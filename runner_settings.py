@@ -125,7 +125,11 @@ def setup(FLAGS) -> tf.distribute.Strategy:
         )
     chosen = kernels.resolve(FLAGS.kernels)
     logging.info("Kernels (--kernels=%s): %s", FLAGS.kernels, chosen)
-    terminal().say(describe_devices(strategy, chosen.name, FLAGS.dtype))
+    dtype = FLAGS.dtype
+    if FLAGS.dtype == "auto":  # From here on, and in run_config.json, what runs.
+        FLAGS.dtype = auto_dtype(strategy, chosen)
+        dtype = f"{FLAGS.dtype} (--dtype=auto)"
+    terminal().say(describe_devices(strategy, chosen.name, dtype))
     keras.utils.set_random_seed(FLAGS.seed)
     if FLAGS.deterministic:
         tf.config.experimental.enable_op_determinism()
@@ -142,6 +146,17 @@ def terminal() -> TerminalProgress:
     stderr."""
     interval = FLAGS["progress_interval_s"].value if "progress_interval_s" in FLAGS else 30.0
     return TerminalProgress(interval=interval)
+
+
+def auto_dtype(strategy: tf.distribute.Strategy, chosen: kernels.Kernels) -> str:
+    """--dtype=auto: mixed bfloat16 where the CPU runs it faster than float32 (bfloat16
+    units: the amx and avx512_bf16 kernels) and nothing else computes; float32 on GPUs,
+    TPUs and CPUs without such units (where bfloat16 matmuls are no faster)."""
+    if isinstance(strategy, tf.distribute.TPUStrategy):
+        return "float32"
+    if tf.config.list_physical_devices("GPU"):
+        return "float32"
+    return "bfloat16" if chosen.name in kernels.BFLOAT16_UNITS else "float32"
 
 
 def describe_devices(strategy: tf.distribute.Strategy, kernels_name: str, dtype: str) -> str:

@@ -64,6 +64,9 @@ CHOICES = {
     "plain": Kernels("plain", fused_elementwise=False, decoder_xla=False, fused_optimizer=False),
 }
 NAMES = ("auto",) + tuple(CHOICES)
+# The kernels of CPUs with bfloat16 units, on which mixed bfloat16 runs faster than
+# float32 (the runners' --dtype=auto picks it there).
+BFLOAT16_UNITS = ("amx", "avx512_bf16")
 
 
 def cpu_flags(cpuinfo: str = CPUINFO) -> frozenset[str]:

@@ -38,6 +38,14 @@ pair's label (the single-sentence row: no single-sentence GLUE task ships offlin
 scores only check that the systems train alike); ours runs `--task_name=generic` on
 those sentences (written to output_dir/first_sentences).
 
+--regression: each pair's label is read as a similarity score (0.0 or 1.0) and every
+system fine-tunes a regression (one output, mean squared error), as STS-B is (no STS-B
+ships offline; this is the regression task on real sentence pairs that does); the table
+gives the dev Pearson and Spearman correlations (in percent, as GLUE reports STS-B) and
+mean squared error. Ours runs `--task_name=generic --is_regression` on the pairs
+(written to output_dir/regression_pairs), Hugging Face `num_labels=1` (its loss is then
+the mean squared error). keras_hub has no regression here.
+
 hf and keras_hub run each (system, seed) in a process of their own
 (`finetune_compare.run_peer`): their wall time, as ours', is the whole job from
 start-up to the dev scores.
@@ -83,7 +91,57 @@ def parse_args(argv=None):
         help="Hugging Face pads every example to --max_seq_length (max_length, its "
         "GLUE example's default) or each batch to its longest example (longest).",
     )
-    return common.finish_args(parser, argv, SYSTEMS)
+    parser.add_argument(
+        "--regression",
+        action="store_true",
+        help="Read each pair's label as a 0/1 similarity score and fine-tune a "
+        "regression (STS-B's kind of task); scored by Pearson and Spearman.",
+    )
+    args = common.finish_args(parser, argv, SYSTEMS)
+    if args.regression and "keras_hub" in args.systems:
+        parser.error("--regression: keras_hub has no regression here; leave it out of --systems")
+    return args
+
+
+def regression_pairs(args) -> str:
+    """output_dir/regression_pairs: train.tsv and dev.tsv of the pairs (or first
+    sentences, --single_sentence) with their label as a float score, as
+    `--task_name=generic --is_regression` reads them."""
+    folder = os.path.join(args.output_dir, "regression_pairs")
+    os.makedirs(folder, exist_ok=True)
+    for split in ("train", "dev"):
+        a, b, labels = read_split(args, split)
+        with open(os.path.join(folder, f"{split}.tsv"), "w", encoding="utf-8") as f:
+            f.write("sentence1\tscore\n" if b is None else "sentence1\tsentence2\tscore\n")
+            for i, (text, label) in enumerate(zip(a, labels)):
+                f.write(
+                    f"{text}\t{float(label)}\n"
+                    if b is None
+                    else f"{text}\t{b[i]}\t{float(label)}\n"
+                )
+    return folder
+
+
+def regression_scores(predictions, labels) -> dict[str, float]:
+    """Pearson and Spearman correlations (percent) and the mean squared error of
+    `predictions` against `labels`, with numpy (independent of this project's metrics)."""
+    predictions = np.asarray(predictions, dtype="float64").reshape(-1)
+    labels = np.asarray(labels, dtype="float64").reshape(-1)
+
+    def ranks(x):  # average ranks of ties, as scipy's spearmanr
+        order = np.argsort(x, kind="stable")
+        ranked = np.empty(len(x))
+        ranked[order] = np.arange(1, len(x) + 1)
+        for value in np.unique(x):
+            tied = x == value
+            ranked[tied] = ranked[tied].mean()
+        return ranked
+
+    return {
+        "pearson": 100 * float(np.corrcoef(predictions, labels)[0, 1]),
+        "spearman": 100 * float(np.corrcoef(ranks(predictions), ranks(labels))[0, 1]),
+        "loss": float(np.mean((predictions - labels) ** 2)),
+    }
 
 
 def first_sentences(args) -> str:
@@ -108,7 +166,17 @@ def read_split(args, split: str) -> tuple[list[str], list[str] | None, list[int]
 def run_ours(args, seed: int, run_dir: str) -> dict:
     from modeling import finetuning
 
-    if args.single_sentence:
+    if args.regression:
+        task = [
+            "--task_name=generic",
+            f"--data_dir={regression_pairs(args)}",
+            "--text_a_column=sentence1",
+            "--label_column=score",
+            "--is_regression",
+        ]
+        if not args.single_sentence:
+            task.append("--text_b_column=sentence2")
+    elif args.single_sentence:
         task = [
             "--task_name=generic",
             f"--data_dir={first_sentences(args)}",
@@ -130,6 +198,17 @@ def run_ours(args, seed: int, run_dir: str) -> dict:
     run = common.run_runner(command, os.path.join(run_dir, "eval_results.txt"))
     with open(os.path.join(run_dir, finetuning.EVAL_HISTORY), encoding="utf-8") as f:
         history = json.load(f)
+    if args.regression:
+        epochs = [
+            {
+                "pearson": 100 * h["eval_pearson"],
+                "spearman": 100 * h["eval_spearman"],
+                "loss": h["eval_loss"],
+                "step": h["global_step"],
+            }
+            for h in history
+        ]
+        return {**run, "epochs": epochs}
     epochs = [
         {
             "accuracy": 100 * h["eval_accuracy"],
@@ -173,11 +252,13 @@ def run_hf(args, seed: int) -> dict:
             "input_ids": encoded["input_ids"],
             "attention_mask": encoded["attention_mask"],
             "token_type_ids": encoded["token_type_ids"],
-            "labels": torch.tensor(labels),
+            "labels": torch.tensor(labels, dtype=torch.float32 if args.regression else None),
         }
 
     train, dev = encode("train"), encode("dev")
-    model = BertForSequenceClassification.from_pretrained(args.checkpoint, num_labels=2)
+    model = BertForSequenceClassification.from_pretrained(
+        args.checkpoint, num_labels=1 if args.regression else 2
+    )
     common.hf_head(model, model.classifier, args)
     num_examples = len(train["labels"])
     total, warmup = common.train_schedule(num_examples, args)
@@ -224,6 +305,8 @@ def evaluate_hf(model, dev, args) -> dict:
             batch = cut_to_longest({k: v[first : first + size] for k, v in dev.items()}, args)
             logits.append(model(**{k: v for k, v in batch.items() if k != "labels"}).logits)
     logits = torch.cat(logits).double()
+    if args.regression:
+        return regression_scores(logits.numpy(), dev["labels"].numpy())
     loss = float(torch.nn.functional.cross_entropy(logits, dev["labels"]))
     return {**common.accuracy_f1(logits.numpy(), dev["labels"].numpy()), "loss": loss}
 
@@ -299,6 +382,36 @@ def _warmup_linear_decay(keras, peak: float, warmup: int, total: int):
     return WarmupLinearDecay()
 
 
+# The columns of a system's runs besides its scores: steps, mean wall and CPU seconds.
+RUN_COLUMNS = {
+    "steps": lambda runs: str(runs[0]["epochs"][-1]["step"]),
+    "wall (s)": lambda runs: f"{np.mean([r['wall_s'] for r in runs]):.0f}",
+    "CPU (s)": lambda runs: f"{np.mean([r['cpu_s'] for r in runs]):.0f}",
+}
+
+
+def regression_table(args, results: list[dict]) -> str:
+    """The table of a --regression run: the final model's dev correlations and error."""
+    text = (
+        f"MRPC dev{' (first sentences alone)' if args.single_sentence else ''} as a "
+        f"regression of the 0/1 label, {args.num_train_epochs:g} epochs, lr "
+        f"{args.learning_rate:g}, batch {args.batch_size}, sequence {args.max_seq_length}, "
+        f"Hugging Face padding {args.hf_padding}"
+        f"{'; ours: ' + args.extra_flags if args.extra_flags else ''}.\n\n"
+    )
+    text += common.table(
+        results,
+        {
+            "final Pearson": lambda r: r["epochs"][-1]["pearson"],
+            "final Spearman": lambda r: r["epochs"][-1]["spearman"],
+            "final dev MSE": lambda r: r["epochs"][-1]["loss"],
+        },
+        RUN_COLUMNS,
+    )
+    text += "\n" + common.difference(results, lambda r: r["epochs"][-1]["pearson"], "final Pearson")
+    return text
+
+
 def main(argv=None) -> None:
     args = parse_args(argv)
 
@@ -313,6 +426,10 @@ def main(argv=None) -> None:
         common.peer_main(args, run_system)
         return
     results = common.run_all(args, run_system)
+
+    if args.regression:
+        common.write_table(args.output_dir, regression_table(args, results))
+        return
 
     def best(result):
         return max(result["epochs"], key=lambda e: (e["accuracy"] + e["f1"]) / 2)
@@ -334,11 +451,7 @@ def main(argv=None) -> None:
             "best-epoch accuracy": lambda r: best(r)["accuracy"],
             "best-epoch F1": lambda r: best(r)["f1"],
         },
-        {
-            "steps": lambda runs: str(runs[0]["epochs"][-1]["step"]),
-            "wall (s)": lambda runs: f"{np.mean([r['wall_s'] for r in runs]):.0f}",
-            "CPU (s)": lambda runs: f"{np.mean([r['cpu_s'] for r in runs]):.0f}",
-        },
+        RUN_COLUMNS,
     )
     text += "\n"
     for other in ("hf", "keras_hub"):

@@ -83,3 +83,15 @@ def test_optimizer_scales_gradients_inside_the_update(fused):
                 opt.apply([tf.constant(g)], tf.constant(1e-2), grad_scale=scale)
         finals.append(var.numpy())
     np.testing.assert_allclose(finals[0], finals[1], rtol=1e-6, atol=1e-7)
+
+
+@pytest.mark.parametrize(
+    "name,dtype",
+    [("amx", "bfloat16"), ("avx512_bf16", "bfloat16"), ("avx2", "float32"), ("plain", "float32")],
+)
+def test_auto_dtype_is_bfloat16_only_where_the_cpu_has_bfloat16_units(name, dtype):
+    import runner_settings
+
+    strategy = tf.distribute.OneDeviceStrategy("/cpu:0")
+    assert not tf.config.list_physical_devices("GPU")
+    assert runner_settings.auto_dtype(strategy, kernels.CHOICES[name]) == dtype

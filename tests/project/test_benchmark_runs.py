@@ -2,6 +2,7 @@
 runner that fails has said why in one line, and the benchmark then ends with one line of
 its own that names the runner and its exit code, without a traceback, recording nothing."""
 
+import os
 import sys
 
 import pytest
@@ -23,3 +24,39 @@ def test_a_failing_runner_ends_the_benchmark_with_one_line(tmp_path, capfd):
     )
     assert "train file x/train.txt does not exist" in capfd.readouterr().err
     assert not done.exists()
+
+
+def test_mrpc_as_a_regression_is_read_by_the_generic_task_and_scored_by_correlations(tmp_path):
+    from benchmarks.compare import compare_mrpc_hf
+    from data_prep.classifier.classifier_generic import GenericProcessor
+    from evaluation import glue_metrics
+
+    args = compare_mrpc_hf.parse_args(["--output_dir", str(tmp_path), "--regression"])
+    folder = compare_mrpc_hf.regression_pairs(args)
+    processor = GenericProcessor(
+        text_a_column="sentence1",
+        text_b_column="sentence2",
+        label_column="score",
+        is_regression=True,
+    )
+    dev = processor.get_dev_examples(folder)
+    a, b, labels = compare_mrpc_hf.read_mrpc(os.path.join(args.data_dir, "dev.tsv"))
+    assert len(dev) == len(labels) == 408
+    assert [(e.text_a, e.text_b, e.label) for e in dev[:3]] == [
+        (a[i], b[i], float(labels[i])) for i in range(3)
+    ]
+    # Hand-computed: ranks of the predictions 1, 4, 2, 3; of the tied labels 1.5, 3.5.
+    predictions, gold = [0.1, 0.9, 0.4, 0.8], [0.0, 1.0, 0.0, 1.0]
+    scores = compare_mrpc_hf.regression_scores(predictions, gold)
+    assert scores["spearman"] == pytest.approx(100 * 2 / 5**0.5)
+    assert scores["loss"] == pytest.approx((0.01 + 0.01 + 0.16 + 0.04) / 4)
+    assert scores["pearson"] / 100 == pytest.approx(
+        glue_metrics.pearson_correlation(predictions, gold)
+    )
+    assert scores["spearman"] / 100 == pytest.approx(
+        glue_metrics.spearman_correlation(predictions, gold)
+    )
+    with pytest.raises(SystemExit):
+        compare_mrpc_hf.parse_args(
+            ["--output_dir", str(tmp_path), "--regression", "--systems=ours,keras_hub"]
+        )

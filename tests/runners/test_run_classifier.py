@@ -233,6 +233,7 @@ def driver(tmp_path_factory, mrpc_dir, vocab_file):
         "xnli",
         root / "xnli",
         "--xnli_language=de",
+        "--dtype=auto",
         "--train_batch_size=4",
         "--num_train_epochs=1",
         task="XNLI",
@@ -369,6 +370,7 @@ def test_paws_a_task_added_as_one_class(driver):
     config = json.loads((output_dir / "run_config.json").read_text())
     assert config["labels"] == ["0", "1"]
     assert config["pad_to_max_seq_length"] and config["padded_training_batches"]
+    assert config["dtype"] == "float32"  # the default
 
 
 def test_paws_export_answers_raw_text_as_predicted(driver):
@@ -405,6 +407,12 @@ def test_xnli_reads_only_its_language(driver):
     assert dev["processor_options"] == {"xnli_language": "de"}
     results = read_results(output_dir / "eval_results.txt")
     assert results["global_step"] == 3 and "eval_accuracy" in results
+    # --dtype=auto is recorded as what ran: bfloat16 on a CPU with bfloat16 units.
+    from modeling import kernels
+
+    config = json.loads((output_dir / "run_config.json").read_text())
+    bfloat16_units = kernels.for_cpu().name in kernels.BFLOAT16_UNITS
+    assert config["dtype"] == ("bfloat16" if bfloat16_units else "float32")
 
 
 def test_generic_csv_task(driver):
