@@ -30,6 +30,9 @@ class BestCheckpoint:
 
     def __init__(self, directory: str, model):
         self.directory = directory
+        # A save killed midway leaves TensorFlow's temporary folder, never used.
+        for leftover in tf.io.gfile.glob(os.path.join(directory, "best-*_temp*")):
+            tf.io.gfile.rmtree(leftover)
         self.step = tf.Variable(-1, dtype=tf.int64, trainable=False, name="step")
         self.score = tf.Variable(-np.inf, dtype=tf.float64, trainable=False, name="score")
         self.checkpoint = tf.train.Checkpoint(model=model, step=self.step, score=self.score)

@@ -179,3 +179,22 @@ def test_one_pass_gives_the_tags_and_the_loss_of_an_evaluation_pass():
     np.testing.assert_array_equal(
         outputs["label_ids"], loop.predict(dataset(), label_ids)["label_ids"]
     )
+
+
+def test_a_best_model_save_killed_midway_leaves_nothing_behind(tmp_path):
+    """A run killed while it saved its best model leaves TensorFlow's temporary folder
+    (best-N_temp/...) in best/; the run that resumes removes it and keeps the model."""
+    model = keras.Sequential([keras.Input((2,)), keras.layers.Dense(1)])
+    best = BestCheckpoint(str(tmp_path / "best"), model)
+    assert best.update(4, 0.5)
+    leftover = tmp_path / "best" / "best-8_temp" / "part-00000-of-00001.data-00000-of-00001"
+    leftover.parent.mkdir()
+    leftover.with_name(leftover.name + ".tempstate123").write_bytes(b"cut short")
+    resumed = BestCheckpoint(str(tmp_path / "best"), model)
+    assert not leftover.parent.exists()
+    assert resumed.exists and int(resumed.step.numpy()) == 4
+    assert sorted(p.name for p in (tmp_path / "best").iterdir()) == [
+        "best-4.data-00000-of-00001",
+        "best-4.index",
+        "checkpoint",
+    ]
