@@ -98,6 +98,9 @@ def parse_args(argv=None):
         "regression (STS-B's kind of task); scored by Pearson and Spearman.",
     )
     args = common.finish_args(parser, argv, SYSTEMS)
+    for split in ("train", "dev"):
+        if not os.path.isfile(os.path.join(args.data_dir, f"{split}.tsv")):
+            parser.error(f"--data_dir={args.data_dir}: no {split}.tsv there (MRPC's layout)")
     if args.regression and "keras_hub" in args.systems:
         parser.error("--regression: keras_hub has no regression here; leave it out of --systems")
     return args

@@ -60,3 +60,5 @@ def test_mrpc_as_a_regression_is_read_by_the_generic_task_and_scored_by_correlat
         compare_mrpc_hf.parse_args(
             ["--output_dir", str(tmp_path), "--regression", "--systems=ours,keras_hub"]
         )
+    with pytest.raises(SystemExit):
+        compare_mrpc_hf.parse_args(["--output_dir", str(tmp_path), f"--data_dir={tmp_path}"])
