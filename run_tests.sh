@@ -10,13 +10,14 @@ fresh=
 [ -d .venv ] || { "$PYTHON" -m venv .venv; fresh=1; }
 . .venv/bin/activate
 pip install -q --upgrade pip
-if [ -n "$fresh" ]; then
-  # A new environment: pip byte-compiles on one core, compileall on all of them (about half
-  # the install's time). A few files in the packages are not Python 3 and never compile.
-  pip install -q --no-compile -r requirements-test.txt -e .
+# No byte-compiling of every installed file (about half the install's time): Python
+# compiles the modules the tests import, once, on their first import. Unless it may not
+# write what it compiles (PYTHONDONTWRITEBYTECODE): then every process the suite starts
+# would compile TensorFlow again, so a new environment is compiled here, on all cores (a
+# few files in the packages are not Python 3 and never compile).
+pip install -q --no-compile -r requirements-test.txt -e .
+if [ -n "$fresh" ] && [ -n "${PYTHONDONTWRITEBYTECODE:-}" ]; then
   python -m compileall -qq -j 0 "$(python -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')" || true
-else
-  pip install -q -r requirements-test.txt -e .
 fi
 export TF_CPP_MIN_LOG_LEVEL=2
 ruff check .

@@ -489,19 +489,21 @@ def _finetune_args(output_dir, init_checkpoint, bilstm_units):
     ]
 
 
-BILSTM_UNITS = (0, 8)
+# Each runner fine-tunes one head: run_classifier's with a BiLSTM (restored from the
+# fine-tuned output_dir alone), run_squad's without (every head with and without:
+# test_task_models_with_a_bilstm_ignore_padding).
+CLASSIFIER_BILSTM_UNITS, SQUAD_BILSTM_UNITS = (8,), (0,)
 
 
 @pytest.fixture(scope="module")
 def classifier_runs(pretrained, mrpc_dir, tmp_path_factory):
     """{bilstm_units: (fine-tuned output_dir, output_dir of an evaluation from it
-    alone)}: MRPC fine-tuned from the ltr run's output_dir, without and with a BiLSTM
-    head, then evaluated from the fine-tuned output_dir alone; every run in one
-    process."""
+    alone)}: MRPC fine-tuned from the ltr run's output_dir, then evaluated from the
+    fine-tuned output_dir alone; every run in one process."""
     root = tmp_path_factory.mktemp("ltr_mrpc")
     task = ["--task_name=MRPC", f"--data_dir={mrpc_dir}"]
     runs, dirs = {}, {}
-    for units in BILSTM_UNITS:
+    for units in CLASSIFIER_BILSTM_UNITS:
         output_dir, again = root / f"mrpc_{units}", root / f"again_{units}"
         dirs[units] = (output_dir, again)
         runs[f"train_{units}"] = [
@@ -523,7 +525,7 @@ def classifier_runs(pretrained, mrpc_dir, tmp_path_factory):
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("bilstm_units", BILSTM_UNITS)
+@pytest.mark.parametrize("bilstm_units", CLASSIFIER_BILSTM_UNITS)
 def test_run_classifier_fine_tunes_an_ltr_model_from_its_output_dir(classifier_runs, bilstm_units):
     output_dir, again = classifier_runs[bilstm_units]
     results = read_results(output_dir / "eval_results.txt")
@@ -538,10 +540,10 @@ def test_run_classifier_fine_tunes_an_ltr_model_from_its_output_dir(classifier_r
 
 @pytest.fixture(scope="module")
 def squad_runs(pretrained, root, tmp_path_factory):
-    """{bilstm_units: output_dir} of SQuAD 1.1 fine-tuned from the ltr run's output_dir,
-    without and with a BiLSTM head, then predicted and scored; both runs in one process."""
+    """{bilstm_units: output_dir} of SQuAD 1.1 fine-tuned from the ltr run's output_dir
+    (without a BiLSTM head), then predicted and scored."""
     folder = tmp_path_factory.mktemp("ltr_squad")
-    dirs = {units: folder / f"squad_{units}" for units in BILSTM_UNITS}
+    dirs = {units: folder / f"squad_{units}" for units in SQUAD_BILSTM_UNITS}
     runs = {
         str(units): [
             f"--train_file={root / 'v1.json'}",
@@ -561,7 +563,7 @@ def squad_runs(pretrained, root, tmp_path_factory):
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("bilstm_units", BILSTM_UNITS)
+@pytest.mark.parametrize("bilstm_units", SQUAD_BILSTM_UNITS)
 def test_run_squad_fine_tunes_an_ltr_model_from_its_output_dir(squad_runs, bilstm_units):
     output_dir = squad_runs[bilstm_units]
     results = read_results(output_dir / "eval_results.txt")

@@ -257,72 +257,6 @@ def free_port():
 
 
 @pytest.mark.slow
-def test_multi_worker_mirrored_equals_one_device(shards, references, tmp_path):
-    config, one = references["config"], references["one"]
-    workers = [f"127.0.0.1:{free_port()}", f"127.0.0.1:{free_port()}"]
-    procs = []
-    for index in range(2):
-        tf_config = json.dumps(
-            {"cluster": {"worker": workers}, "task": {"type": "worker", "index": index}}
-        )
-        procs.append(
-            run_pretraining(
-                tmp_path / f"worker{index}",
-                config,
-                shards["train"],
-                "--distribution_strategy=multi_worker_mirrored",
-                *REFERENCE,
-                *EVALUATION,
-                env={"TF_CONFIG": tf_config},
-                wait=False,
-                steps=STEPS,
-            )
-        )
-    for index, proc in enumerate(procs):
-        proc.wait(timeout=600)
-        assert proc.returncode == 0, open(f"{tmp_path / f'worker{index}'}.log").read()[-3000:]
-    chief = json.loads((tmp_path / "worker0" / "train_summary.json").read_text())
-    other = json.loads((tmp_path / "worker1" / "train_summary_worker_1.json").read_text())
-    assert chief["num_replicas"] == 2
-    assert chief["weights_checksum"] == other["weights_checksum"]
-    assert not (tmp_path / "worker1" / ".worker_1_tmp").exists()
-    # The chief alone writes the run's files; worker 1 (given a folder of its own here,
-    # to tell who wrote what) only its log and its summary, to compare checksums.
-    chief_files = set(os.listdir(tmp_path / "worker0"))
-    assert {
-        "bert_config.json",
-        "model_info.json",
-        "run_config.json",
-        "train_summary.json",
-        "checkpoint",
-        f"ckpt-{STEPS}.index",
-        "train",
-    } <= chief_files, chief_files
-    assert len(list((tmp_path / "worker0" / "train").glob("events*"))) == 1
-    assert json.loads((tmp_path / "worker0" / "model_info.json").read_text())["model_kind"]
-    worker_files = {
-        name
-        for name in os.listdir(tmp_path / "worker1")
-        if not name.startswith("run_pretraining.")  # absl's log of each process.
-    }
-    assert worker_files == {"train_summary_worker_1.json"}, worker_files
-    assert_close_weights(
-        model_weights(str(one / f"ckpt-{STEPS}")),
-        model_weights(str(tmp_path / "worker0" / f"ckpt-{STEPS}")),
-        atol=1e-4,
-    )
-    one, chief = (
-        dict(
-            line.split(" = ") for line in (directory / "eval_results.txt").read_text().splitlines()
-        )
-        for directory in (one, tmp_path / "worker0")
-    )
-    assert one.keys() == chief.keys() and "masked_lm_loss" in one, (one, chief)
-    for key in one:
-        assert float(chief[key]) == pytest.approx(float(one[key]), rel=1e-4, abs=1e-6), key
-
-
-@pytest.mark.slow
 def test_killed_run_resumes_to_the_same_weights(shards, references, tmp_path):
     """SIGKILL midway, restart: the same final weights as an uninterrupted run
     (op determinism on; dropout active, so its seed state must be restored too)."""
@@ -412,8 +346,9 @@ def test_a_lost_worker_is_named_and_a_restart_resumes(shards, references, tmp_pa
     """Two MultiWorkerMirrored workers on loopback share one output_dir (the chief alone
     takes its lock). Worker 1 killed: worker 0 stops with exit code 75 and one message
     naming worker 1 and saying to restart every worker. Restarted with the same
-    command, they resume from the last checkpoint to the weights of an uninterrupted
-    run."""
+    command, they resume from the last checkpoint to the weights and the evaluation of
+    the one-device run; the chief alone writes the run's files, worker 1 only its
+    summary (to compare the weights' checksums) and its log."""
     config, steps, common = references["config"], STEPS, REFERENCE
     workers = [f"127.0.0.1:{free_port()}", f"127.0.0.1:{free_port()}"]
     out = tmp_path / "shared"
@@ -441,6 +376,7 @@ def test_a_lost_worker_is_named_and_a_restart_resumes(shards, references, tmp_pa
                         "--do_train",
                         "--distribution_strategy=multi_worker_mirrored",
                         *common,
+                        *EVALUATION,
                     ],
                     env=dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2", TF_CONFIG=tf_config),
                     stdout=subprocess.DEVNULL,
@@ -477,11 +413,37 @@ def test_a_lost_worker_is_named_and_a_restart_resumes(shards, references, tmp_pa
     # no worker's folder left.
     assert len(list((out / "train").glob("events*"))) == 2
     assert not list(out.glob(".worker_*"))
+    chief = json.loads((out / "train_summary.json").read_text())
+    other = json.loads((out / "train_summary_worker_1.json").read_text())
+    assert chief["num_replicas"] == 2
+    assert chief["weights_checksum"] == other["weights_checksum"]
+    files = {name for name in os.listdir(out) if not name.startswith("run_pretraining.")}
+    checkpoints = {name for name in files if name.startswith("ckpt-")}
+    assert files - checkpoints == {
+        "bert_config.json",
+        "model_info.json",
+        "run_config.json",
+        "train_summary.json",
+        "train_summary_worker_1.json",
+        "eval_results.txt",
+        "checkpoint",
+        "train",
+        "eval",
+    }, files
+    assert json.loads((out / "model_info.json").read_text())["model_kind"]
+    one = references["one"]
     assert_close_weights(
-        model_weights(str(references["one"] / f"ckpt-{steps}")),
+        model_weights(str(one / f"ckpt-{steps}")),
         model_weights(str(out / f"ckpt-{steps}")),
         atol=1e-4,
     )
+    one_results, results = (
+        dict(line.split(" = ") for line in (folder / "eval_results.txt").read_text().splitlines())
+        for folder in (one, out)
+    )
+    assert one_results.keys() == results.keys() and "masked_lm_loss" in one_results
+    for key, value in one_results.items():
+        assert float(results[key]) == pytest.approx(float(value), rel=1e-4, abs=1e-6), key
 
 
 @pytest.mark.slow

@@ -20,7 +20,7 @@ import pytest
 from tests.helpers import serving_fuzz
 from tests.conftest import REPO_ROOT
 
-EXAMPLES = 80  # generated requests per export
+EXAMPLES = 40  # generated requests per export
 
 
 @pytest.fixture(scope="module")
