@@ -90,7 +90,7 @@ flags.DEFINE_enum(
     "same shards, the paper's LTR ablation; the model keeps its left-only attention "
     "wherever it is used afterwards.",
 )
-runner_flags.define_common_flags(max_seq_length=128)
+runner_flags.define_common_flags(max_seq_length=128, dtype="float32")
 runner_flags.define_training_flags()
 
 EVAL_RESULTS = file_io.EVAL_RESULTS

@@ -87,8 +87,10 @@ def define_model_flags(max_seq_length: int | None, flag_values=FLAGS) -> None:
         )
 
 
-def define_common_flags(max_seq_length: int, flag_values=FLAGS) -> None:
-    """The model, its files, the output folder, devices and numerics."""
+def define_common_flags(max_seq_length: int, flag_values=FLAGS, dtype: str = "auto") -> None:
+    """The model, its files, the output folder, devices and numerics (`dtype`: the
+    --dtype default; pre-training keeps float32 until its learning in bfloat16 is
+    measured against float32, as fine-tuning's is on every task kind)."""
     f = flag_values
     define_model_flags(max_seq_length, f)
     define_output_dir_flag("Checkpoints, summaries and results go here.", f)
@@ -111,9 +113,10 @@ def define_common_flags(max_seq_length: int, flag_values=FLAGS) -> None:
     )
     flags.DEFINE_enum(
         "dtype",
-        "float32",
+        dtype,
         ["float32", "bfloat16", "float16", "auto"],
-        "Compute dtype; variables stay float32. float16 adds loss scaling. auto: "
+        "Compute dtype of training, evaluation and prediction; variables stay float32 "
+        "and exports compute in float32. float16 adds loss scaling. auto: mixed "
         "bfloat16 on a CPU with bfloat16 units (AMX or AVX512-BF16, the kernels "
         "--kernels picks) and no GPU or TPU, float32 elsewhere.",
         flag_values=f,

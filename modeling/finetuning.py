@@ -44,6 +44,7 @@ from data_prep import input_pipeline
 from modeling import checkpoints, distribution, model_files, training, training_summary
 from modeling import model_kinds
 from modeling.config import BertConfig
+from modeling.encoder import BertEncoder
 from modeling.epoch_evaluation import (  # noqa: F401  (BEST_DIR, EVAL_HISTORY: the runs' names)
     BEST_DIR,
     EVAL_HISTORY,
@@ -462,9 +463,35 @@ def _train_and_finish(task, settings, trainer, model, files, best, chief, out, e
         )
     else:  # Every worker saves; into its own folder.
         export_dir, overwrite = os.path.join(out, "export"), True
-    path = export(model, export_dir, files, overwrite, task, settings.export_options)
+    exported = float32_model(task, model, files)
+    path = export(exported, export_dir, files, overwrite, task, settings.export_options)
     trainer.progress.say(f"Exported the model to {path} (it answers raw text)")
     return True
+
+
+def float32_model(task: FineTuningTask, model, files: model_files.ModelFiles):
+    """The model an export holds: `model` when it computes in float32, else (a run in
+    bfloat16 or float16) a float32 model of the same kind holding its weights. An
+    export computes in float32 whatever --dtype trained it, so that it serves on any
+    machine (bfloat16 runs slowly on a CPU without bfloat16 units, and not at all on
+    some GPUs); a TF Hub encoder computes in its own dtype."""
+    encoder = model.encoder
+    if model.dtype_policy.compute_dtype == "float32" or not isinstance(encoder, BertEncoder):
+        return model
+    twin_encoder = BertEncoder(
+        files.config,
+        dtype="float32",
+        kernels=encoder.kernels,
+        causal_attention=encoder.causal_attention,
+    )
+    twin = task.build_model(twin_encoder, files.config)
+    if len(twin.weights) != len(model.weights):  # Built at construction, as the model.
+        raise AssertionError(
+            f"{len(twin.weights)} weights in the float32 copy, {len(model.weights)} in the model"
+        )
+    for copy, weight in zip(twin.weights, model.weights):
+        copy.assign(weight)
+    return twin
 
 
 def evaluate(task, trainer, best, output_dir, out, step, epoch_evaluator, chief) -> dict:

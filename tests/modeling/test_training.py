@@ -1,5 +1,8 @@
 """The shared training loop and the optimizers (in-process, tiny model)."""
 
+import re
+import types
+
 import keras
 import numpy as np
 import pytest
@@ -401,3 +404,42 @@ def test_only_the_train_loop_is_rewritten_by_autograph(tmp_path, monkeypatch):
     )
     assert [batch["input_mask"].shape for batch in records] == [(2, 4), (1, 4)]
     assert rewritten == ["Trainer._make_train_loop.<locals>.loop"]
+
+
+@pytest.mark.parametrize("kind", ["classifier", "span", "ner_bilstm", "multiple_choice", "tagger"])
+def test_a_bfloat16_model_is_exported_as_a_float32_copy_of_its_weights(kind):
+    """`finetuning.float32_model`: what a run's export holds."""
+    from modeling import feature_based, finetuning
+
+    config = BertConfig(**TINY)
+    build = {
+        "classifier": lambda e, c: models.BertClassifier(e, c, 3),
+        "span": lambda e, c: models.BertSpanLabeler(e, c),
+        "ner_bilstm": lambda e, c: models.BertTokenClassifier(e, c, 5, bilstm_units=4),
+        "multiple_choice": lambda e, c: models.BertMultipleChoice(e, c),
+        "tagger": lambda e, c: feature_based.BertFeatureBasedTagger(
+            e, c, 5, [-1, -2], lstm_units=4
+        ),
+    }[kind]
+    task = types.SimpleNamespace(build_model=build)
+    files = types.SimpleNamespace(config=config)
+    keras.utils.set_random_seed(3)
+    model = build(BertEncoder(config, dtype="bfloat16"), config)
+    exported = finetuning.float32_model(task, model, files)
+    assert exported is not model and exported.dtype_policy.compute_dtype == "float32"
+    assert exported.encoder.dtype_policy.name == "float32"
+    unnumbered = lambda weights: [re.sub(r"_\d+/", "/", w.path) for w in weights]  # noqa: E731
+    assert unnumbered(exported.weights) == unnumbered(model.weights)  # (Keras numbers LSTMs.)
+    for copy, weight in zip(exported.weights, model.weights):
+        np.testing.assert_array_equal(copy.numpy(), weight.numpy(), err_msg=weight.path)
+    ids = np.array([[2, 17, 33, 41, 3, 0]] * 2, np.int32)
+    batch = {"input_word_ids": ids, "input_mask": (ids > 0).astype(np.int32)}
+    batch["input_type_ids"] = np.zeros_like(ids)
+    if kind == "multiple_choice":
+        batch = {k: np.stack([v, v], axis=1) for k, v in batch.items()}
+    ours, theirs = exported(batch), model(batch)
+    for key, value in ours.items():
+        assert value.dtype == tf.float32, key
+        np.testing.assert_allclose(value, tf.cast(theirs[key], tf.float32), atol=0.05)
+    float32 = build(BertEncoder(config, dtype="float32"), config)
+    assert finetuning.float32_model(task, float32, files) is float32  # As it is.

@@ -263,6 +263,7 @@ def cli_run(user_dir, vocab_file):
         "--max_seq_length=48",
         "--train_batch_size=8",
         "--num_train_epochs=2",
+        "--dtype=float32",  # Its export answers as predicted to 1e-5 (bfloat16: not).
         f"--output_dir={out}",
         f"--export_dir={user_dir / 'export'}",
     ]

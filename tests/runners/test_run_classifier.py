@@ -233,7 +233,7 @@ def driver(tmp_path_factory, mrpc_dir, vocab_file):
         "xnli",
         root / "xnli",
         "--xnli_language=de",
-        "--dtype=auto",
+        f"--export_dir={root / 'xnli_export'}",
         "--train_batch_size=4",
         "--num_train_epochs=1",
         task="XNLI",
@@ -256,6 +256,9 @@ def driver(tmp_path_factory, mrpc_dir, vocab_file):
         "--train_batch_size=8",
         "--num_train_epochs=1",
         "--pad_to_max_seq_length",
+        # float32, so that the export answers as predicted to 1e-5 (the export of a run
+        # in bfloat16, the --dtype default's choice on a CPU with bfloat16 units: xnli).
+        "--dtype=float32",
         f"--export_dir={root / 'paws_export'}",
         "--export_xla_single_requests",
         task="PAWS",
@@ -370,7 +373,7 @@ def test_paws_a_task_added_as_one_class(driver):
     config = json.loads((output_dir / "run_config.json").read_text())
     assert config["labels"] == ["0", "1"]
     assert config["pad_to_max_seq_length"] and config["padded_training_batches"]
-    assert config["dtype"] == "float32"  # the default
+    assert config["dtype"] == "float32"  # As asked.
 
 
 def test_paws_export_answers_raw_text_as_predicted(driver):
@@ -407,12 +410,33 @@ def test_xnli_reads_only_its_language(driver):
     assert dev["processor_options"] == {"xnli_language": "de"}
     results = read_results(output_dir / "eval_results.txt")
     assert results["global_step"] == 3 and "eval_accuracy" in results
-    # --dtype=auto is recorded as what ran: bfloat16 on a CPU with bfloat16 units.
+    # The default, --dtype=auto, is recorded as what ran: bfloat16 on a CPU with
+    # bfloat16 units. The export computes in float32 all the same.
+    import tensorflow as tf
+    import tensorflow_text  # noqa: F401  (registers the tokenizer ops)
+    from tensorflow.core.framework import types_pb2
+    from tensorflow.core.protobuf import saved_model_pb2
+
     from modeling import kernels
 
     config = json.loads((output_dir / "run_config.json").read_text())
     bfloat16_units = kernels.for_cpu().name in kernels.BFLOAT16_UNITS
     assert config["dtype"] == ("bfloat16" if bfloat16_units else "float32")
+    export_dir = driver["root"] / "xnli_export"
+    saved = saved_model_pb2.SavedModel()
+    saved.ParseFromString((export_dir / "saved_model.pb").read_bytes())
+    types = set()
+    for graph in saved.meta_graphs:
+        functions = graph.graph_def.library.function
+        for node in [*graph.graph_def.node, *(n for f in functions for n in f.node_def)]:
+            for value in node.attr.values():
+                types.update([value.type, *value.list.type])
+    assert types_pb2.DT_FLOAT in types and types_pb2.DT_BFLOAT16 not in types
+    outputs = tf.saved_model.load(str(export_dir)).signatures["serving_default"](
+        text_a=tf.constant(["Ein Hund läuft."]), text_b=tf.constant(["Ein Tier bewegt sich."])
+    )
+    assert outputs["probabilities"].dtype == tf.float32
+    np.testing.assert_allclose(np.sum(outputs["probabilities"].numpy()), 1.0, rtol=1e-5)
 
 
 def test_generic_csv_task(driver):

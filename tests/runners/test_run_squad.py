@@ -46,7 +46,8 @@ def runs(root):
     output_dir as a run stopped after step 4 left it, run again; in one process."""
 
     def flags(name, *extra, train_file=None, predict_file=None, version_2=True):
-        argv = squad_flags(root, root / name, version_2, *extra)
+        # float32: the files and the export equal what the checkpoint computes here.
+        argv = squad_flags(root, root / name, version_2, "--dtype=float32", *extra)
         if train_file:
             argv = [a for a in argv if not a.startswith("--train_file")]
             argv.append(f"--train_file={train_file}")
@@ -99,7 +100,7 @@ def runs(root):
             for a in flags("bad", "--hub_module_url=/nonexistent/hub")
             if not a.startswith(("--bert_config_file", "--vocab_file"))
         ],
-        "resume": squad_flags(root, root / "resume"),
+        "resume": flags("resume"),
     }
     return run_driver(cases, stopped={"resume": (root / "v2", root / "resume", 4)})
 

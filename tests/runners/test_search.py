@@ -48,6 +48,7 @@ def _command(inputs, output_dir, *extra):
         "--save_checkpoints_steps=2",
         "--steps_per_loop=1",
         "--deterministic",
+        "--dtype=float32",  # The export answers as predicted to 1e-5 (bfloat16: not).
         *extra,
     ]
 
@@ -141,7 +142,12 @@ def search(inputs):
     root = inputs["root"]
     output_dir = root / "search"
     single, later, again = (root / name for name in ("single", "later", "again"))
-    predict = ["--task_name=MRPC", f"--data_dir={inputs['mrpc']}", "--max_seq_length=32"]
+    predict = [
+        "--task_name=MRPC",
+        f"--data_dir={inputs['mrpc']}",
+        "--max_seq_length=32",
+        "--dtype=float32",  # As the search.
+    ]
     runs = {
         "single": _command(inputs, single, "--learning_rate=1e-4", "--seed=12345")[2:],
         "search": _search_command(inputs, output_dir, f"--export_dir={output_dir}_export")[2:],
