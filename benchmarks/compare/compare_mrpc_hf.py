@@ -393,15 +393,22 @@ RUN_COLUMNS = {
 }
 
 
-def regression_table(args, results: list[dict]) -> str:
-    """The table of a --regression run: the final model's dev correlations and error."""
-    text = (
-        f"MRPC dev{' (first sentences alone)' if args.single_sentence else ''} as a "
-        f"regression of the 0/1 label, {args.num_train_epochs:g} epochs, lr "
-        f"{args.learning_rate:g}, batch {args.batch_size}, sequence {args.max_seq_length}, "
-        f"Hugging Face padding {args.hf_padding}"
+def recipe_line(args, task: str) -> str:
+    """The first line of a results table: the data, the recipe and each system's
+    settings (a regression's included: its Hugging Face schedule and head matter)."""
+    return (
+        f"MRPC dev{' (first sentences alone)' if args.single_sentence else ''}{task}, "
+        f"{args.num_train_epochs:g} epochs, lr {args.learning_rate:g}, batch "
+        f"{args.batch_size}, sequence {args.max_seq_length}, warmup "
+        f"{args.warmup_proportion:g}, Hugging Face epsilon {args.hf_adam_epsilon:g}, "
+        f"head {args.hf_head_init}, schedule {args.hf_schedule}, padding {args.hf_padding}"
         f"{'; ours: ' + args.extra_flags if args.extra_flags else ''}.\n\n"
     )
+
+
+def regression_table(args, results: list[dict]) -> str:
+    """The table of a --regression run: the final model's dev correlations and error."""
+    text = recipe_line(args, " as a regression of the 0/1 label")
     text += common.table(
         results,
         {
@@ -437,14 +444,7 @@ def main(argv=None) -> None:
     def best(result):
         return max(result["epochs"], key=lambda e: (e["accuracy"] + e["f1"]) / 2)
 
-    text = (
-        f"MRPC dev{' (first sentences alone)' if args.single_sentence else ''}, "
-        f"{args.num_train_epochs:g} epochs, lr {args.learning_rate:g}, batch "
-        f"{args.batch_size}, sequence {args.max_seq_length}, warmup "
-        f"{args.warmup_proportion:g}, Hugging Face epsilon {args.hf_adam_epsilon:g}, "
-        f"head {args.hf_head_init}, schedule {args.hf_schedule}, padding {args.hf_padding}"
-        f"{'; ours: ' + args.extra_flags if args.extra_flags else ''}.\n\n"
-    )
+    text = recipe_line(args, "")
     text += common.table(
         results,
         {

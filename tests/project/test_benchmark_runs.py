@@ -56,6 +56,14 @@ def test_mrpc_as_a_regression_is_read_by_the_generic_task_and_scored_by_correlat
     assert scores["spearman"] / 100 == pytest.approx(
         glue_metrics.spearman_correlation(predictions, gold)
     )
+    # The table's first line names the recipe each system ran (the regression gap with
+    # Hugging Face moves with its schedule and head).
+    swapped = compare_mrpc_hf.parse_args(
+        ["--output_dir", str(tmp_path), "--regression", "--hf_schedule=original"]
+    )
+    line = compare_mrpc_hf.recipe_line(swapped, " as a regression of the 0/1 label")
+    assert line.startswith("MRPC dev as a regression of the 0/1 label, 3 epochs")
+    assert "head normal, schedule original, padding max_length." in line
     with pytest.raises(SystemExit):
         compare_mrpc_hf.parse_args(
             ["--output_dir", str(tmp_path), "--regression", "--systems=ours,keras_hub"]
