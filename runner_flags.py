@@ -264,7 +264,8 @@ def define_training_flags(
     flags.DEFINE_list(
         "profile_steps",
         None,
-        "FIRST,LAST: write a TensorBoard profile of these training steps to output_dir/profile.",
+        "FIRST,LAST: write a TensorBoard profile of the training loops (--steps_per_loop "
+        "steps each) that hold these steps to output_dir/profile.",
         flag_values=f,
     )
 

@@ -182,9 +182,25 @@ def pad_to_max_seq_length(FLAGS) -> bool | None:
     return None
 
 
+def profile_window(values: list[str] | None) -> tuple[int, int] | None:
+    """--profile_steps as (first, last); a UserError unless two steps, first <= last."""
+    if not values:
+        return None
+    try:
+        first, last = (int(v) for v in values)
+    except ValueError:
+        first = last = -1
+    if not 0 <= first <= last:
+        raise UserError(
+            f"--profile_steps={','.join(values)}: give FIRST,LAST, two training steps with "
+            "FIRST <= LAST (e.g. --profile_steps=20,29)"
+        )
+    return first, last
+
+
 def trainer_options(FLAGS) -> dict:
     """Keyword arguments of `training.Trainer` from the training flags."""
-    profile = tuple(int(x) for x in FLAGS.profile_steps) if FLAGS.profile_steps else None
+    profile = profile_window(FLAGS.profile_steps)
     return dict(
         optimizer=FLAGS.optimizer,
         weight_decay_rate=FLAGS.weight_decay_rate,

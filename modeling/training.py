@@ -479,10 +479,11 @@ class Trainer:
         returns its examples per second. A loss that is not finite (without a loss
         scale to skip such a step) is a FloatingPointError."""
         num = self._loop_length(span, loop_ends)
-        self.summary.maybe_profile(span.step, num)
+        self.summary.maybe_profile(span.step, num, False, span.end_step)
         loop_start = time.time()
         loss_t, norm_t = loop(iterator, tf.constant(num, tf.int32))
         loss, norm = float(loss_t), float(norm_t)
+        self.summary.maybe_profile(span.step, num, True, span.end_step)
         if not np.isfinite(loss) and self.loss_scale is None:
             raise FloatingPointError(f"training loss is {loss} at step {span.step + num}")
         span.step, span.loss = int(self.global_step.numpy()), loss

@@ -44,6 +44,7 @@ class TrainingSummary:
         self.strategy, self.output_dir = strategy, output_dir
         self.variables = variables
         self.profile_steps = profile_steps
+        self._profiling = False
 
     def writer(self, name: str):
         """TensorBoard's writer of output_dir/`name`; none on a worker that is not the
@@ -114,16 +115,20 @@ class TrainingSummary:
             "num_replicas": self.strategy.num_replicas_in_sync,
         }
 
-    def maybe_profile(self, step: int, num: int) -> None:
-        """Starts or stops the profiler when its window begins or ends in the loop of
-        `num` steps from `step`."""
+    def maybe_profile(self, step: int, num: int, loop_done: bool, end_step: int) -> None:
+        """Starts the profiler before the first loop (of `num` steps from `step`) that
+        holds steps of the window, and stops it after (`loop_done`) the loop that holds
+        its last step or ends the training at `end_step`. A loop runs as one call: the
+        profile holds the whole loops the window touches."""
         if not self.profile_steps:
             return
         first, last = self.profile_steps
-        if step <= first < step + num:
+        if not loop_done and not self._profiling and step <= last and first < step + num:
             tf.profiler.experimental.start(os.path.join(self.output_dir, "profile"))
-        if step <= last < step + num:
+            self._profiling = True
+        elif loop_done and self._profiling and (last < step + num or step + num >= end_step):
             tf.profiler.experimental.stop()
+            self._profiling = False
 
     def log_loop(
         self,

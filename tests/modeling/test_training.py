@@ -224,6 +224,7 @@ def train_classifier(
     seed=7,
     restore=False,
     xla=False,
+    **trainer_options,
 ):
     keras.utils.set_random_seed(seed)
     config = BertConfig(**TINY)
@@ -238,11 +239,11 @@ def train_classifier(
         learning_rate=lr,
         num_train_steps=steps,
         num_warmup_steps=0,
-        steps_per_loop=2,
         save_checkpoints_steps=100,
         gradient_accumulation_steps=accumulation,
         dtype=dtype,
         enable_xla=xla,
+        **{"steps_per_loop": 2, **trainer_options},
     )
     if restore:
         assert trainer.restore_or_initialize()
@@ -344,6 +345,41 @@ def test_training_learns_evaluates_predicts_and_resumes(tmp_path):
     )
     assert summary2["global_step"] == 43
     np.testing.assert_array_equal(model2.weights[0].numpy(), model.weights[0].numpy())
+
+
+@pytest.mark.parametrize(
+    "steps_per_loop,window,loops",
+    [(10, (2, 3), 1), (2, (1, 2), 2), (2, (5, 50), 1)],  # in one loop; over two; past the end
+)
+def test_the_profile_holds_the_loops_of_its_window(tmp_path, steps_per_loop, window, loops):
+    """--profile_steps: the profiler starts before the first loop that holds a step of
+    the window and stops after the last (or the training's last loop). It once started
+    and stopped before a loop that held the whole window: an empty profile."""
+    from tensorflow.tsl.profiler.protobuf import xplane_pb2
+
+    train_classifier(tmp_path, "run", steps=6, steps_per_loop=steps_per_loop, profile_steps=window)
+    (path,) = (tmp_path / "run" / "profile").rglob("*.xplane.pb")
+    space = xplane_pb2.XSpace.FromString(path.read_bytes())
+    names = [
+        plane.event_metadata[event.metadata_id].name
+        for plane in space.planes
+        for line in plane.lines
+        for event in line.events
+    ]
+    # One call of the training loop's function per loop, and the ops it ran.
+    assert sum(n.startswith("EagerLocalExecute: __inference_loop") for n in names) == loops
+    assert any(n.endswith("MatMul") for n in names), sorted(set(names))[:50]
+
+
+def test_a_bad_profile_window_is_one_line():
+    import runner_settings
+    from common.errors import UserError
+
+    assert runner_settings.profile_window(["20", "29"]) == (20, 29)
+    assert runner_settings.profile_window(None) is None
+    for values in (["5"], ["a", "b"], ["9", "3"], ["1", "2", "3"], ["-1", "2"]):
+        with pytest.raises(UserError, match=r"--profile_steps=.*give FIRST,LAST"):
+            runner_settings.profile_window(values)
 
 
 def test_float16_and_bfloat16_training_runs(tmp_path):
