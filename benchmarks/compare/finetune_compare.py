@@ -33,6 +33,7 @@ finetune_compare`); run them from the repository's root as modules, e.g.
 from __future__ import annotations
 
 import argparse
+import importlib.util
 import json
 import os
 import pathlib
@@ -166,13 +167,40 @@ def recipe_parser(
     return parser
 
 
+# The packages each peer runs on (ours needs the project's own).
+PEER_PACKAGES = {
+    "hf": ("torch", "transformers"),
+    "hf_same_batches": ("torch", "transformers"),
+    "keras_hub": ("keras_hub",),
+}
+
+
+def missing_packages(chosen: list[str]) -> dict[str, list[str]]:
+    """{system: the packages it runs on that this Python cannot import}."""
+    missing = {
+        system: [p for p in PEER_PACKAGES.get(system, ()) if importlib.util.find_spec(p) is None]
+        for system in chosen
+    }
+    return {system: packages for system, packages in missing.items() if packages}
+
+
 def finish_args(
     parser: argparse.ArgumentParser, argv, systems: tuple[str, ...]
 ) -> argparse.Namespace:
     args = parser.parse_args(argv)
-    unknown = sorted(set(args.systems.split(",")) - set(systems))
+    chosen = args.systems.split(",")
+    unknown = sorted(set(chosen) - set(systems))
     if unknown:
         parser.error(f"--systems: unknown {unknown}; choose from {', '.join(systems)}")
+    # Said before any run, not when the peer's turn comes minutes later.
+    missing = missing_packages(chosen)
+    if missing:
+        needs = "; ".join(f"{system} needs {', '.join(p)}" for system, p in missing.items())
+        parser.error(
+            f"--systems={args.systems}: {needs}, which this Python cannot import. "
+            "bash benchmarks/setup_bench_env.sh installs every peer; then run this "
+            "command with .venv-bench/bin/python"
+        )
     args.checkpoint = args.checkpoint or default_checkpoint()
     os.makedirs(args.output_dir, exist_ok=True)
     if args.no_dropout:

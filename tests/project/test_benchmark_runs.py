@@ -70,3 +70,22 @@ def test_mrpc_as_a_regression_is_read_by_the_generic_task_and_scored_by_correlat
         )
     with pytest.raises(SystemExit):
         compare_mrpc_hf.parse_args(["--output_dir", str(tmp_path), f"--data_dir={tmp_path}"])
+
+
+def test_a_peer_this_python_cannot_import_is_said_before_any_run(tmp_path, monkeypatch, capsys):
+    from benchmarks.compare import compare_mrpc_hf, finetune_compare
+
+    present = finetune_compare.importlib.util.find_spec
+    monkeypatch.setattr(
+        finetune_compare.importlib.util,
+        "find_spec",
+        lambda name: None if name == "keras_hub" else present(name),
+    )
+    assert finetune_compare.missing_packages(["ours", "hf"]) == {}
+    with pytest.raises(SystemExit) as exit:
+        compare_mrpc_hf.parse_args(["--output_dir", str(tmp_path), "--systems=ours,keras_hub"])
+    assert exit.value.code == 2
+    (line,) = [x for x in capsys.readouterr().err.splitlines() if "error:" in x]
+    assert "--systems=ours,keras_hub: keras_hub needs keras_hub" in line, line
+    assert "benchmarks/setup_bench_env.sh" in line and ".venv-bench/bin/python" in line, line
+    assert not any(tmp_path.iterdir())  # nothing run, nothing written
