@@ -56,7 +56,9 @@ start-up to the dev scores.
 
 Each run's result is saved as JSON in output_dir (a rerun skips finished runs); the
 table is printed and written to output_dir/results.md. Wall and CPU times are of whole
-runs (start-up, tokenization, training and the evaluations).
+runs (start-up, tokenization, training and the evaluations); "first step" is the time
+from the process's start to the end of its first training step (imports, data, model,
+tracing and the step), "peak" the process's largest resident memory.
 """
 
 from __future__ import annotations
@@ -353,9 +355,15 @@ def run_keras_hub(args, seed: int) -> dict:
         .batch(args.batch_size)
     )
     dev = tf.data.Dataset.from_tensor_slices((dev_texts,)).batch(args.eval_batch_size)
+    # "keras_hub seed S step n/total" lines every 20 steps, as Hugging Face's loop prints
+    # (the parent times the process's first step from them).
+    progress = common.keras_progress(f"keras_hub seed {seed}", total)
     epochs, first = [], 0
     for end in common.epoch_end_steps(num_examples, args.batch_size, total):
-        classifier.fit(stream.skip(first).take(end - first), epochs=1, verbose=2)
+        progress.first = first
+        classifier.fit(
+            stream.skip(first).take(end - first), epochs=1, verbose=2, callbacks=[progress]
+        )
         logits = np.asarray(classifier.predict(dev, verbose=0), dtype="float64")
         shifted = logits - logits.max(axis=-1, keepdims=True)
         log_probs = shifted - np.log(np.exp(shifted).sum(axis=-1, keepdims=True))
@@ -385,11 +393,13 @@ def _warmup_linear_decay(keras, peak: float, warmup: int, total: int):
     return WarmupLinearDecay()
 
 
-# The columns of a system's runs besides its scores: steps, mean wall and CPU seconds.
+# The columns of a system's runs besides its scores: steps, mean wall and CPU seconds,
+# time to first step and peak memory.
 RUN_COLUMNS = {
     "steps": lambda runs: str(runs[0]["epochs"][-1]["step"]),
     "wall (s)": lambda runs: f"{np.mean([r['wall_s'] for r in runs]):.0f}",
     "CPU (s)": lambda runs: f"{np.mean([r['cpu_s'] for r in runs]):.0f}",
+    **common.PROCESS_COLUMNS,
 }
 
 

@@ -32,14 +32,17 @@ sample_data/sciner_iob1 (CoNLL-2003's IOB1, where nearly every entity word is I-
                    train.tf_record read by ours' tf.data pipeline with the same seed),
                    with ours' labels, from ours' initial head: run it after ours. With
                    --no_dropout nothing random is left between the two. Its dev set is
-                   padded to --max_seq_length.
+                   padded to --max_seq_length. A process of its own, as hf.
 
   python -m benchmarks.compare.compare_ner_hf --output_dir=runs/ner_bio_e2
   python -m benchmarks.compare.compare_ner_hf --output_dir=runs/ner_iob1_e2 \\
       --data_dir=sample_data/sciner_iob1
 
 Each run's result is saved as JSON in output_dir (a rerun skips finished runs); the
-table is printed and written to output_dir/results.md.
+table is printed and written to output_dir/results.md. Wall times are of whole runs;
+"first step" is the time from the process's start to the end of its first training step
+(imports, data, model, tracing and the step), "peak" the process's largest resident
+memory.
 """
 
 from __future__ import annotations
@@ -379,12 +382,10 @@ def main(argv=None) -> None:
 
     def run_system(system, seed, run_dir):
         if args.peer_result:  # The process of one Hugging Face run (common.run_peer).
-            return run_hf(args, seed, run_dir)
+            return run_hf(args, seed, run_dir, same_batches=system == "hf_same_batches")
         if system == "ours":
             return run_ours(args, seed, run_dir)
-        if system == "hf":
-            return score_hf(args, common.run_peer(args, system, seed))
-        return score_hf(args, run_hf(args, seed, run_dir, same_batches=True))
+        return score_hf(args, common.run_peer(args, system, seed))
 
     if args.peer_result:
         common.peer_main(args, run_system)
@@ -411,6 +412,7 @@ def main(argv=None) -> None:
             "steps": lambda runs: str(runs[0]["steps"]),
             "learns": lambda runs: runs[0]["label_scheme"],
             "wall (s)": lambda runs: f"{np.mean([r['wall_s'] for r in runs]):.0f}",
+            **common.PROCESS_COLUMNS,
         },
     )
     text += "\n" + common.difference(results, lambda r: r["f1"], "entity F1")

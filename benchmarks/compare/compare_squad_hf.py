@@ -49,7 +49,9 @@ Hugging Face in its loop).
 
 Each run's result is saved as JSON in output_dir (a rerun skips finished ones); the
 table is printed and written to output_dir/results.md. Wall times are of whole runs
-(start-up, features, training, prediction and scoring).
+(start-up, features, training, prediction and scoring); "first step" is the time from
+the process's start to the end of its first training step (imports, features, model,
+tracing and the step), "peak" the process's largest resident memory.
 """
 
 from __future__ import annotations
@@ -588,6 +590,7 @@ def main(argv=None) -> None:
         {
             "steps": lambda runs: str(runs[0]["steps"]),
             "wall (s)": lambda runs: f"{np.mean([r['wall_s'] for r in runs]):.0f}",
+            **common.PROCESS_COLUMNS,
         },
     )
     if is_v2(args):

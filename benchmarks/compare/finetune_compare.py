@@ -25,6 +25,18 @@ training and predicting the dev set. The Hugging Face process imports neither
 TensorFlow nor this project (its metrics are computed with numpy, `accuracy_f1`;
 scoring files with this project's scorers happens in the parent, after the timing).
 
+Besides its wall and CPU seconds, every run records the process's time to first step
+(`first_step_s`: start-up, imports, reading the data, building the model, tracing or
+compiling and the first step, from the time stamps of its "step N/T" progress lines,
+`stamped_runs.first_step_seconds`) and its peak memory (`peak_mb`: the largest resident set of the
+process, or of a child it waited for, from the rusage `os.wait4` gives); the tables
+show both (`PROCESS_COLUMNS`), empty for a result saved before they were recorded.
+The processes' output comes through a pipe, echoed line by line: a runner, whose stderr
+is then not a terminal, writes a plain progress line every --progress_interval_s (30 s)
+instead of its live bar, so that a run of ours training for less than a minute or so has
+fewer than two lines and no time to first step (`--extra_flags=--progress_interval_s=2`
+gives it one).
+
 The comparison scripts beside it import it (`from benchmarks.compare import
 finetune_compare`); run them from the repository's root as modules, e.g.
 `python -m benchmarks.compare.compare_ner_hf`.
@@ -38,11 +50,12 @@ import json
 import os
 import pathlib
 import resource
-import subprocess
 import sys
 import time
 
 import numpy as np
+
+from benchmarks import stamped_runs
 
 REPO = pathlib.Path(__file__).resolve().parent.parent.parent
 SAMPLE_DATA = REPO / "sample_data"
@@ -283,11 +296,18 @@ def runner_command(runner: str, args, seed: int, run_dir: str, *task_flags: str)
 
 def run_runner(command: list[str], done_file: str) -> dict:
     """Runs a runner until `done_file` exists (a run stopped by SIGTERM checkpoints and a
-    rerun resumes it); its wall and CPU seconds (user + system, all threads)."""
+    rerun resumes it); its wall and CPU seconds (user + system, all threads), its time
+    to first step (of the first attempt) and its peak memory (the largest of the
+    attempts'). The runner's output (its progress lines are on stderr) goes to stderr
+    line by line."""
     start, cpu_start = time.time(), _children_cpu_s()
+    first_step, peak = None, 0.0
     for attempt in range(1, 4):
         print("$ " + " ".join(command), flush=True)
-        code = subprocess.run(command, env=dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2")).returncode
+        run = stamped_runs.run_stamped(command, env=dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2"))
+        code, peak = run["code"], max(peak, run["peak_mb"])
+        if attempt == 1:
+            first_step = stamped_runs.first_step_seconds(run["stamps"])
         if code not in (0, 143):  # 143: stopped by SIGTERM, checkpoint saved.
             # The runner has said what went wrong, in one line above; no traceback here.
             raise SystemExit(
@@ -300,6 +320,8 @@ def run_runner(command: list[str], done_file: str) -> dict:
     return {
         "wall_s": time.time() - start,
         "cpu_s": _children_cpu_s() - cpu_start,
+        "first_step_s": first_step,
+        "peak_mb": peak,
         "command": " ".join(command),
     }
 
@@ -453,6 +475,34 @@ def hf_train(
     return losses
 
 
+def keras_progress(label: str, total: int, every: int = 20):
+    """A Keras callback that prints "{label} step n/total mean loss x t s" every `every`
+    steps and at the last, as `hf_train` does, over a training of several `fit` calls:
+    set its `first` to the steps done before each call. The loss is Keras' running
+    mean since the start of the `fit` call; t counts from the callback's making."""
+    import keras
+
+    start = time.time()
+
+    class Progress(keras.callbacks.Callback):
+        # Called off the training thread where Keras can (its default dispatch, which a
+        # callback with batch hooks would otherwise turn off): it waits for the step's
+        # logs there, so that the line still comes when the step has run.
+        async_safe = True
+        first = 0
+
+        def on_train_batch_end(self, batch, logs=None):
+            step = self.first + batch + 1
+            if step % every == 0 or step == total:
+                loss = float((logs or {}).get("loss", float("nan")))
+                print(
+                    f"{label} step {step}/{total} mean loss {loss:.4f} {time.time() - start:.0f} s",
+                    flush=True,
+                )
+
+    return Progress()
+
+
 # ----------------------------------------------------------------------------
 # Results and tables.
 # ----------------------------------------------------------------------------
@@ -462,7 +512,8 @@ def run_peer(args, system: str, seed: int) -> dict:
     """Runs one peer's (system, seed) in a new process of the running comparison script
     (its arguments, this system and seed, and --peer_result) and returns its result,
     with wall_s the whole process (`inner_wall_s`: as the process measured itself,
-    imports excluded)."""
+    imports excluded), its time to first step and peak memory. Its output goes to
+    stdout line by line."""
     result_file = os.path.join(args.output_dir, f"{system}_seed{seed}.peer.json")
     if os.path.isfile(result_file):
         os.remove(result_file)
@@ -477,7 +528,8 @@ def run_peer(args, system: str, seed: int) -> dict:
     ]
     print("$ " + " ".join(command), flush=True)
     start, cpu_start = time.time(), _children_cpu_s()
-    code = subprocess.run(command, cwd=REPO).returncode
+    run = stamped_runs.run_stamped(command, cwd=REPO, echo=sys.stdout)
+    code = run["code"]
     if code:
         raise SystemExit(f"{system} seed {seed} failed (exit status {code}): its error is above")
     wall, cpu = time.time() - start, _children_cpu_s() - cpu_start
@@ -485,7 +537,12 @@ def run_peer(args, system: str, seed: int) -> dict:
         result = json.load(f)
     os.remove(result_file)
     result.update(
-        inner_wall_s=result.get("wall_s"), wall_s=wall, cpu_s=cpu, command=" ".join(command)
+        inner_wall_s=result.get("wall_s"),
+        wall_s=wall,
+        cpu_s=cpu,
+        first_step_s=stamped_runs.first_step_seconds(run["stamps"]),
+        peak_mb=run["peak_mb"],
+        command=" ".join(command),
     )
     return result
 
@@ -552,6 +609,20 @@ def mean_spread(values) -> str:
     spread = f" ± {np.std(values, ddof=1):.2f}" if len(values) > 1 else ""
     each = f" ({', '.join(f'{v:.2f}' for v in values)})" if len(values) > 1 else ""
     return f"{np.mean(values):.2f}{spread}{each}"
+
+
+def mean_cell(runs: list[dict], key: str, digits: int = 0) -> str:
+    """The mean of `key` over the runs that recorded it; empty if none did (a result
+    saved before it was recorded)."""
+    values = [r[key] for r in runs if r.get(key) is not None]
+    return f"{np.mean(values):.{digits}f}" if values else ""
+
+
+# The columns of every table for its runs' processes (means over the seeds).
+PROCESS_COLUMNS = {
+    "first step (s)": lambda runs: mean_cell(runs, "first_step_s", 1),
+    "peak (MB)": lambda runs: mean_cell(runs, "peak_mb"),
+}
 
 
 def table(results: list[dict], columns: dict, extra: dict | None = None) -> str:

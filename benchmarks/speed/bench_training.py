@@ -44,8 +44,8 @@ import shutil
 import subprocess
 import sys
 import tempfile
-import time
 
+from benchmarks import stamped_runs
 from benchmarks.speed.training_workers import (
     PREDICTIONS,
     SHAPES,
@@ -168,32 +168,22 @@ STEP_LINE = re.compile(r"(?:^|\] )step (\d+)(?:/\d+)?\b")
 def run_e2e(cmd, batch):
     """Runs one e2e process, stamping its progress lines; throughput, time to first
     step and peak memory, or {"error": ...}."""
-    start = time.perf_counter()
-    process = subprocess.Popen(
+    run = stamped_runs.run_stamped(
         cmd,
         cwd=REPO,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.STDOUT,
-        text=True,
-        env=dict(os.environ, PYTHONUNBUFFERED="1", TF_CPP_MIN_LOG_LEVEL="2"),
+        env=dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2"),
+        echo=False,
+        step_line=STEP_LINE,
     )
-    stamps, tail = [], []
-    for line in process.stdout:
-        match = STEP_LINE.search(line)
-        if match:
-            stamps.append((int(match.group(1)), time.perf_counter() - start))
-        tail = (tail + [line.rstrip()])[-5:]
-    _, status, usage = os.wait4(process.pid, 0)
-    if status != 0 or len(stamps) < 2:
-        return {"error": (tail or ["?"])[-1][:160]}
-    (first_step, first_time), (last_step, last_time) = stamps[0], stamps[-1]
-    step_time = (last_time - first_time) / (last_step - first_step)
+    step_time = stamped_runs.steady_step_seconds(run["stamps"])
+    if run["code"] != 0 or step_time is None:
+        return {"error": (run["tail"] or ["?"])[-1][:160]}
     return {
         "seq_per_s": batch / step_time,
-        "first_step_s": first_time - (first_step - 1) * step_time,
-        "total_s": time.perf_counter() - start,
-        "peak_mb": usage.ru_maxrss / 1024,
-        "stamps": stamps,
+        "first_step_s": stamped_runs.first_step_seconds(run["stamps"]),
+        "total_s": run["seconds"],
+        "peak_mb": run["peak_mb"],
+        "stamps": run["stamps"],
     }
 
 

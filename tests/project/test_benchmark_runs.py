@@ -7,6 +7,7 @@ import sys
 
 import pytest
 
+from benchmarks import stamped_runs
 from benchmarks.compare import finetune_compare
 
 
@@ -89,3 +90,70 @@ def test_a_peer_this_python_cannot_import_is_said_before_any_run(tmp_path, monke
     assert "--systems=ours,keras_hub: keras_hub needs keras_hub" in line, line
     assert "benchmarks/setup_bench_env.sh" in line and ".venv-bench/bin/python" in line, line
     assert not any(tmp_path.iterdir())  # nothing run, nothing written
+
+
+def test_a_runner_run_records_its_time_to_first_step_and_peak_memory(tmp_path, capfd):
+    # Stopped by SIGTERM (exit 143) after two steps and resumed: the first step is timed
+    # on the first attempt (0.5 s of start-up before it), the peak is the larger of the
+    # two attempts' (the first holds 200 MB).
+    runner = tmp_path / "run_fake.py"
+    runner.write_text(
+        "import os, sys, time\n"
+        "done, stopped = sys.argv[1], sys.argv[1] + '.stopped'\n"
+        "resumed = os.path.exists(stopped)\n"
+        "ballast = bytearray(b'1') * ((1 if resumed else 200) << 20)\n"
+        "print('building the model', flush=True)\n"
+        "time.sleep(0 if resumed else 0.5)\n"
+        "for step in (3, 4) if resumed else (1, 2):\n"
+        "    time.sleep(0.1)\n"
+        "    print(f'I1129 12:00:00.000000 1 training_summary.py:151] step {step}/4  '\n"
+        "          'loss 0.5  lr 5e-05', file=sys.stderr, flush=True)\n"
+        "if not resumed:\n"
+        "    open(stopped, 'w').close()\n"
+        "    sys.exit(143)\n"
+        "open(done, 'w').close()\n"
+    )
+    done = tmp_path / "done"
+    run = finetune_compare.run_runner([sys.executable, str(runner), str(done)], str(done))
+    assert done.exists()
+    assert 0.5 <= run["first_step_s"] < run["wall_s"]
+    assert run["peak_mb"] >= 200
+    err = capfd.readouterr().err  # the runner's lines, stdout's and stderr's, as they came
+    assert "building the model" in err and "step 4/4  loss 0.5" in err
+
+
+def test_time_to_first_step_takes_the_steps_before_the_first_line_at_the_steady_rate():
+    assert stamped_runs.first_step_seconds([(20, 10.0), (40, 12.0), (60, 14.0)]) == (
+        pytest.approx(10.0 - 19 * 0.1)
+    )
+    assert stamped_runs.first_step_seconds([(20, 10.0)]) is None
+    assert stamped_runs.first_step_seconds([]) is None
+    # The lines stamped: the runners' on stderr, the Hugging Face and keras-hub loops'.
+    for line in (
+        "train: step 20/62 (32%)  loss 0.6931  examples/s 30.1  elapsed 0:12  ETA 0:18",
+        "hf seed 1 step 20/343 loss 0.6931 12 s",
+        "keras_hub seed 1 step 20/343 mean loss 0.6931 12 s",
+    ):
+        assert stamped_runs.STEP_LINE.search(line).group(1) == "20"
+    assert not stamped_runs.STEP_LINE.search("hf seed 1 step 40: {'accuracy': 80.0}")
+
+
+def test_the_tables_show_first_step_and_peak_memory_empty_for_results_saved_before():
+    from benchmarks.compare import compare_mrpc_hf
+
+    epochs = [{"accuracy": 80.0, "f1": 85.0, "loss": 0.4, "step": 343}]
+    now = {"system": "ours", "seed": 1, "epochs": epochs, "wall_s": 100.0, "cpu_s": 300.0}
+    results = [
+        {**now, "first_step_s": 12.34, "peak_mb": 1536.4},
+        {**now, "seed": 2, "first_step_s": 14.34, "peak_mb": 1600.0},
+        {**now, "system": "hf"},  # saved before the two were recorded
+    ]
+    text = finetune_compare.table(
+        results,
+        {"final accuracy": lambda r: r["epochs"][-1]["accuracy"]},
+        compare_mrpc_hf.RUN_COLUMNS,
+    )
+    header, _, ours, hf = text.splitlines()
+    assert header.endswith("| wall (s) | CPU (s) | first step (s) | peak (MB) |")
+    assert ours.endswith("| 100 | 300 | 13.3 | 1568 |")
+    assert hf.endswith("| 100 | 300 |  |  |")
