@@ -219,6 +219,15 @@ def define_training_flags(
         flags.DEFINE_float("learning_rate", learning_rate, "Peak learning rate.", flag_values=f)
     flags.DEFINE_integer("eval_batch_size", 8, "Global evaluation batch size.", flag_values=f)
     flags.DEFINE_enum("optimizer", "adamw", ["adamw", "lamb"], "Optimizer.", flag_values=f)
+    flags.DEFINE_enum(
+        "lr_decay",
+        "original",
+        ["original", "after_warmup"],
+        "The linear decay to 0 after warmup. original: measured from step 0, as the "
+        "original release (a warmup of a tenth of the steps ends at 0.9 x the peak rate). "
+        "after_warmup: from the peak over the remaining steps, as Hugging Face's Trainer.",
+        flag_values=f,
+    )
     flags.DEFINE_float(
         "weight_decay_rate",
         0.01,

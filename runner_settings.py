@@ -203,6 +203,7 @@ def trainer_options(FLAGS) -> dict:
     profile = profile_window(FLAGS.profile_steps)
     return dict(
         optimizer=FLAGS.optimizer,
+        lr_decay=FLAGS.lr_decay,
         weight_decay_rate=FLAGS.weight_decay_rate,
         adam_bias_correction=FLAGS.adam_bias_correction,
         adam_epsilon=FLAGS.adam_epsilon,

@@ -29,17 +29,31 @@ from common.errors import UserError
 NO_DECAY_PATTERN = re.compile(r"(LayerNorm|layer_norm|bias)")
 
 
-def learning_rate_schedule(step, init_lr: float, num_train_steps: int, num_warmup_steps: int):
+# How the rate decays after warmup (`--lr_decay`).
+LR_DECAYS = ("original", "after_warmup")
+
+
+def learning_rate_schedule(
+    step, init_lr: float, num_train_steps: int, num_warmup_steps: int, decay: str = "original"
+):
     """Linear warmup to `init_lr`, then linear decay to 0 at `num_train_steps`.
 
-    The decay is measured from step 0, as in the original release: after warmup the rate
-    is init_lr * (1 - step / num_train_steps), not a decay over the remaining steps.
-    `step` is the 0-based global step (int tensor); the first step has rate 0 when there
-    is a warmup, as in the original.
+    decay "original": the decay is measured from step 0, as in the original release:
+    after warmup the rate is init_lr * (1 - step / num_train_steps), not a decay over the
+    remaining steps. "after_warmup": from init_lr at the end of warmup to 0 over the
+    remaining steps, init_lr * (num_train_steps - step) / (num_train_steps - warmup), as
+    Hugging Face's `get_linear_schedule_with_warmup`. `step` is the 0-based global step
+    (int tensor); the first step has rate 0 when there is a warmup, as in both.
     """
+    if decay not in LR_DECAYS:
+        raise UserError(f"--lr_decay={decay}: one of {', '.join(LR_DECAYS)}")
     step = tf.cast(step, tf.float32)
     total = float(max(num_train_steps, 1))
-    decayed = init_lr * (1.0 - tf.minimum(step, total) / total)
+    if decay == "original" or num_warmup_steps <= 0:
+        decayed = init_lr * (1.0 - tf.minimum(step, total) / total)
+    else:
+        remaining = float(max(num_train_steps - num_warmup_steps, 1))
+        decayed = init_lr * tf.maximum(0.0, (total - step) / remaining)
     if num_warmup_steps <= 0:
         return decayed
     warmup = init_lr * step / float(num_warmup_steps)

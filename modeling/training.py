@@ -143,6 +143,7 @@ class Trainer:
         learning_rate: float,
         num_train_steps: int,
         num_warmup_steps: int = 0,
+        lr_decay: str = "original",
         optimizer: str = "adamw",
         weight_decay_rate: float = 0.01,
         adam_bias_correction: bool = True,
@@ -163,7 +164,7 @@ class Trainer:
         self.strategy, self.model, self.objective = strategy, model, objective
         self.output_dir = output_dir
         self.learning_rate, self.num_train_steps = learning_rate, num_train_steps
-        self.num_warmup_steps = num_warmup_steps
+        self.num_warmup_steps, self.lr_decay = num_warmup_steps, lr_decay
         self.clip_norm, self.dtype = clip_norm, dtype
         self.steps_per_loop = max(1, steps_per_loop)
         self.save_checkpoints_steps = max(1, save_checkpoints_steps)
@@ -239,7 +240,11 @@ class Trainer:
 
     def _current_lr(self):
         return optimization.learning_rate_schedule(
-            self.global_step, self.learning_rate, self.num_train_steps, self.num_warmup_steps
+            self.global_step,
+            self.learning_rate,
+            self.num_train_steps,
+            self.num_warmup_steps,
+            self.lr_decay,
         )
 
     def _local_loss_and_grads(self, features, weights):

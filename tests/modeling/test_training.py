@@ -8,6 +8,7 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
+from common.errors import UserError
 from modeling import models, optimization, training
 from modeling.config import BertConfig
 from modeling.encoder import BertEncoder
@@ -26,6 +27,25 @@ def test_learning_rate_schedule_matches_the_original():
     assert lr(50) == pytest.approx(5e-5)
     assert lr(100) == 0.0 and lr(150) == 0.0
     assert float(optimization.learning_rate_schedule(0, 1e-4, 100, 0)) == pytest.approx(1e-4)
+
+
+def test_learning_rate_decay_after_warmup_is_hugging_faces_linear_schedule():
+    """--lr_decay=after_warmup: transformers' get_linear_schedule_with_warmup, written
+    out (its lr_lambda), step by step."""
+
+    def hf(step, warmup, total):
+        if step < warmup:
+            return step / max(1, warmup)
+        return max(0.0, (total - step) / max(1, total - warmup))
+
+    for warmup, total in ((10, 100), (0, 50), (11, 114)):
+        for step in range(total + 5):
+            ours = optimization.learning_rate_schedule(step, 5e-5, total, warmup, "after_warmup")
+            assert float(ours) == pytest.approx(
+                5e-5 * hf(step, warmup, total), rel=1e-5, abs=1e-15
+            ), step
+    with pytest.raises(UserError, match="--lr_decay=cosine: one of original, after_warmup"):
+        optimization.learning_rate_schedule(0, 1e-4, 100, 10, "cosine")
 
 
 def numpy_adamw(params, grads_seq, lr, decay_mask, wd=0.01, b1=0.9, b2=0.999, eps=1e-6):
