@@ -32,6 +32,17 @@ model's accuracy and F1 and the best epoch's.
         biases and LayerNorm, `global_clipnorm=1.0`, warmup over 10% of the steps then
         linear decay to 0 (Hugging Face's schedule); its loss and `jit_compile` are
         keras-hub's and Keras' defaults. Needs keras-hub: benchmarks/setup_bench_env.sh.
+  hf_same_batches
+        Hugging Face on exactly the batches ours drew, in ours' order (its
+        train.tf_record read by ours' tf.data pipeline, `classifier_features.
+        build_dataset`, with the run's seed, batch size, shuffle buffer and padding),
+        with ours' labels, from ours' initial head: run it after ours
+        (--systems=ours,hf_same_batches). Its dev set is read and scored as hf's. With
+        --no_dropout (both fine-tune a copy of the checkpoint without dropout) and
+        ours at Hugging Face's optimizer (`--extra_flags=--lr_decay=after_warmup
+        --adam_epsilon=1e-8 --dtype=float32`) nothing random or different is left
+        between the two: the table ends with the training loss of both over each of
+        ours' loops (of 4 steps), which shows where the two trainings part, if they do.
 
 --single_sentence: every system reads the first sentence of each pair alone, with the
 pair's label (the single-sentence row: no single-sentence GLUE task ships offline; its
@@ -46,13 +57,16 @@ mean squared error. Ours runs `--task_name=generic --is_regression` on the pairs
 (written to output_dir/regression_pairs), Hugging Face `num_labels=1` (its loss is then
 the mean squared error). keras_hub has no regression here.
 
-hf and keras_hub run each (system, seed) in a process of their own
+hf, keras_hub and hf_same_batches run each (system, seed) in a process of their own
 (`finetune_compare.run_peer`): their wall time, as ours', is the whole job from
 start-up to the dev scores.
 
   python -m benchmarks.compare.compare_mrpc_hf --output_dir=runs/mrpc_vs_hf
   .venv-bench/bin/python -m benchmarks.compare.compare_mrpc_hf --output_dir=runs/mrpc_peers \\
       --num_train_epochs=1 --systems=ours,hf,keras_hub
+  .venv-bench/bin/python -m benchmarks.compare.compare_mrpc_hf --output_dir=runs/mrpc_same \\
+      --regression --num_train_epochs=1 --systems=ours,hf_same_batches --no_dropout \\
+      "--extra_flags=--dtype=float32 --lr_decay=after_warmup --adam_epsilon=1e-8"
 
 Each run's result is saved as JSON in output_dir (a rerun skips finished runs); the
 table is printed and written to output_dir/results.md. Wall and CPU times are of whole
@@ -71,7 +85,11 @@ import numpy as np
 
 from benchmarks.compare import finetune_compare as common
 
-SYSTEMS = ("ours", "hf", "keras_hub")
+SYSTEMS = ("ours", "hf", "keras_hub", "hf_same_batches")
+# Ours' steps per compiled loop when hf_same_batches runs too: its log has the mean
+# training loss of each loop, the points at which the two are compared (otherwise ours
+# runs at its default, as a user runs it).
+OURS_STEPS_PER_LOOP = 4
 
 
 def parse_args(argv=None):
@@ -199,8 +217,14 @@ def run_ours(args, seed: int, run_dir: str) -> dict:
         "--do_train",
         "--do_eval",
         f"--eval_batch_size={args.eval_batch_size}",
+        *(
+            [f"--steps_per_loop={OURS_STEPS_PER_LOOP}"]
+            if "hf_same_batches" in args.systems.split(",")
+            else []
+        ),
     )
     run = common.run_runner(command, os.path.join(run_dir, "eval_results.txt"))
+    run["losses"] = common.runner_losses(run_dir, "run_classifier")
     with open(os.path.join(run_dir, finetuning.EVAL_HISTORY), encoding="utf-8") as f:
         history = json.load(f)
     if args.regression:
@@ -235,7 +259,9 @@ def read_mrpc(path: str) -> tuple[list[str], list[str], list[int]]:
     return [r[3] for r in rows], [r[4] for r in rows], [int(r[0]) for r in rows]
 
 
-def run_hf(args, seed: int) -> dict:
+def run_hf(args, seed: int, same_batches: bool = False) -> dict:
+    """Hugging Face's run of a seed: on its own batches (hf) or on ours' (same_batches:
+    ours' batches, labels and initial head, hf_same_batches)."""
     import torch
     from transformers import BertForSequenceClassification, BertTokenizerFast
 
@@ -260,20 +286,39 @@ def run_hf(args, seed: int) -> dict:
             "labels": torch.tensor(labels, dtype=torch.float32 if args.regression else None),
         }
 
-    train, dev = encode("train"), encode("dev")
-    model = BertForSequenceClassification.from_pretrained(
-        args.checkpoint, num_labels=1 if args.regression else 2
-    )
-    common.hf_head(model, model.classifier, args)
-    num_examples = len(train["labels"])
-    total, warmup = common.train_schedule(num_examples, args)
-    order = common.hf_batch_order(num_examples, args, seed)
+    dev = encode("dev")
+    num_labels = 1 if args.regression else 2
+    model = BertForSequenceClassification.from_pretrained(args.checkpoint, num_labels=num_labels)
+    if same_batches:
+        ours_dir = require_ours_run(args, seed)
+        batches, run_config = ours_batches(args, seed, ours_dir)
+        num_examples = run_config["num_train_examples"]
+        total, warmup = len(batches), run_config["num_warmup_steps"]
+        from modeling.models import BertClassifier
+
+        kernel, bias = common.ours_head_weights(
+            args.checkpoint, seed, ours_dir, BertClassifier, num_labels
+        )
+        with torch.no_grad():
+            model.classifier.weight.copy_(torch.tensor(kernel.T))
+            model.classifier.bias.copy_(torch.tensor(bias))
+
+        def batch_at(step):
+            return batches[step]
+
+    else:
+        train = encode("train")
+        common.hf_head(model, model.classifier, args)
+        num_examples = len(train["labels"])
+        total, warmup = common.train_schedule(num_examples, args)
+        order = common.hf_batch_order(num_examples, args, seed)
+
+        def batch_at(step):
+            index = order[step * args.batch_size : (step + 1) * args.batch_size]
+            return cut_to_longest({k: v[index] for k, v in train.items()}, args)
+
     ends = common.epoch_end_steps(num_examples, args.batch_size, total)
     epochs = []
-
-    def batch_at(step):
-        index = order[step * args.batch_size : (step + 1) * args.batch_size]
-        return cut_to_longest({k: v[index] for k, v in train.items()}, args)
 
     def on_step(step):
         if step not in ends:
@@ -289,6 +334,59 @@ def run_hf(args, seed: int) -> dict:
         "epochs": epochs,
         "losses": losses,
     }
+
+
+def require_ours_run(args, seed: int) -> str:
+    """Ours' run directory of `seed`, which hf_same_batches follows; one line and the
+    end if ours has not finished a run of that seed in output_dir."""
+    ours_dir = os.path.join(args.output_dir, f"ours_seed{seed}")
+    done = [os.path.join(ours_dir, name) for name in ("eval_results.txt", "train.tf_record")]
+    if not all(os.path.isfile(path) for path in done):
+        raise SystemExit(
+            f"hf_same_batches follows ours' batches, but {ours_dir} has no finished run "
+            f"of ours: run --systems=ours,hf_same_batches"
+        )
+    return ours_dir
+
+
+def ours_batches(args, seed: int, ours_dir: str) -> tuple[list[dict], dict]:
+    """Ours' training batches, in its order, as Hugging Face inputs (its labels: class
+    ids, or float scores for a regression), and ours' run_config.json with
+    num_train_examples added: run_classifier.py's pipeline
+    (`classifier_features.build_dataset`, as `ClassifierTask.train_dataset` calls it)
+    rebuilt on its train.tf_record with its seed, batch size, shuffle buffer, padding
+    and length grouping."""
+    import keras
+    import torch
+
+    from data_prep.classifier import classifier_features
+
+    record = os.path.join(ours_dir, "train.tf_record")
+    with open(os.path.join(ours_dir, "run_config.json"), encoding="utf-8") as f:
+        run_config = json.load(f)
+    metadata = classifier_features.read_metadata(record)
+    run_seed = run_config.get("seed", seed)
+    keras.utils.set_random_seed(run_seed)  # As runner_settings.setup: the global seed.
+    dataset = classifier_features.build_dataset(
+        record,
+        metadata,
+        run_config.get("train_batch_size", args.batch_size),
+        True,
+        run_seed,
+        shuffle_buffer_size=run_config["shuffle_buffer_size"],
+        pad_to_max_seq_length=run_config.get("padded_training_batches", False),
+        group_by_length=run_config.get("group_by_length", False),
+    )
+    label_type = torch.float32 if metadata["is_regression"] else torch.long
+    batches = []
+    for batch in dataset.take(run_config["num_train_steps"]):
+        inputs = {
+            hf: torch.tensor(batch[name].numpy(), dtype=torch.long)
+            for name, hf in common.HF_INPUT_NAMES.items()
+        }
+        inputs["labels"] = torch.tensor(batch["label_ids"].numpy(), dtype=label_type)
+        batches.append(inputs)
+    return batches, dict(run_config, num_train_examples=metadata.num_records)
 
 
 def cut_to_longest(batch: dict, args) -> dict:
@@ -412,6 +510,7 @@ def recipe_line(args, task: str) -> str:
         f"{args.batch_size}, sequence {args.max_seq_length}, warmup "
         f"{args.warmup_proportion:g}, Hugging Face epsilon {args.hf_adam_epsilon:g}, "
         f"head {args.hf_head_init}, schedule {args.hf_schedule}, padding {args.hf_padding}"
+        f"{', no dropout' if args.no_dropout else ''}"
         f"{'; ours: ' + args.extra_flags if args.extra_flags else ''}.\n\n"
     )
 
@@ -428,7 +527,11 @@ def regression_table(args, results: list[dict]) -> str:
         },
         RUN_COLUMNS,
     )
-    text += "\n" + common.difference(results, lambda r: r["epochs"][-1]["pearson"], "final Pearson")
+    text += "\n"
+    for other in ("hf", "hf_same_batches"):
+        text += common.difference(
+            results, lambda r: r["epochs"][-1]["pearson"], "final Pearson", other
+        )
     return text
 
 
@@ -437,9 +540,13 @@ def main(argv=None) -> None:
 
     def run_system(system, seed, run_dir):
         if args.peer_result:  # The process of one peer's run (common.run_peer).
-            return run_hf(args, seed) if system == "hf" else run_keras_hub(args, seed)
+            if system == "keras_hub":
+                return run_keras_hub(args, seed)
+            return run_hf(args, seed, same_batches=system == "hf_same_batches")
         if system == "ours":
             return run_ours(args, seed, run_dir)
+        if system == "hf_same_batches":
+            require_ours_run(args, seed)  # One line here, before its process starts.
         return common.run_peer(args, system, seed)
 
     if args.peer_result:
@@ -448,7 +555,8 @@ def main(argv=None) -> None:
     results = common.run_all(args, run_system)
 
     if args.regression:
-        common.write_table(args.output_dir, regression_table(args, results))
+        text = regression_table(args, results) + common.loss_comparison(results)
+        common.write_table(args.output_dir, text)
         return
 
     def best(result):
@@ -467,11 +575,12 @@ def main(argv=None) -> None:
         RUN_COLUMNS,
     )
     text += "\n"
-    for other in ("hf", "keras_hub"):
+    for other in ("hf", "keras_hub", "hf_same_batches"):
         text += common.difference(
             results, lambda r: r["epochs"][-1]["accuracy"], "final accuracy", other
         )
         text += common.difference(results, lambda r: r["epochs"][-1]["f1"], "final F1", other)
+    text += common.loss_comparison(results)
     common.write_table(args.output_dir, text)
 
 

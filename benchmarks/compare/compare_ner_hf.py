@@ -229,7 +229,11 @@ def run_hf(args, seed: int, run_dir: str, same_batches: bool = False) -> dict:
         ]
     model = BertForTokenClassification.from_pretrained(args.checkpoint, num_labels=len(labels))
     if same_batches:
-        kernel, bias = ours_head(args, seed, ours_dir, len(labels))
+        from modeling.models import BertTokenClassifier
+
+        kernel, bias = common.ours_head_weights(
+            args.checkpoint, seed, ours_dir, BertTokenClassifier, len(labels)
+        )
         with torch.no_grad():
             model.classifier.weight.copy_(torch.tensor(kernel.T))
             model.classifier.bias.copy_(torch.tensor(bias))
@@ -319,23 +323,6 @@ def ours_batches(args, seed: int, ours_dir: str) -> tuple[list[str], list[dict]]
         inputs["labels"] = torch.tensor(np.where(labels < 0, -100, labels), dtype=torch.long)
         batches.append(inputs)
     return list(metadata["labels"]), batches
-
-
-def ours_head(args, seed: int, ours_dir: str, num_labels: int) -> tuple[np.ndarray, np.ndarray]:
-    """Ours' initial token-classification head, kernel [H, L] and bias [L], as
-    run_ner.py drew it."""
-    from modeling.models import BertTokenClassifier
-
-    with open(os.path.join(ours_dir, "run_config.json"), encoding="utf-8") as f:
-        initializer = json.load(f).get("head_initializer", "truncated_normal")
-    model = common.ours_initial_head(
-        args.checkpoint,
-        seed,
-        lambda encoder, config: BertTokenClassifier(
-            encoder, config, num_labels, head_initializer=initializer
-        ),
-    )
-    return model.classifier.dense.kernel.numpy(), model.classifier.dense.bias.numpy()
 
 
 def write_hf_predictions(

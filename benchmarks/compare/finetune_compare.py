@@ -369,6 +369,22 @@ def ours_initial_head(checkpoint: str, seed: int, build):
     return build(encoder, files.config)
 
 
+def ours_head_weights(checkpoint: str, seed: int, ours_dir: str, model_class, num_labels: int):
+    """(kernel [H, L], bias [L]) of the head `model_class` (BertClassifier,
+    BertTokenClassifier, ...) with `num_labels` outputs that ours' run in `ours_dir`
+    drew at `seed`, with the head initializer its run_config.json records."""
+    with open(os.path.join(ours_dir, "run_config.json"), encoding="utf-8") as f:
+        initializer = json.load(f).get("head_initializer", "truncated_normal")
+    model = ours_initial_head(
+        checkpoint,
+        seed,
+        lambda encoder, config: model_class(
+            encoder, config, num_labels, head_initializer=initializer
+        ),
+    )
+    return model.classifier.dense.kernel.numpy(), model.classifier.dense.bias.numpy()
+
+
 # ----------------------------------------------------------------------------
 # Hugging Face transformers, PyTorch CPU.
 # ----------------------------------------------------------------------------

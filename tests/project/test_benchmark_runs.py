@@ -157,3 +157,70 @@ def test_the_tables_show_first_step_and_peak_memory_empty_for_results_saved_befo
     assert header.endswith("| wall (s) | CPU (s) | first step (s) | peak (MB) |")
     assert ours.endswith("| 100 | 300 | 13.3 | 1568 |")
     assert hf.endswith("| 100 | 300 |  |  |")
+
+
+def test_mrpc_hf_same_batches_follows_ours_and_says_in_one_line_when_ours_has_not_run(
+    tmp_path, capfd
+):
+    from benchmarks.compare import compare_mrpc_hf
+
+    args = compare_mrpc_hf.parse_args(
+        ["--output_dir", str(tmp_path), "--regression", "--systems=ours,hf_same_batches"]
+    )
+    assert args.systems == "ours,hf_same_batches"
+    assert finetune_compare.PEER_PACKAGES["hf_same_batches"] == ("torch", "transformers")
+    # Its turn without ours' run of the seed: one line naming the flag to use, before
+    # any process of its own starts.
+    alone = compare_mrpc_hf.parse_args(
+        ["--output_dir", str(tmp_path), "--regression", "--systems=hf_same_batches", "--seeds=2"]
+    )
+    with pytest.raises(SystemExit) as ended:
+        compare_mrpc_hf.main(
+            [
+                "--output_dir",
+                str(tmp_path),
+                "--regression",
+                "--systems=hf_same_batches",
+                "--seeds=2",
+            ]
+        )
+    message = str(ended.value.code)
+    assert "\n" not in message
+    assert message == (
+        f"hf_same_batches follows ours' batches, but {tmp_path / 'ours_seed2'} has no "
+        "finished run of ours: run --systems=ours,hf_same_batches"
+    )
+    assert "$ " not in capfd.readouterr().out  # no peer process started
+    assert not (tmp_path / "hf_same_batches_seed2.json").exists()
+    # Ours' finished run (its eval_results.txt and train.tf_record) is what it follows.
+    ours_dir = tmp_path / "ours_seed2"
+    ours_dir.mkdir()
+    (ours_dir / "eval_results.txt").write_text("eval_loss = 0.2\n")
+    (ours_dir / "train.tf_record").write_bytes(b"")
+    assert compare_mrpc_hf.require_ours_run(alone, 2) == str(ours_dir)
+
+
+def test_mrpc_regression_table_compares_ours_with_hf_on_the_same_batches(tmp_path):
+    from benchmarks.compare import compare_mrpc_hf
+
+    args = compare_mrpc_hf.parse_args(["--output_dir", str(tmp_path), "--regression"])
+    args.no_dropout = True  # (as --no_dropout, without copying the checkpoint)
+    epochs = [{"pearson": 40.0, "spearman": 38.0, "loss": 0.2, "step": 6}]
+    run = {"epochs": epochs, "wall_s": 10.0, "cpu_s": 20.0, "seed": 1}
+    results = [
+        {**run, "system": "ours", "losses": [[4, 0.25], [6, 0.125]]},
+        {
+            **run,
+            "system": "hf_same_batches",
+            "epochs": [{**epochs[0], "pearson": 41.5}],
+            "losses": [0.2, 0.3, 0.2, 0.3, 0.1, 0.15],
+        },
+    ]
+    text = compare_mrpc_hf.regression_table(args, results)
+    assert ", no dropout." in text.splitlines()[0]
+    assert "ours - hf_same_batches (final Pearson, mean over seeds [1]): -1.50 points" in text
+    # Ours' loops (of OURS_STEPS_PER_LOOP steps: >= 10 points over an epoch of 114).
+    losses = finetune_compare.loss_comparison(results)
+    assert "| 1 | 1-4 | 0.2500 | 0.2500 |" in losses
+    assert "| 1 | 5-6 | 0.1250 | 0.1250 |" in losses
+    assert 114 // compare_mrpc_hf.OURS_STEPS_PER_LOOP >= 10
