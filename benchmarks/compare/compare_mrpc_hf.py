@@ -438,12 +438,7 @@ def run_keras_hub(args, seed: int) -> dict:
     )
     num_examples = len(train_labels)
     total, warmup = common.train_schedule(num_examples, args)
-    optimizer = keras.optimizers.AdamW(
-        learning_rate=_warmup_linear_decay(keras, args.learning_rate, warmup, total),
-        weight_decay=args.weight_decay,
-        global_clipnorm=1.0,
-    )
-    optimizer.exclude_from_weight_decay(var_names=["bias", "gamma", "beta"])
+    optimizer = keras_hub_port.recipe_optimizer(args, warmup, total)
     classifier.compile(optimizer=optimizer)  # keras-hub's loss and metrics.
     # The training stream: a new permutation each epoch, batches across epoch ends.
     stream = (
@@ -475,20 +470,6 @@ def run_keras_hub(args, seed: int) -> dict:
         "epochs": epochs,
         "jit_compile": bool(classifier.jit_compile),
     }
-
-
-def _warmup_linear_decay(keras, peak: float, warmup: int, total: int):
-    """Hugging Face's schedule as a Keras schedule: linear warmup over `warmup` steps,
-    then linear decay to 0 at `total`."""
-
-    class WarmupLinearDecay(keras.optimizers.schedules.LearningRateSchedule):
-        def __call__(self, step):
-            step = keras.ops.cast(step, "float32")
-            rising = step / max(warmup, 1)
-            falling = keras.ops.maximum(0.0, (total - step) / max(total - warmup, 1))
-            return peak * keras.ops.where(step < warmup, rising, falling)
-
-    return WarmupLinearDecay()
 
 
 # The columns of a system's runs besides its scores: steps, mean wall and CPU seconds,

@@ -140,6 +140,29 @@ def tokenizer(checkpoint: str):
     )
 
 
+def recipe_optimizer(args, warmup: int, total: int):
+    """Keras' AdamW on the comparisons' recipe (`finetune_compare`): Hugging Face's
+    schedule (linear warmup over `warmup` steps, then linear decay to 0 at `total`),
+    args.weight_decay but on biases and LayerNorm, gradients clipped to a global norm
+    of 1.0. (keras-hub's own `compile()` default is Adam at a constant 5e-5.)"""
+    import keras
+
+    peak = args.learning_rate
+
+    class WarmupLinearDecay(keras.optimizers.schedules.LearningRateSchedule):
+        def __call__(self, step):
+            step = keras.ops.cast(step, "float32")
+            rising = step / max(warmup, 1)
+            falling = keras.ops.maximum(0.0, (total - step) / max(total - warmup, 1))
+            return peak * keras.ops.where(step < warmup, rising, falling)
+
+    optimizer = keras.optimizers.AdamW(
+        learning_rate=WarmupLinearDecay(), weight_decay=args.weight_decay, global_clipnorm=1.0
+    )
+    optimizer.exclude_from_weight_decay(var_names=["bias", "gamma", "beta"])
+    return optimizer
+
+
 def check(checkpoint: str, pairs: list[tuple[str, str]], sequence_length: int = 128) -> dict:
     """Max abs difference between keras-hub's `BertBackbone` (ported weights, its
     preprocessor) and transformers' `BertModel` (its tokenizer) on sentence pairs:
