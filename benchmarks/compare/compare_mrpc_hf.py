@@ -30,8 +30,9 @@ model's accuracy and F1 and the best epoch's.
         weight decay or clipping; so that the scores compare, this script gives it the
         recipe instead: Keras' `AdamW` (its epsilon 1e-7), weight decay 0.01 except on
         biases and LayerNorm, `global_clipnorm=1.0`, warmup over 10% of the steps then
-        linear decay to 0 (Hugging Face's schedule); its loss and `jit_compile` are
-        keras-hub's and Keras' defaults. Needs keras-hub: benchmarks/setup_bench_env.sh.
+        linear decay to 0 (Hugging Face's schedule); its loss (but under --regression,
+        below) and `jit_compile` are keras-hub's and Keras' defaults. Needs keras-hub:
+        benchmarks/setup_bench_env.sh.
   hf_same_batches
         Hugging Face on exactly the batches ours drew, in ours' order (its
         train.tf_record read by ours' tf.data pipeline, `classifier_features.
@@ -55,7 +56,11 @@ ships offline; this is the regression task on real sentence pairs that does); th
 gives the dev Pearson and Spearman correlations (in percent, as GLUE reports STS-B) and
 mean squared error. Ours runs `--task_name=generic --is_regression` on the pairs
 (written to output_dir/regression_pairs), Hugging Face `num_labels=1` (its loss is then
-the mean squared error). keras_hub has no regression here.
+the mean squared error), keras_hub `BertTextClassifier(num_classes=1)` (its default
+activation: the head's output itself) compiled with `keras.losses.MeanSquaredError()`
+and no metric (`metrics=[]`) in place of its defaults (sparse cross-entropy and
+accuracy, a classifier's), on float labels, its `predict` scored as Hugging Face's
+logits.
 
 hf, keras_hub and hf_same_batches run each (system, seed) in a process of their own
 (`finetune_compare.run_peer`): their wall time, as ours', is the whole job from
@@ -121,8 +126,6 @@ def parse_args(argv=None):
     for split in ("train", "dev"):
         if not os.path.isfile(os.path.join(args.data_dir, f"{split}.tsv")):
             parser.error(f"--data_dir={args.data_dir}: no {split}.tsv there (MRPC's layout)")
-    if args.regression and "keras_hub" in args.systems:
-        parser.error("--regression: keras_hub has no regression here; leave it out of --systems")
     return args
 
 
@@ -434,12 +437,22 @@ def run_keras_hub(args, seed: int) -> dict:
         keras_hub_port.tokenizer(args.checkpoint), sequence_length=args.max_seq_length
     )
     classifier = keras_hub.models.BertTextClassifier(
-        backbone, num_classes=2, preprocessor=preprocessor, dropout=config["dropout"]
+        backbone,
+        num_classes=1 if args.regression else 2,
+        preprocessor=preprocessor,
+        dropout=config["dropout"],
     )
     num_examples = len(train_labels)
     total, warmup = common.train_schedule(num_examples, args)
     optimizer = keras_hub_port.recipe_optimizer(args, warmup, total)
-    classifier.compile(optimizer=optimizer)  # keras-hub's loss and metrics.
+    # keras-hub's loss and metrics for a classification; a regression replaces both (its
+    # "auto" ones are sparse cross-entropy and accuracy): the mean squared error, no
+    # metric. An empty list, not None: None keeps the accuracy of the model's
+    # construction (keras-hub's tasks compile themselves with the defaults there).
+    regression = {"loss": keras.losses.MeanSquaredError(), "metrics": []}
+    classifier.compile(optimizer=optimizer, **(regression if args.regression else {}))
+    if args.regression:
+        train_labels = np.asarray(train_labels, dtype="float32")
     # The training stream: a new permutation each epoch, batches across epoch ends.
     stream = (
         tf.data.Dataset.from_tensor_slices((train_texts, train_labels))
@@ -457,11 +470,8 @@ def run_keras_hub(args, seed: int) -> dict:
         classifier.fit(
             stream.skip(first).take(end - first), epochs=1, verbose=2, callbacks=[progress]
         )
-        logits = np.asarray(classifier.predict(dev, verbose=0), dtype="float64")
-        shifted = logits - logits.max(axis=-1, keepdims=True)
-        log_probs = shifted - np.log(np.exp(shifted).sum(axis=-1, keepdims=True))
-        loss = float(-np.mean(log_probs[np.arange(len(dev_labels)), dev_labels]))
-        epochs.append(dict(common.accuracy_f1(logits, dev_labels), loss=loss, step=end))
+        outputs = np.asarray(classifier.predict(dev, verbose=0), dtype="float64")
+        epochs.append(dict(keras_hub_scores(args, outputs, dev_labels), step=end))
         print(f"keras_hub seed {seed} step {end}: {epochs[-1]}", flush=True)
         first = end
     return {
@@ -470,6 +480,18 @@ def run_keras_hub(args, seed: int) -> dict:
         "epochs": epochs,
         "jit_compile": bool(classifier.jit_compile),
     }
+
+
+def keras_hub_scores(args, outputs: np.ndarray, labels: list[int]) -> dict:
+    """The dev scores of keras_hub's `predict` outputs, as `evaluate_hf`'s: a
+    regression's ([n, 1]: its one output per example) or accuracy, F1 and the
+    cross-entropy of the logits ([n, 2])."""
+    if args.regression:
+        return regression_scores(outputs[:, 0], labels)
+    shifted = outputs - outputs.max(axis=-1, keepdims=True)
+    log_probs = shifted - np.log(np.exp(shifted).sum(axis=-1, keepdims=True))
+    loss = float(-np.mean(log_probs[np.arange(len(labels)), labels]))
+    return {**common.accuracy_f1(outputs, labels), "loss": loss}
 
 
 # The columns of a system's runs besides its scores: steps, mean wall and CPU seconds,
@@ -509,7 +531,7 @@ def regression_table(args, results: list[dict]) -> str:
         RUN_COLUMNS,
     )
     text += "\n"
-    for other in ("hf", "hf_same_batches"):
+    for other in ("hf", "keras_hub", "hf_same_batches"):
         text += common.difference(
             results, lambda r: r["epochs"][-1]["pearson"], "final Pearson", other
         )

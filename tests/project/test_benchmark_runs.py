@@ -5,6 +5,7 @@ its own that names the runner and its exit code, without a traceback, recording 
 import os
 import sys
 
+import numpy as np
 import pytest
 
 from benchmarks import stamped_runs
@@ -27,7 +28,9 @@ def test_a_failing_runner_ends_the_benchmark_with_one_line(tmp_path, capfd):
     assert not done.exists()
 
 
-def test_mrpc_as_a_regression_is_read_by_the_generic_task_and_scored_by_correlations(tmp_path):
+def test_mrpc_as_a_regression_is_read_by_the_generic_task_and_scored_by_correlations(
+    tmp_path, monkeypatch
+):
     from benchmarks.compare import compare_mrpc_hf
     from data_prep.classifier.classifier_generic import GenericProcessor
     from evaluation import glue_metrics
@@ -57,6 +60,9 @@ def test_mrpc_as_a_regression_is_read_by_the_generic_task_and_scored_by_correlat
     assert scores["spearman"] / 100 == pytest.approx(
         glue_metrics.spearman_correlation(predictions, gold)
     )
+    # keras_hub's `predict` gives one output per example, [n, 1]: the same scores.
+    column = np.array(predictions)[:, None]
+    assert compare_mrpc_hf.keras_hub_scores(args, column, gold) == scores
     # The table's first line names the recipe each system ran (the regression gap with
     # Hugging Face moves with its schedule and head).
     swapped = compare_mrpc_hf.parse_args(
@@ -65,10 +71,12 @@ def test_mrpc_as_a_regression_is_read_by_the_generic_task_and_scored_by_correlat
     line = compare_mrpc_hf.recipe_line(swapped, " as a regression of the 0/1 label")
     assert line.startswith("MRPC dev as a regression of the 0/1 label, 3 epochs")
     assert "head normal, schedule original, padding max_length." in line
-    with pytest.raises(SystemExit):
-        compare_mrpc_hf.parse_args(
-            ["--output_dir", str(tmp_path), "--regression", "--systems=ours,keras_hub"]
-        )
+    # keras_hub runs the regression too (here as if this Python could import it).
+    monkeypatch.setattr(finetune_compare, "missing_packages", lambda chosen: {})
+    with_keras_hub = compare_mrpc_hf.parse_args(
+        ["--output_dir", str(tmp_path), "--regression", "--systems=ours,keras_hub"]
+    )
+    assert with_keras_hub.regression and with_keras_hub.systems == "ours,keras_hub"
     with pytest.raises(SystemExit):
         compare_mrpc_hf.parse_args(["--output_dir", str(tmp_path), f"--data_dir={tmp_path}"])
 
