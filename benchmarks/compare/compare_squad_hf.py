@@ -38,12 +38,16 @@ questions). Answering nothing scores the share of unanswerable questions.
                    --hf_schedule=original) and --no_dropout --hf_train_pad_row nothing
                    random is left, and the per-loop losses (printed side by side) show
                    whether and where the two trainings part.
+  keras_hub        keras-hub's `BertBackbone` (the checkpoint's weights ported) under a
+                   span head this benchmark writes, as keras-hub has no BERT span model
+                   (`squad_keras_hub`): trained by `model.fit` on hf's features, with
+                   Hugging Face's loss; its logits are scored as Hugging Face's.
 
 The span head is the only part not in the checkpoint: ours draws it from the original
 release's truncated normal unless `--extra_flags=--head_initializer=normal`, Hugging
 Face from a normal unless --hf_head_init=truncated_normal. --eval_every_epochs=N also
-scores both every N epochs along the same training (ours from its saved checkpoints,
-Hugging Face in its loop).
+scores ours and Hugging Face every N epochs along the same training (ours from its saved
+checkpoints, Hugging Face in its loop).
 
   python -m benchmarks.compare.compare_squad_hf --output_dir=runs/squad_v1
 
@@ -65,13 +69,14 @@ import time
 import numpy as np
 
 from benchmarks.compare import finetune_compare as common
+from benchmarks.compare import squad_keras_hub
 from common import file_io
 from data_prep.squad import squad_features, squad_postprocess, squad_reader
 from data_prep.squad import squad_records
 from data_prep.text import tokenization
 from evaluation import squad_eval
 
-SYSTEMS = ("ours", "hf", "hf_same_batches")
+SYSTEMS = ("ours", "hf", "hf_same_batches", "keras_hub")
 SAMPLE = common.SAMPLE_DATA / "squad" / "dev-v2.0-first5articles.json"
 
 
@@ -104,8 +109,8 @@ def parse_args(argv=None):
         "--dtype",
         default="float32",
         choices=("float32", "bfloat16"),
-        help="Compute dtype of both systems: run_squad.py's --dtype and "
-        'torch.autocast("cpu", bfloat16) for Hugging Face.',
+        help="Compute dtype of every system: run_squad.py's --dtype, "
+        'torch.autocast("cpu", bfloat16) for Hugging Face, mixed_bfloat16 for keras-hub.',
     )
     parser.add_argument(
         "--hf_train_pad_row",
@@ -130,6 +135,8 @@ def parse_args(argv=None):
     args = common.finish_args(parser, argv, SYSTEMS)
     if args.eval_every_epochs < 0:
         parser.error(f"--eval_every_epochs={args.eval_every_epochs}: must be >= 0")
+    if args.eval_every_epochs and "keras_hub" in args.systems.split(","):
+        parser.error("--eval_every_epochs: keras_hub scores only its final model")
     return args
 
 
@@ -231,10 +238,35 @@ def make_features(args, input_file: str, is_training: bool):
     return examples, features
 
 
-def eval_interval(args, num_train_features: int) -> int:
+def score_logits(args, eval_file: str, examples, features, logits, run_dir: str) -> dict:
+    """Official scores of each feature's (start, end) logits, post-processed as run_squad
+    does; the predictions are written into run_dir."""
+    results = [
+        squad_postprocess.RawResult(feature.unique_id, np.asarray(start), np.asarray(end))
+        for feature, (start, end) in zip(features, logits, strict=True)
+    ]
+    predictions = squad_postprocess.compute_predictions(
+        examples, features, results, do_lower_case=True, version_2_with_negative=is_v2(args)
+    )
+    os.makedirs(run_dir, exist_ok=True)
+    squad_postprocess.write_predictions(
+        predictions,
+        os.path.join(run_dir, "predictions.json"),
+        os.path.join(run_dir, "nbest_predictions.json"),
+        os.path.join(run_dir, "null_odds.json"),
+    )
+    return dict(
+        squad_eval.evaluate_file(
+            eval_file, dict(predictions.predictions), dict(predictions.null_odds), is_v2(args)
+        )
+    )
+
+
+def eval_interval(args, train_file: str) -> int:
     """Training steps between the scores along training (0: none)."""
     if not args.eval_every_epochs:
         return 0
+    num_train_features = len(make_features(args, train_file, is_training=True)[1])
     return max(1, int(num_train_features / args.batch_size * args.eval_every_epochs))
 
 
@@ -336,15 +368,10 @@ def predict_checkpoint(args, run_dir: str, step: int, eval_file: str) -> dict:
 def _tensors(features, with_labels: bool) -> dict:
     import torch
 
-    tensors = {
-        "input_ids": torch.tensor([f.input_ids for f in features]),
-        "attention_mask": torch.tensor([f.input_mask for f in features]),
-        "token_type_ids": torch.tensor([f.segment_ids for f in features]),
-    }
+    names = dict(input_ids="input_ids", attention_mask="input_mask", token_type_ids="segment_ids")
     if with_labels:
-        tensors["start_positions"] = torch.tensor([f.start_position for f in features])
-        tensors["end_positions"] = torch.tensor([f.end_position for f in features])
-    return tensors
+        names.update(start_positions="start_position", end_positions="end_position")
+    return {hf: torch.tensor([getattr(f, name) for f in features]) for hf, name in names.items()}
 
 
 def autocast(args):
@@ -402,12 +429,9 @@ def run_hf(
         )
         return True
 
-    def batch_at(step):
-        return batches[step]
-
     losses = common.hf_train(
         model,
-        batch_at,
+        batches.__getitem__,
         args,
         total,
         int(total * args.warmup_proportion),
@@ -485,33 +509,14 @@ def evaluate_hf(model, args, eval_file: str, run_dir: str) -> dict:
     examples, features = make_features(args, eval_file, is_training=False)
     inputs = _tensors(features, with_labels=False)
     model.eval()
-    results = []
+    logits = []
     with torch.no_grad():
         for first in range(0, len(features), args.predict_batch_size):
             batch = slice(first, first + args.predict_batch_size)
             with autocast(args):
                 output = model(**{k: v[batch] for k, v in inputs.items()})
-            for feature, start, end in zip(
-                features[batch], output.start_logits.float(), output.end_logits.float()
-            ):
-                results.append(
-                    squad_postprocess.RawResult(feature.unique_id, start.numpy(), end.numpy())
-                )
-    predictions = squad_postprocess.compute_predictions(
-        examples, features, results, do_lower_case=True, version_2_with_negative=is_v2(args)
-    )
-    os.makedirs(run_dir, exist_ok=True)
-    squad_postprocess.write_predictions(
-        predictions,
-        os.path.join(run_dir, "predictions.json"),
-        os.path.join(run_dir, "nbest_predictions.json"),
-        os.path.join(run_dir, "null_odds.json"),
-    )
-    return dict(
-        squad_eval.evaluate_file(
-            eval_file, dict(predictions.predictions), dict(predictions.null_odds), is_v2(args)
-        )
-    )
+            logits += zip(output.start_logits.float().numpy(), output.end_logits.float().numpy())
+    return score_logits(args, eval_file, examples, features, logits, run_dir)
 
 
 # ----------------------------------------------------------------------------
@@ -540,26 +545,17 @@ def curve_table(results: list[dict], columns) -> str:
 def main(argv=None) -> None:
     args = parse_args(argv)
     train_file, eval_file = split_articles(args)
-    interval = (
-        eval_interval(args, len(make_features(args, train_file, True)[1]))
-        if args.eval_every_epochs
-        else 0
-    )
+    interval = eval_interval(args, train_file)
 
     def run_system(system, seed, run_dir):
         if system == "ours":
             return run_ours(args, seed, run_dir, train_file, eval_file, interval)
         if not args.peer_result:  # Each peer run in a process of its own.
             return common.run_peer(args, system, seed)
-        return run_hf(
-            args,
-            seed,
-            run_dir,
-            train_file,
-            eval_file,
-            interval,
-            same_batches=system == "hf_same_batches",
-        )
+        if system == "keras_hub":
+            return squad_keras_hub.run_keras_hub(args, seed, run_dir, train_file, eval_file)
+        same = system == "hf_same_batches"
+        return run_hf(args, seed, run_dir, train_file, eval_file, interval, same_batches=same)
 
     if args.peer_result:  # The process of one peer's run (common.run_peer).
         common.peer_main(args, run_system)
