@@ -44,6 +44,10 @@ finetune_compare`); run them from the repository's root as modules, e.g.
 
 from __future__ import annotations
 
+# First: TensorFlow imported without its start-up lines, in the script and in every
+# process it starts (the runners and peers inherit the setting).
+from common import quiet_tensorflow  # noqa: F401, I001
+
 import argparse
 import importlib.util
 import json
@@ -304,7 +308,7 @@ def run_runner(command: list[str], done_file: str) -> dict:
     first_step, peak = None, 0.0
     for attempt in range(1, 4):
         print("$ " + " ".join(command), flush=True)
-        run = stamped_runs.run_stamped(command, env=dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2"))
+        run = stamped_runs.run_stamped(command, env=dict(os.environ))
         code, peak = run["code"], max(peak, run["peak_mb"])
         if attempt == 1:
             first_step = stamped_runs.first_step_seconds(run["stamps"])
