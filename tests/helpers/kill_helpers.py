@@ -33,6 +33,7 @@ import json
 import os
 import pathlib
 import random
+import re
 import shutil
 import signal
 import subprocess
@@ -246,9 +247,11 @@ def check_ctrl_c(result: dict, run: pathlib.Path, steps: int) -> None:
 
 def _left(job: Job, ref: pathlib.Path, run: pathlib.Path) -> list[str]:
     """What a stopped run left that differs from the reference, but, of a run whose
-    train_summary.json says it is not complete (a stop signal's), that summary; and an
+    train_summary.json says it is not complete (a stop signal's), that summary; an
     eval_history.json that holds the reference's first entries (the record of the
-    evaluations so far of a run stopped between two epochs' ends)."""
+    evaluations so far of a run stopped between two epochs' ends); and the files of a
+    save killed midway, in TensorFlow's temporary folder (`ckpt-4_temp/`, never read;
+    the rerun removes it, which `_rerun` checks)."""
     summary = run / "train_summary.json"
     unfinished = summary.exists() and json.loads(summary.read_text())["complete"] is False
     return [
@@ -256,7 +259,14 @@ def _left(job: Job, ref: pathlib.Path, run: pathlib.Path) -> list[str]:
         for problem in compare(job, ref, run, only_present=True)
         if not (unfinished and problem.startswith("train_summary.json:"))
         and not _history_so_far(problem, ref, run)
+        and not _killed_save(problem)
     ]
+
+
+def _killed_save(problem: str) -> bool:
+    """Whether `problem` is a file in the temporary folder of a checkpoint save."""
+    folders = pathlib.PurePath(problem.split(":", 1)[0]).parts[:-1]
+    return any(re.fullmatch(r"(ckpt|best)-\d+_temp", folder) for folder in folders)
 
 
 def _history_so_far(problem: str, ref: pathlib.Path, run: pathlib.Path) -> bool:

@@ -358,12 +358,18 @@ def test_training_learns_evaluates_predicts_and_resumes(tmp_path):
     predict_step = trainer.eval_loop.prediction_step(_logits_and_labels, spec)
     assert predict_step.experimental_get_tracing_count() == 1
     assert tf.train.latest_checkpoint(str(tmp_path / "run")).endswith("ckpt-43")
-    # A new trainer over the same output_dir resumes at step 43 and trains no further.
-    # (Another seed: the weights equal only if they were restored.)
+    # A save killed midway left TensorFlow's temporary folder, never read.
+    leftover = tmp_path / "run" / "ckpt-44_temp" / "part-00000-of-00001.data-00000-of-00001"
+    leftover.parent.mkdir()
+    leftover.with_name(leftover.name + ".tempstate123").write_bytes(b"cut short")
+    # A new trainer over the same output_dir resumes at step 43 and trains no further;
+    # it removes the leftover. (Another seed: the weights equal only if they were
+    # restored.)
     again, model2, summary2 = train_classifier(
         tmp_path, "run", steps=43, lr=5e-3, seed=8, restore=True
     )
     assert summary2["global_step"] == 43
+    assert not leftover.parent.exists()
     np.testing.assert_array_equal(model2.weights[0].numpy(), model.weights[0].numpy())
 
 
