@@ -6,14 +6,26 @@ test of one character and as explicit code point sets (`CharClasses`) that the P
 tokenizer (`tokenization`), the in-graph one (`tf_tokenization`) and the sentence
 splitter turn into regular expressions, so all of them classify every character from
 the same Unicode database.
+
+Scanning every code point takes about half a second, which every process that
+tokenizes would pay at its start; the classes of the Unicode versions of the Python
+versions this project supports are bundled (`char_classes.json`, written by
+`python -m data_prep.text.char_classes` under each Python, checked against the scan by
+the tests), and any other Unicode version is scanned.
 """
 
 import functools
+import json
+import os
 import sys
 import unicodedata
 from typing import Iterable
 
 from common.errors import UserError
+
+BUNDLED = os.path.join(os.path.dirname(os.path.abspath(__file__)), "char_classes.json")
+CLASS_NAMES = ("removed", "to_space", "punctuation", "nonspacing_marks", "split_space")
+CLASS_NAMES += ("unassigned",)
 
 # CJK Unified Ideographs and their extensions and compatibility blocks, as the
 # original release defines "Chinese characters" (not Hangul, Hiragana, ...).
@@ -110,11 +122,57 @@ class CharClasses:
             if char.isspace():
                 self.split_space.append(cp)
 
+    @classmethod
+    def from_ranges(cls, ranges: dict) -> "CharClasses":
+        """The classes of {class name: inclusive [first, last] ranges} (`as_ranges`)."""
+        classes = cls.__new__(cls)
+        for name in CLASS_NAMES:
+            code_points = []
+            for first, last in ranges[name]:
+                code_points.extend(range(first, last + 1))
+            setattr(classes, name, code_points)
+        return classes
+
+    def as_ranges(self) -> dict:
+        return {name: code_point_ranges(getattr(self, name)) for name in CLASS_NAMES}
+
+
+def _bundled(version: str) -> CharClasses | None:
+    """The bundled classes of Unicode `version`, or None when none are bundled."""
+    try:
+        with open(BUNDLED, encoding="utf-8") as f:
+            ranges = json.load(f).get(version)
+    except FileNotFoundError:
+        return None
+    return None if ranges is None else CharClasses.from_ranges(ranges)
+
 
 @functools.lru_cache(maxsize=None)
 def char_classes() -> CharClasses:
-    """The `CharClasses` of this Python's Unicode database (computed once)."""
-    return CharClasses()
+    """The `CharClasses` of this Python's Unicode database (computed once): the bundled
+    ones of its Unicode version, else a scan."""
+    return _bundled(unicodedata.unidata_version) or CharClasses()
+
+
+def write_bundled() -> str:
+    """Adds this Python's Unicode version, scanned, to the bundled classes (the other
+    versions kept); returns the version."""
+    table = {}
+    if os.path.exists(BUNDLED):
+        with open(BUNDLED, encoding="utf-8") as f:
+            table = json.load(f)
+    table[unicodedata.unidata_version] = CharClasses().as_ranges()
+    lines = ",\n".join(
+        f"  {json.dumps(version)}: {json.dumps(table[version], separators=(',', ':'))}"
+        for version in sorted(table, key=lambda v: tuple(map(int, v.split("."))))
+    )
+    # Written under each supported Python, where TensorFlow (and so `common.file_io`)
+    # need not be installed: a temporary name, then a rename.
+    temporary = f"{BUNDLED}.tmp-{os.getpid()}"
+    with open(temporary, "w", encoding="utf-8") as f:
+        f.write("{\n" + lines + "\n}\n")
+    os.replace(temporary, BUNDLED)
+    return unicodedata.unidata_version
 
 
 def code_point_ranges(code_points: Iterable[int]) -> list[tuple[int, int]]:
@@ -149,3 +207,7 @@ def regex_class(
     for lo, hi in ranges:
         parts.append(escape(lo) if lo == hi else escape(lo) + "-" + escape(hi))
     return "[" + ("^" if negate else "") + "".join(parts) + "]"
+
+
+if __name__ == "__main__":
+    print(f"Wrote the classes of Unicode {write_bundled()} to {BUNDLED}")

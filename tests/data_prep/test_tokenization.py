@@ -4,10 +4,11 @@ original release's tokenizer on more than a million characters of real text."""
 import csv
 import json
 import pathlib
+import unicodedata
 
 import pytest
 
-from data_prep.text import tokenization
+from data_prep.text import char_classes, tokenization
 from tests.helpers import code_points
 
 # A tiny vocabulary in which cased pieces and "##" continuations are explicit.
@@ -255,6 +256,21 @@ def test_char_classes():
     assert {0x2028, 0x2029} <= set(classes.split_space)
     assert tokenization.is_cjk("中") and tokenization.is_cjk("\U00020000")
     assert not tokenization.is_cjk("あ") and not tokenization.is_cjk("한")
+
+
+def test_bundled_char_classes_are_the_scan_of_this_unicode_version(tmp_path, monkeypatch):
+    """The classes a process reads from `char_classes.json` (instead of scanning every
+    code point at its start) equal the scan; a Unicode version without bundled classes
+    is scanned."""
+    version = unicodedata.unidata_version
+    bundled = char_classes._bundled(version)
+    assert bundled is not None, f"run `python -m data_prep.text.char_classes` ({version})"
+    scanned = char_classes.CharClasses()
+    for name in char_classes.CLASS_NAMES:
+        assert getattr(bundled, name) == getattr(scanned, name), name
+    assert char_classes._bundled("0.0.0") is None
+    monkeypatch.setattr(char_classes, "BUNDLED", str(tmp_path / "missing.json"))
+    assert char_classes._bundled(version) is None
 
 
 # ----------------------------------------------------------------------------

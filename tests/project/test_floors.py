@@ -286,3 +286,21 @@ def test_the_checker_reads_sub_packages(tmp_path):
     assert leaf == {"data_prep.inner.__init__", "serving.exports"}
     init = _imports("data_prep.inner.__init__", package / "__init__.py", modules)
     assert init == {"modeling.config"}
+
+
+def test_the_package_installs_every_top_level_module_and_the_bundled_data():
+    """`pip install .` (not only the editable install the suite runs from) holds every
+    top-level module the runners import, and the data files read at run time."""
+    import tomllib
+
+    settings = tomllib.loads((REPO_ROOT / "pyproject.toml").read_text("utf-8"))["tool"]
+    modules = set(settings["setuptools"]["py-modules"])
+    assert modules == {path.stem for path in REPO_ROOT.glob("*.py")} - {"setup"}
+    data = settings["setuptools"]["package-data"]
+    for package, patterns in data.items():
+        folder = REPO_ROOT / package.replace(".", "/")
+        assert all(list(folder.glob(pattern)) for pattern in patterns), (package, patterns)
+    for top in ("common", "modeling", "data_prep", "evaluation", "serving"):
+        for path in (REPO_ROOT / top).rglob("*.json"):
+            package = ".".join(path.parent.relative_to(REPO_ROOT).parts)
+            assert path.name in data.get(package, []), f"{path.name} not in {package}'s data"
