@@ -15,7 +15,8 @@ pip install -q --upgrade pip
 # write what it compiles (PYTHONDONTWRITEBYTECODE): then every process the suite starts
 # would compile TensorFlow again, so a new environment is compiled here, on all cores (a
 # few files in the packages are not Python 3 and never compile).
-pip install -q --no-compile -r requirements-test.txt -e .
+# -qq: errors only (setuptools notes every editable install, "Editable installation.").
+pip install -qq --no-compile -r requirements-test.txt -e .
 if [ -n "$fresh" ] && [ -n "${PYTHONDONTWRITEBYTECODE:-}" ]; then
   python -m compileall -qq -j 0 "$(python -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')" || true
 fi

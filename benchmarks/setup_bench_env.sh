@@ -9,5 +9,6 @@ PYTHON=${PYTHON:-python3.11}
 pip install -q --upgrade pip
 pip install -q -r benchmarks/requirements-bench.txt
 # The project itself, editable: benchmarks import the library, never a path hack.
-pip install -q --no-deps -e .
+# -qq: errors only (setuptools notes every editable install, "Editable installation.").
+pip install -qq --no-deps -e .
 echo "ready: .venv-bench/bin/python -m benchmarks.speed.bench_training (from the repository root)"
