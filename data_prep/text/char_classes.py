@@ -138,11 +138,12 @@ class CharClasses:
 
 
 def _bundled(version: str) -> CharClasses | None:
-    """The bundled classes of Unicode `version`, or None when none are bundled."""
+    """The bundled classes of Unicode `version`, or None when none are bundled (or the
+    file is not whole: the scan gives the same classes)."""
     try:
         with open(BUNDLED, encoding="utf-8") as f:
             ranges = json.load(f).get(version)
-    except FileNotFoundError:
+    except (OSError, ValueError):
         return None
     return None if ranges is None else CharClasses.from_ranges(ranges)
 
