@@ -271,9 +271,16 @@ def test_bundled_char_classes_are_the_scan_of_this_unicode_version(tmp_path, mon
     assert char_classes._bundled("0.0.0") is None
     monkeypatch.setattr(char_classes, "BUNDLED", str(tmp_path / "missing.json"))
     assert char_classes._bundled(version) is None
-    (tmp_path / "cut.json").write_text('{"%s": {"removed": [[0, 8' % version)
-    monkeypatch.setattr(char_classes, "BUNDLED", str(tmp_path / "cut.json"))
-    assert char_classes._bundled(version) is None
+    for name, text in (
+        ("cut.json", '{"%s": {"removed": [[0, 8' % version),
+        ("empty.json", ""),
+        ("a_list.json", "[]"),
+        ("no_class.json", '{"%s": {"removed": [[0, 8]]}}' % version),
+        ("bad_range.json", '{"%s": {"removed": [[0]]}}' % version),
+    ):
+        (tmp_path / name).write_text(text)
+        monkeypatch.setattr(char_classes, "BUNDLED", str(tmp_path / name))
+        assert char_classes._bundled(version) is None, name
 
 
 # ----------------------------------------------------------------------------
