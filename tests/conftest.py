@@ -10,6 +10,8 @@ import types
 import pytest
 from absl import flags as absl_flags
 
+from tests.helpers import prewarmed
+
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 
 
@@ -51,12 +53,15 @@ SAMPLE_DATA = REPO_ROOT / "sample_data"
 def pytest_configure(config):
     """Processes the tests start see the packages of requirements.txt only: the test-only
     oracles are hidden from them (tests/helpers/runtime_only/sitecustomize.py). Not in
-    pytest-xdist's controller, whose workers run the tests and use the oracles."""
+    pytest-xdist's controller, whose workers run the tests and use the oracles.
+
+    The Python processes they start skip TensorFlow's import (tests/helpers/prewarmed.py)."""
     if getattr(config.option, "numprocesses", None) and "PYTEST_XDIST_WORKER" not in os.environ:
         return
     runtime_only = str(REPO_ROOT / "tests" / "helpers" / "runtime_only")
     paths = [runtime_only, str(REPO_ROOT), os.environ.get("PYTHONPATH", "")]
     os.environ["PYTHONPATH"] = os.pathsep.join(p for p in paths if p)
+    prewarmed.install()
 
 
 def pytest_runtest_setup(item):
