@@ -45,7 +45,8 @@ def hold_in_another_process(directory):
         cwd=REPO_ROOT,
         stdout=subprocess.PIPE,
         text=True,
-        env=dict(os.environ, PYTHONPATH=repo_pythonpath()),
+        # A fresh interpreter: it tells which modules taking the lock imports.
+        env=dict(os.environ, PYTHONPATH=repo_pythonpath(), BERT_TESTS_FRESH_PROCESSES="1"),
     )
     # Taking a lock starts no TensorFlow (common.file_io imports it on first use).
     assert process.stdout.readline().strip() == "held False"

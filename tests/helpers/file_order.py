@@ -19,12 +19,11 @@ not correctness. To measure it again:
 from __future__ import annotations
 
 import json
+import os
 import pathlib
 import statistics
 import sys
 import xml.etree.ElementTree as ElementTree
-
-from common import file_io
 
 TESTS = pathlib.Path(__file__).resolve().parent.parent
 REPO = TESTS.parent
@@ -82,7 +81,9 @@ def main(argv: list[str]) -> int:
     if not table:
         print(f"{report}: no test of this repository in it", file=sys.stderr)
         return 1
-    file_io.write_text(str(SECONDS_FILE), json.dumps(table, indent=1) + "\n")
+    temporary = SECONDS_FILE.with_name(SECONDS_FILE.name + ".tmp")  # Whole or not at all.
+    temporary.write_text(json.dumps(table, indent=1) + "\n", encoding="utf-8")
+    os.replace(temporary, SECONDS_FILE)
     print(f"Wrote the seconds of {len(table)} files to {SECONDS_FILE}")
     return 0
 

@@ -22,7 +22,9 @@ child's parent, which waits for it.
 What the child does not redo: TensorFlow's, Keras', NumPy's and absl's import (their
 module-level state is that of a fresh import: nothing else ran). NumPy's global random
 state is seeded again from the OS, as a new process's is. Any other command, or any
-other request, starts as before. BERT_TESTS_FRESH_PROCESSES=1 turns it off.
+other request, starts as before. BERT_TESTS_FRESH_PROCESSES=1 turns it off: in the
+tests' environment for all, in one command's `env` for that command (a program that
+tells which modules it imported).
 """
 
 from __future__ import annotations
@@ -362,18 +364,23 @@ def install() -> None:
                 started = interpreter.start(request, stdio)
         if started is None:
             return _real["execute_child"](self, *args)
-        self.pid, self._prewarmed_status = started
+        # The channel kept as a bare descriptor: a socket object in a reference cycle
+        # with this Popen would be closed by its finalizer when the cycle is collected,
+        # while Popen.__del__ keeps a running child's Popen for subprocess._cleanup()
+        # to poll.
+        self.pid, self._prewarmed_status = started[0], started[1].detach()
         self._child_created = True
         pipes = ("p2cread", "p2cwrite", "c2pread", "c2pwrite", "errread", "errwrite")
         self._close_pipe_fds(*(popen_args[name] for name in pipes))
 
     def _status(self, timeout):
         """The child's wait status from its parent, or None if not yet in `timeout`."""
-        channel = self._prewarmed_status
-        channel.settimeout(timeout)
+        channel = socket.socket(fileno=self._prewarmed_status)
         try:
+            channel.settimeout(timeout)
             data = channel.recv(STATUS.size, socket.MSG_WAITALL)
         except (TimeoutError, BlockingIOError):
+            channel.detach()
             return None
         channel.close()
         if len(data) != STATUS.size:  # The prewarmed interpreter died: as if killed.

@@ -132,6 +132,31 @@ def test_a_prewarmed_process_is_one_to_signal_kill_and_wait_for(tmp_path):
     assert time.monotonic() - start < 30
 
 
+def test_a_running_child_dropped_in_a_reference_cycle_is_reaped_later():
+    """A Popen dropped while its child runs is kept by subprocess and polled when the
+    next Popen starts (`subprocess._cleanup`). Collected in a reference cycle, its
+    status channel must outlive the collection (a socket object's finalizer closed it:
+    "Bad file descriptor" in the next test's Popen)."""
+    import gc
+
+    process = subprocess.Popen([sys.executable, "-c", NAMED + "import time; time.sleep(1)"])
+    pid = process.pid
+    process.cycle = process
+    del process
+    gc.collect()
+    (kept,) = [p for p in subprocess._active if p.pid == pid]
+    assert kept.returncode is None
+    assert kept.wait(timeout=60) == 0  # The channel still answers.
+    # And one polled by the next Popen's cleanup:
+    process = subprocess.Popen([sys.executable, "-c", NAMED + "pass"])
+    process.cycle, pid = process, process.pid
+    del process
+    gc.collect()
+    time.sleep(3)
+    subprocess.run([sys.executable, "-c", "pass"], check=True)
+    assert not [p for p in subprocess._active if p.pid == pid]
+
+
 def test_what_a_fresh_interpreter_must_run_is_not_prewarmed():
     """A command whose environment leaves TF_CPP_MIN_LOG_LEVEL unset (what the user's
     terminal shows at start-up is under test), a program that does not import
