@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Sets up a virtual environment with the test dependencies and runs the whole test suite
-# (the tests marked slow included) on three pytest workers, with the slowest tests listed
+# (the tests marked slow included) on two pytest workers, with the slowest tests listed
 # at the end so that the time budget stays visible. Extra arguments go to pytest, e.g.
 # `bash run_tests.sh -m "not slow"` (the fast part) or `bash run_tests.sh tests/modeling/test_modeling.py`.
 set -euo pipefail
@@ -23,8 +23,8 @@ fi
 export TF_CPP_MIN_LOG_LEVEL=2
 ruff check .
 ruff format --check .
-# Three workers on 2 cores: with two, the cores were idle 9% of the time while tests
-# waited on the processes they start (15:30 against 14:17 with three, on a quiet machine).
-# Each worker takes whole files, longest first (tests/helpers/file_order.py), so that
-# the workers end together.
-python -m pytest -q -n 3 --dist loadfile --no-loadscope-reorder --durations=30 "$@"
+# Each worker takes whole files, longest first (tests/helpers/file_order.py), so that the
+# workers end together (by default pytest-xdist hands out the files with most tests first,
+# and the few long tests of a shared run or a search came last). Three workers were no
+# faster than two on 2 cores: 940 s against 944 s, back to back.
+python -m pytest -q -n 2 --dist loadfile --no-loadscope-reorder --durations=30 "$@"

@@ -4,8 +4,9 @@ pytest-xdist's `--dist loadfile` hands out whole files, in the order of the coll
 (with `--no-loadscope-reorder`; by default it orders them by their number of tests).
 Handed out longest first, the last files to start are short ones, and the workers end
 together. In the order of their number of tests, the last to start were files of one to
-three long tests (a fine-tuning run shared by its tests, a search, an export): on 2 cores
-with three workers, one worker ran on alone for 50 s after the others had ended.
+three long tests (a fine-tuning run shared by its tests, a search, an export): in one run
+on 2 cores with three workers, one worker ran on alone for 50 s after the others had
+ended; longest first, the three ended within a second of each other.
 
 `file_seconds.json` (beside this file's folder) holds each file's seconds in one run of
 the whole suite. A file it does not name (a new one) counts as the median file. The
