@@ -23,8 +23,4 @@ fi
 export TF_CPP_MIN_LOG_LEVEL=2
 ruff check .
 ruff format --check .
-# Each worker takes whole files, longest first (tests/helpers/file_order.py), so that the
-# workers end together (by default pytest-xdist hands out the files with most tests first,
-# and the few long tests of a shared run or a search came last). Three workers were no
-# faster than two on 2 cores: 940 s against 944 s, back to back.
-python -m pytest -q -n 2 --dist loadfile --no-loadscope-reorder --durations=30 "$@"
+python -m pytest -q -n 2 --dist loadfile --durations=30 "$@"

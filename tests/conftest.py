@@ -10,7 +10,7 @@ import types
 import pytest
 from absl import flags as absl_flags
 
-from tests.helpers import file_order, prewarmed
+from tests.helpers import prewarmed
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 
@@ -62,13 +62,6 @@ def pytest_configure(config):
     paths = [runtime_only, str(REPO_ROOT), os.environ.get("PYTHONPATH", "")]
     os.environ["PYTHONPATH"] = os.pathsep.join(p for p in paths if p)
     prewarmed.install()
-
-
-def pytest_collection_modifyitems(config, items):
-    """In a pytest-xdist worker, the test files longest first (tests/helpers/file_order.py),
-    so that the workers end together. run_tests.sh keeps this order (`--no-loadscope-reorder`)."""
-    if "PYTEST_XDIST_WORKER" in os.environ:
-        items[:] = file_order.longest_first(items, file_order.read_seconds())
 
 
 def pytest_runtest_setup(item):
