@@ -429,6 +429,7 @@ class ClassifierTask:
                     features,
                     self.settings.predict_batch_size,
                     self.settings.pads_inference,
+                    self._evaluation_outputs,  # The evaluation's compiled step.
                 )
             else:
                 logits, _ = predict_logits(
@@ -436,6 +437,7 @@ class ClassifierTask:
                     features.dataset(
                         self.settings.predict_batch_size, self.settings.pads_inference
                     ),
+                    output_fn=self._evaluation_outputs,
                 )
             path = os.path.join(output_dir, results_file_name(split, tuple(self.data.test)))
             if self.multi_label is not None:

@@ -391,6 +391,7 @@ class NerTask:
                 self.labels,
                 self.settings.predict_batch_size,
                 self.settings.pads_inference,
+                self._evaluation_outputs,  # The evaluation's compiled step.
             ),
             output_dir,
         )

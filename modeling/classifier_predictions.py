@@ -20,10 +20,17 @@ def _logits_and_labels(features: dict, outputs: dict) -> dict:
 
 
 def predict_logits(
-    trainer: training.Trainer, dataset: tf.data.Dataset, description: str = "predict"
+    trainer: training.Trainer,
+    dataset: tf.data.Dataset,
+    description: str = "predict",
+    output_fn=_logits_and_labels,
 ) -> tuple[np.ndarray, np.ndarray]:
-    """(logits float [N, K] ([N, 1] regression, [N, C] choices), labels [N])."""
-    outputs = trainer.predict(dataset, _logits_and_labels, description)
+    """(logits float [N, K] ([N, 1] regression, [N, C] choices), labels [N]).
+
+    `output_fn` may be the run's `evaluation_outputs` (its sums are dropped): then
+    evaluation and prediction share one compiled step, traced once."""
+    outputs = trainer.predict(dataset, output_fn, description)
+    training_eval.pop_eval_sums(outputs)
     return outputs["logits"].astype(np.float64), outputs["label_ids"]
 
 

@@ -300,15 +300,20 @@ def _dropout_kernel(rate: float):
 
 
 class Dense(keras.layers.Dense):
-    """Keras' Dense, with the standard-op form that exports trace made fast.
+    """Keras' Dense, an input of rank > 2 multiplied as one 2-D MatMul between two
+    reshapes, with the standard-op form that exports trace made fast.
+
+    Keras multiplies a 3-D input with `tf.tensordot`, which builds about twenty shape
+    ops around its MatMul when the batch and length are unknown, as they are in every
+    traced step: a third of the time spent tracing the model. The reshapes compute the
+    same products from the same kernel (the same MatMul on the same 2-D operands).
 
     With `fused` False (exports: `standard_ops`), the activation is its standard-op
-    form, and an input of rank > 2 runs as a 2-D MatMul, BiasAdd and activation
-    between two reshapes: TensorFlow's CPU graph optimizer fuses that chain into one
-    kernel, where the batched product of Keras' 3-D form leaves GELU as a dozen
-    element-wise passes (at BERT-small's shapes the exported encoder ran at 0.88x the
-    in-memory one, whose GELU is XLA-compiled). The variables and the arithmetic are
-    Keras'.
+    form and the bias a BiasAdd: TensorFlow's CPU graph optimizer fuses MatMul, BiasAdd
+    and activation into one kernel, where the batched product of Keras' 3-D form leaves
+    GELU as a dozen element-wise passes (at BERT-small's shapes the exported encoder ran
+    at 0.88x the in-memory one, whose GELU is XLA-compiled). The variables and the
+    arithmetic are Keras'.
     """
 
     def __init__(self, *args, **kwargs):
@@ -316,16 +321,32 @@ class Dense(keras.layers.Dense):
         self.fused = True
 
     def call(self, inputs, training=None):
-        if self.fused or self.lora_enabled or self.quantization_mode:
+        rank = inputs.shape.rank
+        if self.lora_enabled or self.quantization_mode or rank is None or rank < 2:
             return super().call(inputs, training=training)
         shape = tf.shape(inputs)
-        flat = tf.reshape(inputs, [-1, self.kernel.shape[0]])
+        flat = tf.reshape(inputs, [-1, self.kernel.shape[0]]) if rank > 2 else inputs
+        if self.fused:  # Keras' ops in Keras' order: the same kernels, the same numbers.
+            x = self._unflatten(keras.ops.matmul(flat, self.kernel), inputs, shape)
+            if self.bias is not None:
+                x = keras.ops.add(x, self.bias)
+            if self.activation is not None:
+                x = self.activation(x)
+            return x
         x = tf.matmul(flat, tf.cast(self.kernel, flat.dtype))
         if self.bias is not None:
             x = tf.nn.bias_add(x, tf.cast(self.bias, x.dtype))
         if self.activation is not None:
             x = getattr(self.activation, "plain", self.activation)(x)
-        return tf.reshape(x, tf.concat([shape[:-1], [self.units]], axis=0))
+        return self._unflatten(x, inputs, shape)
+
+    def _unflatten(self, x, inputs, shape):
+        """The 2-D product back in the input's shape, its last axis `units`."""
+        if inputs.shape.rank == 2:
+            return x
+        x = tf.reshape(x, tf.concat([shape[:-1], [self.units]], axis=0))
+        x.set_shape(inputs.shape[:-1].concatenate([self.units]))
+        return x
 
 
 def _dense(

@@ -46,12 +46,17 @@ def predict_tags(
     labels: Labels,
     batch_size: int,
     pad_to_max_seq_length: bool,
+    output_fn=_tags_and_ids,
 ) -> list[list[str]]:
-    """One predicted tag per word of every sentence of the split, in the scheme learnt."""
+    """One predicted tag per word of every sentence of the split, in the scheme learnt.
+
+    `output_fn` may be the run's `evaluation_outputs` (its sums are dropped): then
+    evaluation and prediction share one compiled step, traced once."""
     outputs = trainer.predict(
         ner_records.inference_dataset(split.features, batch_size, pad_to_max_seq_length),
-        _tags_and_ids,
+        output_fn,
     )
+    training_eval.pop_eval_sums(outputs)
     return _tags(outputs, split, labels)
 
 

@@ -267,6 +267,38 @@ def test_dense_plain_ops_form_equals_keras_with_gradients(policy, atol):
         )
 
 
+@pytest.mark.parametrize("policy", ["float32", "mixed_bfloat16"])
+def test_dense_computes_keras_numbers_with_a_few_ops(policy):
+    # Traced with the batch and length unknown (as every step is): the values and
+    # gradients of Keras' own Dense bit for bit, without tf.tensordot's shape ops.
+    rng = np.random.default_rng(3)
+    ours = layers.Dense(40, activation=layers.get_activation("gelu"), dtype=policy)
+    theirs = keras.layers.Dense(40, activation=layers.get_activation("gelu"), dtype=policy)
+    x = tf.constant(rng.normal(size=(3, 5, 24)), tf.float32)
+    for dense in (ours, theirs):
+        dense.build(x.shape)
+        dense.kernel.assign(rng.normal(size=(24, 40)).astype(np.float32))
+        dense.bias.assign(rng.normal(size=40).astype(np.float32))
+    theirs.set_weights(ours.get_weights())
+    results, sizes = [], []
+    for dense in (ours, theirs):
+
+        @tf.function(input_signature=[tf.TensorSpec([None, None, 24])], autograph=False)
+        def step(x, dense=dense):
+            with tf.GradientTape() as tape:
+                tape.watch(x)
+                y = dense(x)
+                loss = tf.reduce_sum(tf.cast(y, tf.float32) ** 2)
+            return [y] + tape.gradient(loss, [x, dense.kernel, dense.bias])
+
+        results.append([t.numpy() for t in step(x)])
+        sizes.append(len(step.get_concrete_function().graph.get_operations()))
+        assert results[-1][0].shape == (3, 5, 40) and results[-1][0].dtype == dense.compute_dtype
+    for got, want in zip(*results):
+        np.testing.assert_array_equal(got, want)
+    assert sizes[0] <= sizes[1] - 10, sizes
+
+
 def test_fused_decoder_equals_plain_ops_with_gradients():
     # The masked-LM output layer: XLA forward, TensorFlow gradient products; the same
     # values and gradients (of the hidden states, the table and the bias) as plain ops.
