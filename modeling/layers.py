@@ -305,7 +305,7 @@ class Dense(keras.layers.Dense):
 
     Keras multiplies a 3-D input with `tf.tensordot`, which builds about twenty shape
     ops around its MatMul when the batch and length are unknown, as they are in every
-    traced step: a third of the time spent tracing the model. The reshapes compute the
+    traced step: about 40% of the time spent tracing the model. The reshapes compute the
     same products from the same kernel (the same MatMul on the same 2-D operands).
 
     With `fused` False (exports: `standard_ops`), the activation is its standard-op
