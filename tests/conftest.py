@@ -1,5 +1,6 @@
 """Shared test fixtures."""
 
+import gc
 import json
 import os
 import pathlib
@@ -11,6 +12,7 @@ import pytest
 from absl import flags as absl_flags
 
 from tests.helpers import prewarmed
+from tests.helpers.runtime_only import gc_settings
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 
@@ -55,9 +57,13 @@ def pytest_configure(config):
     oracles are hidden from them (tests/helpers/runtime_only/sitecustomize.py). Not in
     pytest-xdist's controller, whose workers run the tests and use the oracles.
 
-    The Python processes they start skip TensorFlow's import (tests/helpers/prewarmed.py)."""
+    The Python processes they start skip TensorFlow's import (tests/helpers/prewarmed.py).
+    Python's garbage collector runs less often in them and here
+    (tests/helpers/runtime_only/gc_settings.py)."""
     if getattr(config.option, "numprocesses", None) and "PYTEST_XDIST_WORKER" not in os.environ:
         return
+    gc.freeze()  # What is imported by now lives as long as the worker.
+    gc_settings.collect_less_often()
     runtime_only = str(REPO_ROOT / "tests" / "helpers" / "runtime_only")
     paths = [runtime_only, str(REPO_ROOT), os.environ.get("PYTHONPATH", "")]
     os.environ["PYTHONPATH"] = os.pathsep.join(p for p in paths if p)

@@ -29,6 +29,7 @@ tells which modules it imported).
 
 from __future__ import annotations
 
+import gc
 import inspect
 import io
 import json
@@ -176,6 +177,9 @@ def _main() -> None:
     control = socket.socket(fileno=int(sys.argv[1]))
     for name in PRELOAD:
         __import__(name)
+    # The preloaded modules' objects live as long as any child: out of the collector's
+    # sweeps (each child of a tiny run spent 0.2 s of 4.4 s of CPU sweeping them).
+    gc.freeze()
     control.sendall(b"ready")
     request, stdio = _serve(control)
     _become(request, stdio)
