@@ -89,14 +89,14 @@ def test_export_tfhub_real_checkpoint_parity(minilm_dir, sample_data, vocab_file
     checkpoints.restore_model(minilm_dir, ours)
     want = ours(inputs, training=False)
     got = tf.saved_model.load(encoder_path)(inputs, training=False)
-    assert_encoder_outputs_equal(got, want, num_layers=6, atol=1e-4)
-    assert_encoder_outputs_equal(
-        hub.HubEncoder(encoder_path)(inputs), want, num_layers=6, atol=1e-4
-    )
+    # Six real layers in float32 whose hidden states reach magnitudes of several units:
+    # on a Xeon with AMX, one element of 786,432 (4.33) differed by 4.7e-5 of itself
+    # between the export's kernels and the in-memory model's.
+    close = {"num_layers": 6, "atol": 1e-4, "rtol": 1e-4}
+    assert_encoder_outputs_equal(got, want, **close)
+    assert_encoder_outputs_equal(hub.HubEncoder(encoder_path)(inputs), want, **close)
     hub_lib = pytest.importorskip("tensorflow_hub")
-    assert_encoder_outputs_equal(
-        hub_lib.KerasLayer(encoder_path)(inputs), want, num_layers=6, atol=1e-4
-    )
+    assert_encoder_outputs_equal(hub_lib.KerasLayer(encoder_path)(inputs), want, **close)
 
     torch = pytest.importorskip("torch")
     transformers = pytest.importorskip("transformers")
