@@ -139,13 +139,18 @@ def test_a_running_child_dropped_in_a_reference_cycle_is_reaped_later():
     "Bad file descriptor" in the next test's Popen)."""
     import gc
 
-    process = subprocess.Popen([sys.executable, "-c", NAMED + "import time; time.sleep(1)"])
-    pid = process.pid
+    # The child runs until its stdin closes (not for a set time: a loaded machine
+    # let a one-second child end before the collection, and then nothing is kept).
+    process = subprocess.Popen(
+        [sys.executable, "-c", NAMED + "import sys; sys.stdin.read()"], stdin=subprocess.PIPE
+    )
+    pid, stdin = process.pid, process.stdin
     process.cycle = process
     del process
     gc.collect()
     (kept,) = [p for p in subprocess._active if p.pid == pid]
     assert kept.returncode is None
+    stdin.close()
     assert kept.wait(timeout=60) == 0  # The channel still answers.
     # And one polled by the next Popen's cleanup:
     process = subprocess.Popen([sys.executable, "-c", NAMED + "pass"])
